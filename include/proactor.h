@@ -1,0 +1,357 @@
+/*
+ * proactor.h - completion-based asynchronous I/O for POSIX systems.
+ *
+ * An application starts operations (stream, file and datagram reads and
+ * writes, accept, connect, posted completions, timers) and receives exactly
+ * one callback per started operation.  The mechanism underneath (the
+ * "engine") is chosen at run time from a configuration: a struct, a one-line
+ * text form, or the PX_ENGINE environment variable.
+ *
+ * Conventions
+ *   - Every call returns 0 (or a non-negative count) on success and a
+ *     negative errno value on failure.  No call sets or reads errno.
+ *   - A completion carries the positive errno of the failed operation in
+ *     px_completion.error, or 0.
+ *   - Any thread may call any function, except where a function says
+ *     otherwise.  Callbacks may call back into the proactor (start, post,
+ *     cancel, timers) without deadlock.
+ *   - Buffers and addresses passed to a start function must stay valid until
+ *     that operation's callback has been called.
+ */
+#ifndef PROACTOR_H
+#define PROACTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PX_VERSION_MAJOR 0
+#define PX_VERSION_MINOR 1
+
+typedef struct px_proactor px_proactor;
+
+/* Operation codes, as seen in px_completion.op. */
+typedef enum px_op {
+	PX_OP_READ_STREAM = 0,
+	PX_OP_WRITE_STREAM,
+	PX_OP_READ_FILE,
+	PX_OP_WRITE_FILE,
+	PX_OP_READ_DGRAM,
+	PX_OP_WRITE_DGRAM,
+	PX_OP_ACCEPT,
+	PX_OP_CONNECT,
+	PX_OP_POST,
+	PX_OP_TIMER,
+	PX_OP_COUNT
+} px_op;
+
+/* Bit of one operation in an operations mask. */
+#define PX_OP_BIT(op) (1u << (op))
+/* The eight I/O operations. */
+#define PX_OPS_IO                                                              \
+	(PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |        \
+	 PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE) |            \
+	 PX_OP_BIT(PX_OP_READ_DGRAM) | PX_OP_BIT(PX_OP_WRITE_DGRAM) |          \
+	 PX_OP_BIT(PX_OP_ACCEPT) | PX_OP_BIT(PX_OP_CONNECT))
+
+/*
+ * What a callback receives.  The structure lives inside the library and is
+ * valid only while the callback runs; copy out what you need.
+ */
+typedef struct px_completion {
+	px_proactor *proactor;  /* the proactor that ran the operation */
+	void *user;             /* the user pointer given at start */
+	px_op op;               /* what was started */
+	int fd;                 /* the descriptor it was started on, or -1 */
+	void *buf;              /* the buffer given at start (NULL if none) */
+	size_t len;             /* the length given at start */
+	size_t bytes;           /* bytes transferred; 0 at end of file/stream */
+	int error;              /* 0, or the positive errno of the failure;
+	                           ECANCELED when cancelled */
+	int new_fd;             /* accept: the accepted socket; otherwise -1 */
+	uint64_t offset;        /* file operations: the offset given at start */
+	int64_t timer_id;       /* timers: the id px_timer_start returned */
+	socklen_t addrlen;      /* length of addr, 0 if none */
+	struct sockaddr_storage addr; /* read_dgram: the sender; accept: the
+	                           peer; write_dgram/connect: the destination */
+} px_completion;
+
+/* A completion callback.  Called exactly once per started operation, from a
+ * thread inside px_handle_events() (or px_destroy()). */
+typedef void px_callback(const px_completion *c);
+
+/* ------------------------------------------------------------------ */
+/* Configuration                                                        */
+/* ------------------------------------------------------------------ */
+
+typedef enum px_processor_type {
+	PX_PROCESSOR_NONE = 0,  /* no processor (secondary absent) */
+	PX_PROCESSOR_SHARED,    /* led by threads inside px_handle_events */
+	PX_PROCESSOR_DEDICATED  /* has its own permanent leader thread */
+} px_processor_type;
+
+typedef enum px_provider_type {
+	PX_PROVIDER_NONE = 0,
+	PX_PROVIDER_SELECT,     /* readiness emulation: select/poll/epoll */
+	PX_PROVIDER_URING,      /* io_uring through liburing */
+	PX_PROVIDER_COUNT
+} px_provider_type;
+
+typedef enum px_wait_type {
+	PX_WAIT_DEFAULT = 0,    /* the provider's default */
+	PX_WAIT_SELECT,
+	PX_WAIT_POLL,
+	PX_WAIT_EPOLL,
+	PX_WAIT_URING,
+	PX_WAIT_COUNT
+} px_wait_type;
+
+typedef enum px_interrupt_type {
+	PX_INTR_DEFAULT = 0,    /* the wait strategy's default */
+	PX_INTR_PIPE,           /* a self-pipe watched by the wait */
+	PX_INTR_EVENTFD,        /* an eventfd watched by the wait */
+	PX_INTR_SIGNAL,         /* pthread_kill of the leader; wait sees EINTR */
+	PX_INTR_NATIVE,         /* the wait mechanism's own (io_uring: a
+	                           message through the ring) */
+	PX_INTR_COUNT
+} px_interrupt_type;
+
+/* Processor flags (px_processor_config.flags). */
+#define PX_PF_START_ANY_THREAD   0x1u  /* allow starts from non-leader threads */
+#define PX_PF_START_INTERRUPT    0x2u  /* a start interrupts the leader's wait */
+#define PX_PF_FLAGS_SET          0x80u /* flags above are meaningful; without
+                                          it the provider's own flags apply */
+
+/* One processor: a provider with its wait and interrupt strategies. */
+typedef struct px_processor_config {
+	px_processor_type processor;
+	px_provider_type provider;
+	px_wait_type wait;
+	px_interrupt_type interrupt;
+	unsigned flags;          /* PX_PF_*; 0 = the provider's defaults */
+	unsigned max_aio;        /* operations in flight; 0 = provider default;
+	                            extra starts are deferred, never refused */
+	uint32_t ops;            /* PX_OP_BIT mask narrowing what this processor
+	                            does; 0 = everything the provider does */
+	int intr_signo;          /* signal for interrupt=signal; 0 = SIGURG */
+	unsigned ring_entries;   /* uring: submission queue size; 0 = default */
+	unsigned ring_flags;     /* uring: PX_RING_* bits */
+} px_processor_config;
+
+/* uring setup flags (px_processor_config.ring_flags). */
+#define PX_RING_COOP_TASKRUN   0x1u  /* IORING_SETUP_COOP_TASKRUN (5.19) */
+#define PX_RING_SQPOLL         0x2u  /* IORING_SETUP_SQPOLL */
+
+/* Follower promotion order (px_config.followers). */
+typedef enum px_follower_order {
+	PX_FOLLOWERS_LIFO = 0,  /* most recently idle thread first (default) */
+	PX_FOLLOWERS_FIFO
+} px_follower_order;
+
+/* A whole engine: one or two processors. */
+typedef struct px_config {
+	px_processor_config primary;
+	px_processor_config secondary; /* .processor = PX_PROCESSOR_NONE: none */
+	px_follower_order followers;
+	unsigned flags;                /* PX_CF_* */
+} px_config;
+
+#define PX_CF_NO_ENV 0x1u  /* ignore the PX_ENGINE environment variable */
+
+/*
+ * px_config_parse - fill *cfg from the one-line text form.
+ *
+ * Grammar (whitespace separated key=value words, case sensitive):
+ *
+ *     config    := [preset] [processor] [';' 'secondary:' processor]
+ *     processor := ['primary:'] word*
+ *     word      := key '=' value | global
+ *
+ * Keys: provider=select|uring  wait=select|poll|epoll|uring
+ *       interrupt=pipe|eventfd|signal|native  processor=shared|dedicated
+ *       max_aio=N  ops=LIST (comma list of read_stream, write_stream,
+ *       read_file, write_file, read_dgram, write_dgram, accept, connect,
+ *       or the groups stream, file, dgram, socket, all)
+ *       start=any|any-interrupt|leader  signal=N  ring=N
+ *       ring_flags=LIST (coop_taskrun, sqpoll)
+ * Globals: followers=lifo|fifo
+ * Presets: auto, uring, epoll, poll, select, epoll-dedicated, ...  A preset
+ * comes first and the words after it override its values.
+ *
+ * Returns 0, or -EINVAL with a message naming the valid choices written to
+ * err (if err is not NULL and errlen > 0; always NUL-terminated).
+ */
+int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen);
+
+/*
+ * px_config_format - write the canonical text form of cfg to buf.
+ * Returns the length the full text needs (like snprintf), or -EINVAL.
+ */
+int px_config_format(const px_config *cfg, char *buf, size_t len);
+
+/* ------------------------------------------------------------------ */
+/* Life cycle                                                           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * px_create - create a proactor from configuration text.
+ *
+ * text NULL means "auto".  Unless cfg flags say PX_CF_NO_ENV, a non-empty
+ * PX_ENGINE environment variable replaces text (it is ignored in setuid and
+ * setgid programs).  On failure a message is written to err when given.
+ *
+ * Returns 0 and stores the proactor in *out, or:
+ *   -EINVAL  the text does not parse or names an invalid combination;
+ *   -ENOSYS  the engine is not built in or this kernel lacks it;
+ *   -ENOMEM, or another -errno from the operating system.
+ */
+int px_create(px_proactor **out, const char *text, char *err, size_t errlen);
+
+/* px_create_config - as px_create, from a struct. */
+int px_create_config(px_proactor **out, const px_config *cfg, char *err,
+		     size_t errlen);
+
+/*
+ * px_destroy - cancel every pending operation, deliver its completion
+ * (ECANCELED, or its result if it finished first) in the calling thread,
+ * stop dedicated threads and free everything.  Posted completions and
+ * pending timers are delivered too.  Starts made from those callbacks fail
+ * with -ESHUTDOWN.  No other thread may be inside px_handle_events() or
+ * start further operations.  Returns 0, or -EBUSY if threads are still inside
+ * px_handle_events() (nothing is freed then).
+ */
+int px_destroy(px_proactor *px);
+
+/*
+ * px_engine_name - the canonical configuration text of the engine this
+ * proactor runs, e.g. "provider=uring wait=uring interrupt=native
+ * processor=shared max_aio=4096".  Valid until px_destroy.
+ */
+const char *px_engine_name(const px_proactor *px);
+
+/*
+ * px_handle_events - run the event loop once from the calling thread.
+ *
+ * The thread dispatches completed operations, leads a processor (waits for
+ * completions in the OS), or sleeps as a follower, as the dispatcher
+ * decides.  Any number of threads may call it at once.
+ *
+ * timeout_ms < 0 waits without limit; 0 does not block.
+ * Returns the number of callbacks run (> 0), 0 if the timeout passed with
+ * nothing to do, or -ESHUTDOWN once px_stop() was called.
+ */
+int px_handle_events(px_proactor *px, int timeout_ms);
+
+/*
+ * px_stop - make every px_handle_events() call return -ESHUTDOWN as soon as
+ * it has finished the callback it runs, now and from now on.  Completions
+ * stay queued for px_destroy.  Returns 0.
+ */
+int px_stop(px_proactor *px);
+
+/* ------------------------------------------------------------------ */
+/* Operations                                                           */
+/* ------------------------------------------------------------------ */
+/*
+ * Every start function returns 0 when the operation is started (its
+ * callback will run exactly once), or a negative errno, in which case the
+ * callback will never run:
+ *   -EBADF      fd is negative or not open;
+ *   -EINVAL     cb is NULL, or len is 0 where data must move, or a bad
+ *               address length;
+ *   -EOPNOTSUPP no processor of this engine does the operation;
+ *   -ESHUTDOWN  the proactor is being destroyed or was stopped;
+ *   -ENOMEM     no memory for the operation record;
+ *   -EMFILE     fd is beyond what the wait strategy can watch
+ *               (select: FD_SETSIZE).
+ * Operations on one descriptor and direction are performed in the order
+ * they were started.
+ */
+
+/* Read up to len bytes from a socket or pipe.  bytes == 0 means end of
+ * stream. */
+int px_read_stream(px_proactor *px, int fd, void *buf, size_t len,
+		   px_callback *cb, void *user);
+
+/* Write up to len bytes to a socket or pipe; may complete with fewer. */
+int px_write_stream(px_proactor *px, int fd, const void *buf, size_t len,
+		    px_callback *cb, void *user);
+
+/* Write all len bytes; completes when all are written or on error (bytes
+ * then says how many were written). */
+int px_write_stream_all(px_proactor *px, int fd, const void *buf, size_t len,
+			px_callback *cb, void *user);
+
+/* Read or write a file at an offset. */
+int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
+		 uint64_t offset, px_callback *cb, void *user);
+int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
+		  uint64_t offset, px_callback *cb, void *user);
+
+/* Receive one datagram; the sender is in c->addr.  len may be 0. */
+int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
+		  px_callback *cb, void *user);
+
+/* Send one datagram to addr (NULL/0 on a connected socket). */
+int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
+		   const struct sockaddr *addr, socklen_t addrlen,
+		   px_callback *cb, void *user);
+
+/* Accept a connection on a listening socket; the new socket (close-on-exec)
+ * is in c->new_fd and the peer in c->addr. */
+int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
+
+/* Connect a socket to addr.  The socket's file status flags are the same
+ * after completion as before. */
+int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
+	       socklen_t addrlen, px_callback *cb, void *user);
+
+/*
+ * px_post - queue a completion with op PX_OP_POST; its callback runs in a
+ * thread inside px_handle_events (a sleeping one is woken).
+ * Returns 0, -EINVAL (cb NULL), -ENOMEM or -ESHUTDOWN.
+ */
+int px_post(px_proactor *px, px_callback *cb, void *user);
+
+/*
+ * px_cancel - cancel every pending operation started on fd.
+ * Each still completes exactly once: with ECANCELED, or with its real result
+ * if it finished before the cancel could take effect.
+ * Returns how many operations the cancel was requested for (0 if none), or
+ * -EBADF for a negative fd.
+ */
+int px_cancel(px_proactor *px, int fd);
+
+/*
+ * px_timer_start - call cb (op PX_OP_TIMER, error 0) once, no earlier than
+ * delay_ns nanoseconds from now.  Returns the timer id (> 0), or -EINVAL,
+ * -ENOMEM, -ESHUTDOWN.
+ */
+int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
+		       void *user);
+
+/*
+ * px_timer_cancel - cancel a pending timer; its callback runs with
+ * ECANCELED.  Returns 0, or -ENOENT if it already fired or never existed.
+ */
+int px_timer_cancel(px_proactor *px, int64_t id);
+
+/* ------------------------------------------------------------------ */
+/* Miscellany                                                           */
+/* ------------------------------------------------------------------ */
+
+/* px_strerror - text for a negative (or positive) errno value. Never NULL. */
+const char *px_strerror(int err);
+
+/* px_op_name - "read_stream", "accept", ... or "unknown". */
+const char *px_op_name(px_op op);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PROACTOR_H */
