@@ -1,0 +1,279 @@
+/*
+ * dispatcher.c - completed queue, timers and the leader/followers manager.
+ *
+ * Every thread inside px_handle_events is, at any moment, one of:
+ *   handler   running callbacks of completed results (mutex released
+ *             around each callback);
+ *   leader    waiting in the OS for one shared processor (mutex released
+ *             during the wait);
+ *   follower  asleep on its own condition variable (mutex released).
+ *
+ * A call first dispatches what is queued (at most what was queued when it
+ * looked, so a callback that keeps completing work at once cannot pin the
+ * thread); if nothing is queued it tries to lead a processor that has work
+ * and no leader; otherwise it sleeps as a follower until woken, until the
+ * next timer is due, or until its timeout.
+ *
+ * Followers are kept in a list; the newest sleeper is woken first (LIFO,
+ * warm caches) unless the config asks for FIFO.  Each follower has its own
+ * condition variable, so a wake-up reaches exactly one chosen thread.
+ */
+#include <stdlib.h>
+#include <time.h>
+
+#include "core.h"
+
+/* ------------------------------------------------------------------ */
+/* Notification                                                         */
+/* ------------------------------------------------------------------ */
+
+bool px_dispatch_wake_follower(struct px_proactor *px)
+{
+	px_link *l = px->order == PX_FOLLOWERS_FIFO ? px_list_first(&px->followers)
+						     : px_list_last(&px->followers);
+	if (!l)
+		return false;
+	px_follower *f = px_container_of(l, px_follower, link);
+	px_list_remove(&px->followers, l);
+	f->woken = true;
+	pthread_cond_signal(&f->cond);
+	return true;
+}
+
+/* Interrupt the leader of one shared processor (not the caller itself). */
+static bool px_interrupt_shared_leader(struct px_proactor *px)
+{
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && p->has_leader &&
+		    !pthread_equal(p->leader, pthread_self())) {
+			p->intr->ops->interrupt(p->intr);
+			return true;
+		}
+	}
+	return false;
+}
+
+void px_dispatch_post(struct px_proactor *px, px_result *r, int level)
+{
+	px_list_push_back(&px->completed, &r->link);
+	if (level == PX_NOTIFY_NONE)
+		return;
+	if (px_dispatch_wake_follower(px))
+		return;
+	if (level == PX_NOTIFY_STRONG)
+		px_interrupt_shared_leader(px);
+}
+
+void px_dispatch_wake_all(struct px_proactor *px)
+{
+	while (px_dispatch_wake_follower(px))
+		;
+	for (int i = 0; i < px->nproc; i++)
+		if (px->proc[i]->has_leader)
+			px_processor_interrupt(px->proc[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Timers: a list sorted by deadline (ties keep start order).           */
+/* ------------------------------------------------------------------ */
+
+void px_timers_insert(struct px_proactor *px, px_result *r)
+{
+	px_link *pos = px_list_last(&px->timers);
+	while (pos && px_result_of(pos)->deadline_ns > r->deadline_ns)
+		pos = pos->prev == &px->timers.head ? NULL : pos->prev;
+	px_list_insert_after(&px->timers, pos ? pos : &px->timers.head, &r->link);
+	r->state = PX_RS_TIMER;
+	if (px_list_first(&px->timers) == &r->link) {
+		/* A new earliest deadline: whoever sleeps must recompute. */
+		if (!px_dispatch_wake_follower(px))
+			px_interrupt_shared_leader(px);
+	}
+}
+
+bool px_timers_expire(struct px_proactor *px, uint64_t now)
+{
+	bool any = false;
+	px_link *l;
+	while ((l = px_list_first(&px->timers)) &&
+	       px_result_of(l)->deadline_ns <= now) {
+		px_list_remove(&px->timers, l);
+		px_result *r = px_result_of(l);
+		r->state = PX_RS_POSTED;
+		px_list_push_back(&px->completed, l);
+		any = true;
+	}
+	return any;
+}
+
+uint64_t px_timers_next(const struct px_proactor *px)
+{
+	px_link *l = px_list_first(&px->timers);
+	return l ? px_result_of(l)->deadline_ns : PX_NS_INF;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dispatch                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The proactor whose callback this thread is running, if any. */
+static __thread struct px_proactor *px_tls_dispatching;
+
+int px_dispatch_level_for_caller(struct px_proactor *px)
+{
+	/* A thread running a callback goes back to the queue by itself, so a
+	 * result it queues needs no interrupt of a leader; a sleeping
+	 * follower may still help. */
+	return px_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
+}
+
+void px_dispatch_one(struct px_proactor *px, px_result *r)
+{
+	r->state = PX_RS_COMPLETED;
+	px_callback *cb = r->cb;
+	struct px_proactor *saved = px_tls_dispatching;
+	px_tls_dispatching = px;
+	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
+	cb(&r->c);
+	pthread_mutex_lock(&px->lock);
+	px_tls_dispatching = saved;
+	px_alloc_put(&px->alloc, r);
+}
+
+/* Pick a shared processor this thread may lead: it has work, no leader.
+ * Rotates the starting point so that with one thread and two processors
+ * neither is starved. */
+static px_processor *px_pick_processor(struct px_proactor *px)
+{
+	for (int k = 0; k < px->nproc; k++) {
+		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
+		if (p->type == PX_PROCESSOR_SHARED && !p->has_leader &&
+		    px_processor_has_work(p)) {
+			px->next_pick = (unsigned)(p->index + 1);
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* Another shared processor besides p needs a leader and nobody can take it:
+ * p's leader must not sleep for long. */
+static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
+{
+	if (px->nfollowers)
+		return false;
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *q = px->proc[i];
+		if (q != p && q->type == PX_PROCESSOR_SHARED && !q->has_leader &&
+		    px_processor_has_work(q))
+			return true;
+	}
+	return false;
+}
+
+static uint64_t px_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+static void px_abs_timespec(uint64_t ns, struct timespec *ts)
+{
+	ts->tv_sec = (time_t)(ns / 1000000000u);
+	ts->tv_nsec = (long)(ns % 1000000000u);
+}
+
+int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
+{
+	uint64_t now = px_now_ns();
+	uint64_t deadline = timeout_ms < 0 ? PX_NS_INF
+					   : now + (uint64_t)timeout_ms * 1000000u;
+	int n = 0;
+
+	pthread_mutex_lock(&px->lock);
+	px->nthreads++;
+	for (;;) {
+		if (px->stopped || px->destroying) {
+			n = -ESHUTDOWN;
+			break;
+		}
+
+		/* Step 1: dispatch what is queued now. */
+		if (px_list_first(&px->timers))
+			px_timers_expire(px, now);
+		if (!px_list_empty(&px->completed)) {
+			size_t batch = px_list_count(&px->completed);
+			px->nhandlers++;
+			if (batch > 1)
+				px_dispatch_wake_follower(px);
+			while (batch-- > 0 && !px->stopped) {
+				px_link *l = px_list_pop_front(&px->completed);
+				if (!l)
+					break;
+				px_dispatch_one(px, px_result_of(l));
+				n++;
+			}
+			px->nhandlers--;
+			break;
+		}
+
+		/* Step 2: lead a processor that has work and no leader. */
+		px_processor *p = px_pick_processor(px);
+		if (p) {
+			uint64_t until = px_min_u64(deadline, px_timers_next(px));
+			int ms = px_ms_until(until, now);
+			px->nleaders++;
+			px_processor_lead_begin(p);
+			if (px_other_needs_leader(px, p) && (ms < 0 || ms > 1))
+				ms = 1;
+			px_processor_handle_aio_events(p, ms);
+			px_processor_lead_end(p);
+			px->nleaders--;
+			/* Leadership released: if the processor still has
+			 * work, a sleeping thread may take it over while we
+			 * dispatch what we collected. */
+			if (px_processor_has_work(p))
+				px_dispatch_wake_follower(px);
+			now = px_now_ns();
+			if (px_list_empty(&px->completed) &&
+			    !(px_timers_next(px) <= now) && now >= deadline)
+				break;
+			continue;
+		}
+
+		/* Step 3: sleep as a follower. */
+		uint64_t until = px_min_u64(deadline, px_timers_next(px));
+		if (until <= now) {
+			if (deadline <= now && !(px_timers_next(px) <= now))
+				break;
+			continue; /* a timer is due: loop to expire it */
+		}
+		px_follower f;
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&f.cond, &ca);
+		pthread_condattr_destroy(&ca);
+		f.woken = false;
+		px_link_init(&f.link);
+		px_list_push_back(&px->followers, &f.link);
+		px->nfollowers++;
+		if (until == PX_NS_INF) {
+			while (!f.woken)
+				pthread_cond_wait(&f.cond, &px->lock);
+		} else {
+			struct timespec ts;
+			px_abs_timespec(until, &ts);
+			while (!f.woken) {
+				if (pthread_cond_timedwait(&f.cond, &px->lock, &ts) ==
+				    ETIMEDOUT)
+					break;
+			}
+		}
+		px->nfollowers--;
+		if (!f.woken)
+			px_list_remove(&px->followers, &f.link);
+		pthread_cond_destroy(&f.cond);
+		now = px_now_ns();
+	}
+	px->nthreads--;
+	pthread_mutex_unlock(&px->lock);
+	return n;
+}

@@ -1,0 +1,331 @@
+/*
+ * processor.c - one provider's started and deferred lists, and its leader.
+ *
+ * A start goes to the provider at once when it may (room under max_aio, no
+ * older deferred operation to overtake, and the provider allows starts from
+ * this thread); otherwise it is deferred and the leader starts it later.
+ * A start is never refused for lack of room.
+ *
+ * A shared processor is led by an application thread inside
+ * px_handle_events; a dedicated one by its own thread, created with the
+ * proactor, that holds leadership until the proactor is destroyed and hands
+ * what completes to the dispatcher with a notification.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+static bool px_is_leader(const px_processor *p)
+{
+	return p->has_leader && pthread_equal(p->leader, pthread_self());
+}
+
+bool px_processor_has_work(const px_processor *p)
+{
+	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
+}
+
+void px_processor_interrupt(px_processor *p)
+{
+	if (p->has_leader && !px_is_leader(p))
+		p->intr->ops->interrupt(p->intr);
+}
+
+/* The processor just went from idle to having work.  A shared one without a
+ * leader needs a thread to lead it. */
+static void px_processor_became_busy(px_processor *p)
+{
+	if (p->type == PX_PROCESSOR_SHARED && !p->has_leader)
+		px_dispatch_wake_follower(p->px);
+}
+
+static int px_post_level(const px_processor *p)
+{
+	/* A shared leader returns to the dispatcher itself after collecting;
+	 * a dedicated one never does, so others must be told. */
+	return p->type == PX_PROCESSOR_DEDICATED ? PX_NOTIFY_STRONG : PX_NOTIFY_NONE;
+}
+
+static void px_defer(px_processor *p, px_result *r)
+{
+	r->state = PX_RS_DEFERRED;
+	px_list_push_back(&p->deferred, &r->link);
+}
+
+int px_processor_start(px_processor *p, px_result *r)
+{
+	bool was_idle = !px_processor_has_work(p);
+	r->proc = p;
+
+	bool defer = !px_list_empty(&p->deferred) ||
+		     px_list_count(&p->started) >= p->max_aio;
+	if (!defer && !(p->flags & PX_PF_START_ANY_THREAD) && !px_is_leader(p))
+		defer = true;
+	if (defer) {
+		px_defer(p, r);
+		if (p->has_leader)
+			px_processor_interrupt(p);
+		else if (was_idle)
+			px_processor_became_busy(p);
+		return 0;
+	}
+
+	if (p->wait->ops->on_start)
+		p->wait->ops->on_start(p->wait, r);
+	int rc = p->prov->ops->start(p->prov, r);
+	switch (rc) {
+	case PX_START_STARTED:
+		r->state = PX_RS_STARTED;
+		px_list_push_back(&p->started, &r->link);
+		if (was_idle)
+			px_processor_became_busy(p);
+		if (p->flags & PX_PF_START_INTERRUPT)
+			px_processor_interrupt(p);
+		return 0;
+	case PX_START_DONE:
+		r->state = PX_RS_READY;
+		px_dispatch_post(p->px, r, px_dispatch_level_for_caller(p->px));
+		return 0;
+	case PX_START_AGAIN:
+		px_defer(p, r);
+		if (was_idle)
+			px_processor_became_busy(p);
+		return 0;
+	default:
+		r->proc = NULL;
+		return rc < 0 ? rc : -EIO;
+	}
+}
+
+/* Leader: start deferred results while there is room.  Returns true if
+ * something finished at once (the wait should then not block). */
+static bool px_start_deferred(px_processor *p)
+{
+	bool finished = false;
+	px_link *l;
+	while (px_list_count(&p->started) < p->max_aio &&
+	       (l = px_list_first(&p->deferred))) {
+		px_result *r = px_result_of(l);
+		px_list_remove(&p->deferred, l);
+		if (p->wait->ops->on_start)
+			p->wait->ops->on_start(p->wait, r);
+		int rc = p->prov->ops->start(p->prov, r);
+		if (rc == PX_START_STARTED) {
+			r->state = PX_RS_STARTED;
+			px_list_push_back(&p->started, &r->link);
+			continue;
+		}
+		if (rc == PX_START_AGAIN) {
+			r->state = PX_RS_DEFERRED;
+			px_list_push_front(&p->deferred, &r->link);
+			break;
+		}
+		if (rc == PX_START_DONE) {
+			r->state = PX_RS_READY;
+		} else {
+			/* The caller has gone: the error travels in the
+			 * completion. */
+			r->state = PX_RS_START_ERROR;
+			px_result_finish(r, 0, rc < 0 ? -rc : EIO);
+		}
+		px_dispatch_post(p->px, r, px_post_level(p));
+		finished = true;
+	}
+	return finished;
+}
+
+static void px_collect(px_processor *p)
+{
+	px_result *r;
+	int level = px_post_level(p);
+	while ((r = p->wait->ops->next_completed(p->wait))) {
+		px_list_remove(&p->started, &r->link);
+		r->state = PX_RS_READY;
+		px_dispatch_post(p->px, r, level);
+	}
+}
+
+void px_processor_handle_aio_events(px_processor *p, int timeout_ms)
+{
+	struct px_proactor *px = p->px;
+
+	if (px_start_deferred(p) || !px_list_empty(&px->completed))
+		timeout_ms = 0;
+	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
+		timeout_ms = 0;
+	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
+	p->wait->ops->wait(p->wait, timeout_ms);
+	pthread_mutex_lock(&px->lock);
+	px_collect(p);
+	px_start_deferred(p);
+}
+
+void px_processor_lead_begin(px_processor *p)
+{
+	p->has_leader = true;
+	p->leader = pthread_self();
+	if (p->intr->ops->leader_activated)
+		p->intr->ops->leader_activated(p->intr);
+}
+
+void px_processor_lead_end(px_processor *p)
+{
+	if (p->intr->ops->leader_deactivated)
+		p->intr->ops->leader_deactivated(p->intr);
+	p->has_leader = false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel                                                               */
+/* ------------------------------------------------------------------ */
+
+static void px_cancel_one(px_processor *p, px_result *r, int *count)
+{
+	if (r->state == PX_RS_DEFERRED) {
+		px_list_remove(&p->deferred, &r->link);
+		px_result_finish(r, r->done, ECANCELED);
+		r->state = PX_RS_READY;
+		px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+	} else {
+		r->flags |= PX_RF_CANCELLED;
+		if (p->prov->ops->cancel(p->prov, r) == PX_CANCEL_DONE) {
+			px_list_remove(&p->started, &r->link);
+			r->state = PX_RS_READY;
+			px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+		}
+	}
+	(*count)++;
+}
+
+static int px_cancel_list(px_processor *p, px_list *list, int fd, bool all)
+{
+	int count = 0;
+	px_link *l = px_list_first(list);
+	while (l) {
+		px_link *next = px_list_next(list, l);
+		px_result *r = px_result_of(l);
+		if (all || r->c.fd == fd)
+			px_cancel_one(p, r, &count);
+		l = next;
+	}
+	return count;
+}
+
+int px_processor_cancel_fd(px_processor *p, int fd)
+{
+	int n = px_cancel_list(p, &p->deferred, fd, false);
+	n += px_cancel_list(p, &p->started, fd, false);
+	if (n && (p->flags & PX_PF_START_INTERRUPT))
+		px_processor_interrupt(p);
+	return n;
+}
+
+void px_processor_cancel_all(px_processor *p)
+{
+	px_cancel_list(p, &p->deferred, -1, true);
+	px_cancel_list(p, &p->started, -1, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* Dedicated leader thread                                              */
+/* ------------------------------------------------------------------ */
+
+static void *px_dedicated_main(void *arg)
+{
+	px_processor *p = arg;
+	struct px_proactor *px = p->px;
+
+	/* The application's signal mask is inherited; the interrupt strategy
+	 * sets what it needs in leader_activated. */
+	pthread_mutex_lock(&px->lock);
+	px_processor_lead_begin(p);
+	while (!p->stop)
+		px_processor_handle_aio_events(p, -1);
+	px_processor_lead_end(p);
+	pthread_mutex_unlock(&px->lock);
+	return NULL;
+}
+
+int px_processor_run_dedicated(px_processor *p)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	/* The thread starts with every signal blocked so that none of the
+	 * application's signals land on it. */
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int rc = pthread_create(&p->thread, NULL, px_dedicated_main, p);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc)
+		return -rc;
+	p->thread_running = true;
+	return 0;
+}
+
+/* Mutex held on entry and exit. */
+void px_processor_stop_dedicated(px_processor *p)
+{
+	if (!p->thread_running)
+		return;
+	p->stop = true;
+	if (p->has_leader)
+		p->intr->ops->interrupt(p->intr);
+	pthread_mutex_unlock(&p->px->lock);
+	pthread_join(p->thread, NULL);
+	pthread_mutex_lock(&p->px->lock);
+	p->thread_running = false;
+}
+
+/* ------------------------------------------------------------------ */
+/* Life cycle                                                           */
+/* ------------------------------------------------------------------ */
+
+int px_processor_create(struct px_proactor *px, int index,
+			const px_processor_config *cfg, px_processor **out,
+			char *err, size_t errlen)
+{
+	const px_provider_ops *ops = px_provider_lookup(cfg->provider);
+	if (!ops) {
+		px_set_err(err, errlen, "provider %d is not built into this library",
+			   (int)cfg->provider);
+		return -ENOSYS;
+	}
+	px_processor *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	int rc = ops->create(cfg, &p->prov);
+	if (rc < 0) {
+		px_set_err(err, errlen, "cannot create provider %s: %s", ops->name,
+			   px_strerror(rc));
+		free(p);
+		return rc;
+	}
+	p->px = px;
+	p->index = index;
+	p->wait = p->prov->wait;
+	p->intr = p->wait->intr;
+	p->type = cfg->processor == PX_PROCESSOR_DEDICATED ? PX_PROCESSOR_DEDICATED
+							   : PX_PROCESSOR_SHARED;
+	p->flags = p->prov->flags;
+	if (cfg->flags & PX_PF_FLAGS_SET)
+		p->flags = cfg->flags & (PX_PF_START_ANY_THREAD | PX_PF_START_INTERRUPT);
+	/* START_INTERRUPT only means something with START_ANY_THREAD; and a
+	 * provider that needs the interrupt keeps it. */
+	if (p->prov->flags & PX_PF_START_INTERRUPT)
+		p->flags |= PX_PF_START_INTERRUPT;
+	p->max_aio = p->prov->max_aio ? p->prov->max_aio : 1;
+	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
+	px_list_init(&p->started);
+	px_list_init(&p->deferred);
+	*out = p;
+	return 0;
+}
+
+void px_processor_destroy(px_processor *p)
+{
+	if (!p)
+		return;
+	if (p->prov)
+		p->prov->ops->destroy(p->prov);
+	free(p);
+}

@@ -1,0 +1,79 @@
+/*
+ * util.c - small helpers: clock, error text, operation names.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+uint64_t px_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int px_ms_until(uint64_t deadline_ns, uint64_t now)
+{
+	if (deadline_ns == PX_NS_INF)
+		return -1;
+	if (deadline_ns <= now)
+		return 0;
+	uint64_t ms = (deadline_ns - now + 999999u) / 1000000u;
+	return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
+}
+
+void px_set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (!err || !errlen)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+}
+
+const char *px_strerror(int err)
+{
+	if (err < 0)
+		err = -err;
+	switch (err) {
+	case 0:
+		return "success";
+	case EOPNOTSUPP:
+		return "operation not supported by any processor of this engine";
+	case ESHUTDOWN:
+		return "proactor is stopped or being destroyed";
+	case ENOSYS:
+		return "engine not built in or not offered by this kernel";
+	case EMFILE:
+		return "descriptor beyond what the wait strategy can watch, or too many open files";
+	default:
+		break;
+	}
+	/* strerror is not required to be thread safe; strerrordesc_np is
+	 * (glibc 2.32+) and returns static text. */
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+	const char *s = strerrordesc_np(err);
+	return s ? s : "unknown error";
+#else
+	return "unknown error";
+#endif
+}
+
+static const char *const px_op_names[PX_OP_COUNT] = {
+	[PX_OP_READ_STREAM] = "read_stream",   [PX_OP_WRITE_STREAM] = "write_stream",
+	[PX_OP_READ_FILE] = "read_file",       [PX_OP_WRITE_FILE] = "write_file",
+	[PX_OP_READ_DGRAM] = "read_dgram",     [PX_OP_WRITE_DGRAM] = "write_dgram",
+	[PX_OP_ACCEPT] = "accept",             [PX_OP_CONNECT] = "connect",
+	[PX_OP_POST] = "post",                 [PX_OP_TIMER] = "timer",
+};
+
+const char *px_op_name(px_op op)
+{
+	if ((unsigned)op >= PX_OP_COUNT)
+		return "unknown";
+	return px_op_names[op];
+}
