@@ -1,0 +1,96 @@
+/*
+ * pipe.c - interrupt the leader through a self-pipe.
+ *
+ * The wait strategy watches the read end (px_intr.fd) for readability next
+ * to the operations' descriptors.  interrupt() writes one byte; drain()
+ * reads the pipe empty.  Both ends are non-blocking and close-on-exec.
+ *
+ * The "pending" flag (guarded by the proactor mutex, like every call here)
+ * makes a burst of interrupts before the leader drains cost one write(2),
+ * so the pipe never fills up.  A byte written while no leader waits is not
+ * lost: the next wait finds the fd readable and returns at once, which is
+ * merely a spurious wake-up.  Portable to any POSIX system.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+
+struct px_intr_pipe {
+	px_intr base;
+	int wfd;          /* write end */
+	bool pending;     /* a byte is in the pipe and not yet drained */
+};
+
+static struct px_intr_pipe *to_pipe(px_intr *in)
+{
+	return px_container_of(in, struct px_intr_pipe, base);
+}
+
+static void pipe_destroy(px_intr *in)
+{
+	struct px_intr_pipe *p = to_pipe(in);
+
+	close(p->base.fd);
+	close(p->wfd);
+	free(p);
+}
+
+static void pipe_interrupt(px_intr *in)
+{
+	struct px_intr_pipe *p = to_pipe(in);
+	const char c = 1;
+
+	if (p->pending)
+		return;
+	p->pending = true;
+	/* EAGAIN would mean the pipe is full: readable already, fine. */
+	while (write(p->wfd, &c, 1) < 0 && errno == EINTR)
+		;
+}
+
+static void pipe_drain(px_intr *in)
+{
+	struct px_intr_pipe *p = to_pipe(in);
+	char buf[64];
+	ssize_t n;
+
+	do {
+		n = read(p->base.fd, buf, sizeof(buf));
+	} while (n > 0 || (n < 0 && errno == EINTR));
+	p->pending = false;
+}
+
+static const px_intr_ops pipe_ops = {
+	.name = "pipe",
+	.destroy = pipe_destroy,           /* close both ends */
+	.interrupt = pipe_interrupt,       /* one byte per drain cycle */
+	.leader_activated = NULL,          /* nothing to do per leader */
+	.leader_deactivated = NULL,
+	.drain = pipe_drain,               /* read until EAGAIN */
+};
+
+int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out)
+{
+	struct px_intr_pipe *p;
+	int fds[2];
+
+	(void)cfg;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	if (pipe2(fds, O_NONBLOCK | O_CLOEXEC) < 0) {
+		int rc = -errno;
+		free(p);
+		return rc;
+	}
+	p->base.ops = &pipe_ops;
+	p->base.fd = fds[0];
+	p->base.wait_mask = NULL;
+	p->wfd = fds[1];
+	*out = &p->base;
+	return 0;
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build, tests and benchmarks need, if missing.
+# Safe to run repeatedly; does nothing when everything is present.
+set -eu
+pkgs="meson ninja-build pkg-config gcc libc6-dev liburing-dev libaio-dev libcmocka-dev python3 fio gnuplot-nox netcat-openbsd strace"
+missing=""
+for p in $pkgs; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "deps: missing packages:$missing (run as root to install them)" >&2
+	exit 1
+fi
+echo "deps: installing$missing" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

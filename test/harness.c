@@ -1,0 +1,302 @@
+/*
+ * harness.c - shared helpers of the per-engine test programs.
+ */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *h_engine_text;
+px_config h_cfg;
+
+static atomic_int h_seq;
+
+/* ------------------------------------------------------------------ */
+
+uint64_t h_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t h_now_ms(void) { return h_now_ns() / 1000000u; }
+
+uint64_t h_deadline(int ms) { return h_now_ms() + (uint64_t)ms; }
+
+void h_sleep_ms(int ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* ------------------------------------------------------------------ */
+
+static void h_watchdog(int sig)
+{
+	(void)sig;
+	static const char msg[] =
+		"\nWATCHDOG: the running test exceeded its time limit "
+		"(a lost completion or a hang); see the last [ RUN ] line\n";
+	ssize_t rc = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+	(void)rc;
+	_exit(1);
+}
+
+void harness_engine_init(int argc, char **argv, const char *prog)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s 'ENGINE CONFIG TEXT' [...]\n", prog);
+		exit(1);
+	}
+	h_engine_text = argv[1];
+	char err[512] = "";
+	int rc = px_config_parse(&h_cfg, h_engine_text, err, sizeof err);
+	if (rc != 0) {
+		fprintf(stderr, "%s: config '%s' does not parse: %d %s: %s\n",
+			prog, h_engine_text, rc, px_strerror(rc), err);
+		exit(1);
+	}
+	h_cfg.flags |= PX_CF_NO_ENV;
+
+	px_proactor *px = NULL;
+	err[0] = '\0';
+	rc = px_create_config(&px, &h_cfg, err, sizeof err);
+	if (rc == -ENOSYS || rc == -EPERM) {
+		printf("%s: engine '%s' is not available here (%s: %s): "
+		       "skipped\n",
+		       prog, h_engine_text, px_strerror(rc), err);
+		exit(77);
+	}
+	if (rc != 0) {
+		fprintf(stderr, "%s: px_create_config('%s') failed: %d %s: %s\n",
+			prog, h_engine_text, rc, px_strerror(rc), err);
+		exit(1);
+	}
+	printf("%s: engine '%s' runs as '%s'\n", prog, h_engine_text,
+	       px_engine_name(px));
+	rc = px_destroy(px);
+	if (rc != 0) {
+		fprintf(stderr, "%s: px_destroy of an idle proactor: %d %s\n",
+			prog, rc, px_strerror(rc));
+		exit(1);
+	}
+
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = h_watchdog;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGALRM, &sa, NULL);
+	/* A peer that closes early must give EPIPE, not kill the program. */
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* ------------------------------------------------------------------ */
+
+int h_setup(void **state)
+{
+	h_fx *f = calloc(1, sizeof *f);
+	if (!f)
+		return -1;
+	char err[512] = "";
+	int rc = px_create_config(&f->px, &h_cfg, err, sizeof err);
+	if (rc != 0) {
+		print_error("px_create_config('%s'): %d %s: %s\n",
+			    h_engine_text, rc, px_strerror(rc), err);
+		free(f);
+		return -1;
+	}
+	*state = f;
+	alarm(H_WATCHDOG_S);
+	return 0;
+}
+
+int h_teardown(void **state)
+{
+	h_fx *f = *state;
+	int ret = 0;
+	if (!f)
+		return 0;
+	if (f->px) {
+		int rc = px_destroy(f->px);
+		if (rc != 0) {
+			print_error("teardown: px_destroy: %d %s\n", rc,
+				    px_strerror(rc));
+			ret = -1;
+		}
+		f->px = NULL;
+	}
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] >= 0)
+			close(f->fds[i]);
+	for (int i = 0; i < f->nmem; i++)
+		free(f->mem[i]);
+	free(f);
+	*state = NULL;
+	alarm(0);
+	return ret;
+}
+
+void *h_alloc(h_fx *f, size_t n)
+{
+	assert_true(f->nmem < H_MAX_TRACKED);
+	void *p = calloc(1, n ? n : 1);
+	assert_non_null(p);
+	f->mem[f->nmem++] = p;
+	return p;
+}
+
+int h_track(h_fx *f, int fd)
+{
+	if (fd < 0)
+		fail_msg("creating a descriptor failed: %s", strerror(errno));
+	assert_true(f->nfds < H_MAX_TRACKED);
+	f->fds[f->nfds++] = fd;
+	return fd;
+}
+
+void h_close(h_fx *f, int fd)
+{
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] == fd) {
+			close(fd);
+			f->fds[i] = -1;
+			return;
+		}
+	fail_msg("h_close: fd %d is not tracked", fd);
+}
+
+void h_pump(h_fx *f, uint64_t deadline, const char *waiting_for)
+{
+	if (h_now_ms() > deadline)
+		fail_msg("timed out waiting for %s (engine '%s'): a completion "
+			 "was lost or is late",
+			 waiting_for, h_engine_text);
+	int rc = px_handle_events(f->px, 10);
+	if (rc < 0)
+		fail_msg("px_handle_events returned %d (%s) while waiting for %s",
+			 rc, px_strerror(rc), waiting_for);
+}
+
+void h_settle(h_fx *f, int ms)
+{
+	uint64_t end = h_now_ms() + (uint64_t)ms;
+	while (h_now_ms() < end) {
+		int rc = px_handle_events(f->px, 5);
+		if (rc < 0)
+			fail_msg("px_handle_events returned %d (%s)", rc,
+				 px_strerror(rc));
+	}
+}
+
+void h_assert_usable(h_fx *f)
+{
+	h_rec *r = h_rec_new(f);
+	int rc = px_post(f->px, h_rec_cb, r);
+	assert_int_equal(rc, 0);
+	h_wait_rec(f, r, 5000, "a post after bad input");
+	assert_int_equal(r->c.op, PX_OP_POST);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+
+h_rec *h_rec_new(h_fx *f) { return h_alloc(f, sizeof(h_rec)); }
+
+void h_rec_cb(const px_completion *c)
+{
+	h_rec *r = c->user;
+	if (atomic_fetch_add(&r->calls, 1) == 0) {
+		r->c = *c;
+		r->seq = atomic_fetch_add(&h_seq, 1);
+		r->at_ns = h_now_ns();
+		r->thread = pthread_self();
+		atomic_store_explicit(&r->done, 1, memory_order_release);
+	}
+}
+
+bool h_rec_done(h_rec *r)
+{
+	return atomic_load_explicit(&r->done, memory_order_acquire) != 0;
+}
+
+void h_wait_rec(h_fx *f, h_rec *r, int ms, const char *what)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!h_rec_done(r))
+		h_pump(f, dl, what);
+}
+
+/* ------------------------------------------------------------------ */
+
+void h_socketpair(h_fx *f, int sv[2])
+{
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		fail_msg("socketpair: %s", strerror(errno));
+	h_track(f, sv[0]);
+	h_track(f, sv[1]);
+}
+
+void h_pipe(h_fx *f, int p[2])
+{
+	if (pipe2(p, O_CLOEXEC) < 0)
+		fail_msg("pipe2: %s", strerror(errno));
+	h_track(f, p[0]);
+	h_track(f, p[1]);
+}
+
+int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr)
+{
+	int fd = h_track(f, socket(AF_INET, type | SOCK_CLOEXEC, 0));
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
+		fail_msg("bind 127.0.0.1:0: %s", strerror(errno));
+	socklen_t len = sizeof a;
+	if (getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+		fail_msg("getsockname: %s", strerror(errno));
+	if (addr)
+		*addr = a;
+	return fd;
+}
+
+int h_port_of(int fd)
+{
+	struct sockaddr_in a;
+	socklen_t len = sizeof a;
+	if (getsockname(fd, (struct sockaddr *)&a, &len) < 0)
+		return -1;
+	return ntohs(a.sin_port);
+}
+
+static uint64_t h_mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+void h_pattern(uint8_t *buf, size_t len, uint32_t seed, uint64_t pos)
+{
+	for (size_t i = 0; i < len; i++) {
+		uint64_t p = pos + i;
+		uint64_t w = h_mix(((uint64_t)seed << 40) ^ (p >> 3));
+		buf[i] = (uint8_t)(w >> ((p & 7) * 8));
+	}
+}

@@ -1,0 +1,132 @@
+/*
+ * harness.h - shared helpers of the per-engine test programs
+ * (conformance, bad_input, stress).
+ *
+ * Every engine test program takes the engine configuration text as argv[1].
+ * harness_engine_init() parses it, checks that this kernel offers the engine
+ * (exit 77, "skipped", when it does not) and keeps the parsed config in
+ * h_cfg for the tests.
+ *
+ * Buffers, records and descriptors handed to the proactor by a test belong
+ * to the test's fixture, not to the test function's stack: when an
+ * assertion fails, cmocka leaves the test function at once and the teardown
+ * destroys the proactor, whose pending callbacks must still find valid
+ * memory.  The fixture frees them only after px_destroy returned.
+ */
+#ifndef PX_TEST_HARNESS_H
+#define PX_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <netinet/in.h>
+#include <pthread.h>
+
+#include "proactor.h"
+
+/* The engine under test (from argv[1]), parsed once by
+ * harness_engine_init. */
+extern const char *h_engine_text;
+extern px_config h_cfg;
+
+/*
+ * Parse argv[1] (px_config_parse), set PX_CF_NO_ENV, and try
+ * px_create_config once.  On a parse error: message, exit 1.  When the
+ * engine is unavailable here (-ENOSYS or -EPERM): message, exit 77.
+ * Also makes stdout line buffered so a watchdog's report follows the last
+ * "[ RUN ]" line in the log.
+ */
+void harness_engine_init(int argc, char **argv, const char *prog);
+
+/* CLOCK_MONOTONIC in nanoseconds / milliseconds. */
+uint64_t h_now_ns(void);
+uint64_t h_now_ms(void);
+/* A deadline ms milliseconds from now (h_now_ms scale). */
+uint64_t h_deadline(int ms);
+void h_sleep_ms(int ms);
+
+/* ------------------------------------------------------------------ */
+/* Fixture                                                              */
+/* ------------------------------------------------------------------ */
+
+#define H_MAX_TRACKED 128
+
+typedef struct h_fx {
+	px_proactor *px;           /* NULL once a test destroyed it */
+	int fds[H_MAX_TRACKED];
+	int nfds;
+	void *mem[H_MAX_TRACKED];
+	int nmem;
+} h_fx;
+
+/* cmocka setup/teardown: a fresh proactor for h_cfg per test, and a
+ * watchdog (alarm) that ends the program with a message if one test runs
+ * longer than H_WATCHDOG_S. */
+#define H_WATCHDOG_S 30
+int h_setup(void **state);
+int h_teardown(void **state);
+
+/* Zeroed memory owned by the fixture (freed after px_destroy). */
+void *h_alloc(h_fx *f, size_t n);
+/* Keep fd, closed in teardown after px_destroy; returns fd. */
+int h_track(h_fx *f, int fd);
+/* Close a tracked fd now and forget it. */
+void h_close(h_fx *f, int fd);
+
+/*
+ * Run px_handle_events(px, 10) once; fail the test when the deadline has
+ * passed (the condition the caller waits for did not come: a lost or late
+ * completion) or when handle_events returns an error.
+ */
+void h_pump(h_fx *f, uint64_t deadline, const char *waiting_for);
+/* Run the event loop for ms milliseconds (to see late, extra callbacks). */
+void h_settle(h_fx *f, int ms);
+/* Check that the proactor still works: a post round-trips. */
+void h_assert_usable(h_fx *f);
+
+/* ------------------------------------------------------------------ */
+/* Completion records                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One record per started operation.  h_rec_cb counts the calls and keeps a
+ * copy of the first completion; tests assert on it from their own thread
+ * (cmocka assertions must never run inside a callback: they longjmp).
+ */
+typedef struct h_rec {
+	atomic_int calls;
+	atomic_int done;           /* first completion copied */
+	px_completion c;
+	int seq;                   /* global order of first completion */
+	uint64_t at_ns;            /* when the first call happened */
+	pthread_t thread;          /* thread that ran it */
+} h_rec;
+
+h_rec *h_rec_new(h_fx *f);
+void h_rec_cb(const px_completion *c);
+bool h_rec_done(h_rec *r);
+/* Pump until r completed (deadline ms from now). */
+void h_wait_rec(h_fx *f, h_rec *r, int ms, const char *what);
+
+/* ------------------------------------------------------------------ */
+/* Descriptors                                                          */
+/* ------------------------------------------------------------------ */
+
+/* AF_UNIX stream socketpair, tracked. */
+void h_socketpair(h_fx *f, int sv[2]);
+/* pipe (blocking, close-on-exec), tracked. */
+void h_pipe(h_fx *f, int p[2]);
+/* An AF_INET socket of type bound to 127.0.0.1:0, tracked; its address
+ * in *addr. */
+int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr);
+/* The port of a bound socket (host order). */
+int h_port_of(int fd);
+
+/* Fill buf with a pattern depending on seed and position. */
+void h_pattern(uint8_t *buf, size_t len, uint32_t seed, uint64_t pos);
+
+#endif /* PX_TEST_HARNESS_H */
