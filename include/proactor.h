@@ -261,9 +261,13 @@ int px_stop(px_proactor *px);
  * Every start function returns 0 when the operation is started (its
  * callback will run exactly once), or a negative errno, in which case the
  * callback will never run:
- *   -EBADF      fd is negative or not open;
- *   -EINVAL     cb is NULL, or len is 0 where data must move, or a bad
- *               address length;
+ *   -EBADF      fd is negative, or not open (an engine that hands starts
+ *               to the kernel without a system call of their own, such as
+ *               uring, reports a closed descriptor as EBADF in the
+ *               completion instead: it costs nothing on the fast path);
+ *   -EINVAL     cb is NULL, or len is 0 where data must move, buf is NULL
+ *               with a length, or an address length is shorter than a
+ *               family field or longer than struct sockaddr_storage;
  *   -EOPNOTSUPP no processor of this engine does the operation;
  *   -ESHUTDOWN  the proactor is being destroyed or was stopped;
  *   -ENOMEM     no memory for the operation record;

@@ -17,7 +17,6 @@
 
 #include "internal.h"
 
-int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 struct px_intr_eventfd {
 	px_intr base;

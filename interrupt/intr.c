@@ -10,9 +10,6 @@
 
 /* The constructors, one per strategy file.  Each fills *out or returns
  * -errno. */
-int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
-int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
-int px_intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 int px_intr_create(const px_processor_config *cfg, px_intr **out)
 {

@@ -236,6 +236,10 @@ struct px_intr {
  * PX_INTR_EVENTFD, PX_INTR_SIGNAL.  Returns 0 or -errno (-EINVAL for a type
  * it does not build). */
 int px_intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+/* The constructors behind it, one per file of interrupt/. */
+int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px_intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Wait strategy (wait_strategies/)                                     */
@@ -331,6 +335,14 @@ int px_config_resolve(px_config *cfg, char *err, size_t errlen) PX_HIDDEN;
 
 /* The provider ops for a type, or NULL if not built in. */
 const px_provider_ops *px_provider_lookup(px_provider_type t) PX_HIDDEN;
+
+/* Valid choices, as a mask of (1u << value): the waits of provider p when
+ * w is PX_WAIT_DEFAULT, else the interrupts of (p, w).  *def (if not NULL)
+ * receives the default.  0 for an invalid pair. */
+unsigned px_registry_choices(px_provider_type p, px_wait_type w, int *def) PX_HIDDEN;
+
+/* Name of a provider type ("select", "uring"), or "?". */
+const char *px_provider_type_name(px_provider_type t) PX_HIDDEN;
 
 /* Presets: fill cfg for a name ("auto", "epoll", ...).  Returns 0 or
  * -ENOENT. */

@@ -238,7 +238,8 @@ static int px_start(struct px_proactor *px, const px_start_args *a)
 		return -EINVAL;
 	if (!a->buf && a->len)
 		return -EINVAL;
-	if (a->addrlen > sizeof(struct sockaddr_storage) || (a->addrlen && !a->addr))
+	if (a->addr && (a->addrlen < sizeof(sa_family_t) ||
+			a->addrlen > sizeof(struct sockaddr_storage)))
 		return -EINVAL;
 
 	pthread_mutex_lock(&px->lock);
@@ -345,7 +346,7 @@ int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 {
 	return px_start(px, &(px_start_args){ .op = PX_OP_WRITE_DGRAM, .fd = fd,
 			.buf = (void *)buf, .len = len, .addr = addr,
-			.addrlen = addr ? addrlen : 0, .cb = cb, .user = user });
+			.addrlen = addrlen, .cb = cb, .user = user });
 }
 
 int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user)

@@ -286,8 +286,15 @@ int px_processor_create(struct px_proactor *px, int index,
 {
 	const px_provider_ops *ops = px_provider_lookup(cfg->provider);
 	if (!ops) {
-		px_set_err(err, errlen, "provider %d is not built into this library",
-			   (int)cfg->provider);
+		px_set_err(err, errlen,
+			   "provider=%s is not built into this library (built in: select%s)",
+			   px_provider_type_name(cfg->provider),
+#ifdef PX_HAVE_URING
+			   ", uring"
+#else
+			   ""
+#endif
+		);
 		return -ENOSYS;
 	}
 	px_processor *p = calloc(1, sizeof(*p));
