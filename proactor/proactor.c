@@ -238,6 +238,8 @@ static int px_start(struct px_proactor *px, const px_start_args *a)
 		return -EINVAL;
 	if (!a->buf && a->len)
 		return -EINVAL;
+	if (!a->addr != !a->addrlen)
+		return -EINVAL;
 	if (a->addr && (a->addrlen < sizeof(sa_family_t) ||
 			a->addrlen > sizeof(struct sockaddr_storage)))
 		return -EINVAL;
