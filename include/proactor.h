@@ -261,10 +261,10 @@ int px_stop(px_proactor *px);
  * Every start function returns 0 when the operation is started (its
  * callback will run exactly once), or a negative errno, in which case the
  * callback will never run:
- *   -EBADF      fd is negative, or not open (an engine that hands starts
- *               to the kernel without a system call of their own, such as
- *               uring, reports a closed descriptor as EBADF in the
- *               completion instead: it costs nothing on the fast path);
+ *   -EBADF      fd is negative or not open.  (uring checks a descriptor
+ *               number only until it has seen it open, to keep a syscall
+ *               off every start; a descriptor closed after it was used
+ *               there fails with EBADF in the completion instead.)
  *   -EINVAL     cb is NULL, or len is 0 where data must move, buf is NULL
  *               with a length, or an address length is shorter than a
  *               family field or longer than struct sockaddr_storage;

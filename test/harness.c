@@ -18,6 +18,10 @@ const char *h_engine_text;
 px_config h_cfg;
 
 static atomic_int h_seq;
+/* Set while the teardown destroys the proactor: a hang there usually means
+ * the test was left through a crash or failed assertion while the library
+ * held its mutex. */
+static volatile sig_atomic_t h_in_teardown;
 
 /* ------------------------------------------------------------------ */
 
@@ -47,7 +51,13 @@ static void h_watchdog(int sig)
 	static const char msg[] =
 		"\nWATCHDOG: the running test exceeded its time limit "
 		"(a lost completion or a hang); see the last [ RUN ] line\n";
-	ssize_t rc = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+	static const char msg_td[] =
+		"\nWATCHDOG: px_destroy in the teardown hung: the test was "
+		"probably left (crash or failed assertion) while the proactor "
+		"was locked; see the last [ RUN ] line\n";
+	ssize_t rc = h_in_teardown
+			     ? write(STDOUT_FILENO, msg_td, sizeof(msg_td) - 1)
+			     : write(STDOUT_FILENO, msg, sizeof(msg) - 1);
 	(void)rc;
 	_exit(1);
 }
@@ -128,7 +138,10 @@ int h_teardown(void **state)
 	if (!f)
 		return 0;
 	if (f->px) {
+		h_in_teardown = 1;
+		alarm(H_TEARDOWN_S);
 		int rc = px_destroy(f->px);
+		h_in_teardown = 0;
 		if (rc != 0) {
 			print_error("teardown: px_destroy: %d %s\n", rc,
 				    px_strerror(rc));

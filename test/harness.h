@@ -67,6 +67,8 @@ typedef struct h_fx {
  * watchdog (alarm) that ends the program with a message if one test runs
  * longer than H_WATCHDOG_S. */
 #define H_WATCHDOG_S 30
+/* Limit for px_destroy in the teardown (it should take milliseconds). */
+#define H_TEARDOWN_S 10
 int h_setup(void **state);
 int h_teardown(void **state);
 

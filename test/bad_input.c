@@ -1,0 +1,499 @@
+/*
+ * bad_input.c - promise 3 of DESIGN.md: bad input gets a clear error and
+ * leaves the proactor usable.  Run by the conformance program for each
+ * engine (argv[1]).
+ *
+ * What the header promises for a start function: -EBADF when fd is
+ * negative or not open, -EINVAL for a NULL callback, a zero length where
+ * data must move, a NULL buffer with a length, or a bad address length,
+ * -EOPNOTSUPP when no processor does the operation, -EMFILE for an fd the
+ * wait strategy cannot watch.  A start that fails never calls back.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bad_input.h"
+#include "harness.h"
+
+/* The start functions, as one table so every test covers all of them. */
+typedef enum kind {
+	K_READ_STREAM,
+	K_WRITE_STREAM,
+	K_WRITE_STREAM_ALL,
+	K_READ_FILE,
+	K_WRITE_FILE,
+	K_READ_DGRAM,
+	K_WRITE_DGRAM,
+	K_ACCEPT,
+	K_CONNECT,
+	K_COUNT
+} kind;
+
+static const char *const kind_name[K_COUNT] = {
+	"read_stream", "write_stream", "write_stream_all",
+	"read_file",   "write_file",   "read_dgram",
+	"write_dgram", "accept",       "connect",
+};
+
+static struct sockaddr_in discard_addr(void)
+{
+	struct sockaddr_in a;
+	memset(&a, 0, sizeof a);
+	a.sin_family = AF_INET;
+	a.sin_port = htons(9);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return a;
+}
+
+static int start_kind(px_proactor *px, kind k, int fd, void *buf, size_t len,
+		      px_callback *cb, void *user)
+{
+	static struct sockaddr_in to;
+	to = discard_addr();
+	switch (k) {
+	case K_READ_STREAM:
+		return px_read_stream(px, fd, buf, len, cb, user);
+	case K_WRITE_STREAM:
+		return px_write_stream(px, fd, buf, len, cb, user);
+	case K_WRITE_STREAM_ALL:
+		return px_write_stream_all(px, fd, buf, len, cb, user);
+	case K_READ_FILE:
+		return px_read_file(px, fd, buf, len, 0, cb, user);
+	case K_WRITE_FILE:
+		return px_write_file(px, fd, buf, len, 0, cb, user);
+	case K_READ_DGRAM:
+		return px_read_dgram(px, fd, buf, len, cb, user);
+	case K_WRITE_DGRAM:
+		return px_write_dgram(px, fd, buf, len, (struct sockaddr *)&to,
+				      sizeof to, cb, user);
+	case K_ACCEPT:
+		return px_accept(px, fd, cb, user);
+	case K_CONNECT:
+		return px_connect(px, fd, (struct sockaddr *)&to, sizeof to, cb,
+				  user);
+	default:
+		return -9999;
+	}
+}
+
+/* Descriptors of the right type for each kind, so only the input under
+ * test is wrong. */
+typedef struct fds {
+	int sv[2];
+	int file;
+	int udp;
+	int listener;
+	int tcp;
+} fds;
+
+static void make_fds(h_fx *f, fds *d)
+{
+	h_socketpair(f, d->sv);
+	char path[] = "/tmp/px-bad-input-XXXXXX";
+	d->file = h_track(f, mkostemp(path, O_CLOEXEC));
+	unlink(path);
+	d->udp = h_bound_socket(f, SOCK_DGRAM, NULL);
+	d->listener = h_bound_socket(f, SOCK_STREAM, NULL);
+	assert_int_equal(listen(d->listener, 4), 0);
+	d->tcp = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+}
+
+static int fd_for(const fds *d, kind k)
+{
+	switch (k) {
+	case K_READ_STREAM:
+	case K_WRITE_STREAM:
+	case K_WRITE_STREAM_ALL:
+		return d->sv[0];
+	case K_READ_FILE:
+	case K_WRITE_FILE:
+		return d->file;
+	case K_READ_DGRAM:
+	case K_WRITE_DGRAM:
+		return d->udp;
+	case K_ACCEPT:
+		return d->listener;
+	default:
+		return d->tcp;
+	}
+}
+
+static void expect_rc(int rc, int want, kind k, const char *what)
+{
+	if (rc != want)
+		fail_msg("%s with %s returned %d (%s), expected %d (%s)",
+			 kind_name[k], what, rc, px_strerror(rc), want,
+			 px_strerror(want));
+}
+
+/* The rejected starts never call back, and the proactor still works. */
+static void assert_no_callback_and_usable(h_fx *f, h_rec *never)
+{
+	h_settle(f, 20);
+	if (atomic_load(&never->calls) != 0)
+		fail_msg("a start that returned an error called back anyway "
+			 "(op %s, error %d)",
+			 px_op_name(never->c.op), never->c.error);
+	h_assert_usable(f);
+	/* A real operation still round-trips too. */
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 4), *out = h_alloc(f, 4);
+	memcpy(out, "ok!", 4);
+	h_rec *r = h_rec_new(f), *w = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 4, h_rec_cb, r), 0);
+	assert_int_equal(px_write_stream(f->px, sv[0], out, 4, h_rec_cb, w), 0);
+	h_wait_rec(f, r, 5000, "a read after bad input");
+	h_wait_rec(f, w, 5000, "a write after bad input");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 4);
+	assert_memory_equal(in, "ok!", 4);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void bad_fd_negative(void **state)
+{
+	h_fx *f = *state;
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	for (kind k = 0; k < K_COUNT; k++)
+		expect_rc(start_kind(f->px, k, -1, buf, 16, h_rec_cb, never),
+			  -EBADF, k, "fd -1");
+	for (kind k = 0; k < K_COUNT; k++)
+		expect_rc(start_kind(f->px, k, -42, buf, 16, h_rec_cb, never),
+			  -EBADF, k, "fd -42");
+	assert_int_equal(px_cancel(f->px, -1), -EBADF);
+	assert_no_callback_and_usable(f, never);
+}
+
+static void bad_fd_closed(void **state)
+{
+	h_fx *f = *state;
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	close(fd);
+	for (kind k = 0; k < K_COUNT; k++) {
+		/* Still closed (nothing else in this process opens files
+		 * behind the test's back, but check). */
+		assert_int_equal(fcntl(fd, F_GETFD), -1);
+		expect_rc(start_kind(f->px, k, fd, buf, 16, h_rec_cb, never),
+			  -EBADF, k, "a closed fd");
+	}
+	assert_no_callback_and_usable(f, never);
+}
+
+static void null_callback(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	char *buf = h_alloc(f, 16);
+	for (kind k = 0; k < K_COUNT; k++)
+		expect_rc(start_kind(f->px, k, fd_for(&d, k), buf, 16, NULL,
+				     NULL),
+			  -EINVAL, k, "a NULL callback");
+	assert_int_equal(px_post(f->px, NULL, NULL), -EINVAL);
+	assert_int_equal(px_timer_start(f->px, 1000, NULL, NULL), -EINVAL);
+	h_rec *never = h_rec_new(f);
+	assert_no_callback_and_usable(f, never);
+}
+
+static void zero_length(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	const kind moving[] = {K_READ_STREAM, K_WRITE_STREAM,
+			       K_WRITE_STREAM_ALL, K_READ_FILE, K_WRITE_FILE};
+	for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++) {
+		kind k = moving[i];
+		expect_rc(start_kind(f->px, k, fd_for(&d, k), buf, 0, h_rec_cb,
+				     never),
+			  -EINVAL, k, "length 0");
+	}
+	assert_no_callback_and_usable(f, never);
+}
+
+static void null_buffer_with_length(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	const kind with_buf[] = {K_READ_STREAM, K_WRITE_STREAM,
+				 K_WRITE_STREAM_ALL, K_READ_FILE,
+				 K_WRITE_FILE, K_READ_DGRAM, K_WRITE_DGRAM};
+	for (size_t i = 0; i < sizeof with_buf / sizeof with_buf[0]; i++) {
+		kind k = with_buf[i];
+		expect_rc(start_kind(f->px, k, fd_for(&d, k), NULL, 16,
+				     h_rec_cb, never),
+			  -EINVAL, k, "a NULL buffer of length 16");
+	}
+	assert_no_callback_and_usable(f, never);
+}
+
+static void bad_address_length(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	struct sockaddr_storage *ss = h_alloc(f, 2 * sizeof *ss);
+	struct sockaddr_in to = discard_addr();
+	memcpy(ss, &to, sizeof to);
+	struct sockaddr *sa = (struct sockaddr *)ss;
+	const socklen_t huge = sizeof(struct sockaddr_storage) + 1;
+
+	assert_int_equal(px_connect(f->px, d.tcp, NULL, 0, h_rec_cb, never),
+			 -EINVAL);
+	assert_int_equal(px_connect(f->px, d.tcp, sa, 0, h_rec_cb, never),
+			 -EINVAL);
+	assert_int_equal(px_connect(f->px, d.tcp, sa, huge, h_rec_cb, never),
+			 -EINVAL);
+	assert_int_equal(px_connect(f->px, d.tcp, NULL, sizeof to, h_rec_cb,
+				    never),
+			 -EINVAL);
+	assert_int_equal(px_write_dgram(f->px, d.udp, buf, 4, sa, 0, h_rec_cb,
+					never),
+			 -EINVAL);
+	assert_int_equal(px_write_dgram(f->px, d.udp, buf, 4, sa, huge,
+					h_rec_cb, never),
+			 -EINVAL);
+	assert_int_equal(px_write_dgram(f->px, d.udp, buf, 4, NULL, sizeof to,
+					h_rec_cb, never),
+			 -EINVAL);
+	assert_no_callback_and_usable(f, never);
+}
+
+/* An engine narrowed to stream operations refuses the others. */
+static void unsupported_operation(void **state)
+{
+	h_fx *f = *state;
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	px_config cfg = h_cfg;
+	cfg.primary.ops =
+		PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM);
+	memset(&cfg.secondary, 0, sizeof cfg.secondary); /* no secondary */
+	char err[256] = "";
+	int rc = px_create_config(&f->px, &cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config with ops=stream: %s: %s",
+			 px_strerror(rc), err);
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	for (kind k = K_READ_FILE; k < K_COUNT; k++)
+		expect_rc(start_kind(f->px, k, fd_for(&d, k), buf, 16, h_rec_cb,
+				     never),
+			  -EOPNOTSUPP, k, "an engine narrowed to ops=stream");
+	assert_no_callback_and_usable(f, never);
+}
+
+/* With the select wait strategy, an fd >= FD_SETSIZE cannot be watched. */
+static void select_fd_beyond_fd_setsize(void **state)
+{
+	h_fx *f = *state;
+	if (h_cfg.primary.wait != PX_WAIT_SELECT &&
+	    h_cfg.secondary.wait != PX_WAIT_SELECT) {
+		print_message("not a select wait strategy: skipped\n");
+		skip();
+	}
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	const rlim_t need = FD_SETSIZE + 200;
+	if (rl.rlim_cur < need) {
+		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+			print_message("RLIMIT_NOFILE hard limit %llu is too "
+				      "low: skipped\n",
+				      (unsigned long long)rl.rlim_max);
+			skip();
+		}
+		rl.rlim_cur = need;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	int sv[2];
+	h_socketpair(f, sv);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	const int beyond[] = {FD_SETSIZE, FD_SETSIZE + 76};
+	for (int i = 0; i < 2; i++) {
+		int hi = h_track(f, dup2(sv[1], beyond[i]));
+		assert_int_equal(hi, beyond[i]);
+		expect_rc(px_read_stream(f->px, hi, buf, 16, h_rec_cb, never),
+			  -EMFILE, K_READ_STREAM, "an fd >= FD_SETSIZE");
+		expect_rc(px_write_stream(f->px, hi, buf, 16, h_rec_cb, never),
+			  -EMFILE, K_WRITE_STREAM, "an fd >= FD_SETSIZE");
+	}
+	/* The last fd select can watch still works. */
+	int top = h_track(f, dup2(sv[1], FD_SETSIZE - 1));
+	assert_int_equal(top, FD_SETSIZE - 1);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, top, buf, 16, h_rec_cb, r), 0);
+	assert_int_equal(write(sv[0], "top", 3), 3);
+	h_wait_rec(f, r, 5000, "read on fd FD_SETSIZE - 1");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 3);
+	assert_no_callback_and_usable(f, never);
+}
+
+/* ------------------------------------------------------------------ */
+/* Configuration text                                                   */
+/* ------------------------------------------------------------------ */
+
+/* px_create(text) must fail with -EINVAL and an error naming each of
+ * the words in names; px_config_parse must agree. */
+static void expect_config_error(const char *text, const char *const *names)
+{
+	unsetenv("PX_ENGINE"); /* it would replace text */
+	px_proactor *px = NULL;
+	char err[512] = "";
+	int rc = px_create(&px, text, err, sizeof err);
+	if (rc == 0)
+		px_destroy(px);
+	if (rc != -EINVAL)
+		fail_msg("px_create('%s') returned %d (%s), expected -EINVAL",
+			 text, rc, px_strerror(rc));
+	if (strlen(err) == 0)
+		fail_msg("px_create('%s') gave no error message", text);
+	for (; *names; names++)
+		if (!strstr(err, *names))
+			fail_msg("px_create('%s') error message does not name "
+				 "the valid choice '%s': \"%s\"",
+				 text, *names, err);
+	print_message("'%s' -> \"%s\"\n", text, err);
+
+	px_config cfg;
+	char err2[512] = "";
+	rc = px_config_parse(&cfg, text, err2, sizeof err2);
+	if (rc == 0) {
+		/* Some combinations only fail at resolve time: then
+		 * px_create_config must refuse the struct. */
+		cfg.flags |= PX_CF_NO_ENV;
+		rc = px_create_config(&px, &cfg, err2, sizeof err2);
+		if (rc == 0)
+			px_destroy(px);
+	}
+	if (rc != -EINVAL)
+		fail_msg("'%s' accepted by px_config_parse + "
+			 "px_create_config (%d)",
+			 text, rc);
+}
+
+static void config_unknown_key(void **state)
+{
+	(void)state;
+	const char *keys[] = {"provider", "wait", "interrupt", "processor",
+			      NULL};
+	expect_config_error("provider=select frobnicate=3", keys);
+	expect_config_error("frobnicate=3", keys);
+}
+
+static void config_unknown_value(void **state)
+{
+	(void)state;
+	const char *providers[] = {"select", NULL};
+	expect_config_error("provider=bogus", providers);
+	const char *waits[] = {"select", "poll", "epoll", NULL};
+	expect_config_error("provider=select wait=kqueue", waits);
+	const char *intrs[] = {"pipe", "eventfd", "signal", NULL};
+	expect_config_error("provider=select wait=epoll interrupt=pigeon",
+			    intrs);
+	const char *procs[] = {"shared", "dedicated", NULL};
+	expect_config_error("provider=select processor=sometimes", procs);
+	const char *ops[] = {"read_stream", "accept", NULL};
+	expect_config_error("provider=select ops=read_stream,teleport", ops);
+}
+
+static void config_invalid_combination(void **state)
+{
+	(void)state;
+	const char *waits[] = {"select", "poll", "epoll", NULL};
+	expect_config_error("provider=select wait=uring", waits);
+
+	/* The same through a struct. */
+	px_config cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.flags = PX_CF_NO_ENV;
+	cfg.primary.processor = PX_PROCESSOR_SHARED;
+	cfg.primary.provider = PX_PROVIDER_SELECT;
+	cfg.primary.wait = PX_WAIT_URING;
+	px_proactor *px = NULL;
+	char err[512] = "";
+	int rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc == 0)
+		px_destroy(px);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "epoll"));
+
+	cfg.primary.wait = PX_WAIT_EPOLL;
+	cfg.primary.provider = (px_provider_type)77;
+	err[0] = '\0';
+	rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc == 0)
+		px_destroy(px);
+	assert_int_equal(rc, -EINVAL);
+	assert_true(strlen(err) > 0);
+}
+
+/* The header: secondary.processor = PX_PROCESSOR_NONE means no secondary,
+ * whatever the other fields of the secondary say. */
+static void config_struct_secondary_none(void **state)
+{
+	(void)state;
+	px_config cfg = h_cfg;
+	cfg.secondary.processor = PX_PROCESSOR_NONE;
+	cfg.secondary.provider = PX_PROVIDER_SELECT;
+	cfg.secondary.wait = PX_WAIT_POLL;
+	px_proactor *px = NULL;
+	char err[256] = "";
+	int rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config: %s: %s", px_strerror(rc), err);
+	char name[512];
+	snprintf(name, sizeof name, "%s", px_engine_name(px));
+	bool has_secondary = strstr(name, "secondary") != NULL;
+	px_destroy(px);
+	if (has_secondary)
+		fail_msg("secondary.processor = PX_PROCESSOR_NONE, but the "
+			 "engine runs a secondary: '%s'",
+			 name);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int bad_input_run(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(bad_fd_negative),
+		T(bad_fd_closed),
+		T(null_callback),
+		T(zero_length),
+		T(null_buffer_with_length),
+		T(bad_address_length),
+		T(unsupported_operation),
+		T(select_fd_beyond_fd_setsize),
+		T(config_unknown_key),
+		T(config_unknown_value),
+		T(config_invalid_combination),
+		T(config_struct_secondary_none),
+	};
+	return cmocka_run_group_tests_name("bad_input", tests, NULL, NULL);
+}

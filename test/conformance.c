@@ -1,0 +1,1242 @@
+/*
+ * conformance.c - the promises every engine keeps (DESIGN.md), checked on
+ * real sockets, pipes and files.  One program for all engines: argv[1] is
+ * the engine configuration text; meson registers it once per engine.
+ *
+ *   conformance 'provider=select wait=epoll interrupt=pipe processor=shared'
+ *
+ * Each test gets a fresh proactor (h_setup) and runs the event loop from
+ * the test thread unless it says otherwise.  Waits are bounded: a lost
+ * completion fails the test with "timed out waiting for ...".  The bad
+ * input tests live in bad_input.c and run from the same main().
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bad_input.h"
+#include "harness.h"
+
+/* A read chain: reads from fd into dst until want bytes, end of stream or
+ * an error; runs inside callbacks, so it only records. */
+typedef struct sink {
+	int fd;
+	uint8_t *chunk;
+	size_t chunk_len;
+	uint8_t *dst;
+	size_t want, got;
+	int reads;
+	int error;               /* first completion error */
+	int start_rc;            /* a failed restart */
+	bool eof;
+	bool overflow;
+	atomic_int done;
+} sink;
+
+static void sink_cb(const px_completion *c)
+{
+	sink *s = c->user;
+	if (c->error || c->bytes == 0) {
+		s->error = c->error;
+		s->eof = c->error == 0;
+		atomic_store(&s->done, 1);
+		return;
+	}
+	s->reads++;
+	if (s->got + c->bytes > s->want) {
+		s->overflow = true;
+		atomic_store(&s->done, 1);
+		return;
+	}
+	memcpy(s->dst + s->got, c->buf, c->bytes);
+	s->got += c->bytes;
+	if (s->got == s->want) {
+		atomic_store(&s->done, 1);
+		return;
+	}
+	int rc = px_read_stream(c->proactor, s->fd, s->chunk, s->chunk_len,
+				sink_cb, s);
+	if (rc != 0) {
+		s->start_rc = rc;
+		atomic_store(&s->done, 1);
+	}
+}
+
+static sink *sink_start(h_fx *f, int fd, size_t want, size_t chunk_len)
+{
+	sink *s = h_alloc(f, sizeof *s);
+	s->fd = fd;
+	s->chunk = h_alloc(f, chunk_len);
+	s->chunk_len = chunk_len;
+	s->dst = h_alloc(f, want);
+	s->want = want;
+	assert_int_equal(px_read_stream(f->px, fd, s->chunk, chunk_len, sink_cb,
+					s),
+			 0);
+	return s;
+}
+
+static void sink_wait(h_fx *f, sink *s, int ms, const char *what)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!atomic_load(&s->done))
+		h_pump(f, dl, what);
+	if (s->overflow)
+		fail_msg("%s: more bytes arrived than were sent", what);
+	if (s->start_rc)
+		fail_msg("%s: restarting the read failed: %s", what,
+			 px_strerror(s->start_rc));
+	if (s->error)
+		fail_msg("%s: read completed with error %d (%s) after %zu of "
+			 "%zu bytes",
+			 what, s->error, strerror(s->error), s->got, s->want);
+	if (s->got != s->want)
+		fail_msg("%s: end of stream after %zu of %zu bytes", what,
+			 s->got, s->want);
+}
+
+static void assert_common(const h_rec *r, px_proactor *px, px_op op, int fd)
+{
+	assert_int_equal(atomic_load(&((h_rec *)r)->calls), 1);
+	assert_ptr_equal(r->c.proactor, px);
+	assert_ptr_equal(r->c.user, r);
+	assert_int_equal(r->c.op, op);
+	assert_int_equal(r->c.fd, fd);
+}
+
+/* ------------------------------------------------------------------ */
+/* Basics                                                               */
+/* ------------------------------------------------------------------ */
+
+static void idle_handle_events_returns_zero(void **state)
+{
+	h_fx *f = *state;
+	assert_int_equal(px_handle_events(f->px, 0), 0);
+	uint64_t t0 = h_now_ms();
+	assert_int_equal(px_handle_events(f->px, 50), 0);
+	uint64_t el = h_now_ms() - t0;
+	if (el < 40 || el > 5000)
+		fail_msg("px_handle_events(px, 50) with nothing to do returned "
+			 "after %llu ms",
+			 (unsigned long long)el);
+	assert_int_equal(px_handle_events(f->px, 0), 0);
+}
+
+static void engine_name_round_trips(void **state)
+{
+	h_fx *f = *state;
+	const char *name = px_engine_name(f->px);
+	assert_non_null(name);
+	px_config cfg;
+	char err[256] = "";
+	int rc = px_config_parse(&cfg, name, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_engine_name '%s' does not parse: %s", name, err);
+	const px_processor_config *want = &h_cfg.primary, *got = &cfg.primary;
+	if (want->provider != PX_PROVIDER_NONE)
+		assert_int_equal(got->provider, want->provider);
+	if (want->wait != PX_WAIT_DEFAULT)
+		assert_int_equal(got->wait, want->wait);
+	if (want->interrupt != PX_INTR_DEFAULT)
+		assert_int_equal(got->interrupt, want->interrupt);
+	if (want->processor != PX_PROCESSOR_NONE)
+		assert_int_equal(got->processor, want->processor);
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE) {
+		assert_int_not_equal(cfg.secondary.processor, PX_PROCESSOR_NONE);
+		if (h_cfg.secondary.wait != PX_WAIT_DEFAULT)
+			assert_int_equal(cfg.secondary.wait,
+					 h_cfg.secondary.wait);
+	} else {
+		assert_int_equal(cfg.secondary.processor, PX_PROCESSOR_NONE);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams                                                              */
+/* ------------------------------------------------------------------ */
+
+static void stream_round_trip(h_fx *f, int wfd, int rfd, const char *what)
+{
+	static const char msg[] = "proactor conformance: one small message";
+	char *out = h_alloc(f, sizeof msg);
+	char *in = h_alloc(f, 256);
+	memcpy(out, msg, sizeof msg);
+	h_rec *r = h_rec_new(f), *w = h_rec_new(f);
+
+	assert_int_equal(px_read_stream(f->px, rfd, in, 256, h_rec_cb, r), 0);
+	assert_int_equal(px_write_stream(f->px, wfd, out, sizeof msg, h_rec_cb,
+					 w),
+			 0);
+	h_wait_rec(f, w, 5000, what);
+	h_wait_rec(f, r, 5000, what);
+	h_settle(f, 20);
+
+	assert_common(w, f->px, PX_OP_WRITE_STREAM, wfd);
+	assert_int_equal(w->c.error, 0);
+	assert_int_equal(w->c.bytes, sizeof msg);
+	assert_ptr_equal(w->c.buf, out);
+	assert_int_equal(w->c.len, sizeof msg);
+	assert_int_equal(w->c.new_fd, -1);
+
+	assert_common(r, f->px, PX_OP_READ_STREAM, rfd);
+	assert_int_equal(r->c.error, 0);
+	assert_ptr_equal(r->c.buf, in);
+	assert_int_equal(r->c.len, 256);
+	/* One small write on an empty socketpair or pipe is read whole. */
+	assert_int_equal(r->c.bytes, sizeof msg);
+	assert_memory_equal(in, msg, sizeof msg);
+}
+
+static void read_write_socketpair(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	stream_round_trip(f, sv[0], sv[1], "socketpair 0 -> 1");
+	stream_round_trip(f, sv[1], sv[0], "socketpair 1 -> 0");
+}
+
+static void read_write_pipe(void **state)
+{
+	h_fx *f = *state;
+	int p[2];
+	h_pipe(f, p);
+	stream_round_trip(f, p[1], p[0], "pipe");
+}
+
+/* The read is started after the data is already there. */
+static void read_with_data_waiting(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	assert_int_equal(write(sv[0], "abc", 3), 3);
+	char *in = h_alloc(f, 16);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 16, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, "read of data already queued");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 3);
+	assert_memory_equal(in, "abc", 3);
+}
+
+static void write_all_large(h_fx *f, int wfd, int rfd, size_t size,
+			    const char *what)
+{
+	uint8_t *out = h_alloc(f, size);
+	h_pattern(out, size, 7, 0);
+	sink *s = sink_start(f, rfd, size, 64 * 1024);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream_all(f->px, wfd, out, size, h_rec_cb, w),
+			 0);
+	sink_wait(f, s, 20000, what);
+	h_wait_rec(f, w, 5000, what);
+	assert_common(w, f->px, PX_OP_WRITE_STREAM, wfd);
+	assert_int_equal(w->c.error, 0);
+	assert_int_equal(w->c.bytes, size);
+	assert_int_equal(w->c.len, size);
+	assert_ptr_equal(w->c.buf, out);
+	if (memcmp(s->dst, out, size) != 0) {
+		size_t i = 0;
+		while (s->dst[i] == out[i])
+			i++;
+		fail_msg("%s: byte %zu differs (sent %u, received %u)", what, i,
+			 out[i], s->dst[i]);
+	}
+}
+
+static void write_stream_all_4mib_socketpair(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	write_all_large(f, sv[0], sv[1], 4u << 20, "4 MiB over a socketpair");
+}
+
+static void write_stream_all_1mib_pipe(void **state)
+{
+	h_fx *f = *state;
+	int p[2];
+	h_pipe(f, p);
+	write_all_large(f, p[1], p[0], 1u << 20, "1 MiB over a pipe");
+}
+
+/* Several writes and several reads in flight on one socket at once: the
+ * bytes must come out in the order the operations were started. */
+static void stream_order_of_started_ops(void **state)
+{
+	h_fx *f = *state;
+	enum { NW = 8, WLEN = 16 * 1024, NR = 8, RLEN = 4096 };
+	int sv[2];
+	h_socketpair(f, sv);
+	uint8_t *out = h_alloc(f, NW * WLEN);
+	h_pattern(out, NW * WLEN, 11, 0);
+	uint8_t *rbuf = h_alloc(f, NR * RLEN);
+	h_rec *rr[NR], *wr[NW];
+
+	for (int i = 0; i < NR; i++) {
+		rr[i] = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, sv[1], rbuf + i * RLEN,
+						RLEN, h_rec_cb, rr[i]),
+				 0);
+	}
+	for (int i = 0; i < NW; i++) {
+		wr[i] = h_rec_new(f);
+		assert_int_equal(px_write_stream_all(f->px, sv[0],
+						     out + i * WLEN, WLEN,
+						     h_rec_cb, wr[i]),
+				 0);
+	}
+	for (int i = 0; i < NR; i++)
+		h_wait_rec(f, rr[i], 10000, "ordered reads");
+	/* Concatenated in start order, the reads are a prefix of the stream. */
+	size_t pos = 0;
+	for (int i = 0; i < NR; i++) {
+		assert_int_equal(rr[i]->c.error, 0);
+		assert_true(rr[i]->c.bytes > 0 && rr[i]->c.bytes <= RLEN);
+		if (memcmp(rbuf + i * RLEN, out + pos, rr[i]->c.bytes) != 0)
+			fail_msg("read #%d (started %d-th) does not continue "
+				 "the stream at offset %zu: reads were "
+				 "performed out of order",
+				 i, i, pos);
+		pos += rr[i]->c.bytes;
+	}
+	/* The rest of the stream, in order. */
+	sink *s = sink_start(f, sv[1], NW * WLEN - pos, 8192);
+	sink_wait(f, s, 10000, "rest of the ordered stream");
+	if (memcmp(s->dst, out + pos, NW * WLEN - pos) != 0)
+		fail_msg("the stream after the first reads is out of order: "
+			 "writes were performed out of order");
+	for (int i = 0; i < NW; i++) {
+		h_wait_rec(f, wr[i], 5000, "ordered writes");
+		assert_int_equal(wr[i]->c.error, 0);
+		assert_int_equal(wr[i]->c.bytes, WLEN);
+	}
+}
+
+static void eof_gives_zero_bytes(void **state)
+{
+	h_fx *f = *state;
+	int sv[2], p[2];
+	h_socketpair(f, sv);
+	h_pipe(f, p);
+	char *b1 = h_alloc(f, 64), *b2 = h_alloc(f, 64);
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], b1, 64, h_rec_cb, r1), 0);
+	assert_int_equal(px_read_stream(f->px, p[0], b2, 64, h_rec_cb, r2), 0);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r1->calls), 0);
+	assert_int_equal(atomic_load(&r2->calls), 0);
+	h_close(f, sv[0]);
+	h_close(f, p[1]);
+	h_wait_rec(f, r1, 5000, "end of stream on a socketpair");
+	h_wait_rec(f, r2, 5000, "end of stream on a pipe");
+	assert_int_equal(r1->c.error, 0);
+	assert_int_equal(r1->c.bytes, 0);
+	assert_int_equal(r2->c.error, 0);
+	assert_int_equal(r2->c.bytes, 0);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r1->calls), 1);
+	assert_int_equal(atomic_load(&r2->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Files                                                                */
+/* ------------------------------------------------------------------ */
+
+static int temp_file(h_fx *f)
+{
+	char path[] = "/tmp/px-conformance-XXXXXX";
+	int fd = h_track(f, mkostemp(path, O_CLOEXEC));
+	unlink(path);
+	return fd;
+}
+
+static void file_rw(h_fx *f, bool write, int fd, void *buf, size_t len,
+		    uint64_t off, size_t want_bytes)
+{
+	h_rec *r = h_rec_new(f);
+	int rc = write ? px_write_file(f->px, fd, buf, len, off, h_rec_cb, r)
+		       : px_read_file(f->px, fd, buf, len, off, h_rec_cb, r);
+	assert_int_equal(rc, 0);
+	h_wait_rec(f, r, 5000, write ? "write_file" : "read_file");
+	assert_common(r, f->px, write ? PX_OP_WRITE_FILE : PX_OP_READ_FILE, fd);
+	if (r->c.error)
+		fail_msg("%s at offset %llu: error %d %s",
+			 write ? "write_file" : "read_file",
+			 (unsigned long long)off, r->c.error,
+			 strerror(r->c.error));
+	assert_int_equal(r->c.offset, off);
+	assert_int_equal(r->c.len, len);
+	assert_int_equal(r->c.bytes, want_bytes);
+}
+
+static void file_read_write_at_offsets(void **state)
+{
+	h_fx *f = *state;
+	int fd = temp_file(f);
+	const uint64_t far = 5ull << 30; /* beyond 32 bits */
+	uint8_t *a = h_alloc(f, 100), *b = h_alloc(f, 512), *c = h_alloc(f, 64);
+	memset(a, 'A', 100);
+	h_pattern(b, 512, 3, 0);
+	memset(c, 'C', 64);
+
+	file_rw(f, true, fd, b, 512, 8192, 512);
+	file_rw(f, true, fd, a, 100, 0, 100);
+	file_rw(f, true, fd, c, 64, far, 64);
+
+	/* What the kernel has, read without the proactor. */
+	uint8_t chk[512];
+	assert_int_equal(pread(fd, chk, 512, 8192), 512);
+	assert_memory_equal(chk, b, 512);
+	assert_int_equal(pread(fd, chk, 100, 0), 100);
+	assert_memory_equal(chk, a, 100);
+	assert_int_equal(pread(fd, chk, 64, (off_t)far), 64);
+	assert_memory_equal(chk, c, 64);
+
+	/* And through the proactor. */
+	uint8_t *in = h_alloc(f, 1024);
+	file_rw(f, false, fd, in, 512, 8192, 512);
+	assert_memory_equal(in, b, 512);
+	file_rw(f, false, fd, in, 100, 0, 100);
+	assert_memory_equal(in, a, 100);
+	file_rw(f, false, fd, in, 64, far, 64);
+	assert_memory_equal(in, c, 64);
+	/* A hole reads as zeros. */
+	memset(in, 0xff, 32);
+	file_rw(f, false, fd, in, 32, 4000, 32);
+	for (int i = 0; i < 32; i++)
+		assert_int_equal(in[i], 0);
+	/* Short read at the end, then end of file: bytes 0, error 0. */
+	file_rw(f, false, fd, in, 1024, far + 32, 32);
+	assert_memory_equal(in, c + 32, 32);
+	file_rw(f, false, fd, in, 1024, far + 64, 0);
+	file_rw(f, false, fd, in, 1024, far + 4096, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Datagrams                                                            */
+/* ------------------------------------------------------------------ */
+
+static void dgram_udp_loopback(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in aa, ba;
+	int a = h_bound_socket(f, SOCK_DGRAM, &aa);
+	int b = h_bound_socket(f, SOCK_DGRAM, &ba);
+	char *in1 = h_alloc(f, 256), *in2 = h_alloc(f, 256);
+	char *out1 = h_alloc(f, 16), *out2 = h_alloc(f, 16);
+	memcpy(out1, "first", 5);
+	memcpy(out2, "second!", 7);
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f);
+	h_rec *w1 = h_rec_new(f), *w2 = h_rec_new(f);
+
+	assert_int_equal(px_read_dgram(f->px, a, in1, 256, h_rec_cb, r1), 0);
+	assert_int_equal(px_read_dgram(f->px, a, in2, 256, h_rec_cb, r2), 0);
+	assert_int_equal(px_write_dgram(f->px, b, out1, 5,
+					(struct sockaddr *)&aa, sizeof aa,
+					h_rec_cb, w1),
+			 0);
+	assert_int_equal(px_write_dgram(f->px, b, out2, 7,
+					(struct sockaddr *)&aa, sizeof aa,
+					h_rec_cb, w2),
+			 0);
+	h_wait_rec(f, w1, 5000, "write_dgram 1");
+	h_wait_rec(f, w2, 5000, "write_dgram 2");
+	h_wait_rec(f, r1, 5000, "read_dgram 1");
+	h_wait_rec(f, r2, 5000, "read_dgram 2");
+
+	assert_common(w1, f->px, PX_OP_WRITE_DGRAM, b);
+	assert_int_equal(w1->c.error, 0);
+	assert_int_equal(w1->c.bytes, 5);
+	assert_int_equal(w2->c.error, 0);
+	assert_int_equal(w2->c.bytes, 7);
+
+	/* Two datagrams stay two, in order, each with its sender. */
+	assert_common(r1, f->px, PX_OP_READ_DGRAM, a);
+	assert_int_equal(r1->c.error, 0);
+	assert_int_equal(r1->c.bytes, 5);
+	assert_memory_equal(in1, "first", 5);
+	assert_int_equal(r2->c.error, 0);
+	assert_int_equal(r2->c.bytes, 7);
+	assert_memory_equal(in2, "second!", 7);
+	for (int i = 0; i < 2; i++) {
+		const px_completion *c = i ? &r2->c : &r1->c;
+		const struct sockaddr_in *from =
+			(const struct sockaddr_in *)&c->addr;
+		assert_int_equal(c->addrlen, sizeof(struct sockaddr_in));
+		assert_int_equal(from->sin_family, AF_INET);
+		assert_int_equal(from->sin_port, ba.sin_port);
+		assert_int_equal(from->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+	}
+
+	/* On a connected socket, no address is needed. */
+	assert_int_equal(connect(b, (struct sockaddr *)&aa, sizeof aa), 0);
+	h_rec *r3 = h_rec_new(f), *w3 = h_rec_new(f);
+	assert_int_equal(px_read_dgram(f->px, a, in1, 256, h_rec_cb, r3), 0);
+	assert_int_equal(px_write_dgram(f->px, b, out1, 3, NULL, 0, h_rec_cb,
+					w3),
+			 0);
+	h_wait_rec(f, w3, 5000, "write_dgram on a connected socket");
+	h_wait_rec(f, r3, 5000, "read_dgram 3");
+	assert_int_equal(w3->c.error, 0);
+	assert_int_equal(w3->c.bytes, 3);
+	assert_int_equal(r3->c.error, 0);
+	assert_int_equal(r3->c.bytes, 3);
+	assert_memory_equal(in1, "fir", 3);
+}
+
+/* ------------------------------------------------------------------ */
+/* Accept and connect                                                   */
+/* ------------------------------------------------------------------ */
+
+static void accept_connect(h_fx *f, bool nonblocking_client)
+{
+	struct sockaddr_in la;
+	int l = h_bound_socket(f, SOCK_STREAM, &la);
+	assert_int_equal(listen(l, 8), 0);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (nonblocking_client)
+		fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+	int flags_before = fcntl(c, F_GETFL);
+	struct sockaddr_in *dst = h_alloc(f, sizeof *dst);
+	*dst = la;
+	h_rec *ra = h_rec_new(f), *rc = h_rec_new(f);
+
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ra), 0);
+	h_settle(f, 10);
+	assert_int_equal(atomic_load(&ra->calls), 0);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)dst,
+				    sizeof *dst, h_rec_cb, rc),
+			 0);
+	h_wait_rec(f, rc, 5000, "connect");
+	h_wait_rec(f, ra, 5000, "accept");
+
+	assert_common(rc, f->px, PX_OP_CONNECT, c);
+	if (rc->c.error)
+		fail_msg("connect completed with %d %s", rc->c.error,
+			 strerror(rc->c.error));
+	assert_int_equal(fcntl(c, F_GETFL), flags_before);
+
+	assert_common(ra, f->px, PX_OP_ACCEPT, l);
+	if (ra->c.error)
+		fail_msg("accept completed with %d %s", ra->c.error,
+			 strerror(ra->c.error));
+	int s = ra->c.new_fd;
+	assert_true(s >= 0);
+	h_track(f, s);
+	assert_true(fcntl(s, F_GETFD) & FD_CLOEXEC);
+	const struct sockaddr_in *peer = (const struct sockaddr_in *)&ra->c.addr;
+	assert_int_equal(ra->c.addrlen, sizeof(struct sockaddr_in));
+	assert_int_equal(peer->sin_family, AF_INET);
+	assert_int_equal(ntohs(peer->sin_port), h_port_of(c));
+
+	/* The two ends are connected to each other. */
+	assert_int_equal(send(c, "ping", 4, MSG_NOSIGNAL), 4);
+	struct pollfd pfd = {.fd = s, .events = POLLIN};
+	assert_int_equal(poll(&pfd, 1, 5000), 1);
+	char buf[8];
+	assert_int_equal(recv(s, buf, sizeof buf, MSG_DONTWAIT), 4);
+	assert_memory_equal(buf, "ping", 4);
+}
+
+static void accept_and_connect_tcp(void **state)
+{
+	accept_connect(*state, false);
+}
+
+static void accept_and_connect_tcp_nonblocking(void **state)
+{
+	accept_connect(*state, true);
+}
+
+static void connect_refused(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *dst = h_alloc(f, sizeof *dst);
+	int tmp = h_bound_socket(f, SOCK_STREAM, dst);
+	h_close(f, tmp); /* nobody listens on that port now */
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int flags_before = fcntl(c, F_GETFL);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)dst,
+				    sizeof *dst, h_rec_cb, r),
+			 0);
+	h_wait_rec(f, r, 5000, "refused connect");
+	assert_common(r, f->px, PX_OP_CONNECT, c);
+	if (r->c.error != ECONNREFUSED)
+		fail_msg("connect to a closed port completed with error %d "
+			 "(%s), expected ECONNREFUSED",
+			 r->c.error, strerror(r->c.error));
+	assert_int_equal(fcntl(c, F_GETFL), flags_before);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel                                                               */
+/* ------------------------------------------------------------------ */
+
+static void cancel_pending_read(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	h_settle(f, 20); /* let a shared leader really start it */
+	assert_int_equal(atomic_load(&r->calls), 0);
+	assert_int_equal(px_cancel(f->px, sv[1]), 1);
+	h_wait_rec(f, r, 5000, "the cancelled read");
+	h_settle(f, 50);
+	assert_common(r, f->px, PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r->c.error, ECANCELED);
+	assert_int_equal(r->c.bytes, 0);
+
+	/* The descriptor still works, and no stale read steals its data. */
+	assert_int_equal(px_cancel(f->px, sv[1]), 0);
+	assert_int_equal(write(sv[0], "xyz", 3), 3);
+	h_rec *r2 = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r2), 0);
+	h_wait_rec(f, r2, 5000, "a read after the cancel");
+	assert_int_equal(r2->c.error, 0);
+	assert_int_equal(r2->c.bytes, 3);
+	assert_memory_equal(in, "xyz", 3);
+	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/* The cancel right after the start, before the loop ran at all. */
+static void cancel_right_after_start(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	assert_int_equal(px_cancel(f->px, sv[1]), 1);
+	h_wait_rec(f, r, 5000, "the cancelled read");
+	h_settle(f, 30);
+	assert_int_equal(atomic_load(&r->calls), 1);
+	assert_int_equal(r->c.error, ECANCELED);
+}
+
+static void cancel_counts_every_pending_op(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	struct sockaddr_in la;
+	int l = h_bound_socket(f, SOCK_STREAM, &la);
+	assert_int_equal(listen(l, 4), 0);
+	char *in = h_alloc(f, 128);
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f), *ra = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r1), 0);
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 64, 64, h_rec_cb, r2),
+			 0);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ra), 0);
+	h_settle(f, 20);
+	assert_int_equal(px_cancel(f->px, sv[1]), 2);
+	assert_int_equal(px_cancel(f->px, l), 1);
+	h_wait_rec(f, r1, 5000, "cancelled read 1");
+	h_wait_rec(f, r2, 5000, "cancelled read 2");
+	h_wait_rec(f, ra, 5000, "cancelled accept");
+	h_settle(f, 30);
+	h_rec *all[] = {r1, r2, ra};
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(atomic_load(&all[i]->calls), 1);
+		assert_int_equal(all[i]->c.error, ECANCELED);
+	}
+	assert_int_equal(ra->c.new_fd, -1);
+}
+
+static void cancel_with_nothing_pending(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	assert_int_equal(px_cancel(f->px, sv[0]), 0);
+	/* After an operation completed, nothing is pending any more. */
+	char *out = h_alloc(f, 4);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream(f->px, sv[0], out, 4, h_rec_cb, w), 0);
+	h_wait_rec(f, w, 5000, "write");
+	assert_int_equal(px_cancel(f->px, sv[0]), 0);
+	assert_int_equal(px_cancel(f->px, -1), -EBADF);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&w->calls), 1);
+	assert_int_equal(w->c.error, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Threads: wake-ups                                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct blocked {
+	px_proactor *px;
+	atomic_int returned;
+	int rc;
+	uint64_t at_ns;
+	pthread_t tid;
+} blocked;
+
+static void *blocked_main(void *arg)
+{
+	blocked *b = arg;
+	b->rc = px_handle_events(b->px, -1);
+	b->at_ns = h_now_ns();
+	atomic_store(&b->returned, 1);
+	return NULL;
+}
+
+/* Start a thread blocked in px_handle_events(px, -1) and check that it
+ * stays blocked for a while. */
+static blocked *blocked_start(h_fx *f)
+{
+	blocked *b = h_alloc(f, sizeof *b);
+	b->px = f->px;
+	assert_int_equal(pthread_create(&b->tid, NULL, blocked_main, b), 0);
+	h_sleep_ms(100);
+	if (atomic_load(&b->returned)) {
+		pthread_join(b->tid, NULL);
+		fail_msg("px_handle_events(px, -1) returned %d with nothing "
+			 "to do",
+			 b->rc);
+	}
+	return b;
+}
+
+/* Wait up to bound_ms for the blocked thread to return; rescue it with
+ * px_stop when it does not (so the teardown can destroy). */
+static void blocked_join(blocked *b, px_proactor *px, int bound_ms,
+			 const char *what)
+{
+	uint64_t dl = h_deadline(2000 + bound_ms);
+	while (!atomic_load(&b->returned) && h_now_ms() < dl)
+		h_sleep_ms(1);
+	if (!atomic_load(&b->returned)) {
+		px_stop(px);
+		pthread_join(b->tid, NULL);
+		fail_msg("%s: the thread blocked in px_handle_events(px, -1) "
+			 "was not woken",
+			 what);
+	}
+	pthread_join(b->tid, NULL);
+}
+
+static void check_woken(blocked *b, h_rec *r, uint64_t t0_ns, int bound_ms,
+			const char *what)
+{
+	assert_true(h_rec_done(r));
+	assert_int_equal(atomic_load(&r->calls), 1);
+	if (b->rc < 1)
+		fail_msg("%s: px_handle_events(px, -1) returned %d, expected "
+			 "the number of callbacks run (>= 1)",
+			 what, b->rc);
+	assert_true(pthread_equal(r->thread, b->tid));
+	uint64_t ms = (b->at_ns - t0_ns) / 1000000u;
+	if (ms > (uint64_t)bound_ms)
+		fail_msg("%s: the blocked thread returned %llu ms later "
+			 "(bound %d ms)",
+			 what, (unsigned long long)ms, bound_ms);
+}
+
+enum { WAKE_BOUND_MS = 750 };
+
+static void post_wakes_blocked_thread(void **state)
+{
+	h_fx *f = *state;
+
+	/* Idle proactor. */
+	blocked *b = blocked_start(f);
+	h_rec *r = h_rec_new(f);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(px_post(f->px, h_rec_cb, r), 0);
+	blocked_join(b, f->px, WAKE_BOUND_MS, "post, idle proactor");
+	check_woken(b, r, t0, WAKE_BOUND_MS, "post, idle proactor");
+	assert_int_equal(r->c.op, PX_OP_POST);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.fd, -1);
+
+	/* With a read pending, so the thread waits in the OS as leader. */
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 8);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 8, h_rec_cb, rd), 0);
+	b = blocked_start(f);
+	r = h_rec_new(f);
+	t0 = h_now_ns();
+	assert_int_equal(px_post(f->px, h_rec_cb, r), 0);
+	blocked_join(b, f->px, WAKE_BOUND_MS, "post, read pending");
+	check_woken(b, r, t0, WAKE_BOUND_MS, "post, read pending");
+	assert_int_equal(atomic_load(&rd->calls), 0);
+	assert_int_equal(px_cancel(f->px, sv[1]), 1);
+	h_wait_rec(f, rd, 5000, "cancelled read");
+	assert_int_equal(rd->c.error, ECANCELED);
+}
+
+/* An operation started from another thread while the leader waits in the
+ * OS must be seen by that wait (the interrupt strategy at work). */
+static void start_from_other_thread_wakes_leader(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	assert_int_equal(write(sv[0], "now", 3), 3);
+	char *in = h_alloc(f, 8);
+	blocked *b = blocked_start(f);
+	h_rec *r = h_rec_new(f);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 8, h_rec_cb, r), 0);
+	blocked_join(b, f->px, WAKE_BOUND_MS, "read started by another thread");
+	check_woken(b, r, t0, WAKE_BOUND_MS, "read started by another thread");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 3);
+
+	/* Same with a timer. */
+	b = blocked_start(f);
+	r = h_rec_new(f);
+	t0 = h_now_ns();
+	assert_true(px_timer_start(f->px, 1000000, h_rec_cb, r) > 0);
+	blocked_join(b, f->px, WAKE_BOUND_MS, "timer started by another thread");
+	check_woken(b, r, t0, WAKE_BOUND_MS, "timer started by another thread");
+	assert_int_equal(r->c.op, PX_OP_TIMER);
+	assert_int_equal(r->c.error, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Callbacks that call back in                                          */
+/* ------------------------------------------------------------------ */
+
+typedef struct reenter {
+	int sv[2];
+	char *in;
+	h_rec *read2, *post, *timer, *timer_cancelled, *write;
+	int rc_read, rc_post, rc_cancel, rc_write, rc_tcancel;
+	int64_t id_timer, id_cancelled;
+	char *out;
+	atomic_int ran;
+} reenter;
+
+static void reenter_cb(const px_completion *c)
+{
+	reenter *e = c->user;
+	px_proactor *px = c->proactor;
+	e->rc_read = px_read_stream(px, e->sv[1], e->in, 8, h_rec_cb, e->read2);
+	e->rc_post = px_post(px, h_rec_cb, e->post);
+	e->rc_cancel = px_cancel(px, e->sv[1]);
+	e->id_timer = px_timer_start(px, 1000000, h_rec_cb, e->timer);
+	e->id_cancelled =
+		px_timer_start(px, 3600ull * 1000000000u, h_rec_cb,
+			       e->timer_cancelled);
+	e->rc_tcancel = px_timer_cancel(px, e->id_cancelled);
+	e->rc_write = px_write_stream(px, e->sv[0], e->out, 2, h_rec_cb,
+				      e->write);
+	atomic_store(&e->ran, 1);
+}
+
+static void callback_reenters_without_deadlock(h_fx *f, bool from_timer)
+{
+	reenter *e = h_alloc(f, sizeof *e);
+	h_socketpair(f, e->sv);
+	e->in = h_alloc(f, 8);
+	e->out = h_alloc(f, 2);
+	e->read2 = h_rec_new(f);
+	e->post = h_rec_new(f);
+	e->timer = h_rec_new(f);
+	e->timer_cancelled = h_rec_new(f);
+	e->write = h_rec_new(f);
+	if (from_timer) {
+		assert_true(px_timer_start(f->px, 1000000, reenter_cb, e) > 0);
+	} else {
+		char *first = h_alloc(f, 8);
+		assert_int_equal(write(e->sv[0], "go", 2), 2);
+		assert_int_equal(px_read_stream(f->px, e->sv[1], first, 8,
+						reenter_cb, e),
+				 0);
+	}
+	uint64_t dl = h_deadline(5000);
+	while (!atomic_load(&e->ran))
+		h_pump(f, dl, "the re-entering callback");
+	assert_int_equal(e->rc_read, 0);
+	assert_int_equal(e->rc_post, 0);
+	assert_int_equal(e->rc_cancel, 1);
+	assert_true(e->id_timer > 0);
+	assert_true(e->id_cancelled > 0);
+	assert_int_not_equal(e->id_timer, e->id_cancelled);
+	assert_int_equal(e->rc_tcancel, 0);
+	assert_int_equal(e->rc_write, 0);
+	h_wait_rec(f, e->read2, 5000, "read started and cancelled in a callback");
+	h_wait_rec(f, e->post, 5000, "post from a callback");
+	h_wait_rec(f, e->timer, 5000, "timer from a callback");
+	h_wait_rec(f, e->timer_cancelled, 5000,
+		   "timer cancelled in a callback");
+	h_wait_rec(f, e->write, 5000, "write from a callback");
+	h_settle(f, 20);
+	assert_int_equal(e->read2->c.error, ECANCELED);
+	assert_int_equal(atomic_load(&e->read2->calls), 1);
+	assert_int_equal(e->post->c.error, 0);
+	assert_int_equal(e->timer->c.error, 0);
+	assert_int_equal(e->timer->c.timer_id, e->id_timer);
+	assert_int_equal(e->timer_cancelled->c.error, ECANCELED);
+	assert_int_equal(e->timer_cancelled->c.timer_id, e->id_cancelled);
+	assert_int_equal(e->write->c.error, 0);
+	assert_int_equal(e->write->c.bytes, 2);
+}
+
+static void callback_starts_posts_cancels(void **state)
+{
+	callback_reenters_without_deadlock(*state, false);
+}
+
+static void timer_callback_starts_posts_cancels(void **state)
+{
+	callback_reenters_without_deadlock(*state, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* Timers                                                               */
+/* ------------------------------------------------------------------ */
+
+static void timers_fire_in_order(void **state)
+{
+	h_fx *f = *state;
+	const int delays_ms[] = {60, 20, 40, 0, 30};
+	enum { N = 5 };
+	h_rec *r[N];
+	int64_t id[N];
+	uint64_t t0[N];
+	for (int i = 0; i < N; i++) {
+		r[i] = h_rec_new(f);
+		t0[i] = h_now_ns();
+		id[i] = px_timer_start(f->px, (uint64_t)delays_ms[i] * 1000000u,
+				       h_rec_cb, r[i]);
+		assert_true(id[i] > 0);
+		for (int j = 0; j < i; j++)
+			assert_int_not_equal(id[i], id[j]);
+	}
+	for (int i = 0; i < N; i++)
+		h_wait_rec(f, r[i], 5000, "timer");
+	h_settle(f, 20);
+	for (int i = 0; i < N; i++) {
+		assert_common(r[i], f->px, PX_OP_TIMER, -1);
+		assert_int_equal(r[i]->c.error, 0);
+		assert_int_equal(r[i]->c.timer_id, id[i]);
+		uint64_t el = r[i]->at_ns - t0[i];
+		if (el < (uint64_t)delays_ms[i] * 1000000u)
+			fail_msg("timer of %d ms fired after %llu us",
+				 delays_ms[i], (unsigned long long)(el / 1000));
+	}
+	/* Fired in deadline order: 0, 20, 30, 40, 60. */
+	const int order[N] = {3, 1, 4, 2, 0};
+	for (int k = 1; k < N; k++)
+		if (r[order[k]]->seq < r[order[k - 1]]->seq)
+			fail_msg("timer of %d ms fired before the one of %d ms",
+				 delays_ms[order[k]], delays_ms[order[k - 1]]);
+}
+
+static void timer_cancel(void **state)
+{
+	h_fx *f = *state;
+	h_rec *r = h_rec_new(f), *fired = h_rec_new(f);
+	int64_t id = px_timer_start(f->px, 100 * 1000000u, h_rec_cb, r);
+	assert_true(id > 0);
+	assert_int_equal(px_timer_cancel(f->px, id), 0);
+	h_wait_rec(f, r, 5000, "cancelled timer");
+	assert_int_equal(r->c.op, PX_OP_TIMER);
+	assert_int_equal(r->c.error, ECANCELED);
+	assert_int_equal(r->c.timer_id, id);
+	assert_int_equal(px_timer_cancel(f->px, id), -ENOENT);
+	h_settle(f, 200); /* past its original deadline */
+	assert_int_equal(atomic_load(&r->calls), 1);
+
+	int64_t id2 = px_timer_start(f->px, 1000000, h_rec_cb, fired);
+	assert_true(id2 > 0);
+	h_wait_rec(f, fired, 5000, "timer");
+	assert_int_equal(fired->c.error, 0);
+	assert_int_equal(px_timer_cancel(f->px, id2), -ENOENT);
+	assert_int_equal(px_timer_cancel(f->px, id2 + 1000), -ENOENT);
+	assert_int_equal(px_timer_cancel(f->px, 0), -ENOENT);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&fired->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Many posts, several threads                                          */
+/* ------------------------------------------------------------------ */
+
+enum { MP_POSTS = 4000, MP_HANDLERS = 2 };
+
+typedef struct many_posts {
+	px_proactor *px;
+	atomic_int hits[MP_POSTS];
+	atomic_int total;
+	atomic_int stop;
+	atomic_int per_thread[MP_HANDLERS];
+	atomic_int loop_error;
+	int post_rc;
+} many_posts;
+
+static many_posts *g_mp;
+static _Thread_local int tl_handler = -1;
+
+static void mp_cb(const px_completion *c)
+{
+	atomic_fetch_add((atomic_int *)c->user, 1);
+	if (tl_handler >= 0)
+		atomic_fetch_add(&g_mp->per_thread[tl_handler], 1);
+	atomic_fetch_add(&g_mp->total, 1);
+}
+
+static void *mp_handler(void *arg)
+{
+	tl_handler = (int)(intptr_t)arg;
+	while (!atomic_load(&g_mp->stop)) {
+		int rc = px_handle_events(g_mp->px, 20);
+		if (rc < 0) {
+			atomic_store(&g_mp->loop_error, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void *mp_poster(void *arg)
+{
+	(void)arg;
+	for (int i = MP_POSTS / 2; i < MP_POSTS; i++) {
+		int rc = px_post(g_mp->px, mp_cb, &g_mp->hits[i]);
+		if (rc) {
+			g_mp->post_rc = rc;
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void many_posts_two_threads(void **state)
+{
+	h_fx *f = *state;
+	many_posts *m = h_alloc(f, sizeof *m);
+	m->px = f->px;
+	g_mp = m;
+	pthread_t th[MP_HANDLERS], poster;
+	for (int i = 0; i < MP_HANDLERS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, mp_handler,
+						(void *)(intptr_t)i),
+				 0);
+	assert_int_equal(pthread_create(&poster, NULL, mp_poster, NULL), 0);
+	int main_rc = 0;
+	for (int i = 0; i < MP_POSTS / 2 && !main_rc; i++)
+		main_rc = px_post(f->px, mp_cb, &m->hits[i]);
+	pthread_join(poster, NULL);
+	uint64_t dl = h_deadline(20000);
+	while (atomic_load(&m->total) < MP_POSTS && h_now_ms() < dl &&
+	       !atomic_load(&m->loop_error))
+		h_sleep_ms(2);
+	h_sleep_ms(30); /* time for a duplicate to show */
+	atomic_store(&m->stop, 1);
+	for (int i = 0; i < MP_HANDLERS; i++)
+		pthread_join(th[i], NULL);
+
+	assert_int_equal(main_rc, 0);
+	assert_int_equal(m->post_rc, 0);
+	if (atomic_load(&m->loop_error))
+		fail_msg("px_handle_events failed: %s",
+			 px_strerror(atomic_load(&m->loop_error)));
+	for (int i = 0; i < MP_POSTS; i++)
+		if (atomic_load(&m->hits[i]) != 1)
+			fail_msg("post #%d ran %d times (%d of %d posts ran)", i,
+				 atomic_load(&m->hits[i]),
+				 atomic_load(&m->total), MP_POSTS);
+	assert_int_equal(atomic_load(&m->total), MP_POSTS);
+	print_message("posts run per thread: %d, %d\n",
+		      atomic_load(&m->per_thread[0]),
+		      atomic_load(&m->per_thread[1]));
+	assert_int_equal(atomic_load(&m->per_thread[0]) +
+				 atomic_load(&m->per_thread[1]),
+			 MP_POSTS);
+}
+
+/* ------------------------------------------------------------------ */
+/* Stop and destroy                                                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct in_destroy {
+	h_rec rec;               /* first: h_rec_cb's view */
+	int fd;
+	char *buf;
+	int rc_post, rc_read;
+	int64_t rc_timer;
+} in_destroy;
+
+/* A callback that runs during px_destroy and tries to start more. */
+static void in_destroy_cb(const px_completion *c)
+{
+	in_destroy *d = c->user;
+	d->rc_post = px_post(c->proactor, h_rec_cb, &d->rec);
+	d->rc_read = px_read_stream(c->proactor, d->fd, d->buf, 4, h_rec_cb,
+				    &d->rec);
+	d->rc_timer = px_timer_start(c->proactor, 1, h_rec_cb, &d->rec);
+	h_rec_cb(c);
+}
+
+static void destroy_completes_every_pending_op(void **state)
+{
+	h_fx *f = *state;
+	int s1[2], s2[2], p[2];
+	h_socketpair(f, s1);
+	h_socketpair(f, s2);
+	h_pipe(f, p);
+	struct sockaddr_in la, ua;
+	int l = h_bound_socket(f, SOCK_STREAM, &la);
+	assert_int_equal(listen(l, 4), 0);
+	int u = h_bound_socket(f, SOCK_DGRAM, &ua);
+	char *buf = h_alloc(f, 5 * 64);
+
+	in_destroy *d = h_alloc(f, sizeof *d);
+	d->fd = s1[0];
+	d->buf = h_alloc(f, 4);
+	h_rec *rd2 = h_rec_new(f), *rp = h_rec_new(f), *ra = h_rec_new(f);
+	h_rec *rdg = h_rec_new(f), *rlate = h_rec_new(f), *rt = h_rec_new(f);
+	h_rec *rpost = h_rec_new(f);
+
+	assert_int_equal(px_read_stream(f->px, s1[1], buf, 64, in_destroy_cb,
+					d),
+			 0);
+	assert_int_equal(px_read_stream(f->px, s2[0], buf + 64, 64, h_rec_cb,
+					rd2),
+			 0);
+	assert_int_equal(px_read_stream(f->px, p[0], buf + 128, 64, h_rec_cb,
+					rp),
+			 0);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ra), 0);
+	assert_int_equal(px_read_dgram(f->px, u, buf + 192, 64, h_rec_cb, rdg),
+			 0);
+	h_settle(f, 20); /* started for real, as far as the engine goes */
+	/* And some that no leader has seen yet. */
+	assert_int_equal(px_read_stream(f->px, s2[1], buf + 256, 64, h_rec_cb,
+					rlate),
+			 0);
+	int64_t tid = px_timer_start(f->px, 3600ull * 1000000000u, h_rec_cb, rt);
+	assert_true(tid > 0);
+	assert_int_equal(px_post(f->px, h_rec_cb, rpost), 0);
+
+	int rc = px_destroy(f->px);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+
+	struct {
+		h_rec *r;
+		const char *what;
+		int error;
+	} want[] = {
+		{&d->rec, "read_stream on a socketpair", ECANCELED},
+		{rd2, "read_stream on a second socketpair", ECANCELED},
+		{rp, "read_stream on a pipe", ECANCELED},
+		{ra, "accept", ECANCELED},
+		{rdg, "read_dgram", ECANCELED},
+		{rlate, "read_stream started just before destroy", ECANCELED},
+		{rt, "pending timer", ECANCELED},
+		{rpost, "post", 0},
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		int calls = atomic_load(&want[i].r->calls);
+		if (calls != 1)
+			fail_msg("%s: callback ran %d times before px_destroy "
+				 "returned, expected once",
+				 want[i].what, calls);
+		if (want[i].r->c.error != want[i].error)
+			fail_msg("%s: completed in px_destroy with error %d "
+				 "(%s), expected %d",
+				 want[i].what, want[i].r->c.error,
+				 strerror(want[i].r->c.error), want[i].error);
+	}
+	assert_int_equal(rt->c.timer_id, tid);
+	assert_int_equal(d->rc_post, -ESHUTDOWN);
+	assert_int_equal(d->rc_read, -ESHUTDOWN);
+	assert_int_equal(d->rc_timer, -ESHUTDOWN);
+}
+
+static void stop_wakes_and_refuses(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 8);
+	h_rec *rd = h_rec_new(f), *never = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 8, h_rec_cb, rd), 0);
+	blocked *b = blocked_start(f);
+	assert_int_equal(px_stop(f->px), 0);
+	blocked_join(b, f->px, WAKE_BOUND_MS, "px_stop");
+	assert_int_equal(b->rc, -ESHUTDOWN);
+
+	assert_int_equal(px_handle_events(f->px, 0), -ESHUTDOWN);
+	assert_int_equal(px_handle_events(f->px, -1), -ESHUTDOWN);
+	assert_int_equal(px_post(f->px, h_rec_cb, never), -ESHUTDOWN);
+	assert_int_equal(px_read_stream(f->px, sv[0], in, 8, h_rec_cb, never),
+			 -ESHUTDOWN);
+	assert_int_equal(px_timer_start(f->px, 1, h_rec_cb, never), -ESHUTDOWN);
+	assert_int_equal(atomic_load(&rd->calls), 0);
+
+	int rc = px_destroy(f->px);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+	assert_int_equal(atomic_load(&rd->calls), 1);
+	assert_int_equal(rd->c.error, ECANCELED);
+	assert_int_equal(atomic_load(&never->calls), 0);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "conformance");
+	if (argc > 2)
+		cmocka_set_test_filter(argv[2]);
+
+	const struct CMUnitTest tests[] = {
+		T(idle_handle_events_returns_zero),
+		T(engine_name_round_trips),
+		T(read_write_socketpair),
+		T(read_write_pipe),
+		T(read_with_data_waiting),
+		T(write_stream_all_4mib_socketpair),
+		T(write_stream_all_1mib_pipe),
+		T(stream_order_of_started_ops),
+		T(eof_gives_zero_bytes),
+		T(file_read_write_at_offsets),
+		T(dgram_udp_loopback),
+		T(accept_and_connect_tcp),
+		T(accept_and_connect_tcp_nonblocking),
+		T(connect_refused),
+		T(cancel_pending_read),
+		T(cancel_right_after_start),
+		T(cancel_counts_every_pending_op),
+		T(cancel_with_nothing_pending),
+		T(post_wakes_blocked_thread),
+		T(start_from_other_thread_wakes_leader),
+		T(callback_starts_posts_cancels),
+		T(timer_callback_starts_posts_cancels),
+		T(timers_fire_in_order),
+		T(timer_cancel),
+		T(many_posts_two_threads),
+		T(destroy_completes_every_pending_op),
+		T(stop_wakes_and_refuses),
+	};
+	int failed = cmocka_run_group_tests_name("conformance", tests, NULL,
+						 NULL);
+	failed += bad_input_run();
+	return failed ? 1 : 0;
+}
