@@ -135,7 +135,11 @@ typedef struct px_processor_config {
 	px_interrupt_type interrupt;
 	unsigned flags;          /* PX_PF_*; 0 = the provider's defaults */
 	unsigned max_aio;        /* operations in flight; 0 = provider default;
-	                            extra starts are deferred, never refused */
+	                            extra starts are deferred, never refused.
+	                            Beware a limit below what the application
+	                            keeps pending: reads waiting for data can
+	                            fill every slot while the writes that would
+	                            answer them sit deferred. */
 	uint32_t ops;            /* PX_OP_BIT mask narrowing what this processor
 	                            does; 0 = everything the provider does */
 	int intr_signo;          /* signal for interrupt=signal; 0 = SIGURG */

@@ -1,0 +1,767 @@
+/*
+ * uring.c - the io_uring provider (through liburing).
+ *
+ * Mechanism.  A start fills one submission queue entry (SQE) and returns;
+ * the kernel performs the operation and posts a completion (CQE) whose
+ * user_data is the px_result.  SQEs are submitted in batches: by the
+ * leader's prepare() before it waits, or at once by the starting thread when
+ * a leader is already blocked in the kernel (nobody else would submit for a
+ * while).  So N starts between two waits cost one io_uring_enter.  The
+ * leader waits for CQEs only (wait_strategies/uring.c); the ring's SQ side
+ * is touched under the proactor mutex only.
+ *
+ * Kernel features relied on:
+ *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
+ *     timeout to io_uring_enter instead of queueing a TIMEOUT SQE, so the
+ *     unlocked leader never takes an SQE from under the starting threads.
+ *   - IORING_SETUP_CQSIZE (5.5) and CLAMP (5.6): the CQ is made larger than
+ *     the SQ, so more operations can be in flight than the SQ has slots.
+ *   - IORING_FEAT_NODROP (5.5): should the CQ ever fill up, the kernel keeps
+ *     the extra CQEs instead of dropping them.  max_aio is chosen so that it
+ *     does not fill (unless the config forces a larger max_aio).
+ *   - IORING_SETUP_SUBMIT_ALL (5.18, used when accepted): one bad SQE does
+ *     not stop the rest of the batch.
+ *   - IORING_SETUP_COOP_TASKRUN (5.19, on request): completions are not
+ *     forced on the submitting thread by an IPI; they run when that thread
+ *     next enters the kernel or is woken from a sleep.  Less overhead, more
+ *     latency when the submitter spins in user code.
+ *   - IORING_SETUP_SQPOLL (on request; unprivileged since 5.11): a kernel
+ *     thread consumes the SQ, submission costs no syscall.
+ * Not used: SINGLE_ISSUER (6.0) and DEFER_TASKRUN (6.1), because any
+ * application thread submits (under the mutex) and different threads lead
+ * over time; with DEFER_TASKRUN completions of requests submitted by one
+ * thread would only be posted when that same thread waits on the ring.
+ * Nor a registered ring fd (5.18): the registration is per thread.
+ *
+ * Quirks handled here:
+ *   - io_uring does not order two requests in flight on the same file: two
+ *     sends on one socket may be performed in either order.  Stream,
+ *     datagram, accept and connect operations therefore wait in a FIFO per
+ *     descriptor and direction (r->plink); only the head is in the kernel,
+ *     the next one is submitted when it completes.  File operations carry
+ *     their own offset and go straight in.
+ *   - read_stream is IORING_OP_READ at offset -1 (the current position,
+ *     5.6), which works on sockets, pipes and terminals alike.  write_stream
+ *     is IORING_OP_SEND with MSG_NOSIGNAL, so a socket whose peer has gone
+ *     fails with EPIPE instead of raising SIGPIPE; on ENOTSOCK (a pipe) it is
+ *     redone as IORING_OP_WRITE at offset -1 and the descriptor remembered
+ *     as "not a socket" until one of its stream operations fails.
+ *   - On an O_NONBLOCK descriptor a request that ends up in an io-wq worker
+ *     (and, on older 5.x kernels, any READ/WRITE or accept) may complete
+ *     with -EAGAIN instead of waiting.  The provider then waits for
+ *     readiness with IORING_OP_POLL_ADD and tries again, so the application
+ *     never sees that EAGAIN.  (6.18 polls internally even in io-wq; the
+ *     path was tested with injected results.)
+ *   - A request belongs to the thread that submitted it (whichever thread
+ *     held the mutex: a starter or the leader).  Its task work runs in that
+ *     thread; once the thread has exited, the kernel completes such a
+ *     request with -ECANCELED without performing it, and cancels io-wq work
+ *     queued by it.  An ECANCELED nobody asked for is therefore submitted
+ *     again, from the leader; a connect submitted again treats EISCONN as
+ *     success and EALREADY as "still in progress" (poll, then ask again).
+ *   - IORING_OP_ASYNC_CANCEL (5.5) may interrupt a request running in io-wq
+ *     with a signal; it then ends with -EINTR, reported as ECANCELED.
+ *   - Each pending read on a pipe occupies an io-wq worker on kernels whose
+ *     pipes do not support non-blocking reads from io_uring (FMODE_NOWAIT).
+ *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
+ *     the first time the provider meets that descriptor number, and again
+ *     after an operation on it failed with EBADF.  Once it has been seen
+ *     open, the check is skipped: it would double the syscalls of a
+ *     request/response exchange.  A descriptor the application closes
+ *     after using it therefore fails in the completion (EBADF), not in the
+ *     start.  Operations pending when it is closed keep the file open in
+ *     the kernel and stay pending until px_cancel, as with epoll.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "uring.h"
+
+/* The largest transfer one read or write performs (MAX_RW_COUNT). */
+#define PX_URING_MAX_RW 0x7ffff000u
+
+/* Ring sizes when the config leaves them 0. */
+#define PX_URING_DEFAULT_ENTRIES 256u
+#define PX_URING_DEFAULT_CQ 4096u
+
+/* Where a result's request is. */
+enum {
+	PX_URING_IDLE = 0,  /* not in the kernel: queued behind a head, or
+	                       waiting for an SQE (on u->stalled) */
+	PX_URING_OP,        /* the operation itself is in the kernel */
+	PX_URING_POLL       /* a readiness poll before a retry is in the kernel */
+};
+
+/* Which of the provider's lists slink is on. */
+enum { PX_URING_NOLIST = 0, PX_URING_STALLED, PX_URING_CANCEL_STALLED };
+
+/* Per descriptor: one FIFO per direction, and what the fd turned out to be. */
+struct px_uring_fd {
+	px_list q[2];       /* [0] read, read_dgram, accept; [1] the others */
+	unsigned inflight;  /* started here and not finished, any operation */
+	bool notsock;       /* write_stream got ENOTSOCK: use WRITE */
+	bool open_seen;     /* known to be open: checked, or an operation on it
+	                       ended with something other than EBADF */
+};
+
+/* The provider's private space in every result. */
+struct px_uring_priv {
+	px_link slink;      /* u->stalled or u->cancel_stalled */
+	struct msghdr msg;  /* datagrams */
+	struct iovec iov;
+	px_uring_fd *fe;    /* the descriptor's entry */
+	uint8_t phase;      /* PX_URING_IDLE / _OP / _POLL */
+	uint8_t slist;      /* which list slink is on */
+	bool want_poll;     /* next request to issue is the readiness poll */
+	bool as_send;       /* write_stream went out as IORING_OP_SEND */
+	bool cancel_req;    /* a cancel was asked for */
+	bool cancel_sent;   /* ... and its ASYNC_CANCEL is in the ring */
+	bool reissued;      /* submitted again after the kernel dropped it */
+};
+
+static struct px_uring_priv *px_priv(px_result *r)
+{
+	return px_result_priv(r);
+}
+
+static px_result *px_result_of_slink(px_link *l)
+{
+	struct px_uring_priv *pr = px_container_of(l, struct px_uring_priv, slink);
+	return (px_result *)(void *)((char *)pr - PX_RESULT_HDR);
+}
+
+static px_uring *px_uring_of_prov(px_provider *p)
+{
+	return px_container_of(p, px_uring, prov);
+}
+
+/* The queue direction of an operation: 0 or 1, -1 for file operations
+ * (no queue), -2 for what this provider does not do. */
+static int px_uring_dir(px_op op)
+{
+	switch (op) {
+	case PX_OP_READ_STREAM:
+	case PX_OP_READ_DGRAM:
+	case PX_OP_ACCEPT:
+		return 0;
+	case PX_OP_WRITE_STREAM:
+	case PX_OP_WRITE_DGRAM:
+	case PX_OP_CONNECT:
+		return 1;
+	case PX_OP_READ_FILE:
+	case PX_OP_WRITE_FILE:
+		return -1;
+	default:
+		return -2;
+	}
+}
+
+/* Operations that wait for readiness and retry after -EAGAIN.  Not a
+ * connect: its EAGAIN (a full AF_UNIX backlog) is its result, as for
+ * connect(2).  Nor a file operation: regular files do not return it. */
+static bool px_uring_pollable(px_op op)
+{
+	return op == PX_OP_READ_STREAM || op == PX_OP_WRITE_STREAM ||
+	       op == PX_OP_READ_DGRAM || op == PX_OP_WRITE_DGRAM ||
+	       op == PX_OP_ACCEPT;
+}
+
+/* ------------------------------------------------------------------ */
+/* Submission                                                           */
+/* ------------------------------------------------------------------ */
+
+/* io_uring_submit, remembering whether SQEs were left behind. */
+static int px_uring_submit(px_uring *u)
+{
+	int rc;
+
+	do {
+		rc = io_uring_submit(&u->ring);
+		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
+		 * early; what follows it is still pending.  (With SQPOLL the
+		 * kernel thread consumes at its own pace: no loop.) */
+	} while (rc > 0 && io_uring_sq_ready(&u->ring) &&
+		 !(u->ring.flags & IORING_SETUP_SQPOLL));
+	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR) {
+		u->submit_stuck = true;
+		return 0;
+	}
+	u->submit_stuck = false;
+	return rc < 0 ? rc : 0;
+}
+
+struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve)
+{
+	if (io_uring_sq_space_left(&u->ring) <= reserve) {
+		px_uring_submit(u);
+		if (io_uring_sq_space_left(&u->ring) <= reserve)
+			return NULL;
+	}
+	return io_uring_get_sqe(&u->ring);
+}
+
+void px_uring_kick(px_uring *u)
+{
+	if (u->leader_waiting && io_uring_sq_ready(&u->ring))
+		px_uring_submit(u);
+}
+
+/* Fill sqe with r's operation (the part from r->done on). */
+static void px_uring_prep_op(px_result *r, struct io_uring_sqe *sqe)
+{
+	struct px_uring_priv *pr = px_priv(r);
+	px_completion *c = &r->c;
+	char *buf = (char *)c->buf + r->done;
+	size_t left = c->len - r->done;
+	unsigned n = left > PX_URING_MAX_RW ? PX_URING_MAX_RW : (unsigned)left;
+
+	switch (c->op) {
+	case PX_OP_READ_STREAM:
+		io_uring_prep_read(sqe, c->fd, buf, n, (uint64_t)-1);
+		break;
+	case PX_OP_WRITE_STREAM:
+		pr->as_send = !pr->fe->notsock;
+		if (pr->as_send)
+			io_uring_prep_send(sqe, c->fd, buf, n, MSG_NOSIGNAL);
+		else
+			io_uring_prep_write(sqe, c->fd, buf, n, (uint64_t)-1);
+		break;
+	case PX_OP_READ_FILE:
+		io_uring_prep_read(sqe, c->fd, buf, n, c->offset);
+		break;
+	case PX_OP_WRITE_FILE:
+		io_uring_prep_write(sqe, c->fd, buf, n, c->offset);
+		break;
+	case PX_OP_READ_DGRAM:
+	case PX_OP_WRITE_DGRAM:
+		memset(&pr->msg, 0, sizeof(pr->msg));
+		pr->iov.iov_base = c->buf;
+		pr->iov.iov_len = n;
+		pr->msg.msg_iov = &pr->iov;
+		pr->msg.msg_iovlen = 1;
+		if (c->op == PX_OP_READ_DGRAM) {
+			pr->msg.msg_name = &c->addr;
+			pr->msg.msg_namelen = sizeof(c->addr);
+			io_uring_prep_recvmsg(sqe, c->fd, &pr->msg, 0);
+		} else {
+			pr->msg.msg_name = c->addrlen ? &c->addr : NULL;
+			pr->msg.msg_namelen = c->addrlen;
+			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg, MSG_NOSIGNAL);
+		}
+		break;
+	case PX_OP_ACCEPT:
+		c->addrlen = sizeof(c->addr);
+		io_uring_prep_accept(sqe, c->fd, (struct sockaddr *)&c->addr,
+				     &c->addrlen, SOCK_CLOEXEC);
+		break;
+	case PX_OP_CONNECT:
+		/* The kernel copies the address at submission. */
+		io_uring_prep_connect(sqe, c->fd, (struct sockaddr *)&c->addr,
+				      c->addrlen);
+		break;
+	default:
+		io_uring_prep_nop(sqe);  /* not reached: start refuses these */
+		break;
+	}
+}
+
+/* Put r's next request (the operation, or its readiness poll) into an SQE.
+ * Returns false when no SQE is free. */
+static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
+{
+	struct px_uring_priv *pr = px_priv(r);
+	struct io_uring_sqe *sqe = px_uring_get_sqe(u, reserve);
+
+	if (!sqe)
+		return false;
+	if (pr->want_poll) {
+		unsigned mask = px_uring_dir(r->c.op) == 0 ? POLLIN : POLLOUT;
+		io_uring_prep_poll_add(sqe, r->c.fd, mask);
+		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
+		pr->phase = PX_URING_POLL;
+	} else {
+		px_uring_prep_op(r, sqe);
+		io_uring_sqe_set_data64(sqe, (uintptr_t)r);
+		pr->phase = PX_URING_OP;
+	}
+	return true;
+}
+
+/* Issue r from inside the provider (a resubmission or a new queue head);
+ * without an SQE it waits on u->stalled for the next prepare(). */
+static void px_uring_issue_or_stall(px_uring *u, px_result *r)
+{
+	struct px_uring_priv *pr = px_priv(r);
+
+	if (px_uring_issue(u, r, 0))
+		return;
+	pr->phase = PX_URING_IDLE;
+	pr->slist = PX_URING_STALLED;
+	px_list_push_back(&u->stalled, &pr->slink);
+}
+
+static void px_uring_unstall(px_uring *u, px_result *r)
+{
+	struct px_uring_priv *pr = px_priv(r);
+
+	if (pr->slist == PX_URING_STALLED)
+		px_list_remove(&u->stalled, &pr->slink);
+	else if (pr->slist == PX_URING_CANCEL_STALLED)
+		px_list_remove(&u->cancel_stalled, &pr->slink);
+	pr->slist = PX_URING_NOLIST;
+}
+
+/* Queue an ASYNC_CANCEL for r's request in the kernel.  Returns false when
+ * it has to wait (no SQE, or too many cancels in flight for the CQ). */
+static bool px_uring_send_cancel(px_uring *u, px_result *r)
+{
+	struct px_uring_priv *pr = px_priv(r);
+	struct io_uring_sqe *sqe;
+	uint64_t target = (uintptr_t)r;
+
+	if (u->cancels_inflight >= u->cancel_cap)
+		return false;
+	sqe = px_uring_get_sqe(u, 0);
+	if (!sqe)
+		return false;
+	if (pr->phase == PX_URING_POLL)
+		target |= PX_URING_UD_POLL;
+	io_uring_prep_cancel64(sqe, target, 0);
+	io_uring_sqe_set_data64(sqe, PX_URING_TAG_CANCEL);
+	u->cancels_inflight++;
+	pr->cancel_sent = true;
+	return true;
+}
+
+int px_uring_flush(px_uring *u)
+{
+	px_link *l;
+
+	while ((l = px_list_first(&u->stalled))) {
+		px_result *r = px_result_of_slink(l);
+		if (!px_uring_issue(u, r, 0))
+			break;
+		px_uring_unstall(u, r);
+	}
+	while ((l = px_list_first(&u->cancel_stalled))) {
+		px_result *r = px_result_of_slink(l);
+		if (!px_uring_send_cancel(u, r))
+			break;
+		px_uring_unstall(u, r);
+	}
+	if (!io_uring_sq_ready(&u->ring))
+		return 0;
+	return px_uring_submit(u);
+}
+
+/* ------------------------------------------------------------------ */
+/* Per-descriptor queues                                                */
+/* ------------------------------------------------------------------ */
+
+/* The queue entry of fd, created on first use (kept until destroy, as the
+ * descriptor number is likely to be used again).  NULL when out of memory. */
+static px_uring_fd *px_uring_fd_get(px_uring *u, int fd)
+{
+	if (fd >= u->nfds) {
+		int n = u->nfds ? u->nfds : 64;
+		while (n <= fd && n <= INT_MAX / 2)
+			n *= 2;
+		if (n <= fd)
+			return NULL;
+		px_uring_fd **t = realloc(u->fds, (size_t)n * sizeof(*t));
+		if (!t)
+			return NULL;
+		memset(t + u->nfds, 0, (size_t)(n - u->nfds) * sizeof(*t));
+		u->fds = t;
+		u->nfds = n;
+	}
+	if (!u->fds[fd]) {
+		px_uring_fd *fe = calloc(1, sizeof(*fe));
+		if (!fe)
+			return NULL;
+		px_list_init(&fe->q[0]);
+		px_list_init(&fe->q[1]);
+		u->fds[fd] = fe;
+	}
+	return u->fds[fd];
+}
+
+/* The head of a queue went away: issue the next one. */
+static void px_uring_advance(px_uring *u, px_list *q)
+{
+	px_link *l = px_list_first(q);
+
+	if (l)
+		px_uring_issue_or_stall(u, px_result_of_plink(l));
+}
+
+/* Take r off its queue; if it was the head, the next one goes in. */
+static void px_uring_dequeue(px_uring *u, px_result *r)
+{
+	struct px_uring_priv *pr = px_priv(r);
+	int dir = px_uring_dir(r->c.op);
+
+	if (dir < 0 || !px_link_linked(&r->plink))
+		return;
+	px_list *q = &pr->fe->q[dir];
+	bool head = px_list_first(q) == &r->plink;
+	px_list_remove(q, &r->plink);
+	if (head)
+		px_uring_advance(u, q);
+}
+
+/* ------------------------------------------------------------------ */
+/* Completion                                                           */
+/* ------------------------------------------------------------------ */
+
+/* r is done with res (bytes, or -errno): set its outputs and forget it. */
+static px_result *px_uring_finish(px_uring *u, px_result *r, int res)
+{
+	struct px_uring_priv *pr = px_priv(r);
+	px_completion *c = &r->c;
+
+	px_uring_unstall(u, r);
+	pr->phase = PX_URING_IDLE;
+	pr->fe->inflight--;
+	pr->fe->open_seen = res != -EBADF;
+	if (res >= 0) {
+		size_t bytes = r->done + (size_t)res;
+		int error = 0;
+		switch (c->op) {
+		case PX_OP_ACCEPT:
+			c->new_fd = res;
+			bytes = 0;
+			break;
+		case PX_OP_CONNECT:
+			bytes = 0;
+			break;
+		case PX_OP_READ_DGRAM:
+			c->addrlen = pr->msg.msg_namelen;
+			break;
+		case PX_OP_WRITE_STREAM:
+			/* A cancelled write-all stops short. */
+			if ((r->flags & PX_RF_WRITE_ALL) && bytes < c->len &&
+			    pr->cancel_req)
+				error = ECANCELED;
+			break;
+		default:
+			break;
+		}
+		px_result_finish(r, bytes, error);
+	} else {
+		if (c->op == PX_OP_ACCEPT || c->op == PX_OP_READ_DGRAM)
+			c->addrlen = 0;
+		/* Whatever the descriptor was, it may be something else
+		 * by the next operation. */
+		if (c->op == PX_OP_WRITE_STREAM && res != -ECANCELED)
+			pr->fe->notsock = false;
+		px_result_finish(r, r->done, -res);
+	}
+	px_uring_dequeue(u, r);
+	return r;
+}
+
+px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
+{
+	if (user_data < PX_URING_TAG_MAX) {
+		if (user_data == PX_URING_TAG_NOP)
+			u->intr_queued = false;
+		else if (user_data == PX_URING_TAG_CANCEL)
+			u->cancels_inflight--;
+		return NULL;
+	}
+
+	px_result *r = (px_result *)(uintptr_t)(user_data & ~PX_URING_UD_POLL);
+	struct px_uring_priv *pr = px_priv(r);
+	pr->phase = PX_URING_IDLE;
+
+	if (user_data & PX_URING_UD_POLL) {
+		/* The descriptor is ready (or the poll failed): retry. */
+		if (pr->cancel_req)
+			return px_uring_finish(u, r, -ECANCELED);
+		if (res == -ECANCELED) {
+			/* Its submitter exited (see below): poll again. */
+			px_uring_issue_or_stall(u, r);
+			return NULL;
+		}
+		if (res < 0)
+			return px_uring_finish(u, r, res);
+		pr->want_poll = false;
+		px_uring_issue_or_stall(u, r);
+		return NULL;
+	}
+
+	if (pr->cancel_req) {
+		/* Cancelled while running in io-wq: interrupted by signal. */
+		if (res == -EAGAIN || res == -EINTR || res == -EALREADY)
+			res = -ECANCELED;
+		return px_uring_finish(u, r, res);
+	}
+
+	if (res == -ECANCELED) {
+		/* Nobody asked for this cancel: the thread that submitted
+		 * the request has exited, and the kernel dropped the request
+		 * before performing it (task work that cannot run in that
+		 * thread any more, or io-wq work of that thread).  Submit it
+		 * again from this one. */
+		pr->reissued = true;
+		px_uring_issue_or_stall(u, r);
+		return NULL;
+	}
+	if (r->c.op == PX_OP_CONNECT && pr->reissued) {
+		/* A connect reissued after the above: the first one may have
+		 * got the handshake going, or even through. */
+		if (res == -EISCONN)
+			res = 0;
+		if (res == -EALREADY) {
+			pr->want_poll = true;
+			px_uring_issue_or_stall(u, r);
+			return NULL;
+		}
+	}
+	if (res == -EAGAIN && px_uring_pollable(r->c.op)) {
+		pr->want_poll = true;
+		px_uring_issue_or_stall(u, r);
+		return NULL;
+	}
+	if (res == -ENOTSOCK && r->c.op == PX_OP_WRITE_STREAM && pr->as_send) {
+		pr->fe->notsock = true;
+		px_uring_issue_or_stall(u, r);
+		return NULL;
+	}
+	if (res > 0 && r->c.op == PX_OP_WRITE_STREAM &&
+	    (r->flags & PX_RF_WRITE_ALL) && r->done + (size_t)res < r->c.len) {
+		/* Short write: the rest goes next, still at the head. */
+		r->done += (size_t)res;
+		px_uring_issue_or_stall(u, r);
+		return NULL;
+	}
+	return px_uring_finish(u, r, res);
+}
+
+/* ------------------------------------------------------------------ */
+/* Provider ops                                                         */
+/* ------------------------------------------------------------------ */
+
+static int px_uring_start(px_provider *p, px_result *r)
+{
+	px_uring *u = px_uring_of_prov(p);
+	struct px_uring_priv *pr = px_priv(r);
+	int dir = px_uring_dir(r->c.op);
+	px_list *q = NULL;
+
+	if (dir == -2)
+		return -EOPNOTSUPP;
+	if (r->c.fd < 0)
+		return -EBADF;
+	memset(pr, 0, sizeof(*pr));
+	r->done = 0;
+	pr->fe = px_uring_fd_get(u, r->c.fd);
+	if (!pr->fe)
+		return -ENOMEM;
+	/* A descriptor that is not open is refused at once, as the API says,
+	 * instead of failing later in the completion.  The fcntl costs a
+	 * syscall, as much as the io_uring_enter it shares with the other
+	 * starts, so it is made only for a descriptor not yet seen open
+	 * (see the opening comment). */
+	if (!pr->fe->open_seen && !pr->fe->inflight) {
+		if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+			return -EBADF;
+		pr->fe->open_seen = true;
+	}
+	if (dir >= 0) {
+		q = &pr->fe->q[dir];
+		if (!px_list_empty(q)) {
+			/* Goes in when everything before it is done. */
+			px_list_push_back(q, &r->plink);
+			pr->fe->inflight++;
+			return PX_START_STARTED;
+		}
+	}
+	if (!px_uring_issue(u, r, u->sq_reserve))
+		return PX_START_AGAIN;
+	if (q)
+		px_list_push_back(q, &r->plink);
+	pr->fe->inflight++;
+	px_uring_kick(u);
+	return PX_START_STARTED;
+}
+
+static int px_uring_cancel(px_provider *p, px_result *r)
+{
+	px_uring *u = px_uring_of_prov(p);
+	struct px_uring_priv *pr = px_priv(r);
+
+	if (pr->phase == PX_URING_IDLE) {
+		/* Not in the kernel: forget it now. */
+		pr->cancel_req = true;
+		px_uring_finish(u, r, -ECANCELED);
+		px_uring_kick(u);
+		return PX_CANCEL_DONE;
+	}
+	pr->cancel_req = true;
+	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
+		if (px_uring_send_cancel(u, r)) {
+			px_uring_kick(u);
+		} else {
+			pr->slist = PX_URING_CANCEL_STALLED;
+			px_list_push_back(&u->cancel_stalled, &pr->slink);
+		}
+	}
+	return PX_CANCEL_PENDING;
+}
+
+static void px_uring_destroy(px_provider *p)
+{
+	px_uring *u = px_uring_of_prov(p);
+
+	io_uring_queue_exit(&u->ring);
+	for (int i = 0; i < u->nfds; i++)
+		free(u->fds[i]);
+	free(u->fds);
+	free(u);
+}
+
+static unsigned px_pow2(unsigned v)
+{
+	unsigned n = 1;
+
+	while (n < v && n < (1u << 31))
+		n <<= 1;
+	return n;
+}
+
+/* Every opcode a start, cancel or interrupt may put in the ring. */
+static const uint8_t px_uring_opcodes[] = {
+	IORING_OP_NOP, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_SEND,
+	IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_ACCEPT,
+	IORING_OP_CONNECT, IORING_OP_ASYNC_CANCEL, IORING_OP_POLL_ADD,
+};
+
+static int px_uring_probe(px_uring *u)
+{
+	struct io_uring_probe *probe = io_uring_get_probe_ring(&u->ring);
+	int rc = 0;
+
+	if (!probe)
+		return -ENOSYS;  /* no IORING_REGISTER_PROBE (before 5.6) */
+	for (size_t i = 0; i < sizeof(px_uring_opcodes); i++) {
+		if (!io_uring_opcode_supported(probe, px_uring_opcodes[i]))
+			rc = -ENOSYS;
+	}
+	io_uring_free_probe(probe);
+	return rc;
+}
+
+/* Set the ring up, asking less of the kernel while it refuses: optional
+ * flags go on EINVAL (older kernels), CQ size halves on ENOMEM (kernels
+ * before 5.12 charge the rings to RLIMIT_MEMLOCK, 64 KiB by default). */
+static int px_uring_setup(px_uring *u, unsigned entries, unsigned flags,
+			  unsigned cq, struct io_uring_params *prm)
+{
+	static const unsigned optional[] = {
+		IORING_SETUP_COOP_TASKRUN, IORING_SETUP_SUBMIT_ALL,
+	};
+	size_t dropped = 0;
+	int rc;
+
+	for (;;) {
+		memset(prm, 0, sizeof(*prm));
+		prm->flags = flags;
+		prm->cq_entries = cq;
+		rc = io_uring_queue_init_params(entries, &u->ring, prm);
+		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
+			flags &= ~optional[dropped++];
+		else if (rc == -ENOMEM && cq > 2 * px_pow2(entries))
+			cq /= 2;
+		else
+			return rc;
+	}
+}
+
+static int px_uring_create(const px_processor_config *cfg, px_provider **out)
+{
+	unsigned entries = cfg->ring_entries ? cfg->ring_entries
+					     : PX_URING_DEFAULT_ENTRIES;
+	struct io_uring_params prm;
+	unsigned flags, sq, cq;
+	int rc;
+
+	if (entries > 32768)
+		entries = 32768;  /* IORING_MAX_ENTRIES */
+	sq = px_pow2(entries);
+	/* The CQ bounds what can be in flight (one CQE each, plus the cancels,
+	 * at most sq at a time, and the interrupt); the SQ only what is
+	 * started between two submits.  So the CQ is large even for a small
+	 * SQ: a small max_aio starves an application whose pending reads wait
+	 * for writes that cannot start. */
+	if (cfg->max_aio)
+		cq = px_pow2(cfg->max_aio + sq + 2);
+	else
+		cq = PX_URING_DEFAULT_CQ;
+	if (cq < 4 * sq)
+		cq = 4 * sq;
+
+	px_uring *u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+
+	flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
+	if (cfg->ring_flags & PX_RING_COOP_TASKRUN)
+		flags |= IORING_SETUP_COOP_TASKRUN;
+	if (cfg->ring_flags & PX_RING_SQPOLL)
+		flags |= IORING_SETUP_SQPOLL;
+	rc = px_uring_setup(u, entries, flags, cq, &prm);
+	if (rc < 0) {
+		/* ENOSYS: no io_uring; EPERM: kernel.io_uring_disabled (6.6)
+		 * or seccomp; ENOMEM: out of memory or memlock. */
+		free(u);
+		return rc;
+	}
+	if (!(prm.features & IORING_FEAT_EXT_ARG)) {
+		rc = -ENOSYS;
+		goto fail;
+	}
+	rc = px_uring_probe(u);
+	if (rc < 0)
+		goto fail;
+
+	sq = u->ring.sq.ring_entries;
+	cq = u->ring.cq.ring_entries;
+	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
+	u->cancel_cap = sq;
+	px_list_init(&u->stalled);
+	px_list_init(&u->cancel_stalled);
+
+	u->intr.ops = &px_intr_uring_ops;
+	u->intr.fd = -1;
+	u->intr.wait_mask = NULL;
+	u->wait.ops = &px_wait_uring_ops;
+	u->wait.intr = &u->intr;
+
+	u->prov.ops = &px_provider_uring_ops;
+	u->prov.wait = &u->wait;
+	u->prov.ops_mask = PX_OPS_IO;
+	u->prov.flags = PX_PF_START_ANY_THREAD;
+	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : cq - u->cancel_cap - 2;
+	u->prov.priv_size = sizeof(struct px_uring_priv);
+	*out = &u->prov;
+	return 0;
+
+fail:
+	io_uring_queue_exit(&u->ring);
+	free(u);
+	return rc;
+}
+
+const px_provider_ops px_provider_uring_ops = {
+	.name = "uring",
+	.create = px_uring_create,     /* ring, probe, wait and interrupt */
+	.destroy = px_uring_destroy,   /* io_uring_queue_exit and the fd table */
+	.start = px_uring_start,       /* fill an SQE, or queue behind the fd's head */
+	.cancel = px_uring_cancel,     /* drop a queued op, or ASYNC_CANCEL */
+};

@@ -1,0 +1,162 @@
+/*
+ * uring.c - the io_uring wait strategy and its native interrupt.
+ *
+ * prepare() (leader, locked) submits every SQE the starts left in the ring,
+ * in one io_uring_enter, and marks the leader as waiting; from then on a
+ * start or cancel made by another thread submits its own SQE (see
+ * providers/uring.c).  wait() (leader, unlocked) only waits for CQEs:
+ * io_uring_wait_cqe, or io_uring_wait_cqe_timeout, which with
+ * IORING_FEAT_EXT_ARG (5.11, checked at create) hands the timeout to
+ * io_uring_enter.  In liburing 2.3 neither reads the SQ's sqe_head/sqe_tail
+ * (the fields the locked starters move) and both enter with to_submit 0,
+ * so the wait never submits or takes an SQE.  Other threads never touch the
+ * CQ side; only the leader advances its head, in next_completed() (locked).
+ *
+ * The interrupt is a NOP sent through the ring itself.  Its CQE wakes the
+ * leader's io_uring_enter like any completion, and next_completed()
+ * swallows it (user_data PX_URING_TAG_NOP), so nothing reaches the
+ * completed queue and drain has nothing to do.  A NOP rather than
+ * IORING_OP_MSG_RING (5.18): it exists since 5.1, completes inline in the
+ * interrupting thread's io_uring_enter, and MSG_RING's only advantage,
+ * posting into another ring, is not needed.  Cost control:
+ *   - while a NOP is in flight (intr_queued), more interrupts do nothing;
+ *   - when no leader is waiting yet, no NOP at all: a flag makes the next
+ *     wait return at once without entering the kernel.
+ * If the SQ is full and cannot be submitted (EAGAIN/EBUSY from the kernel),
+ * the interrupt falls back to that flag, which the leader sees only after
+ * its current wait.
+ *
+ * This file has two ops tables, the wait's and the interrupt's: they are
+ * one mechanism and share the ring.
+ */
+#include <time.h>
+
+#include "../providers/uring.h"
+
+/* How long the leader waits before retrying a submit the kernel refused
+ * with EAGAIN or EBUSY. */
+#define PX_URING_STUCK_MS 10
+
+static void px_uring_wait_destroy(px_wait *w)
+{
+	(void)w;  /* embedded in the provider, which frees it */
+}
+
+static int px_uring_prepare(px_wait *w, px_list *started)
+{
+	px_uring *u = px_uring_of_wait(w);
+	int rc;
+
+	(void)started;  /* the kernel already knows every started operation */
+	rc = px_uring_flush(u);
+	u->wait_short = u->submit_stuck;
+	if (u->intr_deferred) {
+		u->intr_deferred = false;
+		u->skip_wait = true;
+	}
+	u->leader_waiting = true;
+	return rc;
+}
+
+static int px_uring_wait(px_wait *w, int timeout_ms)
+{
+	px_uring *u = px_uring_of_wait(w);
+	struct io_uring_cqe *cqe;
+	int rc;
+
+	if (u->skip_wait) {
+		u->skip_wait = false;
+		timeout_ms = 0;
+	}
+	if (u->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
+		timeout_ms = PX_URING_STUCK_MS;
+
+	if (timeout_ms == 0) {
+		rc = io_uring_peek_cqe(&u->ring, &cqe);
+	} else if (timeout_ms < 0) {
+		rc = io_uring_wait_cqe(&u->ring, &cqe);
+	} else {
+		struct __kernel_timespec ts = {
+			.tv_sec = timeout_ms / 1000,
+			.tv_nsec = (long long)(timeout_ms % 1000) * 1000000,
+		};
+		rc = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+	}
+	if (rc == -ETIME || rc == -EAGAIN)
+		return 0;
+	if (rc < 0)
+		return rc;  /* -EINTR included: an ordinary wake-up */
+	return (int)io_uring_cq_ready(&u->ring);
+}
+
+static px_result *px_uring_next_completed(px_wait *w)
+{
+	px_uring *u = px_uring_of_wait(w);
+	struct io_uring_cqe *cqe;
+
+	u->leader_waiting = false;
+	while (io_uring_peek_cqe(&u->ring, &cqe) == 0 && cqe) {
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		int res = cqe->res;
+
+		io_uring_cqe_seen(&u->ring, cqe);
+		px_result *r = px_uring_complete(u, ud, res);
+		if (r)
+			return r;
+	}
+	return NULL;
+}
+
+const px_wait_ops px_wait_uring_ops = {
+	.name = "uring",
+	.destroy = px_uring_wait_destroy,          /* nothing: lives in the provider */
+	.on_start = NULL,                          /* the SQE says it all */
+	.prepare = px_uring_prepare,               /* submit pending SQEs in one enter */
+	.wait = px_uring_wait,                     /* wait for CQEs only, never submit */
+	.next_completed = px_uring_next_completed, /* reap one CQE -> result */
+};
+
+/* ------------------------------------------------------------------ */
+/* Native interrupt                                                     */
+/* ------------------------------------------------------------------ */
+
+static void px_uring_intr_destroy(px_intr *in)
+{
+	(void)in;  /* embedded in the provider */
+}
+
+static void px_uring_intr_interrupt(px_intr *in)
+{
+	px_uring *u = px_uring_of_intr(in);
+	struct io_uring_sqe *sqe;
+
+	if (u->intr_queued)
+		return;
+	if (!u->leader_waiting) {
+		u->intr_deferred = true;
+		return;
+	}
+	sqe = px_uring_get_sqe(u, 0);
+	if (!sqe) {
+		u->intr_deferred = true;
+		return;
+	}
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, PX_URING_TAG_NOP);
+	u->intr_queued = true;
+	px_uring_kick(u);
+}
+
+static void px_uring_intr_drain(px_intr *in)
+{
+	(void)in;  /* next_completed already swallowed the NOP's CQE */
+}
+
+const px_intr_ops px_intr_uring_ops = {
+	.name = "native",
+	.destroy = px_uring_intr_destroy,     /* nothing: lives in the provider */
+	.interrupt = px_uring_intr_interrupt, /* NOP through the ring, or a flag */
+	.leader_activated = NULL,
+	.leader_deactivated = NULL,
+	.drain = px_uring_intr_drain,         /* nothing to consume */
+};
