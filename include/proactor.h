@@ -30,6 +30,14 @@
 extern "C" {
 #endif
 
+/* Marks the library's exported functions (it is built with hidden
+ * visibility by default; libproactor.map lists px_* as its interface). */
+#if defined(__GNUC__)
+#define PX_API __attribute__((visibility("default")))
+#else
+#define PX_API
+#endif
+
 #define PX_VERSION_MAJOR 0
 #define PX_VERSION_MINOR 1
 
@@ -190,13 +198,13 @@ typedef struct px_config {
  * Returns 0, or -EINVAL with a message naming the valid choices written to
  * err (if err is not NULL and errlen > 0; always NUL-terminated).
  */
-int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen);
+PX_API int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen);
 
 /*
  * px_config_format - write the canonical text form of cfg to buf.
  * Returns the length the full text needs (like snprintf), or -EINVAL.
  */
-int px_config_format(const px_config *cfg, char *buf, size_t len);
+PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
 
 /* ------------------------------------------------------------------ */
 /* Life cycle                                                           */
@@ -214,10 +222,10 @@ int px_config_format(const px_config *cfg, char *buf, size_t len);
  *   -ENOSYS  the engine is not built in or this kernel lacks it;
  *   -ENOMEM, or another -errno from the operating system.
  */
-int px_create(px_proactor **out, const char *text, char *err, size_t errlen);
+PX_API int px_create(px_proactor **out, const char *text, char *err, size_t errlen);
 
 /* px_create_config - as px_create, from a struct. */
-int px_create_config(px_proactor **out, const px_config *cfg, char *err,
+PX_API int px_create_config(px_proactor **out, const px_config *cfg, char *err,
 		     size_t errlen);
 
 /*
@@ -229,14 +237,14 @@ int px_create_config(px_proactor **out, const px_config *cfg, char *err,
  * start further operations.  Returns 0, or -EBUSY if threads are still inside
  * px_handle_events() (nothing is freed then).
  */
-int px_destroy(px_proactor *px);
+PX_API int px_destroy(px_proactor *px);
 
 /*
  * px_engine_name - the canonical configuration text of the engine this
  * proactor runs, e.g. "provider=uring wait=uring interrupt=native
  * processor=shared max_aio=4096".  Valid until px_destroy.
  */
-const char *px_engine_name(const px_proactor *px);
+PX_API const char *px_engine_name(const px_proactor *px);
 
 /*
  * px_handle_events - run the event loop once from the calling thread.
@@ -249,14 +257,14 @@ const char *px_engine_name(const px_proactor *px);
  * Returns the number of callbacks run (> 0), 0 if the timeout passed with
  * nothing to do, or -ESHUTDOWN once px_stop() was called.
  */
-int px_handle_events(px_proactor *px, int timeout_ms);
+PX_API int px_handle_events(px_proactor *px, int timeout_ms);
 
 /*
  * px_stop - make every px_handle_events() call return -ESHUTDOWN as soon as
  * it has finished the callback it runs, now and from now on.  Completions
  * stay queued for px_destroy.  Returns 0.
  */
-int px_stop(px_proactor *px);
+PX_API int px_stop(px_proactor *px);
 
 /* ------------------------------------------------------------------ */
 /* Operations                                                           */
@@ -283,30 +291,30 @@ int px_stop(px_proactor *px);
 
 /* Read up to len bytes from a socket or pipe.  bytes == 0 means end of
  * stream. */
-int px_read_stream(px_proactor *px, int fd, void *buf, size_t len,
+PX_API int px_read_stream(px_proactor *px, int fd, void *buf, size_t len,
 		   px_callback *cb, void *user);
 
 /* Write up to len bytes to a socket or pipe; may complete with fewer. */
-int px_write_stream(px_proactor *px, int fd, const void *buf, size_t len,
+PX_API int px_write_stream(px_proactor *px, int fd, const void *buf, size_t len,
 		    px_callback *cb, void *user);
 
 /* Write all len bytes; completes when all are written or on error (bytes
  * then says how many were written). */
-int px_write_stream_all(px_proactor *px, int fd, const void *buf, size_t len,
+PX_API int px_write_stream_all(px_proactor *px, int fd, const void *buf, size_t len,
 			px_callback *cb, void *user);
 
 /* Read or write a file at an offset. */
-int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
+PX_API int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
 		 uint64_t offset, px_callback *cb, void *user);
-int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
+PX_API int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
 		  uint64_t offset, px_callback *cb, void *user);
 
 /* Receive one datagram; the sender is in c->addr.  len may be 0. */
-int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
+PX_API int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
 		  px_callback *cb, void *user);
 
 /* Send one datagram to addr (NULL/0 on a connected socket). */
-int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
+PX_API int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 		   const struct sockaddr *addr, socklen_t addrlen,
 		   px_callback *cb, void *user);
 
@@ -315,11 +323,11 @@ int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
  * poll, epoll) put a blocking listening socket in non-blocking mode and
  * leave it so, since a connection reset between readiness and accept must
  * not block the thread. */
-int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
+PX_API int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
 
 /* Connect a socket to addr.  The socket's file status flags are the same
  * after completion as before. */
-int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
+PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 	       socklen_t addrlen, px_callback *cb, void *user);
 
 /*
@@ -327,7 +335,7 @@ int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
  * thread inside px_handle_events (a sleeping one is woken).
  * Returns 0, -EINVAL (cb NULL), -ENOMEM or -ESHUTDOWN.
  */
-int px_post(px_proactor *px, px_callback *cb, void *user);
+PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
 
 /*
  * px_cancel - cancel every pending operation started on fd.
@@ -336,31 +344,31 @@ int px_post(px_proactor *px, px_callback *cb, void *user);
  * Returns how many operations the cancel was requested for (0 if none), or
  * -EBADF for a negative fd.
  */
-int px_cancel(px_proactor *px, int fd);
+PX_API int px_cancel(px_proactor *px, int fd);
 
 /*
  * px_timer_start - call cb (op PX_OP_TIMER, error 0) once, no earlier than
  * delay_ns nanoseconds from now.  Returns the timer id (> 0), or -EINVAL,
  * -ENOMEM, -ESHUTDOWN.
  */
-int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
+PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 		       void *user);
 
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
  * ECANCELED.  Returns 0, or -ENOENT if it already fired or never existed.
  */
-int px_timer_cancel(px_proactor *px, int64_t id);
+PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
 /* ------------------------------------------------------------------ */
 /* Miscellany                                                           */
 /* ------------------------------------------------------------------ */
 
 /* px_strerror - text for a negative (or positive) errno value. Never NULL. */
-const char *px_strerror(int err);
+PX_API const char *px_strerror(int err);
 
 /* px_op_name - "read_stream", "accept", ... or "unknown". */
-const char *px_op_name(px_op op);
+PX_API const char *px_op_name(px_op op);
 
 #ifdef __cplusplus
 }
