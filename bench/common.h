@@ -45,12 +45,14 @@ typedef struct bench_opts {
 	bool delay_sleep;       /* -z: sleep instead of spinning */
 	double seconds;         /* -i */
 	const char *engine;     /* -e (proactor_test only); NULL = "auto" */
+	bool blocking;          /* -b (proactor_test only): leave sockets
+	                           blocking instead of O_NONBLOCK */
 	bool check;             /* --check */
 	bool verify;            /* --verify: check every echoed byte */
 } bench_opts;
 
 /* Parse argv into *o.  prog names the program in messages; with_engine
- * allows -e.  Prints the usage and exits 2 on a bad flag, 0 on -h. */
+ * allows -e and -b.  Prints the usage and exits 2 on a bad flag, 0 on -h. */
 void bench_parse(bench_opts *o, int argc, char **argv, const char *prog,
 		 bool with_engine);
 
@@ -77,12 +79,13 @@ int bench_socket(bool nonblock);
  * Returns 0 or -1 with a message on stderr. */
 int bench_tune(int fd, bool nonblock);
 
-/* Block SIGINT in the calling thread and every thread it creates later.
- * Call before creating threads. */
-void bench_block_sigint(void);
+/* Block SIGINT in the calling thread and every thread it creates later
+ * (bench_wait_run takes it), and ignore SIGPIPE (a write to a socket whose
+ * peer is gone fails with EPIPE instead).  Call before creating threads. */
+void bench_signals(void);
 
 /* Wait until o->seconds have passed or SIGINT arrives (the signal must be
- * blocked, see bench_block_sigint).  Returns true if interrupted. */
+ * blocked, see bench_signals).  Returns true if interrupted. */
 bool bench_wait_run(const bench_opts *o);
 
 /* ---- the client's window ------------------------------------------- */
@@ -152,8 +155,14 @@ static inline void bench_ring_drained(bench_ring *r, size_t n)
 {
 	r->head = (r->head + n) % r->cap;
 	r->len -= n;
+}
+
+/* When empty, start again at the beginning, so reads stay whole blocks.
+ * Only while no read is in flight into the ring. */
+static inline void bench_ring_rewind(bench_ring *r)
+{
 	if (r->len == 0)
-		r->head = 0;    /* keep reads whole blocks when it can */
+		r->head = 0;
 }
 
 /* ---- results ---------------------------------------------------------- */
