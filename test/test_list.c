@@ -258,6 +258,7 @@ static void many_elements(void **state)
 /* Debug checks                                                         */
 /* ------------------------------------------------------------------ */
 
+#ifndef NDEBUG
 /* Run fn in a child; true if the child was stopped by a signal (the
  * failed assertion's abort). */
 static bool dies(void (*fn)(void))
@@ -321,6 +322,8 @@ static void correct_use(void)
 	px_list_remove(&a, &it[0].link);
 	px_list_push_front(&a, &it[0].link);
 }
+
+#endif /* !NDEBUG */
 
 static void debug_checks_catch_misuse(void **state)
 {
