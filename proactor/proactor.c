@@ -125,7 +125,13 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 		 * readiness engine over epoll works everywhere on Linux. */
 		px_config fb;
 		if (px_config_preset(&fb, "epoll") == 0) {
+			/* Keep what the user said that is not about the
+			 * mechanism. */
 			fb.followers = cfg.followers;
+			fb.primary.processor = cfg.primary.processor;
+			fb.primary.max_aio = cfg.primary.max_aio;
+			fb.primary.ops = cfg.primary.ops;
+			fb.secondary = cfg.secondary;
 			if (px_config_resolve(&fb, err, errlen) == 0)
 				rc = px_build(out, &fb, err, errlen);
 		}
