@@ -9,7 +9,10 @@
  *
  * Locking: one mutex per proactor.  Unless a slot says otherwise, every
  * function below is called with that mutex held.  The only slot called
- * without it is px_wait_ops.wait (the leader's wait in the OS).
+ * without it is px_wait_ops.wait (the leader's wait in the OS).  A provider
+ * given the mutex (px_provider.lock) may also release it inside its start
+ * and its wait's next_completed, around a system call, and retakes it
+ * before returning (the readiness provider does: see providers/select.c).
  *
  * Nothing here is exported from the shared library.
  */
@@ -312,6 +315,12 @@ struct px_provider {
 	unsigned flags;            /* PX_PF_START_ANY_THREAD, PX_PF_START_INTERRUPT */
 	unsigned max_aio;          /* in flight at once (> 0) */
 	size_t priv_size;          /* private bytes per result */
+	pthread_mutex_t *lock;     /* the proactor mutex; set by the processor
+	                              after create.  start() and next_completed()
+	                              may release it around a system call, and
+	                              must retake it before returning, after
+	                              claiming under it what the call works on
+	                              (see providers/select.c). */
 };
 
 /* The providers built into this library (config/registry.c). */

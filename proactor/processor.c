@@ -74,6 +74,8 @@ int px_processor_start(px_processor *p, px_result *r)
 	if (p->wait->ops->on_start)
 		p->wait->ops->on_start(p->wait, r);
 	int rc = p->prov->ops->start(p->prov, r);
+	/* start() may have released the mutex: look again. */
+	was_idle = !px_processor_has_work(p);
 	switch (rc) {
 	case PX_START_STARTED:
 		r->state = PX_RS_STARTED;
@@ -307,6 +309,7 @@ int px_processor_create(struct px_proactor *px, int index,
 		free(p);
 		return rc;
 	}
+	p->prov->lock = &px->lock;
 	p->px = px;
 	p->index = index;
 	p->wait = p->prov->wait;

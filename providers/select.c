@@ -10,9 +10,38 @@
  * read_dgram, accept; write: write_stream, write_dgram, connect) and the
  * wait strategy watches the descriptor.  When it is ready the leader
  * performs the call for the queue head, and for the next ones while they
- * finish.  All I/O runs under the proactor mutex and
- * only a queue head is ever tried, so a stream's bytes go in start order
- * whatever the number of threads.
+ * finish.  Only a queue head is ever tried, and only by one thread at a
+ * time, so a stream's bytes go in start order whatever the number of
+ * threads.
+ *
+ * The system calls run without the proactor mutex (a change to the locking
+ * model of DESIGN.md: with the mutex held, a second thread in
+ * px_handle_events spent its time blocked behind the leader's recv/send).
+ * The rule is claim, then unlock:
+ *  - Under the mutex, the results about to be worked on are marked busy
+ *    (sel_priv.busy) and their direction too (px_sel_fd.busy).  They stay
+ *    on their queue, so a start in that direction finds it non-empty and
+ *    queues behind them instead of trying at once.  A busy direction is
+ *    not armed in epoll; whoever holds the claim arms it when letting go.
+ *  - The mutex is released around the calls.  The calls use a private copy
+ *    of the entry's kind and flags (px_sel_io) and write only the claimed
+ *    results: nobody else touches those while they are busy.  Entries are
+ *    never freed or moved before destroy, so pointers to them survive the
+ *    unlock (the table of pointers may grow meanwhile).
+ *  - With the mutex retaken, each claimed result is let go: finished (data,
+ *    end of stream, an error) it leaves its queue for the done list; not
+ *    ready, it stays at the head and the descriptor is re-armed, unless a
+ *    cancel came meanwhile, which then completes it with ECANCELED (bytes
+ *    moved so far).  A cancel of a busy result only marks it and answers
+ *    PX_CANCEL_PENDING: the result is still on the processor's started
+ *    list, and the leader hands it out through next_completed.
+ *  - start() claims the new result alone (at the head of its empty queue).
+ *    If it finishes and starts queued behind it meanwhile, the descriptor
+ *    is armed for them (or, where it cannot be armed, they are done there
+ *    and the leader is interrupted to hand them out).
+ *  - The leader (next_completed, the only caller of px_sel_claim/run)
+ *    claims the ready heads of every descriptor reported by one wait, up to
+ *    CLAIM_MAX a queue, then one unlock for all of their calls.
  *
  * Quirks:
  *  - Sockets use recv/send/recvfrom/sendto with MSG_DONTWAIT, so a blocking
@@ -66,18 +95,31 @@ enum {
 /* px_sel_fd.flags */
 #define FDF_NONBLOCK_OK 0x1u /* accept: listener known to be O_NONBLOCK */
 
+/* Claimed queue heads tried per direction and event, at most. */
+#define CLAIM_MAX 16
+
 /* Where a started result is (sel_priv.at). */
 enum { AT_NONE = 0, AT_QUEUE, AT_DONE };
 
 /* Progress of a connect (sel_priv.conn). */
 enum { CONN_NEW = 0, CONN_PENDING };
 
-/* Per result private space. */
+/* Per result private space.  busy, cnext and res belong to the thread
+ * that claimed the result (see the opening comment); cancel is set under
+ * the mutex by anyone. */
 struct sel_priv {
 	uint8_t at;
-	uint8_t dir;    /* queue it is on, while AT_QUEUE */
+	uint8_t dir;       /* queue it is on, while AT_QUEUE */
 	uint8_t conn;
+	uint8_t write_all; /* PX_RF_WRITE_ALL, copied at start: r->flags is
+	                      written by cancel while we may run unlocked */
+	uint8_t busy;      /* claimed: a thread works on it without the mutex */
+	uint8_t cancel;    /* a cancel came while busy */
+	uint8_t res;       /* batch: RES_UNTRIED or the try's TRY_* + 1 */
+	px_result *cnext;  /* batch: next claimed result of the same queue */
 };
+
+#define RES_UNTRIED 0
 
 /* Outcome of one attempt at a queue head. */
 enum {
@@ -93,6 +135,7 @@ struct px_sel {
 	size_t nfds;
 	px_list active;       /* entries with something queued (alink) */
 	px_list done;         /* finished, for next_completed (plink) */
+	px_sel_fd *batch;     /* leader: entries claimed from one wait (bnext) */
 };
 
 static px_sel *to_sel(px_provider *p)
@@ -126,12 +169,31 @@ static bool fd_closed(int fd)
 	return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
 }
 
+/* A descriptor's copy for I/O without the mutex (see select.h). */
+typedef px_sel_io sel_io;
+
+static void io_load(sel_io *io, const px_sel_fd *e)
+{
+	io->fd = e->fd;
+	io->kind = e->kind;
+	io->flags = e->flags;
+}
+
+/* Mutex held.  The entry is not idle (a claimed result is queued), so
+ * nothing was forgotten meanwhile; later kinds only refine earlier ones. */
+static void io_store(px_sel_fd *e, const sel_io *io)
+{
+	if (io->kind > e->kind)
+		e->kind = io->kind;
+	e->flags |= io->flags;
+}
+
 /* ------------------------------------------------------------------ */
 /* Streams that are not sockets                                         */
 /* ------------------------------------------------------------------ */
 
 /* e said ENOTSOCK: is it a file (always ready) or something to wait on? */
-static int classify(px_sel_fd *e)
+static int classify(sel_io *e)
 {
 	struct stat st;
 
@@ -145,7 +207,7 @@ static int classify(px_sel_fd *e)
 }
 
 /* The kernel refused RWF_NOWAIT: go by the file status flags. */
-static int downgrade(px_sel_fd *e)
+static int downgrade(sel_io *e)
 {
 	int fl = fcntl(e->fd, F_GETFL);
 
@@ -172,7 +234,7 @@ static int poll_now(int fd, short events)
 }
 
 /* Bytes read, or -errno (-EAGAIN: not ready). */
-static ssize_t other_read(px_sel_fd *e, void *buf, size_t len)
+static ssize_t other_read(sel_io *e, void *buf, size_t len)
 {
 	for (;;) {
 		struct iovec iov = { .iov_base = buf, .iov_len = len };
@@ -206,7 +268,7 @@ static ssize_t other_read(px_sel_fd *e, void *buf, size_t len)
 	}
 }
 
-static ssize_t other_write_raw(px_sel_fd *e, const void *buf, size_t len)
+static ssize_t other_write_raw(sel_io *e, const void *buf, size_t len)
 {
 	for (;;) {
 		struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
@@ -244,7 +306,7 @@ static ssize_t other_write_raw(px_sel_fd *e, const void *buf, size_t len)
 /* Bytes written, or -errno.  A pipe without reader raises SIGPIPE on
  * write(2); keep it blocked in this thread for the call and take it off the
  * pending set again unless it was pending before. */
-static ssize_t other_write(px_sel_fd *e, const void *buf, size_t len)
+static ssize_t other_write(sel_io *e, const void *buf, size_t len)
 {
 	sigset_t pipe_set, old, pend;
 	bool was_pending = false;
@@ -271,7 +333,7 @@ static ssize_t other_write(px_sel_fd *e, const void *buf, size_t len)
 /* One attempt per operation                                            */
 /* ------------------------------------------------------------------ */
 
-static int try_read_stream(px_sel_fd *e, px_result *r)
+static int try_read_stream(sel_io *e, px_result *r)
 {
 	ssize_t n;
 
@@ -303,7 +365,7 @@ out:
 	return n && (size_t)n < r->c.len ? TRY_DONE_STOP : TRY_DONE;
 }
 
-static int try_write_stream(px_sel_fd *e, px_result *r)
+static int try_write_stream(sel_io *e, px_result *r)
 {
 	for (;;) {
 		const char *buf = (const char *)r->c.buf + r->done;
@@ -334,7 +396,7 @@ got:
 			return TRY_DONE;
 		}
 		r->done += (size_t)n;
-		if (r->done < r->c.len && (r->flags & PX_RF_WRITE_ALL)) {
+		if (r->done < r->c.len && priv(r)->write_all) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
 			if (e->kind == KIND_SOCKET || n == 0)
@@ -346,7 +408,7 @@ got:
 	}
 }
 
-static int try_read_dgram(px_sel_fd *e, px_result *r)
+static int try_read_dgram(sel_io *e, px_result *r)
 {
 	socklen_t alen = sizeof(r->c.addr);
 	ssize_t n;
@@ -367,7 +429,7 @@ static int try_read_dgram(px_sel_fd *e, px_result *r)
 	return TRY_DONE;
 }
 
-static int try_write_dgram(px_sel_fd *e, px_result *r)
+static int try_write_dgram(sel_io *e, px_result *r)
 {
 	const struct sockaddr *to =
 		r->c.addrlen ? (const struct sockaddr *)&r->c.addr : NULL;
@@ -388,7 +450,7 @@ static int try_write_dgram(px_sel_fd *e, px_result *r)
 }
 
 /* accept4 has no MSG_DONTWAIT: the listener itself must be non-blocking. */
-static int listener_nonblock(px_sel_fd *e)
+static int listener_nonblock(sel_io *e)
 {
 	int fl;
 
@@ -403,7 +465,7 @@ static int listener_nonblock(px_sel_fd *e)
 	return 0;
 }
 
-static int try_accept(px_sel_fd *e, px_result *r)
+static int try_accept(sel_io *e, px_result *r)
 {
 	int rc = listener_nonblock(e);
 
@@ -447,7 +509,7 @@ static int try_accept(px_sel_fd *e, px_result *r)
 	}
 }
 
-static int try_connect(px_sel_fd *e, px_result *r)
+static int try_connect(sel_io *e, px_result *r)
 {
 	struct sel_priv *pv = priv(r);
 	int err;
@@ -498,7 +560,7 @@ out:
 	return TRY_DONE;
 }
 
-static int try_op(px_sel_fd *e, px_result *r)
+static int try_op(sel_io *e, px_result *r)
 {
 	switch (r->c.op) {
 	case PX_OP_READ_STREAM:
@@ -571,14 +633,16 @@ static px_sel_fd *get_entry(px_sel *sel, int fd)
 }
 
 /* Bring e's membership of the active list, and its arming, in line with
- * its queues.  Returns 0 or -errno (only when the wanted set grew). */
+ * its queues.  A direction whose head is claimed is not armed: the thread
+ * working on it calls this again when it lets go.  Returns 0 or -errno
+ * (only when the wanted set grew). */
 static int sel_update(px_sel *sel, px_sel_fd *e)
 {
 	const px_sel_wait_class *cls = sel->w->cls;
-	unsigned want = px_sel_fd_want(e);
+	unsigned want;
 	int rc;
 
-	if (!want) {
+	if (!px_sel_fd_queued(e)) {
 		if (px_link_linked(&e->alink))
 			px_list_remove(&sel->active, &e->alink);
 		/* Idle: the number may be closed and reused before its next
@@ -596,7 +660,8 @@ static int sel_update(px_sel *sel, px_sel_fd *e)
 		}
 		px_list_push_back(&sel->active, &e->alink);
 	}
-	return cls->arm ? cls->arm(sel->w, e, want) : 0;
+	want = px_sel_fd_want(e);
+	return cls->arm && want ? cls->arm(sel->w, e, want) : 0;
 }
 
 static void to_done(px_sel *sel, px_result *r)
@@ -605,28 +670,44 @@ static void to_done(px_sel *sel, px_result *r)
 	px_list_push_back(&sel->done, &r->plink);
 }
 
-/* Complete everything queued on e with err. */
+/* Complete everything queued on e with err, except the claimed results:
+ * the threads working on them finish them. */
 static void fail_all(px_sel *sel, px_sel_fd *e, int err)
 {
 	for (int dir = 0; dir < 2; dir++) {
-		px_link *l;
-		while ((l = px_list_pop_front(&e->q[dir]))) {
+		px_link *l = px_list_first(&e->q[dir]);
+
+		while (l) {
+			px_link *next = px_list_next(&e->q[dir], l);
 			px_result *r = px_result_of_plink(l);
-			px_result_finish(r, r->done, err);
-			to_done(sel, r);
+
+			if (!priv(r)->busy) {
+				px_list_remove(&e->q[dir], l);
+				px_result_finish(r, r->done, err);
+				to_done(sel, r);
+			}
+			l = next;
 		}
 	}
 }
 
-/* Try the heads of one queue until one is not ready. */
-static void run_queue(px_sel *sel, px_sel_fd *e, int dir)
+/* Mutex held: the heads of one queue, tried under the mutex until one is
+ * not ready (only where nobody else can be waiting for them; see
+ * start_followers). */
+static void run_queue_locked(px_sel *sel, px_sel_fd *e, int dir)
 {
 	px_link *l;
 
 	while ((l = px_list_first(&e->q[dir]))) {
 		px_result *r = px_result_of_plink(l);
-		int rc = try_op(e, r);
+		sel_io io;
+		int rc;
 
+		if (priv(r)->busy)
+			break;
+		io_load(&io, e);
+		rc = try_op(&io, r);
+		io_store(e, &io);
 		if (rc == TRY_AGAIN)
 			break;
 		px_list_remove(&e->q[dir], l);
@@ -634,6 +715,28 @@ static void run_queue(px_sel *sel, px_sel_fd *e, int dir)
 		if (rc == TRY_DONE_STOP)
 			break;
 	}
+}
+
+/* Let go of a claimed result (mutex held) after its try gave rc
+ * (RES_UNTRIED: not tried).  It leaves the queue if it finished, or if it
+ * did not and a cancel came meanwhile; then true. */
+static bool unclaim(px_sel_fd *e, px_result *r, int rc, bool tried)
+{
+	struct sel_priv *pv = priv(r);
+
+	pv->busy = 0;
+	if (tried && rc != TRY_AGAIN) {
+		px_list_remove(&e->q[pv->dir], &r->plink);
+		pv->at = AT_NONE;
+		return true;
+	}
+	if (pv->cancel) {
+		px_list_remove(&e->q[pv->dir], &r->plink);
+		pv->at = AT_NONE;
+		px_result_finish(r, r->done, ECANCELED);
+		return true;
+	}
+	return false;
 }
 
 /* ------------------------------------------------------------------ */
@@ -652,10 +755,35 @@ px_list *px_sel_active(px_sel *sel)
 	return &sel->active;
 }
 
-void px_sel_ready(px_sel *sel, px_sel_fd *e, unsigned ev)
+/* Mark up to CLAIM_MAX results of e's queue dir, from the head, busy and
+ * chain them.  Nothing when the head is already claimed by a start. */
+static void claim_queue(px_sel_fd *e, int dir)
 {
-	int rc;
+	px_result **tail = &e->chain[dir];
+	px_link *l = px_list_first(&e->q[dir]);
+	unsigned bit = dir == PX_SEL_RD ? PX_SEL_IN : PX_SEL_OUT;
+	int n = 0;
 
+	*tail = NULL;
+	if (!l || (e->busy & bit))
+		return;
+	e->busy |= bit;
+	for (; l && n < CLAIM_MAX; l = px_list_next(&e->q[dir], l), n++) {
+		px_result *r = px_result_of_plink(l);
+		struct sel_priv *pv = priv(r);
+
+		pv->busy = 1;
+		pv->res = RES_UNTRIED;
+		pv->cnext = NULL;
+		*tail = r;
+		tail = &pv->cnext;
+	}
+}
+
+void px_sel_claim(px_sel *sel, px_sel_fd *e, unsigned ev)
+{
+	if (e->in_batch)
+		return;         /* one event per descriptor and wait */
 	if (ev & PX_SEL_NVAL) {
 		if (fd_closed(e->fd)) {
 			fail_all(sel, e, EBADF);
@@ -664,16 +792,80 @@ void px_sel_ready(px_sel *sel, px_sel_fd *e, unsigned ev)
 		}
 		ev |= PX_SEL_ERR;   /* stale: it was reopened since */
 	}
+	e->chain[PX_SEL_RD] = e->chain[PX_SEL_WR] = NULL;
 	if (ev & (PX_SEL_IN | PX_SEL_ERR))
-		run_queue(sel, e, PX_SEL_RD);
+		claim_queue(e, PX_SEL_RD);
 	if (ev & (PX_SEL_OUT | PX_SEL_ERR))
-		run_queue(sel, e, PX_SEL_WR);
-	rc = sel_update(sel, e);
-	if (rc < 0) {
-		/* Cannot watch it any more (closed: EBADF); nothing else
-		 * would ever complete these. */
-		fail_all(sel, e, -rc);
-		sel_update(sel, e);
+		claim_queue(e, PX_SEL_WR);
+	if (!e->chain[PX_SEL_RD] && !e->chain[PX_SEL_WR]) {
+		/* Nothing to do now (a one-shot registration still needs
+		 * renewing). */
+		int rc = sel_update(sel, e);
+
+		if (rc < 0) {
+			fail_all(sel, e, -rc);
+			sel_update(sel, e);
+		}
+		return;
+	}
+	io_load(&e->bio, e);
+	e->in_batch = 1;
+	e->bnext = sel->batch;
+	sel->batch = e;
+}
+
+void px_sel_run(px_sel *sel, bool unlock)
+{
+	px_sel_fd *e;
+
+	if (!sel->batch)
+		return;
+	if (unlock && sel->base.lock)
+		pthread_mutex_unlock(sel->base.lock);
+	/* Unlocked: only the claimed results and e's batch fields are ours. */
+	for (e = sel->batch; e; e = e->bnext) {
+		for (int dir = 0; dir < 2; dir++) {
+			for (px_result *r = e->chain[dir]; r; r = priv(r)->cnext) {
+				int rc = try_op(&e->bio, r);
+
+				priv(r)->res = (uint8_t)(rc + 1);
+				if (rc != TRY_DONE)
+					break;
+			}
+		}
+	}
+	if (unlock && sel->base.lock)
+		pthread_mutex_lock(sel->base.lock);
+	while ((e = sel->batch)) {
+		int rc;
+
+		sel->batch = e->bnext;
+		e->in_batch = 0;
+		io_store(e, &e->bio);
+		for (int dir = 0; dir < 2; dir++) {
+			px_result *r = e->chain[dir], *next;
+
+			if (!r)
+				continue;
+			for (; r; r = next) {
+				struct sel_priv *pv = priv(r);
+				bool tried = pv->res != RES_UNTRIED;
+
+				next = pv->cnext;
+				pv->cnext = NULL;
+				if (unclaim(e, r, tried ? pv->res - 1 : 0, tried))
+					to_done(sel, r);
+			}
+			e->busy &= ~(dir == PX_SEL_RD ? PX_SEL_IN : PX_SEL_OUT);
+			e->chain[dir] = NULL;
+		}
+		rc = sel_update(sel, e);
+		if (rc < 0) {
+			/* Cannot watch it any more (closed: EBADF); nothing
+			 * else would ever complete these. */
+			fail_all(sel, e, -rc);
+			sel_update(sel, e);
+		}
 	}
 }
 
@@ -747,11 +939,59 @@ static void learn_try(px_sel_fd *e, int rc)
 		e->rd_miss++;
 }
 
+/* The start's own try of r, the only result in queue dir: claim r at the
+ * head so that later starts in that direction queue behind it, do the
+ * call unlocked, and let go.  Returns the try's TRY_*; r has left the
+ * queue unless TRY_AGAIN (a cancel meanwhile counts as finished). */
+static int try_at_start(px_sel *sel, px_sel_fd *e, int dir, px_result *r)
+{
+	struct sel_priv *pv = priv(r);
+	unsigned bit = dir == PX_SEL_RD ? PX_SEL_IN : PX_SEL_OUT;
+	sel_io io;
+	int rc;
+
+	px_list_push_back(&e->q[dir], &r->plink);
+	pv->at = AT_QUEUE;
+	pv->dir = (uint8_t)dir;
+	pv->busy = 1;
+	e->busy |= bit;
+	io_load(&io, e);
+	if (sel->base.lock)
+		pthread_mutex_unlock(sel->base.lock);
+	rc = try_op(&io, r);
+	if (sel->base.lock)
+		pthread_mutex_lock(sel->base.lock);
+	e->busy &= ~bit;
+	io_store(e, &io);
+	if (dir == PX_SEL_RD)
+		learn_try(e, rc);
+	if (unclaim(e, r, rc, true) && rc == TRY_AGAIN)
+		rc = TRY_DONE;          /* cancelled meanwhile */
+	return rc;
+}
+
+/* Starts that came while r was claimed queued behind it without arming.
+ * Now that r is out of the way, arm for them; if the descriptor cannot be
+ * armed (a regular file: EPERM; or closed), do them here under the mutex,
+ * fail what remains, and wake the leader to hand them out. */
+static void start_followers(px_sel *sel, px_sel_fd *e)
+{
+	int rc = sel_update(sel, e);
+
+	if (rc < 0) {
+		run_queue_locked(sel, e, PX_SEL_RD);
+		run_queue_locked(sel, e, PX_SEL_WR);
+		fail_all(sel, e, -rc);
+		sel_update(sel, e);
+		if (px_sel_has_done(sel))
+			sel->w->base.intr->ops->interrupt(sel->w->base.intr);
+	}
+}
+
 /* r finished within start. */
 static int done_at_start(px_sel *sel, px_sel_fd *e, px_result *r)
 {
-	if (!px_sel_fd_want(e))
-		sel_update(sel, e);     /* forget what we learnt */
+	start_followers(sel, e);        /* or, if idle, forget what we learnt */
 	if (r->c.error == EBADF && fd_closed(r->c.fd))
 		return -EBADF;
 	return PX_START_DONE;
@@ -766,6 +1006,7 @@ static int sel_start(px_provider *p, px_result *r)
 	px_sel_fd *e;
 
 	memset(pv, 0, sizeof(*pv));
+	pv->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
 	if (fd < 0)
 		return -EBADF;
@@ -786,33 +1027,39 @@ static int sel_start(px_provider *p, px_result *r)
 	if (r->c.op == PX_OP_ACCEPT)
 		r->c.new_fd = -1;
 
-	/* Nothing older in this direction: try it now. */
-	if (px_list_empty(&e->q[dir])) {
-		if (!skip_try(sel, e, dir)) {
-			tried = true;
-			rc = try_op(e, r);
-			if (dir == PX_SEL_RD)
-				learn_try(e, rc);
+	/* Nothing older in this direction: try it now (e stays valid across
+	 * the unlock: entries are never freed or moved before destroy). */
+	if (px_list_empty(&e->q[dir]) && !skip_try(sel, e, dir)) {
+		tried = true;
+		rc = try_at_start(sel, e, dir, r);
+		if (rc != TRY_AGAIN)
+			return done_at_start(sel, e, r);
+		/* Still at the head of its queue. */
+	} else {
+		px_list_push_back(&e->q[dir], &r->plink);
+		pv->at = AT_QUEUE;
+		pv->dir = (uint8_t)dir;
+	}
+	rc = sel_update(sel, e);
+	if (rc < 0) {
+		bool head = px_list_first(&e->q[dir]) == &r->plink;
+
+		px_list_remove(&e->q[dir], &r->plink);
+		pv->at = AT_NONE;
+		/* Cannot be watched (epoll: EPERM for a regular file that took
+		 * a socket's number): if it was not tried, and nothing older
+		 * is queued or claimed, try it now. */
+		if (!tried && head) {
+			sel_io io;
+
+			e->rd_miss = 0;
+			io_load(&io, e);
+			rc = try_op(&io, r);
+			io_store(e, &io);
 			if (rc != TRY_AGAIN)
 				return done_at_start(sel, e, r);
 		}
-	}
-
-	px_list_push_back(&e->q[dir], &r->plink);
-	pv->at = AT_QUEUE;
-	pv->dir = (uint8_t)dir;
-	rc = sel_update(sel, e);
-	if (rc < 0) {
-		px_list_remove(&e->q[dir], &r->plink);
-		pv->at = AT_NONE;
-		sel_update(sel, e);
-		/* Cannot be watched (epoll: EPERM for a regular file that took
-		 * a socket's number): if it was not tried, try it now. */
-		if (!tried && px_list_empty(&e->q[dir])) {
-			e->rd_miss = 0;
-			if (try_op(e, r) != TRY_AGAIN)
-				return done_at_start(sel, e, r);
-		}
+		start_followers(sel, e);
 		if (!r->done)
 			return rc;
 		/* Some bytes already went out: report them. */
@@ -829,6 +1076,12 @@ static int sel_cancel(px_provider *p, px_result *r)
 
 	if (pv->at == AT_DONE)
 		return PX_CANCEL_PENDING;   /* finished; next_completed has it */
+	if (pv->busy) {
+		/* A thread is in the middle of its call: it finishes it, with
+		 * ECANCELED if the call found nothing. */
+		pv->cancel = 1;
+		return PX_CANCEL_PENDING;
+	}
 	if (pv->at == AT_QUEUE) {
 		px_sel_fd *e = sel->fds[r->c.fd];
 
@@ -897,6 +1150,6 @@ const px_provider_ops px_provider_select_ops = {
 	.name = "select",
 	.create = sel_create,     /* provider, then the wait cfg->wait names */
 	.destroy = sel_destroy,   /* wait (and its interrupt), table, entries */
-	.start = sel_start,       /* try at once, else queue and arm */
-	.cancel = sel_cancel,     /* unqueue: done; already finished: pending */
+	.start = sel_start,       /* try at once (unlocked), else queue and arm */
+	.cancel = sel_cancel,     /* unqueue: done; finished or busy: pending */
 };

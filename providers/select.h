@@ -6,9 +6,12 @@
  * queues of pending operations (read and write direction), the list of
  * entries that have something pending ("active"), and a list of finished
  * results waiting to be handed out by next_completed.  A wait strategy
- * learns which descriptors are ready, hands each one to px_sel_ready(), and
- * pops finished results with px_sel_pop_done().  Everything here runs with
- * the proactor mutex held; a strategy's wait() must touch none of it.
+ * learns which descriptors are ready, claims their queue heads with
+ * px_sel_claim(), has them run with px_sel_run() (which does the system
+ * calls with the proactor mutex released), and pops finished results with
+ * px_sel_pop_done().  Everything here is called with the mutex held; a
+ * strategy's wait() must touch none of it.  See providers/select.c for who
+ * may touch what while the mutex is released.
  */
 #ifndef PX_PROVIDERS_SELECT_H
 #define PX_PROVIDERS_SELECT_H
@@ -30,6 +33,17 @@
 typedef struct px_sel px_sel;
 typedef struct px_sel_wait px_sel_wait;
 
+/* What the I/O on one descriptor needs to know and may learn (the
+ * provider's kind and flags of an entry).  A thread about to work without
+ * the mutex takes a copy, and writes back what it learnt after retaking it,
+ * so that two threads on the two directions of one descriptor share
+ * nothing. */
+typedef struct px_sel_io {
+	int fd;
+	uint8_t kind;
+	uint8_t flags;
+} px_sel_io;
+
 /* One descriptor number.  Allocated the first time the number is used and
  * kept until the provider is destroyed, so the address is stable. */
 typedef struct px_sel_fd {
@@ -47,13 +61,28 @@ typedef struct px_sel_fd {
 	uint8_t rd_miss;   /* provider: recent reads tried at start that found
 	                      nothing; a hint only, kept while idle */
 	uint8_t rd_skip;   /* provider: starts since the last such try */
+	uint8_t busy;      /* provider: PX_SEL_IN / PX_SEL_OUT whose queue head
+	                      is claimed by a thread working without the mutex */
+	/* Leader only (provider's batch; used while the mutex is released,
+	 * so nobody else may touch these): */
+	uint8_t in_batch;  /* on the batch list */
+	struct px_sel_fd *bnext;
+	struct px_result *chain[2]; /* claimed results per direction */
+	px_sel_io bio;     /* the leader's private copy for its I/O */
 } px_sel_fd;
 
-/* The readiness an entry needs: a direction with something queued. */
-static inline unsigned px_sel_fd_want(const px_sel_fd *e)
+/* The directions with something queued (claimed or not). */
+static inline unsigned px_sel_fd_queued(const px_sel_fd *e)
 {
 	return (px_list_empty(&e->q[PX_SEL_RD]) ? 0 : PX_SEL_IN) |
 	       (px_list_empty(&e->q[PX_SEL_WR]) ? 0 : PX_SEL_OUT);
+}
+
+/* The readiness to arm for (epoll): queued directions whose head nobody is
+ * working on.  A claimed direction is armed when its claim ends. */
+static inline unsigned px_sel_fd_want(const px_sel_fd *e)
+{
+	return px_sel_fd_queued(e) & ~(unsigned)e->busy;
 }
 
 static inline px_sel_fd *px_sel_fd_of(px_link *l)
@@ -99,9 +128,14 @@ extern const px_sel_wait_class px_sel_wait_epoll PX_HIDDEN;
 px_sel_fd *px_sel_lookup(px_sel *sel, int fd) PX_HIDDEN;
 /* The active entries (linked through alink). */
 px_list *px_sel_active(px_sel *sel) PX_HIDDEN;
-/* fd reported ev (PX_SEL_*): perform the I/O of the ready queue heads,
- * move what finished to the done list, and re-arm what still waits. */
-void px_sel_ready(px_sel *sel, px_sel_fd *e, unsigned ev) PX_HIDDEN;
+/* fd reported ev (PX_SEL_*) in the last wait: claim the ready queue heads
+ * of e (at most once per wait) for the next px_sel_run.  Leader only. */
+void px_sel_claim(px_sel *sel, px_sel_fd *e, unsigned ev) PX_HIDDEN;
+/* Perform the I/O of everything claimed since the last run, with the mutex
+ * released around the system calls when unlock is true (re-taken before
+ * returning), then move what finished to the done list and re-arm what
+ * still waits.  Leader only. */
+void px_sel_run(px_sel *sel, bool unlock) PX_HIDDEN;
 /* select() said EBADF: fail the operations of every active descriptor
  * that is no longer open. */
 void px_sel_check_closed(px_sel *sel) PX_HIDDEN;

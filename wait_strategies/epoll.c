@@ -12,7 +12,9 @@
  * epoll_ctl is safe while the leader sits in epoll_pwait, so a start from
  * any thread arms directly and never needs to interrupt the leader.  The
  * interrupt's fd (if any) is registered once, level-triggered.  The leader
- * takes up to EP_BATCH events per wait.
+ * takes up to EP_BATCH events per wait; next_completed has the provider
+ * claim the ready queue heads of all of them and do their I/O in one go,
+ * with the proactor mutex released (providers/select.c).
  *
  * Quirks: a descriptor closed with operations pending leaves the interest
  * list silently (no event ever comes; those operations wait for px_cancel).
@@ -63,8 +65,8 @@ static void ep_drain(struct ep_wait *w)
 	}
 }
 
-/* Handle the event at w->pos. */
-static void ep_handle_one(struct ep_wait *w)
+/* Claim the I/O of the event at w->pos for the provider's next run. */
+static void ep_claim_one(struct ep_wait *w)
 {
 	struct epoll_event *ev = &w->ev[w->pos++];
 	px_sel_fd *e;
@@ -78,7 +80,15 @@ static void ep_handle_one(struct ep_wait *w)
 	if (!e)
 		return;
 	e->armed = 0;   /* one-shot: the kernel disarmed it */
-	px_sel_ready(w->sw.sel, e, ep_to_sel(ev->events));
+	px_sel_claim(w->sw.sel, e, ep_to_sel(ev->events));
+}
+
+/* Claim every event of the last wait, then one run for all of them. */
+static void ep_handle_all(struct ep_wait *w, bool unlock)
+{
+	while (w->pos < w->nev)
+		ep_claim_one(w);
+	px_sel_run(w->sw.sel, unlock);
 }
 
 static int ep_arm(px_sel_wait *sw, px_sel_fd *e, unsigned want)
@@ -111,8 +121,8 @@ static int ep_prepare(px_wait *pw, px_list *started)
 	ep_drain(w);
 	/* Events the processor did not ask for yet would leave their
 	 * descriptors disarmed: handle them now. */
-	while (w->pos < w->nev)
-		ep_handle_one(w);
+	if (w->pos < w->nev)
+		ep_handle_all(w, false);
 	w->nev = w->pos = 0;
 	w->no_block = px_sel_has_done(w->sw.sel);
 	return 0;
@@ -145,10 +155,11 @@ static px_result *ep_next_completed(px_wait *pw)
 	px_result *r;
 
 	ep_drain(w);
-	while (!(r = px_sel_pop_done(w->sw.sel))) {
-		if (w->pos >= w->nev)
-			return NULL;
-		ep_handle_one(w);
+	r = px_sel_pop_done(w->sw.sel);
+	if (!r && w->pos < w->nev) {
+		/* The provider releases the mutex around the I/O. */
+		ep_handle_all(w, true);
+		r = px_sel_pop_done(w->sw.sel);
 	}
 	return r;
 }
@@ -174,7 +185,7 @@ const px_sel_wait_class px_sel_wait_epoll = {
 		.on_start = NULL,                  /* the provider arms */
 		.prepare = ep_prepare,             /* nothing to build */
 		.wait = ep_wait_fn,                /* epoll_pwait, EP_BATCH events */
-		.next_completed = ep_next_completed, /* handle events lazily */
+		.next_completed = ep_next_completed, /* all events, one unlock */
 	},
 	.create = ep_create,
 	.arm = ep_arm,                /* MOD one-shot, ADD on ENOENT */

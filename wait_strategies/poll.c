@@ -105,7 +105,9 @@ static int poll_prepare(px_wait *pw, px_list *started)
 	w->first = n;
 	for (l = px_list_first(active); l; l = px_list_next(active, l)) {
 		px_sel_fd *e = px_sel_fd_of(l);
-		unsigned want = px_sel_fd_want(e);
+		/* Claimed directions too: whoever holds the claim does not
+		 * tell the leader when it lets go. */
+		unsigned want = px_sel_fd_queued(e);
 
 		w->pfd[n].fd = e->fd;
 		w->pfd[n].events = (short)((want & PX_SEL_IN ? POLLIN : 0) |
@@ -149,20 +151,20 @@ static px_result *poll_next_completed(px_wait *pw)
 	px_result *r;
 
 	poll_drain(w);
-	while (!(r = px_sel_pop_done(w->sw.sel))) {
-		struct pollfd *p;
+	r = px_sel_pop_done(w->sw.sel);
+	if (r || w->pos >= w->n)
+		return r;
+	/* Claim every ready descriptor, then one run (the provider releases
+	 * the mutex around the I/O; the array is only the leader's). */
+	for (; w->pos < w->n; w->pos++) {
+		struct pollfd *p = &w->pfd[w->pos];
 		px_sel_fd *e;
 
-		if (w->pos >= w->n)
-			return NULL;
-		p = &w->pfd[w->pos++];
-		if (!p->revents)
-			continue;
-		e = px_sel_lookup(w->sw.sel, p->fd);
-		if (e)
-			px_sel_ready(w->sw.sel, e, poll_to_sel(p->revents));
+		if (p->revents && (e = px_sel_lookup(w->sw.sel, p->fd)))
+			px_sel_claim(w->sw.sel, e, poll_to_sel(p->revents));
 	}
-	return r;
+	px_sel_run(w->sw.sel, true);
+	return px_sel_pop_done(w->sw.sel);
 }
 
 static void poll_destroy(px_wait *pw)
@@ -186,7 +188,7 @@ const px_sel_wait_class px_sel_wait_poll = {
 		.on_start = NULL,
 		.prepare = poll_prepare,           /* pollfd array from active fds */
 		.wait = poll_wait_fn,              /* ppoll with the intr's mask */
-		.next_completed = poll_next_completed, /* walk revents lazily */
+		.next_completed = poll_next_completed, /* all revents, one unlock */
 	},
 	.create = poll_create,
 	.arm = NULL,                  /* prepare rebuilds everything */

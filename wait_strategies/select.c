@@ -60,7 +60,8 @@ static int select_prepare(px_wait *pw, px_list *started)
 	}
 	for (l = px_list_first(active); l; l = px_list_next(active, l)) {
 		px_sel_fd *e = px_sel_fd_of(l);
-		unsigned want = px_sel_fd_want(e);
+		/* Claimed directions too (see poll.c). */
+		unsigned want = px_sel_fd_queued(e);
 
 		/* The provider refuses fds >= FD_SETSIZE at start. */
 		if (want & PX_SEL_IN)
@@ -118,22 +119,25 @@ static px_result *select_next_completed(px_wait *pw)
 		w->badf = false;
 		px_sel_check_closed(w->sw.sel);
 	}
-	while (!(r = px_sel_pop_done(w->sw.sel))) {
+	r = px_sel_pop_done(w->sw.sel);
+	if (r || w->cur > w->maxfd)
+		return r;
+	/* Claim every ready descriptor, then one run (the provider releases
+	 * the mutex around the I/O; the sets are only the leader's). */
+	for (; w->cur <= w->maxfd; w->cur++) {
+		int fd = w->cur;
 		unsigned ev = 0;
 		px_sel_fd *e;
-		int fd;
 
-		if (w->cur > w->maxfd)
-			return NULL;
-		fd = w->cur++;
 		if (FD_ISSET(fd, &w->rd))
 			ev |= PX_SEL_IN;
 		if (FD_ISSET(fd, &w->wr))
 			ev |= PX_SEL_OUT;
 		if (ev && (e = px_sel_lookup(w->sw.sel, fd)))
-			px_sel_ready(w->sw.sel, e, ev);
+			px_sel_claim(w->sw.sel, e, ev);
 	}
-	return r;
+	px_sel_run(w->sw.sel, true);
+	return px_sel_pop_done(w->sw.sel);
 }
 
 static void select_destroy(px_wait *pw)
@@ -155,7 +159,7 @@ const px_sel_wait_class px_sel_wait_select = {
 		.on_start = NULL,
 		.prepare = select_prepare,         /* fd_sets from active fds */
 		.wait = select_wait_fn,            /* pselect with the intr's mask */
-		.next_completed = select_next_completed, /* walk set bits lazily */
+		.next_completed = select_next_completed, /* all set bits, one unlock */
 	},
 	.create = select_create,
 	.arm = NULL,                  /* prepare rebuilds everything */
