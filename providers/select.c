@@ -1011,7 +1011,13 @@ static int sel_start(px_provider *p, px_result *r)
 	if (fd < 0)
 		return -EBADF;
 	if (r->c.op == PX_OP_READ_FILE || r->c.op == PX_OP_WRITE_FILE) {
+		/* r is on no list yet, so nothing else can reach it: the
+		 * disk wait needs no claim and no mutex. */
+		if (sel->base.lock)
+			pthread_mutex_unlock(sel->base.lock);
 		file_io(r);
+		if (sel->base.lock)
+			pthread_mutex_lock(sel->base.lock);
 		if (r->c.error == EBADF && fd_closed(fd))
 			return -EBADF;
 		return PX_START_DONE;
