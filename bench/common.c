@@ -423,3 +423,24 @@ int bench_report(const bench_opts *o, const char *prog, const char *engine,
 	}
 	return BENCH_EXIT_OK;
 }
+
+int bench_connect_pair(const char *prog, int lfd, const struct sockaddr_in *addr,
+		       bool nonblock, int *cfd, int *sfd)
+{
+	*sfd = -1;
+	*cfd = bench_socket(false);
+	if (*cfd < 0)
+		return -1;
+	if (connect(*cfd, (const struct sockaddr *)addr, sizeof *addr) != 0) {
+		fprintf(stderr, "%s: connect: %s\n", prog, strerror(errno));
+		return -1;
+	}
+	*sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (*sfd < 0) {
+		fprintf(stderr, "%s: accept: %s\n", prog, strerror(errno));
+		return -1;
+	}
+	if (bench_tune(*sfd, nonblock) != 0 || bench_tune(*cfd, nonblock) != 0)
+		return -1;
+	return 0;
+}

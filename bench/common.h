@@ -79,6 +79,12 @@ int bench_socket(bool nonblock);
  * Returns 0 or -1 with a message on stderr. */
 int bench_tune(int fd, bool nonblock);
 
+/* Connect a new client socket to the listener lfd (at addr) and accept its
+ * peer, blocking; both tuned with bench_tune(fd, nonblock).  Returns 0, or
+ * -1 after printing why (prefixed with prog). */
+int bench_connect_pair(const char *prog, int lfd, const struct sockaddr_in *addr,
+		       bool nonblock, int *cfd, int *sfd);
+
 /* Block SIGINT in the calling thread and every thread it creates later
  * (bench_wait_run takes it), and ignore SIGPIPE (a write to a socket whose
  * peer is gone fails with EPIPE instead).  Call before creating threads. */

@@ -213,18 +213,9 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.sessions; i++) {
 		session *s = &ss[i];
 
-		s->cfd = bench_socket(false);
-		if (s->cfd < 0)
+		if (bench_connect_pair("raw_limit", lfd, &addr, false,
+				       &s->cfd, &s->sfd) != 0)
 			return BENCH_EXIT_CHECK;
-		if (connect(s->cfd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-			perror("raw_limit: connect");
-			return BENCH_EXIT_CHECK;
-		}
-		s->sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (s->sfd < 0 || bench_tune(s->sfd, false) != 0) {
-			perror("raw_limit: accept");
-			return BENCH_EXIT_CHECK;
-		}
 		pthread_mutex_init(&s->lock, NULL);
 		pthread_cond_init(&s->room, NULL);
 	}

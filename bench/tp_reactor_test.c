@@ -184,19 +184,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < opt.sessions; i++) {
 		session *s = &ss[i];
 
-		s->cfd = bench_socket(false);
-		if (s->cfd < 0)
-			return BENCH_EXIT_CHECK;
-		if (connect(s->cfd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-			perror("tp_reactor_test: connect");
-			return BENCH_EXIT_CHECK;
-		}
-		s->sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-		if (s->sfd < 0) {
-			perror("tp_reactor_test: accept");
-			return BENCH_EXIT_CHECK;
-		}
-		if (bench_tune(s->sfd, true) != 0 || bench_tune(s->cfd, true) != 0)
+		if (bench_connect_pair("tp_reactor_test", lfd, &addr, true,
+				       &s->cfd, &s->sfd) != 0)
 			return BENCH_EXIT_CHECK;
 		s->rx = malloc(opt.block);
 		if (s->rx == NULL || bench_ring_init(&s->ring, &opt) != 0) {
