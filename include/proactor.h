@@ -192,8 +192,20 @@ typedef struct px_config {
  *       start=any|any-interrupt|leader  signal=N  ring=N
  *       ring_flags=LIST (coop_taskrun, sqpoll)
  * Globals: followers=lifo|fifo
- * Presets: auto, uring, epoll, poll, select, epoll-dedicated, ...  A preset
- * comes first and the words after it override its values.
+ * Presets: auto, uring, epoll, poll, select, and the same with
+ * "-dedicated" (epoll-dedicated, ...).  A preset comes first and the words
+ * after it override its values.  Further rules:
+ *   - text without a preset starts from "auto"; it stays auto (io_uring
+ *     when offered, else epoll) only while it names no provider or wait;
+ *   - wait=W without provider= selects the provider that owns W, so
+ *     "uring wait=epoll" is the select provider over epoll;
+ *   - when a section's provider changes, the wait, interrupt and ring
+ *     values it inherited return to that provider's defaults;
+ *   - a key given twice in one section is an error;
+ *   - signal=N needs interrupt=signal; N is 1..64 but not SIGKILL,
+ *     SIGSTOP or the signals glibc reserves below SIGRTMIN.  Creating a
+ *     proactor fails with -EBUSY if the application already handles N;
+ *   - ring= and ring_flags= need provider=uring; ring is at most 32768.
  *
  * Returns 0, or -EINVAL with a message naming the valid choices written to
  * err (if err is not NULL and errlen > 0; always NUL-terminated).
