@@ -37,8 +37,6 @@ void px_alloc_fini(px_allocator *a) PX_HIDDEN;
 /* Processor                                                            */
 /* ------------------------------------------------------------------ */
 
-typedef struct px_proactor px_proactor_t;
-
 typedef struct px_processor {
 	struct px_proactor *px;
 	px_provider *prov;

@@ -159,7 +159,6 @@ typedef enum px_result_state {
 
 /* px_result.flags */
 #define PX_RF_WRITE_ALL  0x01u /* write_stream: keep going until len bytes */
-#define PX_RF_CANCELLED  0x02u /* a cancel was requested */
 
 struct px_processor;
 

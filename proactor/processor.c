@@ -190,7 +190,6 @@ static void px_cancel_one(px_processor *p, px_result *r, int *count)
 		r->state = PX_RS_READY;
 		px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
 	} else {
-		r->flags |= PX_RF_CANCELLED;
 		if (p->prov->ops->cancel(p->prov, r) == PX_CANCEL_DONE) {
 			px_list_remove(&p->started, &r->link);
 			r->state = PX_RS_READY;

@@ -111,8 +111,8 @@ struct sel_priv {
 	uint8_t at;
 	uint8_t dir;       /* queue it is on, while AT_QUEUE */
 	uint8_t conn;
-	uint8_t write_all; /* PX_RF_WRITE_ALL, copied at start: r->flags is
-	                      written by cancel while we may run unlocked */
+	uint8_t write_all; /* PX_RF_WRITE_ALL, copied at start so the
+	                      unlocked path reads only provider state */
 	uint8_t busy;      /* claimed: a thread works on it without the mutex */
 	uint8_t cancel;    /* a cancel came while busy */
 	uint8_t res;       /* batch: RES_UNTRIED or the try's TRY_* + 1 */
