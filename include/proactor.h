@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define PX_VERSION_MAJOR 0
-#define PX_VERSION_MINOR 1
+#define PX_VERSION_MINOR 2
 
 typedef struct px_proactor px_proactor;
 
@@ -103,31 +103,9 @@ typedef enum px_processor_type {
 	PX_PROCESSOR_DEDICATED  /* has its own permanent leader thread */
 } px_processor_type;
 
-typedef enum px_provider_type {
-	PX_PROVIDER_NONE = 0,
-	PX_PROVIDER_SELECT,     /* readiness emulation: select/poll/epoll */
-	PX_PROVIDER_URING,      /* io_uring through liburing */
-	PX_PROVIDER_COUNT
-} px_provider_type;
-
-typedef enum px_wait_type {
-	PX_WAIT_DEFAULT = 0,    /* the provider's default */
-	PX_WAIT_SELECT,
-	PX_WAIT_POLL,
-	PX_WAIT_EPOLL,
-	PX_WAIT_URING,
-	PX_WAIT_COUNT
-} px_wait_type;
-
-typedef enum px_interrupt_type {
-	PX_INTR_DEFAULT = 0,    /* the wait strategy's default */
-	PX_INTR_PIPE,           /* a self-pipe watched by the wait */
-	PX_INTR_EVENTFD,        /* an eventfd watched by the wait */
-	PX_INTR_SIGNAL,         /* pthread_kill of the leader; wait sees EINTR */
-	PX_INTR_NATIVE,         /* the wait mechanism's own (io_uring: a
-	                           message through the ring) */
-	PX_INTR_COUNT
-} px_interrupt_type;
+/* Sizes of the text fields of px_processor_config, NUL included. */
+#define PX_NAME_MAX  16   /* a provider, wait or interrupt name */
+#define PX_WORDS_MAX 160  /* a provider's own key=value words */
 
 /* Processor flags (px_processor_config.flags). */
 #define PX_PF_START_ANY_THREAD   0x1u  /* allow starts from non-leader threads */
@@ -135,12 +113,28 @@ typedef enum px_interrupt_type {
 #define PX_PF_FLAGS_SET          0x80u /* flags above are meaningful; without
                                           it the provider's own flags apply */
 
-/* One processor: a provider with its wait and interrupt strategies. */
+/*
+ * One processor: a provider with its wait and interrupt strategies.
+ *
+ * Providers, waits and interrupts are named by text, so that a library
+ * with more providers keeps this layout.  px_config_parse() fills every
+ * field; a program that fills the struct itself may leave a name empty:
+ *   provider  ""  = "auto" (the best engine this kernel offers), unless
+ *                   wait names a strategy, which then picks its provider;
+ *   wait      ""  = the provider's default wait strategy;
+ *   interrupt ""  = the wait strategy's default interrupt.
+ * What providers and waits exist, and which combinations are valid, is
+ * listed by the error message of a bad choice and in README.md.
+ * words carries settings that only one provider understands, written as
+ * in the text form and separated by spaces (e.g. "ring=256
+ * ring_flags=sqpoll" for provider=uring); "" leaves that provider's
+ * defaults.
+ */
 typedef struct px_processor_config {
 	px_processor_type processor;
-	px_provider_type provider;
-	px_wait_type wait;
-	px_interrupt_type interrupt;
+	char provider[PX_NAME_MAX];
+	char wait[PX_NAME_MAX];
+	char interrupt[PX_NAME_MAX];
 	unsigned flags;          /* PX_PF_*; 0 = the provider's defaults */
 	unsigned max_aio;        /* operations in flight; 0 = provider default;
 	                            extra starts are deferred, never refused.
@@ -151,13 +145,8 @@ typedef struct px_processor_config {
 	uint32_t ops;            /* PX_OP_BIT mask narrowing what this processor
 	                            does; 0 = everything the provider does */
 	int intr_signo;          /* signal for interrupt=signal; 0 = SIGURG */
-	unsigned ring_entries;   /* uring: submission queue size; 0 = default */
-	unsigned ring_flags;     /* uring: PX_RING_* bits */
+	char words[PX_WORDS_MAX];/* the provider's own settings, as text */
 } px_processor_config;
-
-/* uring setup flags (px_processor_config.ring_flags). */
-#define PX_RING_COOP_TASKRUN   0x1u  /* IORING_SETUP_COOP_TASKRUN (5.19) */
-#define PX_RING_SQPOLL         0x2u  /* IORING_SETUP_SQPOLL */
 
 /* Follower promotion order (px_config.followers). */
 typedef enum px_follower_order {
@@ -184,31 +173,39 @@ typedef struct px_config {
  *     processor := ['primary:'] word*
  *     word      := key '=' value | global
  *
- * Keys: provider=select|uring  wait=select|poll|epoll|uring
- *       interrupt=pipe|eventfd|signal|native  processor=shared|dedicated
- *       max_aio=N  ops=LIST (comma list of read_stream, write_stream,
- *       read_file, write_file, read_dgram, write_dgram, accept, connect,
- *       or the groups stream, file, dgram, socket, all)
- *       start=any|any-interrupt|leader  signal=N  ring=N
- *       ring_flags=LIST (coop_taskrun, sqpoll)
+ * Keys every processor takes:
+ *       provider=NAME  wait=NAME  interrupt=pipe|eventfd|signal|native
+ *       processor=shared|dedicated  max_aio=N  ops=LIST (comma list of
+ *       read_stream, write_stream, read_file, write_file, read_dgram,
+ *       write_dgram, accept, connect, or the groups stream, file, dgram,
+ *       socket, all)  start=any|any-interrupt|leader  signal=N
  * Globals: followers=lifo|fifo
- * Presets: auto, uring, epoll, poll, select, and the same with
- * "-dedicated" (epoll-dedicated, ...).  A preset comes first and the words
- * after it override its values.  Further rules:
- *   - text without a preset starts from "auto"; it stays auto (io_uring
- *     when offered, else epoll) only while it names no provider or wait;
+ * Providers built into this version, with their waits and own keys:
+ *       select  readiness emulation; wait=epoll|poll|select
+ *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
+ *               ring_flags=LIST (coop_taskrun, sqpoll)
+ * Presets: auto, and each provider's own (uring, uring-dedicated, epoll,
+ * poll, select, and the same with "-dedicated").  A preset comes first and
+ * the words after it override its values.  Further rules:
+ *   - "auto" is the best engine this kernel offers, decided when the
+ *     proactor is created (io_uring, else epoll); text without a preset
+ *     starts from auto and stays auto while it names no provider or wait.
+ *     An interrupt or provider word given to auto narrows its choice to the
+ *     engines that take it ("auto interrupt=pipe" is epoll);
  *   - wait=W without provider= selects the provider that owns W, so
  *     "uring wait=epoll" is the select provider over epoll;
- *   - when a section's provider changes, the wait, interrupt and ring
- *     values it inherited return to that provider's defaults;
+ *   - when a section's provider changes, the wait, interrupt and provider
+ *     words it inherited return to that provider's defaults;
  *   - a key given twice in one section is an error;
  *   - signal=N needs interrupt=signal; N is 1..64 but not SIGKILL,
  *     SIGSTOP or the signals glibc reserves below SIGRTMIN.  Creating a
  *     proactor fails with -EBUSY if the application already handles N;
- *   - ring= and ring_flags= need provider=uring; ring is at most 32768.
+ *   - a provider's own keys are refused with any other provider.
  *
- * Returns 0, or -EINVAL with a message naming the valid choices written to
- * err (if err is not NULL and errlen > 0; always NUL-terminated).
+ * Returns 0, -EINVAL with a message naming the valid choices, or -ENOSYS
+ * when the text names a provider this build of the library does not have.
+ * The message goes to err (if err is not NULL and errlen > 0; always
+ * NUL-terminated).
  */
 PX_API int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen);
 

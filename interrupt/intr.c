@@ -1,21 +1,36 @@
 /*
- * intr.c - the interrupt strategy factory.
+ * intr.c - the interrupt strategy factory and the names of the interrupt
+ * types.
  *
  * A wait strategy asks here for the interrupt its config names.  Each
  * strategy lives in its own file (pipe.c, eventfd.c, signal.c) and exports
- * only its constructor; the io_uring wait has its own native interrupt and
- * never comes here.
+ * only its constructor.  A "native" interrupt belongs to a wait mechanism
+ * that can wake itself; its provider builds it and never comes here.
  */
+#include <string.h>
+
 #include "internal.h"
 
-/* The constructors, one per strategy file.  Each fills *out or returns
- * -errno. */
+int px__intr_type_n(const char *name, size_t n)
+{
+	for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++) {
+		const char *s = px__intr_name(t);
+		if (strlen(s) == n && !memcmp(name, s, n))
+			return t;
+	}
+	return -1;
+}
+
+int px__intr_type(const char *name)
+{
+	return name ? px__intr_type_n(name, strlen(name)) : -1;
+}
 
 int px_intr_create(const px_processor_config *cfg, px_intr **out)
 {
 	if (!cfg || !out)
 		return -EINVAL;
-	switch (cfg->interrupt) {
+	switch (px__intr_type(cfg->interrupt)) {
 	case PX_INTR_PIPE:
 		return px_intr_pipe_create(cfg, out);
 	case PX_INTR_EVENTFD:

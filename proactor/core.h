@@ -63,8 +63,11 @@ enum {
 	PX_NOTIFY_STRONG        /* or else interrupt a shared leader */
 };
 
+/* Build processor index (0 primary, 1 secondary) from a resolved config.
+ * An auto config (provider "") becomes the engine chosen, written back to
+ * cfg. */
 int px_processor_create(struct px_proactor *px, int index,
-			const px_processor_config *cfg, px_processor **out,
+			px_processor_config *cfg, px_processor **out,
 			char *err, size_t errlen) PX_HIDDEN;
 void px_processor_destroy(px_processor *p) PX_HIDDEN;
 int px_processor_start(px_processor *p, px_result *r) PX_HIDDEN;

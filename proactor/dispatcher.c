@@ -5,7 +5,7 @@
  *   handler   running callbacks of completed results (mutex released
  *             around each callback);
  *   leader    waiting in the OS for one shared processor (mutex released
- *             during the wait);
+ *             while it waits);
  *   follower  asleep on its own condition variable (mutex released).
  *
  * A call first dispatches what is queued (at most what was queued when it

@@ -231,11 +231,40 @@ struct px_intr {
 	const px_intr_ops *ops;
 	int fd;                    /* readable once interrupted; -1 if none */
 	const sigset_t *wait_mask; /* signal mask for the wait (ppoll,
-	                              epoll_pwait, pselect), or NULL */
+	                              the wait call, as ppoll and pselect take), or NULL */
 };
 
-/* Factory (interrupt/intr.c): build cfg->interrupt, one of PX_INTR_PIPE,
- * PX_INTR_EVENTFD, PX_INTR_SIGNAL.  Returns 0 or -errno (-EINVAL for a type
+/* Interrupt strategies by number (px_processor_config.interrupt names one;
+ * a wait strategy lists those it takes as a mask of 1u << type).  pipe,
+ * eventfd and signal live in interrupt/; "native" is a wait mechanism's own
+ * way to wake itself, built by its provider. */
+enum {
+	PX_INTR_NONE = 0,
+	PX_INTR_PIPE,
+	PX_INTR_EVENTFD,
+	PX_INTR_SIGNAL,
+	PX_INTR_NATIVE,
+	PX_INTR_COUNT
+};
+
+/* Name of an interrupt type, or NULL. */
+static inline const char *px__intr_name(int type)
+{
+	switch (type) {
+	case PX_INTR_PIPE: return "pipe";
+	case PX_INTR_EVENTFD: return "eventfd";
+	case PX_INTR_SIGNAL: return "signal";
+	case PX_INTR_NATIVE: return "native";
+	default: return NULL;
+	}
+}
+
+/* The type of an interrupt name, or -1 (interrupt/intr.c). */
+int px__intr_type(const char *name) PX_HIDDEN;
+int px__intr_type_n(const char *name, size_t n) PX_HIDDEN;
+
+/* Factory (interrupt/intr.c): build the interrupt cfg->interrupt names,
+ * one of pipe, eventfd or signal.  Returns 0 or -errno (-EINVAL for a type
  * it does not build). */
 int px_intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 /* The constructors behind it, one per file of interrupt/. */
@@ -278,6 +307,7 @@ struct px_wait {
 /* ------------------------------------------------------------------ */
 
 typedef struct px_provider px_provider;
+struct px_proc_spec;
 
 /* Return values of px_provider_ops.start (besides -errno). */
 #define PX_START_STARTED 0  /* in progress; completion comes from the wait */
@@ -292,10 +322,12 @@ typedef struct px_provider px_provider;
 typedef struct px_provider_ops {
 	const char *name;
 	/* Build the provider with its wait and interrupt strategies from cfg
-	 * (validated, defaults resolved).  Returns 0, -ENOSYS when this
-	 * kernel lacks the mechanism, -EINVAL for a combination it cannot
-	 * do, or another -errno. */
-	int (*create)(const px_processor_config *cfg, px_provider **out);
+	 * (resolved: names filled in) and spec (its wait, interrupt type and
+	 * parsed settings).  Returns 0, -ENOSYS when this kernel lacks the
+	 * mechanism, -EINVAL for a combination it cannot do, or another
+	 * -errno. */
+	int (*create)(const px_processor_config *cfg,
+		      const struct px_proc_spec *spec, px_provider **out);
 	/* Free everything; no operation is started and no leader active. */
 	void (*destroy)(px_provider *p);
 	/* Start r (inputs in r->c; r->flags).  Called by a leader, or by any
@@ -322,42 +354,125 @@ struct px_provider {
 	                              (see providers/select.c). */
 };
 
-/* The providers built into this library (config/registry.c). */
-extern const px_provider_ops px_provider_select_ops PX_HIDDEN;
-#ifdef PX_HAVE_URING
-extern const px_provider_ops px_provider_uring_ops PX_HIDDEN;
-#endif
+/* ------------------------------------------------------------------ */
+/* Provider class (providers/classes.c lists them all)                  */
+/* ------------------------------------------------------------------ */
+
+/* One wait strategy a provider offers. */
+typedef struct px_wait_desc {
+	const char *name;          /* unique within its class */
+	const char *summary;       /* one line, for messages and listings */
+	unsigned intrs;            /* 1u << PX_INTR_* it takes */
+	int default_intr;          /* PX_INTR_* */
+} px_wait_desc;
+
+/* A named starting point of the text form (a provider's shortcut, such
+ * as NAME-dedicated). */
+typedef struct px_preset_desc {
+	const char *name;          /* unique across all classes */
+	const char *wait;          /* NULL: the class's default wait */
+	px_processor_type processor;
+} px_preset_desc;
+
+/* One configuration key only this provider takes. */
+typedef struct px_key_desc {
+	const char *name;
+	const char *choices;       /* what a value may be, for messages */
+} px_key_desc;
+
+/* Room for a class's parsed settings (px_provider_class.settings_size). */
+#define PX_SETTINGS_MAX 64
+
+/*
+ * Everything the rest of the library knows about a provider.  One constant
+ * of this type per provider, named in providers/classes.c; config/ and
+ * proactor/ reach providers only through it.
+ */
+typedef struct px_provider_class {
+	const char *name;          /* provider=NAME */
+	const char *summary;       /* one line */
+	uint32_t native_ops;       /* PX_OP_BIT of the operations it does */
+	const px_wait_desc *waits; /* waits[0] is the default */
+	unsigned nwaits;
+	const px_preset_desc *presets;
+	unsigned npresets;
+	const px_key_desc *keys;   /* its own keys (words), may be none */
+	unsigned nkeys;
+	/* Settings: a private block of settings_size bytes (at most
+	 * PX_SETTINGS_MAX), filled with defaults by settings_init, changed by
+	 * parse_key for each word (key is an index in keys; -EINVAL with a
+	 * message naming the valid values), checked as a whole against the
+	 * processor config by validate (optional), and written back as words
+	 * by format: only values that differ from the defaults, in keys order,
+	 * separated by single spaces; returns the length like snprintf. */
+	size_t settings_size;
+	void (*settings_init)(void *settings);
+	int (*parse_key)(void *settings, unsigned key, const char *val,
+			 size_t vlen, char *err, size_t errlen);
+	int (*validate)(const void *settings, const px_processor_config *pc,
+			char *err, size_t errlen);
+	int (*format)(const void *settings, char *buf, size_t len);
+	/* Does this kernel offer the mechanism?  0, or -ENOSYS / -EPERM /
+	 * -ENOMEM with the reason in why.  NULL: always. */
+	int (*probe)(char *why, size_t len);
+	/* Order in which "auto" tries classes (lower first); 0: never. */
+	unsigned auto_rank;
+	const px_provider_ops *ops;
+} px_provider_class;
+
+/* The classes built into this library, NULL-terminated; and the names of
+ * providers this library knows of but was built without. */
+extern const px_provider_class *const px__classes[] PX_HIDDEN;
+extern const char *const px__classes_not_built[] PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Config helpers (config/)                                             */
 /* ------------------------------------------------------------------ */
 
-/* Check one processor config and fill in defaults (provider's default
- * wait, wait's default interrupt, max_aio left 0 for the provider).
- * Returns 0 or -EINVAL with a message naming valid choices in err. */
-int px_processor_config_resolve(px_processor_config *pc, char *err,
-				size_t errlen) PX_HIDDEN;
+/* A processor config resolved for creation: its class and wait, the
+ * interrupt type and the class's parsed settings. */
+struct px_proc_spec {
+	const px_provider_class *cls;
+	const px_wait_desc *wait;
+	int intr;                  /* PX_INTR_* */
+	_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
+};
+typedef struct px_proc_spec px_proc_spec;
+
+/* Check one processor config, fill in the defaults (wait, interrupt) and
+ * write its words in canonical form.  An auto processor (provider "")
+ * stays auto.  where prefixes messages ("" or "secondary: ").  Returns 0,
+ * -EINVAL with a message naming the valid choices, or -ENOSYS for a
+ * provider not built in. */
+int px__resolve_processor(px_processor_config *pc, const char *where,
+			  char *err, size_t errlen) PX_HIDDEN;
 
 /* Check a whole config (resolving both processors). */
 int px_config_resolve(px_config *cfg, char *err, size_t errlen) PX_HIDDEN;
 
-/* The provider ops for a type, or NULL if not built in. */
-const px_provider_ops *px_provider_lookup(px_provider_type t) PX_HIDDEN;
+/* Make the spec of a resolved, non-auto processor config.  Returns 0 or
+ * -EINVAL/-ENOSYS with a message. */
+int px__spec_of(const px_processor_config *pc, px_proc_spec *spec,
+		const char *where, char *err, size_t errlen) PX_HIDDEN;
 
-/* Valid choices, as a mask of (1u << value): the waits of provider p when
- * w is PX_WAIT_DEFAULT, else the interrupts of (p, w).  *def (if not NULL)
- * receives the default.  0 for an invalid pair. */
-unsigned px_registry_choices(px_provider_type p, px_wait_type w, int *def) PX_HIDDEN;
+/* The candidates of an auto processor, best first: the classes with an
+ * auto rank whose default wait takes pc's interrupt (if any) and which
+ * accept pc's words.  Fills at most max, returns how many. */
+unsigned px__auto_candidates(const px_processor_config *pc,
+			     const px_provider_class **out, unsigned max) PX_HIDDEN;
 
-/* Name of a provider type ("select", "uring"), or "?". */
-const char *px_provider_type_name(px_provider_type t) PX_HIDDEN;
+/* Find a class by name (n bytes), or NULL. */
+const px_provider_class *px__class_find(const char *name, size_t n) PX_HIDDEN;
 
-/* Presets: fill cfg for a name ("auto", "epoll", ...).  Returns 0 or
+/* Write the built-in provider names ("a or b") to buf. */
+void px__class_names(char *buf, size_t len, const char *conj) PX_HIDDEN;
+
+/* Presets: fill cfg for a name ("auto" or a class's preset).  Returns 0 or
  * -ENOENT. */
 int px_config_preset(px_config *cfg, const char *name) PX_HIDDEN;
 
-#define PX_CF_AUTO 0x100u /* internal: from "auto": fall back to epoll when
-                             the preferred engine is unavailable */
+/* Copy a string into a fixed-size name field (truncating). */
+void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px_now_ns(void) PX_HIDDEN;

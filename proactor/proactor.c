@@ -46,11 +46,12 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 	px->order = cfg->followers;
 	px->cfg = *cfg;
 
-	const px_processor_config *pc[2] = { &cfg->primary, &cfg->secondary };
+	px_processor_config *pc[2] = { &px->cfg.primary, &px->cfg.secondary };
 	size_t priv = 0;
 	for (int i = 0; i < 2; i++) {
 		if (pc[i]->processor == PX_PROCESSOR_NONE)
 			continue;
+		/* An auto processor learns here which engine it is. */
 		int rc = px_processor_create(px, px->nproc, pc[i],
 					     &px->proc[px->nproc], err, errlen);
 		if (rc < 0) {
@@ -61,8 +62,7 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 		if (p->prov->priv_size > priv)
 			priv = p->prov->priv_size;
 		/* Record what the provider actually does. */
-		px_processor_config *rc_cfg = i ? &px->cfg.secondary : &px->cfg.primary;
-		rc_cfg->max_aio = p->max_aio;
+		pc[i]->max_aio = p->max_aio;
 	}
 	if (!px->nproc) {
 		px_set_err(err, errlen, "the configuration names no processor");
@@ -70,7 +70,6 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 		return -EINVAL;
 	}
 	px_alloc_init(&px->alloc, priv);
-	px->cfg.flags &= ~PX_CF_AUTO;
 	px_config_format(&px->cfg, px->engine, sizeof(px->engine));
 
 	for (int i = 0; i < px->nproc; i++) {
@@ -119,23 +118,6 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 	if (rc < 0)
 		return rc;
 	rc = px_build(out, &cfg, err, errlen);
-	if (rc < 0 && (cfg.flags & PX_CF_AUTO) &&
-	    (rc == -ENOSYS || rc == -EPERM || rc == -ENOMEM || rc == -EINVAL)) {
-		/* "auto": the preferred engine is not offered here; the
-		 * readiness engine over epoll works everywhere on Linux. */
-		px_config fb;
-		if (px_config_preset(&fb, "epoll") == 0) {
-			/* Keep what the user said that is not about the
-			 * mechanism. */
-			fb.followers = cfg.followers;
-			fb.primary.processor = cfg.primary.processor;
-			fb.primary.max_aio = cfg.primary.max_aio;
-			fb.primary.ops = cfg.primary.ops;
-			fb.secondary = cfg.secondary;
-			if (px_config_resolve(&fb, err, errlen) == 0)
-				rc = px_build(out, &fb, err, errlen);
-		}
-	}
 	if (rc == 0 && err && errlen)
 		err[0] = '\0';
 	return rc;

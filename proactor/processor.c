@@ -11,6 +11,7 @@
  * proactor, that holds leadership until the proactor is destroyed and hands
  * what completes to the dispatcher with a notification.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -281,30 +282,83 @@ void px_processor_stop_dedicated(px_processor *p)
 /* Life cycle                                                           */
 /* ------------------------------------------------------------------ */
 
+/* Build the provider of a resolved, non-auto config. */
+static int px_processor_build(const px_processor_config *cfg, px_provider **prov,
+			      const char *where, char *err, size_t errlen)
+{
+	px_proc_spec spec;
+	int rc = px__spec_of(cfg, &spec, where, err, errlen);
+
+	if (rc < 0)
+		return rc;
+	rc = spec.cls->ops->create(cfg, &spec, prov);
+	if (rc < 0)
+		px_set_err(err, errlen, "%scannot create provider %s: %s", where,
+			   spec.cls->name, px_strerror(rc));
+	return rc;
+}
+
+/* Errors after which "auto" goes on to its next candidate: the mechanism
+ * is missing, forbidden, short of memory, or refuses this combination. */
+static bool px_auto_may_skip(int rc)
+{
+	return rc == -ENOSYS || rc == -EPERM || rc == -ENOMEM || rc == -EINVAL;
+}
+
+/* "auto": the candidates in order (px__auto_candidates), each probed and
+ * then built, until one works.  cfg receives the one chosen. */
+static int px_processor_build_auto(px_processor_config *cfg, px_provider **prov,
+				   const char *where, char *err, size_t errlen)
+{
+	const px_provider_class *cand[8];
+	unsigned n = px__auto_candidates(cfg, cand, 8);
+	char why[256] = "", tried[512] = "";
+	size_t pos = 0;
+	int rc = -ENOSYS;
+
+	for (unsigned i = 0; i < n; i++) {
+		px_processor_config c = *cfg;
+		px__set_name(c.provider, PX_NAME_MAX, cand[i]->name,
+			     strlen(cand[i]->name));
+		why[0] = '\0';
+		rc = cand[i]->probe ? cand[i]->probe(why, sizeof(why)) : 0;
+		if (rc == 0)
+			rc = px__resolve_processor(&c, where, why, sizeof(why));
+		if (rc == 0)
+			rc = px_processor_build(&c, prov, "", why, sizeof(why));
+		if (rc == 0) {
+			*cfg = c;
+			return 0;
+		}
+		if (pos < sizeof(tried)) {
+			int w = snprintf(tried + pos, sizeof(tried) - pos, "%s%s: %s",
+					 pos ? "; " : "", cand[i]->name, why);
+			if (w > 0)
+				pos += (size_t)w;
+		}
+		if (!px_auto_may_skip(rc))
+			break;
+	}
+	px_set_err(err, errlen, "%sauto found no engine that works here (%s)",
+		   where, n ? tried : "no candidate");
+	return rc < 0 ? rc : -ENOSYS;
+}
+
 int px_processor_create(struct px_proactor *px, int index,
-			const px_processor_config *cfg, px_processor **out,
+			px_processor_config *cfg, px_processor **out,
 			char *err, size_t errlen)
 {
-	const px_provider_ops *ops = px_provider_lookup(cfg->provider);
-	if (!ops) {
-		px_set_err(err, errlen,
-			   "provider=%s is not built into this library (built in: select%s)",
-			   px_provider_type_name(cfg->provider),
-#ifdef PX_HAVE_URING
-			   ", uring"
-#else
-			   ""
-#endif
-		);
-		return -ENOSYS;
-	}
+	const char *where = index ? "secondary: " : "";
 	px_processor *p = calloc(1, sizeof(*p));
+	int rc;
+
 	if (!p)
 		return -ENOMEM;
-	int rc = ops->create(cfg, &p->prov);
+	if (cfg->provider[0])
+		rc = px_processor_build(cfg, &p->prov, where, err, errlen);
+	else
+		rc = px_processor_build_auto(cfg, &p->prov, where, err, errlen);
 	if (rc < 0) {
-		px_set_err(err, errlen, "cannot create provider %s: %s", ops->name,
-			   px_strerror(rc));
 		free(p);
 		return rc;
 	}

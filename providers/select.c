@@ -1113,25 +1113,28 @@ static void sel_destroy(px_provider *p)
 	free(sel);
 }
 
-static int sel_create(const px_processor_config *cfg, px_provider **out)
+/* The wait strategy of a wait name of this provider's class. */
+static const px_sel_wait_class *sel_wait_class(const char *name)
 {
-	const px_sel_wait_class *cls;
+	static const px_sel_wait_class *const all[] = {
+		&px_sel_wait_epoll, &px_sel_wait_poll, &px_sel_wait_select,
+	};
+
+	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+		if (!strcmp(all[i]->wait.name, name))
+			return all[i];
+	return NULL;
+}
+
+static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
+		      px_provider **out)
+{
+	const px_sel_wait_class *cls = sel_wait_class(spec->wait->name);
 	px_sel *sel;
 	int rc;
 
-	switch (cfg->wait) {
-	case PX_WAIT_SELECT:
-		cls = &px_sel_wait_select;
-		break;
-	case PX_WAIT_POLL:
-		cls = &px_sel_wait_poll;
-		break;
-	case PX_WAIT_EPOLL:
-		cls = &px_sel_wait_epoll;
-		break;
-	default:
+	if (!cls)
 		return -EINVAL;
-	}
 	sel = calloc(1, sizeof(*sel));
 	if (!sel)
 		return -ENOMEM;

@@ -118,6 +118,9 @@ struct px_sel_wait {
 	px_sel *sel;                  /* the provider that owns this wait */
 };
 
+/* The provider itself (providers/select.c), for its class. */
+extern const px_provider_ops px_provider_select_ops PX_HIDDEN;
+
 extern const px_sel_wait_class px_sel_wait_select PX_HIDDEN;
 extern const px_sel_wait_class px_sel_wait_poll PX_HIDDEN;
 extern const px_sel_wait_class px_sel_wait_epoll PX_HIDDEN;

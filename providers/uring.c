@@ -80,6 +80,7 @@
 #include <sys/socket.h>
 
 #include "uring.h"
+#include "uring_class.h"
 
 /* The largest transfer one read or write performs (MAX_RW_COUNT). */
 #define PX_URING_MAX_RW 0x7ffff000u
@@ -683,10 +684,11 @@ static int px_uring_setup(px_uring *u, unsigned entries, unsigned flags,
 	}
 }
 
-static int px_uring_create(const px_processor_config *cfg, px_provider **out)
+static int px_uring_create(const px_processor_config *cfg,
+			   const px_proc_spec *spec, px_provider **out)
 {
-	unsigned entries = cfg->ring_entries ? cfg->ring_entries
-					     : PX_URING_DEFAULT_ENTRIES;
+	const px_uring_settings *set = (const void *)spec->settings;
+	unsigned entries = set->entries ? set->entries : PX_URING_DEFAULT_ENTRIES;
 	struct io_uring_params prm;
 	unsigned flags, sq, cq;
 	int rc;
@@ -711,9 +713,9 @@ static int px_uring_create(const px_processor_config *cfg, px_provider **out)
 		return -ENOMEM;
 
 	flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
-	if (cfg->ring_flags & PX_RING_COOP_TASKRUN)
+	if (set->flags & PX_URING_COOP_TASKRUN)
 		flags |= IORING_SETUP_COOP_TASKRUN;
-	if (cfg->ring_flags & PX_RING_SQPOLL)
+	if (set->flags & PX_URING_SQPOLL)
 		flags |= IORING_SETUP_SQPOLL;
 	rc = px_uring_setup(u, entries, flags, cq, &prm);
 	if (rc < 0) {

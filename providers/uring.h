@@ -73,6 +73,9 @@ static inline px_uring *px_uring_of_intr(px_intr *in)
 	return px_container_of(in, px_uring, intr);
 }
 
+/* The provider itself (providers/uring.c), for its class. */
+extern const px_provider_ops px_provider_uring_ops PX_HIDDEN;
+
 /* The wait strategy and interrupt built by the provider (wait_strategies/). */
 extern const px_wait_ops px_wait_uring_ops PX_HIDDEN;
 extern const px_intr_ops px_intr_uring_ops PX_HIDDEN;

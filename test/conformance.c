@@ -1,5 +1,5 @@
 /*
- * conformance.c - the promises every engine keeps (DESIGN.md), checked on
+ * conformance.c - the promises every engine keeps (include/proactor.h, docs/ARCHITECTURE.md), checked on
  * real sockets, pipes and files.  One program for all engines: argv[1] is
  * the engine configuration text; meson registers it once per engine.
  *
@@ -140,19 +140,22 @@ static void engine_name_round_trips(void **state)
 	if (rc != 0)
 		fail_msg("px_engine_name '%s' does not parse: %s", name, err);
 	const px_processor_config *want = &h_cfg.primary, *got = &cfg.primary;
-	if (want->provider != PX_PROVIDER_NONE)
-		assert_int_equal(got->provider, want->provider);
-	if (want->wait != PX_WAIT_DEFAULT)
-		assert_int_equal(got->wait, want->wait);
-	if (want->interrupt != PX_INTR_DEFAULT)
-		assert_int_equal(got->interrupt, want->interrupt);
+	if (want->provider[0])
+		assert_string_equal(got->provider, want->provider);
+	if (want->wait[0])
+		assert_string_equal(got->wait, want->wait);
+	if (want->interrupt[0])
+		assert_string_equal(got->interrupt, want->interrupt);
 	if (want->processor != PX_PROCESSOR_NONE)
 		assert_int_equal(got->processor, want->processor);
+	/* An engine text with provider words gets them back. */
+	if (want->words[0])
+		assert_string_equal(got->words, want->words);
 	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE) {
 		assert_int_not_equal(cfg.secondary.processor, PX_PROCESSOR_NONE);
-		if (h_cfg.secondary.wait != PX_WAIT_DEFAULT)
-			assert_int_equal(cfg.secondary.wait,
-					 h_cfg.secondary.wait);
+		if (h_cfg.secondary.wait[0])
+			assert_string_equal(cfg.secondary.wait,
+					    h_cfg.secondary.wait);
 	} else {
 		assert_int_equal(cfg.secondary.processor, PX_PROCESSOR_NONE);
 	}

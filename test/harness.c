@@ -72,6 +72,11 @@ void harness_engine_init(int argc, char **argv, const char *prog)
 	h_engine_text = argv[1];
 	char err[512] = "";
 	int rc = px_config_parse(&h_cfg, h_engine_text, err, sizeof err);
+	if (rc == -ENOSYS) {
+		printf("%s: engine '%s' is not built in: %s: skipped\n", prog,
+		       h_engine_text, err);
+		exit(77);
+	}
 	if (rc != 0) {
 		fprintf(stderr, "%s: config '%s' does not parse: %d %s: %s\n",
 			prog, h_engine_text, rc, px_strerror(rc), err);

@@ -1,5 +1,5 @@
 /*
- * stress.c - promises 1 and 2 of DESIGN.md under load: every started
+ * stress.c - exactly one completion and bytes in order, under load: every started
  * operation completes exactly once, and stream bytes arrive in order, never
  * lost or duplicated, with several threads in px_handle_events.
  *

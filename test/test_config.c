@@ -1,11 +1,14 @@
 /*
  * test_config.c - the configuration language, presets, validation and the
- * provider registry (config/).
+ * provider classes (config/, providers/classes.c).
  *
  * Every key with every value, every preset, every error message (each
  * must name the valid choices), the secondary section, and the round trip
- * parse(format(cfg)) == cfg.  Runs the same on builds with and without
- * io_uring: what differs ("auto", the uring lookup) is checked per build.
+ * parse(format(cfg)) == cfg.  What a provider offers (waits, interrupts,
+ * presets, own keys) is also walked generically through px__classes, so a
+ * new class is covered as soon as it is listed.  Runs the same on builds
+ * with and without io_uring: what differs (the uring texts, "auto", the
+ * -ENOSYS of a provider not built in) is checked per build.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -19,14 +22,19 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#ifdef PX_HAVE_URING
+#include "../providers/uring_class.h"
+#endif
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
 static bool pc_equal(const px_processor_config *a, const px_processor_config *b)
 {
-	return a->processor == b->processor && a->provider == b->provider &&
-	       a->wait == b->wait && a->interrupt == b->interrupt &&
-	       a->flags == b->flags && a->max_aio == b->max_aio &&
-	       a->ops == b->ops && a->intr_signo == b->intr_signo &&
-	       a->ring_entries == b->ring_entries && a->ring_flags == b->ring_flags;
+	return a->processor == b->processor &&
+	       !strcmp(a->provider, b->provider) && !strcmp(a->wait, b->wait) &&
+	       !strcmp(a->interrupt, b->interrupt) && a->flags == b->flags &&
+	       a->max_aio == b->max_aio && a->ops == b->ops &&
+	       a->intr_signo == b->intr_signo && !strcmp(a->words, b->words);
 }
 
 static bool cfg_equal(const px_config *a, const px_config *b)
@@ -46,37 +54,56 @@ static px_config parse_ok(const char *text)
 	memset(&c, 0x5a, sizeof(c));
 	rc = px_config_parse(&c, text, err, sizeof(err));
 	if (rc != 0)
-		fail_msg("\"%s\" should parse: %s", text ? text : "(null)", err);
+		fail_msg("\"%s\" should parse: %d %s", text ? text : "(null)", rc,
+			 err);
 	assert_string_equal(err, "");
 	return c;
 }
 
-/* Parse text that must fail; every needle must be in the message. */
-static void parse_bad(const char *text, ...)
+/* Parse text that must fail with rc; every needle must be in the
+ * message. */
+static void parse_bad_va(int want, const char *text, va_list ap)
 {
 	px_config c, before;
 	char err[512] = "";
 	const char *needle;
-	va_list ap;
 	int rc;
 
 	memset(&c, 0x5a, sizeof(c));
 	before = c;
 	rc = px_config_parse(&c, text, err, sizeof(err));
-	if (rc != -EINVAL)
-		fail_msg("\"%s\" should fail with -EINVAL, got %d", text, rc);
+	if (rc != want)
+		fail_msg("\"%s\" should fail with %d, got %d (%s)", text, want, rc,
+			 err);
 	assert_true(strlen(err) > 0);
-	va_start(ap, text);
 	while ((needle = va_arg(ap, const char *)) != NULL) {
 		if (!strstr(err, needle))
 			fail_msg("\"%s\": message \"%s\" lacks \"%s\"", text, err,
 				 needle);
 	}
-	va_end(ap);
 	/* A failed parse leaves the output alone. */
 	assert_memory_equal(&c, &before, sizeof(c));
 	/* And works without a message buffer. */
-	assert_int_equal(px_config_parse(&c, text, NULL, 0), -EINVAL);
+	assert_int_equal(px_config_parse(&c, text, NULL, 0), want);
+	assert_memory_equal(&c, &before, sizeof(c));
+}
+
+static void parse_bad(const char *text, ...)
+{
+	va_list ap;
+
+	va_start(ap, text);
+	parse_bad_va(-EINVAL, text, ap);
+	va_end(ap);
+}
+
+static void parse_bad_rc(int want, const char *text, ...)
+{
+	va_list ap;
+
+	va_start(ap, text);
+	parse_bad_va(want, text, ap);
+	va_end(ap);
 }
 
 /* format, check the length contract, parse back, compare. */
@@ -95,25 +122,51 @@ static void round_trip(const px_config *c)
 	back = parse_ok(buf);
 	if (!cfg_equal(c, &back))
 		fail_msg("round trip changed the config: \"%s\"", buf);
+	/* The canonical text is a fixed point. */
+	char again[512];
+	assert_int_equal(px_config_format(&back, again, sizeof(again)), n);
+	assert_string_equal(again, buf);
 }
 
 static void expect_pc(const px_processor_config *pc, px_processor_type proc,
-		      px_provider_type prov, px_wait_type w, px_interrupt_type in)
+		      const char *prov, const char *w, const char *in)
 {
 	assert_int_equal(pc->processor, proc);
-	assert_int_equal(pc->provider, prov);
-	assert_int_equal(pc->wait, w);
-	assert_int_equal(pc->interrupt, in);
+	assert_string_equal(pc->provider, prov);
+	assert_string_equal(pc->wait, w);
+	assert_string_equal(pc->interrupt, in);
+}
+
+static void expect_format_cfg(const px_config *c, const char *want)
+{
+	char buf[512];
+
+	assert_int_equal(px_config_format(c, buf, sizeof(buf)), (int)strlen(want));
+	assert_string_equal(buf, want);
+	round_trip(c);
 }
 
 static void expect_format(const char *text, const char *want)
 {
 	px_config c = parse_ok(text);
-	char buf[512];
 
-	assert_true(px_config_format(&c, buf, sizeof(buf)) > 0);
-	assert_string_equal(buf, want);
-	round_trip(&c);
+	expect_format_cfg(&c, want);
+}
+
+static const char *proc_name(px_processor_type p)
+{
+	return p == PX_PROCESSOR_DEDICATED ? "dedicated" : "shared";
+}
+
+/* The first class in the list that has a wait of that name (the one a
+ * wait= without provider= picks). */
+static const px_provider_class *wait_owner(const char *wait)
+{
+	for (const px_provider_class *const *c = px__classes; *c; c++)
+		for (unsigned i = 0; i < (*c)->nwaits; i++)
+			if (!strcmp((*c)->waits[i].name, wait))
+				return *c;
+	return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -123,100 +176,306 @@ static void expect_format(const char *text, const char *want)
 static const struct {
 	const char *name;
 	px_processor_type proc;
-	px_provider_type prov;
-	px_wait_type wait;
-	px_interrupt_type intr;
+	const char *prov, *wait, *intr;
 } presets[] = {
-	{ "uring", PX_PROCESSOR_SHARED, PX_PROVIDER_URING, PX_WAIT_URING, PX_INTR_NATIVE },
-	{ "epoll", PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT, PX_WAIT_EPOLL, PX_INTR_EVENTFD },
-	{ "poll", PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT, PX_WAIT_POLL, PX_INTR_EVENTFD },
-	{ "select", PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT, PX_WAIT_SELECT, PX_INTR_EVENTFD },
-	{ "uring-dedicated", PX_PROCESSOR_DEDICATED, PX_PROVIDER_URING, PX_WAIT_URING,
-	  PX_INTR_NATIVE },
-	{ "epoll-dedicated", PX_PROCESSOR_DEDICATED, PX_PROVIDER_SELECT, PX_WAIT_EPOLL,
-	  PX_INTR_EVENTFD },
-	{ "poll-dedicated", PX_PROCESSOR_DEDICATED, PX_PROVIDER_SELECT, PX_WAIT_POLL,
-	  PX_INTR_EVENTFD },
-	{ "select-dedicated", PX_PROCESSOR_DEDICATED, PX_PROVIDER_SELECT, PX_WAIT_SELECT,
-	  PX_INTR_EVENTFD },
+#ifdef PX_HAVE_URING
+	{ "uring", PX_PROCESSOR_SHARED, "uring", "uring", "native" },
+	{ "uring-dedicated", PX_PROCESSOR_DEDICATED, "uring", "uring", "native" },
+#endif
+	{ "epoll", PX_PROCESSOR_SHARED, "select", "epoll", "eventfd" },
+	{ "poll", PX_PROCESSOR_SHARED, "select", "poll", "eventfd" },
+	{ "select", PX_PROCESSOR_SHARED, "select", "select", "eventfd" },
+	{ "epoll-dedicated", PX_PROCESSOR_DEDICATED, "select", "epoll", "eventfd" },
+	{ "poll-dedicated", PX_PROCESSOR_DEDICATED, "select", "poll", "eventfd" },
+	{ "select-dedicated", PX_PROCESSOR_DEDICATED, "select", "select", "eventfd" },
 };
-#define N_PRESETS (sizeof(presets) / sizeof(presets[0]))
+#define N_PRESETS N_OF(presets)
 
 static void test_presets(void **state)
 {
 	(void)state;
 	for (size_t i = 0; i < N_PRESETS; i++) {
 		px_config c, p;
+		char want[256];
 		assert_int_equal(px_config_preset(&p, presets[i].name), 0);
-		expect_pc(&p.primary, presets[i].proc, presets[i].prov,
-			  presets[i].wait, presets[i].intr);
 		assert_int_equal(p.secondary.processor, PX_PROCESSOR_NONE);
 		assert_int_equal(p.flags, 0);
 		assert_int_equal(p.followers, PX_FOLLOWERS_LIFO);
+		assert_string_equal(p.primary.provider, presets[i].prov);
 		assert_int_equal(px_config_resolve(&p, NULL, 0), 0);
+		expect_pc(&p.primary, presets[i].proc, presets[i].prov,
+			  presets[i].wait, presets[i].intr);
+		assert_string_equal(p.primary.words, "");
 		c = parse_ok(presets[i].name);
 		assert_true(cfg_equal(&c, &p));
-		round_trip(&c);
+		snprintf(want, sizeof(want),
+			 "provider=%s wait=%s interrupt=%s processor=%s max_aio=0",
+			 presets[i].prov, presets[i].wait, presets[i].intr,
+			 proc_name(presets[i].proc));
+		expect_format_cfg(&c, want);
 	}
 	assert_int_equal(px_config_preset(NULL, "epoll"), -ENOENT);
 	assert_int_equal(px_config_preset(&(px_config){ 0 }, NULL), -ENOENT);
 	assert_int_equal(px_config_preset(&(px_config){ 0 }, "nope"), -ENOENT);
 	assert_int_equal(px_config_preset(&(px_config){ 0 }, "Epoll"), -ENOENT);
+	assert_int_equal(px_config_preset(&(px_config){ 0 }, ""), -ENOENT);
+}
+
+/* Every preset of every class, walked through the class list: it parses
+ * to its class, wait and processor, formats as such and round-trips; and
+ * the words after it override it. */
+static void test_class_presets(void **state)
+{
+	size_t seen = 0;
+
+	(void)state;
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		for (unsigned i = 0; i < cls->npresets; i++) {
+			const px_preset_desc *pd = &cls->presets[i];
+			const char *wait = pd->wait ? pd->wait : cls->waits[0].name;
+			const px_wait_desc *wd = NULL;
+			char want[256], text[128];
+			for (unsigned w = 0; w < cls->nwaits; w++)
+				if (!strcmp(cls->waits[w].name, wait))
+					wd = &cls->waits[w];
+			if (!wd)
+				fail_msg("preset %s names wait %s, not one of "
+					 "provider=%s", pd->name, wait, cls->name);
+			const char *intr = px__intr_name(wd->default_intr);
+			assert_non_null(intr);
+
+			px_config c = parse_ok(pd->name);
+			expect_pc(&c.primary, pd->processor, cls->name, wait, intr);
+			assert_int_equal(c.secondary.processor, PX_PROCESSOR_NONE);
+			assert_string_equal(c.primary.words, "");
+			snprintf(want, sizeof(want),
+				 "provider=%s wait=%s interrupt=%s processor=%s "
+				 "max_aio=0",
+				 cls->name, wait, intr, proc_name(pd->processor));
+			expect_format_cfg(&c, want);
+
+			/* In the table above too. */
+			size_t j;
+			for (j = 0; j < N_PRESETS; j++)
+				if (!strcmp(presets[j].name, pd->name))
+					break;
+			if (j == N_PRESETS)
+				fail_msg("preset %s is missing from the test's table",
+					 pd->name);
+			seen++;
+
+			/* Words after a preset override it. */
+			snprintf(text, sizeof(text), "%s processor=%s max_aio=5",
+				 pd->name,
+				 pd->processor == PX_PROCESSOR_SHARED ? "dedicated"
+								      : "shared");
+			c = parse_ok(text);
+			assert_int_equal(c.primary.processor,
+					 pd->processor == PX_PROCESSOR_SHARED
+						 ? PX_PROCESSOR_DEDICATED
+						 : PX_PROCESSOR_SHARED);
+			assert_int_equal(c.primary.max_aio, 5);
+			assert_string_equal(c.primary.provider, cls->name);
+			round_trip(&c);
+
+			/* A preset is the first word only. */
+			snprintf(text, sizeof(text), "max_aio=1 %s", pd->name);
+			parse_bad(text, "preset", "must be the first word", NULL);
+		}
+	}
+	assert_int_equal(seen, N_PRESETS);
 }
 
 static void check_auto(const px_config *c)
 {
-#ifdef PX_HAVE_URING
-	expect_pc(&c->primary, PX_PROCESSOR_SHARED, PX_PROVIDER_URING,
-		  PX_WAIT_URING, PX_INTR_NATIVE);
-	assert_int_equal(c->flags, PX_CF_AUTO);
-#else
-	expect_pc(&c->primary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_EVENTFD);
+	expect_pc(&c->primary, PX_PROCESSOR_SHARED, "", "", "");
+	assert_string_equal(c->primary.words, "");
 	assert_int_equal(c->flags, 0);
-#endif
 	assert_int_equal(c->secondary.processor, PX_PROCESSOR_NONE);
 }
 
 static void test_auto(void **state)
 {
-	static const char *const texts[] = { "auto", "", "   ", " \t\n ", NULL };
+	static const char *const texts[] = { "auto", "", "   ", " \t\n ",
+					     "primary:", "auto primary:", NULL };
 	px_config c;
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+	for (size_t i = 0; i < N_OF(texts); i++) {
 		c = parse_ok(texts[i]);
 		check_auto(&c);
-		round_trip(&c);
+		expect_format_cfg(&c, "auto processor=shared max_aio=0");
 	}
 	assert_int_equal(px_config_preset(&c, "auto"), 0);
 	check_auto(&c);
 
-	/* auto keeps choosing while the words leave the engine alone... */
+	/* auto stays auto while the words leave the engine alone... */
 	c = parse_ok("max_aio=64");
 	check_auto(&c);
 	assert_int_equal(c.primary.max_aio, 64);
+	expect_format_cfg(&c, "auto processor=shared max_aio=64");
 	c = parse_ok("auto processor=dedicated followers=fifo");
 	assert_int_equal(c.primary.processor, PX_PROCESSOR_DEDICATED);
+	assert_string_equal(c.primary.provider, "");
 	assert_int_equal(c.followers, PX_FOLLOWERS_FIFO);
-	round_trip(&c);
+	expect_format_cfg(&c, "auto processor=dedicated max_aio=0 followers=fifo");
+	expect_format("auto ops=file start=any max_aio=3",
+		      "auto processor=shared max_aio=3 ops=file start=any");
 
-	/* ...and stops as soon as they name one. */
-	c = parse_ok("auto wait=poll");
-	expect_pc(&c.primary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_POLL, PX_INTR_EVENTFD);
-	assert_int_equal(c.flags, 0);
-	c = parse_ok("provider=uring");
-	assert_int_equal(c.flags, 0);
-	c = parse_ok("auto interrupt=signal");
-	expect_pc(&c.primary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_SIGNAL);
-	assert_int_equal(c.flags, 0);
+	/* ...an interrupt narrows it but leaves it auto... */
+	c = parse_ok("auto interrupt=pipe");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "pipe");
+	expect_format_cfg(&c, "auto interrupt=pipe processor=shared max_aio=0");
+	c = parse_ok("auto interrupt=signal signal=12");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "signal");
+	assert_int_equal(c.primary.intr_signo, 12);
+	expect_format_cfg(&c, "auto interrupt=signal processor=shared max_aio=0 "
+			      "signal=12");
+	c = parse_ok("interrupt=eventfd");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "eventfd");
 #ifdef PX_HAVE_URING
-	/* As format writes it. */
-	expect_format("auto", "auto provider=uring wait=uring interrupt=native "
-			      "processor=shared max_aio=0");
+	c = parse_ok("auto interrupt=native");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "native");
+	expect_format_cfg(&c, "auto interrupt=native processor=shared max_aio=0");
+	/* ...and so do a provider's own words... */
+	c = parse_ok("auto ring=8");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "");
+	assert_string_equal(c.primary.words, "ring=8");
+	expect_format_cfg(&c, "auto processor=shared max_aio=0 ring=8");
+	c = parse_ok("ring_flags=sqpoll max_aio=2");
+	assert_string_equal(c.primary.provider, "");
+	assert_string_equal(c.primary.words, "ring_flags=sqpoll");
+	round_trip(&c);
+	/* but not to nothing. */
+	parse_bad("auto ring=8 interrupt=pipe", "no engine that auto may choose",
+		  "interrupt=pipe", "ring=8", "name a provider",
+		  "provider=select (interrupt pipe, eventfd or signal)",
+		  "provider=uring (interrupt native)", NULL);
+	/* A bad value: the class that owns the key says what it takes. */
+	parse_bad("auto ring=99999", "ring=99999", "0 (default) to 32768", NULL);
+	/* Words on auto come back in the canonical form. */
+	c = parse_ok("auto ring=0008 ring_flags=sqpoll,coop_taskrun");
+	assert_string_equal(c.primary.words,
+			    "ring=8 ring_flags=coop_taskrun,sqpoll");
+#else
+	parse_bad("auto interrupt=native", "no engine that auto may choose",
+		  "interrupt=native", "name a provider",
+		  "provider=select (interrupt pipe, eventfd or signal)", NULL);
 #endif
+	parse_bad("auto signal=10", "signal=10 only applies to interrupt=signal",
+		  NULL);
+	parse_bad("auto interrupt=pipe signal=10",
+		  "signal=10 only applies to interrupt=signal",
+		  "interrupt=pipe", NULL);
+
+	/* ...and stops as soon as they name a provider or a wait. */
+	c = parse_ok("auto wait=poll");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "poll", "eventfd");
+	c = parse_ok("auto provider=select interrupt=pipe");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "pipe");
+	c = parse_ok("auto interrupt=signal provider=select");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "signal");
+#ifdef PX_HAVE_URING
+	c = parse_ok("provider=uring");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "uring", "uring", "native");
+	c = parse_ok("auto ring=8 wait=uring");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "uring", "uring", "native");
+	assert_string_equal(c.primary.words, "ring=8");
+	parse_bad("auto ring=8 provider=select",
+		  "ring is not a key of provider=select", NULL);
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* The auto candidates                                                  */
+/* ------------------------------------------------------------------ */
+
+static unsigned candidates(const char *intr, const char *words,
+			   const px_provider_class **out, unsigned max)
+{
+	px_processor_config pc;
+
+	memset(&pc, 0, sizeof(pc));
+	pc.processor = PX_PROCESSOR_SHARED;
+	snprintf(pc.interrupt, sizeof(pc.interrupt), "%s", intr);
+	snprintf(pc.words, sizeof(pc.words), "%s", words);
+	return px__auto_candidates(&pc, out, max);
+}
+
+static void test_auto_candidates(void **state)
+{
+	const px_provider_class *out[8];
+	const px_provider_class *sel = px__class_find("select", 6);
+	unsigned n;
+
+	(void)state;
+	assert_non_null(sel);
+	memset(out, 0, sizeof(out));
+	n = candidates("", "", out, N_OF(out));
+#ifdef PX_HAVE_URING
+	const px_provider_class *ur = px__class_find("uring", 5);
+	assert_non_null(ur);
+	assert_int_equal(n, 2);
+	assert_ptr_equal(out[0], ur);
+	assert_ptr_equal(out[1], sel);
+	assert_null(out[2]);
+	/* max cuts the list, best first. */
+	memset(out, 0, sizeof(out));
+	assert_int_equal(candidates("", "", out, 1), 1);
+	assert_ptr_equal(out[0], ur);
+	assert_null(out[1]);
+	assert_int_equal(candidates("", "", out, 0), 0);
+
+	/* An interrupt keeps the classes whose default wait takes it. */
+	assert_int_equal(candidates("native", "", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], ur);
+	/* Provider words keep the classes that accept them. */
+	memset(out, 0, sizeof(out));
+	assert_int_equal(candidates("", "ring=8", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], ur);
+	assert_null(out[1]);
+	assert_int_equal(candidates("", "  ring=8   ring_flags=sqpoll ", out,
+				    N_OF(out)), 1);
+	assert_ptr_equal(out[0], ur);
+	assert_int_equal(candidates("", "ring=99999", out, N_OF(out)), 0);
+	assert_int_equal(candidates("pipe", "ring=8", out, N_OF(out)), 0);
+#else
+	assert_int_equal(n, 1);
+	assert_ptr_equal(out[0], sel);
+	assert_int_equal(candidates("native", "", out, N_OF(out)), 0);
+	assert_int_equal(candidates("", "ring=8", out, N_OF(out)), 0);
+#endif
+	memset(out, 0, sizeof(out));
+	assert_int_equal(candidates("pipe", "", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], sel);
+	assert_null(out[1]);
+	assert_int_equal(candidates("eventfd", "", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], sel);
+	assert_int_equal(candidates("signal", "", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], sel);
+	assert_int_equal(candidates("semaphore", "", out, N_OF(out)), 0);
+	assert_int_equal(candidates("", "nokey=1", out, N_OF(out)), 0);
+	assert_int_equal(candidates("", "bare", out, N_OF(out)), 0);
+
+	/* Generic: the candidates are the ranked classes in rank order. */
+	n = candidates("", "", out, N_OF(out));
+	unsigned ranked = 0;
+	for (const px_provider_class *const *c = px__classes; *c; c++)
+		if ((*c)->auto_rank && (*c)->keys == NULL)
+			ranked++;
+	assert_true(n >= ranked);
+	for (unsigned i = 0; i < n; i++) {
+		assert_true(out[i]->auto_rank > 0);
+		if (i)
+			assert_true(out[i - 1]->auto_rank <= out[i]->auto_rank);
+	}
+
+	/* A parsed auto config gives the same answer. */
+	px_config c = parse_ok("auto interrupt=pipe");
+	memset(out, 0, sizeof(out));
+	assert_int_equal(px__auto_candidates(&c.primary, out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], sel);
 }
 
 /* ------------------------------------------------------------------ */
@@ -227,52 +486,205 @@ static void test_provider_wait_interrupt(void **state)
 {
 	static const struct {
 		const char *text;
-		px_provider_type prov;
-		px_wait_type wait;
-		px_interrupt_type intr;
+		const char *prov, *wait, *intr;
 	} t[] = {
-		{ "provider=select", PX_PROVIDER_SELECT, PX_WAIT_EPOLL, PX_INTR_EVENTFD },
-		{ "provider=uring", PX_PROVIDER_URING, PX_WAIT_URING, PX_INTR_NATIVE },
-		{ "provider=select wait=select", PX_PROVIDER_SELECT, PX_WAIT_SELECT,
-		  PX_INTR_EVENTFD },
-		{ "provider=select wait=poll", PX_PROVIDER_SELECT, PX_WAIT_POLL,
-		  PX_INTR_EVENTFD },
-		{ "provider=select wait=epoll", PX_PROVIDER_SELECT, PX_WAIT_EPOLL,
-		  PX_INTR_EVENTFD },
-		{ "provider=uring wait=uring", PX_PROVIDER_URING, PX_WAIT_URING,
-		  PX_INTR_NATIVE },
-		{ "provider=select interrupt=pipe", PX_PROVIDER_SELECT, PX_WAIT_EPOLL,
-		  PX_INTR_PIPE },
-		{ "provider=select interrupt=eventfd", PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_EVENTFD },
-		{ "provider=select interrupt=signal", PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_SIGNAL },
-		{ "provider=uring interrupt=native", PX_PROVIDER_URING, PX_WAIT_URING,
-		  PX_INTR_NATIVE },
-		{ "wait=poll interrupt=pipe", PX_PROVIDER_SELECT, PX_WAIT_POLL,
-		  PX_INTR_PIPE },
-		{ "wait=select", PX_PROVIDER_SELECT, PX_WAIT_SELECT, PX_INTR_EVENTFD },
-		{ "wait=uring", PX_PROVIDER_URING, PX_WAIT_URING, PX_INTR_NATIVE },
+		{ "provider=select", "select", "epoll", "eventfd" },
+		{ "provider=select wait=select", "select", "select", "eventfd" },
+		{ "provider=select wait=poll", "select", "poll", "eventfd" },
+		{ "provider=select wait=epoll", "select", "epoll", "eventfd" },
+		{ "provider=select interrupt=pipe", "select", "epoll", "pipe" },
+		{ "provider=select interrupt=eventfd", "select", "epoll", "eventfd" },
+		{ "provider=select interrupt=signal", "select", "epoll", "signal" },
+		{ "wait=poll interrupt=pipe", "select", "poll", "pipe" },
+		{ "wait=select", "select", "select", "eventfd" },
+		{ "epoll wait=poll", "select", "poll", "eventfd" },
+		{ "select interrupt=pipe", "select", "select", "pipe" },
+		{ "select interrupt=pipe wait=poll", "select", "poll", "pipe" },
+		{ "poll-dedicated interrupt=signal", "select", "poll", "signal" },
+		{ "epoll provider=select", "select", "epoll", "eventfd" },
+#ifdef PX_HAVE_URING
+		{ "provider=uring", "uring", "uring", "native" },
+		{ "provider=uring wait=uring", "uring", "uring", "native" },
+		{ "provider=uring interrupt=native", "uring", "uring", "native" },
+		{ "wait=uring", "uring", "uring", "native" },
 		/* A preset's provider follows a wait of another provider. */
-		{ "uring wait=epoll", PX_PROVIDER_SELECT, PX_WAIT_EPOLL, PX_INTR_EVENTFD },
-		{ "epoll wait=uring", PX_PROVIDER_URING, PX_WAIT_URING, PX_INTR_NATIVE },
-		{ "epoll provider=uring", PX_PROVIDER_URING, PX_WAIT_URING, PX_INTR_NATIVE },
-		{ "uring provider=select", PX_PROVIDER_SELECT, PX_WAIT_EPOLL, PX_INTR_EVENTFD },
-		{ "epoll wait=poll", PX_PROVIDER_SELECT, PX_WAIT_POLL, PX_INTR_EVENTFD },
-		{ "select interrupt=pipe", PX_PROVIDER_SELECT, PX_WAIT_SELECT, PX_INTR_PIPE },
-		{ "poll-dedicated interrupt=signal", PX_PROVIDER_SELECT, PX_WAIT_POLL,
-		  PX_INTR_SIGNAL },
+		{ "uring wait=epoll", "select", "epoll", "eventfd" },
+		{ "uring wait=select interrupt=pipe", "select", "select", "pipe" },
+		{ "epoll wait=uring", "uring", "uring", "native" },
+		{ "epoll provider=uring", "uring", "uring", "native" },
+		{ "uring provider=select", "select", "epoll", "eventfd" },
+		{ "uring provider=select wait=poll", "select", "poll", "eventfd" },
+#endif
 	};
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+	for (size_t i = 0; i < N_OF(t); i++) {
 		px_config c = parse_ok(t[i].text);
-		assert_int_equal(c.primary.provider, t[i].prov);
-		assert_int_equal(c.primary.wait, t[i].wait);
-		assert_int_equal(c.primary.interrupt, t[i].intr);
+		assert_string_equal(c.primary.provider, t[i].prov);
+		assert_string_equal(c.primary.wait, t[i].wait);
+		assert_string_equal(c.primary.interrupt, t[i].intr);
+		assert_string_equal(c.primary.words, "");
 		assert_int_equal(c.flags, 0);
 		round_trip(&c);
 	}
+#ifdef PX_HAVE_URING
+	/* A changed provider keeps the processor but drops the inherited
+	 * wait and interrupt. */
+	px_config c = parse_ok("poll-dedicated provider=uring");
+	expect_pc(&c.primary, PX_PROCESSOR_DEDICATED, "uring", "uring", "native");
+	c = parse_ok("uring-dedicated wait=select");
+	expect_pc(&c.primary, PX_PROCESSOR_DEDICATED, "select", "select", "eventfd");
+#endif
+}
+
+/* Check the list after "takes interrupt " in msg: every interrupt of
+ * mask is in it, no other. */
+static void check_intr_list(const char *text, const char *msg, unsigned mask)
+{
+	const char *tail = strstr(msg, "takes interrupt ");
+
+	if (!tail)
+		fail_msg("\"%s\": message \"%s\" lacks \"takes interrupt \"", text,
+			 msg);
+	tail += strlen("takes interrupt ");
+	for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++) {
+		const char *name = px__intr_name(t);
+		bool there = strstr(tail, name) != NULL;
+		if (there != !!(mask & (1u << t)))
+			fail_msg("\"%s\": message \"%s\" %s \"%s\"", text, msg,
+				 there ? "wrongly offers" : "lacks", name);
+	}
+}
+
+/* Every wait of every class with every interrupt it takes, shared and
+ * dedicated, as primary and as secondary; every interrupt it does not
+ * take is refused naming those it does. */
+static void test_class_combinations(void **state)
+{
+	static const px_processor_type procs[] = { PX_PROCESSOR_SHARED,
+						   PX_PROCESSOR_DEDICATED };
+	unsigned combos = 0;
+
+	(void)state;
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		assert_true(cls->nwaits > 0);
+		for (unsigned w = 0; w < cls->nwaits; w++) {
+			const px_wait_desc *wd = &cls->waits[w];
+			for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++) {
+				const char *in = px__intr_name(t);
+				char text[256], want[512];
+				px_config c;
+				if (!(wd->intrs & (1u << t))) {
+					char err[512] = "";
+					snprintf(text, sizeof(text),
+						 "provider=%s wait=%s interrupt=%s",
+						 cls->name, wd->name, in);
+					parse_bad(text, "invalid combination", text,
+						  NULL);
+					assert_int_equal(px_config_parse(&c, text, err,
+									 sizeof(err)),
+							 -EINVAL);
+					check_intr_list(text, err, wd->intrs);
+					snprintf(text, sizeof(text),
+						 "epoll ; secondary: provider=%s "
+						 "wait=%s interrupt=%s",
+						 cls->name, wd->name, in);
+					parse_bad(text, "secondary: invalid combination",
+						  NULL);
+					continue;
+				}
+				for (size_t p = 0; p < N_OF(procs); p++) {
+					const char *pn = proc_name(procs[p]);
+					snprintf(text, sizeof(text),
+						 "provider=%s wait=%s interrupt=%s "
+						 "processor=%s",
+						 cls->name, wd->name, in, pn);
+					c = parse_ok(text);
+					expect_pc(&c.primary, procs[p], cls->name,
+						  wd->name, in);
+					snprintf(want, sizeof(want), "%s max_aio=0",
+						 text);
+					expect_format_cfg(&c, want);
+					combos++;
+
+					/* As a secondary. */
+					snprintf(text, sizeof(text),
+						 "select ; secondary: provider=%s "
+						 "wait=%s interrupt=%s processor=%s",
+						 cls->name, wd->name, in, pn);
+					c = parse_ok(text);
+					expect_pc(&c.secondary, procs[p], cls->name,
+						  wd->name, in);
+					snprintf(want, sizeof(want),
+						 "provider=select wait=select "
+						 "interrupt=eventfd processor=shared "
+						 "max_aio=0 ; secondary: provider=%s "
+						 "wait=%s interrupt=%s processor=%s "
+						 "max_aio=0",
+						 cls->name, wd->name, in, pn);
+					expect_format_cfg(&c, want);
+
+					/* The wait alone picks its owner. */
+					if (wait_owner(wd->name) == cls) {
+						snprintf(text, sizeof(text),
+							 "wait=%s interrupt=%s "
+							 "processor=%s",
+							 wd->name, in, pn);
+						c = parse_ok(text);
+						expect_pc(&c.primary, procs[p],
+							  cls->name, wd->name, in);
+						round_trip(&c);
+					}
+				}
+				if (t == PX_INTR_SIGNAL) {
+					snprintf(text, sizeof(text),
+						 "provider=%s wait=%s interrupt=signal "
+						 "signal=10",
+						 cls->name, wd->name);
+					c = parse_ok(text);
+					assert_int_equal(c.primary.intr_signo, 10);
+					round_trip(&c);
+				}
+			}
+			/* Without interrupt=, the wait's default. */
+			char text[128];
+			snprintf(text, sizeof(text), "provider=%s wait=%s", cls->name,
+				 wd->name);
+			px_config c = parse_ok(text);
+			assert_true(wd->intrs & (1u << wd->default_intr));
+			assert_string_equal(c.primary.interrupt,
+					    px__intr_name(wd->default_intr));
+		}
+		/* A wait of no class is refused naming the class's waits. */
+		char text[128], err[512] = "";
+		px_config c;
+		snprintf(text, sizeof(text), "provider=%s wait=aiocb", cls->name);
+		assert_int_equal(px_config_parse(&c, text, err, sizeof(err)), -EINVAL);
+		assert_non_null(strstr(err, "unknown wait \"aiocb\" for provider="));
+		for (unsigned w = 0; w < cls->nwaits; w++)
+			assert_non_null(strstr(err, cls->waits[w].name));
+		/* And a wait of another class names the class's waits too. */
+		for (const px_provider_class *const *op = px__classes; *op; op++) {
+			if (*op == cls)
+				continue;
+			snprintf(text, sizeof(text), "provider=%s wait=%s",
+				 cls->name, (*op)->waits[0].name);
+			assert_int_equal(px_config_parse(&c, text, err, sizeof(err)),
+					 -EINVAL);
+			assert_non_null(strstr(err, "invalid combination"));
+			const char *tail = strstr(err, "takes wait ");
+			assert_non_null(tail);
+			for (unsigned w = 0; w < cls->nwaits; w++)
+				assert_non_null(strstr(tail, cls->waits[w].name));
+		}
+	}
+	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring. */
+#ifdef PX_HAVE_URING
+	assert_int_equal(combos, 18 + 2);
+#else
+	assert_int_equal(combos, 18);
+#endif
 }
 
 static void test_processor_key(void **state)
@@ -282,9 +694,15 @@ static void test_processor_key(void **state)
 	(void)state;
 	c = parse_ok("epoll processor=dedicated");
 	assert_int_equal(c.primary.processor, PX_PROCESSOR_DEDICATED);
+	round_trip(&c);
 	c = parse_ok("epoll-dedicated processor=shared");
 	assert_int_equal(c.primary.processor, PX_PROCESSOR_SHARED);
 	round_trip(&c);
+	parse_bad("epoll processor=none", "unknown processor \"none\": choose shared "
+					  "or dedicated",
+		  NULL);
+	parse_bad("epoll processor=", "unknown processor \"\"", "shared or dedicated",
+		  NULL);
 }
 
 static void test_numbers(void **state)
@@ -301,11 +719,6 @@ static void test_numbers(void **state)
 	c = parse_ok("epoll max_aio=4294967295");
 	assert_int_equal(c.primary.max_aio, 4294967295u);
 	round_trip(&c);
-	c = parse_ok("uring ring=256");
-	assert_int_equal(c.primary.ring_entries, 256);
-	c = parse_ok("uring ring=32768");
-	assert_int_equal(c.primary.ring_entries, 32768);
-	round_trip(&c);
 	c = parse_ok("epoll interrupt=signal signal=10");
 	assert_int_equal(c.primary.intr_signo, 10);
 	round_trip(&c);
@@ -313,6 +726,7 @@ static void test_numbers(void **state)
 	assert_int_equal(c.primary.intr_signo, 0);
 	c = parse_ok("epoll interrupt=signal signal=64");
 	assert_int_equal(c.primary.intr_signo, 64);
+	round_trip(&c);
 
 	parse_bad("epoll max_aio=-1", "negative", "0 to 4294967295", NULL);
 	parse_bad("epoll max_aio=12x", "max_aio=12x", "not a decimal number",
@@ -324,10 +738,9 @@ static void test_numbers(void **state)
 	parse_bad("epoll max_aio=4294967296", "too large", "at most 4294967295",
 		  NULL);
 	parse_bad("epoll max_aio=99999999999999999999999", "too large", NULL);
-	parse_bad("uring ring=32769", "too large", "at most 32768", NULL);
-	parse_bad("uring ring=-3", "negative", NULL);
 	parse_bad("epoll interrupt=signal signal=65", "too large", "at most 64", NULL);
 	parse_bad("epoll interrupt=signal signal=abc", "not a decimal number", NULL);
+	parse_bad("epoll interrupt=signal signal=-1", "negative", NULL);
 }
 
 static void test_ops(void **state)
@@ -359,10 +772,16 @@ static void test_ops(void **state)
 	char text[128];
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+	for (size_t i = 0; i < N_OF(t); i++) {
 		snprintf(text, sizeof(text), "epoll ops=%s", t[i].v);
 		px_config c = parse_ok(text);
 		assert_int_equal(c.primary.ops, t[i].mask);
+		round_trip(&c);
+		/* The same on auto. */
+		snprintf(text, sizeof(text), "ops=%s", t[i].v);
+		c = parse_ok(text);
+		assert_int_equal(c.primary.ops, t[i].mask);
+		assert_string_equal(c.primary.provider, "");
 		round_trip(&c);
 	}
 	/* The canonical text uses the widest group that fits. */
@@ -381,11 +800,12 @@ static void test_ops(void **state)
 	const char *bad[] = { "epoll ops=bogus", "epoll ops=", "epoll ops=accept,",
 			      "epoll ops=,accept", "epoll ops=accept,,connect",
 			      "epoll ops=post", "epoll ops=timer" };
-	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		for (size_t j = 0; j < sizeof(choices) / sizeof(choices[0]); j++)
+	for (size_t i = 0; i < N_OF(bad); i++) {
+		for (size_t j = 0; j < N_OF(choices); j++)
 			parse_bad(bad[i], choices[j], NULL);
 	}
 	parse_bad("epoll ops=bogus", "unknown operation \"bogus\"", NULL);
+	parse_bad("epoll ops=accept,", "empty name", NULL);
 }
 
 static void test_start(void **state)
@@ -403,37 +823,186 @@ static void test_start(void **state)
 	c = parse_ok("epoll start=leader");
 	assert_int_equal(c.primary.flags, PX_PF_FLAGS_SET);
 	round_trip(&c);
+	expect_format("epoll start=leader",
+		      "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 start=leader");
 	c = parse_ok("epoll");
 	assert_int_equal(c.primary.flags, 0);
 	parse_bad("epoll start=now", "unknown start \"now\"", "any", "any-interrupt",
 		  "leader", NULL);
 }
 
-static void test_ring_flags(void **state)
+/* The own keys of every class: a valid value, an invalid one.  Every
+ * class key must have a row here (a new class's keys fail until added). */
+static const struct {
+	const char *cls, *key, *good, *canon, *bad;
+} own_keys[] = {
+	{ "uring", "ring", "256", "ring=256", "32769" },
+	{ "uring", "ring_flags", "sqpoll,coop_taskrun",
+	  "ring_flags=coop_taskrun,sqpoll", "fast" },
+};
+
+static void test_class_keys(void **state)
+{
+	(void)state;
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		for (unsigned k = 0; k < cls->nkeys; k++) {
+			size_t i;
+			assert_non_null(cls->keys[k].choices);
+			assert_non_null(cls->parse_key);
+			assert_non_null(cls->format);
+			assert_true(cls->settings_size <= PX_SETTINGS_MAX);
+			for (i = 0; i < N_OF(own_keys); i++)
+				if (!strcmp(own_keys[i].cls, cls->name) &&
+				    !strcmp(own_keys[i].key, cls->keys[k].name))
+					break;
+			if (i == N_OF(own_keys))
+				fail_msg("provider=%s key %s has no row in own_keys",
+					 cls->name, cls->keys[k].name);
+		}
+	}
+
+	for (size_t i = 0; i < N_OF(own_keys); i++) {
+		const px_provider_class *cls =
+			px__class_find(own_keys[i].cls, strlen(own_keys[i].cls));
+		char text[256], want[64];
+		px_config c;
+		if (!cls)
+			continue;   /* not built: see test_not_built */
+		const char *k = own_keys[i].key;
+
+		/* Accepted with a valid value, written back canonically. */
+		snprintf(text, sizeof(text), "provider=%s %s=%s", cls->name, k,
+			 own_keys[i].good);
+		c = parse_ok(text);
+		assert_string_equal(c.primary.words, own_keys[i].canon);
+		round_trip(&c);
+		/* Also in the secondary. */
+		snprintf(text, sizeof(text), "epoll ; secondary: provider=%s %s=%s",
+			 cls->name, k, own_keys[i].good);
+		c = parse_ok(text);
+		assert_string_equal(c.secondary.words, own_keys[i].canon);
+		assert_string_equal(c.primary.words, "");
+		round_trip(&c);
+
+		/* Refused with an invalid one, naming the key and its
+		 * choices. */
+		snprintf(text, sizeof(text), "provider=%s %s=%s", cls->name, k,
+			 own_keys[i].bad);
+		snprintf(want, sizeof(want), "%s=%s", k, own_keys[i].bad);
+		unsigned ki = 0;
+		while (strcmp(cls->keys[ki].name, k))
+			ki++;
+		parse_bad(text, want, cls->keys[ki].choices, NULL);
+		snprintf(text, sizeof(text), "epoll ; secondary: provider=%s %s=%s",
+			 cls->name, k, own_keys[i].bad);
+		parse_bad(text, "secondary: ", want, NULL);
+		/* With no value. */
+		snprintf(text, sizeof(text), "provider=%s %s=", cls->name, k);
+		snprintf(want, sizeof(want), "%s=", k);
+		parse_bad(text, want, cls->keys[ki].choices, NULL);
+		/* Given twice. */
+		snprintf(text, sizeof(text), "provider=%s %s=%s %s=%s", cls->name,
+			 k, own_keys[i].good, k, own_keys[i].good);
+		snprintf(want, sizeof(want), "%s is given twice", k);
+		parse_bad(text, want, NULL);
+
+		/* Refused for every other class, listing that class's keys. */
+		for (const px_provider_class *const *op = px__classes; *op; op++) {
+			if (*op == cls)
+				continue;
+			snprintf(text, sizeof(text), "provider=%s %s=%s",
+				 (*op)->name, k, own_keys[i].good);
+			snprintf(want, sizeof(want), "%s is not a key of provider=%s",
+				 k, (*op)->name);
+			parse_bad(text, want, "valid keys are", "provider", "wait",
+				  "followers", NULL);
+			/* Including through a preset of that class. */
+			if ((*op)->npresets) {
+				snprintf(text, sizeof(text), "%s %s=%s",
+					 (*op)->presets[0].name, k,
+					 own_keys[i].good);
+				parse_bad(text, want, NULL);
+			}
+			/* And in the struct form. */
+			memset(&c, 0, sizeof(c));
+			snprintf(c.primary.provider, PX_NAME_MAX, "%s", (*op)->name);
+			snprintf(c.primary.words, PX_WORDS_MAX, "%s=%s", k,
+				 own_keys[i].good);
+			char err[512] = "";
+			assert_int_equal(px_config_resolve(&c, err, sizeof(err)),
+					 -EINVAL);
+			assert_non_null(strstr(err, want));
+		}
+	}
+}
+
+#ifdef PX_HAVE_URING
+static void test_uring_keys(void **state)
 {
 	px_config c;
 
 	(void)state;
+	c = parse_ok("uring ring=256");
+	assert_string_equal(c.primary.words, "ring=256");
+	c = parse_ok("uring ring=32768");
+	assert_string_equal(c.primary.words, "ring=32768");
+	round_trip(&c);
+	c = parse_ok("uring ring=0");       /* the default: not written */
+	assert_string_equal(c.primary.words, "");
+	c = parse_ok("uring ring=00064");
+	assert_string_equal(c.primary.words, "ring=64");
 	c = parse_ok("uring ring_flags=coop_taskrun");
-	assert_int_equal(c.primary.ring_flags, PX_RING_COOP_TASKRUN);
+	assert_string_equal(c.primary.words, "ring_flags=coop_taskrun");
 	c = parse_ok("uring ring_flags=sqpoll");
-	assert_int_equal(c.primary.ring_flags, PX_RING_SQPOLL);
+	assert_string_equal(c.primary.words, "ring_flags=sqpoll");
+	c = parse_ok("uring ring_flags=sqpoll,sqpoll");
+	assert_string_equal(c.primary.words, "ring_flags=sqpoll");
 	c = parse_ok("uring ring_flags=sqpoll,coop_taskrun ring=64");
-	assert_int_equal(c.primary.ring_flags, PX_RING_SQPOLL | PX_RING_COOP_TASKRUN);
+	assert_string_equal(c.primary.words, "ring=64 ring_flags=coop_taskrun,sqpoll");
 	round_trip(&c);
 	expect_format("uring-dedicated ring_flags=sqpoll,coop_taskrun ring=64",
 		      "provider=uring wait=uring interrupt=native "
 		      "processor=dedicated max_aio=0 ring=64 "
 		      "ring_flags=coop_taskrun,sqpoll");
-	parse_bad("uring ring_flags=fast", "unknown ring flag \"fast\"",
-		  "coop_taskrun or sqpoll", NULL);
-	parse_bad("uring ring_flags=", "coop_taskrun or sqpoll", NULL);
+	expect_format("uring ring=8 ops=file start=any max_aio=7",
+		      "provider=uring wait=uring interrupt=native "
+		      "processor=shared max_aio=7 ops=file start=any ring=8");
+
+	parse_bad("uring ring=32769", "ring=32769", "32768", NULL);
+	parse_bad("uring ring=-3", "ring=-3", "0 (default) to 32768", NULL);
+	parse_bad("uring ring=12x", "ring=12x", "32768", NULL);
+	parse_bad("uring ring=", "ring=", "32768", NULL);
+	parse_bad("uring ring_flags=fast", "ring_flags=fast",
+		  "coop_taskrun and sqpoll", NULL);
+	parse_bad("uring ring_flags=", "coop_taskrun and sqpoll", NULL);
+	parse_bad("uring ring_flags=sqpoll,", "coop_taskrun and sqpoll", NULL);
+	parse_bad("uring ring_flags=,sqpoll", "coop_taskrun and sqpoll", NULL);
+	parse_bad("uring ring=1 ring=2", "ring is given twice", NULL);
+
 	/* Ring values given for a provider that has no ring. */
-	parse_bad("epoll ring=64", "ring and ring_flags only apply to provider=uring",
+	parse_bad("epoll ring=64", "ring is not a key of provider=select",
+		  "valid keys are provider, wait, interrupt, processor, max_aio, "
+		  "ops, start, signal and followers",
 		  NULL);
-	parse_bad("epoll ring_flags=sqpoll", "only apply to provider=uring", NULL);
-	parse_bad("uring ring=64 wait=poll", "only apply to provider=uring", NULL);
+	parse_bad("epoll ring_flags=sqpoll", "ring_flags is not a key of "
+					     "provider=select",
+		  NULL);
+	parse_bad("uring ring=64 wait=poll", "ring is not a key of provider=select",
+		  NULL);
+	parse_bad("uring ring=64 provider=select", "ring is not a key of "
+						   "provider=select",
+		  NULL);
+	parse_bad("epoll ; secondary: wait=poll ring=8",
+		  "secondary: ring is not a key of provider=select", NULL);
+	/* A changed provider drops the words it inherited: none here, as a
+	 * preset has none, but the section's own words go with it. */
+	c = parse_ok("uring ring=64 ; secondary: provider=select");
+	assert_string_equal(c.primary.words, "ring=64");
+	assert_string_equal(c.secondary.words, "");
 }
+#endif
 
 static void test_followers(void **state)
 {
@@ -454,6 +1023,8 @@ static void test_followers(void **state)
 	expect_format("epoll followers=fifo",
 		      "provider=select wait=epoll interrupt=eventfd "
 		      "processor=shared max_aio=0 followers=fifo");
+	expect_format("followers=fifo", "auto processor=shared max_aio=0 "
+					"followers=fifo");
 	parse_bad("epoll followers=random", "unknown followers \"random\"",
 		  "lifo or fifo", NULL);
 	parse_bad("epoll followers=fifo ; secondary: wait=poll followers=lifo",
@@ -474,7 +1045,12 @@ static void test_signal_key(void **state)
 	}
 	parse_bad("epoll signal=10", "signal=10 only applies to interrupt=signal",
 		  "interrupt=eventfd", NULL);
-	parse_bad("uring signal=10", "only applies to interrupt=signal", NULL);
+	parse_bad("epoll interrupt=pipe signal=10", "only applies to interrupt=signal",
+		  "interrupt=pipe", NULL);
+#ifdef PX_HAVE_URING
+	parse_bad("uring signal=10", "only applies to interrupt=signal",
+		  "interrupt=native", NULL);
+#endif
 }
 
 /* ------------------------------------------------------------------ */
@@ -488,12 +1064,10 @@ static void test_secondary(void **state)
 	(void)state;
 	c = parse_ok("provider=select wait=epoll ops=accept,connect ; "
 		     "secondary: provider=select wait=poll");
-	expect_pc(&c.primary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_EVENTFD);
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "eventfd");
 	assert_int_equal(c.primary.ops,
 			 PX_OP_BIT(PX_OP_ACCEPT) | PX_OP_BIT(PX_OP_CONNECT));
-	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_POLL, PX_INTR_EVENTFD);
+	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "poll", "eventfd");
 	assert_int_equal(c.secondary.ops, 0);
 	assert_int_equal(c.flags, 0);
 	round_trip(&c);
@@ -505,15 +1079,13 @@ static void test_secondary(void **state)
 		      "processor=shared max_aio=0");
 
 	/* Every key in the secondary; spacing around the markers is free. */
-	c = parse_ok("uring primary: ops=file ;secondary:provider=select "
+	c = parse_ok("epoll primary: ops=file ;secondary:provider=select "
 		     "wait=select interrupt=signal signal=12 processor=dedicated "
 		     "max_aio=100 ops=socket start=any-interrupt followers=fifo");
-	expect_pc(&c.primary, PX_PROCESSOR_SHARED, PX_PROVIDER_URING,
-		  PX_WAIT_URING, PX_INTR_NATIVE);
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "eventfd");
 	assert_int_equal(c.primary.ops,
 			 PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE));
-	expect_pc(&c.secondary, PX_PROCESSOR_DEDICATED, PX_PROVIDER_SELECT,
-		  PX_WAIT_SELECT, PX_INTR_SIGNAL);
+	expect_pc(&c.secondary, PX_PROCESSOR_DEDICATED, "select", "select", "signal");
 	assert_int_equal(c.secondary.intr_signo, 12);
 	assert_int_equal(c.secondary.max_aio, 100);
 	assert_int_equal(c.secondary.flags, PX_PF_FLAGS_SET | PX_PF_START_ANY_THREAD |
@@ -523,23 +1095,57 @@ static void test_secondary(void **state)
 
 	/* The secondary's provider may come from its wait. */
 	c = parse_ok("epoll ; secondary: wait=poll");
-	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_POLL, PX_INTR_EVENTFD);
+	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "poll", "eventfd");
+	/* Nothing is inherited from the primary. */
+	c = parse_ok("poll-dedicated interrupt=pipe max_aio=4 ; secondary: wait=select");
+	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "select", "eventfd");
+	assert_int_equal(c.secondary.max_aio, 0);
+	/* An auto primary with a secondary. */
+	c = parse_ok("auto ; secondary: wait=poll");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "", "", "");
+	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "poll", "eventfd");
+	expect_format_cfg(&c, "auto processor=shared max_aio=0 ; secondary: "
+			      "provider=select wait=poll interrupt=eventfd "
+			      "processor=shared max_aio=0");
+	c = parse_ok("ops=stream ; secondary: provider=select ops=file");
+	assert_string_equal(c.primary.provider, "");
+	round_trip(&c);
+#ifdef PX_HAVE_URING
+	c = parse_ok("uring primary: ops=file ; secondary: wait=epoll");
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "uring", "uring", "native");
 	c = parse_ok("primary: provider=select ; secondary: provider=uring "
 		     "processor=dedicated ring=128");
-	expect_pc(&c.secondary, PX_PROCESSOR_DEDICATED, PX_PROVIDER_URING,
-		  PX_WAIT_URING, PX_INTR_NATIVE);
-	assert_int_equal(c.secondary.ring_entries, 128);
+	expect_pc(&c.secondary, PX_PROCESSOR_DEDICATED, "uring", "uring", "native");
+	assert_string_equal(c.secondary.words, "ring=128");
+	expect_format_cfg(&c, "provider=select wait=epoll interrupt=eventfd "
+			      "processor=shared max_aio=0 ; secondary: "
+			      "provider=uring wait=uring interrupt=native "
+			      "processor=dedicated max_aio=0 ring=128");
+	c = parse_ok("epoll ; secondary: wait=uring ring_flags=sqpoll");
+	assert_string_equal(c.secondary.words, "ring_flags=sqpoll");
 	round_trip(&c);
+#endif
 
 	/* Without a secondary section there is none. */
 	c = parse_ok("epoll");
 	assert_int_equal(c.secondary.processor, PX_PROCESSOR_NONE);
-	assert_int_equal(c.secondary.provider, PX_PROVIDER_NONE);
+	assert_string_equal(c.secondary.provider, "");
+	assert_string_equal(c.secondary.wait, "");
+	assert_string_equal(c.secondary.interrupt, "");
+	assert_string_equal(c.secondary.words, "");
 
+#ifdef PX_HAVE_URING
 	parse_bad("epoll ; secondary:", "secondary: no provider given",
+		  "select or uring", "auto is for the primary only", NULL);
+	parse_bad("epoll ; secondary: ring=8", "secondary: no provider given",
 		  "select or uring", NULL);
+#else
+	parse_bad("epoll ; secondary:", "secondary: no provider given",
+		  "choose select", NULL);
+#endif
 	parse_bad("epoll ; secondary: max_aio=4", "secondary: no provider given",
+		  NULL);
+	parse_bad("epoll ; secondary: interrupt=pipe", "secondary: no provider given",
 		  NULL);
 	parse_bad("epoll ;", "expected \"secondary:\" after \";\"", NULL);
 	parse_bad("epoll ; poll", "expected \"secondary:\" after \";\"", NULL);
@@ -551,12 +1157,22 @@ static void test_secondary(void **state)
 	parse_bad("epoll ; secondary: primary: wait=poll", "\"primary:\" may only",
 		  NULL);
 	parse_bad("max_aio=2 primary: wait=poll", "\"primary:\" may only open", NULL);
+#ifdef PX_HAVE_URING
 	parse_bad("epoll ; secondary: wait=aiocb", "secondary: unknown wait \"aiocb\"",
-		  "select, poll, epoll or uring", NULL);
+		  "epoll, poll, select or uring", NULL);
 	parse_bad("epoll ; secondary: provider=uring wait=poll",
-		  "secondary: invalid combination provider=uring wait=poll", NULL);
+		  "secondary: invalid combination provider=uring wait=poll",
+		  "provider=uring takes wait uring", NULL);
+#else
+	parse_bad("epoll ; secondary: wait=aiocb", "secondary: unknown wait \"aiocb\"",
+		  "epoll, poll or select", NULL);
+#endif
 	parse_bad("epoll ; secondary: poll", "secondary:", "must be the first word",
 		  NULL);
+	parse_bad("epoll ; secondary: wait=poll wait=select",
+		  "secondary: wait is given twice", NULL);
+	parse_bad("epoll ; secondary: wait=poll interrupt=native",
+		  "secondary: invalid combination", "pipe, eventfd or signal", NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -566,57 +1182,94 @@ static void test_secondary(void **state)
 static void test_errors(void **state)
 {
 	(void)state;
-	parse_bad("foo", "unknown preset \"foo\"", "auto", "uring", "epoll", "poll",
-		  "select", "uring-dedicated", "epoll-dedicated", "poll-dedicated",
+	parse_bad("foo", "unknown preset \"foo\"", "auto", "epoll", "poll",
+		  "select", "epoll-dedicated", "poll-dedicated",
 		  "select-dedicated", NULL);
 	parse_bad("epoll foo=1", "unknown key \"foo\"", "provider", "wait",
 		  "interrupt", "processor", "max_aio", "ops", "start", "signal",
-		  "ring", "ring_flags", "followers", NULL);
+		  "followers", NULL);
+#ifdef PX_HAVE_URING
+	parse_bad("foo", "uring", "uring-dedicated", NULL);
+	parse_bad("epoll foo=1", "valid keys are provider, wait, interrupt, "
+				 "processor, max_aio, ops, start, signal, "
+				 "followers, ring and ring_flags",
+		  NULL);
+#endif
+	/* Every preset of every class is named. */
+	{
+		char err[512] = "";
+		px_config c;
+		assert_int_equal(px_config_parse(&c, "foo", err, sizeof(err)),
+				 -EINVAL);
+		for (const px_provider_class *const *cp = px__classes; *cp; cp++)
+			for (unsigned i = 0; i < (*cp)->npresets; i++)
+				assert_non_null(strstr(err, (*cp)->presets[i].name));
+		assert_int_equal(px_config_parse(&c, "epoll foo=1", err,
+						 sizeof(err)),
+				 -EINVAL);
+		for (const px_provider_class *const *cp = px__classes; *cp; cp++)
+			for (unsigned i = 0; i < (*cp)->nkeys; i++)
+				assert_non_null(strstr(err, (*cp)->keys[i].name));
+	}
 	parse_bad("epoll =1", "unknown key \"\"", "provider", NULL);
 	parse_bad("epoll Wait=poll", "unknown key \"Wait\"", NULL);
 	parse_bad("epoll bar", "\"bar\" is not a key=value word", "provider",
 		  "followers", NULL);
 	parse_bad("epoll poll", "preset \"poll\" must be the first word", NULL);
+	parse_bad("auto auto", "preset \"auto\" must be the first word", NULL);
 	parse_bad("provider=select wait=aiocb",
-		  "unknown wait \"aiocb\" for provider=select: choose select, poll or "
-		  "epoll",
+		  "unknown wait \"aiocb\" for provider=select: choose epoll, poll or "
+		  "select",
 		  NULL);
+#ifdef PX_HAVE_URING
 	parse_bad("provider=uring wait=aiocb",
 		  "unknown wait \"aiocb\" for provider=uring: choose uring", NULL);
-	parse_bad("wait=aiocb", "unknown wait \"aiocb\": choose select, poll, epoll "
+	parse_bad("wait=aiocb", "unknown wait \"aiocb\": choose epoll, poll, select "
 				"or uring",
 		  NULL);
-	parse_bad("epoll wait=", "unknown wait \"\"", NULL);
 	parse_bad("provider=posix", "unknown provider \"posix\": choose select or "
 				    "uring",
 		  NULL);
-	parse_bad("epoll interrupt=semaphore",
-		  "unknown interrupt \"semaphore\" for wait=epoll: choose pipe, "
-		  "eventfd or signal",
+	parse_bad("provider=", "unknown provider \"\": choose select or uring", NULL);
+#else
+	parse_bad("wait=aiocb", "unknown wait \"aiocb\": choose epoll, poll or select",
 		  NULL);
-	parse_bad("uring interrupt=semaphore",
-		  "unknown interrupt \"semaphore\" for wait=uring: choose native", NULL);
+	parse_bad("provider=posix", "unknown provider \"posix\": choose select",
+		  NULL);
+#endif
+	parse_bad("epoll wait=", "unknown wait \"\"", NULL);
+	parse_bad("epoll interrupt=semaphore",
+		  "unknown interrupt \"semaphore\": choose pipe, eventfd, signal or "
+		  "native",
+		  NULL);
+	parse_bad("interrupt=semaphore", "unknown interrupt \"semaphore\"", NULL);
+	parse_bad("epoll interrupt=", "unknown interrupt \"\"", NULL);
+	parse_bad("epoll interrupt=eventfdeventfdeventfd", "unknown interrupt", NULL);
 	parse_bad("epoll processor=none", "unknown processor \"none\": choose shared "
 					  "or dedicated",
 		  NULL);
 	parse_bad("epoll wait=poll wait=select", "wait is given twice", NULL);
 	parse_bad("epoll max_aio=1 max_aio=2", "max_aio is given twice", NULL);
+	parse_bad("epoll provider=select provider=select", "provider is given twice",
+		  NULL);
 
 	/* Combinations. */
+	parse_bad("epoll interrupt=native",
+		  "invalid combination provider=select wait=epoll interrupt=native",
+		  "wait=epoll takes interrupt pipe, eventfd or signal", NULL);
+#ifdef PX_HAVE_URING
 	parse_bad("provider=uring wait=epoll",
 		  "invalid combination provider=uring wait=epoll",
 		  "provider=uring takes wait uring", NULL);
 	parse_bad("provider=select wait=uring",
 		  "invalid combination provider=select wait=uring",
-		  "provider=select takes wait select, poll or epoll", NULL);
-	parse_bad("epoll interrupt=native",
-		  "invalid combination provider=select wait=epoll interrupt=native",
-		  "wait=epoll takes interrupt pipe, eventfd or signal", NULL);
+		  "provider=select takes wait epoll, poll or select", NULL);
 	parse_bad("uring interrupt=signal",
 		  "invalid combination provider=uring wait=uring interrupt=signal",
 		  "wait=uring takes interrupt native", NULL);
 	parse_bad("provider=uring interrupt=pipe", "wait=uring takes interrupt native",
 		  NULL);
+#endif
 
 	/* The message is always terminated, even when cut short. */
 	char small[16];
@@ -628,6 +1281,10 @@ static void test_errors(void **state)
 	assert_int_equal(px_config_parse(NULL, "epoll", small, sizeof(small)),
 			 -EINVAL);
 	assert_true(strlen(small) > 0);
+	/* A good parse clears a message buffer. */
+	memset(small, 'x', sizeof(small));
+	assert_int_equal(px_config_parse(&c, "epoll", small, sizeof(small)), 0);
+	assert_string_equal(small, "");
 }
 
 /* ------------------------------------------------------------------ */
@@ -637,63 +1294,230 @@ static void test_errors(void **state)
 static void test_round_trip(void **state)
 {
 	static const char *const texts[] = {
+		"auto",
+		"auto interrupt=pipe max_aio=3",
 		"epoll",
 		"provider=select wait=epoll interrupt=eventfd processor=shared max_aio=0",
 		"select interrupt=pipe max_aio=17 start=leader",
 		"poll-dedicated interrupt=signal signal=12 ops=stream,accept",
-		"uring ring=1024 ring_flags=coop_taskrun max_aio=4096",
-		"uring-dedicated followers=fifo",
 		"epoll ops=read_file,write_dgram,connect start=any",
 		"provider=select wait=epoll ops=accept,connect ; secondary: "
 		"provider=select wait=poll",
 		"epoll-dedicated ops=file ; secondary: wait=select interrupt=pipe "
 		"processor=dedicated max_aio=3 start=any-interrupt",
+#ifdef PX_HAVE_URING
+		"uring ring=1024 ring_flags=coop_taskrun max_aio=4096",
+		"uring-dedicated followers=fifo",
+		"auto ring=16 ring_flags=sqpoll",
+		"epoll ; secondary: provider=uring ring=8 ring_flags=sqpoll "
+		"processor=dedicated",
+#endif
 	};
 
 	(void)state;
-	for (size_t i = 0; i < sizeof(texts) / sizeof(texts[0]); i++) {
+	for (size_t i = 0; i < N_OF(texts); i++) {
 		px_config c = parse_ok(texts[i]);
 		round_trip(&c);
 	}
 
-	/* Every preset with each start flag, follower order and interrupt. */
+	/* Every preset with each start flag, follower order and more. */
 	for (size_t i = 0; i < N_PRESETS; i++) {
 		static const char *const extra[] = { "", " start=any", " followers=fifo",
-						     " max_aio=9 ops=dgram" };
-		for (size_t j = 0; j < sizeof(extra) / sizeof(extra[0]); j++) {
+						     " max_aio=9 ops=dgram",
+						     " ; secondary: wait=poll" };
+		for (size_t j = 0; j < N_OF(extra); j++) {
 			char text[128];
 			snprintf(text, sizeof(text), "%s%s", presets[i].name, extra[j]);
 			px_config c = parse_ok(text);
 			round_trip(&c);
 		}
 	}
-
-	/* A struct filled by hand formats its resolved form. */
-	px_config c;
-	memset(&c, 0, sizeof(c));
-	c.primary.provider = PX_PROVIDER_SELECT;
-	char buf[256];
-	assert_true(px_config_format(&c, buf, sizeof(buf)) > 0);
-	assert_string_equal(buf, "provider=select wait=epoll interrupt=eventfd "
-				 "processor=shared max_aio=0");
-	assert_int_equal(px_config_format(NULL, buf, sizeof(buf)), -EINVAL);
-	c.primary.wait = PX_WAIT_URING;
-	assert_int_equal(px_config_format(&c, buf, sizeof(buf)), -EINVAL);
+	assert_int_equal(px_config_format(NULL, NULL, 0), -EINVAL);
 }
 
 /* ------------------------------------------------------------------ */
-/* The struct path: resolve and the registry                            */
+/* The struct form                                                      */
 /* ------------------------------------------------------------------ */
 
-static void resolve_bad(px_config *c, const char *needle, const char *needle2)
+static void resolve_bad_rc(int want, px_config *c, const char *needle,
+			   const char *needle2)
 {
 	char err[512] = "";
+	char buf[256];
+	px_config copy = *c;
 
-	assert_int_equal(px_config_resolve(c, err, sizeof(err)), -EINVAL);
+	assert_int_equal(px_config_resolve(&copy, err, sizeof(err)), want);
 	if (!strstr(err, needle) || (needle2 && !strstr(err, needle2)))
 		fail_msg("resolve message \"%s\" lacks \"%s\" / \"%s\"", err, needle,
 			 needle2 ? needle2 : "");
+	/* Such a struct does not format either. */
+	assert_int_equal(px_config_format(c, buf, sizeof(buf)), -EINVAL);
 }
+
+static void resolve_bad(px_config *c, const char *needle, const char *needle2)
+{
+	resolve_bad_rc(-EINVAL, c, needle, needle2);
+}
+
+/* A struct filled by hand: format gives its canonical text, which parses
+ * to the struct as resolve fills it. */
+static void struct_ok(const px_config *c, const char *want)
+{
+	char buf[512];
+	px_config res = *c;
+
+	assert_int_equal(px_config_resolve(&res, NULL, 0), 0);
+	assert_int_equal(px_config_format(c, buf, sizeof(buf)), (int)strlen(want));
+	assert_string_equal(buf, want);
+	px_config back = parse_ok(buf);
+	if (!cfg_equal(&back, &res))
+		fail_msg("struct and its text \"%s\" differ", buf);
+	round_trip(&res);
+}
+
+static void test_struct_form(void **state)
+{
+	px_config c, base;
+
+	(void)state;
+	/* All zero: auto. */
+	memset(&c, 0, sizeof(c));
+	struct_ok(&c, "auto processor=shared max_aio=0");
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "pipe");
+	c.primary.max_aio = 8;
+	struct_ok(&c, "auto interrupt=pipe processor=shared max_aio=8");
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.provider, PX_NAME_MAX, "select");
+	struct_ok(&c, "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0");
+	snprintf(c.primary.wait, PX_NAME_MAX, "poll");
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "pipe");
+	c.primary.processor = PX_PROCESSOR_DEDICATED;
+	c.primary.ops = PX_OP_BIT(PX_OP_ACCEPT);
+	c.primary.flags = PX_PF_FLAGS_SET | PX_PF_START_ANY_THREAD;
+	c.followers = PX_FOLLOWERS_FIFO;
+	struct_ok(&c, "provider=select wait=poll interrupt=pipe processor=dedicated "
+		      "max_aio=0 ops=accept start=any followers=fifo");
+
+	/* The provider follows the wait. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.wait, PX_NAME_MAX, "select");
+	struct_ok(&c, "provider=select wait=select interrupt=eventfd "
+		      "processor=shared max_aio=0");
+
+	/* A secondary. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.provider, PX_NAME_MAX, "select");
+	c.secondary.processor = PX_PROCESSOR_SHARED;
+	snprintf(c.secondary.wait, PX_NAME_MAX, "poll");
+	snprintf(c.secondary.interrupt, PX_NAME_MAX, "signal");
+	c.secondary.intr_signo = 12;
+	struct_ok(&c, "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 ; secondary: provider=select "
+		      "wait=poll interrupt=signal processor=shared max_aio=0 "
+		      "signal=12");
+
+#ifdef PX_HAVE_URING
+	/* Words in any spacing come back canonical. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.provider, PX_NAME_MAX, "uring");
+	snprintf(c.primary.words, PX_WORDS_MAX,
+		 "  ring_flags=sqpoll,coop_taskrun \t ring=064 ");
+	struct_ok(&c, "provider=uring wait=uring interrupt=native processor=shared "
+		      "max_aio=0 ring=64 ring_flags=coop_taskrun,sqpoll");
+	px_config r = c;
+	assert_int_equal(px_config_resolve(&r, NULL, 0), 0);
+	assert_string_equal(r.primary.words, "ring=64 ring_flags=coop_taskrun,sqpoll");
+	/* Auto words select the candidates. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring=8");
+	struct_ok(&c, "auto processor=shared max_aio=0 ring=8");
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "eventfd");
+	resolve_bad(&c, "no engine that auto may choose", "interrupt=eventfd");
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.provider, PX_NAME_MAX, "uring");
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring_flags=fast");
+	resolve_bad(&c, "ring_flags=fast", "coop_taskrun and sqpoll");
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring=100000");
+	resolve_bad(&c, "ring=100000", "32768");
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring");
+	resolve_bad(&c, "expected key=value", NULL);
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring=1 ring=2");
+	resolve_bad(&c, "ring is given twice", NULL);
+	snprintf(c.primary.words, PX_WORDS_MAX, "sqpoll=1");
+	resolve_bad(&c, "sqpoll is not a key of provider=uring",
+		    "ring and ring_flags");
+#endif
+
+	/* Names not NUL-terminated. */
+	memset(&base, 0, sizeof(base));
+	snprintf(base.primary.provider, PX_NAME_MAX, "select");
+	c = base;
+	memset(c.primary.provider, 'a', PX_NAME_MAX);
+	resolve_bad(&c, "not NUL-terminated", NULL);
+	c = base;
+	memset(c.primary.wait, 'a', PX_NAME_MAX);
+	resolve_bad(&c, "not NUL-terminated", NULL);
+	c = base;
+	memset(c.primary.interrupt, 'a', PX_NAME_MAX);
+	resolve_bad(&c, "not NUL-terminated", NULL);
+	c = base;
+	memset(c.primary.words, 'a', PX_WORDS_MAX);
+	resolve_bad(&c, "not NUL-terminated", NULL);
+	c = base;
+	c.secondary.processor = PX_PROCESSOR_SHARED;
+	memset(c.secondary.provider, 's', PX_NAME_MAX);
+	resolve_bad(&c, "secondary: ", "not NUL-terminated");
+	/* Exactly one byte short is fine. */
+	c = base;
+	memset(c.primary.words, ' ', PX_WORDS_MAX - 1);
+	struct_ok(&c, "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0");
+
+	/* Unknown names list the valid ones. */
+	c = base;
+	snprintf(c.primary.provider, PX_NAME_MAX, "posix");
+#ifdef PX_HAVE_URING
+	resolve_bad(&c, "unknown provider \"posix\"", "choose select or uring");
+#else
+	resolve_bad(&c, "unknown provider \"posix\"", "choose select");
+#endif
+	c = base;
+	snprintf(c.primary.provider, PX_NAME_MAX, "Select");
+	resolve_bad(&c, "unknown provider \"Select\"", NULL);
+	c = base;
+	snprintf(c.primary.wait, PX_NAME_MAX, "aiocb");
+	resolve_bad(&c, "invalid combination provider=select wait=aiocb",
+		    "provider=select takes wait epoll, poll or select");
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.wait, PX_NAME_MAX, "aiocb");
+#ifdef PX_HAVE_URING
+	resolve_bad(&c, "unknown wait \"aiocb\"", "epoll, poll, select or uring");
+#else
+	resolve_bad(&c, "unknown wait \"aiocb\"", "epoll, poll or select");
+#endif
+	c = base;
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "bogus");
+	resolve_bad(&c, "unknown interrupt \"bogus\" for wait=epoll",
+		    "pipe, eventfd or signal");
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "bogus");
+	resolve_bad(&c, "unknown interrupt \"bogus\"", "pipe, eventfd, signal or native");
+	c = base;
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "native");
+	resolve_bad(&c, "invalid combination provider=select wait=epoll "
+			"interrupt=native",
+		    "wait=epoll takes interrupt pipe, eventfd or signal");
+	c = base;
+	snprintf(c.primary.words, PX_WORDS_MAX, "ring=8");
+	resolve_bad(&c, "ring is not a key of provider=select",
+		    "it has no keys of its own");
+}
+
+/* ------------------------------------------------------------------ */
+/* The resolver                                                         */
+/* ------------------------------------------------------------------ */
 
 static void test_resolve(void **state)
 {
@@ -703,58 +1527,51 @@ static void test_resolve(void **state)
 
 	(void)state;
 	memset(&c, 0, sizeof(c));
-	resolve_bad(&c, "no provider given", "select or uring");
+	assert_int_equal(px_config_resolve(&c, err, sizeof(err)), 0);
+	check_auto(&c);
 
 	memset(&c, 0, sizeof(c));
-	c.primary.provider = PX_PROVIDER_SELECT;
+	snprintf(c.primary.provider, PX_NAME_MAX, "select");
 	assert_int_equal(px_config_resolve(&c, err, sizeof(err)), 0);
-	expect_pc(&c.primary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_EPOLL, PX_INTR_EVENTFD);
+	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "eventfd");
 	assert_int_equal(c.secondary.processor, PX_PROCESSOR_NONE);
 
 	memset(&c, 0, sizeof(c));
-	c.primary.wait = PX_WAIT_POLL;     /* the provider follows */
+	snprintf(c.primary.wait, PX_NAME_MAX, "poll");   /* the provider follows */
 	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
-	assert_int_equal(c.primary.provider, PX_PROVIDER_SELECT);
+	assert_string_equal(c.primary.provider, "select");
 
 	/* A secondary exists when its processor is not NONE; with NONE the
 	 * rest of it is ignored (and cleared). */
 	memset(&c, 0, sizeof(c));
-	c.primary.provider = PX_PROVIDER_SELECT;
-	c.secondary.provider = PX_PROVIDER_SELECT;
-	c.secondary.wait = PX_WAIT_SELECT;
+	snprintf(c.primary.provider, PX_NAME_MAX, "select");
+	snprintf(c.secondary.provider, PX_NAME_MAX, "select");
+	snprintf(c.secondary.wait, PX_NAME_MAX, "select");
+	snprintf(c.secondary.words, PX_WORDS_MAX, "junk");
 	c.secondary.max_aio = 5;
 	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
-	expect_pc(&c.secondary, PX_PROCESSOR_NONE, PX_PROVIDER_NONE,
-		  PX_WAIT_DEFAULT, PX_INTR_DEFAULT);
+	expect_pc(&c.secondary, PX_PROCESSOR_NONE, "", "", "");
+	assert_string_equal(c.secondary.words, "");
 	assert_int_equal(c.secondary.max_aio, 0);
 	c.secondary.processor = PX_PROCESSOR_SHARED;
-	c.secondary.provider = PX_PROVIDER_SELECT;
-	c.secondary.wait = PX_WAIT_SELECT;
+	snprintf(c.secondary.provider, PX_NAME_MAX, "select");
+	snprintf(c.secondary.wait, PX_NAME_MAX, "select");
 	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
-	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, PX_PROVIDER_SELECT,
-		  PX_WAIT_SELECT, PX_INTR_EVENTFD);
+	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "select", "eventfd");
 	c.secondary.processor = PX_PROCESSOR_DEDICATED;
-	c.secondary.interrupt = PX_INTR_NATIVE;
+	snprintf(c.secondary.interrupt, PX_NAME_MAX, "native");
 	resolve_bad(&c, "secondary: invalid combination", "pipe, eventfd or signal");
 	memset(&c, 0, sizeof(c));
-	c.primary.provider = PX_PROVIDER_SELECT;
+	snprintf(c.primary.provider, PX_NAME_MAX, "select");
 	c.secondary.processor = PX_PROCESSOR_SHARED;
+	resolve_bad(&c, "secondary: no provider given", "auto is for the primary");
+	snprintf(c.secondary.interrupt, PX_NAME_MAX, "pipe");
 	resolve_bad(&c, "secondary: no provider given", NULL);
 
 	/* Out-of-range values name the choices. */
 	px_config base;
 	memset(&base, 0, sizeof(base));
-	base.primary.provider = PX_PROVIDER_SELECT;
-	c = base;
-	c.primary.provider = (px_provider_type)7;
-	resolve_bad(&c, "unknown provider 7", "select or uring");
-	c = base;
-	c.primary.wait = (px_wait_type)9;
-	resolve_bad(&c, "unknown wait 9 for provider=select", "select, poll or epoll");
-	c = base;
-	c.primary.interrupt = (px_interrupt_type)9;
-	resolve_bad(&c, "unknown interrupt 9 for wait=epoll", "pipe, eventfd or signal");
+	snprintf(base.primary.provider, PX_NAME_MAX, "select");
 	c = base;
 	c.primary.processor = (px_processor_type)5;
 	resolve_bad(&c, "unknown processor 5", "shared or dedicated");
@@ -775,22 +1592,22 @@ static void test_resolve(void **state)
 	resolve_bad(&c, "not I/O", "read_stream");
 	c = base;
 	c.primary.intr_signo = 10;
-	resolve_bad(&c, "only applies to interrupt=signal", NULL);
+	resolve_bad(&c, "only applies to interrupt=signal", "interrupt=eventfd");
 	c = base;
-	c.primary.interrupt = PX_INTR_SIGNAL;
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "signal");
 	c.primary.intr_signo = SIGKILL;
+	resolve_bad(&c, "is not usable", "SIGKILL");
+	c = base;
+	snprintf(c.primary.interrupt, PX_NAME_MAX, "signal");
+	c.primary.intr_signo = 200;
 	resolve_bad(&c, "is not usable", NULL);
-	c = base;
-	c.primary.ring_entries = 8;
-	resolve_bad(&c, "only apply to provider=uring", NULL);
-	c = base;
-	c.primary.provider = PX_PROVIDER_URING;
-	c.primary.ring_flags = 0x100;
-	resolve_bad(&c, "unknown ring_flags", "coop_taskrun or sqpoll");
-	c = base;
-	c.primary.provider = PX_PROVIDER_URING;
-	c.primary.ring_entries = 100000;
-	resolve_bad(&c, "too large", NULL);
+	/* The same checks on an auto processor. */
+	memset(&c, 0, sizeof(c));
+	c.primary.intr_signo = 10;
+	resolve_bad(&c, "only applies to interrupt=signal", NULL);
+	memset(&c, 0, sizeof(c));
+	c.primary.ops = PX_OP_BIT(PX_OP_TIMER);
+	resolve_bad(&c, "not I/O", NULL);
 
 	/* Flags without PX_PF_FLAGS_SET mean "the provider's": dropped. */
 	c = base;
@@ -805,51 +1622,238 @@ static void test_resolve(void **state)
 
 	/* One processor on its own. */
 	memset(&pc, 0, sizeof(pc));
-	pc.provider = PX_PROVIDER_URING;
-	assert_int_equal(px_processor_config_resolve(&pc, err, sizeof(err)), 0);
-	expect_pc(&pc, PX_PROCESSOR_SHARED, PX_PROVIDER_URING, PX_WAIT_URING,
-		  PX_INTR_NATIVE);
-	pc.wait = PX_WAIT_EPOLL;
-	assert_int_equal(px_processor_config_resolve(&pc, err, sizeof(err)), -EINVAL);
+	snprintf(pc.provider, PX_NAME_MAX, "select");
+	snprintf(pc.wait, PX_NAME_MAX, "poll");
+	assert_int_equal(px__resolve_processor(&pc, "", err, sizeof(err)), 0);
+	expect_pc(&pc, PX_PROCESSOR_SHARED, "select", "poll", "eventfd");
+	snprintf(pc.interrupt, PX_NAME_MAX, "native");
+	assert_int_equal(px__resolve_processor(&pc, "here: ", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "here: invalid combination"));
+	assert_non_null(strstr(err, "pipe, eventfd or signal"));
+	memset(&pc, 0, sizeof(pc));
+	assert_int_equal(px__resolve_processor(&pc, "", err, sizeof(err)), 0);
+	expect_pc(&pc, PX_PROCESSOR_SHARED, "", "", "");
+#ifdef PX_HAVE_URING
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, PX_NAME_MAX, "uring");
+	assert_int_equal(px__resolve_processor(&pc, "", err, sizeof(err)), 0);
+	expect_pc(&pc, PX_PROCESSOR_SHARED, "uring", "uring", "native");
+	snprintf(pc.wait, PX_NAME_MAX, "epoll");
+	assert_int_equal(px__resolve_processor(&pc, "", err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "provider=uring takes wait uring"));
-	assert_int_equal(px_processor_config_resolve(NULL, err, sizeof(err)), -EINVAL);
+#endif
 	assert_int_equal(px_config_resolve(NULL, NULL, 0), -EINVAL);
 }
 
-static void test_registry(void **state)
+/* px__spec_of: what a provider is built from. */
+static void test_spec(void **state)
+{
+	px_processor_config pc;
+	px_proc_spec spec;
+	char err[256];
+
+	(void)state;
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, PX_NAME_MAX, "select");
+	snprintf(pc.wait, PX_NAME_MAX, "poll");
+	snprintf(pc.interrupt, PX_NAME_MAX, "pipe");
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), 0);
+	assert_ptr_equal(spec.cls, px__class_find("select", 6));
+	assert_non_null(spec.wait);
+	assert_string_equal(spec.wait->name, "poll");
+	assert_int_equal(spec.intr, PX_INTR_PIPE);
+	/* pc itself is left alone. */
+	assert_int_equal(pc.processor, PX_PROCESSOR_NONE);
+
+	/* Defaults filled in. */
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.wait, PX_NAME_MAX, "select");
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), 0);
+	assert_string_equal(spec.cls->name, "select");
+	assert_string_equal(spec.wait->name, "select");
+	assert_int_equal(spec.intr, PX_INTR_EVENTFD);
+
+	/* An auto processor has no spec; a bad one says why. */
+	memset(&pc, 0, sizeof(pc));
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "no provider chosen"));
+	snprintf(pc.provider, PX_NAME_MAX, "select");
+	snprintf(pc.interrupt, PX_NAME_MAX, "native");
+	assert_int_equal(px__spec_of(&pc, &spec, "secondary: ", err, sizeof(err)),
+			 -EINVAL);
+	assert_non_null(strstr(err, "secondary: invalid combination"));
+
+#ifdef PX_HAVE_URING
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, PX_NAME_MAX, "uring");
+	snprintf(pc.words, PX_WORDS_MAX, "ring_flags=sqpoll ring=128");
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), 0);
+	assert_string_equal(spec.cls->name, "uring");
+	assert_string_equal(spec.wait->name, "uring");
+	assert_int_equal(spec.intr, PX_INTR_NATIVE);
+	const px_uring_settings *us = (const px_uring_settings *)spec.settings;
+	assert_int_equal(us->entries, 128);
+	assert_int_equal(us->flags, PX_URING_SQPOLL);
+	/* Defaults without words. */
+	pc.words[0] = '\0';
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), 0);
+	assert_int_equal(us->entries, 0);
+	assert_int_equal(us->flags, 0);
+	snprintf(pc.words, PX_WORDS_MAX, "ring=40000");
+	assert_int_equal(px__spec_of(&pc, &spec, "", err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "32768"));
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* The class list                                                       */
+/* ------------------------------------------------------------------ */
+
+static void test_classes(void **state)
+{
+	unsigned n = 0;
+
+	(void)state;
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++, n++) {
+		const px_provider_class *cls = *cp;
+		assert_non_null(cls->name);
+		assert_true(strlen(cls->name) > 0 && strlen(cls->name) < PX_NAME_MAX);
+		assert_non_null(cls->summary);
+		assert_ptr_equal(px__class_find(cls->name, strlen(cls->name)), cls);
+		assert_null(px__class_find(cls->name, strlen(cls->name) - 1));
+		assert_non_null(cls->ops);
+		assert_string_equal(cls->ops->name, cls->name);
+		assert_non_null(cls->ops->create);
+		assert_true(cls->nwaits > 0 && cls->waits);
+		assert_int_equal(cls->native_ops & ~(uint32_t)PX_OPS_IO, 0);
+		for (unsigned w = 0; w < cls->nwaits; w++) {
+			const px_wait_desc *wd = &cls->waits[w];
+			assert_true(strlen(wd->name) < PX_NAME_MAX);
+			assert_non_null(wd->summary);
+			assert_true(wd->intrs != 0);
+			assert_int_equal(wd->intrs & ~(((1u << PX_INTR_COUNT) - 1) &
+						       ~1u),
+					 0);
+			assert_true(wd->intrs & (1u << wd->default_intr));
+			for (unsigned v = 0; v < w; v++)
+				assert_string_not_equal(cls->waits[v].name, wd->name);
+		}
+		/* Preset names are unique across classes and never "auto". */
+		for (unsigned i = 0; i < cls->npresets; i++) {
+			const char *name = cls->presets[i].name;
+			assert_string_not_equal(name, "auto");
+			assert_true(cls->presets[i].processor == PX_PROCESSOR_SHARED ||
+				    cls->presets[i].processor ==
+					    PX_PROCESSOR_DEDICATED);
+			for (const px_provider_class *const *op = px__classes;
+			     *op; op++)
+				for (unsigned j = 0; j < (*op)->npresets; j++)
+					if (!(*op == cls && j == i))
+						assert_string_not_equal(
+							(*op)->presets[j].name, name);
+		}
+		/* Own keys never shadow a generic key. */
+		static const char *const generic[] = {
+			"provider", "wait", "interrupt", "processor", "max_aio",
+			"ops", "start", "signal", "followers"
+		};
+		for (unsigned k = 0; k < cls->nkeys; k++)
+			for (size_t g = 0; g < N_OF(generic); g++)
+				assert_string_not_equal(cls->keys[k].name, generic[g]);
+		/* Not listed as not built. */
+		for (const char *const *s = px__classes_not_built; *s; s++)
+			assert_string_not_equal(*s, cls->name);
+	}
+	assert_true(n >= 1);
+	assert_null(px__class_find("", 0));
+	assert_null(px__class_find("posix", 5));
+	assert_ptr_equal(px__class_find("selectXX", 6), px__class_find("select", 6));
+#ifdef PX_HAVE_URING
+	assert_int_equal(n, 2);
+	assert_string_equal(px__classes[0]->name, "select");
+	assert_string_equal(px__classes[1]->name, "uring");
+	assert_null(px__classes_not_built[0]);
+#else
+	assert_int_equal(n, 1);
+	assert_string_equal(px__classes_not_built[0], "uring");
+	assert_null(px__classes_not_built[1]);
+#endif
+
+	/* Interrupt names. */
+	assert_null(px__intr_name(PX_INTR_NONE));
+	assert_null(px__intr_name(PX_INTR_COUNT));
+	assert_null(px__intr_name(-1));
+	for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++) {
+		const char *name = px__intr_name(t);
+		assert_non_null(name);
+		assert_int_equal(px__intr_type(name), t);
+		assert_int_equal(px__intr_type_n(name, strlen(name)), t);
+	}
+	assert_string_equal(px__intr_name(PX_INTR_PIPE), "pipe");
+	assert_string_equal(px__intr_name(PX_INTR_EVENTFD), "eventfd");
+	assert_string_equal(px__intr_name(PX_INTR_SIGNAL), "signal");
+	assert_string_equal(px__intr_name(PX_INTR_NATIVE), "native");
+	assert_int_equal(px__intr_type("bogus"), -1);
+	assert_int_equal(px__intr_type(""), -1);
+	assert_int_equal(px__intr_type(NULL), -1);
+	assert_int_equal(px__intr_type_n("pipes", 4), PX_INTR_PIPE);
+}
+
+/* A provider this build lacks: -ENOSYS with a "not built" message. */
+static void test_not_built(void **state)
 {
 	(void)state;
-	assert_ptr_equal(px_provider_lookup(PX_PROVIDER_SELECT), &px_provider_select_ops);
-#ifdef PX_HAVE_URING
-	assert_ptr_equal(px_provider_lookup(PX_PROVIDER_URING), &px_provider_uring_ops);
-#else
-	assert_null(px_provider_lookup(PX_PROVIDER_URING));
-	/* Not built in, still valid text: px_create says -ENOSYS. */
-	(void)parse_ok("uring");
+	for (const char *const *s = px__classes_not_built; *s; s++) {
+		char text[128], want[128];
+		px_config c;
+		snprintf(text, sizeof(text), "provider=%s", *s);
+		snprintf(want, sizeof(want), "provider=%s is not built into this "
+					     "library", *s);
+		parse_bad_rc(-ENOSYS, text, want, "built in: select", NULL);
+		snprintf(text, sizeof(text), "epoll ; secondary: provider=%s", *s);
+		parse_bad_rc(-ENOSYS, text, "secondary: ", want, NULL);
+		memset(&c, 0, sizeof(c));
+		snprintf(c.primary.provider, PX_NAME_MAX, "%s", *s);
+		resolve_bad_rc(-ENOSYS, &c, want, "built in: select");
+	}
+#ifndef PX_HAVE_URING
+	/* Its presets, waits and keys are simply unknown. */
+	parse_bad("uring", "unknown preset \"uring\"", "epoll", NULL);
+	parse_bad("wait=uring", "unknown wait \"uring\"", "epoll, poll or select",
+		  NULL);
+	parse_bad("epoll ring=8", "unknown key \"ring\"", "followers", NULL);
+	parse_bad("ring=8", "unknown key \"ring\"", NULL);
 #endif
-	assert_null(px_provider_lookup(PX_PROVIDER_NONE));
-	assert_null(px_provider_lookup(PX_PROVIDER_COUNT));
-	assert_null(px_provider_lookup((px_provider_type)-1));
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presets),
+		cmocka_unit_test(test_class_presets),
 		cmocka_unit_test(test_auto),
+		cmocka_unit_test(test_auto_candidates),
 		cmocka_unit_test(test_provider_wait_interrupt),
+		cmocka_unit_test(test_class_combinations),
 		cmocka_unit_test(test_processor_key),
 		cmocka_unit_test(test_numbers),
 		cmocka_unit_test(test_ops),
 		cmocka_unit_test(test_start),
-		cmocka_unit_test(test_ring_flags),
+		cmocka_unit_test(test_class_keys),
+#ifdef PX_HAVE_URING
+		cmocka_unit_test(test_uring_keys),
+#endif
 		cmocka_unit_test(test_followers),
 		cmocka_unit_test(test_signal_key),
 		cmocka_unit_test(test_secondary),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_struct_form),
 		cmocka_unit_test(test_resolve),
-		cmocka_unit_test(test_registry),
+		cmocka_unit_test(test_spec),
+		cmocka_unit_test(test_classes),
+		cmocka_unit_test(test_not_built),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

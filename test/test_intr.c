@@ -19,6 +19,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <time.h>
@@ -30,20 +31,21 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
-static px_processor_config intr_cfg(px_interrupt_type t, int signo)
+static px_processor_config intr_cfg(int t, int signo)
 {
 	px_processor_config c;
+	const char *name = px__intr_name(t);
 
 	memset(&c, 0, sizeof(c));
 	c.processor = PX_PROCESSOR_SHARED;
-	c.provider = PX_PROVIDER_SELECT;
-	c.wait = PX_WAIT_POLL;
-	c.interrupt = t;
+	strcpy(c.provider, "select");
+	strcpy(c.wait, "poll");
+	snprintf(c.interrupt, sizeof(c.interrupt), "%s", name ? name : "bogus");
 	c.intr_signo = signo;
 	return c;
 }
 
-static px_intr *make(px_interrupt_type t, int signo)
+static px_intr *make(int t, int signo)
 {
 	px_processor_config c = intr_cfg(t, signo);
 	px_intr *in = NULL;
@@ -182,7 +184,7 @@ static void check_woken(px_intr *in, const struct leader *l)
 }
 
 /* Interrupt while the leader is blocked in its wait. */
-static void run_during_wait(px_interrupt_type t, int signo)
+static void run_during_wait(int t, int signo)
 {
 	px_intr *in = make(t, signo);
 	struct leader l;
@@ -202,7 +204,7 @@ static void run_during_wait(px_interrupt_type t, int signo)
 }
 
 /* Interrupt after activation but before the wait starts: not lost. */
-static void run_before_wait(px_interrupt_type t, int signo)
+static void run_before_wait(int t, int signo)
 {
 	px_intr *in = make(t, signo);
 	struct leader l;
@@ -219,7 +221,7 @@ static void run_before_wait(px_interrupt_type t, int signo)
 }
 
 /* Interrupted, then the leader steps down without waiting. */
-static void run_deactivate_pending(px_interrupt_type t, int signo)
+static void run_deactivate_pending(int t, int signo)
 {
 	px_intr *in = make(t, signo);
 	struct leader l;
@@ -373,8 +375,8 @@ static void app_handler(int s)
 
 static void test_errors(void **state)
 {
-	static const px_interrupt_type bad_types[] = {
-		PX_INTR_DEFAULT, PX_INTR_NATIVE, PX_INTR_COUNT, (px_interrupt_type)99
+	static const int bad_types[] = {
+		PX_INTR_NONE, PX_INTR_NATIVE, PX_INTR_COUNT, 99
 	};
 	static const int bad_signals[] = { -1, SIGKILL, SIGSTOP, NSIG, 1000 };
 	struct sigaction sa, old;

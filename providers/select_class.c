@@ -1,0 +1,43 @@
+/*
+ * select_class.c - what the library knows of the readiness provider
+ * (providers/select.c): its waits, interrupts and presets.  It has no keys
+ * of its own.  Included by providers/classes.c, never compiled alone.
+ */
+#ifndef PX_CLASS_LIST_ONLY
+extern const px_provider_ops px_provider_select_ops PX_HIDDEN;
+#endif
+
+#define SELC_GENERIC_INTRS                                                     \
+	((1u << PX_INTR_PIPE) | (1u << PX_INTR_EVENTFD) | (1u << PX_INTR_SIGNAL))
+
+static const px_wait_desc selc_waits[] = {
+	{ "epoll", "an epoll set (Linux); any number of descriptors",
+	  SELC_GENERIC_INTRS, PX_INTR_EVENTFD },
+	{ "poll", "poll(2) over an array rebuilt by the leader",
+	  SELC_GENERIC_INTRS, PX_INTR_EVENTFD },
+	{ "select", "select(2); descriptors below FD_SETSIZE only",
+	  SELC_GENERIC_INTRS, PX_INTR_EVENTFD },
+};
+
+static const px_preset_desc selc_presets[] = {
+	{ "epoll", "epoll", PX_PROCESSOR_SHARED },
+	{ "poll", "poll", PX_PROCESSOR_SHARED },
+	{ "select", "select", PX_PROCESSOR_SHARED },
+	{ "epoll-dedicated", "epoll", PX_PROCESSOR_DEDICATED },
+	{ "poll-dedicated", "poll", PX_PROCESSOR_DEDICATED },
+	{ "select-dedicated", "select", PX_PROCESSOR_DEDICATED },
+};
+
+static const px_provider_class px_select_class = {
+	.name = "select",
+	.summary = "completions emulated over readiness (select, poll or epoll)",
+	.native_ops = PX_OPS_IO,
+	.waits = selc_waits,
+	.nwaits = sizeof(selc_waits) / sizeof(selc_waits[0]),
+	.presets = selc_presets,
+	.npresets = sizeof(selc_presets) / sizeof(selc_presets[0]),
+	.auto_rank = 20,
+#ifndef PX_CLASS_LIST_ONLY
+	.ops = &px_provider_select_ops,
+#endif
+};

@@ -1,0 +1,176 @@
+/*
+ * uring_class.c - what the library knows of the io_uring provider
+ * (providers/uring.c): one wait (the ring itself) woken by its own native
+ * interrupt, two presets, and two keys of its own, ring= and ring_flags=.
+ * Included by providers/classes.c, never compiled alone; it needs no
+ * liburing, so the engine list can be printed at configure time.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/io_uring.h>
+
+#include "uring_class.h"
+
+#ifndef PX_CLASS_LIST_ONLY
+extern const px_provider_ops px_provider_uring_ops PX_HIDDEN;
+#endif
+
+static const px_wait_desc uringc_waits[] = {
+	{ "uring", "the completion queue of the ring (io_uring_enter)",
+	  1u << PX_INTR_NATIVE, PX_INTR_NATIVE },
+};
+
+static const px_preset_desc uringc_presets[] = {
+	{ "uring", NULL, PX_PROCESSOR_SHARED },
+	{ "uring-dedicated", NULL, PX_PROCESSOR_DEDICATED },
+};
+
+enum { URINGC_RING, URINGC_RING_FLAGS };
+
+static const px_key_desc uringc_keys[] = {
+	[URINGC_RING] = { "ring", "a number of SQ entries from 0 (default) to 32768" },
+	[URINGC_RING_FLAGS] = { "ring_flags", "a comma list of coop_taskrun and sqpoll" },
+};
+
+static const struct {
+	const char *name;
+	unsigned bit;
+} uringc_flags[] = {
+	{ "coop_taskrun", PX_URING_COOP_TASKRUN },
+	{ "sqpoll", PX_URING_SQPOLL },
+};
+
+static void uringc_init(void *s)
+{
+	memset(s, 0, sizeof(px_uring_settings));
+}
+
+static int uringc_bad(char *err, size_t errlen, unsigned key, const char *val,
+		      size_t vlen)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "%s=%.*s: expected %s", uringc_keys[key].name,
+			 (int)vlen, val, uringc_keys[key].choices);
+	return -EINVAL;
+}
+
+static int uringc_parse(void *settings, unsigned key, const char *val,
+			size_t vlen, char *err, size_t errlen)
+{
+	px_uring_settings *s = settings;
+
+	if (key == URINGC_RING) {
+		unsigned long n = 0;
+		if (!vlen)
+			return uringc_bad(err, errlen, key, val, vlen);
+		for (size_t i = 0; i < vlen; i++) {
+			if (val[i] < '0' || val[i] > '9')
+				return uringc_bad(err, errlen, key, val, vlen);
+			n = n * 10 + (unsigned)(val[i] - '0');
+			if (n > PX_URING_RING_MAX)
+				return uringc_bad(err, errlen, key, val, vlen);
+		}
+		s->entries = (unsigned)n;
+		return 0;
+	}
+	/* ring_flags: a comma list of names. */
+	unsigned bits = 0;
+	const char *p = val, *end = val + vlen;
+	for (;;) {
+		const char *c = memchr(p, ',', (size_t)(end - p));
+		size_t n = (size_t)((c ? c : end) - p);
+		size_t i;
+		for (i = 0; i < sizeof(uringc_flags) / sizeof(uringc_flags[0]); i++)
+			if (strlen(uringc_flags[i].name) == n &&
+			    !memcmp(uringc_flags[i].name, p, n))
+				break;
+		if (i == sizeof(uringc_flags) / sizeof(uringc_flags[0]))
+			return uringc_bad(err, errlen, key, val, vlen);
+		bits |= uringc_flags[i].bit;
+		if (!c)
+			break;
+		p = c + 1;
+	}
+	s->flags = bits;
+	return 0;
+}
+
+static int uringc_format(const void *settings, char *buf, size_t len)
+{
+	const px_uring_settings *s = settings;
+	size_t pos = 0;
+	int n;
+
+#define URINGC_PUT(...)                                                        \
+	do {                                                                   \
+		n = snprintf(pos < len ? buf + pos : NULL,                     \
+			     pos < len ? len - pos : 0, __VA_ARGS__);          \
+		if (n > 0)                                                     \
+			pos += (size_t)n;                                      \
+	} while (0)
+	if (len)
+		buf[0] = '\0';
+	if (s->entries)
+		URINGC_PUT("ring=%u", s->entries);
+	if (s->flags) {
+		const char *sep = pos ? " ring_flags=" : "ring_flags=";
+		for (size_t i = 0; i < sizeof(uringc_flags) / sizeof(uringc_flags[0]); i++) {
+			if (!(s->flags & uringc_flags[i].bit))
+				continue;
+			URINGC_PUT("%s%s", sep, uringc_flags[i].name);
+			sep = ",";
+		}
+	}
+#undef URINGC_PUT
+	return (int)pos;
+}
+
+/* Set up a two-entry ring and close it again: refused by a kernel without
+ * io_uring (ENOSYS), one where it is switched off or filtered (EPERM), or
+ * one short of locked memory (ENOMEM).  The provider also needs
+ * IORING_FEAT_EXT_ARG (5.11) for its timed wait. */
+static int uringc_probe(char *why, size_t len)
+{
+	struct io_uring_params p;
+	int fd, rc = 0;
+
+	memset(&p, 0, sizeof(p));
+	fd = (int)syscall(__NR_io_uring_setup, 2, &p);
+	if (fd < 0) {
+		rc = -errno;
+		if (why && len)
+			snprintf(why, len, "io_uring_setup: %s", strerror(errno));
+		return rc;
+	}
+	if (!(p.features & IORING_FEAT_EXT_ARG)) {
+		rc = -ENOSYS;
+		if (why && len)
+			snprintf(why, len, "this kernel's io_uring has no timed "
+				 "wait (IORING_FEAT_EXT_ARG, Linux 5.11)");
+	}
+	close(fd);
+	return rc;
+}
+
+static const px_provider_class px_uring_class = {
+	.name = "uring",
+	.summary = "io_uring through liburing: every operation native",
+	.native_ops = PX_OPS_IO,
+	.waits = uringc_waits,
+	.nwaits = sizeof(uringc_waits) / sizeof(uringc_waits[0]),
+	.presets = uringc_presets,
+	.npresets = sizeof(uringc_presets) / sizeof(uringc_presets[0]),
+	.keys = uringc_keys,
+	.nkeys = sizeof(uringc_keys) / sizeof(uringc_keys[0]),
+	.settings_size = sizeof(px_uring_settings),
+	.settings_init = uringc_init,
+	.parse_key = uringc_parse,
+	.format = uringc_format,
+	.probe = uringc_probe,
+	.auto_rank = 10,
+#ifndef PX_CLASS_LIST_ONLY
+	.ops = &px_provider_uring_ops,
+#endif
+};

@@ -1,0 +1,20 @@
+/*
+ * uring_class.h - the io_uring provider's own settings (words ring= and
+ * ring_flags=), parsed by its class (providers/uring_class.c) and read by
+ * providers/uring.c when it sets the ring up.
+ */
+#ifndef PX_PROVIDERS_URING_CLASS_H
+#define PX_PROVIDERS_URING_CLASS_H
+
+#define PX_URING_RING_MAX 32768u     /* IORING_MAX_ENTRIES */
+
+/* ring_flags bits. */
+#define PX_URING_COOP_TASKRUN 0x1u   /* IORING_SETUP_COOP_TASKRUN (5.19) */
+#define PX_URING_SQPOLL       0x2u   /* IORING_SETUP_SQPOLL */
+
+typedef struct px_uring_settings {
+	unsigned entries;            /* SQ entries; 0 = the provider's default */
+	unsigned flags;              /* PX_URING_* */
+} px_uring_settings;
+
+#endif /* PX_PROVIDERS_URING_CLASS_H */
