@@ -46,6 +46,7 @@ struct conn {
 	struct conn *prev, *next;       /* every open connection, for the stop */
 	int fd;
 	bool read_ok, write_ok;
+	bool eof;               /* the peer will send no more */
 	size_t head, len;       /* filled bytes: buf[head .. head + len) */
 	unsigned char buf[BUF_SIZE];
 };
@@ -115,7 +116,10 @@ static bool conn_run(struct conn *c)
 				c->len += (size_t)r;
 				moved = true;
 			} else if (r == 0) {
-				goto gone;      /* the peer closed: nothing to echo to */
+				/* The peer is done sending: echo what is
+				 * left, then close. */
+				c->eof = true;
+				c->read_ok = false;
 			} else if (errno == EAGAIN) {
 				c->read_ok = false;
 			} else if (errno != EINTR) {
@@ -129,8 +133,11 @@ static bool conn_run(struct conn *c)
 			c->head = 0;
 			moved = true;
 		}
-		if (!moved)
+		if (!moved) {
+			if (c->eof && c->len == 0)
+				goto gone;
 			return true;
+		}
 	}
 gone:
 	conn_close(c);
@@ -160,7 +167,7 @@ static void accept_all(int ep, int lfd)
 			continue;
 		}
 		c->fd = fd;
-		c->read_ok = c->write_ok = false;
+		c->read_ok = c->write_ok = c->eof = false;
 		c->head = c->len = 0;
 		ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 		ev.data.ptr = c;
@@ -297,7 +304,7 @@ int main(int argc, char **argv)
 				continue;
 			}
 			c = p;
-			if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+			if ((e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && !c->eof)
 				c->read_ok = true;
 			if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
 				c->write_ok = true;

@@ -42,6 +42,7 @@ struct slot {
 struct conn {
 	uv_tcp_t tcp;           /* first: the handle's address is the conn's */
 	bool reading;
+	bool eof;               /* the peer will send no more */
 	bool closing;
 	int writes;             /* writes in flight */
 	struct slot slot[NBUF];
@@ -124,11 +125,11 @@ static void on_write(uv_write_t *req, int status)
 
 	sl->busy = false;
 	c->writes--;
-	if (status < 0) {
+	if (status < 0 || (c->eof && c->writes == 0)) {
 		conn_close(c);
 		return;
 	}
-	if (!c->reading && !c->closing) {
+	if (!c->reading && !c->closing && !c->eof) {
 		if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) != 0)
 			conn_close(c);
 		else
@@ -152,7 +153,17 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
 			c->reading = false;
 			return;
 		}
-		conn_close(c);          /* UV_EOF or an error */
+		if (n == UV_EOF) {
+			/* The peer is done sending: echo what is in
+			 * flight, then close. */
+			uv_read_stop(s);
+			c->reading = false;
+			c->eof = true;
+			if (c->writes == 0)
+				conn_close(c);
+			return;
+		}
+		conn_close(c);          /* an error */
 		return;
 	}
 	out = uv_buf_init(sl->data, (unsigned int)n);
