@@ -24,9 +24,9 @@ ninja -C "$build" >/dev/null
 cd "$here"
 if [ "${1:-}" = "--full" ]; then
 	shift
-	exec python3 bench/compare --build "$build" --files --echo "$@"
+	exec python3 bench/compare --build "$build" --grid --echo --files "$@"
 elif [ $# -eq 0 ]; then
-	exec python3 bench/compare --build "$build" --engines auto --no-raw --echo
+	exec python3 bench/compare --build "$build" --engines auto --no-raw --grid --echo
 else
 	exec python3 bench/compare --build "$build" "$@"
 fi
