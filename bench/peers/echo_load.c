@@ -4,7 +4,7 @@
  * blocks and checking every byte that comes back.
  *
  *     echo_load -p PORT [-a ADDR] [-c CONNS] [-k BLOCK] [-w WINDOW]
- *               [-i SECONDS] [-B BYTES]
+ *               [-i SECONDS] [-B BYTES] [-W]
  *
  * Each connection keeps at most WINDOW bytes unechoed (default one block:
  * ping-pong, send a block and wait for all of it to come back; a larger
@@ -17,17 +17,24 @@
  * does not match what was sent at that offset.  Every byte read is
  * compared.
  *
- * Output on stdout: "ready conns=N" once every connection is open (the run
- * clock starts there), then one line
+ * Warm-up: once every connection is open, each sends one block and waits
+ * for its echo, so the server has accepted and served every connection
+ * before the clock starts (the time this took is reported as warmup_s: a
+ * server slow to accept shows there, not as idle connections in the run).
+ * -W leaves the warm-up out.
+ *
+ * Output on stdout: "ready conns=N warmup_s=W" when the warm-up is over
+ * (the run clock starts there), then one line
  *   result prog=echo_load conns=N block=B window=W seconds=S echoed=BYTES
  *   bytes_per_s=R oneway_MBps=M round_trips_per_s=T active=A
- *   min_conn_MBps=L max_conn_MBps=H verified=BYTES
- * where echoed counts payload bytes that came back (one way: each counts
- * once), and verified the bytes compared (all of them).
+ *   min_conn_MBps=L max_conn_MBps=H warmup_s=W verified=BYTES
+ * where echoed counts payload bytes that came back during the run (one
+ * way: each counts once), active the connections that got any, and
+ * verified every byte compared, warm-up included.
  *
  * Exit: 0 ok; 1 a byte differed, a connection was lost (end of stream or
- * an error before the end of the run), or no byte came back at all;
- * 2 bad usage.
+ * an error before the end of the run), a connection got no echo within
+ * the warm-up's 60 s, or no byte came back at all; 2 bad usage.
  */
 #include <errno.h>
 #include <arpa/inet.h>
@@ -56,6 +63,7 @@ struct conn {
 	int id;
 	bool read_ok, write_ok;
 	uint64_t sent, recv;    /* stream offsets: bytes written, read back */
+	uint64_t recv_at_start; /* recv when the run clock started */
 	size_t tx_off;          /* bytes of the current block written */
 	uint32_t seed;          /* where in the sequence this stream starts */
 };
@@ -63,14 +71,18 @@ struct conn {
 static size_t block = 8192, window;
 static unsigned char *seq;      /* PERIOD + room for one contiguous access */
 static unsigned char rx[RX_SIZE];
-static uint64_t echoed, budget;
+#define WARMUP_LIMIT 60.0       /* seconds for every connection's first echo */
+
+static uint64_t echoed, budget, verified;
 static bool failed;
+static bool warming = true;     /* one block per connection until all echoed */
+static long warm;               /* connections whose first block is back */
 
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: echo_load -p PORT [-a ADDR] [-c CONNS] [-k BLOCK] [-w WINDOW]\n"
-		"                 [-i SECONDS] [-B BYTES]\n"
+		"                 [-i SECONDS] [-B BYTES] [-W]\n"
 		"  -p PORT     the echo server's TCP port (required)\n"
 		"  -a ADDR     its IPv4 address (default 127.0.0.1)\n"
 		"  -c CONNS    connections (default 1)\n"
@@ -79,6 +91,8 @@ static void usage(FILE *f)
 		"              block, i.e. ping-pong; larger pipelines)\n"
 		"  -i SECONDS  run time (default 2)\n"
 		"  -B BYTES    stop once this many bytes came back (suffix k, m or g)\n"
+		"  -W          no warm-up: start the clock as soon as every connection\n"
+		"              is open, before the server has accepted or served them\n"
 		"Every echoed byte is checked.  Exit 0 ok, 1 a byte differed or a\n"
 		"connection was lost, 2 bad usage.\n");
 }
@@ -164,7 +178,8 @@ static bool conn_run(struct conn *c)
 		bool moved = false;
 
 		while (c->write_ok &&
-		       (c->tx_off > 0 || c->sent - c->recv + block <= limit)) {
+		       (c->tx_off > 0 || c->sent - c->recv + block <= limit) &&
+		       (!warming || c->sent < block)) {
 			r = write(c->fd, at(c, c->sent), block - c->tx_off);
 			if (r < 0) {
 				if (errno == EAGAIN) {
@@ -202,7 +217,11 @@ static bool conn_run(struct conn *c)
 					return false;
 				}
 				c->recv += (uint64_t)r;
-				echoed += (uint64_t)r;
+				verified += (uint64_t)r;
+				if (!warming)
+					echoed += (uint64_t)r;
+				else if (c->recv == block)
+					warm++;
 				moved = true;
 			} else if (r == 0) {
 				lost(c, "the server closed it");
@@ -219,20 +238,73 @@ static bool conn_run(struct conn *c)
 	}
 }
 
+/* Register every connection, edge-triggered for both directions.  The
+ * registration reports each socket writable once: that starts its first
+ * block. */
+static int add_all(int ep, struct conn *conns, long nconns)
+{
+	struct epoll_event ev;
+
+	for (long i = 0; i < nconns; i++) {
+		ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+		ev.data.ptr = &conns[i];
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev) != 0) {
+			perror("echo_load: epoll_ctl");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Run the event loop until the deadline, a failure, the byte budget, or,
+ * while warming up, until every one of nconns connections is warm.
+ */
+static void pump(int ep, double deadline, long nconns)
+{
+	struct epoll_event evs[MAX_EVENTS];
+	double t;
+
+	while (!failed && (t = now()) < deadline) {
+		int ms, n;
+
+		if (warming ? warm == nconns : (budget != 0 && echoed >= budget))
+			return;
+		ms = (int)ceil((deadline - t) * 1000);
+		n = epoll_wait(ep, evs, MAX_EVENTS, ms);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("echo_load: epoll_wait");
+			failed = true;
+			return;
+		}
+		for (int i = 0; i < n && !failed; i++) {
+			struct conn *c = evs[i].data.ptr;
+			uint32_t e = evs[i].events;
+
+			if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+				c->read_ok = true;
+			if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
+				c->write_ok = true;
+			conn_run(c);
+		}
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *addr = "127.0.0.1";
 	struct sockaddr_in sa;
-	struct epoll_event ev, evs[MAX_EVENTS];
 	struct conn *conns;
 	struct rlimit rl;
 	uint64_t v, lo = UINT64_MAX, hi = 0;
-	double seconds = 2, t0, t1, end_time, t;
+	double seconds = 2, t0, t1, end_time, t, warm_start, warmup;
 	long port = -1, nconns = 1;
 	int opt, ep, one = 1, active = 0;
 	char *endp;
 
-	while ((opt = getopt(argc, argv, "p:a:c:k:w:i:B:h")) != -1) {
+	while ((opt = getopt(argc, argv, "p:a:c:k:w:i:B:Wh")) != -1) {
 		switch (opt) {
 		case 'p':
 			errno = 0;
@@ -268,6 +340,9 @@ int main(int argc, char **argv)
 		case 'B':
 			if (!parse_size(optarg, UINT64_MAX >> 1, &budget) || budget == 0)
 				bad("-B wants a positive byte count", optarg);
+			break;
+		case 'W':
+			warming = false;
 			break;
 		case 'h':
 			usage(stdout);
@@ -329,45 +404,41 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	printf("ready conns=%ld\n", nconns);
-	fflush(stdout);
-
-	t0 = now();
-	end_time = t0 + seconds;
-	/* Registering reports each socket writable once (edge-triggered):
-	 * that starts its first block. */
-	for (long i = 0; i < nconns; i++) {
-		ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
-		ev.data.ptr = &conns[i];
-		if (epoll_ctl(ep, EPOLL_CTL_ADD, conns[i].fd, &ev) != 0) {
-			perror("echo_load: epoll_ctl");
+	warm_start = now();
+	if (warming) {
+		if (add_all(ep, conns, nconns) != 0)
+			return 1;
+		pump(ep, warm_start + WARMUP_LIMIT, nconns);
+		if (failed)
+			return 1;
+		if (warm < nconns) {
+			fprintf(stderr, "echo_load: %ld of %ld connections got no echo "
+				"within %.0f s\n", nconns - warm, nconns, WARMUP_LIMIT);
 			return 1;
 		}
 	}
-	while (!failed && (t = now()) < end_time && (budget == 0 || echoed < budget)) {
-		int ms = (int)ceil((end_time - t) * 1000);
-		int n = epoll_wait(ep, evs, MAX_EVENTS, ms);
 
-		if (n < 0 && errno != EINTR) {
-			perror("echo_load: epoll_wait");
-			failed = true;
-			break;
+	t0 = now();
+	warmup = t0 - warm_start;
+	printf("ready conns=%ld warmup_s=%.3f\n", nconns, warmup);
+	fflush(stdout);
+	end_time = t0 + seconds;
+	if (warming) {
+		warming = false;
+		/* No event will come for the connections that are idle
+		 * after their first echo: start each one's run by hand. */
+		for (long i = 0; i < nconns; i++) {
+			conns[i].recv_at_start = conns[i].recv;
+			conn_run(&conns[i]);
 		}
-		for (int i = 0; i < n && !failed; i++) {
-			struct conn *c = evs[i].data.ptr;
-			uint32_t e = evs[i].events;
-
-			if (e & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
-				c->read_ok = true;
-			if (e & (EPOLLOUT | EPOLLHUP | EPOLLERR))
-				c->write_ok = true;
-			conn_run(c);
-		}
+	} else if (add_all(ep, conns, nconns) != 0) {
+		return 1;
 	}
+	pump(ep, end_time, 0);
 	t1 = now();
 
 	for (long i = 0; i < nconns; i++) {
-		uint64_t got = conns[i].recv;
+		uint64_t got = conns[i].recv - conns[i].recv_at_start;
 
 		if (got > 0)
 			active++;
@@ -379,11 +450,12 @@ int main(int argc, char **argv)
 	t = t1 - t0;
 	printf("result prog=echo_load conns=%ld block=%zu window=%zu seconds=%.3f "
 	       "echoed=%llu bytes_per_s=%.0f oneway_MBps=%.3f round_trips_per_s=%.0f "
-	       "active=%d min_conn_MBps=%.3f max_conn_MBps=%.3f verified=%llu\n",
+	       "active=%d min_conn_MBps=%.3f max_conn_MBps=%.3f warmup_s=%.3f "
+	       "verified=%llu\n",
 	       nconns, block, window > block ? window : block, t,
 	       (unsigned long long)echoed, (double)echoed / t, (double)echoed / t / 1e6,
 	       (double)echoed / (double)block / t, active, (double)lo / t / 1e6,
-	       (double)hi / t / 1e6, (unsigned long long)echoed);
+	       (double)hi / t / 1e6, warmup, (unsigned long long)verified);
 	fflush(stdout);
 
 	for (long i = 0; i < nconns; i++)
