@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The main job: build an optimised library and run the headline comparison,
-# proactor_test (default engine, "auto") against tp_reactor_test, over the
-# source document's grid, interleaved, median of 3 runs per cell.
-#   scripts/bench.sh            default engine vs TP_Reactor (~4 minutes)
+# proactor_test (default engine, "auto") against tp_reactor_test over the
+# source document's grid, then examples/echo_server against the epoll and
+# libuv echo peers (bench/peers).  5 rounds per cell, the programs of a row
+# in rotating order; ratios are medians of per-round ratios, with CPU
+# seconds per GB beside throughput.
+#   scripts/bench.sh            default engine vs TP_Reactor, and the echo
+#                               servers (~10 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
-#                               and the file table against fio (~15 minutes)
+#                               the echo servers and the file table against
+#                               fio (~30 minutes; add --runs 3 for ~18)
 #   scripts/bench.sh ARGS...    anything else is passed to bench/compare
-# Installs missing Debian packages first (as root).  Results (table, CSV,
-# chart) go to results/DATE/.
+# Installs missing Debian packages first (as root).  Results (tables, CSV,
+# charts) go to results/DATE/.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/deps.sh"
@@ -19,9 +24,9 @@ ninja -C "$build" >/dev/null
 cd "$here"
 if [ "${1:-}" = "--full" ]; then
 	shift
-	exec python3 bench/compare --build "$build" --files "$@"
+	exec python3 bench/compare --build "$build" --grid --echo --files "$@"
 elif [ $# -eq 0 ]; then
-	exec python3 bench/compare --build "$build" --engines auto --no-raw
+	exec python3 bench/compare --build "$build" --engines auto --no-raw --grid --echo
 else
 	exec python3 bench/compare --build "$build" "$@"
 fi
