@@ -270,6 +270,31 @@ static void write_stream_all_1mib_pipe(void **state)
 
 /* Several writes and several reads in flight on one socket at once: the
  * bytes must come out in the order the operations were started. */
+/* A write_stream_all waits for room on a socket whose peer does not read;
+ * then the writing end is shut down both ways.  The write can never finish:
+ * it must complete with EPIPE and the bytes that went out, not hang.  (A
+ * socket shut down that way is never writable; only its hang-up says so.) */
+static void write_all_pending_then_shutdown(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	const size_t len = 8u << 20;
+	uint8_t *out = h_alloc(f, len);
+	memset(out, 'w', len);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], out, len, h_rec_cb,
+					     w),
+			 0);
+	h_settle(f, 50);
+	assert_int_equal(atomic_load(&w->calls), 0);
+	assert_int_equal(shutdown(sv[0], SHUT_RDWR), 0);
+	h_wait_rec(f, w, 5000, "a write_stream_all on a socket shut down");
+	assert_int_equal(w->c.error, EPIPE);
+	assert_true(w->c.bytes < len);
+	h_assert_usable(f);
+}
+
 static void stream_order_of_started_ops(void **state)
 {
 	h_fx *f = *state;
@@ -1214,6 +1239,7 @@ int main(int argc, char **argv)
 		T(read_with_data_waiting),
 		T(write_stream_all_4mib_socketpair),
 		T(write_stream_all_1mib_pipe),
+		T(write_all_pending_then_shutdown),
 		T(stream_order_of_started_ops),
 		T(eof_gives_zero_bytes),
 		T(file_read_write_at_offsets),

@@ -7,7 +7,9 @@
  * is not reported; a writable end is reported with PX_POLL_OUT; the
  * interrupt wakes a wait from another thread and is reported through
  * fired, not as an event; poll and select report a closed descriptor as
- * PX_POLL_NVAL; select refuses a descriptor >= FD_SETSIZE.
+ * PX_POLL_NVAL; the hang-up of a socket watched for writing only is
+ * reported, data arriving on it is not; select refuses a descriptor >=
+ * FD_SETSIZE.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -208,6 +211,36 @@ static void interrupt_wakes_wait(const kind *k, px_interrupt_type it)
 	teardown_fx(f);
 }
 
+/* A socket watched for writing alone, whose send buffer is full: data
+ * arriving is not reported, but a shutdown both ways is (as an error or
+ * hang-up), though it never becomes writable. */
+static void writer_hangup_is_reported(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	static char junk[65536];
+	int sv[2];
+	unsigned ev;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+					     SOCK_CLOEXEC, 0, sv), 0);
+	while (send(sv[0], junk, sizeof(junk), 0) > 0)
+		;
+	assert_int_equal(errno, EAGAIN);
+	px_poll_reg reg = { .fd = sv[0] };
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_OUT), 0);
+	assert_int_equal(send(sv[1], "data", 4, 0), 4);
+	assert_int_equal(wait_for(f, sv[0], 50, NULL), 0);
+	assert_int_equal(shutdown(sv[0], SHUT_RDWR), 0);
+	ev = wait_for(f, sv[0], 1000, NULL);
+	if (!(ev & PX_POLL_ERR))
+		fail_msg("%s: the hang-up of a socket watched for writing was "
+			 "not reported (events 0x%x)", k->name, ev);
+	f->pl->ops->remove(f->pl, &reg);
+	close(sv[0]);
+	close(sv[1]);
+	teardown_fx(f);
+}
+
 static void closed_is_nval(const kind *k)
 {
 	fx *f = setup_kind(k, PX_INTR_EVENTFD);
@@ -243,6 +276,7 @@ PER_KIND(readable_is_reported)
 PER_KIND(removed_is_not_reported)
 PER_KIND(writable_is_reported)
 PER_KIND(closed_is_nval)
+PER_KIND(writer_hangup_is_reported)
 
 static void interrupt_wakes_wait_all(void **state)
 {
@@ -285,6 +319,7 @@ int main(void)
 		cmocka_unit_test(writable_is_reported_all),
 		cmocka_unit_test(interrupt_wakes_wait_all),
 		cmocka_unit_test(closed_is_nval_all),
+		cmocka_unit_test(writer_hangup_is_reported_all),
 		cmocka_unit_test(flags_and_limits),
 	};
 	return cmocka_run_group_tests_name("poller", tests, NULL, NULL);

@@ -12,19 +12,38 @@
  * interrupt's own fd is that high).  select fails the whole call with
  * EBADF when one descriptor in the sets is not open; collect() then looks
  * at every watched descriptor (fcntl F_GETFD) and reports the closed ones
- * with PX_POLL_NVAL, as poll does.  Errors and hang-ups show up as
- * readable or writable.
+ * with PX_POLL_NVAL, as poll does.  Errors show up as readable or
+ * writable, a hang-up as readable only: a descriptor watched for writing
+ * alone is also put in the read set, for its hang-up (a socket shut down
+ * while its send buffer is full is never writable again, and its pending
+ * write would wait forever).  When it turns out readable without a
+ * hang-up (poll with no events, at collect time), it is plain data nobody
+ * asked for: not reported, and the descriptor stays out of the read set
+ * until removed (it would wake every wait).  While such quiet descriptors
+ * exist, a wait lasts at most SELP_QUIET_MS, and every SELP_QUIET_MS
+ * collect looks at each of them for a hang-up the same way: a late
+ * answer, but an answer.
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
 
 #include "poller.h"
 
+/* How often quiet descriptors are looked at for a hang-up. */
+#define SELP_QUIET_MS 100
+
 struct selp {
 	px_poller base;
 	fd_set rd, wr;            /* interest, under the lock */
+	fd_set quiet;             /* watched for writing; readable data made
+	                             them leave the read set (see above) */
+	int nquiet;               /* descriptors in quiet */
+	uint64_t quiet_due;       /* CLOCK_MONOTONIC ns of the next look */
+	bool wquiet;              /* the wait's copy of nquiet != 0 */
+	bool check_quiet;         /* this collect looks at them */
 	int top;                  /* no descriptor above this is watched */
 	fd_set wrd, wwr;          /* the wait's copies, then what is ready */
 	int wmax;                 /* highest fd in the wait's sets, or -1 */
@@ -76,12 +95,41 @@ static void selp_remove(px_poller *pl, px_poll_reg *reg)
 	if (fd < 0 || fd >= FD_SETSIZE || s->regs[fd] != reg)
 		return;
 	selp_apply(s, fd, 0);
+	if (FD_ISSET(fd, &s->quiet)) {
+		FD_CLR(fd, &s->quiet);
+		s->nquiet--;
+	}
 	s->regs[fd] = NULL;
 }
 
 static bool selp_watched(const struct selp *s, int fd)
 {
 	return FD_ISSET(fd, &s->rd) || FD_ISSET(fd, &s->wr);
+}
+
+/* dst = rd | (wr & ~quiet), a word at a time. */
+static void selp_or_writers(fd_set *dst, const fd_set *rd, const fd_set *wr,
+			    const fd_set *quiet)
+{
+	enum { W = sizeof(fd_set) / sizeof(unsigned long) };
+	unsigned long d[W], w[W], q[W];
+
+	memcpy(d, rd, sizeof(d));
+	memcpy(w, wr, sizeof(w));
+	memcpy(q, quiet, sizeof(q));
+	for (size_t i = 0; i < W; i++)
+		d[i] |= w[i] & ~q[i];
+	memcpy(dst, d, sizeof(d));
+}
+
+/* fd was readable without being watched for reading: a hang-up (or an
+ * error), or only data? */
+static bool selp_hung_up(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = 0 };
+
+	return poll(&p, 1, 0) > 0 &&
+	       (p.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
 static void selp_prepare(px_poller *pl)
@@ -92,7 +140,9 @@ static void selp_prepare(px_poller *pl)
 	/* Lower the bound past descriptors no longer watched. */
 	while (s->top >= 0 && !selp_watched(s, s->top))
 		s->top--;
-	s->wrd = s->rd;
+	/* The read set also holds the descriptors watched for writing
+	 * (their hang-up shows there only), but the quiet ones. */
+	selp_or_writers(&s->wrd, &s->rd, &s->wr, &s->quiet);
 	s->wwr = s->wr;
 	s->wmax = s->top;
 	if (ifd >= 0) {
@@ -102,6 +152,8 @@ static void selp_prepare(px_poller *pl)
 	}
 	s->cur = s->wmax + 1;     /* nothing to collect until wait() */
 	s->badf = false;
+	s->wquiet = s->nquiet != 0;
+	s->check_quiet = false;
 }
 
 static int selp_wait(px_poller *pl, int timeout_ms)
@@ -111,6 +163,8 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 	struct timespec ts;
 	int n;
 
+	if (s->wquiet && (timeout_ms < 0 || timeout_ms > SELP_QUIET_MS))
+		timeout_ms = SELP_QUIET_MS;
 	n = pselect(s->wmax + 1, &s->wrd, &s->wwr, NULL,
 		    px_poll_timeout(timeout_ms, &ts), in->wait_mask);
 	if (n < 0) {
@@ -134,6 +188,16 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 		}
 		s->cur = 0;
 	}
+	/* Time to look at the quiet ones (see the opening comment)? */
+	if (s->wquiet) {
+		uint64_t now = px_now_ns();
+
+		if (now >= s->quiet_due) {
+			s->quiet_due = now + SELP_QUIET_MS * 1000000ull;
+			s->check_quiet = true;
+			s->cur = 0;
+		}
+	}
 	return n;
 }
 
@@ -154,8 +218,19 @@ static size_t selp_collect(px_poller *pl, px_poll_event *ev, size_t max)
 			    errno == EBADF)
 				e = PX_POLL_NVAL;
 		} else {
-			if (FD_ISSET(fd, &s->wrd))
-				e |= PX_POLL_IN;
+			if (FD_ISSET(fd, &s->wrd)) {
+				if (FD_ISSET(fd, &s->rd))
+					e |= PX_POLL_IN;
+				else if (selp_hung_up(fd))
+					e |= PX_POLL_ERR;
+				else if (!FD_ISSET(fd, &s->quiet)) {
+					FD_SET(fd, &s->quiet);
+					s->nquiet++;
+				}
+			} else if (s->check_quiet && FD_ISSET(fd, &s->quiet) &&
+				   FD_ISSET(fd, &s->wr) && selp_hung_up(fd)) {
+				e |= PX_POLL_ERR;
+			}
 			if (FD_ISSET(fd, &s->wwr))
 				e |= PX_POLL_OUT;
 		}
@@ -199,6 +274,7 @@ int px_poller_select_create(px_intr *in, px_poller **out)
 	s->base.fd_limit = FD_SETSIZE;
 	FD_ZERO(&s->rd);
 	FD_ZERO(&s->wr);
+	FD_ZERO(&s->quiet);
 	s->top = -1;
 	s->wmax = -1;
 	*out = &s->base;
