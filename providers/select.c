@@ -52,9 +52,10 @@
  *
  * Quirks:
  *  - A descriptor closed with operations pending: poll and select notice
- *    (PX_POLL_NVAL), and its operations complete with EBADF.  epoll drops
- *    a closed descriptor silently; such operations stay pending until
- *    px_cancel.
+ *    (PX_POLL_NVAL) at their next wait, which comes within
+ *    PX_POLL_RECHECK_MS, and its operations complete with EBADF.  epoll
+ *    drops a closed descriptor silently; such operations stay pending
+ *    until px_cancel.
  *  - Nothing allocates between start and completion: the descriptor table
  *    (fdq.h) and the poll poller's arrays grow at start time, which may
  *    fail with -ENOMEM.

@@ -609,6 +609,33 @@ static void connect_refused(void **state)
 /* Cancel                                                               */
 /* ------------------------------------------------------------------ */
 
+/* A descriptor closed under a pending read: poll and select see it only
+ * at their next call, so the read must complete with EBADF in bounded
+ * time even when the leader has no reason to wake (a dedicated one).
+ * epoll and io_uring keep such operations until px_cancel. */
+static void close_under_pending_read(void **state)
+{
+	h_fx *f = *state;
+	if (h_cfg.primary.provider != PX_PROVIDER_SELECT ||
+	    (h_cfg.primary.wait != PX_WAIT_POLL &&
+	     h_cfg.primary.wait != PX_WAIT_SELECT)) {
+		print_message("not a poll or select wait: skipped\n");
+		skip();
+	}
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	h_settle(f, 50);
+	assert_int_equal(atomic_load(&r->calls), 0);
+	h_close(f, sv[1]);
+	h_wait_rec(f, r, 5000, "a read on a descriptor closed under it");
+	assert_int_equal(r->c.error, EBADF);
+	assert_int_equal(r->c.bytes, 0);
+	h_assert_usable(f);
+}
+
 static void cancel_pending_read(void **state)
 {
 	h_fx *f = *state;
@@ -1247,6 +1274,7 @@ int main(int argc, char **argv)
 		T(accept_and_connect_tcp),
 		T(accept_and_connect_tcp_nonblocking),
 		T(connect_refused),
+		T(close_under_pending_read),
 		T(cancel_pending_read),
 		T(cancel_right_after_start),
 		T(cancel_counts_every_pending_op),

@@ -12,7 +12,8 @@
  * completion, and never while the wait runs.
  *
  * Quirks: POLLNVAL (a watched descriptor was closed) is reported as
- * PX_POLL_NVAL.  A registration with no interest is kept with fd -1, which
+ * PX_POLL_NVAL; ppoll only sees the close at its next call, so a wait
+ * lasts at most PX_POLL_RECHECK_MS while any descriptor is registered.  A registration with no interest is kept with fd -1, which
  * ppoll skips: it must not report a hang-up nobody asked about.  No
  * descriptor limit.
  */
@@ -37,6 +38,7 @@ struct pollp {
 	size_t spare_cap;
 	nfds_t wn, pos, first;    /* filled; next to collect; 1 if [0] is the
 	                             interrupt */
+	bool bounded;             /* the wait watches descriptors: bound it */
 };
 
 static struct pollp *pollp_of(px_poller *pl)
@@ -163,6 +165,7 @@ static void pollp_prepare(px_poller *pl)
 	memcpy(p->wreg + n, p->reg, p->n * sizeof(*p->reg));
 	p->wn = n + p->n;
 	p->pos = p->wn;           /* nothing to collect until wait() */
+	p->bounded = p->n > 0;
 }
 
 static int pollp_wait(px_poller *pl, int timeout_ms)
@@ -171,6 +174,8 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 	struct timespec ts;
 	int n;
 
+	if (p->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
+		timeout_ms = PX_POLL_RECHECK_MS;
 	n = ppoll(p->wpfd, p->wn, px_poll_timeout(timeout_ms, &ts),
 		  pl->intr->wait_mask);
 	if (n < 0) {

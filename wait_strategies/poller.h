@@ -44,6 +44,12 @@
 #define PX_POLL_NVAL 0x8u /* not an open descriptor (events only; poll and
                              select, whose waits see closed descriptors) */
 
+/* poll and select notice a descriptor closed while they wait only at
+ * their next call (then POLLNVAL, EBADF).  So that operations pending on
+ * it complete in bounded time even when nothing else would wake the wait,
+ * their waits last at most this long while they watch any descriptor. */
+#define PX_POLL_RECHECK_MS 500
+
 /* px_poller.flags */
 #define PX_POLLER_LIVE 0x1u /* interest set in the kernel: see above */
 

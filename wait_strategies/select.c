@@ -12,7 +12,9 @@
  * interrupt's own fd is that high).  select fails the whole call with
  * EBADF when one descriptor in the sets is not open; collect() then looks
  * at every watched descriptor (fcntl F_GETFD) and reports the closed ones
- * with PX_POLL_NVAL, as poll does.  Errors show up as readable or
+ * with PX_POLL_NVAL, as poll does.  It sees a close only at its next
+ * call, so a wait lasts at most PX_POLL_RECHECK_MS while any descriptor
+ * is watched.  Errors show up as readable or
  * writable, a hang-up as readable only: a descriptor watched for writing
  * alone is also put in the read set, for its hang-up (a socket shut down
  * while its send buffer is full is never writable again, and its pending
@@ -43,6 +45,7 @@ struct selp {
 	int nquiet;               /* descriptors in quiet */
 	uint64_t quiet_due;       /* CLOCK_MONOTONIC ns of the next look */
 	bool wquiet;              /* the wait's copy of nquiet != 0 */
+	bool bounded;             /* the wait watches descriptors: bound it */
 	bool check_quiet;         /* this collect looks at them */
 	int top;                  /* no descriptor above this is watched */
 	fd_set wrd, wwr;          /* the wait's copies, then what is ready */
@@ -153,6 +156,7 @@ static void selp_prepare(px_poller *pl)
 	s->cur = s->wmax + 1;     /* nothing to collect until wait() */
 	s->badf = false;
 	s->wquiet = s->nquiet != 0;
+	s->bounded = s->top >= 0;
 	s->check_quiet = false;
 }
 
@@ -163,6 +167,8 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 	struct timespec ts;
 	int n;
 
+	if (s->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
+		timeout_ms = PX_POLL_RECHECK_MS;
 	if (s->wquiet && (timeout_ms < 0 || timeout_ms > SELP_QUIET_MS))
 		timeout_ms = SELP_QUIET_MS;
 	n = pselect(s->wmax + 1, &s->wrd, &s->wwr, NULL,
