@@ -98,9 +98,12 @@ static int fx_teardown(void **state)
 
 /* A proactor like h_cfg but with at most max_aio operations in flight per
  * processor (the others are deferred). */
+static unsigned g_max_aio; /* of the running test's proactor; 0: default */
+
 static int setup_max_aio(void **state, unsigned max_aio)
 {
 	px_config save = h_cfg;
+	g_max_aio = max_aio;
 	h_cfg.primary.max_aio = max_aio;
 	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
 		h_cfg.secondary.max_aio = max_aio;
@@ -110,6 +113,12 @@ static int setup_max_aio(void **state, unsigned max_aio)
 }
 
 static int setup_aio1(void **state) { return setup_max_aio(state, 1); }
+
+static int fx_setup(void **state)
+{
+	g_max_aio = 0;
+	return h_setup(state);
+}
 
 /* Wait (without pumping: loop threads do) until *flag is set. */
 static bool wait_flag(atomic_int *flag, int ms)
@@ -144,15 +153,16 @@ static void big_sndbuf(int fd, int bytes)
 /* ------------------------------------------------------------------ */
 
 /*
- * max_aio=1: a read holds the only slot, a 4 MiB px_write_stream_all on
- * another socket (its peer never reads) is deferred.  Data for the read
+ * max_aio=N: reads hold the N slots (N-1 of them all along), a 4 MiB
+ * px_write_stream_all on another socket (its peer never reads) is
+ * deferred.  Data for the read
  * frees the slot and the leader starts the write, while this thread calls
  * px_cancel on the writer's descriptor after a varying delay.  The write
  * cannot finish, so the cancel must find it (return 1) wherever it is,
  * deferred, being started or started, and the write must complete once
  * with ECANCELED.
  */
-enum { RACE_ROUNDS = 300, RACE_WLEN = 4 << 20 };
+enum { RACE_ROUNDS = 200, RACE_WLEN = 4 << 20 };
 
 static void cancel_races_deferred_start(void **state)
 {
@@ -161,7 +171,16 @@ static void cancel_races_deferred_start(void **state)
 	char *rbuf = h_alloc(f, 16);
 	h_rec *recs = h_alloc(f, 2 * sizeof(h_rec));
 	int lost = 0, zero = 0;
+	int nhold = (int)g_max_aio - 1;
+	int (*hold)[2] = h_alloc(f, sizeof(int[2]) * 4);
+	h_rec *hrec = h_alloc(f, sizeof(h_rec) * 4);
 
+	assert_true(nhold >= 0 && nhold <= 4);
+	for (int i = 0; i < nhold; i++) {
+		h_socketpair(f, hold[i]);
+		assert_int_equal(px_read_stream(f->px, hold[i][1], rbuf + 8, 8,
+						h_rec_cb, &hrec[i]), 0);
+	}
 	loops_start(f, 2);
 	for (int i = 0; i < RACE_ROUNDS; i++) {
 		int a[2], b[2];
@@ -211,11 +230,29 @@ static void cancel_races_deferred_start(void **state)
 		assert_int_equal(wr->c.error, ECANCELED);
 		assert_true(wr->c.bytes < RACE_WLEN);
 	}
+	for (int i = 0; i < nhold; i++) {
+		assert_int_equal(px_cancel(f->px, hold[i][1]), 1);
+		assert_true(wait_flag(&hrec[i].done, 5000));
+	}
 	loops_stop();
 	/* Late duplicate callbacks would land in recs. */
 	h_settle(f, 20);
 	assert_int_equal(atomic_load(&recs[0].calls), 1);
 	assert_int_equal(atomic_load(&recs[1].calls), 1);
+	for (int i = 0; i < nhold; i++) {
+		assert_int_equal(atomic_load(&hrec[i].calls), 1);
+		assert_int_equal(hrec[i].c.error, ECANCELED);
+	}
+}
+
+static void cancel_races_deferred_start_2(void **state)
+{
+	cancel_races_deferred_start(state);
+}
+
+static void cancel_races_deferred_start_3(void **state)
+{
+	cancel_races_deferred_start(state);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1225,7 +1262,7 @@ static void accept_at_fd_limit(void **state)
 
 /* ------------------------------------------------------------------ */
 
-#define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, fx_teardown)
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 #define T1(fn) cmocka_unit_test_setup_teardown(fn, setup_aio1, fx_teardown)
 #define T2(fn) cmocka_unit_test_setup_teardown(fn, setup_aio2, fx_teardown)
 #define T3(fn) cmocka_unit_test_setup_teardown(fn, setup_aio3, fx_teardown)
@@ -1252,6 +1289,8 @@ int main(int argc, char **argv)
 		T(close_pending_then_cancel),
 		T(cancel_races_completion),
 		T1(cancel_races_deferred_start),
+		T2(cancel_races_deferred_start_2),
+		T3(cancel_races_deferred_start_3),
 		T(callback_cancels_sessions),
 		T(callback_cancels_and_closes_own),
 		T(destroy_with_thousands_pending),
