@@ -500,6 +500,8 @@ static void close_pending_then_cancel(void **state)
 		fail_msg("a read whose descriptor was closed completed with "
 			 "error %d (%s), expected EBADF or ECANCELED",
 			 r->c.error, strerror(r->c.error));
+	print_message("descriptor closed under a read: %s, px_cancel found %d\n",
+		      strerror(r->c.error), n);
 	/* A cancel that found nothing: the read had already ended. */
 	if (n == 0 && r->c.error != EBADF)
 		fail_msg("px_cancel found nothing, yet the read was cancelled");
