@@ -759,11 +759,15 @@ static void e_server_read_cb(const px_completion *c);
 
 static void e_client_write(px_proactor *px, echo *e)
 {
-	if (atomic_load(&g_e_stop))
+	/* Busy before looking at the stop flag: the drain (which sets the
+	 * flag, then looks at busy) sees one or the other. */
+	atomic_store(&e->cw_busy, 1);
+	if (atomic_load(&g_e_stop)) {
+		atomic_store(&e->cw_busy, 0);
 		return;
+	}
 	h_pattern(e->wbuf, E_BLOCK, e->seed, e->woff);
 	atomic_store(&e->block_wait, 2);
-	atomic_store(&e->cw_busy, 1);
 	int rc = e_count(px_write_stream_all(px, e->cfd, e->wbuf, E_BLOCK,
 					     e_client_write_cb, e));
 	if (rc) {
@@ -776,13 +780,15 @@ static void e_client_write_cb(const px_completion *c)
 {
 	echo *e = c->user;
 	atomic_fetch_add(&g_e_done, 1);
+	if (c->error || c->bytes != E_BLOCK)
+		e_fail(e, c->error);
+	else
+		e->woff += E_BLOCK;
+	/* Not busy only once woff says what was written (the drain). */
 	if (!atomic_exchange(&e->cw_busy, 0))
 		e_fail(e, EALREADY);
-	if (c->error || c->bytes != E_BLOCK) {
-		e_fail(e, c->error);
+	if (c->error || c->bytes != E_BLOCK)
 		return;
-	}
-	e->woff += E_BLOCK;
 	if (atomic_fetch_sub(&e->block_wait, 1) == 1)
 		e_client_write(c->proactor, e);
 }

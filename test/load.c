@@ -135,13 +135,17 @@ static void server_write_cb(const px_completion *c);
 
 static void client_write(sess *s)
 {
-	if (atomic_load(&g_stop))
+	/* Busy before looking at the stop flag: the drain (which sets the
+	 * flag, then looks at busy) sees one or the other. */
+	atomic_store(&s->cw_busy, 1);
+	if (atomic_load(&g_stop)) {
+		atomic_store(&s->cw_busy, 0);
 		return;
+	}
 	uint64_t off = atomic_load(&s->woff);
 	for (size_t i = 0; i < BLOCK; i++)
 		s->wbuf[i] = pat(s->seed, off + i);
 	atomic_store(&s->block_wait, 2);
-	atomic_store(&s->cw_busy, 1);
 	int rc = px_write_stream_all(g_px, s->cfd, s->wbuf, BLOCK,
 				     client_write_cb, s);
 	if (!counted(rc)) {
@@ -154,13 +158,15 @@ static void client_write_cb(const px_completion *c)
 {
 	sess *s = c->user;
 	atomic_fetch_add(&g_done, 1);
+	if (c->error || c->bytes != BLOCK)
+		fail_sess(s, c->error);
+	else
+		atomic_fetch_add(&s->woff, BLOCK);
+	/* Not busy only once woff says what was written (the drain). */
 	if (!atomic_exchange(&s->cw_busy, 0))
 		fail_sess(s, EALREADY);
-	if (c->error || c->bytes != BLOCK) {
-		fail_sess(s, c->error);
+	if (c->error || c->bytes != BLOCK)
 		return;
-	}
-	atomic_fetch_add(&s->woff, BLOCK);
 	if (atomic_fetch_sub(&s->block_wait, 1) == 1)
 		client_write(s);
 }
