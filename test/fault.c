@@ -512,7 +512,7 @@ static void close_pending_then_cancel(void **state)
 /* Cancel racing with completion                                        */
 /* ------------------------------------------------------------------ */
 
-enum { RACE2_ROUNDS = 400 };
+enum { RACE2_ROUNDS = 300 };
 
 static void cancel_races_completion(void **state)
 {
@@ -1023,7 +1023,7 @@ static void eintr_storm(void **state)
  * thread writes.  Two loop threads; reads, writes and cancels all queue
  * for 1, 2 or 3 slots.
  */
-enum { L_SESS = 8, L_TOTAL = 1 << 20, L_BLOCK = 8192 };
+enum { L_SESS = 8, L_TOTAL = 512 << 10, L_BLOCK = 8192 };
 
 typedef struct lsess {
 	int pw, pr;               /* proactor writes pw / reads pr */
