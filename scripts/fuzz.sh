@@ -67,7 +67,7 @@ for t in fuzz_config fuzz_api; do
 		-artifact_prefix="$out/artifacts/$t-" "$corpus" "$seeds" \
 		>"$out/$t.log" 2>&1; then
 		echo "== fuzz: $t FAILED (log: $out/$t.log; inputs: $out/artifacts/)"
-		grep -E '^(==[0-9]+==ERROR|fuzz_|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
+		grep -E '^(==[0-9]+==ERROR|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
 		status=1
 	else
 		grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
