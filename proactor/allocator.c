@@ -6,8 +6,10 @@
  * proactor is destroyed.  All calls happen under the proactor mutex, at
  * start time (get) and after dispatch (put), so nothing allocates between
  * the start of an operation and its completion: a completion cannot be lost
- * to ENOMEM.
+ * to ENOMEM.  Unless NDEBUG is defined, px_alloc_fini aborts with a message
+ * when a result was never given back (see there).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -81,6 +83,19 @@ void px_alloc_put(px_allocator *a, px_result *r)
 
 void px_alloc_fini(px_allocator *a)
 {
+#ifndef NDEBUG
+	/* Balance: at destroy every result has been dispatched and given
+	 * back.  One still out is a completion that was lost (its callback
+	 * never ran) or a record that leaked; say so loudly in the builds
+	 * the tests use. */
+	if (a->nfree != a->ntotal) {
+		fprintf(stderr,
+			"proactor: %zu of %zu operation records were not given "
+			"back before destroy (a lost completion or a leak)\n",
+			a->ntotal - a->nfree, a->ntotal);
+		abort();
+	}
+#endif
 	for (size_t i = 0; i < a->nchunks; i++)
 		free(a->chunks[i]);
 	free(a->chunks);

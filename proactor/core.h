@@ -44,6 +44,8 @@ typedef struct px_processor {
 	px_intr *intr;
 	px_list started;
 	px_list deferred;
+	px_list starting;          /* in the provider's start, which may
+	                              release the mutex (see processor.c) */
 	px_processor_type type;
 	unsigned flags;            /* PX_PF_START_* actually in force */
 	unsigned max_aio;

@@ -159,6 +159,8 @@ typedef enum px_result_state {
 
 /* px_result.flags */
 #define PX_RF_WRITE_ALL  0x01u /* write_stream: keep going until len bytes */
+#define PX_RF_CANCEL     0x02u /* processor: px_cancel came while the
+                                  provider's start ran (mutex released) */
 
 struct px_processor;
 

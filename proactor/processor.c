@@ -54,6 +54,55 @@ static void px_defer(px_processor *p, px_result *r)
 	px_list_push_back(&p->deferred, &r->link);
 }
 
+static void px_cancel_one(px_processor *p, px_result *r, int *count);
+
+/*
+ * Give r to the provider's start.  The readiness provider releases the
+ * mutex around its system call, and r is then on neither the deferred nor
+ * the started list; it waits on the starting list instead, where a cancel
+ * finds it and leaves PX_RF_CANCEL, acted on once start has returned
+ * (px_started, px_cancelled_again).  Without that the cancel would find
+ * nothing and a write that stays pending would never end.
+ */
+static int px_provider_start(px_processor *p, px_result *r)
+{
+	if (p->wait->ops->on_start)
+		p->wait->ops->on_start(p->wait, r);
+	r->flags &= (uint8_t)~PX_RF_CANCEL;
+	px_list_push_back(&p->starting, &r->link);
+	int rc = p->prov->ops->start(p->prov, r);
+	px_list_remove(&p->starting, &r->link);
+	return rc;
+}
+
+/* The provider started r: onto the started list, and cancelled now if a
+ * cancel came during its start. */
+static void px_started(px_processor *p, px_result *r)
+{
+	int n = 0;
+
+	r->state = PX_RS_STARTED;
+	px_list_push_back(&p->started, &r->link);
+	if (r->flags & PX_RF_CANCEL) {
+		r->flags &= (uint8_t)~PX_RF_CANCEL;
+		px_cancel_one(p, r, &n);
+	}
+}
+
+/* The provider gave r back (PX_START_AGAIN).  If a cancel came during its
+ * start, complete it now with ECANCELED and return true; else the caller
+ * defers it again. */
+static bool px_cancelled_again(px_processor *p, px_result *r)
+{
+	if (!(r->flags & PX_RF_CANCEL))
+		return false;
+	r->flags &= (uint8_t)~PX_RF_CANCEL;
+	px_result_finish(r, r->done, ECANCELED);
+	r->state = PX_RS_READY;
+	px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+	return true;
+}
+
 int px_processor_start(px_processor *p, px_result *r)
 {
 	bool was_idle = !px_processor_has_work(p);
@@ -72,15 +121,12 @@ int px_processor_start(px_processor *p, px_result *r)
 		return 0;
 	}
 
-	if (p->wait->ops->on_start)
-		p->wait->ops->on_start(p->wait, r);
-	int rc = p->prov->ops->start(p->prov, r);
+	int rc = px_provider_start(p, r);
 	/* start() may have released the mutex: look again. */
 	was_idle = !px_processor_has_work(p);
 	switch (rc) {
 	case PX_START_STARTED:
-		r->state = PX_RS_STARTED;
-		px_list_push_back(&p->started, &r->link);
+		px_started(p, r);
 		if (was_idle)
 			px_processor_became_busy(p);
 		if (p->flags & PX_PF_START_INTERRUPT)
@@ -91,6 +137,8 @@ int px_processor_start(px_processor *p, px_result *r)
 		px_dispatch_post(p->px, r, px_dispatch_level_for_caller(p->px));
 		return 0;
 	case PX_START_AGAIN:
+		if (px_cancelled_again(p, r))
+			return 0;
 		px_defer(p, r);
 		if (was_idle)
 			px_processor_became_busy(p);
@@ -111,15 +159,16 @@ static bool px_start_deferred(px_processor *p)
 	       (l = px_list_first(&p->deferred))) {
 		px_result *r = px_result_of(l);
 		px_list_remove(&p->deferred, l);
-		if (p->wait->ops->on_start)
-			p->wait->ops->on_start(p->wait, r);
-		int rc = p->prov->ops->start(p->prov, r);
+		int rc = px_provider_start(p, r);
 		if (rc == PX_START_STARTED) {
-			r->state = PX_RS_STARTED;
-			px_list_push_back(&p->started, &r->link);
+			px_started(p, r);
 			continue;
 		}
 		if (rc == PX_START_AGAIN) {
+			if (px_cancelled_again(p, r)) {
+				finished = true;
+				continue;
+			}
 			r->state = PX_RS_DEFERRED;
 			px_list_push_front(&p->deferred, &r->link);
 			break;
@@ -214,9 +263,26 @@ static int px_cancel_list(px_processor *p, px_list *list, int fd, bool all)
 	return count;
 }
 
+/* Results inside the provider's start: mark them (see px_provider_start). */
+static int px_cancel_starting(px_processor *p, int fd, bool all)
+{
+	int count = 0;
+	px_link *l;
+
+	for (l = px_list_first(&p->starting); l; l = px_list_next(&p->starting, l)) {
+		px_result *r = px_result_of(l);
+		if (all || r->c.fd == fd) {
+			r->flags |= PX_RF_CANCEL;
+			count++;
+		}
+	}
+	return count;
+}
+
 int px_processor_cancel_fd(px_processor *p, int fd)
 {
-	int n = px_cancel_list(p, &p->deferred, fd, false);
+	int n = px_cancel_starting(p, fd, false);
+	n += px_cancel_list(p, &p->deferred, fd, false);
 	n += px_cancel_list(p, &p->started, fd, false);
 	if (n && (p->flags & PX_PF_START_INTERRUPT))
 		px_processor_interrupt(p);
@@ -225,6 +291,7 @@ int px_processor_cancel_fd(px_processor *p, int fd)
 
 void px_processor_cancel_all(px_processor *p)
 {
+	px_cancel_starting(p, -1, true);
 	px_cancel_list(p, &p->deferred, -1, true);
 	px_cancel_list(p, &p->started, -1, true);
 }
@@ -380,6 +447,7 @@ int px_processor_create(struct px_proactor *px, int index,
 	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);
+	px_list_init(&p->starting);
 	*out = p;
 	return 0;
 }

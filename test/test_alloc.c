@@ -15,8 +15,12 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -176,21 +180,51 @@ static void steady_state_does_not_grow(void **state)
 	px_alloc_fini(&a);
 }
 
-static void fini_frees_results_still_out(void **state)
+/* Balance check: with a result still out, px_alloc_fini reports it and
+ * aborts (unless NDEBUG); run in a child process. */
+static void fini_with_result_out_aborts(void **state)
 {
 	(void)state;
-	/* Results not given back are freed with their chunk (LeakSanitizer
-	 * checks it in the sanitizer build). */
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		px_allocator a;
+		px_alloc_init(&a, 8);
+		for (int i = 0; i < 3; i++)
+			if (!px_alloc_get(&a))
+				_exit(2);
+		px_alloc_fini(&a);
+		_exit(0);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+#ifndef NDEBUG
+	assert_true(WIFSIGNALED(st));
+	assert_int_equal(WTERMSIG(st), SIGABRT);
+#else
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+#endif
+}
+
+/* Balanced: every result given back, fini is quiet, and the allocator can
+ * be set up again. */
+static void fini_after_all_returned(void **state)
+{
+	(void)state;
 	px_allocator a;
+	px_result *r[200];
 	px_alloc_init(&a, 8);
 	for (int i = 0; i < 200; i++)
-		assert_non_null(px_alloc_get(&a));
+		assert_non_null(r[i] = px_alloc_get(&a));
+	for (int i = 0; i < 200; i++)
+		px_alloc_put(&a, r[i]);
 	px_alloc_fini(&a);
-	/* And the allocator can be set up again. */
 	px_alloc_init(&a, 8);
-	px_result *r = px_alloc_get(&a);
-	assert_non_null(r);
-	px_alloc_put(&a, r);
+	px_result *one = px_alloc_get(&a);
+	assert_non_null(one);
+	px_alloc_put(&a, one);
 	px_alloc_fini(&a);
 }
 
@@ -201,7 +235,8 @@ int main(void)
 		cmocka_unit_test(reused_result_is_zeroed_again),
 		cmocka_unit_test(many_results_distinct_and_disjoint),
 		cmocka_unit_test(steady_state_does_not_grow),
-		cmocka_unit_test(fini_frees_results_still_out),
+		cmocka_unit_test(fini_with_result_out_aborts),
+		cmocka_unit_test(fini_after_all_returned),
 	};
 	return cmocka_run_group_tests_name("alloc", tests, NULL, NULL);
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Build the libFuzzer targets (test/fuzz/) with clang and run each one.
+#
+#   scripts/fuzz.sh [SECONDS]          (default 60 per target)
+#
+# Targets: fuzz_config (configuration parser, round-trip oracle) and
+# fuzz_api (public API, exactly-once oracle; engine from PX_FUZZ_ENGINE,
+# default epoll).  The library sources are compiled straight into each
+# target with -fsanitize=fuzzer,address,undefined.  Work goes to
+# PX_FUZZ_DIR (default build-fuzz/ in the tree): the grown corpora, and
+# crash inputs under artifacts/.  The seed corpora in test/fuzz/ are only
+# read.  Installs clang and its runtime first when missing (as root).
+# Exit status: 0 when no target found anything.
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+secs=${1:-60}
+case $secs in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
+out=${PX_FUZZ_DIR:-$here/build-fuzz}
+cc=${CC_FUZZ:-clang}
+
+probe() { # can cc build and link a libFuzzer program?
+	printf '%s\n' '#include <stdint.h>' '#include <stddef.h>' \
+		'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' |
+		"$cc" -fsanitize=fuzzer,address,undefined -x c - -o "$out/probe" 2>/dev/null
+}
+
+mkdir -p "$out"
+if ! command -v "$cc" >/dev/null 2>&1 || ! probe; then
+	if [ "$(id -u)" != 0 ]; then
+		echo "fuzz: $cc with the libFuzzer runtime is missing (run as root to install clang)" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends clang >/dev/null
+	ver=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -n 1)
+	apt-get install -y -qq --no-install-recommends "libclang-rt-$ver-dev" >/dev/null 2>&1 || true
+	probe || { echo "fuzz: clang cannot link -fsanitize=fuzzer" >&2; exit 1; }
+fi
+
+# The library, as meson builds it: every source of its directories, the
+# io_uring parts only with liburing.
+srcs=$(cd "$here" && ls proactor/*.c config/*.c providers/*.c wait_strategies/*.c interrupt/*.c)
+flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -I$here/include -I$here/proactor"
+libs="-lpthread"
+if pkg-config --exists liburing 2>/dev/null; then
+	flags="$flags -DPX_HAVE_URING=1 $(pkg-config --cflags liburing)"
+	libs="$libs $(pkg-config --libs liburing)"
+else
+	srcs=$(printf '%s\n' $srcs | grep -v -e '^providers/uring.c$' -e '^wait_strategies/uring.c$')
+fi
+
+status=0
+for t in fuzz_config fuzz_api; do
+	echo "== fuzz: building $t"
+	(cd "$here" && $cc $flags $srcs test/fuzz/$t.c $libs -o "$out/$t")
+done
+for t in fuzz_config fuzz_api; do
+	seeds="$here/test/fuzz/corpus_${t#fuzz_}"
+	corpus="$out/corpus_${t#fuzz_}"
+	mkdir -p "$corpus" "$out/artifacts"
+	echo "== fuzz: running $t for $secs s${PX_FUZZ_ENGINE:+ (engine $PX_FUZZ_ENGINE)}"
+	# libFuzzer stops itself after max_total_time; the outer timeout only
+	# guards against a hang in its shutdown.
+	if ! timeout -k 10 $((secs + 60)) "$out/$t" -max_total_time="$secs" \
+		-timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
+		-artifact_prefix="$out/artifacts/$t-" "$corpus" "$seeds" \
+		>"$out/$t.log" 2>&1; then
+		echo "== fuzz: $t FAILED (log: $out/$t.log; inputs: $out/artifacts/)"
+		grep -E '^(==[0-9]+==ERROR|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
+		status=1
+	else
+		grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
+		echo "== fuzz: $t: nothing found"
+	fi
+done
+exit $status

@@ -1,0 +1,1322 @@
+/*
+ * fault.c - faults and races, per engine: peers that reset or half-close,
+ * connects that fail or never finish, descriptors closed under pending
+ * operations, cancels racing with completions and with deferred starts,
+ * callbacks that tear down their own or another session, destroy under
+ * load, signal storms, descriptor exhaustion, and load with a tiny
+ * max_aio.  Public API only.  Every test checks that each started
+ * operation completes exactly once, and with which error.
+ *
+ *   fault 'ENGINE CONFIG TEXT' [TEST FILTER [SKIP FILTER]]   ('' = no filter)
+ *
+ * Only loopback addresses are used.  Each test runs under the harness
+ * watchdog; waits inside a test are bounded too.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* ------------------------------------------------------------------ */
+/* Event-loop threads                                                   */
+/* ------------------------------------------------------------------ */
+
+enum { MAX_LOOPS = 4 };
+
+static struct {
+	px_proactor *px;
+	pthread_t th[MAX_LOOPS];
+	int n;
+	atomic_int stop;
+	atomic_int error;          /* a px_handle_events error, or 0 */
+} g_loops;
+
+static void *loop_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_loops.stop)) {
+		int rc = px_handle_events(g_loops.px, 10);
+		if (rc < 0 && rc != -ESHUTDOWN) {
+			atomic_store(&g_loops.error, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* n threads run px_handle_events until loops_stop. */
+static void loops_start(h_fx *f, int n)
+{
+	assert_true(n <= MAX_LOOPS && g_loops.n == 0);
+	g_loops.px = f->px;
+	atomic_store(&g_loops.stop, 0);
+	atomic_store(&g_loops.error, 0);
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&g_loops.th[i], NULL, loop_main, NULL))
+			fail_msg("pthread_create failed");
+		g_loops.n = i + 1;
+	}
+}
+
+static void loops_stop(void)
+{
+	atomic_store(&g_loops.stop, 1);
+	for (int i = 0; i < g_loops.n; i++)
+		pthread_join(g_loops.th[i], NULL);
+	g_loops.n = 0;
+	int err = atomic_load(&g_loops.error);
+	if (err)
+		fail_msg("px_handle_events returned %d (%s) in a loop thread",
+			 err, px_strerror(err));
+}
+
+static void storm_stop(void);
+
+/* The harness teardown, after the loop threads are gone (px_destroy
+ * refuses while threads are inside px_handle_events). */
+static int fx_teardown(void **state)
+{
+	storm_stop();
+	atomic_store(&g_loops.stop, 1);
+	for (int i = 0; i < g_loops.n; i++)
+		pthread_join(g_loops.th[i], NULL);
+	g_loops.n = 0;
+	return h_teardown(state);
+}
+
+/* A proactor like h_cfg but with at most max_aio operations in flight per
+ * processor (the others are deferred). */
+static unsigned g_max_aio; /* of the running test's proactor; 0: default */
+
+static int setup_max_aio(void **state, unsigned max_aio)
+{
+	px_config save = h_cfg;
+	g_max_aio = max_aio;
+	h_cfg.primary.max_aio = max_aio;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = max_aio;
+	int rc = h_setup(state);
+	h_cfg = save;
+	return rc;
+}
+
+static int setup_aio1(void **state) { return setup_max_aio(state, 1); }
+
+static int fx_setup(void **state)
+{
+	g_max_aio = 0;
+	return h_setup(state);
+}
+
+/* Wait (without pumping: loop threads do) until *flag is set. */
+static bool wait_flag(atomic_int *flag, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!atomic_load(flag)) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+static void spin_ns(uint64_t ns)
+{
+	uint64_t end = h_now_ns() + ns;
+	while (h_now_ns() < end)
+		;
+}
+
+/* Make a socket's send buffer big, so that one send(2) of a large write
+ * takes a while (root may go past wmem_max). */
+static void big_sndbuf(int fd, int bytes)
+{
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof bytes) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel racing with a deferred start                                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * max_aio=N: reads hold the N slots (N-1 of them all along), a 4 MiB
+ * px_write_stream_all on another socket (its peer never reads) is
+ * deferred.  Data for the read
+ * frees the slot and the leader starts the write, while this thread calls
+ * px_cancel on the writer's descriptor after a varying delay.  The write
+ * cannot finish, so the cancel must find it (return 1) wherever it is,
+ * deferred, being started or started, and the write must complete once
+ * with ECANCELED.
+ */
+enum { RACE_ROUNDS = 200, RACE_WLEN = 4 << 20 };
+
+static void cancel_races_deferred_start(void **state)
+{
+	h_fx *f = *state;
+	uint8_t *wbuf = h_alloc(f, RACE_WLEN);
+	char *rbuf = h_alloc(f, 16);
+	h_rec *recs = h_alloc(f, 2 * sizeof(h_rec));
+	int lost = 0, zero = 0;
+	int nhold = (int)g_max_aio - 1;
+	int (*hold)[2] = h_alloc(f, sizeof(int[2]) * 4);
+	h_rec *hrec = h_alloc(f, sizeof(h_rec) * 4);
+
+	assert_true(nhold >= 0 && nhold <= 4);
+	for (int i = 0; i < nhold; i++) {
+		h_socketpair(f, hold[i]);
+		assert_int_equal(px_read_stream(f->px, hold[i][1], rbuf + 8, 8,
+						h_rec_cb, &hrec[i]), 0);
+	}
+	loops_start(f, 2);
+	for (int i = 0; i < RACE_ROUNDS; i++) {
+		int a[2], b[2];
+		h_rec *rd = &recs[0], *wr = &recs[1];
+
+		memset(recs, 0, 2 * sizeof(h_rec));
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, a), 0);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, b), 0);
+		big_sndbuf(b[0], 1 << 20);  /* the kernel doubles it: 2 MiB */
+		assert_int_equal(px_read_stream(f->px, a[0], rbuf, 16, h_rec_cb,
+						rd), 0);
+		assert_int_equal(px_write_stream_all(f->px, b[0], wbuf,
+						     RACE_WLEN, h_rec_cb, wr), 0);
+		/* Let the leader go back to its wait. */
+		h_sleep_ms(1);
+		assert_int_equal(write(a[1], "x", 1), 1);
+		spin_ns((uint64_t)(i % 50) * 4000);
+		int n = px_cancel(f->px, b[0]);
+		if (n == 0)
+			zero++;
+		if (!wait_flag(&wr->done, 2000)) {
+			/* Lost: cancel again so the round can end. */
+			lost++;
+			px_cancel(f->px, b[0]);
+			wait_flag(&wr->done, 2000);
+		}
+		bool rd_ok = wait_flag(&rd->done, 2000);
+		close(a[0]);
+		close(a[1]);
+		close(b[0]);
+		close(b[1]);
+		if (lost || zero) {
+			loops_stop();
+			fail_msg("round %d: px_cancel returned %d for a pending "
+				 "deferred write; the write %s (engine '%s')",
+				 i, n, lost ? "never completed" : "completed later",
+				 h_engine_text);
+		}
+		assert_true(rd_ok);
+		assert_int_equal(n, 1);
+		assert_int_equal(atomic_load(&rd->calls), 1);
+		assert_int_equal(rd->c.error, 0);
+		assert_int_equal(rd->c.bytes, 1);
+		assert_int_equal(atomic_load(&wr->calls), 1);
+		assert_int_equal(wr->c.error, ECANCELED);
+		assert_true(wr->c.bytes < RACE_WLEN);
+	}
+	for (int i = 0; i < nhold; i++) {
+		assert_int_equal(px_cancel(f->px, hold[i][1]), 1);
+		assert_true(wait_flag(&hrec[i].done, 5000));
+	}
+	loops_stop();
+	/* Late duplicate callbacks would land in recs. */
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&recs[0].calls), 1);
+	assert_int_equal(atomic_load(&recs[1].calls), 1);
+	for (int i = 0; i < nhold; i++) {
+		assert_int_equal(atomic_load(&hrec[i].calls), 1);
+		assert_int_equal(hrec[i].c.error, ECANCELED);
+	}
+}
+
+static void cancel_races_deferred_start_2(void **state)
+{
+	cancel_races_deferred_start(state);
+}
+
+static void cancel_races_deferred_start_3(void **state)
+{
+	cancel_races_deferred_start(state);
+}
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                              */
+/* ------------------------------------------------------------------ */
+
+static void assert_once(h_rec *r, px_op op, int fd)
+{
+	assert_int_equal(atomic_load(&r->calls), 1);
+	assert_int_equal(r->c.op, op);
+	assert_int_equal(r->c.fd, fd);
+}
+
+static void expect_error(h_rec *r, int want, const char *what)
+{
+	if (r->c.error != want)
+		fail_msg("%s completed with error %d (%s), expected %d (%s)",
+			 what, r->c.error, strerror(r->c.error), want,
+			 strerror(want));
+}
+
+/* A connected TCP loopback pair: *c the client, *s the accepted end; all
+ * three descriptors tracked.  rcvbuf/sndbuf (> 0) are set before the
+ * connection exists, so they hold for the whole connection. */
+static void tcp_pair(h_fx *f, int *c, int *s, int rcvbuf, int sndbuf)
+{
+	struct sockaddr_in la;
+	int l = h_bound_socket(f, SOCK_STREAM, &la);
+	if (rcvbuf > 0)
+		setsockopt(l, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+	assert_int_equal(listen(l, 4), 0);
+	*c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (sndbuf > 0)
+		setsockopt(*c, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+	if (connect(*c, (struct sockaddr *)&la, sizeof la) < 0)
+		fail_msg("connect to 127.0.0.1:%d: %s", ntohs(la.sin_port),
+			 strerror(errno));
+	*s = h_track(f, accept4(l, NULL, NULL, SOCK_CLOEXEC));
+	h_close(f, l);
+}
+
+/* Close fd with a reset (RST) instead of an orderly FIN. */
+static void close_reset(h_fx *f, int fd)
+{
+	struct linger lg = {1, 0};
+	assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+	h_close(f, fd);
+}
+
+static atomic_int g_sigpipes;
+
+static void on_sigpipe(int sig)
+{
+	(void)sig;
+	atomic_fetch_add(&g_sigpipes, 1);
+}
+
+/* Count SIGPIPE instead of ignoring it (the harness ignores it). */
+static void sigpipe_count(bool on)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on ? on_sigpipe : SIG_IGN;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGPIPE, &sa, NULL);
+	atomic_store(&g_sigpipes, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Peers that go away                                                   */
+/* ------------------------------------------------------------------ */
+
+static void peer_reset_during_read(void **state)
+{
+	h_fx *f = *state;
+	int c, s;
+	tcp_pair(f, &c, &s, 0, 0);
+	char *buf = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, c, buf, 64, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	assert_false(h_rec_done(r));
+	close_reset(f, s);
+	h_wait_rec(f, r, 5000, "the read on a reset connection");
+	h_settle(f, 20);
+	assert_once(r, PX_OP_READ_STREAM, c);
+	expect_error(r, ECONNRESET, "a read whose peer reset the connection");
+	assert_int_equal(r->c.bytes, 0);
+}
+
+static void peer_reset_during_write(void **state)
+{
+	h_fx *f = *state;
+	enum { LEN = 8 << 20 };
+	int c, s;
+	/* Small buffers, so the write stays pending. */
+	tcp_pair(f, &c, &s, 32768, 32768);
+	uint8_t *buf = h_alloc(f, LEN);
+	h_rec *r = h_rec_new(f);
+	sigpipe_count(true);
+	assert_int_equal(px_write_stream_all(f->px, c, buf, LEN, h_rec_cb, r), 0);
+	h_settle(f, 50);
+	if (h_rec_done(r)) {
+		sigpipe_count(false);
+		fail_msg("an 8 MiB write to a peer that does not read "
+			 "completed (error %d, %zu bytes)",
+			 r->c.error, r->c.bytes);
+	}
+	close_reset(f, s);
+	h_wait_rec(f, r, 5000, "the write on a reset connection");
+	h_settle(f, 20);
+	int pipes = atomic_load(&g_sigpipes);
+	sigpipe_count(false);
+	assert_once(r, PX_OP_WRITE_STREAM, c);
+	if (r->c.error != ECONNRESET && r->c.error != EPIPE)
+		fail_msg("a write whose peer reset completed with error %d "
+			 "(%s), expected ECONNRESET or EPIPE",
+			 r->c.error, strerror(r->c.error));
+	assert_true(r->c.bytes < LEN);
+	assert_int_equal(pipes, 0);
+	/* The direction is dead: a new write fails in its completion. */
+	h_rec *r2 = h_rec_new(f);
+	sigpipe_count(true);
+	assert_int_equal(px_write_stream(f->px, c, buf, 64, h_rec_cb, r2), 0);
+	h_wait_rec(f, r2, 5000, "a write after the reset");
+	pipes = atomic_load(&g_sigpipes);
+	sigpipe_count(false);
+	assert_once(r2, PX_OP_WRITE_STREAM, c);
+	if (r2->c.error != EPIPE && r2->c.error != ECONNRESET)
+		fail_msg("a write after a reset completed with error %d (%s)",
+			 r2->c.error, strerror(r2->c.error));
+	assert_int_equal(pipes, 0);
+}
+
+static void half_close(void **state)
+{
+	h_fx *f = *state;
+	int c, s;
+	tcp_pair(f, &c, &s, 0, 0);
+	char *in = h_alloc(f, 64), *back = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f), *w = h_rec_new(f), *rb = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, s, in, 64, h_rec_cb, r), 0);
+	assert_int_equal(shutdown(c, SHUT_WR), 0);
+	h_wait_rec(f, r, 5000, "the read after the peer's shutdown");
+	assert_once(r, PX_OP_READ_STREAM, s);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 0);
+	/* The other direction still works, both ways of reading it. */
+	assert_int_equal(px_write_stream_all(f->px, s, "reply", 5, h_rec_cb, w), 0);
+	assert_int_equal(px_read_stream(f->px, c, back, 64, h_rec_cb, rb), 0);
+	h_wait_rec(f, w, 5000, "the write on the open direction");
+	h_wait_rec(f, rb, 5000, "the read of the reply");
+	h_settle(f, 20);
+	assert_once(w, PX_OP_WRITE_STREAM, s);
+	assert_int_equal(w->c.error, 0);
+	assert_int_equal(w->c.bytes, 5);
+	assert_once(rb, PX_OP_READ_STREAM, c);
+	assert_int_equal(rb->c.error, 0);
+	assert_int_equal(rb->c.bytes, 5);
+	assert_memory_equal(back, "reply", 5);
+	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Connect                                                              */
+/* ------------------------------------------------------------------ */
+
+static void connect_refused(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *dst = h_alloc(f, sizeof *dst);
+	h_close(f, h_bound_socket(f, SOCK_STREAM, dst));
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)dst,
+				    sizeof *dst, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, "a refused connect");
+	h_settle(f, 20);
+	assert_once(r, PX_OP_CONNECT, c);
+	expect_error(r, ECONNREFUSED, "a connect to a closed loopback port");
+}
+
+/* A loopback listener that never accepts, backlog 0: once its queue is
+ * full the kernel drops further SYNs, and a connect stays in progress
+ * (retransmitting) for a long time. */
+static void connect_stuck_then_cancel(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *la = h_alloc(f, sizeof *la);
+	int l = h_bound_socket(f, SOCK_STREAM, la);
+	assert_int_equal(listen(l, 0), 0);
+	bool full = false;
+	for (int i = 0; i < 16 && !full; i++) {
+		int fd = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+						      SOCK_NONBLOCK, 0));
+		int rc = connect(fd, (struct sockaddr *)la, sizeof *la);
+		if (rc < 0 && errno != EINPROGRESS)
+			fail_msg("filling the backlog: connect: %s",
+				 strerror(errno));
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (rc < 0 && poll(&p, 1, 200) == 0)
+			full = true;
+	}
+	if (!full)
+		fail_msg("a loopback listener with backlog 0 kept accepting "
+			 "connections: cannot make a connect that stays pending");
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la,
+				    sizeof *la, h_rec_cb, r), 0);
+	h_settle(f, 200);
+	if (h_rec_done(r))
+		fail_msg("a connect to a full backlog completed (error %d %s)",
+			 r->c.error, strerror(r->c.error));
+	assert_int_equal(px_cancel(f->px, c), 1);
+	h_wait_rec(f, r, 5000, "the cancelled connect");
+	h_settle(f, 20);
+	assert_once(r, PX_OP_CONNECT, c);
+	expect_error(r, ECANCELED, "a cancelled connect");
+}
+
+/* ------------------------------------------------------------------ */
+/* Descriptor closed under a pending operation                          */
+/* ------------------------------------------------------------------ */
+
+static void close_pending_then_cancel(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	char *buf = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, 64, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	int fd = sv[1];
+	h_close(f, fd);
+	/* No descriptor is opened before the cancel: the number stays free. */
+	h_settle(f, 50);
+	int n = px_cancel(f->px, fd);
+	assert_true(n == 0 || n == 1);
+	h_wait_rec(f, r, 5000, "the read whose descriptor was closed");
+	h_settle(f, 50);
+	assert_once(r, PX_OP_READ_STREAM, fd);
+	if (r->c.error != EBADF && r->c.error != ECANCELED)
+		fail_msg("a read whose descriptor was closed completed with "
+			 "error %d (%s), expected EBADF or ECANCELED",
+			 r->c.error, strerror(r->c.error));
+	print_message("descriptor closed under a read: %s, px_cancel found %d\n",
+		      strerror(r->c.error), n);
+	/* A cancel that found nothing: the read had already ended. */
+	if (n == 0 && r->c.error != EBADF)
+		fail_msg("px_cancel found nothing, yet the read was cancelled");
+	h_assert_usable(f);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel racing with completion                                        */
+/* ------------------------------------------------------------------ */
+
+enum { RACE2_ROUNDS = 300 };
+
+static void cancel_races_completion(void **state)
+{
+	h_fx *f = *state;
+	char *buf = h_alloc(f, 16);
+	h_rec *r = h_rec_new(f);
+	int cancelled = 0, completed = 0;
+
+	loops_start(f, 2);
+	for (int i = 0; i < RACE2_ROUNDS; i++) {
+		int sv[2];
+		memset(r, 0, sizeof *r);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		assert_int_equal(px_read_stream(f->px, sv[1], buf, 16, h_rec_cb,
+						r), 0);
+		h_sleep_ms(1);
+		/* A loop thread completes the read while this one cancels
+		 * it, a little later each round. */
+		assert_int_equal(write(sv[0], "y", 1), 1);
+		spin_ns((uint64_t)(i % 40) * 2500);
+		int n = px_cancel(f->px, sv[1]);
+		bool ok = wait_flag(&r->done, 5000);
+		h_sleep_ms(1);
+		close(sv[0]);
+		close(sv[1]);
+		if (!ok) {
+			loops_stop();
+			fail_msg("round %d: the read never completed (cancel "
+				 "returned %d)", i, n);
+		}
+		assert_true(n == 0 || n == 1);
+		assert_int_equal(atomic_load(&r->calls), 1);
+		if (r->c.error == ECANCELED) {
+			assert_int_equal(n, 1);
+			cancelled++;
+		} else {
+			assert_int_equal(r->c.error, 0);
+			assert_int_equal(r->c.bytes, 1);
+			completed++;
+		}
+	}
+	loops_stop();
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r->calls), 1);
+	print_message("cancel vs completion: %d cancelled, %d completed\n",
+		      cancelled, completed);
+}
+
+/* ------------------------------------------------------------------ */
+/* Callbacks that tear sessions down                                    */
+/* ------------------------------------------------------------------ */
+
+typedef struct teardown_ctx {
+	h_fx *f;
+	bool close_own;
+	int own, other;
+	int n_own, n_other;       /* px_cancel results inside the callback */
+	h_rec first;
+} teardown_ctx;
+
+static void teardown_cb(const px_completion *c)
+{
+	teardown_ctx *t = c->user;
+	if (atomic_fetch_add(&t->first.calls, 1) == 0) {
+		t->first.c = *c;
+		t->n_own = px_cancel(c->proactor, t->own);
+		if (t->close_own)
+			close(t->own);
+		t->n_other = px_cancel(c->proactor, t->other);
+		atomic_store(&t->first.done, 1);
+	}
+}
+
+/*
+ * The callback of a read on session A cancels A's other operations (a read
+ * and a pending 8 MiB write), closes A's descriptor if close_own, and
+ * cancels session B's two reads.  Each of those completes once with
+ * ECANCELED.
+ */
+static void callback_tears_down(void **state, bool close_own)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	char *buf = h_alloc(f, 64);
+	teardown_ctx *t = h_alloc(f, sizeof *t);
+	h_rec *a2 = h_rec_new(f), *aw = h_rec_new(f), *b1 = h_rec_new(f),
+	      *b2 = h_rec_new(f);
+	t->f = f;
+	t->close_own = close_own;
+	t->own = a[1];
+	t->other = b[1];
+	/* Session A: two reads and a pending big write; session B: two
+	 * reads. */
+	assert_int_equal(px_read_stream(f->px, a[1], buf, 8, teardown_cb, t), 0);
+	assert_int_equal(px_read_stream(f->px, a[1], buf + 8, 8, h_rec_cb, a2), 0);
+	enum { LEN = 8 << 20 };
+	uint8_t *big = h_alloc(f, LEN);
+	assert_int_equal(px_write_stream_all(f->px, a[1], big, LEN, h_rec_cb,
+					     aw), 0);
+	assert_int_equal(px_read_stream(f->px, b[1], buf + 16, 8, h_rec_cb, b1), 0);
+	assert_int_equal(px_read_stream(f->px, b[1], buf + 24, 8, h_rec_cb, b2), 0);
+	h_settle(f, 20);
+	assert_int_equal(write(a[0], "1", 1), 1);
+	h_wait_rec(f, &t->first, 5000, "the read whose callback tears down");
+	h_wait_rec(f, a2, 5000, "the second read of the torn-down session");
+	h_wait_rec(f, aw, 5000, "the write of the torn-down session");
+	h_wait_rec(f, b1, 5000, "the other session's first read");
+	h_wait_rec(f, b2, 5000, "the other session's second read");
+	/* The callback closed a[1]; keep the harness from closing it again
+	 * (the number may be reused). */
+	for (int i = 0; close_own && i < f->nfds; i++)
+		if (f->fds[i] == a[1])
+			f->fds[i] = -1;
+	h_settle(f, 30);
+	assert_int_equal(atomic_load(&t->first.calls), 1);
+	assert_int_equal(t->first.c.error, 0);
+	assert_int_equal(t->first.c.bytes, 1);
+	assert_int_equal(t->n_own, 2);
+	assert_int_equal(t->n_other, 2);
+	h_rec *rest[] = {a2, aw, b1, b2};
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(atomic_load(&rest[i]->calls), 1);
+		if (rest[i]->c.error != ECANCELED)
+			fail_msg("operation %d (%s) cancelled from a callback "
+				 "completed with error %d (%s), expected ECANCELED",
+				 i, px_op_name(rest[i]->c.op), rest[i]->c.error,
+				 strerror(rest[i]->c.error));
+	}
+	assert_true(aw->c.bytes < LEN);
+	h_assert_usable(f);
+}
+
+static void callback_cancels_sessions(void **state)
+{
+	callback_tears_down(state, false);
+}
+
+/* Not run on io_uring: see TESTING.md (known problems). */
+static void callback_cancels_and_closes_own(void **state)
+{
+	callback_tears_down(state, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* Destroy with thousands of operations in flight                       */
+/* ------------------------------------------------------------------ */
+
+enum { D_PAIRS = 256, D_READS = 8, D_POSTS = 1000, D_TIMERS = 500 };
+enum { D_OPS = D_PAIRS * D_READS + D_POSTS + D_TIMERS };
+
+static atomic_int *g_dcalls;
+
+static void d_cb(const px_completion *c)
+{
+	atomic_fetch_add(&g_dcalls[(intptr_t)c->user], 1);
+}
+
+static void destroy_with_thousands_pending(void **state)
+{
+	h_fx *f = *state;
+	int (*sv)[2] = h_alloc(f, sizeof(int[2]) * D_PAIRS);
+	char *buf = h_alloc(f, D_PAIRS * D_READS);
+	atomic_int *calls = h_alloc(f, sizeof(atomic_int) * D_OPS);
+	int *err = h_alloc(f, sizeof(int) * D_OPS);
+	g_dcalls = calls;
+	int k = 0;
+	(void)err;
+	for (int i = 0; i < D_PAIRS; i++) {
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv[i]) < 0)
+			fail_msg("socketpair %d: %s", i, strerror(errno));
+		for (int j = 0; j < D_READS; j++, k++)
+			assert_int_equal(px_read_stream(f->px, sv[i][1],
+							buf + k, 1, d_cb,
+							(void *)(intptr_t)k), 0);
+	}
+	for (int i = 0; i < D_POSTS; i++, k++)
+		assert_int_equal(px_post(f->px, d_cb, (void *)(intptr_t)k), 0);
+	for (int i = 0; i < D_TIMERS; i++, k++)
+		assert_true(px_timer_start(f->px, (uint64_t)(i % 2) * 3600000000000ull,
+					   d_cb, (void *)(intptr_t)k) > 0);
+	/* Some data, so a few reads finish for real. */
+	for (int i = 0; i < D_PAIRS; i += 7)
+		assert_int_equal(write(sv[i][0], "zz", 2), 2);
+	px_handle_events(f->px, 0);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	for (int i = 0; i < D_PAIRS; i++) {
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	for (int i = 0; i < D_OPS; i++)
+		if (atomic_load(&calls[i]) != 1)
+			fail_msg("operation %d of %d had %d callbacks after "
+				 "px_destroy", i, D_OPS, atomic_load(&calls[i]));
+}
+
+/* ------------------------------------------------------------------ */
+/* Echo sessions (EINTR storm, max_aio load)                            */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A client writes blocks of a seeded pattern with px_write_stream_all and
+ * reads the echo back, checking every byte; the server reads a chunk and
+ * echoes it with px_write_stream_all before reading on.  Each side has at
+ * most one operation in flight per direction, so 'busy' catches a second
+ * callback for one operation.
+ */
+enum { E_BLOCK = 16384, E_CHUNK = 4096 };
+
+typedef struct echo {
+	int cfd, sfd;
+	uint32_t seed;
+	uint8_t wbuf[E_BLOCK], rbuf[E_BLOCK], sbuf[E_CHUNK];
+	_Atomic uint64_t woff, roff; /* client: stream offsets written / read */
+	atomic_int block_wait;    /* write callback and echo of the block:
+				     the later of the two writes the next */
+	atomic_int cw_busy, cr_busy, s_busy;
+	atomic_int c_end, s_end;  /* end of stream seen (the close-down) */
+	atomic_int error;
+	atomic_int mismatch;
+} echo;
+
+static atomic_int g_e_stop;
+static atomic_long g_e_starts, g_e_done;
+
+static void e_fail(echo *e, int err)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&e->error, &zero, err ? err : EIO);
+}
+
+static int e_count(int rc)
+{
+	if (rc == 0)
+		atomic_fetch_add(&g_e_starts, 1);
+	return rc;
+}
+
+static void e_client_write_cb(const px_completion *c);
+static void e_client_read_cb(const px_completion *c);
+static void e_server_read_cb(const px_completion *c);
+
+static void e_client_write(px_proactor *px, echo *e)
+{
+	/* Busy before looking at the stop flag: the drain (which sets the
+	 * flag, then looks at busy) sees one or the other. */
+	atomic_store(&e->cw_busy, 1);
+	if (atomic_load(&g_e_stop)) {
+		atomic_store(&e->cw_busy, 0);
+		return;
+	}
+	h_pattern(e->wbuf, E_BLOCK, e->seed, e->woff);
+	atomic_store(&e->block_wait, 2);
+	int rc = e_count(px_write_stream_all(px, e->cfd, e->wbuf, E_BLOCK,
+					     e_client_write_cb, e));
+	if (rc) {
+		atomic_store(&e->cw_busy, 0);
+		e_fail(e, -rc);
+	}
+}
+
+static void e_client_write_cb(const px_completion *c)
+{
+	echo *e = c->user;
+	atomic_fetch_add(&g_e_done, 1);
+	if (c->error || c->bytes != E_BLOCK)
+		e_fail(e, c->error);
+	else
+		e->woff += E_BLOCK;
+	/* Not busy only once woff says what was written (the drain). */
+	if (!atomic_exchange(&e->cw_busy, 0))
+		e_fail(e, EALREADY);
+	if (c->error || c->bytes != E_BLOCK)
+		return;
+	if (atomic_fetch_sub(&e->block_wait, 1) == 1)
+		e_client_write(c->proactor, e);
+}
+
+static void e_client_read(px_proactor *px, echo *e)
+{
+	atomic_store(&e->cr_busy, 1);
+	size_t want = E_BLOCK - (size_t)(e->roff % E_BLOCK);
+	int rc = e_count(px_read_stream(px, e->cfd, e->rbuf, want,
+					e_client_read_cb, e));
+	if (rc) {
+		atomic_store(&e->cr_busy, 0);
+		e_fail(e, -rc);
+	}
+}
+
+static void e_client_read_cb(const px_completion *c)
+{
+	echo *e = c->user;
+	uint8_t want[E_BLOCK];
+	atomic_fetch_add(&g_e_done, 1);
+	if (!atomic_exchange(&e->cr_busy, 0))
+		e_fail(e, EALREADY);
+	if (c->error == 0 && c->bytes == 0) {
+		atomic_store(&e->c_end, 1);  /* the server shut its side */
+		return;
+	}
+	if (c->error) {
+		e_fail(e, c->error);
+		return;
+	}
+	h_pattern(want, c->bytes, e->seed, e->roff);
+	if (memcmp(want, c->buf, c->bytes))
+		atomic_store(&e->mismatch, 1);
+	e->roff += c->bytes;
+	/* Read on first: the next write's echo may come at once. */
+	bool block_back = e->roff % E_BLOCK == 0;
+	e_client_read(c->proactor, e);
+	if (block_back && atomic_fetch_sub(&e->block_wait, 1) == 1)
+		e_client_write(c->proactor, e);
+}
+
+static void e_server_write_cb(const px_completion *c)
+{
+	echo *e = c->user;
+	atomic_fetch_add(&g_e_done, 1);
+	if (!atomic_exchange(&e->s_busy, 0))
+		e_fail(e, EALREADY);
+	if (c->error) {
+		e_fail(e, c->error);
+		return;
+	}
+	atomic_store(&e->s_busy, 1);
+	int rc = e_count(px_read_stream(c->proactor, e->sfd, e->sbuf, E_CHUNK,
+					e_server_read_cb, e));
+	if (rc) {
+		atomic_store(&e->s_busy, 0);
+		e_fail(e, -rc);
+	}
+}
+
+static void e_server_read_cb(const px_completion *c)
+{
+	echo *e = c->user;
+	atomic_fetch_add(&g_e_done, 1);
+	if (!atomic_exchange(&e->s_busy, 0))
+		e_fail(e, EALREADY);
+	if (c->error == 0 && c->bytes == 0) {
+		/* The client shut its side: shut ours, which ends the
+		 * client's read. */
+		shutdown(e->sfd, SHUT_WR);
+		atomic_store(&e->s_end, 1);
+		return;
+	}
+	if (c->error) {
+		e_fail(e, c->error);
+		return;
+	}
+	atomic_store(&e->s_busy, 1);
+	int rc = e_count(px_write_stream_all(c->proactor, e->sfd, e->sbuf,
+					     c->bytes, e_server_write_cb, e));
+	if (rc) {
+		atomic_store(&e->s_busy, 0);
+		e_fail(e, -rc);
+	}
+}
+
+/* Run n echo sessions for ms milliseconds on f's proactor with the loop
+ * threads running; then let the echoes drain, close down with shutdowns
+ * (each side's last read sees end of stream), and check the counts and
+ * bytes. */
+static void run_echo(h_fx *f, int n, int ms)
+{
+	echo *es = h_alloc(f, sizeof(echo) * (size_t)n);
+	atomic_store(&g_e_stop, 0);
+	atomic_store(&g_e_starts, 0);
+	atomic_store(&g_e_done, 0);
+	for (int i = 0; i < n; i++) {
+		int sv[2];
+		h_socketpair(f, sv);
+		es[i].cfd = sv[0];
+		es[i].sfd = sv[1];
+		es[i].seed = 0xec40u + (uint32_t)i;
+	}
+	for (int i = 0; i < n; i++) {
+		echo *e = &es[i];
+		atomic_store(&e->s_busy, 1);
+		assert_int_equal(e_count(px_read_stream(f->px, e->sfd, e->sbuf,
+							E_CHUNK,
+							e_server_read_cb, e)),
+				 0);
+		e_client_read(f->px, e);
+		e_client_write(f->px, e);
+	}
+	h_sleep_ms(ms);
+	atomic_store(&g_e_stop, 1);
+	/* Drain: every block written has come back. */
+	uint64_t dl = h_deadline(20000);
+	for (;;) {
+		bool all = true;
+		for (int i = 0; i < n; i++)
+			if (atomic_load(&es[i].cw_busy) ||
+			    es[i].roff != es[i].woff || atomic_load(&es[i].error))
+				all = false;
+		if (all || h_now_ms() > dl)
+			break;
+		h_sleep_ms(2);
+	}
+	/* Close down: the client shuts its side, the server sees end of
+	 * stream and shuts its own, the client's read sees end of stream.
+	 * Every chain then ends by itself. */
+	for (int i = 0; i < n; i++)
+		shutdown(es[i].cfd, SHUT_WR);
+	dl = h_deadline(10000);
+	while (atomic_load(&g_e_done) < atomic_load(&g_e_starts) &&
+	       h_now_ms() < dl)
+		h_sleep_ms(2);
+	loops_stop();
+	h_settle(f, 20);
+	uint64_t bytes = 0;
+	for (int i = 0; i < n; i++) {
+		echo *e = &es[i];
+		if (atomic_load(&e->error))
+			fail_msg("echo session %d: error %d (%s)", i,
+				 atomic_load(&e->error),
+				 strerror(atomic_load(&e->error)));
+		if (atomic_load(&e->mismatch))
+			fail_msg("echo session %d: an echoed byte differs from "
+				 "what was sent", i);
+		if (e->roff != e->woff)
+			fail_msg("echo session %d: %llu bytes written, %llu "
+				 "read back", i, (unsigned long long)e->woff,
+				 (unsigned long long)e->roff);
+		if (e->woff == 0)
+			fail_msg("echo session %d moved no data", i);
+		if (!atomic_load(&e->c_end) || !atomic_load(&e->s_end))
+			fail_msg("echo session %d: end of stream not seen by "
+				 "the %s", i,
+				 atomic_load(&e->s_end) ? "client" : "server");
+		bytes += e->woff;
+	}
+	if (atomic_load(&g_e_done) != atomic_load(&g_e_starts))
+		fail_msg("%ld operations started, %ld completions",
+			 atomic_load(&g_e_starts), atomic_load(&g_e_done));
+	print_message("echo: %d sessions, %.1f MiB echoed, %ld operations\n", n,
+		      (double)bytes / (1 << 20), atomic_load(&g_e_starts));
+}
+
+/* ------------------------------------------------------------------ */
+/* EINTR storm                                                          */
+/* ------------------------------------------------------------------ */
+
+static void on_storm(int sig)
+{
+	(void)sig;
+}
+
+static struct {
+	bool on;
+	timer_t tm;
+	struct sigaction old;
+} g_storm;
+
+static void storm_stop(void)
+{
+	if (!g_storm.on)
+		return;
+	timer_delete(g_storm.tm);
+	sigaction(SIGUSR2, &g_storm.old, NULL);
+	g_storm.on = false;
+}
+
+/* SIGUSR2 at 10 kHz from a POSIX timer, handled without SA_RESTART, so
+ * waits and other calls in every thread keep seeing EINTR. */
+static void eintr_storm(void **state)
+{
+	h_fx *f = *state;
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_storm;
+	sa.sa_flags = 0; /* no SA_RESTART */
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR2, &sa, &g_storm.old), 0);
+	struct sigevent sev;
+	memset(&sev, 0, sizeof sev);
+	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_signo = SIGUSR2;
+	if (timer_create(CLOCK_MONOTONIC, &sev, &g_storm.tm) < 0) {
+		sigaction(SIGUSR2, &g_storm.old, NULL);
+		fail_msg("timer_create: %s", strerror(errno));
+	}
+	g_storm.on = true;
+	struct itimerspec its = {{0, 100000}, {0, 100000}}; /* 10 kHz */
+	assert_int_equal(timer_settime(g_storm.tm, 0, &its, NULL), 0);
+	loops_start(f, 2);
+	run_echo(f, 8, 700);
+	storm_stop();
+}
+
+/* ------------------------------------------------------------------ */
+/* Tiny max_aio under load                                              */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Echo with every operation through max_aio slots would deadlock by design
+ * (reads waiting for data hold every slot while the writes that would
+ * answer them sit deferred: see px_processor_config.max_aio).  Here the
+ * peers are plain threads, so every proactor operation can finish on its
+ * own: per session a chain of px_write_stream_all blocks whose bytes a
+ * plain thread reads and checks, and a chain of reads of bytes a plain
+ * thread writes.  Two loop threads; reads, writes and cancels all queue
+ * for 1, 2 or 3 slots.
+ */
+enum { L_SESS = 8, L_TOTAL = 512 << 10, L_BLOCK = 8192 };
+
+typedef struct lsess {
+	int pw, pr;               /* proactor writes pw / reads pr */
+	int qr, qw;               /* plain peer: reads qr / writes qw */
+	uint32_t seed;
+	uint8_t wbuf[L_BLOCK], rbuf[L_BLOCK];
+	uint64_t woff, roff;      /* proactor side */
+	uint64_t qroff, qwoff;    /* plain side */
+	atomic_int wbusy, rbusy, error, mismatch;
+	atomic_int wdone, rdone;
+} lsess;
+
+static atomic_long g_l_starts, g_l_done;
+
+static void l_fail(lsess *s, int err)
+{
+	int zero = 0;
+	atomic_compare_exchange_strong(&s->error, &zero, err ? err : EIO);
+}
+
+static void l_write_cb(const px_completion *c);
+static void l_read_cb(const px_completion *c);
+
+static void l_write(px_proactor *px, lsess *s)
+{
+	size_t len = L_BLOCK - (size_t)(s->woff % 3) * 1000;
+	if (len > L_TOTAL - s->woff)
+		len = L_TOTAL - s->woff;
+	h_pattern(s->wbuf, len, s->seed, s->woff);
+	atomic_store(&s->wbusy, 1);
+	int rc = px_write_stream_all(px, s->pw, s->wbuf, len, l_write_cb, s);
+	if (rc) {
+		atomic_store(&s->wbusy, 0);
+		l_fail(s, -rc);
+	} else {
+		atomic_fetch_add(&g_l_starts, 1);
+	}
+}
+
+static void l_write_cb(const px_completion *c)
+{
+	lsess *s = c->user;
+	atomic_fetch_add(&g_l_done, 1);
+	if (!atomic_exchange(&s->wbusy, 0))
+		l_fail(s, EALREADY);
+	if (c->error || c->bytes != c->len) {
+		l_fail(s, c->error);
+		return;
+	}
+	s->woff += c->bytes;
+	if (s->woff < L_TOTAL)
+		l_write(c->proactor, s);
+	else
+		atomic_store(&s->wdone, 1);
+}
+
+static void l_read(px_proactor *px, lsess *s)
+{
+	atomic_store(&s->rbusy, 1);
+	int rc = px_read_stream(px, s->pr, s->rbuf,
+				L_BLOCK - (size_t)(s->roff % 5) * 1000,
+				l_read_cb, s);
+	if (rc) {
+		atomic_store(&s->rbusy, 0);
+		l_fail(s, -rc);
+	} else {
+		atomic_fetch_add(&g_l_starts, 1);
+	}
+}
+
+static void l_read_cb(const px_completion *c)
+{
+	lsess *s = c->user;
+	uint8_t want[L_BLOCK];
+	atomic_fetch_add(&g_l_done, 1);
+	if (!atomic_exchange(&s->rbusy, 0))
+		l_fail(s, EALREADY);
+	if (c->error || c->bytes == 0) {
+		l_fail(s, c->error ? c->error : EPIPE);
+		return;
+	}
+	h_pattern(want, c->bytes, s->seed ^ 0xffu, s->roff);
+	if (memcmp(want, c->buf, c->bytes))
+		atomic_store(&s->mismatch, 1);
+	s->roff += c->bytes;
+	if (s->roff < L_TOTAL)
+		l_read(c->proactor, s);
+	else
+		atomic_store(&s->rdone, 1);
+}
+
+/* The plain peer of every session: poll, write the pattern the proactor
+ * reads, read and check what it writes. */
+static void l_peer(lsess *ss, uint64_t deadline)
+{
+	struct pollfd p[2 * L_SESS];
+	uint8_t buf[L_BLOCK], want[L_BLOCK];
+	for (;;) {
+		int n = 0;
+		for (int i = 0; i < L_SESS; i++) {
+			lsess *s = &ss[i];
+			if (s->qwoff < L_TOTAL)
+				p[n++] = (struct pollfd){.fd = s->qw, .events = POLLOUT};
+			if (s->qroff < L_TOTAL)
+				p[n++] = (struct pollfd){.fd = s->qr, .events = POLLIN};
+		}
+		if (!n || h_now_ms() > deadline)
+			return;
+		if (poll(p, (nfds_t)n, 100) < 0 && errno != EINTR)
+			fail_msg("poll: %s", strerror(errno));
+		for (int k = 0; k < n; k++) {
+			if (!p[k].revents)
+				continue;
+			for (int i = 0; i < L_SESS; i++) {
+				lsess *s = &ss[i];
+				if (p[k].fd == s->qw) {
+					size_t len = L_BLOCK;
+					if (len > L_TOTAL - s->qwoff)
+						len = L_TOTAL - s->qwoff;
+					h_pattern(buf, len, s->seed ^ 0xffu, s->qwoff);
+					ssize_t w = send(s->qw, buf, len, MSG_DONTWAIT);
+					if (w > 0)
+						s->qwoff += (uint64_t)w;
+				} else if (p[k].fd == s->qr) {
+					ssize_t r = recv(s->qr, buf, sizeof buf,
+							 MSG_DONTWAIT);
+					if (r > 0) {
+						h_pattern(want, (size_t)r, s->seed,
+							  s->qroff);
+						if (memcmp(want, buf, (size_t)r))
+							atomic_store(&s->mismatch, 2);
+						s->qroff += (uint64_t)r;
+					}
+				}
+			}
+		}
+	}
+}
+
+static void max_aio_load(void **state)
+{
+	h_fx *f = *state;
+	lsess *ss = h_alloc(f, sizeof(lsess) * L_SESS);
+	atomic_store(&g_l_starts, 0);
+	atomic_store(&g_l_done, 0);
+	for (int i = 0; i < L_SESS; i++) {
+		int a[2], b[2];
+		h_socketpair(f, a);
+		h_socketpair(f, b);
+		ss[i].pw = a[0];
+		ss[i].qr = a[1];
+		ss[i].pr = b[0];
+		ss[i].qw = b[1];
+		ss[i].seed = 0x10adu * (uint32_t)(i + 1);
+	}
+	loops_start(f, 2);
+	for (int i = 0; i < L_SESS; i++) {
+		l_read(f->px, &ss[i]);
+		l_write(f->px, &ss[i]);
+	}
+	l_peer(ss, h_deadline(30000));
+	uint64_t dl = h_deadline(5000);
+	while (atomic_load(&g_l_done) < atomic_load(&g_l_starts) &&
+	       h_now_ms() < dl)
+		h_sleep_ms(2);
+	loops_stop();
+	h_settle(f, 20);
+	for (int i = 0; i < L_SESS; i++) {
+		lsess *s = &ss[i];
+		if (atomic_load(&s->error))
+			fail_msg("session %d: error %d (%s)", i,
+				 atomic_load(&s->error),
+				 strerror(atomic_load(&s->error)));
+		if (atomic_load(&s->mismatch))
+			fail_msg("session %d: bytes out of order, lost or "
+				 "duplicated (%s side)", i,
+				 atomic_load(&s->mismatch) == 1 ? "proactor read"
+								: "peer read");
+		if (s->woff != L_TOTAL || s->roff != L_TOTAL ||
+		    s->qroff != L_TOTAL || s->qwoff != L_TOTAL)
+			fail_msg("session %d unfinished: proactor wrote %llu "
+				 "read %llu, peer read %llu wrote %llu of %d", i,
+				 (unsigned long long)s->woff,
+				 (unsigned long long)s->roff,
+				 (unsigned long long)s->qroff,
+				 (unsigned long long)s->qwoff, L_TOTAL);
+	}
+	if (atomic_load(&g_l_done) != atomic_load(&g_l_starts))
+		fail_msg("%ld operations started, %ld completions",
+			 atomic_load(&g_l_starts), atomic_load(&g_l_done));
+}
+
+static void max_aio_1_load(void **state) { max_aio_load(state); }
+static void max_aio_2_load(void **state) { max_aio_load(state); }
+static void max_aio_3_load(void **state) { max_aio_load(state); }
+
+static int setup_aio2(void **state) { return setup_max_aio(state, 2); }
+static int setup_aio3(void **state) { return setup_max_aio(state, 3); }
+
+/* ------------------------------------------------------------------ */
+/* Accept at the descriptor limit                                       */
+/* ------------------------------------------------------------------ */
+
+static void accept_at_fd_limit(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = h_bound_socket(f, SOCK_STREAM, &la);
+	assert_int_equal(listen(l, 8), 0);
+	int c1 = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int c2 = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(connect(c1, (struct sockaddr *)&la, sizeof la), 0);
+	assert_int_equal(connect(c2, (struct sockaddr *)&la, sizeof la), 0);
+
+	struct rlimit old, low;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	/* Fill every number below a low limit. */
+	enum { LOW = 256, MAXFILL = LOW };
+	int *fill = h_alloc(f, sizeof(int) * MAXFILL);
+	int nfill = 0;
+	low = old;
+	low.rlim_cur = LOW;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	int fd;
+	while (nfill < MAXFILL && (fd = dup(l)) >= 0)
+		fill[nfill++] = fd;
+	int full_errno = errno;
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f);
+	int rc = px_accept(f->px, l, h_rec_cb, r1);
+	if (rc == 0)
+		h_wait_rec(f, r1, 5000, "an accept with no descriptor free");
+	/* Free the descriptors again before any assertion. */
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	setrlimit(RLIMIT_NOFILE, &old);
+	assert_int_equal(full_errno, EMFILE);
+	assert_int_equal(rc, 0);
+	assert_once(r1, PX_OP_ACCEPT, l);
+	if (r1->c.error != EMFILE && r1->c.error != ENFILE)
+		fail_msg("an accept at the descriptor limit completed with "
+			 "error %d (%s), new_fd %d; expected EMFILE or ENFILE",
+			 r1->c.error, strerror(r1->c.error), r1->c.new_fd);
+	assert_int_equal(r1->c.new_fd, -1);
+	/* Descriptors free again: the connection waiting is accepted. */
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, r2), 0);
+	h_wait_rec(f, r2, 5000, "an accept after descriptors were freed");
+	h_settle(f, 20);
+	assert_once(r2, PX_OP_ACCEPT, l);
+	assert_int_equal(r2->c.error, 0);
+	assert_true(r2->c.new_fd >= 0);
+	h_track(f, r2->c.new_fd);
+	assert_int_equal(atomic_load(&r1->calls), 1);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+#define T1(fn) cmocka_unit_test_setup_teardown(fn, setup_aio1, fx_teardown)
+#define T2(fn) cmocka_unit_test_setup_teardown(fn, setup_aio2, fx_teardown)
+#define T3(fn) cmocka_unit_test_setup_teardown(fn, setup_aio3, fx_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "fault");
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	/* Tests that show a known problem of this engine (meson passes
+	 * them here; TESTING.md lists them). */
+	if (argc > 3 && argv[3][0]) {
+		printf("fault: not run on this engine (known problem): %s\n",
+		       argv[3]);
+		cmocka_set_skip_filter(argv[3]);
+	}
+
+	const struct CMUnitTest tests[] = {
+		T(peer_reset_during_read),
+		T(peer_reset_during_write),
+		T(half_close),
+		T(connect_refused),
+		T(connect_stuck_then_cancel),
+		T(close_pending_then_cancel),
+		T(cancel_races_completion),
+		T1(cancel_races_deferred_start),
+		T2(cancel_races_deferred_start_2),
+		T3(cancel_races_deferred_start_3),
+		T(callback_cancels_sessions),
+		T(callback_cancels_and_closes_own),
+		T(destroy_with_thousands_pending),
+		T(eintr_storm),
+		T(accept_at_fd_limit),
+		T1(max_aio_1_load),
+		T2(max_aio_2_load),
+		T3(max_aio_3_load),
+	};
+	return cmocka_run_group_tests_name("fault", tests, NULL, NULL) ? 1 : 0;
+}
