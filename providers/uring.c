@@ -457,8 +457,13 @@ px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
 	}
 
 	if (pr->cancel_req) {
-		/* Cancelled while running in io-wq: interrupted by signal. */
-		if (res == -EAGAIN || res == -EINTR || res == -EALREADY)
+		/* Cancelled while running in io-wq: interrupted by signal.
+		 * EBADF: the cancel came too late to stop the request (its
+		 * SQE was already in the ring) and the application closed
+		 * the descriptor after asking for the cancel, as it may:
+		 * for the application the operation was cancelled. */
+		if (res == -EAGAIN || res == -EINTR || res == -EALREADY ||
+		    res == -EBADF)
 			res = -ECANCELED;
 		return px_uring_finish(u, r, res);
 	}
