@@ -46,7 +46,7 @@ enum { POSIXC_RTSIG, POSIXC_THREADS, POSIXC_SOCKETS };
 
 static const px_key_desc posixc_keys[] = {
 	[POSIXC_RTSIG] = { "rtsig", "a real-time signal number, SIGRTMIN to "
-				    "SIGRTMAX (wait=sigwait)" },
+				    "SIGRTMAX, for wait=sigwait" },
 	[POSIXC_THREADS] = { "aio_threads", "a number of glibc helper threads "
 					    "from 1 to 4096" },
 	[POSIXC_SOCKETS] = { "sockets", "refuse (default) or aio" },
@@ -102,21 +102,6 @@ static int posixc_parse(void *settings, unsigned key, const char *val,
 	return 0;
 }
 
-static int posixc_validate(const void *settings, const px_processor_config *pc,
-			   char *err, size_t errlen)
-{
-	const px_posix_settings *s = settings;
-
-	if (s->rtsig && strcmp(pc->wait, "sigwait")) {
-		if (err && errlen)
-			snprintf(err, errlen, "rtsig=%d only applies to "
-				 "wait=sigwait (this processor has wait=%s)",
-				 s->rtsig, pc->wait);
-		return -EINVAL;
-	}
-	return 0;
-}
-
 static int posixc_format(const void *settings, char *buf, size_t len)
 {
 	const px_posix_settings *s = settings;
@@ -158,7 +143,6 @@ static const px_provider_class px_posix_class = {
 	.settings_size = sizeof(px_posix_settings),
 	.settings_init = posixc_init,
 	.parse_key = posixc_parse,
-	.validate = posixc_validate,
 	.format = posixc_format,
 	.probe = NULL,
 	.auto_rank = 0,   /* never chosen by auto: sockets are its weak side */
