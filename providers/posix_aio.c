@@ -60,6 +60,10 @@
 #define PX_PAIO_DEFAULT_MAX_AIO 1024u
 #define PX_PAIO_DEFAULT_THREADS 256u
 
+/* sigwait: how often a file request is done again after glibc replaced
+ * its result with the EAGAIN of a failed sigqueue. */
+#define PAIO_MAX_RETRIES 1000u
+
 static px_paio *paio_of_prov(px_provider *p)
 {
 	return px_container_of(p, px_paio, prov);
@@ -225,6 +229,20 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 	q->submitted = false;
 	if (err == ECANCELED || (err && q->cancel_req && n < 0))
 		return paio_finish(p, r, r->done, ECANCELED);
+	if (err == EAGAIN && p->kind == PX_PAIO_SIGWAIT && !paio_is_stream(c->op) &&
+	    q->retries < PAIO_MAX_RETRIES) {
+		/* glibc could not queue the signal (the queue is full) and
+		 * wrote that failure over the result.  A read or write at an
+		 * offset can be done again; regular files never say EAGAIN
+		 * themselves. */
+		int rc;
+		q->retries++;
+		p->requeued++;
+		rc = paio_submit(p, r);
+		if (rc == 0)
+			return NULL;
+		return paio_finish(p, r, r->done, -rc);
+	}
 	if (err)
 		return paio_finish(p, r, r->done, err > 0 ? err : EIO);
 	if (n < 0)

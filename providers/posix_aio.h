@@ -57,6 +57,7 @@ typedef struct px_paio_req {
 	struct px_paio_req *_Atomic next; /* callback wait: hand-over stack */
 	bool submitted;             /* glibc has it (cb valid) */
 	bool cancel_req;            /* px_cancel asked for it */
+	unsigned retries;           /* sigwait: redone after a lost signal */
 } px_paio_req;
 
 typedef struct px_paio px_paio;
@@ -75,6 +76,7 @@ struct px_paio {
 	unsigned gen;               /* bumped when inflight changes */
 	unsigned long cancels[PX_PAIO_NCANCEL];
 	unsigned long scans;        /* sigwait: full scans made */
+	unsigned long requeued;     /* sigwait: requests done again */
 
 	/* aiocb wait: the leader's own list (rebuilt in prepare), and the
 	 * interrupt: an aio_read on an eventfd that stays in the list. */
