@@ -60,9 +60,7 @@
 #define PX_PAIO_DEFAULT_MAX_AIO 1024u
 #define PX_PAIO_DEFAULT_THREADS 256u
 
-/* sigwait: how often a file request is done again after glibc replaced
- * its result with the EAGAIN of a failed sigqueue. */
-#define PAIO_MAX_RETRIES 1000u
+
 
 static px_paio *paio_of_prov(px_provider *p)
 {
@@ -217,6 +215,16 @@ bool px__paio_is_done_req(px_paio *p, px_paio_req *q)
 	       px_link_linked(&q->ilink) && px_paio_done(q);
 }
 
+/* May a file request that came back with EAGAIN be done again?  Only on
+ * a regular file or block device, which never say EAGAIN themselves (a
+ * pipe given to read_file might, and would spin). */
+static bool paio_redo_safe(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+}
+
 px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 {
 	px_result *r = px_paio_result_of(q);
@@ -230,11 +238,11 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 	if (err == ECANCELED || (err && q->cancel_req && n < 0))
 		return paio_finish(p, r, r->done, ECANCELED);
 	if (err == EAGAIN && p->kind == PX_PAIO_SIGWAIT && !paio_is_stream(c->op) &&
-	    q->retries < PAIO_MAX_RETRIES) {
+	    paio_redo_safe(c->fd)) {
 		/* glibc could not queue the signal (the queue is full) and
 		 * wrote that failure over the result.  A read or write at an
-		 * offset can be done again; regular files never say EAGAIN
-		 * themselves. */
+		 * offset of a regular file or block device can be done again,
+		 * and those never say EAGAIN themselves. */
 		int rc;
 		q->retries++;
 		p->requeued++;

@@ -99,7 +99,8 @@ struct px_paio {
 	bool scanning;
 	px_link *scan_pos;
 	bool sig_intr_pending;
-	int timed_out;              /* the last wait ended by its timeout */
+	int cap_ms;                 /* bound of the next wait (prepare) */
+	uint64_t last_seen_ns;      /* last signal taken, or last scan */
 
 	/* callback wait: the stack the notifier threads push on, the eventfd
 	 * that wakes the leader (also the interrupt), and how many notifier

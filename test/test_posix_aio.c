@@ -410,6 +410,8 @@ static int overflow_child(void)
 			return 6;
 	printf("%d requests, signal queue of %d: %lu scans\n", OVF_OPS, OVF_SIGQ,
 	       scans);
+	free(recs);
+	close(fd);
 	return scans ? 0 : 7;
 }
 

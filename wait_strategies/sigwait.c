@@ -17,9 +17,10 @@
  * beyond that the helper's sigqueue fails and glibc drops the
  * notification without a word.  A dropped signal cannot be seen, so the
  * leader looks at every started request (aio_error, a read of memory)
- * whenever nothing came for a while: its wait is bounded (1 s, or 5 ms
- * while the requests in flight could fill a quarter of the queue) and a
- * wait that ran out scans.  A signal caught by a thread that did not block
+ * whenever nothing came for a while: when no signal came for 1 s (5 ms
+ * while the requests in flight could fill a quarter of the queue) and
+ * requests are in flight, it scans; its wait is bounded by that time so
+ * that it gets to look.  A signal caught by a thread that did not block
  * it (see posix_aio.h) lands in a handler that asks for the same scan.
  *
  * The interrupt is the same signal, queued to the process with the
@@ -85,6 +86,8 @@ static int sigw_prepare(px_wait *w, px_list *started)
 	p->ngot = p->igot = 0;
 	if (atomic_exchange(&sigw_stray, 0))
 		p->scan = true;
+	p->cap_ms = px_list_count(&p->inflight) >= p->sigq_max / 4 ? SIGW_BUSY_MS
+								   : SIGW_IDLE_MS;
 	return p->scan ? -EAGAIN : 0;  /* scan first: no blocking wait */
 }
 
@@ -99,24 +102,18 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 
 	sigemptyset(&set);
 	sigaddset(&set, p->signo);
-	/* Bounded, so that a dropped notification costs a scan, not a hang.
-	 * inflight is read without the mutex: only a hint for the bound. */
-	cap = px_list_count(&p->inflight) >= p->sigq_max / 4 ? SIGW_BUSY_MS
-							      : SIGW_IDLE_MS;
-	p->timed_out = 0;
-	if (timeout_ms < 0 || timeout_ms > cap) {
+	/* Bounded, so that a dropped notification costs a scan, not a hang
+	 * (next_completed decides on the scan).  p->cap_ms was set under the
+	 * mutex by prepare. */
+	cap = p->cap_ms;
+	if (timeout_ms < 0 || timeout_ms > cap)
 		timeout_ms = cap;
-		p->timed_out = 1;   /* only if it really runs out */
-	}
 	ts.tv_sec = timeout_ms / 1000;
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 	rc = sigtimedwait(&set, &si, &ts);
-	if (rc < 0) {
-		if (errno != EAGAIN)
-			p->timed_out = 0;
+	if (rc < 0)
 		return errno == EAGAIN ? 0 : -errno;
-	}
-	p->timed_out = 0;
+	p->last_seen_ns = px_now_ns();
 	do {
 		p->got[p->ngot++] = si.si_value.sival_ptr;
 	} while (p->ngot < sizeof(p->got) / sizeof(p->got[0]) &&
@@ -131,11 +128,12 @@ static px_result *sigw_next_completed(px_wait *w)
 
 	if ((r = px__paio_next_failed(p)))
 		return r;
-	if (p->timed_out) {
-		p->timed_out = 0;
-		if (!px_list_empty(&p->inflight))
-			p->scan = true;
-	}
+	/* Nothing came for a whole bound while requests are in flight: some
+	 * notification may have been dropped.  Whatever the timeouts the
+	 * callers of px_handle_events use. */
+	if (!p->scan && !p->scanning && !px_list_empty(&p->inflight) &&
+	    px_now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u)
+		p->scan = true;
 	while (p->igot < p->ngot) {
 		void *v = p->got[p->igot++];
 		if (v == (void *)p) {
@@ -154,6 +152,7 @@ static px_result *sigw_next_completed(px_wait *w)
 	if (!p->scanning) {
 		p->scanning = true;
 		p->scans++;
+		p->last_seen_ns = px_now_ns();
 		p->scan_pos = px_list_first(&p->inflight);
 	}
 	while (p->scan_pos) {
