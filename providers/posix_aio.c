@@ -59,6 +59,7 @@
 /* Defaults when the config leaves them 0. */
 #define PX_PAIO_DEFAULT_MAX_AIO 1024u
 #define PX_PAIO_DEFAULT_THREADS 256u
+#define PX_PAIO_DEFAULT_LANES 1u
 
 
 
@@ -122,13 +123,41 @@ static int paio_write_fd(px_paio_fd *fe)
 /* Both queues of fe are empty: forget the dup. */
 static void paio_fd_idle(px_paio_fd *fe)
 {
-	if (!px_fdq_idle(&fe->fq))
+	if (!px_fdq_idle(&fe->fq) || fe->files)
 		return;
 	fe->checked = false;
 	if (fe->wfd_open) {
 		close(fe->wfd);
 		fe->wfd_open = false;
 	}
+	for (unsigned k = 1; fe->lanes_open; k++) {
+		if (fe->lanes_open & (1u << k)) {
+			close(fe->lane_fd[k]);
+			fe->lanes_open &= ~(1u << k);
+		}
+	}
+}
+
+/* The descriptor a file request goes through: glibc performs the requests
+ * of one descriptor number one after another, so spreading them over the
+ * file's descriptor and dups of it (file_lanes=) lets several helpers
+ * work on one file at once.  The dups live while the file has requests
+ * in glibc.  A dup that cannot be made leaves the request on the file's
+ * own descriptor. */
+static int paio_file_fd(px_paio *p, px_paio_fd *fe)
+{
+	unsigned k = fe->next_lane++ % p->lanes;
+
+	if (!k)
+		return fe->fq.fd;
+	if (!(fe->lanes_open & (1u << k))) {
+		int d = fcntl(fe->fq.fd, F_DUPFD_CLOEXEC, 0);
+		if (d < 0)
+			return fe->fq.fd;
+		fe->lane_fd[k] = d;
+		fe->lanes_open |= 1u << k;
+	}
+	return fe->lane_fd[k];
 }
 
 /* Hand r (from r->done on) to glibc.  Returns 0 or -errno (-EAGAIN: glibc
@@ -143,6 +172,8 @@ static int paio_submit(px_paio *p, px_result *r)
 		fd = paio_write_fd(q->fe);
 		if (fd < 0)
 			return fd;
+	} else if (!paio_is_stream(c->op) && q->fe) {
+		fd = paio_file_fd(p, q->fe);
 	}
 	memset(&q->cb, 0, sizeof(q->cb));
 	q->cb.aio_fildes = fd;
@@ -150,7 +181,9 @@ static int paio_submit(px_paio *p, px_result *r)
 	q->cb.aio_nbytes = c->len - r->done;
 	q->cb.aio_offset = paio_is_stream(c->op) ? 0 : (off_t)(c->offset + r->done);
 	q->cb.aio_sigevent.sigev_notify = SIGEV_NONE;
-	if (p->kind == PX_PAIO_SIGWAIT)
+	if (q->quiet)
+		;   /* found by the sigwait wait's scans */
+	else if (p->kind == PX_PAIO_SIGWAIT)
 		px__paio_sigwait_notify(p, q);
 	else if (p->kind == PX_PAIO_CALLBACK)
 		px__paio_callback_notify(p, q);
@@ -185,6 +218,13 @@ static void paio_dequeue(px_paio *p, px_result *r)
 	px_paio_req *q = px_paio_req_of(r);
 	int dir = px_fdq_dir(r->c.op);
 
+	if (dir < 0 && q->fe) {
+		/* A file request on lanes. */
+		q->fe->files--;
+		paio_fd_idle(q->fe);
+		q->fe = NULL;
+		return;
+	}
 	if (dir < 0 || !q->fe || !px_link_linked(&r->plink))
 		return;
 	if (px_fdq_remove(&q->fe->fq, dir, r)) {
@@ -235,6 +275,10 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 	px_list_remove(&p->inflight, &q->ilink);
 	p->gen++;
 	q->submitted = false;
+	if (q->quiet) {
+		q->quiet = false;
+		p->nquiet--;
+	}
 	if (err == ECANCELED || (err && q->cancel_req && n < 0))
 		return paio_finish(p, r, r->done, ECANCELED);
 	if (err == EAGAIN && p->kind == PX_PAIO_SIGWAIT && !paio_is_stream(c->op) &&
@@ -242,13 +286,20 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 		/* glibc could not queue the signal (the queue is full) and
 		 * wrote that failure over the result.  A read or write at an
 		 * offset of a regular file or block device can be done again,
-		 * and those never say EAGAIN themselves. */
+		 * and those never say EAGAIN themselves.  Done again without a
+		 * signal: with the queue full (RLIMIT_SIGPENDING counts every
+		 * process of the user) it would fail the same way, over and
+		 * over; the wait's scans find it instead. */
 		int rc;
 		q->retries++;
 		p->requeued++;
+		q->quiet = true;
+		p->nquiet++;
 		rc = paio_submit(p, r);
 		if (rc == 0)
 			return NULL;
+		q->quiet = false;
+		p->nquiet--;
 		return paio_finish(p, r, r->done, -rc);
 	}
 	if (err)
@@ -301,7 +352,19 @@ static int paio_start(px_provider *pv, px_result *r)
 	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
 		return -EBADF;
 	if (dir < 0) {
+		if (p->lanes > 1) {
+			rc = px_fdq_get(&p->fdq, r->c.fd, &fq);
+			if (rc < 0)
+				return rc;
+			q->fe = px_container_of(fq, px_paio_fd, fq);
+			q->fe->files++;
+		}
 		rc = paio_submit(p, r);
+		if (rc < 0 && q->fe) {
+			q->fe->files--;
+			paio_fd_idle(q->fe);
+			q->fe = NULL;
+		}
 		if (rc == -EAGAIN)
 			return PX_START_AGAIN;
 		return rc < 0 ? rc : PX_START_STARTED;
@@ -387,6 +450,9 @@ static void paio_destroy(px_provider *pv)
 		px_paio_fd *fe = (px_paio_fd *)p->fdq.tab[i];
 		if (fe && fe->wfd_open)
 			close(fe->wfd);
+		for (unsigned k = 1; fe && k < PX_POSIX_LANES_MAX; k++)
+			if (fe->lanes_open & (1u << k))
+				close(fe->lane_fd[k]);
 	}
 	px_fdq_fini(&p->fdq);
 	free(p);
@@ -431,6 +497,7 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		return rc;
 	}
 	p->sockets = s->sockets;
+	p->lanes = s->lanes ? s->lanes : PX_PAIO_DEFAULT_LANES;
 	p->prov.ops = &px_provider_posix_ops;
 	p->prov.wait = &p->wait;
 	p->prov.ops_mask = PAIO_OPS;

@@ -46,6 +46,10 @@ typedef struct px_paio_fd {
 	bool wfd_open;      /* wfd is valid */
 	bool checked;       /* not a socket (or sockets=aio): looked at when
 	                       the entry left idle */
+	unsigned files;     /* file requests in glibc */
+	unsigned next_lane; /* file_lanes: where the next file request goes */
+	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */
+	int lane_fd[PX_POSIX_LANES_MAX];
 } px_paio_fd;
 
 /* The provider's private space in every result. */
@@ -58,6 +62,7 @@ typedef struct px_paio_req {
 	bool submitted;             /* glibc has it (cb valid) */
 	bool cancel_req;            /* px_cancel asked for it */
 	unsigned retries;           /* sigwait: redone after a lost signal */
+	bool quiet;                 /* sigwait: submitted without a signal */
 } px_paio_req;
 
 typedef struct px_paio px_paio;
@@ -68,6 +73,7 @@ struct px_paio {
 	px_intr intr;
 	int kind;                   /* PX_PAIO_* */
 	bool sockets;               /* sockets=aio */
+	unsigned lanes;             /* file_lanes (1: the descriptor only) */
 	px_fdq fdq;                 /* stream queues (px_paio_fd) */
 	px_list inflight;           /* submitted requests (req ilink) */
 	px_list failed;             /* queued stream operations glibc refused
@@ -77,6 +83,7 @@ struct px_paio {
 	unsigned long cancels[PX_PAIO_NCANCEL];
 	unsigned long scans;        /* sigwait: full scans made */
 	unsigned long requeued;     /* sigwait: requests done again */
+	unsigned nquiet;            /* sigwait: quiet requests in flight */
 
 	/* aiocb wait: the leader's own list (rebuilt in prepare), and the
 	 * interrupt: an aio_read on an eventfd that stays in the list. */

@@ -42,7 +42,7 @@ static const px_team_desc posixc_teams[] = {
 	  .sec_ops = PX_OPS_IO & ~POSIXC_FILE },
 };
 
-enum { POSIXC_RTSIG, POSIXC_THREADS, POSIXC_SOCKETS };
+enum { POSIXC_RTSIG, POSIXC_THREADS, POSIXC_SOCKETS, POSIXC_LANES };
 
 static const px_key_desc posixc_keys[] = {
 	[POSIXC_RTSIG] = { "rtsig", "a real-time signal number, SIGRTMIN to "
@@ -50,6 +50,8 @@ static const px_key_desc posixc_keys[] = {
 	[POSIXC_THREADS] = { "aio_threads", "a number of glibc helper threads "
 					    "from 1 to 4096" },
 	[POSIXC_SOCKETS] = { "sockets", "refuse (default) or aio" },
+	[POSIXC_LANES] = { "file_lanes", "a number of descriptors per file "
+					  "from 1 to 16" },
 };
 
 static void posixc_init(void *s)
@@ -94,6 +96,10 @@ static int posixc_parse(void *settings, unsigned key, const char *val,
 		if ((long)n < SIGRTMIN || (long)n > SIGRTMAX)
 			return posixc_bad(err, errlen, key, val, vlen);
 		s->rtsig = (int)n;
+	} else if (key == POSIXC_LANES) {
+		if (!n || n > PX_POSIX_LANES_MAX)
+			return posixc_bad(err, errlen, key, val, vlen);
+		s->lanes = (unsigned)n;
 	} else {
 		if (!n)
 			return posixc_bad(err, errlen, key, val, vlen);
@@ -123,6 +129,8 @@ static int posixc_format(const void *settings, char *buf, size_t len)
 		POSIXC_PUT("%saio_threads=%u", pos ? " " : "", s->threads);
 	if (s->sockets)
 		POSIXC_PUT("%ssockets=aio", pos ? " " : "");
+	if (s->lanes)
+		POSIXC_PUT("%sfile_lanes=%u", pos ? " " : "", s->lanes);
 #undef POSIXC_PUT
 	return (int)pos;
 }

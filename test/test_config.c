@@ -906,6 +906,7 @@ static const struct {
 	{ "posix", "rtsig", "40", "rtsig=40", "1" },
 	{ "posix", "aio_threads", "64", "aio_threads=64", "0" },
 	{ "posix", "sockets", "aio", "sockets=aio", "maybe" },
+	{ "posix", "file_lanes", "4", "file_lanes=4", "17" },
 };
 
 static void test_class_keys(void **state)
@@ -1259,7 +1260,7 @@ static void test_errors(void **state)
 	parse_bad("epoll foo=1", "valid keys are provider, wait, interrupt, "
 				 "processor, max_aio, ops, start, signal, "
 				 "followers, ring, ring_flags, rtsig, "
-				 "aio_threads and sockets",
+				 "aio_threads, sockets and file_lanes",
 		  NULL);
 #endif
 	/* Every preset of every class is named. */

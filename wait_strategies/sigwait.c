@@ -23,6 +23,12 @@
  * that it gets to look.  A signal caught by a thread that did not block
  * it (see posix_aio.h) lands in a handler that asks for the same scan.
  *
+ * glibc writes a failed sigqueue's EAGAIN over the request's result; the
+ * provider then does a file request again without a signal ("quiet"),
+ * since a full queue would fail it the same way over and over, and while
+ * quiet requests are in flight the leader waits at most 5 ms and scans
+ * after every wait.
+ *
  * The interrupt is the same signal, queued to the process with the
  * provider's own address as value: whichever thread leads takes it.  One
  * is in the queue at a time (sig_intr_pending); should the queue be full,
@@ -86,8 +92,9 @@ static int sigw_prepare(px_wait *w, px_list *started)
 	p->ngot = p->igot = 0;
 	if (atomic_exchange(&sigw_stray, 0))
 		p->scan = true;
-	p->cap_ms = px_list_count(&p->inflight) >= p->sigq_max / 4 ? SIGW_BUSY_MS
-								   : SIGW_IDLE_MS;
+	p->cap_ms = p->nquiet || px_list_count(&p->inflight) >= p->sigq_max / 4
+			    ? SIGW_BUSY_MS
+			    : SIGW_IDLE_MS;
 	return p->scan ? -EAGAIN : 0;  /* scan first: no blocking wait */
 }
 
@@ -132,7 +139,8 @@ static px_result *sigw_next_completed(px_wait *w)
 	 * notification may have been dropped.  Whatever the timeouts the
 	 * callers of px_handle_events use. */
 	if (!p->scan && !p->scanning && !px_list_empty(&p->inflight) &&
-	    px_now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u)
+	    (p->nquiet ||
+	     px_now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u))
 		p->scan = true;
 	while (p->igot < p->ngot) {
 		void *v = p->got[p->igot++];
