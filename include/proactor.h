@@ -189,7 +189,8 @@ typedef struct px_config {
  *               rtsig=N (sigwait's signal), aio_threads=N (glibc's helper
  *               maximum, set once per process), sockets=refuse|aio
  *               (sockets are refused with -EOPNOTSUPP unless aio: a read
- *               glibc has started cannot be cancelled)
+ *               glibc has started cannot be cancelled), file_lanes=N
+ *               (descriptors a file's requests are spread over, 1..16)
  * Presets: auto, and each provider's own (uring, uring-dedicated, epoll,
  * poll, select, posix-aio, and the same with "-dedicated"), and the team
  * posix-aio+epoll (POSIX AIO for files, epoll for everything else).  A

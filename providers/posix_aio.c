@@ -39,8 +39,9 @@
  *
  * Order.  Stream operations keep the shared per-descriptor queues
  * (proactor/fdq.h): only the head of a direction is in glibc.  File
- * operations carry their offset and go straight in; glibc runs those of
- * one descriptor one after another anyway.
+ * operations carry their offset and go straight in, spread over the
+ * file's descriptor and file_lanes-1 dups of it (2 lanes by default), since
+ * glibc runs the requests of one descriptor one after another.
  *
  * Locking.  start, cancel and the reaping run under the proactor mutex;
  * aio_read/aio_write/aio_cancel only queue work for the helpers and are
@@ -59,7 +60,7 @@
 /* Defaults when the config leaves them 0. */
 #define PX_PAIO_DEFAULT_MAX_AIO 1024u
 #define PX_PAIO_DEFAULT_THREADS 256u
-#define PX_PAIO_DEFAULT_LANES 1u
+#define PX_PAIO_DEFAULT_LANES 2u
 
 
 

@@ -2,7 +2,8 @@
  * posix_aio_class.c - what the library knows of the POSIX AIO provider
  * (providers/posix_aio.c): three waits, each with its own native
  * interrupt, three presets (one of them a team with the readiness
- * provider), and two keys of its own, rtsig= and aio_threads=.  Included
+ * provider), and keys of its own: rtsig=, aio_threads=, sockets= and
+ * file_lanes=.  Included
  * by providers/classes.c, never compiled alone; it needs nothing of the
  * provider's code, so the engine list can be printed at configure time.
  */

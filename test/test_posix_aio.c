@@ -190,7 +190,8 @@ static void cancel_queued_and_running_on(const char *wait)
 	rec r1 = { 0 }, r2 = { 0 };
 	unsigned long c[PX_PAIO_NCANCEL];
 
-	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	/* One lane: both reads on the pipe's own descriptor, one queue. */
+	snprintf(text, sizeof(text), "provider=posix wait=%s file_lanes=1", wait);
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	fx_start(&f, text, 2);
 	assert_int_equal(px_read_file(f.px, p[0], b1, sizeof(b1), 0, rec_cb, &r1), 0);
