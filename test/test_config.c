@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -347,6 +348,64 @@ static void test_team_presets(void **state)
 		      "processor=shared max_aio=0 ops=socket");
 	parse_bad("foo", "posix-aio+epoll", NULL);
 	assert_true(seen >= 1);
+}
+
+/* README's engine tables name every class, wait, preset, team and own
+ * key of the class list (as `name`), so that a class cannot be added, or
+ * renamed, without its row.  The build passes README's path in
+ * PX_README; without it the check is skipped. */
+static bool readme_names(const char *text, const char *name)
+{
+	char quoted[80];
+
+	snprintf(quoted, sizeof(quoted), "`%s`", name);
+	return strstr(text, quoted) != NULL;
+}
+
+static void test_readme_tables(void **state)
+{
+	const char *path = getenv("PX_README");
+	static char text[1 << 17];
+	size_t n;
+	FILE *f;
+
+	(void)state;
+	if (!path || !(f = fopen(path, "r"))) {
+		print_message("PX_README not set or unreadable: skipped\n");
+		skip();
+		return;
+	}
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		if (!readme_names(text, cls->name))
+			fail_msg("README does not name provider `%s`", cls->name);
+		for (unsigned i = 0; i < cls->nwaits; i++)
+			if (!readme_names(text, cls->waits[i].name))
+				fail_msg("README does not name wait `%s` of %s",
+					 cls->waits[i].name, cls->name);
+		for (unsigned i = 0; i < cls->nteams; i++) {
+			if (!readme_names(text, cls->teams[i].name))
+				fail_msg("README does not name team preset `%s`",
+					 cls->teams[i].name);
+		}
+		for (unsigned i = 0; i < cls->nkeys; i++)
+			if (!readme_names(text, cls->keys[i].name))
+				fail_msg("README does not name key `%s` of %s",
+					 cls->keys[i].name, cls->name);
+		for (unsigned i = 0; i < cls->npresets; i++) {
+			const char *pn = cls->presets[i].name;
+			const char *dash = strstr(pn, "-dedicated");
+			char base[64];
+			/* "-dedicated variants" covers those. */
+			snprintf(base, sizeof(base), "%.*s",
+				 (int)(dash ? (size_t)(dash - pn) : strlen(pn)), pn);
+			if (!readme_names(text, base))
+				fail_msg("README does not name preset `%s`", base);
+		}
+	}
 }
 
 static void check_auto(const px_config *c)
@@ -1908,6 +1967,7 @@ int main(void)
 		cmocka_unit_test(test_presets),
 		cmocka_unit_test(test_class_presets),
 		cmocka_unit_test(test_team_presets),
+		cmocka_unit_test(test_readme_tables),
 		cmocka_unit_test(test_auto),
 		cmocka_unit_test(test_auto_candidates),
 		cmocka_unit_test(test_provider_wait_interrupt),
