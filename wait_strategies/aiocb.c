@@ -56,8 +56,12 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	unsigned n = 0;
 
 	(void)started;
-	if (!p->intr_armed && aiocb_arm(p) < 0)
-		return -EAGAIN;   /* no interrupt now: a short wait */
+	if (!p->intr_armed && aiocb_arm(p) < 0) {
+		/* No interrupt now: a zero wait over nothing, and again. */
+		p->nlist = 0;
+		p->list_valid = false;
+		return -EAGAIN;
+	}
 	if (p->list_valid && p->list_gen == p->gen)
 		return 0;
 	if (px_list_count(&p->inflight) + 1 > p->cap) {
@@ -91,6 +95,10 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 		ts.tv_sec = timeout_ms / 1000;
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 		tsp = &ts;
+	}
+	if (!p->nlist) {
+		p->scan = true;   /* reap what finished meanwhile all the same */
+		return 0;
 	}
 	rc = aio_suspend(p->list, (int)p->nlist, tsp);
 	p->scan = true;
