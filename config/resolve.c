@@ -231,43 +231,73 @@ void px__cfg_valid_keys(const px_provider_class *cls, char *buf, size_t len)
 /* Presets                                                              */
 /* ------------------------------------------------------------------ */
 
-static const px_preset_desc *res_preset(const char *s, size_t n,
-					const px_provider_class **cls)
+/* Find a preset by name, single or team, as a team description (a
+ * single preset has no secondary). */
+static bool res_preset(const char *s, size_t n, const px_provider_class **cls,
+		       px_team_desc *out)
 {
-	for (const px_provider_class *const *c = px__classes; *c; c++)
-		for (unsigned i = 0; i < (*c)->npresets; i++)
-			if (res_eq((*c)->presets[i].name, s, n)) {
+	for (const px_provider_class *const *c = px__classes; *c; c++) {
+		for (unsigned i = 0; i < (*c)->npresets; i++) {
+			const px_preset_desc *p = &(*c)->presets[i];
+			if (res_eq(p->name, s, n)) {
 				*cls = *c;
-				return &(*c)->presets[i];
+				memset(out, 0, sizeof(*out));
+				out->name = p->name;
+				out->wait = p->wait;
+				out->processor = p->processor;
+				return true;
 			}
-	return NULL;
+		}
+		for (unsigned i = 0; i < (*c)->nteams; i++) {
+			if (res_eq((*c)->teams[i].name, s, n)) {
+				*cls = *c;
+				*out = (*c)->teams[i];
+				return true;
+			}
+		}
+	}
+	return false;
 }
 
 bool px__cfg_preset_exists(const char *s, size_t n)
 {
 	const px_provider_class *cls;
+	px_team_desc t;
 
-	return res_eq("auto", s, n) || res_preset(s, n, &cls);
+	return res_eq("auto", s, n) || res_preset(s, n, &cls, &t);
 }
 
 int px__cfg_preset_fill(px_config *cfg, const char *s, size_t n)
 {
 	const px_provider_class *cls = NULL;
-	const px_preset_desc *p = NULL;
+	px_team_desc t;
+	bool found = false;
 
-	if (!res_eq("auto", s, n) && !(p = res_preset(s, n, &cls)))
+	if (!res_eq("auto", s, n) && !(found = res_preset(s, n, &cls, &t)))
 		return -ENOENT;
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->followers = PX_FOLLOWERS_LIFO;
 	cfg->primary.processor = PX_PROCESSOR_SHARED;
-	if (!p)
+	if (!found)
 		return 0;   /* auto: no provider, decided at creation */
-	cfg->primary.processor = p->processor;
+	cfg->primary.processor = t.processor;
 	px__set_name(cfg->primary.provider, PX_NAME_MAX, cls->name,
 		     strlen(cls->name));
-	if (p->wait)
-		px__set_name(cfg->primary.wait, PX_NAME_MAX, p->wait,
-			     strlen(p->wait));
+	if (t.wait)
+		px__set_name(cfg->primary.wait, PX_NAME_MAX, t.wait,
+			     strlen(t.wait));
+	cfg->primary.ops = t.ops;
+	if (t.sec_provider) {
+		px_processor_config *sc = &cfg->secondary;
+		sc->processor = t.sec_processor ? t.sec_processor
+						: PX_PROCESSOR_SHARED;
+		px__set_name(sc->provider, PX_NAME_MAX, t.sec_provider,
+			     strlen(t.sec_provider));
+		if (t.sec_wait)
+			px__set_name(sc->wait, PX_NAME_MAX, t.sec_wait,
+				     strlen(t.sec_wait));
+		sc->ops = t.sec_ops;
+	}
 	return 0;
 }
 
@@ -277,8 +307,12 @@ void px__cfg_preset_names(char *buf, size_t len)
 
 	res_add(&l, "auto");
 	for (const px_provider_class *const *c = px__classes; *c; c++)
+	{
 		for (unsigned i = 0; i < (*c)->npresets; i++)
 			res_add(&l, (*c)->presets[i].name);
+		for (unsigned i = 0; i < (*c)->nteams; i++)
+			res_add(&l, (*c)->teams[i].name);
+	}
 	px__cfg_join(buf, len, l.v, l.n, ~0u, "or");
 }
 

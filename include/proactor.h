@@ -184,9 +184,18 @@ typedef struct px_config {
  *       select  readiness emulation; wait=epoll|poll|select
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
  *               ring_flags=LIST (coop_taskrun, sqpoll)
+ *       posix   POSIX AIO (glibc); files, and streams on pipes;
+ *               wait=aiocb|sigwait|callback, interrupt=native;
+ *               rtsig=N (sigwait's signal), aio_threads=N (glibc's helper
+ *               maximum, set once per process), sockets=refuse|aio
+ *               (sockets are refused with -EOPNOTSUPP unless aio: a read
+ *               glibc has started cannot be cancelled), file_lanes=N
+ *               (descriptors a file's requests are spread over, 1..16)
  * Presets: auto, and each provider's own (uring, uring-dedicated, epoll,
- * poll, select, and the same with "-dedicated").  A preset comes first and
- * the words after it override its values.  Further rules:
+ * poll, select, posix-aio, and the same with "-dedicated"), and the team
+ * posix-aio+epoll (POSIX AIO for files, epoll for everything else).  A
+ * preset comes first and the words after it override its values (the
+ * primary's, in a team).  Further rules:
  *   - "auto" is the best engine this kernel offers, decided when the
  *     proactor is created (io_uring, else epoll); text without a preset
  *     starts from auto and stays auto while it names no provider or wait.
@@ -200,7 +209,17 @@ typedef struct px_config {
  *   - signal=N needs interrupt=signal; N is 1..64 but not SIGKILL,
  *     SIGSTOP or the signals glibc reserves below SIGRTMIN.  Creating a
  *     proactor fails with -EBUSY if the application already handles N;
- *   - a provider's own keys are refused with any other provider.
+ *   - a provider's own keys are refused with any other provider;
+ *   - wait=sigwait (provider posix) takes completions as a real-time
+ *     signal: rtsig=N, or without it the first of SIGRTMIN+4..SIGRTMAX no
+ *     other proactor uses and the application does not handle (creating
+ *     fails with -EBUSY when there is none, or when rtsig=N is taken).
+ *     The application must block that signal in every thread it creates
+ *     itself (blocking SIGRTMIN+4..SIGRTMAX covers every choice); the
+ *     library blocks it in the thread that creates the proactor, so
+ *     threads created after px_create inherit it, and in every thread
+ *     that leads.  A thread that leaves it unblocked makes completions up
+ *     to a second late, never lost.
  *
  * Returns 0, -EINVAL with a message naming the valid choices, or -ENOSYS
  * when the text names a provider this build of the library does not have.

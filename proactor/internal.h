@@ -381,6 +381,21 @@ typedef struct px_preset_desc {
 	px_processor_type processor;
 } px_preset_desc;
 
+/* A preset of two processors: this class as the primary, narrowed to ops,
+ * and another class (by name) as the secondary for the rest, so that a
+ * class can say which provider does what it does not (a class for files
+ * only can name a readiness class for its sockets). */
+typedef struct px_team_desc {
+	const char *name;          /* unique across all presets of all classes */
+	const char *wait;          /* primary's wait; NULL: the default */
+	px_processor_type processor;
+	uint32_t ops;              /* primary's operations (PX_OP_BIT) */
+	const char *sec_provider;  /* the secondary's class */
+	const char *sec_wait;      /* NULL: that class's default wait */
+	px_processor_type sec_processor;
+	uint32_t sec_ops;          /* 0: all it does */
+} px_team_desc;
+
 /* One configuration key only this provider takes. */
 typedef struct px_key_desc {
 	const char *name;
@@ -403,6 +418,8 @@ typedef struct px_provider_class {
 	unsigned nwaits;
 	const px_preset_desc *presets;
 	unsigned npresets;
+	const px_team_desc *teams; /* team presets, may be none */
+	unsigned nteams;
 	const px_key_desc *keys;   /* its own keys (words), may be none */
 	unsigned nkeys;
 	/* Settings: a private block of settings_size bytes (at most

@@ -76,7 +76,7 @@ static int px_provider_start(px_processor *p, px_result *r)
 }
 
 /* The provider started r: onto the started list, and cancelled now if a
- * cancel came during its start. */
+ * cancel came while it was being started. */
 static void px_started(px_processor *p, px_result *r)
 {
 	int n = 0;
@@ -89,8 +89,8 @@ static void px_started(px_processor *p, px_result *r)
 	}
 }
 
-/* The provider gave r back (PX_START_AGAIN).  If a cancel came during its
- * start, complete it now with ECANCELED and return true; else the caller
+/* The provider gave r back (PX_START_AGAIN).  If a cancel came while it was
+ * being started, complete it now with ECANCELED and return true; else the caller
  * defers it again. */
 static bool px_cancelled_again(px_processor *p, px_result *r)
 {

@@ -20,12 +20,14 @@
 #ifdef PX_HAVE_URING
 #include "uring_class.c"
 #endif
+#include "posix_aio_class.c"
 
 const px_provider_class *const px__classes[] = {
 	&px_select_class,
 #ifdef PX_HAVE_URING
 	&px_uring_class,
 #endif
+	&px_posix_class,
 	NULL
 };
 

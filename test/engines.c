@@ -18,6 +18,39 @@
 
 #include <stdio.h>
 
+/* The text of an operations mask, widest groups first. */
+static void print_ops(uint32_t mask)
+{
+	static const struct {
+		const char *name;
+		uint32_t bits;
+	} groups[] = {
+		{ "all", PX_OPS_IO },
+		{ "socket", PX_OPS_IO & ~(PX_OP_BIT(PX_OP_READ_FILE) |
+					  PX_OP_BIT(PX_OP_WRITE_FILE)) },
+		{ "stream", PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) },
+		{ "file", PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE) },
+		{ "dgram", PX_OP_BIT(PX_OP_READ_DGRAM) | PX_OP_BIT(PX_OP_WRITE_DGRAM) },
+		{ "read_stream", PX_OP_BIT(PX_OP_READ_STREAM) },
+		{ "write_stream", PX_OP_BIT(PX_OP_WRITE_STREAM) },
+		{ "read_file", PX_OP_BIT(PX_OP_READ_FILE) },
+		{ "write_file", PX_OP_BIT(PX_OP_WRITE_FILE) },
+		{ "read_dgram", PX_OP_BIT(PX_OP_READ_DGRAM) },
+		{ "write_dgram", PX_OP_BIT(PX_OP_WRITE_DGRAM) },
+		{ "accept", PX_OP_BIT(PX_OP_ACCEPT) },
+		{ "connect", PX_OP_BIT(PX_OP_CONNECT) },
+	};
+	const char *sep = "";
+
+	for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+		if ((mask & groups[i].bits) != groups[i].bits)
+			continue;
+		printf("%s%s", sep, groups[i].name);
+		sep = ",";
+		mask &= ~groups[i].bits;
+	}
+}
+
 int main(void)
 {
 	static const char *const procs[] = { "shared", "dedicated" };
@@ -31,15 +64,36 @@ int main(void)
 				if (!(wd->intrs & (1u << t)))
 					continue;
 				for (int p = 0; p < 2; p++) {
+					const px_team_desc *team =
+						(cls->native_ops & PX_OPS_IO) != PX_OPS_IO &&
+								cls->nteams
+							? &cls->teams[0]
+							: NULL;
 					printf("%s", cls->name);
 					if (cls->nwaits > 1)
 						printf("-%s", wd->name);
 					if (nintr > 1)
 						printf("-%s", px__intr_name(t));
-					printf("-%s\tprovider=%s wait=%s interrupt=%s "
-					       "processor=%s\n",
-					       procs[p], cls->name, wd->name,
+					printf("-%s", procs[p]);
+					if (team)
+						printf("+%s", team->sec_provider);
+					printf("\tprovider=%s wait=%s interrupt=%s "
+					       "processor=%s",
+					       cls->name, wd->name,
 					       px__intr_name(t), procs[p]);
+					if (team) {
+						printf(" ops=");
+						print_ops(team->ops);
+						printf(" ; secondary: provider=%s",
+						       team->sec_provider);
+						if (team->sec_wait)
+							printf(" wait=%s", team->sec_wait);
+						if (team->sec_ops) {
+							printf(" ops=");
+							print_ops(team->sec_ops);
+						}
+					}
+					printf("\n");
 				}
 			}
 		}

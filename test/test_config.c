@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -188,6 +189,8 @@ static const struct {
 	{ "epoll-dedicated", PX_PROCESSOR_DEDICATED, "select", "epoll", "eventfd" },
 	{ "poll-dedicated", PX_PROCESSOR_DEDICATED, "select", "poll", "eventfd" },
 	{ "select-dedicated", PX_PROCESSOR_DEDICATED, "select", "select", "eventfd" },
+	{ "posix-aio", PX_PROCESSOR_SHARED, "posix", "aiocb", "native" },
+	{ "posix-aio-dedicated", PX_PROCESSOR_DEDICATED, "posix", "aiocb", "native" },
 };
 #define N_PRESETS N_OF(presets)
 
@@ -285,6 +288,124 @@ static void test_class_presets(void **state)
 		}
 	}
 	assert_int_equal(seen, N_PRESETS);
+}
+
+/* Team presets (a class as primary for some operations, another class as
+ * secondary for the rest), walked through the class list: the secondary
+ * names a built-in class and one of its waits, the two operation masks
+ * split the I/O operations, and the preset parses, formats and
+ * round-trips, words after it overriding the primary only. */
+static void test_team_presets(void **state)
+{
+	size_t seen = 0;
+
+	(void)state;
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		for (unsigned i = 0; i < cls->nteams; i++) {
+			const px_team_desc *t = &cls->teams[i];
+			const px_provider_class *sec =
+				px__class_find(t->sec_provider,
+					       strlen(t->sec_provider));
+			char text[160];
+
+			assert_non_null(sec);
+			assert_true(t->ops != 0);
+			assert_int_equal(t->ops & t->sec_ops, 0);
+			assert_int_equal((t->ops | t->sec_ops) & PX_OPS_IO,
+					 PX_OPS_IO);
+			assert_false(px_config_preset(&(px_config){ 0 },
+						      t->name) < 0);
+			px_config c = parse_ok(t->name);
+			assert_string_equal(c.primary.provider, cls->name);
+			assert_int_equal(c.primary.ops, t->ops);
+			assert_int_equal(c.primary.processor, t->processor);
+			assert_string_equal(c.secondary.provider, sec->name);
+			assert_string_equal(c.secondary.wait,
+					    t->sec_wait ? t->sec_wait
+							: sec->waits[0].name);
+			assert_int_equal(c.secondary.ops, t->sec_ops);
+			round_trip(&c);
+			snprintf(text, sizeof(text), "%s max_aio=7", t->name);
+			c = parse_ok(text);
+			assert_int_equal(c.primary.max_aio, 7);
+			assert_int_equal(c.secondary.max_aio, 0);
+			assert_string_equal(c.secondary.provider, sec->name);
+			round_trip(&c);
+			seen++;
+		}
+	}
+	/* The one this library ships, in full. */
+	expect_format("posix-aio+epoll",
+		      "provider=posix wait=aiocb interrupt=native "
+		      "processor=shared max_aio=0 ops=file ; secondary: "
+		      "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 ops=socket");
+	expect_format("posix-aio+epoll wait=sigwait rtsig=40",
+		      "provider=posix wait=sigwait interrupt=native "
+		      "processor=shared max_aio=0 ops=file rtsig=40 ; "
+		      "secondary: provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 ops=socket");
+	parse_bad("foo", "posix-aio+epoll", NULL);
+	assert_true(seen >= 1);
+}
+
+/* README's engine tables name every class, wait, preset, team and own
+ * key of the class list (as `name`), so that a class cannot be added, or
+ * renamed, without its row.  The build passes README's path in
+ * PX_README; without it the check is skipped. */
+static bool readme_names(const char *text, const char *name)
+{
+	char quoted[80];
+
+	snprintf(quoted, sizeof(quoted), "`%s`", name);
+	return strstr(text, quoted) != NULL;
+}
+
+static void test_readme_tables(void **state)
+{
+	const char *path = getenv("PX_README");
+	static char text[1 << 17];
+	size_t n;
+	FILE *f;
+
+	(void)state;
+	if (!path || !(f = fopen(path, "r"))) {
+		print_message("PX_README not set or unreadable: skipped\n");
+		skip();
+		return;
+	}
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		if (!readme_names(text, cls->name))
+			fail_msg("README does not name provider `%s`", cls->name);
+		for (unsigned i = 0; i < cls->nwaits; i++)
+			if (!readme_names(text, cls->waits[i].name))
+				fail_msg("README does not name wait `%s` of %s",
+					 cls->waits[i].name, cls->name);
+		for (unsigned i = 0; i < cls->nteams; i++) {
+			if (!readme_names(text, cls->teams[i].name))
+				fail_msg("README does not name team preset `%s`",
+					 cls->teams[i].name);
+		}
+		for (unsigned i = 0; i < cls->nkeys; i++)
+			if (!readme_names(text, cls->keys[i].name))
+				fail_msg("README does not name key `%s` of %s",
+					 cls->keys[i].name, cls->name);
+		for (unsigned i = 0; i < cls->npresets; i++) {
+			const char *pn = cls->presets[i].name;
+			const char *dash = strstr(pn, "-dedicated");
+			char base[64];
+			/* "-dedicated variants" covers those. */
+			snprintf(base, sizeof(base), "%.*s",
+				 (int)(dash ? (size_t)(dash - pn) : strlen(pn)), pn);
+			if (!readme_names(text, base))
+				fail_msg("README does not name preset `%s`", base);
+		}
+	}
 }
 
 static void check_auto(const px_config *c)
@@ -659,9 +780,9 @@ static void test_class_combinations(void **state)
 		/* A wait of no class is refused naming the class's waits. */
 		char text[128], err[512] = "";
 		px_config c;
-		snprintf(text, sizeof(text), "provider=%s wait=aiocb", cls->name);
+		snprintf(text, sizeof(text), "provider=%s wait=kqueue", cls->name);
 		assert_int_equal(px_config_parse(&c, text, err, sizeof(err)), -EINVAL);
-		assert_non_null(strstr(err, "unknown wait \"aiocb\" for provider="));
+		assert_non_null(strstr(err, "unknown wait \"kqueue\" for provider="));
 		for (unsigned w = 0; w < cls->nwaits; w++)
 			assert_non_null(strstr(err, cls->waits[w].name));
 		/* And a wait of another class names the class's waits too. */
@@ -679,11 +800,12 @@ static void test_class_combinations(void **state)
 				assert_non_null(strstr(tail, cls->waits[w].name));
 		}
 	}
-	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring. */
+	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring,
+	 * 3 x 1 x 2 posix. */
 #ifdef PX_HAVE_URING
-	assert_int_equal(combos, 18 + 2);
+	assert_int_equal(combos, 18 + 2 + 6);
 #else
-	assert_int_equal(combos, 18);
+	assert_int_equal(combos, 18 + 6);
 #endif
 }
 
@@ -840,6 +962,10 @@ static const struct {
 	{ "uring", "ring", "256", "ring=256", "32769" },
 	{ "uring", "ring_flags", "sqpoll,coop_taskrun",
 	  "ring_flags=coop_taskrun,sqpoll", "fast" },
+	{ "posix", "rtsig", "40", "rtsig=40", "1" },
+	{ "posix", "aio_threads", "64", "aio_threads=64", "0" },
+	{ "posix", "sockets", "aio", "sockets=aio", "maybe" },
+	{ "posix", "file_lanes", "4", "file_lanes=4", "17" },
 };
 
 static void test_class_keys(void **state)
@@ -1136,12 +1262,12 @@ static void test_secondary(void **state)
 
 #ifdef PX_HAVE_URING
 	parse_bad("epoll ; secondary:", "secondary: no provider given",
-		  "select or uring", "auto is for the primary only", NULL);
+		  "select, uring or posix", "auto is for the primary only", NULL);
 	parse_bad("epoll ; secondary: ring=8", "secondary: no provider given",
-		  "select or uring", NULL);
+		  "select, uring or posix", NULL);
 #else
 	parse_bad("epoll ; secondary:", "secondary: no provider given",
-		  "choose select", NULL);
+		  "choose select or posix", NULL);
 #endif
 	parse_bad("epoll ; secondary: max_aio=4", "secondary: no provider given",
 		  NULL);
@@ -1158,14 +1284,14 @@ static void test_secondary(void **state)
 		  NULL);
 	parse_bad("max_aio=2 primary: wait=poll", "\"primary:\" may only open", NULL);
 #ifdef PX_HAVE_URING
-	parse_bad("epoll ; secondary: wait=aiocb", "secondary: unknown wait \"aiocb\"",
-		  "epoll, poll, select or uring", NULL);
+	parse_bad("epoll ; secondary: wait=kqueue", "secondary: unknown wait \"kqueue\"",
+		  "epoll, poll, select, uring, aiocb, sigwait or callback", NULL);
 	parse_bad("epoll ; secondary: provider=uring wait=poll",
 		  "secondary: invalid combination provider=uring wait=poll",
 		  "provider=uring takes wait uring", NULL);
 #else
-	parse_bad("epoll ; secondary: wait=aiocb", "secondary: unknown wait \"aiocb\"",
-		  "epoll, poll or select", NULL);
+	parse_bad("epoll ; secondary: wait=kqueue", "secondary: unknown wait \"kqueue\"",
+		  "epoll, poll, select, aiocb, sigwait or callback", NULL);
 #endif
 	parse_bad("epoll ; secondary: poll", "secondary:", "must be the first word",
 		  NULL);
@@ -1192,7 +1318,8 @@ static void test_errors(void **state)
 	parse_bad("foo", "uring", "uring-dedicated", NULL);
 	parse_bad("epoll foo=1", "valid keys are provider, wait, interrupt, "
 				 "processor, max_aio, ops, start, signal, "
-				 "followers, ring and ring_flags",
+				 "followers, ring, ring_flags, rtsig, "
+				 "aio_threads, sockets and file_lanes",
 		  NULL);
 #endif
 	/* Every preset of every class is named. */
@@ -1217,24 +1344,27 @@ static void test_errors(void **state)
 		  "followers", NULL);
 	parse_bad("epoll poll", "preset \"poll\" must be the first word", NULL);
 	parse_bad("auto auto", "preset \"auto\" must be the first word", NULL);
-	parse_bad("provider=select wait=aiocb",
-		  "unknown wait \"aiocb\" for provider=select: choose epoll, poll or "
+	parse_bad("provider=select wait=kqueue",
+		  "unknown wait \"kqueue\" for provider=select: choose epoll, poll or "
 		  "select",
 		  NULL);
 #ifdef PX_HAVE_URING
-	parse_bad("provider=uring wait=aiocb",
-		  "unknown wait \"aiocb\" for provider=uring: choose uring", NULL);
-	parse_bad("wait=aiocb", "unknown wait \"aiocb\": choose epoll, poll, select "
-				"or uring",
+	parse_bad("provider=uring wait=kqueue",
+		  "unknown wait \"kqueue\" for provider=uring: choose uring", NULL);
+	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose epoll, poll, "
+				 "select, uring, aiocb, sigwait or callback",
 		  NULL);
-	parse_bad("provider=posix", "unknown provider \"posix\": choose select or "
-				    "uring",
+	parse_bad("provider=iocp", "unknown provider \"iocp\": choose select, "
+				   "uring or posix",
 		  NULL);
-	parse_bad("provider=", "unknown provider \"\": choose select or uring", NULL);
+	parse_bad("provider=", "unknown provider \"\": choose select, uring or "
+			       "posix", NULL);
 #else
-	parse_bad("wait=aiocb", "unknown wait \"aiocb\": choose epoll, poll or select",
+	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose epoll, poll, "
+				 "select, aiocb, sigwait or callback",
 		  NULL);
-	parse_bad("provider=posix", "unknown provider \"posix\": choose select",
+	parse_bad("provider=iocp", "unknown provider \"iocp\": choose select or "
+				   "posix",
 		  NULL);
 #endif
 	parse_bad("epoll wait=", "unknown wait \"\"", NULL);
@@ -1477,11 +1607,11 @@ static void test_struct_form(void **state)
 
 	/* Unknown names list the valid ones. */
 	c = base;
-	snprintf(c.primary.provider, PX_NAME_MAX, "posix");
+	snprintf(c.primary.provider, PX_NAME_MAX, "iocp");
 #ifdef PX_HAVE_URING
-	resolve_bad(&c, "unknown provider \"posix\"", "choose select or uring");
+	resolve_bad(&c, "unknown provider \"iocp\"", "choose select, uring or posix");
 #else
-	resolve_bad(&c, "unknown provider \"posix\"", "choose select");
+	resolve_bad(&c, "unknown provider \"iocp\"", "choose select or posix");
 #endif
 	c = base;
 	snprintf(c.primary.provider, PX_NAME_MAX, "Select");
@@ -1491,11 +1621,13 @@ static void test_struct_form(void **state)
 	resolve_bad(&c, "invalid combination provider=select wait=aiocb",
 		    "provider=select takes wait epoll, poll or select");
 	memset(&c, 0, sizeof(c));
-	snprintf(c.primary.wait, PX_NAME_MAX, "aiocb");
+	snprintf(c.primary.wait, PX_NAME_MAX, "kqueue");
 #ifdef PX_HAVE_URING
-	resolve_bad(&c, "unknown wait \"aiocb\"", "epoll, poll, select or uring");
+	resolve_bad(&c, "unknown wait \"kqueue\"",
+		    "epoll, poll, select, uring, aiocb, sigwait or callback");
 #else
-	resolve_bad(&c, "unknown wait \"aiocb\"", "epoll, poll or select");
+	resolve_bad(&c, "unknown wait \"kqueue\"",
+		    "epoll, poll, select, aiocb, sigwait or callback");
 #endif
 	c = base;
 	snprintf(c.primary.interrupt, PX_NAME_MAX, "bogus");
@@ -1767,15 +1899,17 @@ static void test_classes(void **state)
 	}
 	assert_true(n >= 1);
 	assert_null(px__class_find("", 0));
-	assert_null(px__class_find("posix", 5));
+	assert_null(px__class_find("iocp", 4));
 	assert_ptr_equal(px__class_find("selectXX", 6), px__class_find("select", 6));
 #ifdef PX_HAVE_URING
-	assert_int_equal(n, 2);
+	assert_int_equal(n, 3);
 	assert_string_equal(px__classes[0]->name, "select");
 	assert_string_equal(px__classes[1]->name, "uring");
+	assert_string_equal(px__classes[2]->name, "posix");
 	assert_null(px__classes_not_built[0]);
 #else
-	assert_int_equal(n, 1);
+	assert_int_equal(n, 2);
+	assert_string_equal(px__classes[1]->name, "posix");
 	assert_string_equal(px__classes_not_built[0], "uring");
 	assert_null(px__classes_not_built[1]);
 #endif
@@ -1832,6 +1966,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presets),
 		cmocka_unit_test(test_class_presets),
+		cmocka_unit_test(test_team_presets),
+		cmocka_unit_test(test_readme_tables),
 		cmocka_unit_test(test_auto),
 		cmocka_unit_test(test_auto_candidates),
 		cmocka_unit_test(test_provider_wait_interrupt),

@@ -1,0 +1,534 @@
+/*
+ * posix_aio.c - the POSIX AIO provider: read and write of files and
+ * streams through aio_read / aio_write, status through aio_error /
+ * aio_return, cancel through aio_cancel.
+ *
+ * What glibc's AIO is (2.3x, the facts this file is built around):
+ *   - There is no kernel AIO underneath: a pool of helper threads performs
+ *     plain pread/pwrite calls (read/write after ESPIPE, so sockets and
+ *     pipes work).  The helpers block every signal.
+ *   - Requests are queued by descriptor number, and the requests of one
+ *     number run one after another in one helper.  So a read that waits
+ *     for data on a socket holds back every later request on that number:
+ *     a write started after it would wait for the peer's data, and a
+ *     duplex session (each side reading while it writes) hangs for good.
+ *     This provider therefore writes a stream through a dup of its
+ *     descriptor (px_paio_fd.wfd): a different number, its own queue in
+ *     glibc, its own helper.  The dup lives while the descriptor has
+ *     operations pending and is closed when both queues are empty, since
+ *     the application may close and reuse the number after that.
+ *   - The pool has a maximum number of threads (aio_init's aio_threads, 20
+ *     by default); requests beyond it wait for a helper to come free.  A
+ *     stream read waiting for data occupies a helper until data comes, so
+ *     the provider raises the maximum (key aio_threads=, 256 by default)
+ *     with aio_init before the first request of the process.
+ *   - aio_cancel cancels only requests still queued (AIO_CANCELED: they
+ *     then notify like a finished request, with ECANCELED).  A request a
+ *     helper is performing cannot be stopped (AIO_NOTCANCELED): it
+ *     completes with its real result when the call returns, which for a
+ *     read on a quiet socket may be never.  So cancelling or destroying
+ *     with a stream read pending waits for that read; sockets belong on
+ *     the readiness provider (preset posix-aio+epoll), and this provider
+ *     is meant for files.  AIO_ALLDONE: finished, the notification is on
+ *     its way.  Every outcome leads to exactly one completion, through the
+ *     wait, as for any request.
+ *   - aio_suspend builds a wait list per call from the list it is given;
+ *     several threads calling it over one shared, changing list have hit
+ *     an assertion in glibc.  Only the leader of the aiocb wait builds and
+ *     uses its list (wait_strategies/aiocb.c).
+ *
+ * Order.  Stream operations keep the shared per-descriptor queues
+ * (proactor/fdq.h): only the head of a direction is in glibc.  File
+ * operations carry their offset and go straight in, spread over the
+ * file's descriptor and file_lanes-1 dups of it (2 lanes by default), since
+ * glibc runs the requests of one descriptor one after another.
+ *
+ * Locking.  start, cancel and the reaping run under the proactor mutex;
+ * aio_read/aio_write/aio_cancel only queue work for the helpers and are
+ * cheap, so the mutex is never released here.  The helpers touch nothing
+ * but the aiocbs; the waits' notifications are described in their files.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "posix_aio.h"
+
+/* Defaults when the config leaves them 0. */
+#define PX_PAIO_DEFAULT_MAX_AIO 1024u
+#define PX_PAIO_DEFAULT_THREADS 256u
+#define PX_PAIO_DEFAULT_LANES 2u
+
+
+
+static px_paio *paio_of_prov(px_provider *p)
+{
+	return px_container_of(p, px_paio, prov);
+}
+
+static bool paio_is_stream(px_op op)
+{
+	return op == PX_OP_READ_STREAM || op == PX_OP_WRITE_STREAM;
+}
+
+static bool paio_is_write(px_op op)
+{
+	return op == PX_OP_WRITE_STREAM || op == PX_OP_WRITE_FILE;
+}
+
+/* Raise glibc's helper thread maximum, once per process and before the
+ * first request (glibc ignores it once its pool exists).  The first
+ * provider's number wins. */
+static struct aioinit paio_ai;
+static pthread_once_t paio_ai_once = PTHREAD_ONCE_INIT;
+
+static void paio_ai_apply(void)
+{
+	aio_init(&paio_ai);
+}
+
+static void paio_init_glibc(unsigned threads)
+{
+	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+	pthread_mutex_lock(&lock);
+	if (!paio_ai.aio_threads) {
+		paio_ai.aio_threads = (int)threads;
+		paio_ai.aio_num = (int)threads;
+		paio_ai.aio_idle_time = 1;
+	}
+	pthread_mutex_unlock(&lock);
+	pthread_once(&paio_ai_once, paio_ai_apply);
+}
+
+/* ------------------------------------------------------------------ */
+/* Submission                                                           */
+/* ------------------------------------------------------------------ */
+
+/* The descriptor a stream write goes through: a dup kept while the
+ * descriptor is busy. */
+static int paio_write_fd(px_paio_fd *fe)
+{
+	if (!fe->wfd_open) {
+		fe->wfd = fcntl(fe->fq.fd, F_DUPFD_CLOEXEC, 0);
+		if (fe->wfd < 0)
+			return -errno;
+		fe->wfd_open = true;
+	}
+	return fe->wfd;
+}
+
+/* Both queues of fe are empty: forget the dup. */
+static void paio_fd_idle(px_paio_fd *fe)
+{
+	if (!px_fdq_idle(&fe->fq) || fe->files)
+		return;
+	fe->checked = false;
+	if (fe->wfd_open) {
+		close(fe->wfd);
+		fe->wfd_open = false;
+	}
+	for (unsigned k = 1; fe->lanes_open; k++) {
+		if (fe->lanes_open & (1u << k)) {
+			close(fe->lane_fd[k]);
+			fe->lanes_open &= ~(1u << k);
+		}
+	}
+}
+
+/* The descriptor a file request goes through: glibc performs the requests
+ * of one descriptor number one after another, so spreading them over the
+ * file's descriptor and dups of it (file_lanes=) lets several helpers
+ * work on one file at once.  The dups live while the file has requests
+ * in glibc.  A dup that cannot be made leaves the request on the file's
+ * own descriptor. */
+static int paio_file_fd(px_paio *p, px_paio_fd *fe)
+{
+	unsigned k = fe->next_lane++ % p->lanes;
+
+	if (!k)
+		return fe->fq.fd;
+	if (!(fe->lanes_open & (1u << k))) {
+		int d = fcntl(fe->fq.fd, F_DUPFD_CLOEXEC, 0);
+		if (d < 0)
+			return fe->fq.fd;
+		fe->lane_fd[k] = d;
+		fe->lanes_open |= 1u << k;
+	}
+	return fe->lane_fd[k];
+}
+
+/* Hand r (from r->done on) to glibc.  Returns 0 or -errno (-EAGAIN: glibc
+ * is out of room for now). */
+static int paio_submit(px_paio *p, px_result *r)
+{
+	px_paio_req *q = px_paio_req_of(r);
+	px_completion *c = &r->c;
+	int fd = c->fd, rc;
+
+	if (c->op == PX_OP_WRITE_STREAM) {
+		fd = paio_write_fd(q->fe);
+		if (fd < 0)
+			return fd;
+	} else if (!paio_is_stream(c->op) && q->fe) {
+		fd = paio_file_fd(p, q->fe);
+	}
+	memset(&q->cb, 0, sizeof(q->cb));
+	q->cb.aio_fildes = fd;
+	q->cb.aio_buf = (char *)c->buf + r->done;
+	q->cb.aio_nbytes = c->len - r->done;
+	q->cb.aio_offset = paio_is_stream(c->op) ? 0 : (off_t)(c->offset + r->done);
+	q->cb.aio_sigevent.sigev_notify = SIGEV_NONE;
+	if (q->quiet)
+		;   /* found by the sigwait wait's scans */
+	else if (p->kind == PX_PAIO_SIGWAIT)
+		px__paio_sigwait_notify(p, q);
+	else if (p->kind == PX_PAIO_CALLBACK)
+		px__paio_callback_notify(p, q);
+	atomic_store_explicit(&q->next, NULL, memory_order_relaxed);
+	q->owner = p;
+	rc = paio_is_write(c->op) ? aio_write(&q->cb) : aio_read(&q->cb);
+	if (rc < 0)
+		return -errno;
+	q->submitted = true;
+	px_list_push_back(&p->inflight, &q->ilink);
+	p->gen++;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Completion                                                           */
+/* ------------------------------------------------------------------ */
+
+/* r leaves its stream queue; the next head, if any, goes to glibc (or
+ * fails there and then, its completion on p's done path). */
+static void paio_dequeue(px_paio *p, px_result *r);
+
+static px_result *paio_finish(px_paio *p, px_result *r, size_t bytes, int error)
+{
+	px_result_finish(r, bytes, error);
+	paio_dequeue(p, r);
+	return r;
+}
+
+static void paio_dequeue(px_paio *p, px_result *r)
+{
+	px_paio_req *q = px_paio_req_of(r);
+	int dir = px_fdq_dir(r->c.op);
+
+	if (dir < 0 && q->fe) {
+		/* A file request on lanes. */
+		q->fe->files--;
+		paio_fd_idle(q->fe);
+		q->fe = NULL;
+		return;
+	}
+	if (dir < 0 || !q->fe || !px_link_linked(&r->plink))
+		return;
+	if (px_fdq_remove(&q->fe->fq, dir, r)) {
+		px_result *n = px_fdq_head(&q->fe->fq, dir);
+		while (n) {
+			int rc = paio_submit(p, n);
+			if (rc == 0)
+				break;
+			/* glibc refused it: it fails now, and the leader
+			 * hands it out from p->failed (it is on the
+			 * processor's started list). */
+			px_paio_req *nq = px_paio_req_of(n);
+			px_fdq_remove(&nq->fe->fq, dir, n);
+			px_result_finish(n, n->done, -rc);
+			nq->submitted = false;
+			px_list_push_back(&p->failed, &nq->ilink);
+			n = px_fdq_head(&q->fe->fq, dir);
+		}
+	}
+	paio_fd_idle(q->fe);
+}
+
+bool px__paio_is_done_req(px_paio *p, px_paio_req *q)
+{
+	px_result *r = px_paio_result_of(q);
+
+	return q->owner == p && q->submitted && r->state == PX_RS_STARTED &&
+	       px_link_linked(&q->ilink) && px_paio_done(q);
+}
+
+/* May a file request that came back with EAGAIN be done again?  Only on
+ * a regular file or block device, which never say EAGAIN themselves (a
+ * pipe given to read_file might, and would spin). */
+static bool paio_redo_safe(int fd)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+}
+
+px_result *px__paio_reap(px_paio *p, px_paio_req *q)
+{
+	px_result *r = px_paio_result_of(q);
+	px_completion *c = &r->c;
+	int err = aio_error(&q->cb);
+	ssize_t n = aio_return(&q->cb);
+
+	px_list_remove(&p->inflight, &q->ilink);
+	p->gen++;
+	q->submitted = false;
+	if (q->quiet) {
+		q->quiet = false;
+		p->nquiet--;
+	}
+	if (err == ECANCELED || (err && q->cancel_req && n < 0))
+		return paio_finish(p, r, r->done, ECANCELED);
+	if (err == EAGAIN && p->kind == PX_PAIO_SIGWAIT && !paio_is_stream(c->op) &&
+	    paio_redo_safe(c->fd)) {
+		/* glibc could not queue the signal (the queue is full) and
+		 * wrote that failure over the result.  A read or write at an
+		 * offset of a regular file or block device can be done again,
+		 * and those never say EAGAIN themselves.  Done again without a
+		 * signal: with the queue full (RLIMIT_SIGPENDING counts every
+		 * process of the user) it would fail the same way, over and
+		 * over; the wait's scans find it instead. */
+		int rc;
+		q->retries++;
+		p->requeued++;
+		q->quiet = true;
+		p->nquiet++;
+		rc = paio_submit(p, r);
+		if (rc == 0)
+			return NULL;
+		q->quiet = false;
+		p->nquiet--;
+		return paio_finish(p, r, r->done, -rc);
+	}
+	if (err)
+		return paio_finish(p, r, r->done, err > 0 ? err : EIO);
+	if (n < 0)
+		return paio_finish(p, r, r->done, EIO);
+	r->done += (size_t)n;
+	if (c->op == PX_OP_WRITE_STREAM && (r->flags & PX_RF_WRITE_ALL) &&
+	    n > 0 && r->done < c->len) {
+		int rc;
+		if (q->cancel_req)
+			return paio_finish(p, r, r->done, ECANCELED);
+		rc = paio_submit(p, r);
+		if (rc == 0)
+			return NULL;
+		return paio_finish(p, r, r->done, -rc);
+	}
+	return paio_finish(p, r, r->done, 0);
+}
+
+px_result *px__paio_next_failed(px_paio *p)
+{
+	px_link *l = px_list_pop_front(&p->failed);
+
+	return l ? px_paio_result_of(px_paio_req_of_ilink(l)) : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Provider ops                                                         */
+/* ------------------------------------------------------------------ */
+
+#define PAIO_OPS                                                               \
+	(PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |        \
+	 PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE))
+
+static int paio_start(px_provider *pv, px_result *r)
+{
+	px_paio *p = paio_of_prov(pv);
+	px_paio_req *q = px_paio_req_of(r);
+	int dir = px_fdq_dir(r->c.op);
+	px_fdq_entry *fq;
+	int rc;
+
+	if (!(PX_OP_BIT(r->c.op) & PAIO_OPS))
+		return -EOPNOTSUPP;
+	memset(q, 0, sizeof(*q));
+	r->done = 0;
+	/* glibc would only find a bad descriptor in its helper; the API
+	 * refuses it at the start. */
+	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+		return -EBADF;
+	if (dir < 0) {
+		if (p->lanes > 1) {
+			rc = px_fdq_get(&p->fdq, r->c.fd, &fq);
+			if (rc < 0)
+				return rc;
+			q->fe = px_container_of(fq, px_paio_fd, fq);
+			q->fe->files++;
+		}
+		rc = paio_submit(p, r);
+		if (rc < 0 && q->fe) {
+			q->fe->files--;
+			paio_fd_idle(q->fe);
+			q->fe = NULL;
+		}
+		if (rc == -EAGAIN)
+			return PX_START_AGAIN;
+		return rc < 0 ? rc : PX_START_STARTED;
+	}
+	rc = px_fdq_get(&p->fdq, r->c.fd, &fq);
+	if (rc < 0)
+		return rc;
+	q->fe = px_container_of(fq, px_paio_fd, fq);
+	if (!q->fe->checked) {
+		/* Once per busy spell of the descriptor (the number may be
+		 * reused while it is idle). */
+		struct stat st;
+		if (!p->sockets && fstat(r->c.fd, &st) == 0 &&
+		    S_ISSOCK(st.st_mode))
+			return -EOPNOTSUPP;
+		q->fe->checked = true;
+	}
+	if (!px_fdq_push(fq, dir, r))
+		return PX_START_STARTED;  /* goes in when the head leaves */
+	rc = paio_submit(p, r);
+	if (rc < 0) {
+		px_fdq_remove(fq, dir, r);
+		paio_fd_idle(q->fe);
+		return rc == -EAGAIN ? PX_START_AGAIN : rc;
+	}
+	return PX_START_STARTED;
+}
+
+static int paio_cancel(px_provider *pv, px_result *r)
+{
+	px_paio *p = paio_of_prov(pv);
+	px_paio_req *q = px_paio_req_of(r);
+	int rc;
+
+	if (!q->submitted) {
+		if (px_link_linked(&q->ilink))
+			return PX_CANCEL_PENDING;  /* on p->failed already */
+		/* Queued behind its descriptor's head: glibc never saw it. */
+		px_fdq_remove(&q->fe->fq, px_fdq_dir(r->c.op), r);
+		paio_fd_idle(q->fe);
+		px_result_finish(r, r->done, ECANCELED);
+		return PX_CANCEL_DONE;
+	}
+	if (q->cancel_req)
+		return PX_CANCEL_PENDING;
+	q->cancel_req = true;
+	/* Whatever glibc answers, the request notifies once more (cancelled,
+	 * or finished) and the wait hands it out: exactly one completion. */
+	rc = aio_cancel(q->cb.aio_fildes, &q->cb);
+	switch (rc) {
+	case AIO_CANCELED:
+		p->cancels[PX_PAIO_CANCELED]++;
+		break;
+	case AIO_NOTCANCELED:
+		p->cancels[PX_PAIO_NOTCANCELED]++;
+		break;
+	case AIO_ALLDONE:
+		p->cancels[PX_PAIO_ALLDONE]++;
+		break;
+	default:
+		p->cancels[PX_PAIO_CANCEL_ERR]++;
+		break;
+	}
+	return PX_CANCEL_PENDING;
+}
+
+static void paio_destroy(px_provider *pv)
+{
+	px_paio *p = paio_of_prov(pv);
+
+	switch (p->kind) {
+	case PX_PAIO_AIOCB:
+		px__paio_aiocb_fini(p);
+		break;
+	case PX_PAIO_SIGWAIT:
+		px__paio_sigwait_fini(p);
+		break;
+	default:
+		px__paio_callback_fini(p);
+		break;
+	}
+	for (size_t i = 0; i < p->fdq.n; i++) {
+		px_paio_fd *fe = (px_paio_fd *)p->fdq.tab[i];
+		if (fe && fe->wfd_open)
+			close(fe->wfd);
+		for (unsigned k = 1; fe && k < PX_POSIX_LANES_MAX; k++)
+			if (fe->lanes_open & (1u << k))
+				close(fe->lane_fd[k]);
+	}
+	px_fdq_fini(&p->fdq);
+	free(p);
+}
+
+static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
+		       px_provider **out)
+{
+	const px_posix_settings *s = (const void *)spec->settings;
+	px_paio *p = calloc(1, sizeof(*p));
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	if (!strcmp(spec->wait->name, "sigwait"))
+		p->kind = PX_PAIO_SIGWAIT;
+	else if (!strcmp(spec->wait->name, "callback"))
+		p->kind = PX_PAIO_CALLBACK;
+	else
+		p->kind = PX_PAIO_AIOCB;
+	paio_init_glibc(s->threads ? s->threads : PX_PAIO_DEFAULT_THREADS);
+	px_fdq_init(&p->fdq, sizeof(px_paio_fd));
+	px_list_init(&p->inflight);
+	px_list_init(&p->failed);
+	p->wait.intr = &p->intr;
+	p->intr.fd = -1;
+	p->intr.wait_mask = NULL;
+	switch (p->kind) {
+	case PX_PAIO_AIOCB:
+		rc = px__paio_aiocb_init(p);
+		break;
+	case PX_PAIO_SIGWAIT:
+		rc = px__paio_sigwait_init(p, s);
+		break;
+	default:
+		rc = px__paio_callback_init(p);
+		break;
+	}
+	if (rc < 0) {
+		px_fdq_fini(&p->fdq);
+		free(p);
+		return rc;
+	}
+	p->sockets = s->sockets;
+	p->lanes = s->lanes ? s->lanes : PX_PAIO_DEFAULT_LANES;
+	p->prov.ops = &px_provider_posix_ops;
+	p->prov.wait = &p->wait;
+	p->prov.ops_mask = PAIO_OPS;
+	/* Any thread may start: aio_read only queues work.  The aiocb wait's
+	 * list is the leader's own, so a start must make it rebuild. */
+	p->prov.flags = PX_PF_START_ANY_THREAD;
+	if (p->kind == PX_PAIO_AIOCB)
+		p->prov.flags |= PX_PF_START_INTERRUPT;
+	p->prov.max_aio = cfg->max_aio ? cfg->max_aio : PX_PAIO_DEFAULT_MAX_AIO;
+	p->prov.priv_size = sizeof(px_paio_req);
+	*out = &p->prov;
+	return 0;
+}
+
+/* The outcomes of aio_cancel so far (PX_PAIO_NCANCEL counters) and the
+ * sigwait wait's full scans, for the tests.  Mutex held. */
+void px__paio_stats(px_provider *pv, unsigned long *cancels, unsigned long *scans)
+{
+	px_paio *p = paio_of_prov(pv);
+
+	if (cancels)
+		memcpy(cancels, p->cancels, sizeof(p->cancels));
+	if (scans)
+		*scans = p->scans;
+}
+
+const px_provider_ops px_provider_posix_ops = {
+	.name = "posix",
+	.create = paio_create,     /* the wait's part, aio_init once */
+	.destroy = paio_destroy,   /* the wait's part, the write dups */
+	.start = paio_start,       /* aio_read/aio_write, or queue behind */
+	.cancel = paio_cancel,     /* aio_cancel; the wait hands it out */
+};

@@ -1,0 +1,193 @@
+/*
+ * posix_aio.h - state shared by the POSIX AIO provider (providers/posix_aio.c)
+ * and its three waits (wait_strategies/aiocb.c, sigwait.c, aio_callback.c).
+ *
+ * One px_paio holds the provider, the wait and the interrupt the core
+ * sees, embedded so that each ops function finds the rest with
+ * px_container_of.  Every field is guarded by the proactor mutex unless
+ * its comment says otherwise; the C library's helper threads only touch
+ * the aiocbs they were given, and the notification each one sends.
+ *
+ * sigwait: the application's duty.  The real-time signal the sigwait wait
+ * uses (the class's key rtsig=N; without it the first one from SIGRTMIN+4
+ * up that no other proactor uses and the application does not handle)
+ * must be blocked in every thread of the process that is not inside the
+ * proactor; blocking SIGRTMIN+4 to SIGRTMAX in every thread the
+ * application creates is the simple way.  The library blocks it in the
+ * thread that creates the proactor (threads created afterwards inherit the
+ * mask), in every thread that leads the processor (for good), and in its
+ * own dedicated thread.  A thread that leaves it unblocked may catch a
+ * completion signal in the handler the library installs; that completion
+ * is then found by a scan of every started request, up to a second late,
+ * but never lost.  An rtsig= another proactor uses fails with -EBUSY.
+ */
+#ifndef PX_PROVIDERS_POSIX_AIO_H
+#define PX_PROVIDERS_POSIX_AIO_H
+
+#include <aio.h>
+#include <stdatomic.h>
+
+#include "fdq.h"
+#include "internal.h"
+#include "posix_aio_class.h"
+
+/* Which wait the provider was built with. */
+enum { PX_PAIO_AIOCB = 0, PX_PAIO_SIGWAIT, PX_PAIO_CALLBACK };
+
+/* Outcomes of aio_cancel, counted for the tests. */
+enum { PX_PAIO_CANCELED = 0, PX_PAIO_NOTCANCELED, PX_PAIO_ALLDONE,
+       PX_PAIO_CANCEL_ERR, PX_PAIO_NCANCEL };
+
+/* Per stream descriptor: the shared queues and the descriptor the writes
+ * go through (see posix_aio.c: glibc queues requests by descriptor). */
+typedef struct px_paio_fd {
+	px_fdq_entry fq;
+	int wfd;            /* dup of fq.fd for writes while busy */
+	bool wfd_open;      /* wfd is valid */
+	bool checked;       /* not a socket (or sockets=aio): looked at when
+	                       the entry left idle */
+	unsigned files;     /* file requests in glibc */
+	unsigned next_lane; /* file_lanes: where the next file request goes */
+	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */
+	int lane_fd[PX_POSIX_LANES_MAX];
+} px_paio_fd;
+
+/* The provider's private space in every result. */
+typedef struct px_paio_req {
+	struct aiocb cb;            /* what glibc works on */
+	px_link ilink;              /* p->inflight while glibc has it */
+	px_paio_fd *fe;             /* stream: its descriptor's entry */
+	struct px_paio *owner;      /* the provider that submitted it */
+	struct px_paio_req *_Atomic next; /* callback wait: hand-over stack */
+	bool submitted;             /* glibc has it (cb valid) */
+	bool cancel_req;            /* px_cancel asked for it */
+	unsigned retries;           /* sigwait: redone after a lost signal */
+	bool quiet;                 /* sigwait: submitted without a signal */
+} px_paio_req;
+
+typedef struct px_paio px_paio;
+
+struct px_paio {
+	px_provider prov;
+	px_wait wait;
+	px_intr intr;
+	int kind;                   /* PX_PAIO_* */
+	bool sockets;               /* sockets=aio */
+	unsigned lanes;             /* file_lanes (1: the descriptor only) */
+	px_fdq fdq;                 /* stream queues (px_paio_fd) */
+	px_list inflight;           /* submitted requests (req ilink) */
+	px_list failed;             /* queued stream operations glibc refused
+	                               when their turn came (req ilink); the
+	                               wait hands them out first */
+	unsigned gen;               /* bumped when inflight changes */
+	unsigned long cancels[PX_PAIO_NCANCEL];
+	unsigned long scans;        /* sigwait: full scans made */
+	unsigned long requeued;     /* sigwait: requests done again */
+	unsigned nquiet;            /* sigwait: quiet requests in flight */
+
+	/* aiocb wait: the leader's own list (rebuilt in prepare), and the
+	 * interrupt: an aio_read on an eventfd that stays in the list. */
+	const struct aiocb **list;
+	unsigned nlist, cap, list_gen;
+	bool list_valid;
+	int intr_efd;
+	struct aiocb intr_cb;
+	uint64_t intr_buf;          /* where its reads land */
+	bool intr_armed;            /* intr_cb is in glibc */
+	bool intr_pending;          /* written and not yet drained */
+
+	/* sigwait wait: the signal, the pointers the leader took off the
+	 * queue during its wait (leader only), and whether to scan. */
+	int signo;
+	unsigned long sigq_max;     /* RLIMIT_SIGPENDING when created */
+	void *got[64];
+	unsigned ngot, igot;
+	bool scan;                  /* look at every started request */
+	bool scanning;
+	px_link *scan_pos;
+	bool sig_intr_pending;
+	int cap_ms;                 /* bound of the next wait (prepare) */
+	uint64_t last_seen_ns;      /* last signal taken, or last scan */
+
+	/* callback wait: the stack the notifier threads push on, the eventfd
+	 * that wakes the leader (also the interrupt), and how many notifier
+	 * threads are between their push and their write. */
+	px_paio_req *_Atomic stack;
+	px_paio_req *ready;         /* popped from the stack, oldest first */
+	int cb_efd;
+	atomic_uint notifying;
+	bool cb_intr_pending;
+};
+
+static inline px_paio *px_paio_of_wait(px_wait *w)
+{
+	return px_container_of(w, px_paio, wait);
+}
+
+static inline px_paio *px_paio_of_intr(px_intr *in)
+{
+	return px_container_of(in, px_paio, intr);
+}
+
+static inline px_paio_req *px_paio_req_of(px_result *r)
+{
+	return px_result_priv(r);
+}
+
+static inline px_result *px_paio_result_of(px_paio_req *q)
+{
+	return (px_result *)(void *)((char *)q - PX_RESULT_HDR);
+}
+
+static inline px_paio_req *px_paio_req_of_ilink(px_link *l)
+{
+	return px_container_of(l, px_paio_req, ilink);
+}
+
+/* The provider (providers/posix_aio.c), for its class. */
+extern const px_provider_ops px_provider_posix_ops PX_HIDDEN;
+
+/* Has glibc finished q (aio_error is no longer EINPROGRESS)?  Any thread. */
+static inline bool px_paio_done(const px_paio_req *q)
+{
+	return aio_error(&q->cb) != EINPROGRESS;
+}
+
+/* q is finished in glibc: take its result.  Returns its px_result with
+ * outputs set, off the in-flight list and its descriptor's queue (the next
+ * one is submitted), or NULL when q went back to glibc for the rest of a
+ * write-all.  Leader, mutex held. */
+px_result *px__paio_reap(px_paio *p, px_paio_req *q) PX_HIDDEN;
+
+/* The next result of p->failed, or NULL.  Leader, mutex held: every
+ * wait's next_completed asks this first. */
+px_result *px__paio_next_failed(px_paio *p) PX_HIDDEN;
+
+/* Is ptr a request of p that glibc has and has finished?  For the
+ * notifications that carry a pointer, which may be stale. */
+bool px__paio_is_done_req(px_paio *p, px_paio_req *q) PX_HIDDEN;
+
+/* The outcomes of aio_cancel so far (PX_PAIO_NCANCEL counters) and the
+ * sigwait wait's full scans, for the tests.  Mutex held. */
+void px__paio_stats(px_provider *pv, unsigned long *cancels,
+		    unsigned long *scans) PX_HIDDEN;
+
+/* The waits (wait_strategies/): set up and tear down their part of p, and
+ * fill in the notification of a request. */
+int px__paio_aiocb_init(px_paio *p) PX_HIDDEN;
+void px__paio_aiocb_fini(px_paio *p) PX_HIDDEN;
+int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s) PX_HIDDEN;
+void px__paio_sigwait_fini(px_paio *p) PX_HIDDEN;
+int px__paio_callback_init(px_paio *p) PX_HIDDEN;
+void px__paio_callback_fini(px_paio *p) PX_HIDDEN;
+void px__paio_sigwait_notify(px_paio *p, px_paio_req *q) PX_HIDDEN;
+void px__paio_callback_notify(px_paio *p, px_paio_req *q) PX_HIDDEN;
+
+extern const px_wait_ops px_wait_aiocb_ops PX_HIDDEN;
+extern const px_intr_ops px_intr_aiocb_ops PX_HIDDEN;
+extern const px_wait_ops px_wait_sigwait_ops PX_HIDDEN;
+extern const px_intr_ops px_intr_sigwait_ops PX_HIDDEN;
+extern const px_wait_ops px_wait_aio_callback_ops PX_HIDDEN;
+extern const px_intr_ops px_intr_aio_callback_ops PX_HIDDEN;
+
+#endif /* PX_PROVIDERS_POSIX_AIO_H */

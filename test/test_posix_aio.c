@@ -1,0 +1,675 @@
+/*
+ * test_posix_aio.c - the POSIX AIO provider's own promises, on each of its
+ * three waits (aiocb, sigwait, callback):
+ *
+ *   - every outcome of aio_cancel (AIO_CANCELED for a request glibc still
+ *     queues, AIO_NOTCANCELED for one a helper performs, AIO_ALLDONE for
+ *     one already finished) gives exactly one completion: ECANCELED for
+ *     the first, the real result for the others;
+ *   - 1,000 reads and writes of one file at distinct offsets, started from
+ *     four threads that also run the loop, each complete once, and the
+ *     file holds what was written (on the file's descriptor alone, and
+ *     spread over four with file_lanes=4);
+ *   - sigwait with a real-time signal queue far smaller than the number of
+ *     requests in flight (RLIMIT_SIGPENDING lowered): the dropped
+ *     notifications are found by scans, every request completes once;
+ *   - duplex sockets, each end reading and writing at once, with 2 and 4
+ *     threads: the posix-aio+epoll team keeps the data flowing, posix-aio
+ *     alone refuses a socket at once (EOPNOTSUPP), and with sockets=aio it
+ *     moves the data through glibc, writes on a dup of the descriptor so
+ *     that the pending read never holds them back.
+ *
+ * Two or four threads run px_handle_events throughout, so starts and
+ * cancels come from threads that are not the leader.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "core.h"
+#include "../providers/posix_aio.h"
+
+#define MAX_LOOPERS 4
+
+typedef struct rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+} rec;
+
+typedef struct fx {
+	px_proactor *px;
+	pthread_t loopers[MAX_LOOPERS];
+	int nloopers;
+	atomic_bool looping;
+} fx;
+
+#if defined(__SANITIZE_THREAD__)
+#define TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TSAN 1
+#endif
+#endif
+
+static const char *const waits[] = { "aiocb", "sigwait", "callback" };
+
+static void watchdog(int sig)
+{
+	static const char msg[] = "\nWATCHDOG: a test hung (a lost completion); "
+				  "see the last [ RUN ] line\n";
+	ssize_t rc = write(STDOUT_FILENO, msg, sizeof(msg) - 1);
+
+	(void)sig;
+	(void)rc;
+	_exit(1);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static void rec_cb(const px_completion *c)
+{
+	rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void *looper(void *arg)
+{
+	fx *f = arg;
+
+	while (atomic_load(&f->looping))
+		px_handle_events(f->px, 20);
+	return NULL;
+}
+
+static void fx_start(fx *f, const char *text, int nloopers)
+{
+	char err[256] = "";
+	int rc = px_create(&f->px, text, err, sizeof(err));
+
+	if (rc < 0)
+		fail_msg("px_create(%s): %s: %s", text, px_strerror(rc), err);
+	f->nloopers = nloopers;
+	atomic_store(&f->looping, true);
+	for (int i = 0; i < nloopers; i++)
+		assert_int_equal(pthread_create(&f->loopers[i], NULL, looper, f), 0);
+}
+
+static void fx_stop_loopers(fx *f)
+{
+	atomic_store(&f->looping, false);
+	for (int i = 0; i < f->nloopers; i++)
+		pthread_join(f->loopers[i], NULL);
+	f->nloopers = 0;
+}
+
+static void fx_end(fx *f)
+{
+	fx_stop_loopers(f);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+}
+
+static bool wait_calls(rec *r, int n, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (atomic_load(&r->calls) < n && now_ms() < end)
+		sleep_ms(1);
+	return atomic_load(&r->calls) >= n;
+}
+
+/* Open descriptors of this process. */
+static int count_fds(void)
+{
+	int n = 0;
+
+	for (int fd = 0; fd < 1024; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			n++;
+	return n;
+}
+
+static void stats(px_proactor *px, unsigned long *c, unsigned long *scans)
+{
+	pthread_mutex_lock(&px->lock);
+	px__paio_stats(px->proc[0]->prov, c, scans);
+	pthread_mutex_unlock(&px->lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Cancel outcomes                                                      */
+/* ------------------------------------------------------------------ */
+
+/* Two reads on an empty pipe, started as file reads so that both go to
+ * glibc (stream reads would wait in the descriptor's queue): the first is
+ * performed by a helper and blocks, the second waits behind it in glibc's
+ * queue of that descriptor.  A cancel gets AIO_NOTCANCELED for the first
+ * (it completes later with the data written afterwards) and AIO_CANCELED
+ * for the second (ECANCELED at once). */
+static void cancel_queued_and_running_on(const char *wait)
+{
+	char text[96];
+	fx f = { 0 };
+	int p[2];
+	static char b1[8], b2[8];
+	rec r1 = { 0 }, r2 = { 0 };
+	unsigned long c[PX_PAIO_NCANCEL];
+
+	/* One lane: both reads on the pipe's own descriptor, one queue. */
+	snprintf(text, sizeof(text), "provider=posix wait=%s file_lanes=1", wait);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	fx_start(&f, text, 2);
+	assert_int_equal(px_read_file(f.px, p[0], b1, sizeof(b1), 0, rec_cb, &r1), 0);
+	sleep_ms(30);   /* the helper is blocked in read */
+	assert_int_equal(px_read_file(f.px, p[0], b2, sizeof(b2), 0, rec_cb, &r2), 0);
+	sleep_ms(30);
+	assert_int_equal(px_cancel(f.px, p[0]), 2);
+	if (!wait_calls(&r2, 1, 5000))
+		fail_msg("%s: the request glibc cancelled never completed", wait);
+	assert_int_equal(r2.error, ECANCELED);
+	assert_int_equal(atomic_load(&r1.calls), 0);
+	assert_int_equal(write(p[1], "data", 4), 4);
+	if (!wait_calls(&r1, 1, 5000))
+		fail_msg("%s: the running request never completed", wait);
+	assert_int_equal(r1.error, 0);
+	assert_int_equal(r1.bytes, 4);
+	assert_memory_equal(b1, "data", 4);
+	stats(f.px, c, NULL);
+	assert_int_equal(c[PX_PAIO_CANCELED], 1);
+	assert_int_equal(c[PX_PAIO_NOTCANCELED], 1);
+	sleep_ms(30);
+	assert_int_equal(atomic_load(&r1.calls), 1);
+	assert_int_equal(atomic_load(&r2.calls), 1);
+	fx_end(&f);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void cancel_queued_and_running(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		cancel_queued_and_running_on(waits[i]);
+}
+
+/* A read that glibc finished before the cancel (nobody runs the loop
+ * meanwhile): AIO_ALLDONE, and the completion carries its data. */
+static void cancel_all_done_on(const char *wait)
+{
+	char text[96], path[] = "/tmp/px_paio_XXXXXX";
+	static char buf[16];
+	fx f = { 0 };
+	rec r = { 0 };
+	unsigned long c[PX_PAIO_NCANCEL];
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(pwrite(fd, "0123456789", 10, 0), 10);
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 0);
+	assert_int_equal(px_read_file(f.px, fd, buf, 10, 0, rec_cb, &r), 0);
+	sleep_ms(50);
+	assert_int_equal(px_cancel(f.px, fd), 1);
+	stats(f.px, c, NULL);
+	assert_int_equal(c[PX_PAIO_ALLDONE], 1);
+	for (int i = 0; i < 100 && !atomic_load(&r.calls); i++)
+		px_handle_events(f.px, 50);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_int_equal(r.error, 0);
+	assert_int_equal(r.bytes, 10);
+	assert_memory_equal(buf, "0123456789", 10);
+	fx_end(&f);
+	close(fd);
+}
+
+static void cancel_all_done(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		cancel_all_done_on(waits[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* Files: 1,000 requests from four threads                              */
+/* ------------------------------------------------------------------ */
+
+enum { FILE_BLOCKS = 500, FILE_BLOCK = 512, FILE_THREADS = 4 };
+
+typedef struct file_job {
+	fx *f;
+	int fd;
+	int first, n;      /* blocks of this thread */
+	rec *recs;         /* 2 per block: write, then read */
+	uint8_t *wbuf, *rbuf;
+} file_job;
+
+static uint8_t file_byte(int block, int i)
+{
+	return (uint8_t)(block * 131 + i * 7 + 1);
+}
+
+static void *file_starter(void *arg)
+{
+	file_job *j = arg;
+
+	for (int b = j->first; b < j->first + j->n; b++) {
+		uint8_t *w = j->wbuf + (size_t)b * FILE_BLOCK;
+		for (int i = 0; i < FILE_BLOCK; i++)
+			w[i] = file_byte(b, i);
+		int rc = px_write_file(j->f->px, j->fd, w, FILE_BLOCK,
+				       (uint64_t)b * FILE_BLOCK, rec_cb,
+				       &j->recs[2 * b]);
+		if (rc < 0)
+			return (void *)(intptr_t)rc;
+		/* A read of a block written in the first pass (the second
+		 * half of the file is filled by pwrite before). */
+		int rb = FILE_BLOCKS + b;
+		rc = px_read_file(j->f->px, j->fd, j->rbuf + (size_t)b * FILE_BLOCK,
+				  FILE_BLOCK, (uint64_t)rb * FILE_BLOCK, rec_cb,
+				  &j->recs[2 * b + 1]);
+		if (rc < 0)
+			return (void *)(intptr_t)rc;
+		/* Run the loop too: the starters are event-loop threads. */
+		if (b % 16 == 0)
+			px_handle_events(j->f->px, 0);
+	}
+	return NULL;
+}
+
+static void file_thousand_on(const char *wait, unsigned lanes)
+{
+	char text[96], path[] = "/tmp/px_paio_XXXXXX";
+	fx f = { 0 };
+	size_t total = (size_t)FILE_BLOCKS * FILE_BLOCK;
+	uint8_t *wbuf = malloc(total), *rbuf = malloc(total), *pre = malloc(total);
+	uint8_t *check = malloc(total);
+	rec *recs = calloc(2 * FILE_BLOCKS, sizeof(*recs));
+	file_job jobs[FILE_THREADS];
+	pthread_t th[FILE_THREADS];
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0 && wbuf && rbuf && pre && check && recs);
+	unlink(path);
+	for (size_t i = 0; i < total; i++)
+		pre[i] = (uint8_t)(i * 13 + 5);
+	assert_int_equal(pwrite(fd, pre, total, (off_t)total), (ssize_t)total);
+	snprintf(text, sizeof(text), "provider=posix wait=%s max_aio=4096 "
+		 "file_lanes=%u", wait, lanes);
+	fx_start(&f, text, 0);
+	int fds_before = count_fds();
+	for (int t = 0; t < FILE_THREADS; t++) {
+		jobs[t] = (file_job){ &f, fd, t * (FILE_BLOCKS / FILE_THREADS),
+				      FILE_BLOCKS / FILE_THREADS, recs, wbuf, rbuf };
+		assert_int_equal(pthread_create(&th[t], NULL, file_starter, &jobs[t]), 0);
+	}
+	for (int t = 0; t < FILE_THREADS; t++) {
+		void *rv;
+		pthread_join(th[t], &rv);
+		assert_null(rv);
+	}
+	/* Four threads run the loop until everything came back. */
+	atomic_store(&f.looping, true);
+	f.nloopers = FILE_THREADS;
+	for (int t = 0; t < FILE_THREADS; t++)
+		assert_int_equal(pthread_create(&f.loopers[t], NULL, looper, &f), 0);
+	uint64_t end = now_ms() + 20000;
+	for (int i = 0; i < 2 * FILE_BLOCKS; i++) {
+		while (atomic_load(&recs[i].calls) == 0 && now_ms() < end)
+			sleep_ms(1);
+		if (atomic_load(&recs[i].calls) != 1)
+			fail_msg("%s: request %d completed %d times", wait, i,
+				 atomic_load(&recs[i].calls));
+		assert_int_equal(recs[i].error, 0);
+		assert_int_equal(recs[i].bytes, FILE_BLOCK);
+	}
+	/* Every request is reaped once its callback ran: the dups of the
+	 * file's lanes are closed again. */
+	fx_stop_loopers(&f);
+	assert_int_equal(count_fds(), fds_before);
+	fx_end(&f);
+	for (int i = 0; i < 2 * FILE_BLOCKS; i++)
+		assert_int_equal(atomic_load(&recs[i].calls), 1);
+	assert_memory_equal(rbuf, pre, total);
+	assert_int_equal(pread(fd, check, total, 0), (ssize_t)total);
+	assert_memory_equal(check, wbuf, total);
+	close(fd);
+	free(wbuf);
+	free(rbuf);
+	free(pre);
+	free(check);
+	free(recs);
+}
+
+static void file_thousand(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		file_thousand_on(waits[i], 1);
+		file_thousand_on(waits[i], 4);   /* spread over dups */
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Signal queue overflow                                                */
+/* ------------------------------------------------------------------ */
+
+enum { OVF_OPS = 2000, OVF_SIGQ = 8 };
+
+/* The child's part (the program run again with "overflow"): a fresh
+ * process, since glibc's AIO does not survive a fork of a process whose
+ * helper threads exist, and the lowered limit touches nothing else. */
+static int overflow_child(void)
+{
+	struct rlimit rl = { OVF_SIGQ, OVF_SIGQ };
+	char path[] = "/tmp/px_paio_XXXXXX";
+	static char buf[64];
+	rec *recs = calloc(OVF_OPS, sizeof(*recs));
+	unsigned long scans = 0;
+	fx f = { 0 };
+	int fd = mkstemp(path);
+
+	if (fd < 0 || !recs || setrlimit(RLIMIT_SIGPENDING, &rl) < 0)
+		return 2;
+	unlink(path);
+	if (pwrite(fd, "0123456789abcdef", 16, 0) != 16)
+		return 2;
+	if (px_create(&f.px, "provider=posix wait=sigwait max_aio=4096", NULL,
+		      0) < 0)
+		return 3;
+	for (int i = 0; i < OVF_OPS; i++)
+		if (px_read_file(f.px, fd, buf, 16, 0, rec_cb, &recs[i]) < 0)
+			return 4;
+	atomic_store(&f.looping, true);
+	f.nloopers = 4;
+	for (int t = 0; t < 4; t++)
+		pthread_create(&f.loopers[t], NULL, looper, &f);
+	uint64_t end = now_ms() + 30000;
+	for (int i = 0; i < OVF_OPS; i++) {
+		while (!atomic_load(&recs[i].calls) && now_ms() < end)
+			sleep_ms(1);
+		if (atomic_load(&recs[i].calls) != 1 || recs[i].error ||
+		    recs[i].bytes != 16) {
+			printf("request %d: %d calls, error %d, %zu bytes\n", i,
+			       atomic_load(&recs[i].calls), recs[i].error,
+			       recs[i].bytes);
+			return 5;
+		}
+	}
+	fx_stop_loopers(&f);
+	stats(f.px, NULL, &scans);
+	px_destroy(f.px);
+	for (int i = 0; i < OVF_OPS; i++)
+		if (atomic_load(&recs[i].calls) != 1)
+			return 6;
+	printf("%d requests, signal queue of %d: %lu scans\n", OVF_OPS, OVF_SIGQ,
+	       scans);
+	free(recs);
+	close(fd);
+	return scans ? 0 : 7;
+}
+
+static void sigwait_queue_overflow(void **state)
+{
+	pid_t pid;
+	int status;
+
+	(void)state;
+	fflush(stdout);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_posix_aio", "overflow", (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* Duplex sockets                                                       */
+/* ------------------------------------------------------------------ */
+
+enum { DPX_PAIRS = 8, DPX_BLOCK = 4096, DPX_BLOCKS = 64 };
+
+typedef struct dpx_end {
+	px_proactor *px;
+	int fd, peer_idx;
+	uint32_t seed;          /* what this end sends */
+	uint32_t peer_seed;     /* what it must receive */
+	uint8_t wbuf[DPX_BLOCK], rbuf[DPX_BLOCK];
+	uint64_t sent, received;
+	atomic_int done;        /* both directions finished */
+	atomic_int wdone, rdone;
+	atomic_int error;
+} dpx_end;
+
+static uint8_t dpx_byte(uint32_t seed, uint64_t off)
+{
+	uint64_t x = (off + seed) * 0x9e3779b97f4a7c15ull;
+	return (uint8_t)(x >> 56);
+}
+
+static void dpx_read_cb(const px_completion *c);
+
+static void dpx_write_cb(const px_completion *c)
+{
+	dpx_end *e = c->user;
+
+	if (c->error) {
+		atomic_store(&e->error, c->error);
+		atomic_store(&e->wdone, 1);
+		return;
+	}
+	e->sent += c->bytes;
+	if (e->sent >= (uint64_t)DPX_BLOCK * DPX_BLOCKS) {
+		atomic_store(&e->wdone, 1);
+		return;
+	}
+	for (int i = 0; i < DPX_BLOCK; i++)
+		e->wbuf[i] = dpx_byte(e->seed, e->sent + (uint64_t)i);
+	int rc = px_write_stream_all(e->px, e->fd, e->wbuf, DPX_BLOCK,
+				     dpx_write_cb, e);
+	if (rc < 0) {
+		atomic_store(&e->error, -rc);
+		atomic_store(&e->wdone, 1);
+	}
+}
+
+static void dpx_read_cb(const px_completion *c)
+{
+	dpx_end *e = c->user;
+
+	if (c->error || c->bytes == 0) {
+		atomic_store(&e->error, c->error ? c->error : EPIPE);
+		atomic_store(&e->rdone, 1);
+		return;
+	}
+	for (size_t i = 0; i < c->bytes; i++)
+		if (e->rbuf[i] != dpx_byte(e->peer_seed, e->received + i)) {
+			atomic_store(&e->error, EILSEQ);
+			atomic_store(&e->rdone, 1);
+			return;
+		}
+	e->received += c->bytes;
+	if (e->received >= (uint64_t)DPX_BLOCK * DPX_BLOCKS) {
+		atomic_store(&e->rdone, 1);
+		return;
+	}
+	int rc = px_read_stream(e->px, e->fd, e->rbuf, DPX_BLOCK, dpx_read_cb, e);
+	if (rc < 0) {
+		atomic_store(&e->error, -rc);
+		atomic_store(&e->rdone, 1);
+	}
+}
+
+/* Every end reads and writes at once: its read stays pending while its
+ * writes go out. */
+static void duplex_run(const char *text, int threads)
+{
+	static dpx_end ends[2 * DPX_PAIRS];
+	fx f = { 0 };
+
+	fx_start(&f, text, threads);
+	memset(ends, 0, sizeof(ends));
+	for (int i = 0; i < DPX_PAIRS; i++) {
+		int sv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+					    sv), 0);
+		for (int k = 0; k < 2; k++) {
+			dpx_end *e = &ends[2 * i + k];
+			e->px = f.px;
+			e->fd = sv[k];
+			e->seed = (uint32_t)(2 * i + k) * 7919u;
+			e->peer_seed = (uint32_t)(2 * i + 1 - k) * 7919u;
+		}
+	}
+	for (int i = 0; i < 2 * DPX_PAIRS; i++) {
+		dpx_end *e = &ends[i];
+		assert_int_equal(px_read_stream(f.px, e->fd, e->rbuf, DPX_BLOCK,
+						dpx_read_cb, e), 0);
+	}
+	for (int i = 0; i < 2 * DPX_PAIRS; i++) {
+		dpx_end *e = &ends[i];
+		for (int b = 0; b < DPX_BLOCK; b++)
+			e->wbuf[b] = dpx_byte(e->seed, (uint64_t)b);
+		assert_int_equal(px_write_stream_all(f.px, e->fd, e->wbuf,
+						     DPX_BLOCK, dpx_write_cb, e),
+				 0);
+	}
+	uint64_t end = now_ms() + 30000;
+	for (int i = 0; i < 2 * DPX_PAIRS; i++) {
+		dpx_end *e = &ends[i];
+		while ((!atomic_load(&e->wdone) || !atomic_load(&e->rdone)) &&
+		       now_ms() < end)
+			sleep_ms(1);
+		if (!atomic_load(&e->wdone) || !atomic_load(&e->rdone))
+			fail_msg("%s, %d threads: end %d stalled (sent %llu, "
+				 "received %llu of %d)", text, threads, i,
+				 (unsigned long long)e->sent,
+				 (unsigned long long)e->received,
+				 DPX_BLOCK * DPX_BLOCKS);
+		if (atomic_load(&e->error))
+			fail_msg("%s: end %d: %s", text, i,
+				 strerror(atomic_load(&e->error)));
+	}
+	fx_end(&f);
+	for (int i = 0; i < 2 * DPX_PAIRS; i++)
+		close(ends[i].fd);
+}
+
+static void duplex_team(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		char text[96];
+		snprintf(text, sizeof(text), "posix-aio+epoll wait=%s", waits[i]);
+		duplex_run(text, 2);
+		duplex_run(text, 4);
+	}
+}
+
+static void duplex_posix_sockets_aio(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		char text[96];
+		snprintf(text, sizeof(text), "provider=posix wait=%s sockets=aio",
+			 waits[i]);
+		duplex_run(text, 2);
+		duplex_run(text, 4);
+	}
+}
+
+/* posix-aio alone: a socket is refused at the start, at once. */
+static void posix_alone_refuses_sockets(void **state)
+{
+	static char buf[8];
+	fx f = { 0 };
+	rec r = { 0 };
+	int sv[2];
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	fx_start(&f, "posix-aio", 2);
+	assert_int_equal(px_read_stream(f.px, sv[0], buf, sizeof(buf), rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_write_stream(f.px, sv[0], "x", 1, rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_accept(f.px, sv[0], rec_cb, &r), -EOPNOTSUPP);
+	sleep_ms(20);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	fx_end(&f);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cancel_queued_and_running),
+		cmocka_unit_test(cancel_all_done),
+		cmocka_unit_test(file_thousand),
+		cmocka_unit_test(posix_alone_refuses_sockets),
+		cmocka_unit_test(duplex_team),
+		cmocka_unit_test(duplex_posix_sockets_aio),
+		cmocka_unit_test(sigwait_queue_overflow),
+	};
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc > 1 && !strcmp(argv[1], "overflow"))
+		return overflow_child();
+#ifdef TSAN
+	/* glibc starts its AIO helpers with its internal pthread_create,
+	 * unseen by ThreadSanitizer; a helper that starts another one mallocs
+	 * in a thread TSan does not know and crashes its allocator.  Only
+	 * the parts that hand glibc nothing run. */
+	printf("ThreadSanitizer: only the tests without POSIX AIO requests run "
+	       "(glibc's AIO helper threads crash TSan's allocator)\n");
+	const struct CMUnitTest tsan_tests[] = {
+		cmocka_unit_test(posix_alone_refuses_sockets),
+		cmocka_unit_test(duplex_team),
+	};
+	(void)tests;
+	return cmocka_run_group_tests_name("posix_aio", tsan_tests, NULL, NULL);
+#endif
+	signal(SIGALRM, watchdog);
+	alarm(240);
+	return cmocka_run_group_tests_name("posix_aio", tests, NULL, NULL);
+}

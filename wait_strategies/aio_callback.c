@@ -1,0 +1,192 @@
+/*
+ * aio_callback.c - the POSIX AIO provider's SIGEV_THREAD wait
+ * (providers/posix_aio.c only) and its native interrupt.
+ *
+ * Each request notifies with SIGEV_THREAD: once its result is set, glibc
+ * runs cbw_notify in a new thread of its own.  That thread must not take
+ * the proactor mutex (the leader may hold it while it reaps, and the
+ * application's callbacks run under no promise about such threads), so it
+ * only hands the request over: it pushes it on a lock-free stack and, if
+ * the stack was empty, writes 1 to an eventfd.  The leader waits in poll
+ * on that eventfd, with the mutex released; next_completed() reads the
+ * eventfd empty, takes the whole stack at once, puts it back in
+ * notification order and reaps the requests one by one.
+ *
+ * The eventfd is also the interrupt: interrupt() writes to it like a
+ * notifier, and a wake-up with an empty stack is just a wake-up.
+ *
+ * Life time.  A notifier touches the request (its push) and then the
+ * provider (the eventfd).  The request stays valid until the leader reaps
+ * it, which needs the push first; the provider must outlive the write, so
+ * notifiers count themselves in and out (px_paio.notifying) and destroy
+ * waits for the count to reach zero before it closes the eventfd.
+ *
+ * glibc creates one thread per notification (with every signal blocked).
+ * Should that pthread_create fail, glibc drops the notification without a
+ * word and that request is never handed over; nothing here can tell it
+ * apart from a request still running.  The aiocb and sigwait waits look
+ * at aio_error themselves and have no such hole.
+ */
+#include <poll.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "../providers/posix_aio.h"
+
+static void cbw_kick(px_paio *p)
+{
+	uint64_t one = 1;
+
+	while (write(p->cb_efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+/* Runs in a thread glibc creates for the notification. */
+static void cbw_notify(union sigval v)
+{
+	px_paio_req *q = v.sival_ptr;
+	px_paio *p = q->owner;
+	px_paio_req *head;
+
+	atomic_fetch_add(&p->notifying, 1);
+	head = atomic_load_explicit(&p->stack, memory_order_relaxed);
+	do {
+		atomic_store_explicit(&q->next, head, memory_order_relaxed);
+	} while (!atomic_compare_exchange_weak_explicit(&p->stack, &head, q,
+							memory_order_release,
+							memory_order_relaxed));
+	if (!head)
+		cbw_kick(p);
+	atomic_fetch_sub(&p->notifying, 1);
+}
+
+void px__paio_callback_notify(px_paio *p, px_paio_req *q)
+{
+	(void)p;
+	q->cb.aio_sigevent.sigev_notify = SIGEV_THREAD;
+	q->cb.aio_sigevent.sigev_notify_function = cbw_notify;
+	q->cb.aio_sigevent.sigev_notify_attributes = NULL;
+	q->cb.aio_sigevent.sigev_value.sival_ptr = q;
+}
+
+static int cbw_prepare(px_wait *w, px_list *started)
+{
+	(void)w;
+	(void)started;
+	return 0;
+}
+
+static int cbw_wait(px_wait *w, int timeout_ms)
+{
+	px_paio *p = px_paio_of_wait(w);
+	struct pollfd pfd = { .fd = p->cb_efd, .events = POLLIN };
+	int rc;
+
+	if (atomic_load_explicit(&p->stack, memory_order_acquire))
+		return 1;
+	rc = poll(&pfd, 1, timeout_ms);
+	return rc < 0 ? -errno : rc;
+}
+
+static px_result *cbw_next_completed(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+	px_result *r;
+
+	if ((r = px__paio_next_failed(p)))
+		return r;
+	for (;;) {
+		if (!p->ready) {
+			uint64_t v;
+			px_paio_req *s, *rev = NULL;
+
+			/* Read first: a push after the read writes again. */
+			if (read(p->cb_efd, &v, sizeof(v)) > 0)
+				p->cb_intr_pending = false;
+			s = atomic_exchange_explicit(&p->stack, NULL,
+						     memory_order_acquire);
+			while (s) {
+				px_paio_req *n = atomic_load_explicit(
+					&s->next, memory_order_relaxed);
+				atomic_store_explicit(&s->next, rev,
+						      memory_order_relaxed);
+				rev = s;
+				s = n;
+			}
+			p->ready = rev;
+			if (!p->ready)
+				return NULL;
+		}
+		px_paio_req *q = p->ready;
+		p->ready = atomic_load_explicit(&q->next, memory_order_relaxed);
+		atomic_store_explicit(&q->next, NULL, memory_order_relaxed);
+		if ((r = px__paio_reap(p, q)))
+			return r;
+	}
+}
+
+static void cbw_wait_destroy(px_wait *w)
+{
+	(void)w;
+}
+
+const px_wait_ops px_wait_aio_callback_ops = {
+	.name = "callback",
+	.destroy = cbw_wait_destroy,          /* nothing: in the provider */
+	.on_start = NULL,
+	.prepare = cbw_prepare,               /* nothing: the stack is ready */
+	.wait = cbw_wait,                     /* poll on the eventfd */
+	.next_completed = cbw_next_completed, /* take the stack, reap */
+};
+
+/* ------------------------------------------------------------------ */
+/* Native interrupt                                                     */
+/* ------------------------------------------------------------------ */
+
+static void cbw_intr_interrupt(px_intr *in)
+{
+	px_paio *p = px_paio_of_intr(in);
+
+	if (p->cb_intr_pending)
+		return;
+	p->cb_intr_pending = true;
+	cbw_kick(p);
+}
+
+static void cbw_intr_nop(px_intr *in)
+{
+	(void)in;
+}
+
+const px_intr_ops px_intr_aio_callback_ops = {
+	.name = "native",
+	.destroy = cbw_intr_nop,             /* the provider closes it */
+	.interrupt = cbw_intr_interrupt,     /* write the eventfd */
+	.leader_activated = NULL,
+	.leader_deactivated = NULL,
+	.drain = cbw_intr_nop,               /* next_completed reads it */
+};
+
+int px__paio_callback_init(px_paio *p)
+{
+	p->cb_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (p->cb_efd < 0)
+		return -errno;
+	atomic_init(&p->stack, NULL);
+	atomic_init(&p->notifying, 0);
+	p->wait.ops = &px_wait_aio_callback_ops;
+	p->intr.ops = &px_intr_aio_callback_ops;
+	return 0;
+}
+
+void px__paio_callback_fini(px_paio *p)
+{
+	/* Every request was reaped, so every notifier has pushed; wait for
+	 * the last ones to be done with the eventfd. */
+	while (atomic_load(&p->notifying))
+		sched_yield();
+	close(p->cb_efd);
+}

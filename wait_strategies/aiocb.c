@@ -1,0 +1,223 @@
+/*
+ * aiocb.c - the POSIX AIO provider's aio_suspend wait (providers/posix_aio.c
+ * only) and its native interrupt.
+ *
+ * The list.  aio_suspend takes an array of aiocb pointers and waits until
+ * one of them is no longer in progress.  glibc hooks a waiter onto every
+ * request of the array for the length of the call; threads sharing one
+ * array while it changed under them have tripped an assertion in glibc.
+ * Here the array belongs to the leader alone: prepare() (mutex held)
+ * rebuilds it from the provider's in-flight list when that list changed
+ * since the last build (px_paio.gen: a request submitted or reaped), and
+ * wait() (mutex released) passes it to aio_suspend.  A reaped request must
+ * leave the array before the next wait: its aiocb says "finished" (or
+ * belongs to another operation by then) and would make aio_suspend return
+ * at once forever.  No result in the array can be freed during the wait,
+ * since only the leader reaps.  Requests started by other threads are not
+ * in the array, so a start from another thread must interrupt the leader
+ * (the provider asks for start=any-interrupt).
+ *
+ * Which finished: next_completed() walks the in-flight list once per wait
+ * and reaps every request whose aio_error is no longer EINPROGRESS.
+ *
+ * The interrupt.  aio_suspend only watches aiocbs (a signal would race
+ * with the call, which takes no signal mask), so the interrupt is one of
+ * them: an 8-byte aio_read on an eventfd, always in the array.  interrupt()
+ * writes 1 to the eventfd, the helper's read returns and so does
+ * aio_suspend; next_completed() sees it finished and queues the next read.
+ * The read keeps one glibc helper thread for itself.  At destroy it is
+ * finished by one last write.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../providers/posix_aio.h"
+
+static int aiocb_arm(px_paio *p)
+{
+	memset(&p->intr_cb, 0, sizeof(p->intr_cb));
+	p->intr_cb.aio_fildes = p->intr_efd;
+	p->intr_cb.aio_buf = &p->intr_buf;
+	p->intr_cb.aio_nbytes = sizeof(p->intr_buf);
+	p->intr_cb.aio_sigevent.sigev_notify = SIGEV_NONE;
+	if (aio_read(&p->intr_cb) < 0)
+		return -errno;
+	p->intr_armed = true;
+	p->list_valid = false;
+	return 0;
+}
+
+static int aiocb_prepare(px_wait *w, px_list *started)
+{
+	px_paio *p = px_paio_of_wait(w);
+	unsigned n = 0;
+
+	(void)started;
+	if (!p->intr_armed && aiocb_arm(p) < 0) {
+		/* No interrupt now: a zero wait over nothing, and again. */
+		p->nlist = 0;
+		p->list_valid = false;
+		return -EAGAIN;
+	}
+	if (p->list_valid && p->list_gen == p->gen)
+		return 0;
+	if (px_list_count(&p->inflight) + 1 > p->cap) {
+		unsigned cap = p->cap ? p->cap : 64;
+		while (cap < px_list_count(&p->inflight) + 1)
+			cap *= 2;
+		const struct aiocb **l = realloc(p->list, cap * sizeof(*l));
+		if (!l)
+			return -ENOMEM;
+		p->list = l;
+		p->cap = cap;
+	}
+	p->list[n++] = &p->intr_cb;
+	for (px_link *l = px_list_first(&p->inflight); l;
+	     l = px_list_next(&p->inflight, l))
+		p->list[n++] = &px_paio_req_of_ilink(l)->cb;
+	p->nlist = n;
+	p->list_gen = p->gen;
+	p->list_valid = true;
+	p->scan = true;
+	return 0;
+}
+
+static int aiocb_wait(px_wait *w, int timeout_ms)
+{
+	px_paio *p = px_paio_of_wait(w);
+	struct timespec ts, *tsp = NULL;
+	int rc;
+
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+		tsp = &ts;
+	}
+	if (!p->nlist) {
+		p->scan = true;   /* reap what finished meanwhile all the same */
+		return 0;
+	}
+	rc = aio_suspend(p->list, (int)p->nlist, tsp);
+	p->scan = true;
+	if (rc < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	return 1;
+}
+
+static px_result *aiocb_next_completed(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+	px_result *r;
+
+	if ((r = px__paio_next_failed(p)))
+		return r;
+	if (p->intr_armed && aio_error(&p->intr_cb) != EINPROGRESS) {
+		aio_return(&p->intr_cb);
+		p->intr_armed = false;
+		p->intr_pending = false;
+		aiocb_arm(p);
+	}
+	if (!p->scan)
+		return NULL;
+	/* One walk per wait, carried over the calls.  Requests the reaps
+	 * submit go to the back, in progress. */
+	if (!p->scanning) {
+		p->scanning = true;
+		p->scan_pos = px_list_first(&p->inflight);
+	}
+	while (p->scan_pos) {
+		px_link *l = p->scan_pos;
+		px_paio_req *q = px_paio_req_of_ilink(l);
+		p->scan_pos = px_list_next(&p->inflight, l);
+		if (px_paio_done(q) && (r = px__paio_reap(p, q)))
+			return r;
+	}
+	p->scanning = false;
+	p->scan = false;
+	return NULL;
+}
+
+static void aiocb_wait_destroy(px_wait *w)
+{
+	(void)w;   /* embedded in the provider */
+}
+
+const px_wait_ops px_wait_aiocb_ops = {
+	.name = "aiocb",
+	.destroy = aiocb_wait_destroy,          /* nothing: in the provider */
+	.on_start = NULL,
+	.prepare = aiocb_prepare,               /* rebuild the leader's list */
+	.wait = aiocb_wait,                     /* aio_suspend over it */
+	.next_completed = aiocb_next_completed, /* aio_error walk, reap */
+};
+
+/* ------------------------------------------------------------------ */
+/* Native interrupt                                                     */
+/* ------------------------------------------------------------------ */
+
+static void aiocb_intr_interrupt(px_intr *in)
+{
+	px_paio *p = px_paio_of_intr(in);
+	uint64_t one = 1;
+
+	if (p->intr_pending)
+		return;
+	p->intr_pending = true;
+	while (write(p->intr_efd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+static void aiocb_intr_nop(px_intr *in)
+{
+	(void)in;   /* next_completed re-arms the read */
+}
+
+const px_intr_ops px_intr_aiocb_ops = {
+	.name = "native",
+	.destroy = aiocb_intr_nop,             /* the provider closes it */
+	.interrupt = aiocb_intr_interrupt,     /* one write per drain cycle */
+	.leader_activated = NULL,
+	.leader_deactivated = NULL,
+	.drain = aiocb_intr_nop,
+};
+
+int px__paio_aiocb_init(px_paio *p)
+{
+	int rc;
+
+	/* Blocking: the helper's read waits for the write. */
+	p->intr_efd = eventfd(0, EFD_CLOEXEC);
+	if (p->intr_efd < 0)
+		return -errno;
+	p->wait.ops = &px_wait_aiocb_ops;
+	p->intr.ops = &px_intr_aiocb_ops;
+	rc = aiocb_arm(p);
+	if (rc < 0) {
+		close(p->intr_efd);
+		return rc;
+	}
+	return 0;
+}
+
+void px__paio_aiocb_fini(px_paio *p)
+{
+	if (p->intr_armed) {
+		const struct aiocb *one[1] = { &p->intr_cb };
+		uint64_t v = 1;
+
+		/* A running read cannot be cancelled: finish it. */
+		if (aio_cancel(p->intr_efd, &p->intr_cb) != AIO_CANCELED) {
+			while (write(p->intr_efd, &v, sizeof(v)) < 0 &&
+			       errno == EINTR)
+				;
+		}
+		while (aio_error(&p->intr_cb) == EINPROGRESS)
+			aio_suspend(one, 1, NULL);
+		aio_return(&p->intr_cb);
+	}
+	close(p->intr_efd);
+	free(p->list);
+}

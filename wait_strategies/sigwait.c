@@ -1,0 +1,306 @@
+/*
+ * sigwait.c - the POSIX AIO provider's real-time signal wait
+ * (providers/posix_aio.c only) and its native interrupt.
+ *
+ * Each request notifies with SIGEV_SIGNAL: glibc's helper queues the
+ * signal (the class's rtsig=, SIGRTMIN+4 by default) to the process with
+ * the result's address as its value once the result is set.  The signal is
+ * blocked in every thread the proactor runs in, so it stays queued until
+ * the leader takes it with sigtimedwait; the leader then takes whatever
+ * else is queued without waiting (up to 64 per wait) and next_completed()
+ * reaps the requests they name.  A value is only a hint: a request found
+ * by a scan (below) may have been reaped, and its result reused, before
+ * its signal is taken, so a value is reaped only if it is one of this
+ * provider's submitted requests and aio_error says it has finished.
+ *
+ * Overflow.  Real-time signals are queued per user up to RLIMIT_SIGPENDING;
+ * beyond that the helper's sigqueue fails and glibc drops the
+ * notification without a word.  A dropped signal cannot be seen, so the
+ * leader looks at every started request (aio_error, a read of memory)
+ * whenever nothing came for a while: when no signal came for 1 s (5 ms
+ * while the requests in flight could fill a quarter of the queue) and
+ * requests are in flight, it scans; its wait is bounded by that time so
+ * that it gets to look.  A signal caught by a thread that did not block
+ * it (see posix_aio.h) lands in a handler that asks for the same scan.
+ *
+ * glibc writes a failed sigqueue's EAGAIN over the request's result; the
+ * provider then does a file request again without a signal ("quiet"),
+ * since a full queue would fail it the same way over and over, and while
+ * quiet requests are in flight the leader waits at most 5 ms and scans
+ * after every wait.
+ *
+ * The interrupt is the same signal, queued to the process with the
+ * provider's own address as value: whichever thread leads takes it.  One
+ * is in the queue at a time (sig_intr_pending); should the queue be full,
+ * the bounded wait stands in for it.
+ *
+ * One proactor per signal number: the queue is the process's, and a leader
+ * cannot tell another proactor's requests from stale ones.  Without rtsig=
+ * each proactor takes the first free signal from SIGRTMIN+4 up; an rtsig=
+ * already taken fails with -EBUSY.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../providers/posix_aio.h"
+
+#define SIGW_DEFAULT_OFFSET 4   /* SIGRTMIN + 4 */
+#define SIGW_IDLE_MS 1000       /* longest wait with requests in flight */
+#define SIGW_BUSY_MS 5          /* ... when overflow is possible */
+
+static pthread_mutex_t sigw_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	px_paio *owner;
+	struct sigaction old;
+} sigw_slot[NSIG];
+
+/* Set by the handler: a signal reached a thread that did not block it. */
+static atomic_int sigw_stray;
+
+static void sigw_handler(int signo, siginfo_t *si, void *uc)
+{
+	(void)signo;
+	(void)si;
+	(void)uc;
+	atomic_store(&sigw_stray, 1);
+}
+
+static void sigw_block(int signo)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, signo);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+void px__paio_sigwait_notify(px_paio *p, px_paio_req *q)
+{
+	q->cb.aio_sigevent.sigev_notify = SIGEV_SIGNAL;
+	q->cb.aio_sigevent.sigev_signo = p->signo;
+	q->cb.aio_sigevent.sigev_value.sival_ptr = q;
+}
+
+static int sigw_prepare(px_wait *w, px_list *started)
+{
+	px_paio *p = px_paio_of_wait(w);
+
+	(void)started;
+	p->ngot = p->igot = 0;
+	if (atomic_exchange(&sigw_stray, 0))
+		p->scan = true;
+	p->cap_ms = p->nquiet || px_list_count(&p->inflight) >= p->sigq_max / 4
+			    ? SIGW_BUSY_MS
+			    : SIGW_IDLE_MS;
+	return p->scan ? -EAGAIN : 0;  /* scan first: no blocking wait */
+}
+
+static int sigw_wait(px_wait *w, int timeout_ms)
+{
+	px_paio *p = px_paio_of_wait(w);
+	const struct timespec zero = { 0, 0 };
+	struct timespec ts;
+	siginfo_t si;
+	sigset_t set;
+	int cap, rc;
+
+	sigemptyset(&set);
+	sigaddset(&set, p->signo);
+	/* Bounded, so that a dropped notification costs a scan, not a hang
+	 * (next_completed decides on the scan).  p->cap_ms was set under the
+	 * mutex by prepare. */
+	cap = p->cap_ms;
+	if (timeout_ms < 0 || timeout_ms > cap)
+		timeout_ms = cap;
+	ts.tv_sec = timeout_ms / 1000;
+	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+	rc = sigtimedwait(&set, &si, &ts);
+	if (rc < 0)
+		return errno == EAGAIN ? 0 : -errno;
+	p->last_seen_ns = px_now_ns();
+	do {
+		p->got[p->ngot++] = si.si_value.sival_ptr;
+	} while (p->ngot < sizeof(p->got) / sizeof(p->got[0]) &&
+		 sigtimedwait(&set, &si, &zero) == p->signo);
+	return (int)p->ngot;
+}
+
+static px_result *sigw_next_completed(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+	px_result *r;
+
+	if ((r = px__paio_next_failed(p)))
+		return r;
+	/* Nothing came for a whole bound while requests are in flight: some
+	 * notification may have been dropped.  Whatever the timeouts the
+	 * callers of px_handle_events use. */
+	if (!p->scan && !p->scanning && !px_list_empty(&p->inflight) &&
+	    (p->nquiet ||
+	     px_now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u))
+		p->scan = true;
+	while (p->igot < p->ngot) {
+		void *v = p->got[p->igot++];
+		if (v == (void *)p) {
+			p->sig_intr_pending = false;
+			continue;
+		}
+		px_paio_req *q = v;
+		/* Stale (reaped by a scan, maybe reused) unless this holds. */
+		if (!q || !px__paio_is_done_req(p, q))
+			continue;
+		if ((r = px__paio_reap(p, q)))
+			return r;
+	}
+	if (!p->scan)
+		return NULL;
+	if (!p->scanning) {
+		p->scanning = true;
+		p->scans++;
+		p->last_seen_ns = px_now_ns();
+		p->scan_pos = px_list_first(&p->inflight);
+	}
+	while (p->scan_pos) {
+		px_link *l = p->scan_pos;
+		px_paio_req *q = px_paio_req_of_ilink(l);
+		p->scan_pos = px_list_next(&p->inflight, l);
+		if (px_paio_done(q) && (r = px__paio_reap(p, q)))
+			return r;
+	}
+	p->scanning = false;
+	p->scan = false;
+	return NULL;
+}
+
+static void sigw_wait_destroy(px_wait *w)
+{
+	(void)w;
+}
+
+const px_wait_ops px_wait_sigwait_ops = {
+	.name = "sigwait",
+	.destroy = sigw_wait_destroy,          /* nothing: in the provider */
+	.on_start = NULL,
+	.prepare = sigw_prepare,               /* no wait while a scan is due */
+	.wait = sigw_wait,                     /* sigtimedwait, bounded */
+	.next_completed = sigw_next_completed, /* signalled ones, then scans */
+};
+
+/* ------------------------------------------------------------------ */
+/* Native interrupt                                                     */
+/* ------------------------------------------------------------------ */
+
+static void sigw_intr_interrupt(px_intr *in)
+{
+	px_paio *p = px_paio_of_intr(in);
+	union sigval v = { .sival_ptr = p };
+
+	if (p->sig_intr_pending)
+		return;
+	if (sigqueue(getpid(), p->signo, v) == 0)
+		p->sig_intr_pending = true;
+}
+
+/* The leader must have the signal blocked for sigtimedwait; it stays
+ * blocked afterwards (the thread may lead again, and a completion signal
+ * must never reach it through the handler). */
+static void sigw_intr_activated(px_intr *in)
+{
+	sigw_block(px_paio_of_intr(in)->signo);
+}
+
+static void sigw_intr_nop(px_intr *in)
+{
+	(void)in;
+}
+
+const px_intr_ops px_intr_sigwait_ops = {
+	.name = "native",
+	.destroy = sigw_intr_nop,              /* the provider releases it */
+	.interrupt = sigw_intr_interrupt,      /* sigqueue with p as value */
+	.leader_activated = sigw_intr_activated, /* block the signal */
+	.leader_deactivated = NULL,
+	.drain = sigw_intr_nop,                /* next_completed clears it */
+};
+
+/* Take signo for p: install the handler unless the application handles
+ * the signal itself.  sigw_lock held. */
+static int sigw_take(px_paio *p, int signo)
+{
+	struct sigaction cur, sa;
+
+	if (sigw_slot[signo].owner)
+		return -EBUSY;   /* another proactor waits on this signal */
+	if (sigaction(signo, NULL, &cur) < 0)
+		return -errno;
+	if ((cur.sa_flags & SA_SIGINFO) ? cur.sa_sigaction != sigw_handler
+					: cur.sa_handler != SIG_DFL &&
+						  cur.sa_handler != SIG_IGN)
+		return -EBUSY;   /* the application handles it itself */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_sigaction = sigw_handler;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(signo, &sa, NULL) < 0)
+		return -errno;
+	sigw_slot[signo].owner = p;
+	sigw_slot[signo].old = cur;
+	return 0;
+}
+
+int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s)
+{
+	struct rlimit rl;
+	int signo, rc = -EBUSY;
+
+	pthread_mutex_lock(&sigw_lock);
+	if (s->rtsig) {
+		signo = s->rtsig;
+		rc = signo < SIGRTMIN || signo > SIGRTMAX ? -EINVAL
+							  : sigw_take(p, signo);
+	} else {
+		/* The first free one from SIGRTMIN+4 up: several proactors
+		 * may use this wait at once, each on its own signal. */
+		for (signo = SIGRTMIN + SIGW_DEFAULT_OFFSET; signo <= SIGRTMAX;
+		     signo++)
+			if ((rc = sigw_take(p, signo)) == 0)
+				break;
+	}
+	pthread_mutex_unlock(&sigw_lock);
+	if (rc < 0)
+		return rc;
+	/* Threads this one creates from now on inherit the block. */
+	sigw_block(signo);
+	p->signo = signo;
+	p->sigq_max = getrlimit(RLIMIT_SIGPENDING, &rl) == 0 &&
+				      rl.rlim_cur != RLIM_INFINITY
+			      ? (unsigned long)rl.rlim_cur
+			      : 1ul << 20;
+	p->wait.ops = &px_wait_sigwait_ops;
+	p->intr.ops = &px_intr_sigwait_ops;
+	return 0;
+}
+
+void px__paio_sigwait_fini(px_paio *p)
+{
+	const struct timespec zero = { 0, 0 };
+	sigset_t set, old;
+
+	/* Nothing is in flight any more; take what is still queued (the
+	 * interrupt, notifications already reaped by a scan) so that the
+	 * next owner of the signal does not see it. */
+	sigemptyset(&set);
+	sigaddset(&set, p->signo);
+	pthread_sigmask(SIG_BLOCK, &set, &old);
+	while (sigtimedwait(&set, NULL, &zero) == p->signo)
+		;
+	if (!sigismember(&old, p->signo))
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	pthread_mutex_lock(&sigw_lock);
+	sigaction(p->signo, &sigw_slot[p->signo].old, NULL);
+	sigw_slot[p->signo].owner = NULL;
+	pthread_mutex_unlock(&sigw_lock);
+}
