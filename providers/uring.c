@@ -36,10 +36,11 @@
  * Quirks handled here:
  *   - io_uring does not order two requests in flight on the same file: two
  *     sends on one socket may be performed in either order.  Stream,
- *     datagram, accept and connect operations therefore wait in a FIFO per
- *     descriptor and direction (r->plink); only the head is in the kernel,
- *     the next one is submitted when it completes.  File operations carry
- *     their own offset and go straight in.
+ *     datagram, accept and connect operations therefore wait in the
+ *     shared per-descriptor queue (proactor/fdq.h, through r->plink): only
+ *     the head of each direction is in the kernel, the next one is
+ *     submitted when it completes.  File operations carry their own offset
+ *     and go straight in.
  *   - read_stream is IORING_OP_READ at offset -1 (the current position,
  *     5.6), which works on sockets, pipes and terminals alike.  write_stream
  *     is IORING_OP_SEND with MSG_NOSIGNAL, so a socket whose peer has gone
@@ -70,7 +71,9 @@
  *     request/response exchange.  A descriptor the application closes
  *     after using it therefore fails in the completion (EBADF), not in the
  *     start.  Operations pending when it is closed keep the file open in
- *     the kernel and stay pending until px_cancel, as with epoll.
+ *     the kernel and stay pending until px_cancel, as with epoll.  A number
+ *     beyond the descriptor table is checked by the table itself before it
+ *     grows, so a huge number that is not open costs no memory.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -100,9 +103,10 @@ enum {
 /* Which of the provider's lists slink is on. */
 enum { PX_URING_NOLIST = 0, PX_URING_STALLED, PX_URING_CANCEL_STALLED };
 
-/* Per descriptor: one FIFO per direction, and what the fd turned out to be. */
+/* Per descriptor: the shared queues (proactor/fdq.h), and what the fd
+ * turned out to be. */
 struct px_uring_fd {
-	px_list q[2];       /* [0] read, read_dgram, accept; [1] the others */
+	px_fdq_entry fq;    /* one FIFO per direction */
 	unsigned inflight;  /* started here and not finished, any operation */
 	bool notsock;       /* write_stream got ENOTSOCK: use WRITE */
 	bool open_seen;     /* known to be open: checked, or an operation on it
@@ -140,25 +144,12 @@ static px_uring *px_uring_of_prov(px_provider *p)
 	return px_container_of(p, px_uring, prov);
 }
 
-/* The queue direction of an operation: 0 or 1, -1 for file operations
- * (no queue), -2 for what this provider does not do. */
-static int px_uring_dir(px_op op)
+/* The operations this provider does: the queued ones (fdq.h) and the
+ * file operations, which carry their own offset and go straight in. */
+static bool px_uring_does(px_op op)
 {
-	switch (op) {
-	case PX_OP_READ_STREAM:
-	case PX_OP_READ_DGRAM:
-	case PX_OP_ACCEPT:
-		return 0;
-	case PX_OP_WRITE_STREAM:
-	case PX_OP_WRITE_DGRAM:
-	case PX_OP_CONNECT:
-		return 1;
-	case PX_OP_READ_FILE:
-	case PX_OP_WRITE_FILE:
-		return -1;
-	default:
-		return -2;
-	}
+	return px_fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
+	       op == PX_OP_WRITE_FILE;
 }
 
 /* Operations that wait for readiness and retry after -EAGAIN.  Not a
@@ -280,7 +271,7 @@ static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
 	if (!sqe)
 		return false;
 	if (pr->want_poll) {
-		unsigned mask = px_uring_dir(r->c.op) == 0 ? POLLIN : POLLOUT;
+		unsigned mask = px_fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
 		io_uring_prep_poll_add(sqe, r->c.fd, mask);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
 		pr->phase = PX_URING_POLL;
@@ -363,34 +354,6 @@ int px_uring_flush(px_uring *u)
 /* Per-descriptor queues                                                */
 /* ------------------------------------------------------------------ */
 
-/* The queue entry of fd, created on first use (kept until destroy, as the
- * descriptor number is likely to be used again).  NULL when out of memory. */
-static px_uring_fd *px_uring_fd_get(px_uring *u, int fd)
-{
-	if (fd >= u->nfds) {
-		int n = u->nfds ? u->nfds : 64;
-		while (n <= fd && n <= INT_MAX / 2)
-			n *= 2;
-		if (n <= fd)
-			return NULL;
-		px_uring_fd **t = realloc(u->fds, (size_t)n * sizeof(*t));
-		if (!t)
-			return NULL;
-		memset(t + u->nfds, 0, (size_t)(n - u->nfds) * sizeof(*t));
-		u->fds = t;
-		u->nfds = n;
-	}
-	if (!u->fds[fd]) {
-		px_uring_fd *fe = calloc(1, sizeof(*fe));
-		if (!fe)
-			return NULL;
-		px_list_init(&fe->q[0]);
-		px_list_init(&fe->q[1]);
-		u->fds[fd] = fe;
-	}
-	return u->fds[fd];
-}
-
 /* The head of a queue went away: issue the next one. */
 static void px_uring_advance(px_uring *u, px_list *q)
 {
@@ -404,15 +367,12 @@ static void px_uring_advance(px_uring *u, px_list *q)
 static void px_uring_dequeue(px_uring *u, px_result *r)
 {
 	struct px_uring_priv *pr = px_priv(r);
-	int dir = px_uring_dir(r->c.op);
+	int dir = px_fdq_dir(r->c.op);
 
 	if (dir < 0 || !px_link_linked(&r->plink))
 		return;
-	px_list *q = &pr->fe->q[dir];
-	bool head = px_list_first(q) == &r->plink;
-	px_list_remove(q, &r->plink);
-	if (head)
-		px_uring_advance(u, q);
+	if (px_fdq_remove(&pr->fe->fq, dir, r))
+		px_uring_advance(u, &pr->fe->fq.q[dir]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -552,18 +512,20 @@ static int px_uring_start(px_provider *p, px_result *r)
 {
 	px_uring *u = px_uring_of_prov(p);
 	struct px_uring_priv *pr = px_priv(r);
-	int dir = px_uring_dir(r->c.op);
-	px_list *q = NULL;
+	int dir = px_fdq_dir(r->c.op);
+	px_fdq_entry *fq;
+	int rc;
 
-	if (dir == -2)
+	if (!px_uring_does(r->c.op))
 		return -EOPNOTSUPP;
-	if (r->c.fd < 0)
-		return -EBADF;
 	memset(pr, 0, sizeof(*pr));
 	r->done = 0;
-	pr->fe = px_uring_fd_get(u, r->c.fd);
-	if (!pr->fe)
-		return -ENOMEM;
+	/* -EBADF for a negative number, or one beyond the table that is not
+	 * open (the table never grows for those). */
+	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
+	if (rc < 0)
+		return rc;
+	pr->fe = px_container_of(fq, px_uring_fd, fq);
 	/* A descriptor that is not open is refused at once, as the API says,
 	 * instead of failing later in the completion.  The fcntl costs a
 	 * syscall, as much as the io_uring_enter it shares with the other
@@ -574,19 +536,16 @@ static int px_uring_start(px_provider *p, px_result *r)
 			return -EBADF;
 		pr->fe->open_seen = true;
 	}
-	if (dir >= 0) {
-		q = &pr->fe->q[dir];
-		if (!px_list_empty(q)) {
-			/* Goes in when everything before it is done. */
-			px_list_push_back(q, &r->plink);
-			pr->fe->inflight++;
-			return PX_START_STARTED;
-		}
+	if (dir >= 0 && !px_list_empty(&fq->q[dir])) {
+		/* Goes in when everything before it is done. */
+		px_fdq_push(fq, dir, r);
+		pr->fe->inflight++;
+		return PX_START_STARTED;
 	}
 	if (!px_uring_issue(u, r, u->sq_reserve))
 		return PX_START_AGAIN;
-	if (q)
-		px_list_push_back(q, &r->plink);
+	if (dir >= 0)
+		px_fdq_push(fq, dir, r);
 	pr->fe->inflight++;
 	px_uring_kick(u);
 	return PX_START_STARTED;
@@ -621,9 +580,7 @@ static void px_uring_destroy(px_provider *p)
 	px_uring *u = px_uring_of_prov(p);
 
 	io_uring_queue_exit(&u->ring);
-	for (int i = 0; i < u->nfds; i++)
-		free(u->fds[i]);
-	free(u->fds);
+	px_fdq_fini(&u->fdq);
 	free(u);
 }
 
@@ -738,6 +695,7 @@ static int px_uring_create(const px_processor_config *cfg,
 	u->cancel_cap = sq;
 	px_list_init(&u->stalled);
 	px_list_init(&u->cancel_stalled);
+	px_fdq_init(&u->fdq, sizeof(px_uring_fd));
 
 	u->intr.ops = &px_intr_uring_ops;
 	u->intr.fd = -1;

@@ -13,6 +13,7 @@
 
 #include <liburing.h>
 
+#include "fdq.h"
 #include "internal.h"
 
 /* user_data values below this are tags, not results.  A result is at least
@@ -59,8 +60,7 @@ typedef struct px_uring {
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
 
-	px_uring_fd **fds;          /* per-descriptor queues, indexed by fd */
-	int nfds;
+	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
 } px_uring;
 
 static inline px_uring *px_uring_of_wait(px_wait *w)

@@ -1,0 +1,115 @@
+/*
+ * fdq.h - the per-descriptor operation queue shared by the providers.
+ *
+ * Table.  One entry per descriptor number, created the first time a start
+ * uses that number and kept until px_fdq_fini, so its address never
+ * changes: a provider may hold a pointer to an entry across an unlock of
+ * the proactor mutex, or inside a request the kernel owns, while the table
+ * of pointers itself grows.  The table grows by descriptor number (to the
+ * next power of two above it); before growing it checks that the number
+ * is an open descriptor, so a start on a huge number that is not open
+ * fails with -EBADF at once instead of sizing the table by that number.
+ * Numbers below the current size get an entry without that check: the
+ * provider's own start finds out whether they are open.
+ *
+ * Queues.  Each entry has one FIFO per direction, of results linked
+ * through px_result.plink, oldest first:
+ *
+ *   PX_FDQ_RD   read_stream, read_dgram, accept
+ *   PX_FDQ_WR   write_stream, write_dgram, connect
+ *
+ * read_file and write_file carry their own offset and are never queued
+ * (px_fdq_dir says -1).  The rules every provider keeps:
+ *   - only the head of a queue is in progress (tried, or in the kernel);
+ *     the next one starts when the head leaves, so operations of one
+ *     direction on one descriptor complete in start order and a stream's
+ *     bytes are never reordered, whatever the number of threads;
+ *   - the two directions are independent: a read waiting for data never
+ *     holds back a write, and the reverse;
+ *   - a result leaves its queue when it completes or is cancelled, and an
+ *     entry with both queues empty is idle (the number may be closed and
+ *     reused before its next start, so providers forget what they learnt
+ *     about the descriptor then).
+ *
+ * Providers extend an entry with fields of their own: px_fdq_init takes
+ * the size of the provider's entry type, whose first member is a
+ * px_fdq_entry.  Entries are zeroed when created.  Nothing here locks:
+ * every call is made with the proactor mutex held.
+ */
+#ifndef PX_FDQ_H
+#define PX_FDQ_H
+
+#include "internal.h"
+
+#define PX_FDQ_RD 0
+#define PX_FDQ_WR 1
+
+typedef struct px_fdq_entry {
+	px_list q[2];      /* pending results (plink), oldest first */
+	int fd;            /* the descriptor number of this entry */
+} px_fdq_entry;
+
+typedef struct px_fdq {
+	px_fdq_entry **tab;   /* indexed by descriptor number */
+	size_t n;             /* slots in tab */
+	size_t entry_size;    /* bytes per entry, provider fields included */
+} px_fdq;
+
+/* An empty table whose entries are entry_size bytes (at least
+ * sizeof(px_fdq_entry)). */
+void px_fdq_init(px_fdq *t, size_t entry_size) PX_HIDDEN;
+/* Free every entry and the table. */
+void px_fdq_fini(px_fdq *t) PX_HIDDEN;
+/* The entry of fd, created (zeroed) on first use.  Returns 0, -EBADF when
+ * fd is negative or lies beyond the table and is not open, or -ENOMEM. */
+int px_fdq_get(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
+/* The queue direction of op, or -1 for an operation that is not queued. */
+int px_fdq_dir(px_op op) PX_HIDDEN;
+
+/* The entry of fd if it was ever created, else NULL. */
+static inline px_fdq_entry *px_fdq_lookup(const px_fdq *t, int fd)
+{
+	if (fd < 0 || (size_t)fd >= t->n)
+		return NULL;
+	return t->tab[fd];
+}
+
+/* (1u << PX_FDQ_RD) | (1u << PX_FDQ_WR) for the non-empty queues. */
+static inline unsigned px_fdq_queued(const px_fdq_entry *e)
+{
+	return (px_list_empty(&e->q[PX_FDQ_RD]) ? 0u : 1u << PX_FDQ_RD) |
+	       (px_list_empty(&e->q[PX_FDQ_WR]) ? 0u : 1u << PX_FDQ_WR);
+}
+
+static inline bool px_fdq_idle(const px_fdq_entry *e)
+{
+	return px_fdq_queued(e) == 0;
+}
+
+/* The oldest result of direction dir, or NULL. */
+static inline px_result *px_fdq_head(const px_fdq_entry *e, int dir)
+{
+	px_link *l = px_list_first(&e->q[dir]);
+
+	return l ? px_result_of_plink(l) : NULL;
+}
+
+/* Queue r behind everything older in direction dir.  Returns true when r
+ * is the head (nothing older: it may start now). */
+static inline bool px_fdq_push(px_fdq_entry *e, int dir, px_result *r)
+{
+	px_list_push_back(&e->q[dir], &r->plink);
+	return px_list_count(&e->q[dir]) == 1;
+}
+
+/* Take r out of direction dir.  Returns true when r was the head (the next
+ * one, if any, is now the head and may start). */
+static inline bool px_fdq_remove(px_fdq_entry *e, int dir, px_result *r)
+{
+	bool head = px_list_first(&e->q[dir]) == &r->plink;
+
+	px_list_remove(&e->q[dir], &r->plink);
+	return head;
+}
+
+#endif /* PX_FDQ_H */
