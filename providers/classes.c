@@ -20,11 +20,17 @@
 #ifdef PX_HAVE_URING
 #include "uring_class.c"
 #endif
+#ifdef PX_HAVE_LIBAIO
+#include "linux_aio_class.c"
+#endif
 
 const px_provider_class *const px__classes[] = {
 	&px_select_class,
 #ifdef PX_HAVE_URING
 	&px_uring_class,
+#endif
+#ifdef PX_HAVE_LIBAIO
+	&px_laio_class,
 #endif
 	NULL
 };
@@ -33,6 +39,9 @@ const px_provider_class *const px__classes[] = {
 const char *const px__classes_not_built[] = {
 #ifndef PX_HAVE_URING
 	"uring",
+#endif
+#ifndef PX_HAVE_LIBAIO
+	"linux_aio",
 #endif
 	NULL
 };
