@@ -421,6 +421,10 @@ typedef struct px_provider_class {
 	bool (*explain)(int rc, char *why, size_t len);
 	/* Order in which "auto" tries classes (lower first); 0: never. */
 	unsigned auto_rank;
+	/* PX_OP_BIT of operations that make the class worth choosing: auto
+	 * considers it only for a processor whose ops include one of them
+	 * (Linux AIO: files).  0: any processor. */
+	uint32_t auto_ops;
 	const px_provider_ops *ops;
 } px_provider_class;
 

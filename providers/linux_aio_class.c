@@ -182,8 +182,13 @@ static const px_provider_class px_laio_class = {
 	.format = laioc_format,
 	.probe = laioc_probe,
 	.explain = laioc_explain,
-	/* After io_uring (10), before the readiness provider (20). */
+	/* After io_uring (10), before the readiness provider (20), for a
+	 * processor that does files: those are what kernel AIO does
+	 * asynchronously (with O_DIRECT), where readiness can only block.
+	 * For sockets alone, a poll iocb and then the call costs more than
+	 * epoll, so "auto ops=socket" goes on to epoll. */
 	.auto_rank = 15,
+	.auto_ops = PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE),
 #ifndef PX_CLASS_LIST_ONLY
 	.ops = &px_provider_laio_ops,
 #endif

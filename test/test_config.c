@@ -452,6 +452,19 @@ static void test_auto_candidates(void **state)
 	assert_int_equal(candidates("", "depth=64", out, N_OF(out)), 1);
 	assert_ptr_equal(out[0], la);
 	assert_int_equal(candidates("", "depth=x", out, N_OF(out)), 0);
+	/* Only where files are in play. */
+	{
+		px_processor_config pc;
+		memset(&pc, 0, sizeof(pc));
+		pc.processor = PX_PROCESSOR_SHARED;
+		pc.ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_ACCEPT);
+		unsigned k = px__auto_candidates(&pc, out, N_OF(out));
+		for (unsigned i = 0; i < k; i++)
+			assert_ptr_not_equal(out[i], la);
+		assert_ptr_equal(out[k - 1], sel);
+		pc.ops |= PX_OP_BIT(PX_OP_WRITE_FILE);
+		assert_int_equal(px__auto_candidates(&pc, out, N_OF(out)), k + 1);
+	}
 	assert_int_equal(candidates("pipe", "depth=64", out, N_OF(out)), 0);
 	memset(out, 0, sizeof(out));
 	n = candidates("", "", out, N_OF(out)) - 1;  /* as without it */
