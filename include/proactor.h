@@ -184,11 +184,15 @@ typedef struct px_config {
  *       select  readiness emulation; wait=epoll|poll|select
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
  *               ring_flags=LIST (coop_taskrun, sqpoll)
- * Presets: auto, and each provider's own (uring, uring-dedicated, epoll,
- * poll, select, and the same with "-dedicated").  A preset comes first and
+ *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
+ *               depth=N (iocbs in the context, default 1024)
+ * Presets: auto, and each provider's own (uring, uring-dedicated,
+ * linux-aio, linux-aio-dedicated, epoll, poll, select, and the same with
+ * "-dedicated").  A preset comes first and
  * the words after it override its values.  Further rules:
  *   - "auto" is the best engine this kernel offers, decided when the
- *     proactor is created (io_uring, else epoll); text without a preset
+ *     proactor is created (io_uring, else Linux AIO when the processor does
+ *     files, else epoll); text without a preset
  *     starts from auto and stays auto while it names no provider or wait.
  *     An interrupt or provider word given to auto narrows its choice to the
  *     engines that take it ("auto interrupt=pipe" is epoll);
