@@ -273,8 +273,14 @@ int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HID
 int px_intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
-/* Wait strategy (wait_strategies/)                                     */
+/* Wait strategy                                                        */
 /* ------------------------------------------------------------------ */
+
+/* The processor's view of how its provider's leader waits.  Each provider
+ * builds its own: the readiness provider an adapter in providers/select.c
+ * over one of the readiness pollers of wait_strategies/poller.h (which
+ * know nothing of any provider), the io_uring provider the ring wait of
+ * wait_strategies/uring.c. */
 
 typedef struct px_wait px_wait;
 

@@ -193,6 +193,34 @@ static void bad_fd_closed(void **state)
 	assert_no_callback_and_usable(f, never);
 }
 
+/* A huge number that is not open: -EBADF at once.  The providers size
+ * their descriptor tables by the number, and used to do so before
+ * checking it (1 << 26 cost a GiB and seconds, INT32_MAX - 1 gave
+ * -ENOMEM; the select wait said -EMFILE). */
+static void bad_fd_huge_unopened(void **state)
+{
+	h_fx *f = *state;
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	const int huge[] = {1 << 26, INT32_MAX - 1};
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(fcntl(huge[i], F_GETFD), -1);
+		for (kind k = 0; k < K_COUNT; k++) {
+			uint64_t t0 = h_now_ms();
+			expect_rc(start_kind(f->px, k, huge[i], buf, 16,
+					     h_rec_cb, never),
+				  -EBADF, k, "a huge fd that is not open");
+			uint64_t el = h_now_ms() - t0;
+			if (el > 500)
+				fail_msg("%s on fd %d took %llu ms to fail",
+					 kind_name[k], huge[i],
+					 (unsigned long long)el);
+		}
+	}
+	assert_int_equal(px_cancel(f->px, 1 << 26), 0);
+	assert_no_callback_and_usable(f, never);
+}
+
 static void null_callback(void **state)
 {
 	h_fx *f = *state;
@@ -484,6 +512,7 @@ int bad_input_run(void)
 	const struct CMUnitTest tests[] = {
 		T(bad_fd_negative),
 		T(bad_fd_closed),
+		T(bad_fd_huge_unopened),
 		T(null_callback),
 		T(zero_length),
 		T(null_buffer_with_length),

@@ -273,6 +273,31 @@ static void write_stream_all_1mib_pipe(void **state)
 
 /* Several writes and several reads in flight on one socket at once: the
  * bytes must come out in the order the operations were started. */
+/* A write_stream_all waits for room on a socket whose peer does not read;
+ * then the writing end is shut down both ways.  The write can never finish:
+ * it must complete with EPIPE and the bytes that went out, not hang.  (A
+ * socket shut down that way is never writable; only its hang-up says so.) */
+static void write_all_pending_then_shutdown(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	const size_t len = 8u << 20;
+	uint8_t *out = h_alloc(f, len);
+	memset(out, 'w', len);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], out, len, h_rec_cb,
+					     w),
+			 0);
+	h_settle(f, 50);
+	assert_int_equal(atomic_load(&w->calls), 0);
+	assert_int_equal(shutdown(sv[0], SHUT_RDWR), 0);
+	h_wait_rec(f, w, 5000, "a write_stream_all on a socket shut down");
+	assert_int_equal(w->c.error, EPIPE);
+	assert_true(w->c.bytes < len);
+	h_assert_usable(f);
+}
+
 static void stream_order_of_started_ops(void **state)
 {
 	h_fx *f = *state;
@@ -586,6 +611,33 @@ static void connect_refused(void **state)
 /* ------------------------------------------------------------------ */
 /* Cancel                                                               */
 /* ------------------------------------------------------------------ */
+
+/* A descriptor closed under a pending read: poll and select see it only
+ * at their next call, so the read must complete with EBADF in bounded
+ * time even when the leader has no reason to wake (a dedicated one).
+ * epoll and io_uring keep such operations until px_cancel. */
+static void close_under_pending_read(void **state)
+{
+	h_fx *f = *state;
+	if (strcmp(h_cfg.primary.provider, "select") ||
+	    (strcmp(h_cfg.primary.wait, "poll") &&
+	     strcmp(h_cfg.primary.wait, "select"))) {
+		print_message("not a poll or select wait: skipped\n");
+		skip();
+	}
+	int sv[2];
+	h_socketpair(f, sv);
+	char *in = h_alloc(f, 64);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	h_settle(f, 50);
+	assert_int_equal(atomic_load(&r->calls), 0);
+	h_close(f, sv[1]);
+	h_wait_rec(f, r, 5000, "a read on a descriptor closed under it");
+	assert_int_equal(r->c.error, EBADF);
+	assert_int_equal(r->c.bytes, 0);
+	h_assert_usable(f);
+}
 
 static void cancel_pending_read(void **state)
 {
@@ -1217,6 +1269,7 @@ int main(int argc, char **argv)
 		T(read_with_data_waiting),
 		T(write_stream_all_4mib_socketpair),
 		T(write_stream_all_1mib_pipe),
+		T(write_all_pending_then_shutdown),
 		T(stream_order_of_started_ops),
 		T(eof_gives_zero_bytes),
 		T(file_read_write_at_offsets),
@@ -1224,6 +1277,7 @@ int main(int argc, char **argv)
 		T(accept_and_connect_tcp),
 		T(accept_and_connect_tcp_nonblocking),
 		T(connect_refused),
+		T(close_under_pending_read),
 		T(cancel_pending_read),
 		T(cancel_right_after_start),
 		T(cancel_counts_every_pending_op),

@@ -1,227 +1,263 @@
 /*
- * wait_strategies/poll.c - readiness through ppoll(2).
+ * wait_strategies/poll.c - a poller (poller.h) over ppoll(2).
  *
- * prepare() rebuilds the pollfd array from the provider's active
- * descriptors (plus the interrupt's fd, first) every time, so a start from
- * another thread must interrupt the leader for its descriptor to be
- * watched (PX_PF_START_INTERRUPT).  The array is owned by the wait and used
- * unlocked by wait(); when the active set outgrows it, a bigger one is
- * allocated at start time (reserve) and swapped in by the next prepare, so
- * nothing allocates between start and completion.
+ * The interest set is an array of pollfd, one slot per registered
+ * descriptor (reg->slot), kept under the caller's lock; removal moves the
+ * last slot into the hole.  prepare() copies it behind the interrupt's fd
+ * into the wait's own array, which ppoll uses unlocked, so a change made
+ * while another thread waits counts from the next prepare() only (not
+ * LIVE).  The arrays grow in set(), at start time: when the interest
+ * array grows, a wait array to match is allocated too and swapped in by
+ * the next prepare(), so nothing allocates between a start and its
+ * completion, and never while the wait runs.
  *
- * Quirks: POLLNVAL (descriptor closed with operations pending) completes
- * those operations with EBADF instead of spinning.  No descriptor limit.
+ * Quirks: POLLNVAL (a watched descriptor was closed) is reported as
+ * PX_POLL_NVAL; ppoll only sees the close at its next call, so a wait
+ * lasts at most PX_POLL_RECHECK_MS while any descriptor is registered.  A registration with no interest is kept with fd -1, which
+ * ppoll skips: it must not report a hang-up nobody asked about.  No
+ * descriptor limit.
  */
 #include <poll.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "../providers/select.h"
+#include "poller.h"
 
-#define POLL_MIN_CAP 64
+#define POLLP_MIN_CAP 64
 
-struct poll_wait {
-	px_sel_wait sw;
-	struct pollfd *pfd;       /* in use by prepare/wait/next_completed */
-	size_t cap;
-	struct pollfd *spare;     /* bigger array for the next prepare */
+struct pollp {
+	px_poller base;
+	struct pollfd *pfd;       /* interest, under the lock */
+	px_poll_reg **reg;        /* the registration of each slot */
+	size_t n, cap;            /* slots used; room in pfd and reg */
+	struct pollfd *wpfd;      /* the wait's array: [0] the interrupt */
+	px_poll_reg **wreg;       /* registrations at prepare time */
+	size_t wcap;
+	struct pollfd *spare;     /* bigger wait arrays for the next prepare */
+	px_poll_reg **spare_reg;
 	size_t spare_cap;
-	nfds_t n, pos;            /* entries filled; next to look at */
-	nfds_t first;             /* 1 when pfd[0] is the interrupt */
-	bool fired;               /* the interrupt went off: drain it */
-	bool no_block;
+	nfds_t wn, pos, first;    /* filled; next to collect; 1 if [0] is the
+	                             interrupt */
+	bool bounded;             /* the wait watches descriptors: bound it */
 };
 
-static struct poll_wait *to_poll(px_wait *w)
+static struct pollp *pollp_of(px_poller *pl)
 {
-	return px_container_of(w, struct poll_wait, sw.base);
+	return px_container_of(pl, struct pollp, base);
 }
 
-static unsigned poll_to_sel(short revents)
+static unsigned pollp_events(short revents)
 {
 	unsigned ev = 0;
 
 	if (revents & (POLLIN | POLLPRI))
-		ev |= PX_SEL_IN;
+		ev |= PX_POLL_IN;
 	if (revents & POLLOUT)
-		ev |= PX_SEL_OUT;
+		ev |= PX_POLL_OUT;
 	if (revents & (POLLERR | POLLHUP))
-		ev |= PX_SEL_ERR;
+		ev |= PX_POLL_ERR;
 	if (revents & POLLNVAL)
-		ev |= PX_SEL_NVAL;
+		ev |= PX_POLL_NVAL;
 	return ev;
 }
 
-static void poll_drain(struct poll_wait *w)
+/* Room for one more slot, and a wait array that can hold them all. */
+static int pollp_grow(struct pollp *p)
 {
-	if (w->fired) {
-		w->fired = false;
-		w->sw.base.intr->ops->drain(w->sw.base.intr);
-	}
-}
+	size_t cap = p->cap * 2;
+	struct pollfd *pfd, *wpfd;
+	px_poll_reg **reg, **wreg;
 
-static int poll_reserve(px_sel_wait *sw, size_t nactive)
-{
-	struct poll_wait *w = px_container_of(sw, struct poll_wait, sw);
-	size_t need = nactive + 1, have = w->spare ? w->spare_cap : w->cap;
-	struct pollfd *p;
-	size_t cap;
-
-	if (need <= have)
-		return 0;
-	cap = have < POLL_MIN_CAP ? POLL_MIN_CAP : have;
-	while (cap < need)
-		cap *= 2;
-	p = malloc(cap * sizeof(*p));
-	if (!p)
+	pfd = realloc(p->pfd, cap * sizeof(*pfd));
+	if (!pfd)
 		return -ENOMEM;
-	free(w->spare);           /* never used by wait() */
-	w->spare = p;
-	w->spare_cap = cap;
+	p->pfd = pfd;
+	reg = realloc(p->reg, cap * sizeof(*reg));
+	if (!reg)
+		return -ENOMEM;
+	p->reg = reg;
+	/* The wait may be using wpfd now: the bigger one waits aside. */
+	wpfd = malloc((cap + 1) * sizeof(*wpfd));
+	wreg = malloc((cap + 1) * sizeof(*wreg));
+	if (!wpfd || !wreg) {
+		free(wpfd);
+		free(wreg);
+		return -ENOMEM;
+	}
+	free(p->spare);
+	free(p->spare_reg);
+	p->spare = wpfd;
+	p->spare_reg = wreg;
+	p->spare_cap = cap + 1;
+	p->cap = cap;
 	return 0;
 }
 
-static int poll_prepare(px_wait *pw, px_list *started)
+static int pollp_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 {
-	struct poll_wait *w = to_poll(pw);
-	px_list *active = px_sel_active(w->sw.sel);
-	px_link *l;
+	struct pollp *p = pollp_of(pl);
+	struct pollfd *q;
+
+	if (reg->fd < 0)
+		return -EBADF;
+	if (!reg->slot) {
+		if (p->n == p->cap) {
+			int rc = pollp_grow(p);
+
+			if (rc < 0)
+				return rc;
+		}
+		p->reg[p->n] = reg;
+		reg->slot = (unsigned)++p->n;
+	}
+	q = &p->pfd[reg->slot - 1];
+	interest &= PX_POLL_IN | PX_POLL_OUT;
+	q->fd = interest ? reg->fd : -1;
+	q->events = (short)((interest & PX_POLL_IN ? POLLIN : 0) |
+			    (interest & PX_POLL_OUT ? POLLOUT : 0));
+	q->revents = 0;
+	reg->armed = interest;
+	return 0;
+}
+
+static void pollp_remove(px_poller *pl, px_poll_reg *reg)
+{
+	struct pollp *p = pollp_of(pl);
+	size_t i, last;
+
+	reg->armed = 0;
+	if (!reg->slot)
+		return;
+	i = reg->slot - 1;
+	last = --p->n;
+	if (i != last) {
+		p->pfd[i] = p->pfd[last];
+		p->reg[i] = p->reg[last];
+		p->reg[i]->slot = (unsigned)i + 1;
+	}
+	reg->slot = 0;
+}
+
+static void pollp_prepare(px_poller *pl)
+{
+	struct pollp *p = pollp_of(pl);
 	nfds_t n = 0;
 
-	(void)started;
-	poll_drain(w);
-	if (w->spare) {
-		free(w->pfd);
-		w->pfd = w->spare;
-		w->cap = w->spare_cap;
-		w->spare = NULL;
-		w->spare_cap = 0;
+	if (p->spare) {
+		free(p->wpfd);
+		free(p->wreg);
+		p->wpfd = p->spare;
+		p->wreg = p->spare_reg;
+		p->wcap = p->spare_cap;
+		p->spare = NULL;
+		p->spare_reg = NULL;
+		p->spare_cap = 0;
 	}
-	if (pw->intr->fd >= 0) {
-		w->pfd[n].fd = pw->intr->fd;
-		w->pfd[n].events = POLLIN;
-		w->pfd[n].revents = 0;
-		n++;
+	if (pl->intr->fd >= 0) {
+		p->wpfd[0].fd = pl->intr->fd;
+		p->wpfd[0].events = POLLIN;
+		p->wpfd[0].revents = 0;
+		p->wreg[0] = NULL;
+		n = 1;
 	}
-	w->first = n;
-	for (l = px_list_first(active); l; l = px_list_next(active, l)) {
-		px_sel_fd *e = px_sel_fd_of(l);
-		/* Claimed directions too: whoever holds the claim does not
-		 * tell the leader when it lets go. */
-		unsigned want = px_sel_fd_queued(e);
-
-		w->pfd[n].fd = e->fd;
-		w->pfd[n].events = (short)((want & PX_SEL_IN ? POLLIN : 0) |
-					   (want & PX_SEL_OUT ? POLLOUT : 0));
-		w->pfd[n].revents = 0;
-		n++;
-	}
-	w->n = n;
-	w->pos = n;               /* nothing to look at until wait() */
-	w->no_block = px_sel_has_done(w->sw.sel);
-	return 0;
+	p->first = n;
+	memcpy(p->wpfd + n, p->pfd, p->n * sizeof(*p->pfd));
+	memcpy(p->wreg + n, p->reg, p->n * sizeof(*p->reg));
+	p->wn = n + p->n;
+	p->pos = p->wn;           /* nothing to collect until wait() */
+	p->bounded = p->n > 0;
 }
 
-static int poll_wait_fn(px_wait *pw, int timeout_ms)
+static int pollp_wait(px_poller *pl, int timeout_ms)
 {
-	struct poll_wait *w = to_poll(pw);
-	const px_intr *in = pw->intr;
+	struct pollp *p = pollp_of(pl);
 	struct timespec ts;
 	int n;
 
-	if (w->no_block)
-		timeout_ms = 0;
-	n = ppoll(w->pfd, w->n, px_sel_timeout(timeout_ms, &ts), in->wait_mask);
+	if (p->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
+		timeout_ms = PX_POLL_RECHECK_MS;
+	n = ppoll(p->wpfd, p->wn, px_poll_timeout(timeout_ms, &ts),
+		  pl->intr->wait_mask);
 	if (n < 0) {
 		int err = errno;
-		if (err == EINTR && (in->wait_mask || in->fd < 0))
-			w->fired = true;
+
+		px_poller_wait_failed(pl, err);
 		return -err;
 	}
 	if (n > 0) {
-		if (w->first && w->pfd[0].revents)
-			w->fired = true;
-		w->pos = w->first;
+		if (p->first && p->wpfd[0].revents) {
+			pl->fired = true;
+			n--;
+		}
+		p->pos = p->first;
 	}
 	return n;
 }
 
-static px_result *poll_next_completed(px_wait *pw)
+static size_t pollp_collect(px_poller *pl, px_poll_event *ev, size_t max)
 {
-	struct poll_wait *w = to_poll(pw);
-	px_result *r;
+	struct pollp *p = pollp_of(pl);
+	size_t n = 0;
 
-	poll_drain(w);
-	r = px_sel_pop_done(w->sw.sel);
-	if (r || w->pos >= w->n)
-		return r;
-	/* Claim every ready descriptor, then one run (the provider releases
-	 * the mutex around the I/O; the array is only the leader's). */
-	for (; w->pos < w->n; w->pos++) {
-		struct pollfd *p = &w->pfd[w->pos];
-		px_sel_fd *e;
+	for (; p->pos < p->wn && n < max; p->pos++) {
+		struct pollfd *q = &p->wpfd[p->pos];
+		px_poll_reg *reg = p->wreg[p->pos];
 
-		if (p->revents && (e = px_sel_lookup(w->sw.sel, p->fd)))
-			px_sel_claim(w->sw.sel, e, poll_to_sel(p->revents));
+		if (!q->revents || !reg->slot)
+			continue;       /* removed since the wait began */
+		/* One-shot: disarm its current slot. */
+		p->pfd[reg->slot - 1].fd = -1;
+		p->pfd[reg->slot - 1].events = 0;
+		reg->armed = 0;
+		ev[n].fd = q->fd;
+		ev[n].events = pollp_events(q->revents);
+		n++;
 	}
-	px_sel_run(w->sw.sel, true);
-	return px_sel_pop_done(w->sw.sel);
+	return n;
 }
 
-static void poll_destroy(px_wait *pw)
+static void pollp_destroy(px_poller *pl)
 {
-	struct poll_wait *w = to_poll(pw);
+	struct pollp *p = pollp_of(pl);
 
-	if (pw->intr)
-		pw->intr->ops->destroy(pw->intr);
-	free(w->pfd);
-	free(w->spare);
-	free(w);
+	free(p->pfd);
+	free(p->reg);
+	free(p->wpfd);
+	free(p->wreg);
+	free(p->spare);
+	free(p->spare_reg);
+	free(p);
 }
 
-static int poll_create(px_sel *sel, const px_processor_config *cfg,
-		       px_sel_wait **out);
-
-const px_sel_wait_class px_sel_wait_poll = {
-	.wait = {
-		.name = "poll",
-		.destroy = poll_destroy,           /* interrupt, arrays */
-		.on_start = NULL,
-		.prepare = poll_prepare,           /* pollfd array from active fds */
-		.wait = poll_wait_fn,              /* ppoll with the intr's mask */
-		.next_completed = poll_next_completed, /* all revents, one unlock */
-	},
-	.create = poll_create,
-	.arm = NULL,                  /* prepare rebuilds everything */
-	.reserve = poll_reserve,      /* grow the array at start time */
-	.fd_limit = INT32_MAX,
-	.pf_flags = PX_PF_START_ANY_THREAD | PX_PF_START_INTERRUPT,
+static const px_poller_ops pollp_ops = {
+	.name = "poll",
+	.destroy = pollp_destroy,
+	.set = pollp_set,             /* a slot per descriptor; grows here */
+	.remove = pollp_remove,       /* the last slot fills the hole */
+	.prepare = pollp_prepare,     /* copy behind the interrupt's fd */
+	.wait = pollp_wait,           /* ppoll with the intr's mask */
+	.collect = pollp_collect,     /* every revents */
 };
 
-static int poll_create(px_sel *sel, const px_processor_config *cfg,
-		       px_sel_wait **out)
+int px_poller_poll_create(px_intr *in, px_poller **out)
 {
-	struct poll_wait *w = calloc(1, sizeof(*w));
-	px_intr *in;
-	int rc;
+	struct pollp *p = calloc(1, sizeof(*p));
 
-	if (!w)
+	if (!p)
 		return -ENOMEM;
-	w->sw.base.ops = &px_sel_wait_poll.wait;
-	w->sw.cls = &px_sel_wait_poll;
-	w->sw.sel = sel;
-	w->cap = POLL_MIN_CAP;
-	w->pfd = malloc(w->cap * sizeof(*w->pfd));
-	if (!w->pfd) {
-		rc = -ENOMEM;
-		goto fail;
+	p->base.ops = &pollp_ops;
+	p->base.intr = in;
+	p->base.fd_limit = INT32_MAX;
+	p->cap = POLLP_MIN_CAP;
+	p->wcap = POLLP_MIN_CAP + 1;
+	p->pfd = malloc(p->cap * sizeof(*p->pfd));
+	p->reg = malloc(p->cap * sizeof(*p->reg));
+	p->wpfd = malloc(p->wcap * sizeof(*p->wpfd));
+	p->wreg = malloc(p->wcap * sizeof(*p->wreg));
+	if (!p->pfd || !p->reg || !p->wpfd || !p->wreg) {
+		pollp_destroy(&p->base);
+		return -ENOMEM;
 	}
-	rc = px_intr_create(cfg, &in);
-	if (rc < 0)
-		goto fail;
-	w->sw.base.intr = in;
-	*out = &w->sw;
+	*out = &p->base;
 	return 0;
-fail:
-	poll_destroy(&w->sw.base);
-	return rc;
 }

@@ -1,197 +1,288 @@
 /*
- * wait_strategies/select.c - readiness through pselect(2).
+ * wait_strategies/select.c - a poller (poller.h) over pselect(2).
  *
- * The most portable wait.  prepare() fills a read and a write fd_set from
- * the provider's active descriptors plus the interrupt's fd; pselect works
- * on the wait's own copies, unlocked, and next_completed walks the bits it
- * left set.  A start from another thread must interrupt the leader so the
- * sets are rebuilt (PX_PF_START_INTERRUPT).
+ * The most portable wait.  The interest set is a pair of fd_sets kept
+ * under the caller's lock; prepare() copies them (with the interrupt's fd)
+ * into the wait's own pair, which pselect overwrites, unlocked, with what
+ * is ready, and collect() walks the bits it left set.  A change made while
+ * another thread waits counts from the next prepare() only (not LIVE).
  *
- * Quirks: an fd_set holds descriptors below FD_SETSIZE (1024) only, so a
- * start on a higher one fails with -EMFILE (and creation fails if the
- * interrupt's own fd is that high).  select fails the whole call with EBADF
- * when one descriptor was closed with operations pending; next_completed
- * then finds the closed ones (fcntl F_GETFD) and completes their operations
- * with EBADF.  Errors and hang-ups show up as readable or writable.
+ * Quirks: an fd_set holds descriptors below FD_SETSIZE (1024) only, so
+ * set() refuses higher ones with -EMFILE (and creation fails if the
+ * interrupt's own fd is that high).  select fails the whole call with
+ * EBADF when one descriptor in the sets is not open; collect() then looks
+ * at every watched descriptor (fcntl F_GETFD) and reports the closed ones
+ * with PX_POLL_NVAL, as poll does.  It sees a close only at its next
+ * call, so a wait lasts at most PX_POLL_RECHECK_MS while any descriptor
+ * is watched.  Errors show up as readable or
+ * writable, a hang-up as readable only: a descriptor watched for writing
+ * alone is also put in the read set, for its hang-up (a socket shut down
+ * while its send buffer is full is never writable again, and its pending
+ * write would wait forever).  When it turns out readable without a
+ * hang-up (poll with no events, at collect time), it is plain data nobody
+ * asked for: not reported, and the descriptor stays out of the read set
+ * until removed (it would wake every wait).  While such quiet descriptors
+ * exist, a wait lasts at most SELP_QUIET_MS, and every SELP_QUIET_MS
+ * collect looks at each of them for a hang-up the same way: a late
+ * answer, but an answer.
  */
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/select.h>
 
-#include "../providers/select.h"
+#include "poller.h"
 
-struct select_wait {
-	px_sel_wait sw;
-	fd_set rd, wr;            /* filled by prepare, results of wait */
-	int maxfd;                /* highest fd in the sets, or -1 */
-	int cur;                  /* next fd to look at; > maxfd: done */
-	bool fired;               /* the interrupt went off: drain it */
-	bool badf;                /* select said EBADF */
-	bool no_block;
+/* How often quiet descriptors are looked at for a hang-up. */
+#define SELP_QUIET_MS 100
+
+struct selp {
+	px_poller base;
+	fd_set rd, wr;            /* interest, under the lock */
+	fd_set quiet;             /* watched for writing; readable data made
+	                             them leave the read set (see above) */
+	int nquiet;               /* descriptors in quiet */
+	uint64_t quiet_due;       /* CLOCK_MONOTONIC ns of the next look */
+	bool wquiet;              /* the wait's copy of nquiet != 0 */
+	bool bounded;             /* the wait watches descriptors: bound it */
+	bool check_quiet;         /* this collect looks at them */
+	int top;                  /* no descriptor above this is watched */
+	fd_set wrd, wwr;          /* the wait's copies, then what is ready */
+	int wmax;                 /* highest fd in the wait's sets, or -1 */
+	int cur;                  /* next fd collect looks at */
+	bool badf;                /* the wait said EBADF */
+	px_poll_reg *regs[FD_SETSIZE]; /* the registration of each fd */
 };
 
-static struct select_wait *to_select(px_wait *w)
+static struct selp *selp_of(px_poller *pl)
 {
-	return px_container_of(w, struct select_wait, sw.base);
+	return px_container_of(pl, struct selp, base);
 }
 
-static void select_drain(struct select_wait *w)
+static void selp_apply(struct selp *s, int fd, unsigned interest)
 {
-	if (w->fired) {
-		w->fired = false;
-		w->sw.base.intr->ops->drain(w->sw.base.intr);
-	}
+	if (interest & PX_POLL_IN)
+		FD_SET(fd, &s->rd);
+	else
+		FD_CLR(fd, &s->rd);
+	if (interest & PX_POLL_OUT)
+		FD_SET(fd, &s->wr);
+	else
+		FD_CLR(fd, &s->wr);
 }
 
-static int select_prepare(px_wait *pw, px_list *started)
+static int selp_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 {
-	struct select_wait *w = to_select(pw);
-	px_list *active = px_sel_active(w->sw.sel);
-	int ifd = pw->intr->fd, maxfd = -1;
-	px_link *l;
+	struct selp *s = selp_of(pl);
+	int fd = reg->fd;
 
-	(void)started;
-	select_drain(w);
-	FD_ZERO(&w->rd);
-	FD_ZERO(&w->wr);
-	if (ifd >= 0) {
-		FD_SET(ifd, &w->rd);
-		maxfd = ifd;
-	}
-	for (l = px_list_first(active); l; l = px_list_next(active, l)) {
-		px_sel_fd *e = px_sel_fd_of(l);
-		/* Claimed directions too (see poll.c). */
-		unsigned want = px_sel_fd_queued(e);
-
-		/* The provider refuses fds >= FD_SETSIZE at start. */
-		if (want & PX_SEL_IN)
-			FD_SET(e->fd, &w->rd);
-		if (want & PX_SEL_OUT)
-			FD_SET(e->fd, &w->wr);
-		if (e->fd > maxfd)
-			maxfd = e->fd;
-	}
-	w->maxfd = maxfd;
-	w->cur = maxfd + 1;       /* nothing to look at until wait() */
-	w->no_block = px_sel_has_done(w->sw.sel);
+	if (fd < 0)
+		return -EBADF;
+	if (fd >= FD_SETSIZE)
+		return -EMFILE;
+	s->regs[fd] = reg;
+	selp_apply(s, fd, interest);
+	reg->armed = interest & (PX_POLL_IN | PX_POLL_OUT);
+	if (fd > s->top)
+		s->top = fd;
 	return 0;
 }
 
-static int select_wait_fn(px_wait *pw, int timeout_ms)
+static void selp_remove(px_poller *pl, px_poll_reg *reg)
 {
-	struct select_wait *w = to_select(pw);
-	const px_intr *in = pw->intr;
+	struct selp *s = selp_of(pl);
+	int fd = reg->fd;
+
+	reg->armed = 0;
+	if (fd < 0 || fd >= FD_SETSIZE || s->regs[fd] != reg)
+		return;
+	selp_apply(s, fd, 0);
+	if (FD_ISSET(fd, &s->quiet)) {
+		FD_CLR(fd, &s->quiet);
+		s->nquiet--;
+	}
+	s->regs[fd] = NULL;
+}
+
+static bool selp_watched(const struct selp *s, int fd)
+{
+	return FD_ISSET(fd, &s->rd) || FD_ISSET(fd, &s->wr);
+}
+
+/* dst = rd | (wr & ~quiet), a word at a time. */
+static void selp_or_writers(fd_set *dst, const fd_set *rd, const fd_set *wr,
+			    const fd_set *quiet)
+{
+	enum { W = sizeof(fd_set) / sizeof(unsigned long) };
+	unsigned long d[W], w[W], q[W];
+
+	memcpy(d, rd, sizeof(d));
+	memcpy(w, wr, sizeof(w));
+	memcpy(q, quiet, sizeof(q));
+	for (size_t i = 0; i < W; i++)
+		d[i] |= w[i] & ~q[i];
+	memcpy(dst, d, sizeof(d));
+}
+
+/* fd was readable without being watched for reading: a hang-up (or an
+ * error), or only data? */
+static bool selp_hung_up(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = 0 };
+
+	return poll(&p, 1, 0) > 0 &&
+	       (p.revents & (POLLHUP | POLLERR | POLLNVAL));
+}
+
+static void selp_prepare(px_poller *pl)
+{
+	struct selp *s = selp_of(pl);
+	int ifd = pl->intr->fd;
+
+	/* Lower the bound past descriptors no longer watched. */
+	while (s->top >= 0 && !selp_watched(s, s->top))
+		s->top--;
+	/* The read set also holds the descriptors watched for writing
+	 * (their hang-up shows there only), but the quiet ones. */
+	selp_or_writers(&s->wrd, &s->rd, &s->wr, &s->quiet);
+	s->wwr = s->wr;
+	s->wmax = s->top;
+	if (ifd >= 0) {
+		FD_SET(ifd, &s->wrd);
+		if (ifd > s->wmax)
+			s->wmax = ifd;
+	}
+	s->cur = s->wmax + 1;     /* nothing to collect until wait() */
+	s->badf = false;
+	s->wquiet = s->nquiet != 0;
+	s->bounded = s->top >= 0;
+	s->check_quiet = false;
+}
+
+static int selp_wait(px_poller *pl, int timeout_ms)
+{
+	struct selp *s = selp_of(pl);
+	const px_intr *in = pl->intr;
 	struct timespec ts;
 	int n;
 
-	if (w->no_block)
-		timeout_ms = 0;
-	n = pselect(w->maxfd + 1, &w->rd, &w->wr, NULL,
-		    px_sel_timeout(timeout_ms, &ts), in->wait_mask);
+	if (s->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
+		timeout_ms = PX_POLL_RECHECK_MS;
+	if (s->wquiet && (timeout_ms < 0 || timeout_ms > SELP_QUIET_MS))
+		timeout_ms = SELP_QUIET_MS;
+	n = pselect(s->wmax + 1, &s->wrd, &s->wwr, NULL,
+		    px_poll_timeout(timeout_ms, &ts), in->wait_mask);
 	if (n < 0) {
 		int err = errno;
+
 		if (err == EBADF) {
-			/* The sets are undefined now; sort it out locked. */
-			w->badf = true;
+			/* The sets are undefined now: collect() finds the
+			 * closed descriptors under the lock. */
+			s->badf = true;
+			s->cur = 0;
 			return 0;
 		}
-		if (err == EINTR && (in->wait_mask || in->fd < 0))
-			w->fired = true;
+		px_poller_wait_failed(pl, err);
 		return -err;
 	}
 	if (n > 0) {
-		if (in->fd >= 0 && FD_ISSET(in->fd, &w->rd)) {
-			w->fired = true;
-			FD_CLR(in->fd, &w->rd);
+		if (in->fd >= 0 && FD_ISSET(in->fd, &s->wrd)) {
+			pl->fired = true;
+			FD_CLR(in->fd, &s->wrd);
+			n--;
 		}
-		w->cur = 0;
+		s->cur = 0;
+	}
+	/* Time to look at the quiet ones (see the opening comment)? */
+	if (s->wquiet) {
+		uint64_t now = px_now_ns();
+
+		if (now >= s->quiet_due) {
+			s->quiet_due = now + SELP_QUIET_MS * 1000000ull;
+			s->check_quiet = true;
+			s->cur = 0;
+		}
 	}
 	return n;
 }
 
-static px_result *select_next_completed(px_wait *pw)
+static size_t selp_collect(px_poller *pl, px_poll_event *ev, size_t max)
 {
-	struct select_wait *w = to_select(pw);
-	px_result *r;
+	struct selp *s = selp_of(pl);
+	size_t n = 0;
 
-	select_drain(w);
-	if (w->badf) {
-		w->badf = false;
-		px_sel_check_closed(w->sw.sel);
-	}
-	r = px_sel_pop_done(w->sw.sel);
-	if (r || w->cur > w->maxfd)
-		return r;
-	/* Claim every ready descriptor, then one run (the provider releases
-	 * the mutex around the I/O; the sets are only the leader's). */
-	for (; w->cur <= w->maxfd; w->cur++) {
-		int fd = w->cur;
-		unsigned ev = 0;
-		px_sel_fd *e;
+	for (; s->cur <= s->wmax && n < max; s->cur++) {
+		int fd = s->cur;
+		px_poll_reg *reg = s->regs[fd];
+		unsigned e = 0;
 
-		if (FD_ISSET(fd, &w->rd))
-			ev |= PX_SEL_IN;
-		if (FD_ISSET(fd, &w->wr))
-			ev |= PX_SEL_OUT;
-		if (ev && (e = px_sel_lookup(w->sw.sel, fd)))
-			px_sel_claim(w->sw.sel, e, ev);
+		if (!reg)
+			continue;       /* removed since the wait began */
+		if (s->badf) {
+			if (selp_watched(s, fd) && fcntl(fd, F_GETFD) < 0 &&
+			    errno == EBADF)
+				e = PX_POLL_NVAL;
+		} else {
+			if (FD_ISSET(fd, &s->wrd)) {
+				if (FD_ISSET(fd, &s->rd))
+					e |= PX_POLL_IN;
+				else if (selp_hung_up(fd))
+					e |= PX_POLL_ERR;
+				else if (!FD_ISSET(fd, &s->quiet)) {
+					FD_SET(fd, &s->quiet);
+					s->nquiet++;
+				}
+			} else if (s->check_quiet && FD_ISSET(fd, &s->quiet) &&
+				   FD_ISSET(fd, &s->wr) && selp_hung_up(fd)) {
+				e |= PX_POLL_ERR;
+			}
+			if (FD_ISSET(fd, &s->wwr))
+				e |= PX_POLL_OUT;
+		}
+		if (!e)
+			continue;
+		selp_apply(s, fd, 0);   /* one-shot */
+		reg->armed = 0;
+		ev[n].fd = fd;
+		ev[n].events = e;
+		n++;
 	}
-	px_sel_run(w->sw.sel, true);
-	return px_sel_pop_done(w->sw.sel);
+	return n;
 }
 
-static void select_destroy(px_wait *pw)
+static void selp_destroy(px_poller *pl)
 {
-	struct select_wait *w = to_select(pw);
-
-	if (pw->intr)
-		pw->intr->ops->destroy(pw->intr);
-	free(w);
+	free(selp_of(pl));
 }
 
-static int select_create(px_sel *sel, const px_processor_config *cfg,
-			 px_sel_wait **out);
-
-const px_sel_wait_class px_sel_wait_select = {
-	.wait = {
-		.name = "select",
-		.destroy = select_destroy,         /* interrupt */
-		.on_start = NULL,
-		.prepare = select_prepare,         /* fd_sets from active fds */
-		.wait = select_wait_fn,            /* pselect with the intr's mask */
-		.next_completed = select_next_completed, /* all set bits, one unlock */
-	},
-	.create = select_create,
-	.arm = NULL,                  /* prepare rebuilds everything */
-	.reserve = NULL,              /* fd_sets have a fixed size */
-	.fd_limit = FD_SETSIZE,
-	.pf_flags = PX_PF_START_ANY_THREAD | PX_PF_START_INTERRUPT,
+static const px_poller_ops selp_ops = {
+	.name = "select",
+	.destroy = selp_destroy,
+	.set = selp_set,              /* bits in the interest sets */
+	.remove = selp_remove,
+	.prepare = selp_prepare,      /* copy the sets for pselect */
+	.wait = selp_wait,            /* pselect with the intr's mask */
+	.collect = selp_collect,      /* set bits; NVAL after EBADF */
 };
 
-static int select_create(px_sel *sel, const px_processor_config *cfg,
-			 px_sel_wait **out)
+int px_poller_select_create(px_intr *in, px_poller **out)
 {
-	struct select_wait *w = calloc(1, sizeof(*w));
-	px_intr *in;
-	int rc;
+	struct selp *s;
 
-	if (!w)
+	if (in->fd >= FD_SETSIZE)
+		return -EMFILE;
+	s = calloc(1, sizeof(*s));
+	if (!s)
 		return -ENOMEM;
-	w->sw.base.ops = &px_sel_wait_select.wait;
-	w->sw.cls = &px_sel_wait_select;
-	w->sw.sel = sel;
-	w->maxfd = -1;
-	rc = px_intr_create(cfg, &in);
-	if (rc < 0)
-		goto fail;
-	w->sw.base.intr = in;
-	if (in->fd >= FD_SETSIZE) {
-		rc = -EMFILE;
-		goto fail;
-	}
-	*out = &w->sw;
+	s->base.ops = &selp_ops;
+	s->base.intr = in;
+	s->base.fd_limit = FD_SETSIZE;
+	FD_ZERO(&s->rd);
+	FD_ZERO(&s->wr);
+	FD_ZERO(&s->quiet);
+	s->top = -1;
+	s->wmax = -1;
+	*out = &s->base;
 	return 0;
-fail:
-	select_destroy(&w->sw.base);
-	return rc;
 }

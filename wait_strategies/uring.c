@@ -1,6 +1,11 @@
 /*
  * uring.c - the io_uring wait strategy and its native interrupt.
  *
+ * Unlike the readiness pollers beside it (poller.h), this wait serves one
+ * provider only: it waits on the ring the io_uring provider submits to,
+ * and works on that provider's state (providers/uring.h).  A completion
+ * wait has nothing to share with readiness.
+ *
  * prepare() (leader, locked) submits every SQE the starts left in the ring,
  * in one io_uring_enter, and marks the leader as waiting; from then on a
  * start or cancel made by another thread submits its own SQE (see

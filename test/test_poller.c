@@ -1,0 +1,327 @@
+/*
+ * test_poller.c - the readiness pollers (wait_strategies/poller.h) on
+ * their own, without any provider: select, poll and epoll in turn.
+ *
+ * Checked: a pipe that becomes readable is reported with PX_POLL_IN (and
+ * not before); a report disarms until the next set(); after remove() it
+ * is not reported; a writable end is reported with PX_POLL_OUT; the
+ * interrupt wakes a wait from another thread and is reported through
+ * fired, not as an event; poll and select report a closed descriptor as
+ * PX_POLL_NVAL; the hang-up of a socket watched for writing only is
+ * reported, data arriving on it is not; select refuses a descriptor >=
+ * FD_SETSIZE.
+ */
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/select.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../wait_strategies/poller.h"
+
+typedef int (*create_fn)(px_intr *in, px_poller **out);
+
+typedef struct kind {
+	const char *name;
+	create_fn create;
+	bool sees_closed;       /* reports a closed fd as NVAL */
+} kind;
+
+static const kind kinds[] = {
+	{ "select", px_poller_select_create, true },
+	{ "poll", px_poller_poll_create, true },
+	{ "epoll", px_poller_epoll_create, false },
+};
+
+typedef struct fx {
+	const kind *k;
+	px_intr *in;
+	px_poller *pl;
+	int p[2];               /* a pipe: p[0] to watch, p[1] to write */
+} fx;
+
+static fx *setup_kind(const kind *k, int it)
+{
+	px_processor_config c;
+	fx *f = calloc(1, sizeof(*f));
+
+	assert_non_null(f);
+	memset(&c, 0, sizeof(c));
+	c.processor = PX_PROCESSOR_SHARED;
+	snprintf(c.provider, sizeof(c.provider), "select");
+	snprintf(c.wait, sizeof(c.wait), "poll");
+	snprintf(c.interrupt, sizeof(c.interrupt), "%s", px__intr_name(it));
+	f->k = k;
+	assert_int_equal(px_intr_create(&c, &f->in), 0);
+	assert_int_equal(k->create(f->in, &f->pl), 0);
+	assert_ptr_equal(f->pl->intr, f->in);
+	assert_false(f->pl->fired);
+	assert_int_equal(pipe2(f->p, O_CLOEXEC | O_NONBLOCK), 0);
+	return f;
+}
+
+static void teardown_fx(fx *f)
+{
+	f->pl->ops->destroy(f->pl);
+	f->in->ops->destroy(f->in);
+	if (f->p[0] >= 0)
+		close(f->p[0]);
+	close(f->p[1]);
+	free(f);
+}
+
+/* One wait: prepare, wait, collect everything.  Returns the events of fd
+ * (0 if not reported); *nev gets the number of events in all. */
+static unsigned wait_for(fx *f, int fd, int timeout_ms, size_t *nev)
+{
+	px_poll_event ev[8];
+	unsigned got = 0;
+	size_t n, total = 0;
+	int rc;
+
+	f->pl->ops->prepare(f->pl);
+	rc = f->pl->ops->wait(f->pl, timeout_ms);
+	assert_true(rc >= 0 || rc == -EINTR);
+	while ((n = f->pl->ops->collect(f->pl, ev, 8)) > 0) {
+		for (size_t i = 0; i < n; i++) {
+			assert_true(ev[i].fd != f->in->fd);
+			if (ev[i].fd == fd)
+				got |= ev[i].events;
+		}
+		total += n;
+	}
+	if (nev)
+		*nev = total;
+	return got;
+}
+
+static void readable_is_reported(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	px_poll_reg reg = { .fd = f->p[0] };
+	size_t n;
+
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	/* Nothing to read yet. */
+	assert_int_equal(wait_for(f, f->p[0], 0, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(write(f->p[1], "x", 1), 1);
+	assert_true(wait_for(f, f->p[0], 1000, &n) & PX_POLL_IN);
+	assert_int_equal(n, 1);
+	/* One-shot: still readable, but not reported until set again. */
+	assert_int_equal(wait_for(f, f->p[0], 0, &n), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	assert_true(wait_for(f, f->p[0], 1000, NULL) & PX_POLL_IN);
+	f->pl->ops->remove(f->pl, &reg);
+	teardown_fx(f);
+}
+
+static void removed_is_not_reported(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_PIPE);
+	px_poll_reg reg = { .fd = f->p[0] };
+	px_poll_reg wreg = { .fd = f->p[1] };
+	size_t n;
+
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	assert_int_equal(f->pl->ops->set(f->pl, &wreg, PX_POLL_OUT), 0);
+	f->pl->ops->remove(f->pl, &reg);
+	assert_int_equal(write(f->p[1], "x", 1), 1);
+	/* The write end is still watched and writable. */
+	assert_int_equal(wait_for(f, f->p[0], 100, &n), 0);
+	assert_int_equal(n, 1);
+	f->pl->ops->remove(f->pl, &wreg);
+	assert_int_equal(wait_for(f, f->p[1], 50, &n), 0);
+	assert_int_equal(n, 0);
+	/* And can be watched again. */
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	assert_true(wait_for(f, f->p[0], 1000, NULL) & PX_POLL_IN);
+	f->pl->ops->remove(f->pl, &reg);
+	teardown_fx(f);
+}
+
+static void writable_is_reported(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	px_poll_reg reg = { .fd = f->p[1] };
+
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_OUT), 0);
+	assert_true(wait_for(f, f->p[1], 1000, NULL) & PX_POLL_OUT);
+	f->pl->ops->remove(f->pl, &reg);
+	teardown_fx(f);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void *interrupter(void *arg)
+{
+	px_intr *in = arg;
+	struct timespec d = { 0, 50 * 1000000L };
+
+	nanosleep(&d, NULL);
+	in->ops->interrupt(in);
+	return NULL;
+}
+
+static void interrupt_wakes_wait(const kind *k, int it)
+{
+	fx *f = setup_kind(k, it);
+	px_poll_reg reg = { .fd = f->p[0] };
+	pthread_t t;
+	uint64_t t0, el;
+	size_t n;
+
+	/* Something watched that never becomes ready. */
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	if (f->in->ops->leader_activated)
+		f->in->ops->leader_activated(f->in);
+	t0 = now_ms();
+	assert_int_equal(pthread_create(&t, NULL, interrupter, f->in), 0);
+	assert_int_equal(wait_for(f, f->p[0], 5000, &n), 0);
+	el = now_ms() - t0;
+	pthread_join(t, NULL);
+	if (el > 3000)
+		fail_msg("%s: the interrupt did not wake the wait (%llu ms)",
+			 k->name, (unsigned long long)el);
+	assert_int_equal(n, 0);
+	assert_true(f->pl->fired);
+	px_poller_drain(f->pl);
+	assert_false(f->pl->fired);
+	/* Drained: the next wait times out. */
+	assert_int_equal(wait_for(f, f->p[0], 20, &n), 0);
+	assert_false(f->pl->fired);
+	if (f->in->ops->leader_deactivated)
+		f->in->ops->leader_deactivated(f->in);
+	f->pl->ops->remove(f->pl, &reg);
+	teardown_fx(f);
+}
+
+/* A socket watched for writing alone, whose send buffer is full: data
+ * arriving is not reported, but a shutdown both ways is (as an error or
+ * hang-up), though it never becomes writable. */
+static void writer_hangup_is_reported(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	static char junk[65536];
+	int sv[2];
+	unsigned ev;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+					     SOCK_CLOEXEC, 0, sv), 0);
+	while (send(sv[0], junk, sizeof(junk), 0) > 0)
+		;
+	assert_int_equal(errno, EAGAIN);
+	px_poll_reg reg = { .fd = sv[0] };
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_OUT), 0);
+	assert_int_equal(send(sv[1], "data", 4, 0), 4);
+	assert_int_equal(wait_for(f, sv[0], 50, NULL), 0);
+	assert_int_equal(shutdown(sv[0], SHUT_RDWR), 0);
+	ev = wait_for(f, sv[0], 1000, NULL);
+	if (!(ev & PX_POLL_ERR))
+		fail_msg("%s: the hang-up of a socket watched for writing was "
+			 "not reported (events 0x%x)", k->name, ev);
+	f->pl->ops->remove(f->pl, &reg);
+	close(sv[0]);
+	close(sv[1]);
+	teardown_fx(f);
+}
+
+static void closed_is_nval(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	px_poll_reg reg = { .fd = f->p[0] };
+	px_poll_reg other = { .fd = f->p[1] };
+	unsigned ev;
+
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	assert_int_equal(f->pl->ops->set(f->pl, &other, PX_POLL_OUT), 0);
+	close(f->p[0]);
+	ev = wait_for(f, reg.fd, 1000, NULL);
+	if (k->sees_closed)
+		assert_true(ev & PX_POLL_NVAL);
+	else
+		assert_int_equal(ev, 0);  /* epoll forgets it silently */
+	f->p[0] = -1;
+	f->pl->ops->remove(f->pl, &reg);
+	f->pl->ops->remove(f->pl, &other);
+	teardown_fx(f);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define PER_KIND(fn)                                                           \
+	static void fn##_all(void **state)                                     \
+	{                                                                      \
+		(void)state;                                                   \
+		for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) \
+			fn(&kinds[i]);                                         \
+	}
+
+PER_KIND(readable_is_reported)
+PER_KIND(removed_is_not_reported)
+PER_KIND(writable_is_reported)
+PER_KIND(closed_is_nval)
+PER_KIND(writer_hangup_is_reported)
+
+static void interrupt_wakes_wait_all(void **state)
+{
+	const int its[] = { PX_INTR_EVENTFD, PX_INTR_PIPE,
+					  PX_INTR_SIGNAL };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		for (size_t j = 0; j < sizeof(its) / sizeof(its[0]); j++)
+			interrupt_wakes_wait(&kinds[i], its[j]);
+}
+
+static void flags_and_limits(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		fx *f = setup_kind(&kinds[i], PX_INTR_EVENTFD);
+		px_poll_reg hi = { .fd = FD_SETSIZE };
+		bool is_epoll = kinds[i].create == px_poller_epoll_create;
+		bool is_select = kinds[i].create == px_poller_select_create;
+
+		assert_int_equal((f->pl->flags & PX_POLLER_LIVE) != 0, is_epoll);
+		assert_non_null(f->pl->ops->name);
+		if (is_select) {
+			assert_int_equal(f->pl->fd_limit, FD_SETSIZE);
+			assert_int_equal(f->pl->ops->set(f->pl, &hi, PX_POLL_IN),
+					 -EMFILE);
+		} else {
+			assert_true(f->pl->fd_limit > FD_SETSIZE);
+		}
+		teardown_fx(f);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(readable_is_reported_all),
+		cmocka_unit_test(removed_is_not_reported_all),
+		cmocka_unit_test(writable_is_reported_all),
+		cmocka_unit_test(interrupt_wakes_wait_all),
+		cmocka_unit_test(closed_is_nval_all),
+		cmocka_unit_test(writer_hangup_is_reported_all),
+		cmocka_unit_test(flags_and_limits),
+	};
+	return cmocka_run_group_tests_name("poller", tests, NULL, NULL);
+}
