@@ -79,7 +79,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -921,25 +920,18 @@ static void la_destroy(px_provider *p)
 
 	/* Waits for whatever is still in the kernel. */
 	io_destroy(u->ctx);
+	if (u->pl)
+		u->pl->ops->destroy(u->pl);
 	if (u->wait.intr && u->wait.intr != &u->nintr)
 		u->wait.intr->ops->destroy(u->wait.intr);
 	if (u->intr_fd >= 0)
 		close(u->intr_fd);
 	if (u->resfd >= 0)
 		close(u->resfd);
-	if (u->epfd >= 0)
-		close(u->epfd);
 	px_fdq_fini(&u->fdq);
 	free(u->lb.v);
 	free(u->lb.err);
 	free(u);
-}
-
-static int la_epoll_add(int epfd, int fd)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
-
-	return epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
 }
 
 static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
@@ -953,7 +945,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 
 	if (!u)
 		return -ENOMEM;
-	u->intr_fd = u->resfd = u->epfd = -1;
+	u->intr_fd = u->resfd = -1;
 	/* One more event than depth: the native interrupt's poll. */
 	rc = io_setup((int)depth + 1, &u->ctx);
 	if (rc < 0) {
@@ -983,16 +975,14 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->wait.ops = &px_wait_laio_epoll_ops;
 		u->use_resfd = true;
 		u->resfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-		u->epfd = epoll_create1(EPOLL_CLOEXEC);
-		if (u->resfd < 0 || u->epfd < 0) {
+		if (u->resfd < 0) {
 			rc = -errno;
 			goto fail;
 		}
-		rc = la_epoll_add(u->epfd, u->resfd);
-		if (rc == 0 && in->fd >= 0)
-			rc = la_epoll_add(u->epfd, in->fd);
+		rc = px_poller_epoll_create(in, &u->pl);
 		if (rc < 0)
 			goto fail;
+		u->reg.fd = u->resfd;
 	} else if (spec->intr == PX_INTR_NATIVE) {
 		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->intr_fd < 0) {

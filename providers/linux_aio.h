@@ -14,6 +14,7 @@
 
 #include <libaio.h>
 
+#include "../wait_strategies/poller.h"
 #include "fdq.h"
 #include "internal.h"
 
@@ -67,8 +68,12 @@ typedef struct px_laio {
 	struct io_event ev[PX_LAIO_EVENTS];
 	unsigned nev, iev;
 	bool reap_more;             /* the last reap filled ev: look again */
-	bool intr_fired;            /* the wait saw its (non-native) interrupt */
-	int epfd;                   /* epoll wait: resfd and the interrupt fd */
+	bool intr_fired;            /* the wait saw its signal interrupt */
+
+	/* epoll wait: a poller watching resfd (and the interrupt). */
+	px_poller *pl;
+	px_poll_reg reg;            /* resfd's registration */
+	bool polled;                /* a poller wait ran, not yet collected */
 
 	/* Native interrupt: a poll iocb on an eventfd in this context. */
 	struct iocb intr_cb;
