@@ -38,8 +38,13 @@
  * io_cancel once every batch has settled (u->recancel).  An event for the
  * operation a start is still submitting (its result is not yet on the
  * processor's started list) is kept on the result (la_priv.early) and the
- * start returns PX_START_DONE.  The system calls of sockets (recv, send,
- * accept, ...) run under the mutex, in start() and next_completed().
+ * start returns PX_START_DONE.  The calls of streams, datagrams, accept
+ * and connect (recv, send, accept4, ...) run without the mutex too: a
+ * start tries its own operation before anything can reach it, and the
+ * leader claims every operation whose poll fired in one batch of events
+ * (la_priv.phase LA_BUSY; a cancel only marks it) and makes their calls
+ * under one release of the mutex (la_run).  Each call works on a copy of
+ * what is known of the descriptor (la_io), stored back afterwards.
  *
  * Files not opened with O_DIRECT.  The kernel has no asynchronous buffered
  * I/O: such a read or write is performed inside io_submit, which returns
@@ -103,7 +108,9 @@ int (*px__laio_io_submit)(io_context_t, long, struct iocb **) = io_submit;
 enum {
 	LA_IDLE = 0,   /* no iocb: queued behind its descriptor's head */
 	LA_OP,         /* the file operation */
-	LA_POLL        /* the readiness poll of a stream operation */
+	LA_POLL,       /* the readiness poll of a stream operation */
+	LA_BUSY        /* its poll fired: the leader makes the call without
+	                  the mutex (see la_run) */
 };
 
 /* Which list la_priv.slink is on. */
@@ -132,6 +139,33 @@ typedef struct px_laio_fd {
 	bool listener_nb;   /* accept: made O_NONBLOCK */
 } la_fd;
 
+/* What the system calls of one operation need to know of its descriptor
+ * and may learn: a copy of the entry's fields, taken under the mutex and
+ * stored back after, so that a call made without the mutex shares nothing
+ * with one on the other direction. */
+typedef struct la_io {
+	int fd;
+	uint8_t kind;
+	bool listener_nb;
+} la_io;
+
+static void la_io_load(la_io *io, const la_fd *fe)
+{
+	io->fd = fe->fq.fd;
+	io->kind = fe->kind;
+	io->listener_nb = fe->listener_nb;
+}
+
+/* Mutex held.  The entry is not idle (the operation is queued), so
+ * nothing was forgotten meanwhile; later kinds only refine earlier ones
+ * (socket, file, or RWF_NOWAIT downgraded to plain). */
+static void la_io_store(la_fd *fe, const la_io *io)
+{
+	if (io->kind > fe->kind)
+		fe->kind = io->kind;
+	fe->listener_nb |= io->listener_nb;
+}
+
 struct la_priv {
 	struct iocb cb;     /* data: the result */
 	px_link slink;      /* u->pending or u->recancel */
@@ -142,6 +176,8 @@ struct la_priv {
 	bool cancel_req;    /* a cancel was asked for */
 	bool in_start;      /* its start is submitting without the mutex */
 	bool early;         /* ... and it finished meanwhile */
+	uint8_t tried;      /* LA_BUSY: what the call gave (LA_TRY_*) */
+	la_io io;           /* LA_BUSY: the descriptor, for the call */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -171,14 +207,14 @@ static bool la_does(px_op op)
 /* Stream system calls (mutex held)                                     */
 /* ------------------------------------------------------------------ */
 
-/* fe said ENOTSOCK: a file (always ready) or something to wait on? */
-static int la_classify(la_fd *fe)
+/* io said ENOTSOCK: a file (always ready) or something to wait on? */
+static int la_classify(la_io *io)
 {
 	struct stat st;
 
-	if (fstat(fe->fq.fd, &st) < 0)
+	if (fstat(io->fd, &st) < 0)
 		return -errno;
-	fe->kind = S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? LA_KIND_FILE
+	io->kind = S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? LA_KIND_FILE
 							      : LA_KIND_NOWAIT;
 	return 0;
 }
@@ -201,23 +237,23 @@ static int la_poll_now(int fd, short events)
 
 /* One read or write on a stream that is not a socket.  Bytes, or -errno
  * (-EAGAIN: not ready). */
-static ssize_t la_other_io(la_fd *fe, void *buf, size_t len, bool wr)
+static ssize_t la_other_io(la_io *io, void *buf, size_t len, bool wr)
 {
-	int fd = fe->fq.fd;
+	int fd = io->fd;
 
 	for (;;) {
 		struct iovec iov = { .iov_base = buf, .iov_len = len };
 		ssize_t n;
 		int rc;
 
-		if (fe->kind == LA_KIND_NOWAIT) {
+		if (io->kind == LA_KIND_NOWAIT) {
 			n = wr ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT)
 			       : preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
 			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
-				fe->kind = LA_KIND_PLAIN;
+				io->kind = LA_KIND_PLAIN;
 				continue;
 			}
-		} else if (fe->kind == LA_KIND_PLAIN) {
+		} else if (io->kind == LA_KIND_PLAIN) {
 			rc = la_poll_now(fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
@@ -237,20 +273,20 @@ static ssize_t la_other_io(la_fd *fe, void *buf, size_t len, bool wr)
 /* A write to a pipe without reader raises SIGPIPE: keep it blocked in this
  * thread for the call, and take it off the pending set again unless it was
  * pending before. */
-static ssize_t la_other_write(la_fd *fe, const void *buf, size_t len)
+static ssize_t la_other_write(la_io *io, const void *buf, size_t len)
 {
 	sigset_t pipe_set, old, pend;
 	bool was_pending = false;
 	ssize_t n;
 
-	if (fe->kind == LA_KIND_FILE)
-		return la_other_io(fe, (void *)buf, len, true);
+	if (io->kind == LA_KIND_FILE)
+		return la_other_io(io, (void *)buf, len, true);
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
 	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
 		was_pending = sigismember(&pend, SIGPIPE);
-	n = la_other_io(fe, (void *)buf, len, true);
+	n = la_other_io(io, (void *)buf, len, true);
 	if (n == -EPIPE && !was_pending) {
 		const struct timespec zero = { 0, 0 };
 		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
@@ -260,26 +296,26 @@ static ssize_t la_other_write(la_fd *fe, const void *buf, size_t len)
 	return n;
 }
 
-static int la_try_read_stream(la_fd *fe, px_result *r)
+static int la_try_read_stream(la_io *io, px_result *r)
 {
 	size_t len = r->c.len > LA_MAX_RW ? LA_MAX_RW : r->c.len;
 	ssize_t n;
 
-	if (fe->kind <= LA_KIND_SOCKET) {
+	if (io->kind <= LA_KIND_SOCKET) {
 		do {
-			n = recv(fe->fq.fd, r->c.buf, len, MSG_DONTWAIT);
+			n = recv(io->fd, r->c.buf, len, MSG_DONTWAIT);
 		} while (n < 0 && errno == EINTR);
 		if (n >= 0 || errno != ENOTSOCK) {
-			fe->kind = LA_KIND_SOCKET;
+			io->kind = LA_KIND_SOCKET;
 			if (n < 0)
 				n = -errno;
 			goto out;
 		}
-		n = la_classify(fe);
+		n = la_classify(io);
 		if (n < 0)
 			goto out;
 	}
-	n = la_other_io(fe, r->c.buf, len, false);
+	n = la_other_io(io, r->c.buf, len, false);
 out:
 	if (n == -EAGAIN || n == -EWOULDBLOCK)
 		return LA_TRY_AGAIN;
@@ -290,7 +326,7 @@ out:
 	return LA_TRY_DONE;
 }
 
-static int la_try_write_stream(la_fd *fe, px_result *r)
+static int la_try_write_stream(la_io *io, px_result *r)
 {
 	for (;;) {
 		const char *buf = (const char *)r->c.buf + r->done;
@@ -299,22 +335,22 @@ static int la_try_write_stream(la_fd *fe, px_result *r)
 
 		if (len > LA_MAX_RW)
 			len = LA_MAX_RW;
-		if (fe->kind <= LA_KIND_SOCKET) {
+		if (io->kind <= LA_KIND_SOCKET) {
 			do {
-				n = send(fe->fq.fd, buf, len,
+				n = send(io->fd, buf, len,
 					 MSG_DONTWAIT | MSG_NOSIGNAL);
 			} while (n < 0 && errno == EINTR);
 			if (n >= 0 || errno != ENOTSOCK) {
-				fe->kind = LA_KIND_SOCKET;
+				io->kind = LA_KIND_SOCKET;
 				if (n < 0)
 					n = -errno;
 				goto got;
 			}
-			n = la_classify(fe);
+			n = la_classify(io);
 			if (n < 0)
 				goto got;
 		}
-		n = la_other_write(fe, buf, len);
+		n = la_other_write(io, buf, len);
 got:
 		if (n == -EAGAIN || n == -EWOULDBLOCK)
 			return LA_TRY_AGAIN;
@@ -327,7 +363,7 @@ got:
 		if (r->done < r->c.len && (r->flags & PX_RF_WRITE_ALL)) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
-			if (fe->kind == LA_KIND_SOCKET || n == 0)
+			if (io->kind == LA_KIND_SOCKET || n == 0)
 				return LA_TRY_AGAIN;
 			continue;
 		}
@@ -336,13 +372,13 @@ got:
 	}
 }
 
-static int la_try_read_dgram(la_fd *fe, px_result *r)
+static int la_try_read_dgram(la_io *io, px_result *r)
 {
 	socklen_t alen = sizeof(r->c.addr);
 	ssize_t n;
 
 	do {
-		n = recvfrom(fe->fq.fd, r->c.buf, r->c.len, MSG_DONTWAIT,
+		n = recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
 			     (struct sockaddr *)&r->c.addr, &alen);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
@@ -357,14 +393,14 @@ static int la_try_read_dgram(la_fd *fe, px_result *r)
 	return LA_TRY_DONE;
 }
 
-static int la_try_write_dgram(la_fd *fe, px_result *r)
+static int la_try_write_dgram(la_io *io, px_result *r)
 {
 	const struct sockaddr *to =
 		r->c.addrlen ? (const struct sockaddr *)&r->c.addr : NULL;
 	ssize_t n;
 
 	do {
-		n = sendto(fe->fq.fd, r->c.buf, r->c.len,
+		n = sendto(io->fd, r->c.buf, r->c.len,
 			   MSG_DONTWAIT | MSG_NOSIGNAL, to, r->c.addrlen);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
@@ -377,23 +413,23 @@ static int la_try_write_dgram(la_fd *fe, px_result *r)
 	return LA_TRY_DONE;
 }
 
-static int la_try_accept(la_fd *fe, px_result *r)
+static int la_try_accept(la_io *io, px_result *r)
 {
-	if (!fe->listener_nb) {
+	if (!io->listener_nb) {
 		/* accept4 has no MSG_DONTWAIT: a connection reset between the
 		 * poll and the call must not block the leader. */
-		int fl = fcntl(fe->fq.fd, F_GETFL);
+		int fl = fcntl(io->fd, F_GETFL);
 		if (fl < 0 || (!(fl & O_NONBLOCK) &&
-			       fcntl(fe->fq.fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+			       fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
 			r->c.addrlen = 0;
 			px_result_finish(r, 0, errno);
 			return LA_TRY_DONE;
 		}
-		fe->listener_nb = true;
+		io->listener_nb = true;
 	}
 	for (;;) {
 		socklen_t alen = sizeof(r->c.addr);
-		int nfd = accept4(fe->fq.fd, (struct sockaddr *)&r->c.addr,
+		int nfd = accept4(io->fd, (struct sockaddr *)&r->c.addr,
 				  &alen, SOCK_CLOEXEC);
 
 		if (nfd >= 0) {
@@ -428,10 +464,10 @@ static int la_try_accept(la_fd *fe, px_result *r)
 	}
 }
 
-static int la_try_connect(la_fd *fe, px_result *r)
+static int la_try_connect(la_io *io, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
-	int fd = fe->fq.fd, err;
+	int fd = io->fd, err;
 
 	if (pr->conn == LA_CONN_NEW) {
 		int fl = fcntl(fd, F_GETFL);
@@ -479,21 +515,21 @@ out:
 }
 
 /* Try r's system call once.  LA_TRY_DONE: outputs set. */
-static int la_try(la_fd *fe, px_result *r)
+static int la_try(la_io *io, px_result *r)
 {
 	switch (r->c.op) {
 	case PX_OP_READ_STREAM:
-		return la_try_read_stream(fe, r);
+		return la_try_read_stream(io, r);
 	case PX_OP_WRITE_STREAM:
-		return la_try_write_stream(fe, r);
+		return la_try_write_stream(io, r);
 	case PX_OP_READ_DGRAM:
-		return la_try_read_dgram(fe, r);
+		return la_try_read_dgram(io, r);
 	case PX_OP_WRITE_DGRAM:
-		return la_try_write_dgram(fe, r);
+		return la_try_write_dgram(io, r);
 	case PX_OP_ACCEPT:
-		return la_try_accept(fe, r);
+		return la_try_accept(io, r);
 	case PX_OP_CONNECT:
-		return la_try_connect(fe, r);
+		return la_try_connect(io, r);
 	default:
 		px_result_finish(r, 0, EOPNOTSUPP);
 		return LA_TRY_DONE;
@@ -803,10 +839,43 @@ static void la_event(px_laio *u, const struct io_event *e)
 		la_fail(u, r, (int)-res, true);
 		return;
 	}
-	if (la_try(pr->fe, r) == LA_TRY_DONE)
-		la_complete(u, r, true);
-	else
-		la_issue(u, r, true);
+	/* Ready: claim it; its call runs after this batch of events, with
+	 * the mutex released (la_run). */
+	pr->phase = LA_BUSY;
+	la_io_load(&pr->io, pr->fe);
+	u->claimed[u->nclaimed++] = r;
+}
+
+/* The calls of the results la_event claimed, with the mutex released
+ * (docs/ARCHITECTURE.md, "The mutex": claim, then unlock).  A claimed
+ * result stays at the head of its queue, so a start behind it queues;
+ * a cancel meanwhile only marks it.  Leader, mutex held on entry and
+ * exit. */
+static void la_run(px_laio *u)
+{
+	unsigned n = u->nclaimed;
+
+	pthread_mutex_unlock(u->prov.lock);
+	for (unsigned i = 0; i < n; i++) {
+		px_result *r = u->claimed[i];
+		struct la_priv *pr = la_priv(r);
+		pr->tried = (uint8_t)la_try(&pr->io, r);
+	}
+	pthread_mutex_lock(u->prov.lock);
+	u->nclaimed = 0;
+	for (unsigned i = 0; i < n; i++) {
+		px_result *r = u->claimed[i];
+		struct la_priv *pr = la_priv(r);
+
+		la_io_store(pr->fe, &pr->io);
+		pr->phase = LA_IDLE;
+		if (pr->tried == LA_TRY_DONE)
+			la_complete(u, r, true);  /* its data, even if cancelled */
+		else if (pr->cancel_req)
+			la_fail(u, r, ECANCELED, true);
+		else
+			la_issue(u, r, true);
+	}
 }
 
 px_result *px__laio_next_completed(px_laio *u)
@@ -823,7 +892,12 @@ px_result *px__laio_next_completed(px_laio *u)
 		if ((l = px_list_pop_front(&u->done)))
 			return px_result_of_plink(l);
 		if (u->iev < u->nev) {
-			la_event(u, &u->ev[u->iev++]);
+			/* The whole batch of events, then one unlock for the
+			 * calls of every poll that fired. */
+			while (u->iev < u->nev)
+				la_event(u, &u->ev[u->iev++]);
+			if (u->nclaimed)
+				la_run(u);
 			continue;
 		}
 		/* The last reap filled the array: there may be more (libaio
@@ -865,8 +939,17 @@ static int la_start(px_provider *p, px_result *r)
 	if (dir >= 0) {
 		if (!px_fdq_push(fq, dir, r))
 			return PX_START_STARTED;  /* goes when those before it are done */
-		/* The head of an idle queue: try the call at once. */
-		if (la_try(fe, r) == LA_TRY_DONE) {
+		/* The head of an idle queue: try the call at once, without
+		 * the mutex.  Nothing else can reach r meanwhile: it is not
+		 * on the started list yet (no cancel), has no iocb (no
+		 * event), and a start behind it queues. */
+		la_io io;
+		la_io_load(&io, fe);
+		pthread_mutex_unlock(u->prov.lock);
+		rc = la_try(&io, r);
+		pthread_mutex_lock(u->prov.lock);
+		la_io_store(fe, &io);
+		if (rc == LA_TRY_DONE) {
 			la_complete(u, r, false);
 			return PX_START_DONE;
 		}

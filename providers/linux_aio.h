@@ -67,6 +67,9 @@ typedef struct px_laio {
 	/* Events of the last wait, for next_completed (leader only). */
 	struct io_event ev[PX_LAIO_EVENTS];
 	unsigned nev, iev;
+	/* Results whose poll fired, claimed for their calls (leader only). */
+	struct px_result *claimed[PX_LAIO_EVENTS];
+	unsigned nclaimed;
 	bool reap_more;             /* the last reap filled ev: look again */
 	bool intr_fired;            /* the wait saw its signal interrupt */
 
