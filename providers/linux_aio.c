@@ -8,7 +8,8 @@
  * event the operation needs, and when its event arrives the non-blocking
  * system call; EAGAIN arms the poll again.  A start on an idle descriptor
  * tries the call at once and polls only when it would block, so a send
- * usually finishes inside its start.
+ * usually finishes inside its start (reads that keep finding nothing at
+ * start go straight to their poll: LA_SPEC_MISSES).
  *
  * Submission.  A start fills the iocb in the result's private space and
  * appends it to u->pending.  The leader claims everything pending in its
@@ -99,6 +100,14 @@
 
 #define LA_DEFAULT_MAX_AIO 65536u
 
+/* After LA_SPEC_MISSES reads in a row whose try at start found nothing
+ * (request and response: the answer is never there yet), reads on that
+ * descriptor go straight to their poll, which completes inside io_submit
+ * if the data is there after all; one start in LA_SPEC_PROBE still tries,
+ * to notice when the pattern changes. */
+#define LA_SPEC_MISSES 2
+#define LA_SPEC_PROBE 16
+
 /* Iocbs a starting thread submits at once. */
 #define LA_KICK_MAX 64u
 
@@ -137,6 +146,9 @@ typedef struct px_laio_fd {
 	uint8_t kind;       /* LA_KIND_* */
 	bool open_seen;     /* known to be open */
 	bool listener_nb;   /* accept: made O_NONBLOCK */
+	uint8_t rd_miss;    /* reads tried at start that found nothing, in a
+	                       row; a hint only, kept while idle */
+	uint8_t rd_skip;    /* read starts since the last such try */
 } la_fd;
 
 /* What the system calls of one operation need to know of its descriptor
@@ -913,6 +925,26 @@ px_result *px__laio_next_completed(px_laio *u)
 /* Provider ops                                                         */
 /* ------------------------------------------------------------------ */
 
+static bool la_skip_try(la_fd *fe, int dir)
+{
+	if (dir != PX_FDQ_RD || fe->rd_miss < LA_SPEC_MISSES)
+		return false;
+	if (++fe->rd_skip < LA_SPEC_PROBE)
+		return true;
+	fe->rd_skip = 0;
+	return false;
+}
+
+static void la_learn_try(la_fd *fe, int dir, int rc)
+{
+	if (dir != PX_FDQ_RD)
+		return;
+	if (rc == LA_TRY_DONE)
+		fe->rd_miss = 0;
+	else if (fe->rd_miss < LA_SPEC_MISSES)
+		fe->rd_miss++;
+}
+
 static int la_start(px_provider *p, px_result *r)
 {
 	px_laio *u = la_of_prov(p);
@@ -943,15 +975,18 @@ static int la_start(px_provider *p, px_result *r)
 		 * the mutex.  Nothing else can reach r meanwhile: it is not
 		 * on the started list yet (no cancel), has no iocb (no
 		 * event), and a start behind it queues. */
-		la_io io;
-		la_io_load(&io, fe);
-		pthread_mutex_unlock(u->prov.lock);
-		rc = la_try(&io, r);
-		pthread_mutex_lock(u->prov.lock);
-		la_io_store(fe, &io);
-		if (rc == LA_TRY_DONE) {
-			la_complete(u, r, false);
-			return PX_START_DONE;
+		if (!la_skip_try(fe, dir)) {
+			la_io io;
+			la_io_load(&io, fe);
+			pthread_mutex_unlock(u->prov.lock);
+			rc = la_try(&io, r);
+			pthread_mutex_lock(u->prov.lock);
+			la_io_store(fe, &io);
+			la_learn_try(fe, dir, rc);
+			if (rc == LA_TRY_DONE) {
+				la_complete(u, r, false);
+				return PX_START_DONE;
+			}
 		}
 		la_issue(u, r, true);
 	} else {
