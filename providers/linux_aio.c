@@ -108,6 +108,10 @@
 #define LA_SPEC_MISSES 2
 #define LA_SPEC_PROBE 16
 
+/* A wait takes at most 1/LA_REAP_SHARE of the file iocbs in the kernel
+ * (see px__laio_prepare). */
+#define LA_REAP_SHARE 16
+
 /* Iocbs a starting thread submits at once. */
 #define LA_KICK_MAX 64u
 
@@ -670,6 +674,7 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		px_result *r = la_result_of_slink(l);
 		la_unlist(u, r);
 		u->inkernel++;
+		u->files_inkernel += la_priv(r)->phase == LA_OP;
 		v[n++] = &la_priv(r)->cb;
 	}
 	return n;
@@ -719,6 +724,7 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		px_result *r = v[k]->data;
 		struct la_priv *pr = la_priv(r);
 		u->inkernel--;
+		u->files_inkernel -= pr->phase == LA_OP;
 		if (pr->cancel_req) {
 			la_fail(u, r, ECANCELED, true);
 		} else if (err[k] == EAGAIN) {
@@ -771,6 +777,18 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 		u->submitting++;
 	u->skip_wait = !px_list_empty(&u->done);
 	u->leader_waiting = true;
+	/* Keep the device's queue full: with files in the kernel, a wait
+	 * takes a sixteenth of them, so the callbacks start their successors
+	 * and the next prepare submits them while most of the rest are still
+	 * in flight.  Taking all that had completed let a batch of Q drain
+	 * to nothing before the next Q went in (the ring gives the rest to
+	 * the next wait at once).  The epoll wait must empty the ring: its
+	 * eventfd was reset. */
+	if (!u->reap_all) {
+		unsigned k = u->files_inkernel / LA_REAP_SHARE;
+		u->reap_max = !u->files_inkernel ? PX_LAIO_EVENTS
+			    : k < 1 ? 1 : k > PX_LAIO_EVENTS ? PX_LAIO_EVENTS : k;
+	}
 	return 0;
 }
 
@@ -795,18 +813,18 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 int px__laio_reap(px_laio *u, long min_nr, struct timespec *ts,
 		  const sigset_t *sigmask)
 {
+	long nr = u->reap_max;
 	int rc;
 
 	if (sigmask)
-		rc = io_pgetevents(u->ctx, min_nr, PX_LAIO_EVENTS, u->ev, ts,
-				   (sigset_t *)sigmask);
+		rc = io_pgetevents(u->ctx, min_nr, nr, u->ev, ts, (sigset_t *)sigmask);
 	else
-		rc = io_getevents(u->ctx, min_nr, PX_LAIO_EVENTS, u->ev, ts);
+		rc = io_getevents(u->ctx, min_nr, nr, u->ev, ts);
 	if (rc < 0)
 		return rc;
 	u->nev = (unsigned)rc;
 	u->iev = 0;
-	u->reap_more = rc == PX_LAIO_EVENTS;
+	u->reap_more = u->reap_all && rc == nr;
 	return rc;
 }
 
@@ -830,6 +848,7 @@ static void la_event(px_laio *u, const struct io_event *e)
 	r = e->data;
 	pr = la_priv(r);
 	u->inkernel--;
+	u->files_inkernel -= pr->phase == LA_OP;
 	la_unlist(u, r);  /* off u->recancel, if its cancel was retried */
 	if (pr->phase == LA_OP) {
 		/* A file operation: its own result, cancelled or not. */
@@ -1092,6 +1111,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->wait.intr = in;
 		u->wait.ops = &px_wait_laio_epoll_ops;
 		u->use_resfd = true;
+		u->reap_all = true;
+		u->reap_max = PX_LAIO_EVENTS;
 		u->resfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->resfd < 0) {
 			rc = -errno;
@@ -1112,6 +1133,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->nintr.wait_mask = NULL;
 		u->wait.intr = &u->nintr;
 		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->reap_max = PX_LAIO_EVENTS;
 	} else {
 		px_intr *in;
 		rc = px_intr_create(cfg, &in);
@@ -1119,6 +1141,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 			goto fail;
 		u->wait.intr = in;
 		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->reap_max = PX_LAIO_EVENTS;
 	}
 
 	u->prov.ops = &px_provider_laio_ops;

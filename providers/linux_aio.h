@@ -41,6 +41,7 @@ typedef struct px_laio {
 	io_context_t ctx;
 	unsigned depth;             /* iocbs of results in the kernel at most */
 	unsigned inkernel;          /* ... now, claimed batches included */
+	unsigned files_inkernel;    /* ... of them, file reads and writes */
 	bool use_resfd;             /* every iocb signals resfd (epoll wait) */
 	int resfd;                  /* the context's eventfd, or -1 */
 
@@ -71,6 +72,8 @@ typedef struct px_laio {
 	struct px_result *claimed[PX_LAIO_EVENTS];
 	unsigned nclaimed;
 	bool reap_more;             /* the last reap filled ev: look again */
+	bool reap_all;              /* empty the ring after each wait (epoll) */
+	long reap_max;              /* events taken per io_getevents */
 	bool intr_fired;            /* the wait saw its signal interrupt */
 
 	/* epoll wait: a poller watching resfd (and the interrupt). */
