@@ -477,8 +477,8 @@ static void test_auto_candidates(void **state)
 	assert_non_null(ur);
 	assert_int_equal(n, 2);
 	assert_ptr_equal(out[0], ur);
-	assert_ptr_equal(out[n], sel);
-	assert_null(out[n + 1]);
+	assert_ptr_equal(out[1 + n_native], sel);
+	assert_null(out[2 + n_native]);
 	/* max cuts the list, best first. */
 	memset(out, 0, sizeof(out));
 	assert_int_equal(candidates("", "", out, 1), 1);
