@@ -8,8 +8,9 @@
  * interrupt wakes a wait from another thread and is reported through
  * fired, not as an event; poll and select report a closed descriptor as
  * PX_POLL_NVAL; the hang-up of a socket watched for writing only is
- * reported, data arriving on it is not; select refuses a descriptor >=
- * FD_SETSIZE.
+ * reported, data arriving on it is not; with more registrations than the
+ * arrays start with, removed out of order, exactly the right descriptors
+ * are reported; select refuses a descriptor >= FD_SETSIZE.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -242,6 +243,56 @@ static void writer_hangup_is_reported(const kind *k)
 	teardown_fx(f);
 }
 
+/* More descriptors than the poll arrays start with, removed in an order
+ * that moves slots around: exactly the written ones are reported. */
+#define MANY 150
+static void many_registrations(const kind *k)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	static int p[MANY][2];
+	static px_poll_reg reg[MANY];
+	px_poll_event ev[16];
+	bool seen[MANY];
+	size_t n;
+
+	for (int i = 0; i < MANY; i++) {
+		assert_int_equal(pipe2(p[i], O_CLOEXEC | O_NONBLOCK), 0);
+		memset(&reg[i], 0, sizeof(reg[i]));
+		reg[i].fd = p[i][0];
+		assert_int_equal(f->pl->ops->set(f->pl, &reg[i], PX_POLL_IN), 0);
+	}
+	/* Every third one goes; then write to every one. */
+	for (int i = 0; i < MANY; i += 3)
+		f->pl->ops->remove(f->pl, &reg[i]);
+	for (int i = 0; i < MANY; i++)
+		assert_int_equal(write(p[i][1], "x", 1), 1);
+	memset(seen, 0, sizeof(seen));
+	f->pl->ops->prepare(f->pl);
+	assert_true(f->pl->ops->wait(f->pl, 1000) > 0);
+	while ((n = f->pl->ops->collect(f->pl, ev, 16)) > 0) {
+		for (size_t j = 0; j < n; j++) {
+			int i;
+
+			for (i = 0; i < MANY && p[i][0] != ev[j].fd; i++)
+				;
+			assert_true(i < MANY);
+			assert_false(seen[i]);
+			assert_true(ev[j].events & PX_POLL_IN);
+			seen[i] = true;
+		}
+	}
+	for (int i = 0; i < MANY; i++)
+		if (seen[i] != (i % 3 != 0))
+			fail_msg("%s: descriptor %d of %d %s reported", k->name,
+				 i, MANY, seen[i] ? "was" : "was not");
+	for (int i = 0; i < MANY; i++) {
+		f->pl->ops->remove(f->pl, &reg[i]);
+		close(p[i][0]);
+		close(p[i][1]);
+	}
+	teardown_fx(f);
+}
+
 static void closed_is_nval(const kind *k)
 {
 	fx *f = setup_kind(k, PX_INTR_EVENTFD);
@@ -278,6 +329,7 @@ PER_KIND(removed_is_not_reported)
 PER_KIND(writable_is_reported)
 PER_KIND(closed_is_nval)
 PER_KIND(writer_hangup_is_reported)
+PER_KIND(many_registrations)
 
 static void interrupt_wakes_wait_all(void **state)
 {
@@ -321,6 +373,7 @@ int main(void)
 		cmocka_unit_test(interrupt_wakes_wait_all),
 		cmocka_unit_test(closed_is_nval_all),
 		cmocka_unit_test(writer_hangup_is_reported_all),
+		cmocka_unit_test(many_registrations_all),
 		cmocka_unit_test(flags_and_limits),
 	};
 	return cmocka_run_group_tests_name("poller", tests, NULL, NULL);

@@ -11,13 +11,17 @@
  * Registration.  The caller keeps one px_poll_reg per descriptor, in its
  * own memory, and passes it to every call about that descriptor; the
  * poller keeps there what it needs (so it has no descriptor table of its
- * own).  A registration must stay at the same address while it is set.
+ * own).  Once set, a registration must stay at the same address until the
+ * poller is destroyed (epoll keeps its address in the kernel).
  *
  * Reports are one-shot: a descriptor handed back by collect() is disarmed
  * (as if set to no interest, even if set() was called again since the
  * wait began), and the caller sets its interest again when it still wants
  * it.  An event may be stale: the descriptor may have been removed, or
- * closed and its number reused, since the wait began; the caller checks.
+ * closed and its number reused, since the wait began, and with epoll a
+ * set() that raced with a report can leave the kernel armed while the
+ * registration says disarmed (one late report, even after remove()); the
+ * caller checks what it is told.
  *
  * Changes during a wait.  With PX_POLLER_LIVE (epoll) the interest set
  * lives in the kernel: set() and remove() are system calls and take effect
