@@ -110,7 +110,7 @@
 
 /* A wait takes at most 1/LA_REAP_SHARE of the file iocbs in the kernel
  * (see px__laio_prepare). */
-#define LA_REAP_SHARE 16
+#define LA_REAP_SHARE 4
 
 /* Iocbs a starting thread submits at once. */
 #define LA_KICK_MAX 64u
@@ -778,7 +778,7 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 	u->skip_wait = !px_list_empty(&u->done);
 	u->leader_waiting = true;
 	/* Keep the device's queue full: with files in the kernel, a wait
-	 * takes a sixteenth of them, so the callbacks start their successors
+	 * takes a quarter of them, so the callbacks start their successors
 	 * and the next prepare submits them while most of the rest are still
 	 * in flight.  Taking all that had completed let a batch of Q drain
 	 * to nothing before the next Q went in (the ring gives the rest to
