@@ -750,14 +750,20 @@ static void la_kick(px_laio *u)
 	int err[LA_KICK_MAX];
 	unsigned n = la_claim(u, v, LA_KICK_MAX);
 
-	if (!n)
-		return;
-	u->submitting++;
-	pthread_mutex_unlock(u->prov.lock);
-	la_submit(u, v, err, n);
-	pthread_mutex_lock(u->prov.lock);
-	la_settle(u, v, err, n);
-	if (!px_list_empty(&u->done) || u->submit_stuck)
+	if (n) {
+		u->submitting++;
+		pthread_mutex_unlock(u->prov.lock);
+		la_submit(u, v, err, n);
+		pthread_mutex_lock(u->prov.lock);
+		la_settle(u, v, err, n);
+	}
+	/* The leader must come back for: results finished here (a failed
+	 * submit), a submit stuck with nothing in the kernel, or iocbs that
+	 * became pending meanwhile (the next operation of a descriptor whose
+	 * head finished, here or while the mutex was released) with room in
+	 * the context to take them. */
+	if (!px_list_empty(&u->done) || u->submit_stuck ||
+	    (!px_list_empty(&u->pending) && u->inkernel < u->depth))
 		la_wake_leader(u);
 }
 
@@ -1003,7 +1009,11 @@ static int la_start(px_provider *p, px_result *r)
 			la_io_store(fe, &io);
 			la_learn_try(fe, dir, rc);
 			if (rc == LA_TRY_DONE) {
+				/* A start that queued behind r meanwhile is now
+				 * the head, its poll pending: submit it. */
 				la_complete(u, r, false);
+				if (u->leader_waiting && !px_list_empty(&u->pending))
+					la_kick(u);
 				return PX_START_DONE;
 			}
 		}
