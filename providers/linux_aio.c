@@ -47,6 +47,11 @@
  * under one release of the mutex (la_run).  Each call works on a copy of
  * what is known of the descriptor (la_io), stored back afterwards.
  *
+ * Reaping.  With file iocbs in the kernel a wait takes at most a quarter
+ * of them (LA_REAP_SHARE), so their successors go in while the rest are
+ * still in flight and the device's queue stays full; the ring hands the
+ * others to the next wait at once.  Polls alone are reaped 128 at a time.
+ *
  * Files not opened with O_DIRECT.  The kernel has no asynchronous buffered
  * I/O: such a read or write is performed inside io_submit, which returns
  * when it is done (the event is already in the ring).  It stays correct,
