@@ -504,6 +504,7 @@ unsigned px__auto_candidates(const px_processor_config *pc,
 {
 	unsigned n = 0;
 	int intr = pc->interrupt[0] ? px__intr_type(pc->interrupt) : 0;
+	uint32_t ops = pc->ops ? pc->ops : PX_OPS_IO;
 
 	if (intr < 0)
 		return 0;
@@ -511,6 +512,8 @@ unsigned px__auto_candidates(const px_processor_config *pc,
 		const px_provider_class *cls = *c;
 		_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
 		if (!cls->auto_rank || !cls->nwaits)
+			continue;
+		if (cls->auto_ops && !(cls->auto_ops & ops))
 			continue;
 		if (intr && !(cls->waits[0].intrs & (1u << intr)))
 			continue;

@@ -184,6 +184,8 @@ typedef struct px_config {
  *       select  readiness emulation; wait=epoll|poll|select
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
  *               ring_flags=LIST (coop_taskrun, sqpoll)
+ *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
+ *               depth=N (iocbs in the context, default 1024)
  *       posix   POSIX AIO (glibc); files, and streams on pipes;
  *               wait=aiocb|sigwait|callback, interrupt=native;
  *               rtsig=N (sigwait's signal), aio_threads=N (glibc's helper
@@ -191,13 +193,14 @@ typedef struct px_config {
  *               (sockets are refused with -EOPNOTSUPP unless aio: a read
  *               glibc has started cannot be cancelled), file_lanes=N
  *               (descriptors a file's requests are spread over, 1..16)
- * Presets: auto, and each provider's own (uring, uring-dedicated, epoll,
- * poll, select, posix-aio, and the same with "-dedicated"), and the team
- * posix-aio+epoll (POSIX AIO for files, epoll for everything else).  A
- * preset comes first and the words after it override its values (the
- * primary's, in a team).  Further rules:
+ * Presets: auto, and each provider's own (uring, uring-dedicated,
+ * linux-aio, linux-aio-dedicated, epoll, poll, select, posix-aio, and the
+ * same with "-dedicated"), and the team posix-aio+epoll (POSIX AIO for
+ * files, epoll for everything else).  A preset comes first and the words
+ * after it override its values (the primary's, in a team).  Further rules:
  *   - "auto" is the best engine this kernel offers, decided when the
- *     proactor is created (io_uring, else epoll); text without a preset
+ *     proactor is created (io_uring, else Linux AIO when the processor does
+ *     files, else epoll); text without a preset
  *     starts from auto and stays auto while it names no provider or wait.
  *     An interrupt or provider word given to auto narrows its choice to the
  *     engines that take it ("auto interrupt=pipe" is epoll);

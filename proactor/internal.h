@@ -439,8 +439,16 @@ typedef struct px_provider_class {
 	/* Does this kernel offer the mechanism?  0, or -ENOSYS / -EPERM /
 	 * -ENOMEM with the reason in why.  NULL: always. */
 	int (*probe)(char *why, size_t len);
+	/* Why create failed with rc, when the errno alone does not say (for
+	 * instance a system-wide limit, and the setting that raises it):
+	 * writes why and returns true.  NULL: nothing to add. */
+	bool (*explain)(int rc, char *why, size_t len);
 	/* Order in which "auto" tries classes (lower first); 0: never. */
 	unsigned auto_rank;
+	/* PX_OP_BIT of operations that make the class worth choosing: auto
+	 * considers it only for a processor whose ops include one of them
+	 * (Linux AIO: files).  0: any processor. */
+	uint32_t auto_ops;
 	const px_provider_ops *ops;
 } px_provider_class;
 

@@ -359,17 +359,25 @@ static int px_processor_build(const px_processor_config *cfg, px_provider **prov
 	if (rc < 0)
 		return rc;
 	rc = spec.cls->ops->create(cfg, &spec, prov);
-	if (rc < 0)
-		px_set_err(err, errlen, "%scannot create provider %s: %s", where,
-			   spec.cls->name, px_strerror(rc));
+	if (rc < 0) {
+		char why[256];
+		if (spec.cls->explain && spec.cls->explain(rc, why, sizeof(why)))
+			px_set_err(err, errlen, "%scannot create provider %s: %s (%s)",
+				   where, spec.cls->name, px_strerror(rc), why);
+		else
+			px_set_err(err, errlen, "%scannot create provider %s: %s",
+				   where, spec.cls->name, px_strerror(rc));
+	}
 	return rc;
 }
 
 /* Errors after which "auto" goes on to its next candidate: the mechanism
- * is missing, forbidden, short of memory, or refuses this combination. */
+ * is missing, forbidden, short of memory or of a system-wide resource
+ * (EAGAIN: Linux AIO's fs.aio-max-nr), or refuses this combination. */
 static bool px_auto_may_skip(int rc)
 {
-	return rc == -ENOSYS || rc == -EPERM || rc == -ENOMEM || rc == -EINVAL;
+	return rc == -ENOSYS || rc == -EPERM || rc == -ENOMEM || rc == -EINVAL ||
+	       rc == -EAGAIN;
 }
 
 /* "auto": the candidates in order (px__auto_candidates), each probed and

@@ -20,12 +20,18 @@
 #ifdef PX_HAVE_URING
 #include "uring_class.c"
 #endif
+#ifdef PX_HAVE_LIBAIO
+#include "linux_aio_class.c"
+#endif
 #include "posix_aio_class.c"
 
 const px_provider_class *const px__classes[] = {
 	&px_select_class,
 #ifdef PX_HAVE_URING
 	&px_uring_class,
+#endif
+#ifdef PX_HAVE_LIBAIO
+	&px_laio_class,
 #endif
 	&px_posix_class,
 	NULL
@@ -35,6 +41,9 @@ const px_provider_class *const px__classes[] = {
 const char *const px__classes_not_built[] = {
 #ifndef PX_HAVE_URING
 	"uring",
+#endif
+#ifndef PX_HAVE_LIBAIO
+	"linux_aio",
 #endif
 	NULL
 };

@@ -29,6 +29,27 @@
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The lists messages give, by the providers built in. */
+#define TC_PX_WAITS "aiocb, sigwait or callback"
+#define TC_PX_KEYS "rtsig, aio_threads, sockets and file_lanes"
+#if defined(PX_HAVE_URING) && defined(PX_HAVE_LIBAIO)
+#define TC_PROVIDERS "select, uring, linux_aio or posix"
+#define TC_WAITS "epoll, poll, select, uring, io_getevents, " TC_PX_WAITS
+#define TC_KEYS "followers, ring, ring_flags, depth, " TC_PX_KEYS
+#elif defined(PX_HAVE_URING)
+#define TC_PROVIDERS "select, uring or posix"
+#define TC_WAITS "epoll, poll, select, uring, " TC_PX_WAITS
+#define TC_KEYS "followers, ring, ring_flags, " TC_PX_KEYS
+#elif defined(PX_HAVE_LIBAIO)
+#define TC_PROVIDERS "select, linux_aio or posix"
+#define TC_WAITS "epoll, poll, select, io_getevents, " TC_PX_WAITS
+#define TC_KEYS "followers, depth, " TC_PX_KEYS
+#else
+#define TC_PROVIDERS "select or posix"
+#define TC_WAITS "epoll, poll, select, " TC_PX_WAITS
+#define TC_KEYS "followers, " TC_PX_KEYS
+#endif
+
 static bool pc_equal(const px_processor_config *a, const px_processor_config *b)
 {
 	return a->processor == b->processor &&
@@ -182,6 +203,11 @@ static const struct {
 #ifdef PX_HAVE_URING
 	{ "uring", PX_PROCESSOR_SHARED, "uring", "uring", "native" },
 	{ "uring-dedicated", PX_PROCESSOR_DEDICATED, "uring", "uring", "native" },
+#endif
+#ifdef PX_HAVE_LIBAIO
+	{ "linux-aio", PX_PROCESSOR_SHARED, "linux_aio", "io_getevents", "native" },
+	{ "linux-aio-dedicated", PX_PROCESSOR_DEDICATED, "linux_aio",
+	  "io_getevents", "native" },
 #endif
 	{ "epoll", PX_PROCESSOR_SHARED, "select", "epoll", "eventfd" },
 	{ "poll", PX_PROCESSOR_SHARED, "select", "poll", "eventfd" },
@@ -534,13 +560,48 @@ static void test_auto_candidates(void **state)
 	assert_non_null(sel);
 	memset(out, 0, sizeof(out));
 	n = candidates("", "", out, N_OF(out));
+#ifdef PX_HAVE_LIBAIO
+	/* Linux AIO comes between io_uring and readiness: its default wait
+	 * takes native and signal interrupts, and its own key depth=. */
+	const px_provider_class *la = px__class_find("linux_aio", 9);
+	assert_non_null(la);
+	assert_ptr_equal(out[n - 2], la);
+	assert_ptr_equal(out[n - 1], sel);
+	memset(out, 0, sizeof(out));
+	assert_int_equal(candidates("signal", "", out, N_OF(out)), 2);
+	assert_ptr_equal(out[0], la);
+	assert_ptr_equal(out[1], sel);
+	memset(out, 0, sizeof(out));
+	assert_int_equal(candidates("", "depth=64", out, N_OF(out)), 1);
+	assert_ptr_equal(out[0], la);
+	assert_int_equal(candidates("", "depth=x", out, N_OF(out)), 0);
+	/* Only where files are in play. */
+	{
+		px_processor_config pc;
+		memset(&pc, 0, sizeof(pc));
+		pc.processor = PX_PROCESSOR_SHARED;
+		pc.ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_ACCEPT);
+		unsigned k = px__auto_candidates(&pc, out, N_OF(out));
+		for (unsigned i = 0; i < k; i++)
+			assert_ptr_not_equal(out[i], la);
+		assert_ptr_equal(out[k - 1], sel);
+		pc.ops |= PX_OP_BIT(PX_OP_WRITE_FILE);
+		assert_int_equal(px__auto_candidates(&pc, out, N_OF(out)), k + 1);
+	}
+	assert_int_equal(candidates("pipe", "depth=64", out, N_OF(out)), 0);
+	memset(out, 0, sizeof(out));
+	n = candidates("", "", out, N_OF(out)) - 1;  /* as without it */
+	const unsigned n_native = 1;
+#else
+	const unsigned n_native = 0;
+#endif
 #ifdef PX_HAVE_URING
 	const px_provider_class *ur = px__class_find("uring", 5);
 	assert_non_null(ur);
 	assert_int_equal(n, 2);
 	assert_ptr_equal(out[0], ur);
-	assert_ptr_equal(out[1], sel);
-	assert_null(out[2]);
+	assert_ptr_equal(out[1 + n_native], sel);
+	assert_null(out[2 + n_native]);
 	/* max cuts the list, best first. */
 	memset(out, 0, sizeof(out));
 	assert_int_equal(candidates("", "", out, 1), 1);
@@ -549,7 +610,7 @@ static void test_auto_candidates(void **state)
 	assert_int_equal(candidates("", "", out, 0), 0);
 
 	/* An interrupt keeps the classes whose default wait takes it. */
-	assert_int_equal(candidates("native", "", out, N_OF(out)), 1);
+	assert_int_equal(candidates("native", "", out, N_OF(out)), 1 + n_native);
 	assert_ptr_equal(out[0], ur);
 	/* Provider words keep the classes that accept them. */
 	memset(out, 0, sizeof(out));
@@ -563,8 +624,8 @@ static void test_auto_candidates(void **state)
 	assert_int_equal(candidates("pipe", "ring=8", out, N_OF(out)), 0);
 #else
 	assert_int_equal(n, 1);
-	assert_ptr_equal(out[0], sel);
-	assert_int_equal(candidates("native", "", out, N_OF(out)), 0);
+	assert_ptr_equal(out[n_native], sel);
+	assert_int_equal(candidates("native", "", out, N_OF(out)), n_native);
 	assert_int_equal(candidates("", "ring=8", out, N_OF(out)), 0);
 #endif
 	memset(out, 0, sizeof(out));
@@ -573,8 +634,10 @@ static void test_auto_candidates(void **state)
 	assert_null(out[1]);
 	assert_int_equal(candidates("eventfd", "", out, N_OF(out)), 1);
 	assert_ptr_equal(out[0], sel);
+#ifndef PX_HAVE_LIBAIO
 	assert_int_equal(candidates("signal", "", out, N_OF(out)), 1);
 	assert_ptr_equal(out[0], sel);
+#endif
 	assert_int_equal(candidates("semaphore", "", out, N_OF(out)), 0);
 	assert_int_equal(candidates("", "nokey=1", out, N_OF(out)), 0);
 	assert_int_equal(candidates("", "bare", out, N_OF(out)), 0);
@@ -787,8 +850,12 @@ static void test_class_combinations(void **state)
 			assert_non_null(strstr(err, cls->waits[w].name));
 		/* And a wait of another class names the class's waits too. */
 		for (const px_provider_class *const *op = px__classes; *op; op++) {
-			if (*op == cls)
-				continue;
+			bool shared = false;
+			for (unsigned w = 0; w < cls->nwaits; w++)
+				shared |= !strcmp(cls->waits[w].name,
+						  (*op)->waits[0].name);
+			if (*op == cls || shared)
+				continue;  /* (a wait name two classes share) */
 			snprintf(text, sizeof(text), "provider=%s wait=%s",
 				 cls->name, (*op)->waits[0].name);
 			assert_int_equal(px_config_parse(&c, text, err, sizeof(err)),
@@ -801,12 +868,15 @@ static void test_class_combinations(void **state)
 		}
 	}
 	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring,
-	 * 3 x 1 x 2 posix. */
+	 * (2 + 3) x 2 linux_aio, 3 x 1 x 2 posix. */
+	unsigned want = 18 + 6;
 #ifdef PX_HAVE_URING
-	assert_int_equal(combos, 18 + 2 + 6);
-#else
-	assert_int_equal(combos, 18 + 6);
+	want += 2;
 #endif
+#ifdef PX_HAVE_LIBAIO
+	want += 10;
+#endif
+	assert_int_equal(combos, want);
 }
 
 static void test_processor_key(void **state)
@@ -966,6 +1036,7 @@ static const struct {
 	{ "posix", "aio_threads", "64", "aio_threads=64", "0" },
 	{ "posix", "sockets", "aio", "sockets=aio", "maybe" },
 	{ "posix", "file_lanes", "4", "file_lanes=4", "17" },
+	{ "linux_aio", "depth", "64", "depth=64", "1048577" },
 };
 
 static void test_class_keys(void **state)
@@ -1262,9 +1333,9 @@ static void test_secondary(void **state)
 
 #ifdef PX_HAVE_URING
 	parse_bad("epoll ; secondary:", "secondary: no provider given",
-		  "select, uring or posix", "auto is for the primary only", NULL);
+		  TC_PROVIDERS, "auto is for the primary only", NULL);
 	parse_bad("epoll ; secondary: ring=8", "secondary: no provider given",
-		  "select, uring or posix", NULL);
+		  TC_PROVIDERS, NULL);
 #else
 	parse_bad("epoll ; secondary:", "secondary: no provider given",
 		  "choose select or posix", NULL);
@@ -1285,7 +1356,7 @@ static void test_secondary(void **state)
 	parse_bad("max_aio=2 primary: wait=poll", "\"primary:\" may only open", NULL);
 #ifdef PX_HAVE_URING
 	parse_bad("epoll ; secondary: wait=kqueue", "secondary: unknown wait \"kqueue\"",
-		  "epoll, poll, select, uring, aiocb, sigwait or callback", NULL);
+		  TC_WAITS, NULL);
 	parse_bad("epoll ; secondary: provider=uring wait=poll",
 		  "secondary: invalid combination provider=uring wait=poll",
 		  "provider=uring takes wait uring", NULL);
@@ -1318,8 +1389,7 @@ static void test_errors(void **state)
 	parse_bad("foo", "uring", "uring-dedicated", NULL);
 	parse_bad("epoll foo=1", "valid keys are provider, wait, interrupt, "
 				 "processor, max_aio, ops, start, signal, "
-				 "followers, ring, ring_flags, rtsig, "
-				 "aio_threads, sockets and file_lanes",
+				 TC_KEYS,
 		  NULL);
 #endif
 	/* Every preset of every class is named. */
@@ -1351,20 +1421,14 @@ static void test_errors(void **state)
 #ifdef PX_HAVE_URING
 	parse_bad("provider=uring wait=kqueue",
 		  "unknown wait \"kqueue\" for provider=uring: choose uring", NULL);
-	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose epoll, poll, "
-				 "select, uring, aiocb, sigwait or callback",
+	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose " TC_WAITS, NULL);
+	parse_bad("provider=iocp", "unknown provider \"iocp\": choose "
+				   TC_PROVIDERS,
 		  NULL);
-	parse_bad("provider=iocp", "unknown provider \"iocp\": choose select, "
-				   "uring or posix",
-		  NULL);
-	parse_bad("provider=", "unknown provider \"\": choose select, uring or "
-			       "posix", NULL);
+	parse_bad("provider=", "unknown provider \"\": choose " TC_PROVIDERS, NULL);
 #else
-	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose epoll, poll, "
-				 "select, aiocb, sigwait or callback",
-		  NULL);
-	parse_bad("provider=iocp", "unknown provider \"iocp\": choose select or "
-				   "posix",
+	parse_bad("wait=kqueue", "unknown wait \"kqueue\": choose " TC_WAITS, NULL);
+	parse_bad("provider=iocp", "unknown provider \"iocp\": choose " TC_PROVIDERS,
 		  NULL);
 #endif
 	parse_bad("epoll wait=", "unknown wait \"\"", NULL);
@@ -1609,7 +1673,7 @@ static void test_struct_form(void **state)
 	c = base;
 	snprintf(c.primary.provider, PX_NAME_MAX, "iocp");
 #ifdef PX_HAVE_URING
-	resolve_bad(&c, "unknown provider \"iocp\"", "choose select, uring or posix");
+	resolve_bad(&c, "unknown provider \"iocp\"", "choose " TC_PROVIDERS);
 #else
 	resolve_bad(&c, "unknown provider \"iocp\"", "choose select or posix");
 #endif
@@ -1623,11 +1687,9 @@ static void test_struct_form(void **state)
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.wait, PX_NAME_MAX, "kqueue");
 #ifdef PX_HAVE_URING
-	resolve_bad(&c, "unknown wait \"kqueue\"",
-		    "epoll, poll, select, uring, aiocb, sigwait or callback");
+	resolve_bad(&c, "unknown wait \"kqueue\"", TC_WAITS);
 #else
-	resolve_bad(&c, "unknown wait \"kqueue\"",
-		    "epoll, poll, select, aiocb, sigwait or callback");
+	resolve_bad(&c, "unknown wait \"kqueue\"", TC_WAITS);
 #endif
 	c = base;
 	snprintf(c.primary.interrupt, PX_NAME_MAX, "bogus");
@@ -1901,18 +1963,26 @@ static void test_classes(void **state)
 	assert_null(px__class_find("", 0));
 	assert_null(px__class_find("iocp", 4));
 	assert_ptr_equal(px__class_find("selectXX", 6), px__class_find("select", 6));
-#ifdef PX_HAVE_URING
-	assert_int_equal(n, 3);
 	assert_string_equal(px__classes[0]->name, "select");
-	assert_string_equal(px__classes[1]->name, "uring");
-	assert_string_equal(px__classes[2]->name, "posix");
-	assert_null(px__classes_not_built[0]);
+	{
+		unsigned want = 1, i = 1, nb = 0;
+#ifdef PX_HAVE_URING
+		assert_string_equal(px__classes[i++]->name, "uring");
+		want++;
 #else
-	assert_int_equal(n, 2);
-	assert_string_equal(px__classes[1]->name, "posix");
-	assert_string_equal(px__classes_not_built[0], "uring");
-	assert_null(px__classes_not_built[1]);
+		assert_string_equal(px__classes_not_built[nb++], "uring");
 #endif
+#ifdef PX_HAVE_LIBAIO
+		assert_string_equal(px__classes[i++]->name, "linux_aio");
+		want++;
+#else
+		assert_string_equal(px__classes_not_built[nb++], "linux_aio");
+#endif
+		assert_string_equal(px__classes[i++]->name, "posix");
+		want++;
+		assert_int_equal(n, want);
+		assert_null(px__classes_not_built[nb]);
+	}
 
 	/* Interrupt names. */
 	assert_null(px__intr_name(PX_INTR_NONE));

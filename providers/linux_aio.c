@@ -1,0 +1,1182 @@
+/*
+ * linux_aio.c - the Linux native AIO provider (through libaio).
+ *
+ * Mechanism.  One AIO context (io_setup) per provider.  Files are real
+ * asynchronous I/O: read_file and write_file are IO_CMD_PREAD and
+ * IO_CMD_PWRITE iocbs.  Everything else (streams, datagrams, accept,
+ * connect) is readiness by completion: an IOCB_CMD_POLL (4.18) for the
+ * event the operation needs, and when its event arrives the non-blocking
+ * system call; EAGAIN arms the poll again.  A start on an idle descriptor
+ * tries the call at once and polls only when it would block, so a send
+ * usually finishes inside its start (reads that keep finding nothing at
+ * start go straight to their poll: LA_SPEC_MISSES).
+ *
+ * Submission.  A start fills the iocb in the result's private space and
+ * appends it to u->pending.  The leader claims everything pending in its
+ * prepare() and submits it with one io_submit at the start of its wait,
+ * without the mutex; a start made while the leader is blocked submits the
+ * pending iocbs itself (one io_submit, the mutex released around it).  So
+ * the starts made between two waits, or under one lock hold (the leader's
+ * deferred starts), go out together.  io_submit takes a prefix of the
+ * batch: a partial count is carried on from the first iocb not taken; an
+ * error for that first iocb (io_submit reports it alone) completes that
+ * operation with the error and the rest goes on; EAGAIN (the context is
+ * full, or the kernel is out of memory) puts the rest back at the head of
+ * u->pending in order, for the next prepare.  Nothing is dropped.  At most
+ * `depth` iocbs of results are claimed or in the kernel at once (the
+ * context is set up for one more, the interrupt's poll), so EAGAIN is rare;
+ * beyond that depth, operations wait in u->pending in start order.  Note:
+ * an operation waiting for a descriptor holds a poll iocb, so depth=
+ * should exceed the number of descriptors with an operation pending at
+ * once; past it, later polls are armed only as earlier ones complete.
+ *
+ * Locking.  Claim, then unlock (docs/ARCHITECTURE.md, "The mutex"): a
+ * claimed iocb is off u->pending and counted in u->inkernel before the
+ * mutex is released; the thread that claimed a batch settles it after
+ * retaking the mutex, touching only the iocbs io_submit did not take (those
+ * it took may already have completed and been handed out).  A cancel that
+ * comes while a batch is out only marks the result, and retries its
+ * io_cancel once every batch has settled (u->recancel).  An event for the
+ * operation a start is still submitting (its result is not yet on the
+ * processor's started list) is kept on the result (la_priv.early) and the
+ * start returns PX_START_DONE.  The calls of streams, datagrams, accept
+ * and connect (recv, send, accept4, ...) run without the mutex too: a
+ * start tries its own operation before anything can reach it, and the
+ * leader claims every operation whose poll fired in one batch of events
+ * (la_priv.phase LA_BUSY; a cancel only marks it) and makes their calls
+ * under one release of the mutex (la_run).  Each call works on a copy of
+ * what is known of the descriptor (la_io), stored back afterwards.
+ *
+ * Reaping.  With file iocbs in the kernel a wait takes at most a quarter
+ * of them (LA_REAP_SHARE), so their successors go in while the rest are
+ * still in flight and the device's queue stays full; the ring hands the
+ * others to the next wait at once.  Polls alone are reaped 128 at a time.
+ *
+ * Files not opened with O_DIRECT.  The kernel has no asynchronous buffered
+ * I/O: such a read or write is performed inside io_submit, which returns
+ * when it is done (the event is already in the ring).  It stays correct,
+ * only not asynchronous: the thread that submits (the leader in its wait,
+ * or a starting thread) blocks for the duration of the I/O, without the
+ * proactor mutex.  Use O_DIRECT (aligned buffers, offsets and lengths) for
+ * real asynchrony.  A misaligned O_DIRECT buffer completes with EINVAL.
+ *
+ * Cancel.  An operation not in the kernel (queued behind its descriptor's
+ * head, or pending) is forgotten at once.  A poll in the kernel is
+ * cancelled with io_cancel, which answers EINPROGRESS and delivers the
+ * poll's event through the ring; the operation then completes with
+ * ECANCELED.  File iocbs cannot be cancelled by this kernel interface
+ * (io_cancel says EINVAL): they are marked and complete, once, with their
+ * own result when their event arrives.
+ *
+ * Quirks:
+ *   - Sockets use recv/send/recvfrom/sendto with MSG_DONTWAIT, so a
+ *     blocking socket never blocks; sends add MSG_NOSIGNAL.  Other streams
+ *     are recognised by ENOTSOCK: regular files are read and written
+ *     plainly; pipes and terminals with preadv2/pwritev2 and RWF_NOWAIT
+ *     (or, where refused, after a poll(0), writing at most PIPE_BUF), with
+ *     SIGPIPE blocked around the write.  What a descriptor is is forgotten
+ *     when it goes idle (its number may be reused).
+ *   - accept makes a blocking listener O_NONBLOCK (and leaves it so);
+ *     connect sets O_NONBLOCK only around connect(2).
+ *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
+ *     the first time the provider meets the number; afterwards such an
+ *     operation fails in its completion.
+ *   - io_setup failing with EAGAIN means the system-wide fs.aio-max-nr is
+ *     used up; create returns -EAGAIN and the class explains it.
+ */
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "linux_aio.h"
+#include "linux_aio_class.h"
+
+/* The largest transfer one read or write performs (MAX_RW_COUNT). */
+#define LA_MAX_RW 0x7ffff000u
+
+#define LA_DEFAULT_MAX_AIO 65536u
+
+/* After LA_SPEC_MISSES reads in a row whose try at start found nothing
+ * (request and response: the answer is never there yet), reads on that
+ * descriptor go straight to their poll, which completes inside io_submit
+ * if the data is there after all; one start in LA_SPEC_PROBE still tries,
+ * to notice when the pattern changes. */
+#define LA_SPEC_MISSES 2
+#define LA_SPEC_PROBE 16
+
+/* A wait takes at most 1/LA_REAP_SHARE of the file iocbs in the kernel
+ * (see px__laio_prepare). */
+#define LA_REAP_SHARE 4
+
+/* Iocbs a starting thread submits at once. */
+#define LA_KICK_MAX 64u
+
+int (*px__laio_io_submit)(io_context_t, long, struct iocb **) = io_submit;
+
+/* What the result's iocb is (la_priv.phase). */
+enum {
+	LA_IDLE = 0,   /* no iocb: queued behind its descriptor's head */
+	LA_OP,         /* the file operation */
+	LA_POLL,       /* the readiness poll of a stream operation */
+	LA_BUSY        /* its poll fired: the leader makes the call without
+	                  the mutex (see la_run) */
+};
+
+/* Which list la_priv.slink is on. */
+enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL };
+
+/* What a stream descriptor is (la_fd.kind), learnt on first use. */
+enum {
+	LA_KIND_UNKNOWN = 0,
+	LA_KIND_SOCKET,
+	LA_KIND_FILE,      /* regular file or block device: always ready */
+	LA_KIND_NOWAIT,    /* RWF_NOWAIT keeps it from blocking */
+	LA_KIND_PLAIN,     /* no RWF_NOWAIT: poll(0), then read/write */
+};
+
+/* Progress of a connect. */
+enum { LA_CONN_NEW = 0, LA_CONN_PENDING };
+
+/* Outcome of one attempt at a stream operation. */
+enum { LA_TRY_AGAIN = 0, LA_TRY_DONE };
+
+typedef struct px_laio_fd {
+	px_fdq_entry fq;    /* one FIFO per direction */
+	unsigned inflight;  /* started here and not finished, any operation */
+	uint8_t kind;       /* LA_KIND_* */
+	bool open_seen;     /* known to be open */
+	bool listener_nb;   /* accept: made O_NONBLOCK */
+	uint8_t rd_miss;    /* reads tried at start that found nothing, in a
+	                       row; a hint only, kept while idle */
+	uint8_t rd_skip;    /* read starts since the last such try */
+} la_fd;
+
+/* What the system calls of one operation need to know of its descriptor
+ * and may learn: a copy of the entry's fields, taken under the mutex and
+ * stored back after, so that a call made without the mutex shares nothing
+ * with one on the other direction. */
+typedef struct la_io {
+	int fd;
+	uint8_t kind;
+	bool listener_nb;
+} la_io;
+
+static void la_io_load(la_io *io, const la_fd *fe)
+{
+	io->fd = fe->fq.fd;
+	io->kind = fe->kind;
+	io->listener_nb = fe->listener_nb;
+}
+
+/* Mutex held.  The entry is not idle (the operation is queued), so
+ * nothing was forgotten meanwhile; later kinds only refine earlier ones
+ * (socket, file, or RWF_NOWAIT downgraded to plain). */
+static void la_io_store(la_fd *fe, const la_io *io)
+{
+	if (io->kind > fe->kind)
+		fe->kind = io->kind;
+	fe->listener_nb |= io->listener_nb;
+}
+
+struct la_priv {
+	struct iocb cb;     /* data: the result */
+	px_link slink;      /* u->pending or u->recancel */
+	la_fd *fe;
+	uint8_t phase;      /* LA_IDLE / LA_OP / LA_POLL */
+	uint8_t slist;      /* LA_NOLIST / LA_ON_PENDING / LA_ON_RECANCEL */
+	uint8_t conn;       /* LA_CONN_* */
+	bool cancel_req;    /* a cancel was asked for */
+	bool in_start;      /* its start is submitting without the mutex */
+	bool early;         /* ... and it finished meanwhile */
+	uint8_t tried;      /* LA_BUSY: what the call gave (LA_TRY_*) */
+	la_io io;           /* LA_BUSY: the descriptor, for the call */
+};
+
+static struct la_priv *la_priv(px_result *r)
+{
+	return px_result_priv(r);
+}
+
+static px_result *la_result_of_slink(px_link *l)
+{
+	struct la_priv *pr = px_container_of(l, struct la_priv, slink);
+
+	return (px_result *)(void *)((char *)pr - PX_RESULT_HDR);
+}
+
+static px_laio *la_of_prov(px_provider *p)
+{
+	return px_container_of(p, px_laio, prov);
+}
+
+static bool la_does(px_op op)
+{
+	return px_fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
+	       op == PX_OP_WRITE_FILE;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stream system calls (mutex held)                                     */
+/* ------------------------------------------------------------------ */
+
+/* io said ENOTSOCK: a file (always ready) or something to wait on? */
+static int la_classify(la_io *io)
+{
+	struct stat st;
+
+	if (fstat(io->fd, &st) < 0)
+		return -errno;
+	io->kind = S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? LA_KIND_FILE
+							      : LA_KIND_NOWAIT;
+	return 0;
+}
+
+/* 1 if fd shows events (or an error or hang-up) now, 0 if not. */
+static int la_poll_now(int fd, short events)
+{
+	struct pollfd p = { .fd = fd, .events = events };
+	int n;
+
+	do {
+		n = poll(&p, 1, 0);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	if (n && (p.revents & POLLNVAL))
+		return -EBADF;
+	return n > 0;
+}
+
+/* One read or write on a stream that is not a socket.  Bytes, or -errno
+ * (-EAGAIN: not ready). */
+static ssize_t la_other_io(la_io *io, void *buf, size_t len, bool wr)
+{
+	int fd = io->fd;
+
+	for (;;) {
+		struct iovec iov = { .iov_base = buf, .iov_len = len };
+		ssize_t n;
+		int rc;
+
+		if (io->kind == LA_KIND_NOWAIT) {
+			n = wr ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT)
+			       : preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
+				io->kind = LA_KIND_PLAIN;
+				continue;
+			}
+		} else if (io->kind == LA_KIND_PLAIN) {
+			rc = la_poll_now(fd, wr ? POLLOUT : POLLIN);
+			if (rc <= 0)
+				return rc ? rc : -EAGAIN;
+			/* POLLOUT promises room for PIPE_BUF bytes, no more. */
+			n = wr ? write(fd, buf, len > PIPE_BUF ? PIPE_BUF : len)
+			       : read(fd, buf, len);
+		} else {
+			n = wr ? write(fd, buf, len) : read(fd, buf, len);
+		}
+		if (n >= 0)
+			return n;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* A write to a pipe without reader raises SIGPIPE: keep it blocked in this
+ * thread for the call, and take it off the pending set again unless it was
+ * pending before. */
+static ssize_t la_other_write(la_io *io, const void *buf, size_t len)
+{
+	sigset_t pipe_set, old, pend;
+	bool was_pending = false;
+	ssize_t n;
+
+	if (io->kind == LA_KIND_FILE)
+		return la_other_io(io, (void *)buf, len, true);
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
+		was_pending = sigismember(&pend, SIGPIPE);
+	n = la_other_io(io, (void *)buf, len, true);
+	if (n == -EPIPE && !was_pending) {
+		const struct timespec zero = { 0, 0 };
+		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return n;
+}
+
+static int la_try_read_stream(la_io *io, px_result *r)
+{
+	size_t len = r->c.len > LA_MAX_RW ? LA_MAX_RW : r->c.len;
+	ssize_t n;
+
+	if (io->kind <= LA_KIND_SOCKET) {
+		do {
+			n = recv(io->fd, r->c.buf, len, MSG_DONTWAIT);
+		} while (n < 0 && errno == EINTR);
+		if (n >= 0 || errno != ENOTSOCK) {
+			io->kind = LA_KIND_SOCKET;
+			if (n < 0)
+				n = -errno;
+			goto out;
+		}
+		n = la_classify(io);
+		if (n < 0)
+			goto out;
+	}
+	n = la_other_io(io, r->c.buf, len, false);
+out:
+	if (n == -EAGAIN || n == -EWOULDBLOCK)
+		return LA_TRY_AGAIN;
+	if (n < 0)
+		px_result_finish(r, 0, (int)-n);
+	else
+		px_result_finish(r, (size_t)n, 0);
+	return LA_TRY_DONE;
+}
+
+static int la_try_write_stream(la_io *io, px_result *r)
+{
+	for (;;) {
+		const char *buf = (const char *)r->c.buf + r->done;
+		size_t len = r->c.len - r->done;
+		ssize_t n;
+
+		if (len > LA_MAX_RW)
+			len = LA_MAX_RW;
+		if (io->kind <= LA_KIND_SOCKET) {
+			do {
+				n = send(io->fd, buf, len,
+					 MSG_DONTWAIT | MSG_NOSIGNAL);
+			} while (n < 0 && errno == EINTR);
+			if (n >= 0 || errno != ENOTSOCK) {
+				io->kind = LA_KIND_SOCKET;
+				if (n < 0)
+					n = -errno;
+				goto got;
+			}
+			n = la_classify(io);
+			if (n < 0)
+				goto got;
+		}
+		n = la_other_write(io, buf, len);
+got:
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			return LA_TRY_AGAIN;
+		if (n < 0) {
+			/* After partial progress too: bytes says how much. */
+			px_result_finish(r, r->done, (int)-n);
+			return LA_TRY_DONE;
+		}
+		r->done += (size_t)n;
+		if (r->done < r->c.len && (r->flags & PX_RF_WRITE_ALL)) {
+			/* A short send means the socket buffer is full; other
+			 * descriptors may just take less per call. */
+			if (io->kind == LA_KIND_SOCKET || n == 0)
+				return LA_TRY_AGAIN;
+			continue;
+		}
+		px_result_finish(r, r->done, 0);
+		return LA_TRY_DONE;
+	}
+}
+
+static int la_try_read_dgram(la_io *io, px_result *r)
+{
+	socklen_t alen = sizeof(r->c.addr);
+	ssize_t n;
+
+	do {
+		n = recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
+			     (struct sockaddr *)&r->c.addr, &alen);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return LA_TRY_AGAIN;
+		r->c.addrlen = 0;
+		px_result_finish(r, 0, errno);
+		return LA_TRY_DONE;
+	}
+	r->c.addrlen = alen;
+	px_result_finish(r, (size_t)n, 0);
+	return LA_TRY_DONE;
+}
+
+static int la_try_write_dgram(la_io *io, px_result *r)
+{
+	const struct sockaddr *to =
+		r->c.addrlen ? (const struct sockaddr *)&r->c.addr : NULL;
+	ssize_t n;
+
+	do {
+		n = sendto(io->fd, r->c.buf, r->c.len,
+			   MSG_DONTWAIT | MSG_NOSIGNAL, to, r->c.addrlen);
+	} while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return LA_TRY_AGAIN;
+		px_result_finish(r, 0, errno);
+		return LA_TRY_DONE;
+	}
+	px_result_finish(r, (size_t)n, 0);
+	return LA_TRY_DONE;
+}
+
+static int la_try_accept(la_io *io, px_result *r)
+{
+	if (!io->listener_nb) {
+		/* accept4 has no MSG_DONTWAIT: a connection reset between the
+		 * poll and the call must not block the leader. */
+		int fl = fcntl(io->fd, F_GETFL);
+		if (fl < 0 || (!(fl & O_NONBLOCK) &&
+			       fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+			r->c.addrlen = 0;
+			px_result_finish(r, 0, errno);
+			return LA_TRY_DONE;
+		}
+		io->listener_nb = true;
+	}
+	for (;;) {
+		socklen_t alen = sizeof(r->c.addr);
+		int nfd = accept4(io->fd, (struct sockaddr *)&r->c.addr,
+				  &alen, SOCK_CLOEXEC);
+
+		if (nfd >= 0) {
+			r->c.new_fd = nfd;
+			r->c.addrlen = alen;
+			px_result_finish(r, 0, 0);
+			return LA_TRY_DONE;
+		}
+		switch (errno) {
+		case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+		case EWOULDBLOCK:
+#endif
+			return LA_TRY_AGAIN;
+		/* Linux hands pending network errors of the new connection
+		 * to accept(2); that connection is gone, try the next. */
+		case EINTR:
+		case ECONNABORTED:
+		case EPROTO:
+		case ENETDOWN:
+		case ENOPROTOOPT:
+		case EHOSTDOWN:
+		case ENONET:
+		case EHOSTUNREACH:
+		case ENETUNREACH:
+			continue;
+		default:
+			r->c.addrlen = 0;
+			px_result_finish(r, 0, errno);
+			return LA_TRY_DONE;
+		}
+	}
+}
+
+static int la_try_connect(la_io *io, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	int fd = io->fd, err;
+
+	if (pr->conn == LA_CONN_NEW) {
+		int fl = fcntl(fd, F_GETFL);
+
+		if (fl < 0) {
+			err = errno;
+			goto out;
+		}
+		if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+			err = errno;
+			goto out;
+		}
+		err = connect(fd, (const struct sockaddr *)&r->c.addr,
+			      r->c.addrlen) < 0 ? errno : 0;
+		if (!(fl & O_NONBLOCK))
+			fcntl(fd, F_SETFL, fl);
+		/* Interrupted, a non-blocking connect carries on regardless. */
+		if (err == EINPROGRESS || err == EINTR) {
+			pr->conn = LA_CONN_PENDING;
+			return LA_TRY_AGAIN;
+		}
+		goto out;
+	}
+
+	int soerr = 0;
+	socklen_t sl = sizeof(soerr);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0) {
+		err = errno;
+	} else if (soerr) {
+		err = soerr;
+	} else {
+		/* No error: connected, or a stale event while in progress. */
+		struct sockaddr_storage ss;
+		socklen_t al = sizeof(ss);
+		if (getpeername(fd, (struct sockaddr *)&ss, &al) == 0)
+			err = 0;
+		else if (errno == ENOTCONN)
+			return LA_TRY_AGAIN;
+		else
+			err = errno;
+	}
+out:
+	px_result_finish(r, 0, err);
+	return LA_TRY_DONE;
+}
+
+/* Try r's system call once.  LA_TRY_DONE: outputs set. */
+static int la_try(la_io *io, px_result *r)
+{
+	switch (r->c.op) {
+	case PX_OP_READ_STREAM:
+		return la_try_read_stream(io, r);
+	case PX_OP_WRITE_STREAM:
+		return la_try_write_stream(io, r);
+	case PX_OP_READ_DGRAM:
+		return la_try_read_dgram(io, r);
+	case PX_OP_WRITE_DGRAM:
+		return la_try_write_dgram(io, r);
+	case PX_OP_ACCEPT:
+		return la_try_accept(io, r);
+	case PX_OP_CONNECT:
+		return la_try_connect(io, r);
+	default:
+		px_result_finish(r, 0, EOPNOTSUPP);
+		return LA_TRY_DONE;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Lists and completion (mutex held)                                    */
+/* ------------------------------------------------------------------ */
+
+static void la_unlist(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+
+	if (pr->slist == LA_ON_PENDING)
+		px_list_remove(&u->pending, &pr->slink);
+	else if (pr->slist == LA_ON_RECANCEL)
+		px_list_remove(&u->recancel, &pr->slink);
+	pr->slist = LA_NOLIST;
+}
+
+/* Fill r's iocb (its file operation, or the readiness poll of a stream
+ * operation) and queue it for the next io_submit. */
+static void la_issue(px_laio *u, px_result *r, bool poll)
+{
+	struct la_priv *pr = la_priv(r);
+	px_completion *c = &r->c;
+
+	if (poll) {
+		io_prep_poll(&pr->cb, c->fd,
+			     px_fdq_dir(c->op) == PX_FDQ_RD ? POLLIN : POLLOUT);
+		pr->phase = LA_POLL;
+	} else {
+		size_t n = c->len > LA_MAX_RW ? LA_MAX_RW : c->len;
+		if (c->op == PX_OP_READ_FILE)
+			io_prep_pread(&pr->cb, c->fd, c->buf, n, (long long)c->offset);
+		else
+			io_prep_pwrite(&pr->cb, c->fd, c->buf, n, (long long)c->offset);
+		pr->phase = LA_OP;
+	}
+	pr->cb.data = r;
+	if (u->use_resfd)
+		io_set_eventfd(&pr->cb, u->resfd);
+	pr->slist = LA_ON_PENDING;
+	px_list_push_back(&u->pending, &pr->slink);
+}
+
+/* Make the leader come back to next_completed: it is blocked in the
+ * kernel (else its next prepare sees u->done or u->pending by itself). */
+static void la_wake_leader(px_laio *u)
+{
+	if (u->leader_waiting)
+		u->wait.intr->ops->interrupt(u->wait.intr);
+}
+
+/* r is finished (outputs set): forget it, let the next operation of its
+ * descriptor and direction go, and hand r out (deliver) or leave that to
+ * the caller (a cancel answering PX_CANCEL_DONE). */
+static void la_complete(px_laio *u, px_result *r, bool deliver)
+{
+	struct la_priv *pr = la_priv(r);
+	la_fd *fe = pr->fe;
+	int dir = px_fdq_dir(r->c.op);
+
+	la_unlist(u, r);
+	pr->phase = LA_IDLE;
+	fe->inflight--;
+	fe->open_seen = r->c.error != EBADF;
+	if (dir >= 0 && px_link_linked(&r->plink) &&
+	    px_fdq_remove(&fe->fq, dir, r)) {
+		px_result *next = px_fdq_head(&fe->fq, dir);
+		/* The next one waits for readiness first: a poll iocb
+		 * completes inside io_submit when the descriptor is ready. */
+		if (next)
+			la_issue(u, next, true);
+	}
+	if (px_fdq_idle(&fe->fq)) {
+		fe->kind = LA_KIND_UNKNOWN;
+		fe->listener_nb = false;
+	}
+	if (!deliver)
+		return;
+	if (pr->in_start) {
+		pr->early = true;  /* its start returns PX_START_DONE */
+		return;
+	}
+	px_list_push_back(&u->done, &r->plink);
+}
+
+static void la_fail(px_laio *u, px_result *r, int err, bool deliver)
+{
+	if (r->c.op == PX_OP_ACCEPT || r->c.op == PX_OP_READ_DGRAM)
+		r->c.addrlen = 0;
+	px_result_finish(r, r->done, err);
+	la_complete(u, r, deliver);
+}
+
+/* Retry the io_cancel of polls a cancel could not reach because their
+ * batch was still being submitted.  Every batch has settled now: each such
+ * poll is in the kernel (the cancel works) or its event is on its way. */
+static void la_recancel(px_laio *u)
+{
+	px_link *l;
+
+	while ((l = px_list_first(&u->recancel))) {
+		px_result *r = la_result_of_slink(l);
+		struct io_event ev;
+
+		la_unlist(u, r);
+		io_cancel(u->ctx, &la_priv(r)->cb, &ev);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Submission                                                           */
+/* ------------------------------------------------------------------ */
+
+/* Take up to max pending iocbs, within the depth, for one io_submit. */
+static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
+{
+	unsigned n = 0;
+	px_link *l;
+
+	while (n < max && u->inkernel < u->depth &&
+	       (l = px_list_first(&u->pending))) {
+		px_result *r = la_result_of_slink(l);
+		la_unlist(u, r);
+		u->inkernel++;
+		u->files_inkernel += la_priv(r)->phase == LA_OP;
+		v[n++] = &la_priv(r)->cb;
+	}
+	return n;
+}
+
+/* Submit v[0..n) with as few io_submit calls as the kernel allows; err[i]
+ * says what became of v[i] (0: taken; EAGAIN: not tried).  Mutex NOT
+ * held.  Returns true when io_submit said EAGAIN. */
+static bool la_submit(px_laio *u, struct iocb **v, int *err, unsigned n)
+{
+	unsigned i = 0;
+	bool again = false;
+
+	while (i < n) {
+		int rc = px__laio_io_submit(u->ctx, (long)(n - i), v + i);
+
+		if (rc > 0) {
+			for (int k = 0; k < rc; k++)
+				err[i++] = 0;
+			continue;
+		}
+		if (rc == 0 || rc == -EAGAIN || rc == -EINTR) {
+			again = true;
+			break;
+		}
+		err[i++] = -rc;  /* io_submit reports the first iocb's error */
+	}
+	for (; i < n; i++)
+		err[i] = EAGAIN;
+	return again;
+}
+
+/* Mutex held again after a batch went to io_submit: what it did not take
+ * goes back to the head of u->pending in order, or fails. */
+static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
+{
+	bool again = false;
+
+	for (unsigned k = n; k-- > 0;) {
+		if (!err[k])
+			continue;
+		if (v[k] == &u->intr_cb) {
+			u->intr_armed = false;
+			again = true;
+			continue;
+		}
+		px_result *r = v[k]->data;
+		struct la_priv *pr = la_priv(r);
+		u->inkernel--;
+		u->files_inkernel -= pr->phase == LA_OP;
+		if (pr->cancel_req) {
+			la_fail(u, r, ECANCELED, true);
+		} else if (err[k] == EAGAIN) {
+			again = true;
+			pr->slist = LA_ON_PENDING;
+			px_list_push_front(&u->pending, &pr->slink);
+		} else {
+			la_fail(u, r, err[k], true);
+		}
+	}
+	/* EAGAIN with nothing in the kernel that will complete: no event
+	 * will come to make the leader try again, so it waits briefly. */
+	u->submit_stuck = again && u->inkernel == 0;
+	if (--u->submitting == 0)
+		la_recancel(u);
+}
+
+/* A start while the leader is blocked in the kernel: nobody else would
+ * submit for a while, so this thread does, without the mutex. */
+static void la_kick(px_laio *u)
+{
+	struct iocb *v[LA_KICK_MAX];
+	int err[LA_KICK_MAX];
+	unsigned n = la_claim(u, v, LA_KICK_MAX);
+
+	if (n) {
+		u->submitting++;
+		pthread_mutex_unlock(u->prov.lock);
+		la_submit(u, v, err, n);
+		pthread_mutex_lock(u->prov.lock);
+		la_settle(u, v, err, n);
+	}
+	/* The leader must come back for: results finished here (a failed
+	 * submit), a submit stuck with nothing in the kernel, or iocbs that
+	 * became pending meanwhile (the next operation of a descriptor whose
+	 * head finished, here or while the mutex was released) with room in
+	 * the context to take them. */
+	if (!px_list_empty(&u->done) || u->submit_stuck ||
+	    (!px_list_empty(&u->pending) && u->inkernel < u->depth))
+		la_wake_leader(u);
+}
+
+int px__laio_prepare(px_laio *u, bool with_intr)
+{
+	unsigned n = 0;
+
+	if (with_intr && !u->intr_armed) {
+		io_prep_poll(&u->intr_cb, u->intr_fd, POLLIN);
+		u->intr_cb.data = NULL;
+		u->lb.v[n++] = &u->intr_cb;
+		u->intr_armed = true;
+	}
+	n += la_claim(u, u->lb.v + n, u->depth);
+	u->lb.n = n;
+	if (n)
+		u->submitting++;
+	u->skip_wait = !px_list_empty(&u->done);
+	u->leader_waiting = true;
+	/* Keep the device's queue full: with files in the kernel, a wait
+	 * takes a quarter of them, so the callbacks start their successors
+	 * and the next prepare submits them while most of the rest are still
+	 * in flight.  Taking all that had completed let a batch of Q drain
+	 * to nothing before the next Q went in (the ring gives the rest to
+	 * the next wait at once).  The epoll wait must empty the ring: its
+	 * eventfd was reset. */
+	if (!u->reap_all) {
+		unsigned k = u->files_inkernel / LA_REAP_SHARE;
+		u->reap_max = !u->files_inkernel ? PX_LAIO_EVENTS
+			    : k < 1 ? 1 : k > PX_LAIO_EVENTS ? PX_LAIO_EVENTS : k;
+	}
+	return 0;
+}
+
+int px__laio_submit_leader(px_laio *u, int timeout_ms)
+{
+	bool again = false;
+
+	if (u->lb.n)
+		again = la_submit(u, u->lb.v, u->lb.err, u->lb.n);
+	for (unsigned i = 0; i < u->lb.n; i++)
+		if (u->lb.err[i] && u->lb.err[i] != EAGAIN)
+			return 0;  /* a failure to hand out */
+	if (u->skip_wait)
+		return 0;
+	/* Iocbs left over (the native interrupt's poll may be among them):
+	 * wait briefly, then try again. */
+	if (again && (timeout_ms < 0 || timeout_ms > PX_LAIO_STUCK_MS))
+		return PX_LAIO_STUCK_MS;
+	return timeout_ms;
+}
+
+int px__laio_reap(px_laio *u, long min_nr, struct timespec *ts,
+		  const sigset_t *sigmask)
+{
+	long nr = u->reap_max;
+	int rc;
+
+	if (sigmask)
+		rc = io_pgetevents(u->ctx, min_nr, nr, u->ev, ts, (sigset_t *)sigmask);
+	else
+		rc = io_getevents(u->ctx, min_nr, nr, u->ev, ts);
+	if (rc < 0)
+		return rc;
+	u->nev = (unsigned)rc;
+	u->iev = 0;
+	u->reap_more = u->reap_all && rc == nr;
+	return rc;
+}
+
+/* One event out of the context.  Mutex held. */
+static void la_event(px_laio *u, const struct io_event *e)
+{
+	long res = (long)e->res;
+	px_result *r;
+	struct la_priv *pr;
+
+	if (e->obj == &u->intr_cb) {
+		uint64_t v;
+		/* The native interrupt fired: reset the eventfd; its poll is
+		 * armed again by the next prepare. */
+		while (read(u->intr_fd, &v, sizeof(v)) < 0 && errno == EINTR)
+			;
+		u->intr_armed = false;
+		u->intr_pending = false;
+		return;
+	}
+	r = e->data;
+	pr = la_priv(r);
+	u->inkernel--;
+	u->files_inkernel -= pr->phase == LA_OP;
+	la_unlist(u, r);  /* off u->recancel, if its cancel was retried */
+	if (pr->phase == LA_OP) {
+		/* A file operation: its own result, cancelled or not. */
+		if (res < 0) {
+			la_fail(u, r, (int)-res, true);
+		} else {
+			px_result_finish(r, (size_t)res, 0);
+			la_complete(u, r, true);
+		}
+		return;
+	}
+	/* The readiness poll of a stream operation. */
+	pr->phase = LA_IDLE;
+	if (pr->cancel_req) {
+		la_fail(u, r, ECANCELED, true);
+		return;
+	}
+	if (res < 0) {
+		la_fail(u, r, (int)-res, true);
+		return;
+	}
+	/* Ready: claim it; its call runs after this batch of events, with
+	 * the mutex released (la_run). */
+	pr->phase = LA_BUSY;
+	la_io_load(&pr->io, pr->fe);
+	u->claimed[u->nclaimed++] = r;
+}
+
+/* The calls of the results la_event claimed, with the mutex released
+ * (docs/ARCHITECTURE.md, "The mutex": claim, then unlock).  A claimed
+ * result stays at the head of its queue, so a start behind it queues;
+ * a cancel meanwhile only marks it.  Leader, mutex held on entry and
+ * exit. */
+static void la_run(px_laio *u)
+{
+	unsigned n = u->nclaimed;
+
+	pthread_mutex_unlock(u->prov.lock);
+	for (unsigned i = 0; i < n; i++) {
+		px_result *r = u->claimed[i];
+		struct la_priv *pr = la_priv(r);
+		pr->tried = (uint8_t)la_try(&pr->io, r);
+	}
+	pthread_mutex_lock(u->prov.lock);
+	u->nclaimed = 0;
+	for (unsigned i = 0; i < n; i++) {
+		px_result *r = u->claimed[i];
+		struct la_priv *pr = la_priv(r);
+
+		la_io_store(pr->fe, &pr->io);
+		pr->phase = LA_IDLE;
+		if (pr->tried == LA_TRY_DONE)
+			la_complete(u, r, true);  /* its data, even if cancelled */
+		else if (pr->cancel_req)
+			la_fail(u, r, ECANCELED, true);
+		else
+			la_issue(u, r, true);
+	}
+}
+
+px_result *px__laio_next_completed(px_laio *u)
+{
+	struct timespec zero = { 0, 0 };
+	px_link *l;
+
+	u->leader_waiting = false;
+	if (u->lb.n) {
+		la_settle(u, u->lb.v, u->lb.err, u->lb.n);
+		u->lb.n = 0;
+	}
+	for (;;) {
+		if ((l = px_list_pop_front(&u->done)))
+			return px_result_of_plink(l);
+		if (u->iev < u->nev) {
+			/* The whole batch of events, then one unlock for the
+			 * calls of every poll that fired. */
+			while (u->iev < u->nev)
+				la_event(u, &u->ev[u->iev++]);
+			if (u->nclaimed)
+				la_run(u);
+			continue;
+		}
+		/* The last reap filled the array: there may be more (libaio
+		 * answers an empty ring without a system call). */
+		if (!u->reap_more || px__laio_reap(u, 0, &zero, NULL) <= 0) {
+			u->reap_more = false;
+			return NULL;
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Provider ops                                                         */
+/* ------------------------------------------------------------------ */
+
+static bool la_skip_try(la_fd *fe, int dir)
+{
+	if (dir != PX_FDQ_RD || fe->rd_miss < LA_SPEC_MISSES)
+		return false;
+	if (++fe->rd_skip < LA_SPEC_PROBE)
+		return true;
+	fe->rd_skip = 0;
+	return false;
+}
+
+static void la_learn_try(la_fd *fe, int dir, int rc)
+{
+	if (dir != PX_FDQ_RD)
+		return;
+	if (rc == LA_TRY_DONE)
+		fe->rd_miss = 0;
+	else if (fe->rd_miss < LA_SPEC_MISSES)
+		fe->rd_miss++;
+}
+
+static int la_start(px_provider *p, px_result *r)
+{
+	px_laio *u = la_of_prov(p);
+	struct la_priv *pr = la_priv(r);
+	int dir = px_fdq_dir(r->c.op);
+	px_fdq_entry *fq;
+	la_fd *fe;
+	int rc;
+
+	if (!la_does(r->c.op))
+		return -EOPNOTSUPP;
+	memset(pr, 0, sizeof(*pr));
+	r->done = 0;
+	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
+	if (rc < 0)
+		return rc;
+	fe = pr->fe = px_container_of(fq, la_fd, fq);
+	if (!fe->open_seen && !fe->inflight) {
+		if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+			return -EBADF;
+		fe->open_seen = true;
+	}
+	fe->inflight++;
+	if (dir >= 0) {
+		if (!px_fdq_push(fq, dir, r))
+			return PX_START_STARTED;  /* goes when those before it are done */
+		/* The head of an idle queue: try the call at once, without
+		 * the mutex.  Nothing else can reach r meanwhile: it is not
+		 * on the started list yet (no cancel), has no iocb (no
+		 * event), and a start behind it queues. */
+		if (!la_skip_try(fe, dir)) {
+			la_io io;
+			la_io_load(&io, fe);
+			pthread_mutex_unlock(u->prov.lock);
+			rc = la_try(&io, r);
+			pthread_mutex_lock(u->prov.lock);
+			la_io_store(fe, &io);
+			la_learn_try(fe, dir, rc);
+			if (rc == LA_TRY_DONE) {
+				/* A start that queued behind r meanwhile is now
+				 * the head, its poll pending: submit it. */
+				la_complete(u, r, false);
+				if (u->leader_waiting && !px_list_empty(&u->pending))
+					la_kick(u);
+				return PX_START_DONE;
+			}
+		}
+		la_issue(u, r, true);
+	} else {
+		la_issue(u, r, false);
+	}
+	if (u->leader_waiting) {
+		pr->in_start = true;
+		la_kick(u);
+		pr->in_start = false;
+		if (pr->early)
+			return PX_START_DONE;
+	}
+	return PX_START_STARTED;
+}
+
+static int la_cancel(px_provider *p, px_result *r)
+{
+	px_laio *u = la_of_prov(p);
+	struct la_priv *pr = la_priv(r);
+	struct io_event ev;
+
+	if (pr->cancel_req)
+		return PX_CANCEL_PENDING;
+	if (pr->phase == LA_IDLE || pr->slist == LA_ON_PENDING) {
+		/* Not in the kernel: forget it now.  A descriptor's next
+		 * operation may have become pending: the leader submits it. */
+		la_fail(u, r, ECANCELED, false);
+		if (!px_list_empty(&u->pending))
+			la_wake_leader(u);
+		return PX_CANCEL_DONE;
+	}
+	pr->cancel_req = true;
+	if (pr->phase == LA_POLL) {
+		/* EINPROGRESS: the poll's event comes through the ring.
+		 * EINVAL: it is not in the kernel, because its event is
+		 * already in the ring, or because its batch is still being
+		 * submitted; then try again once every batch has settled. */
+		if (io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL && u->submitting) {
+			pr->slist = LA_ON_RECANCEL;
+			px_list_push_back(&u->recancel, &pr->slink);
+		}
+	}
+	return PX_CANCEL_PENDING;
+}
+
+static void la_destroy(px_provider *p)
+{
+	px_laio *u = la_of_prov(p);
+
+	/* Waits for whatever is still in the kernel. */
+	io_destroy(u->ctx);
+	if (u->pl)
+		u->pl->ops->destroy(u->pl);
+	if (u->wait.intr && u->wait.intr != &u->nintr)
+		u->wait.intr->ops->destroy(u->wait.intr);
+	if (u->intr_fd >= 0)
+		close(u->intr_fd);
+	if (u->resfd >= 0)
+		close(u->resfd);
+	px_fdq_fini(&u->fdq);
+	free(u->lb.v);
+	free(u->lb.err);
+	free(u);
+}
+
+static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
+		     px_provider **out)
+{
+	const px_laio_settings *set = (const void *)spec->settings;
+	unsigned depth = set->depth ? set->depth : PX_LAIO_DEPTH_DEFAULT;
+	bool epoll = !strcmp(spec->wait->name, "epoll");
+	px_laio *u = calloc(1, sizeof(*u));
+	int rc;
+
+	if (!u)
+		return -ENOMEM;
+	u->intr_fd = u->resfd = -1;
+	/* One more event than depth: the native interrupt's poll. */
+	rc = io_setup((int)depth + 1, &u->ctx);
+	if (rc < 0) {
+		/* EAGAIN: fs.aio-max-nr used up (see the class's explain);
+		 * ENOSYS: no AIO in this kernel; EPERM: seccomp. */
+		free(u);
+		return rc;
+	}
+	u->depth = depth;
+	px_list_init(&u->pending);
+	px_list_init(&u->done);
+	px_list_init(&u->recancel);
+	px_fdq_init(&u->fdq, sizeof(la_fd));
+	u->lb.v = calloc(depth + 1, sizeof(*u->lb.v));
+	u->lb.err = calloc(depth + 1, sizeof(*u->lb.err));
+	if (!u->lb.v || !u->lb.err) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+
+	if (epoll) {
+		px_intr *in;
+		rc = px_intr_create(cfg, &in);
+		if (rc < 0)
+			goto fail;
+		u->wait.intr = in;
+		u->wait.ops = &px_wait_laio_epoll_ops;
+		u->use_resfd = true;
+		u->reap_all = true;
+		u->reap_max = PX_LAIO_EVENTS;
+		u->resfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (u->resfd < 0) {
+			rc = -errno;
+			goto fail;
+		}
+		rc = px_poller_epoll_create(in, &u->pl);
+		if (rc < 0)
+			goto fail;
+		u->reg.fd = u->resfd;
+	} else if (spec->intr == PX_INTR_NATIVE) {
+		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		if (u->intr_fd < 0) {
+			rc = -errno;
+			goto fail;
+		}
+		u->nintr.ops = &px_intr_laio_ops;
+		u->nintr.fd = -1;
+		u->nintr.wait_mask = NULL;
+		u->wait.intr = &u->nintr;
+		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->reap_max = PX_LAIO_EVENTS;
+	} else {
+		px_intr *in;
+		rc = px_intr_create(cfg, &in);
+		if (rc < 0)
+			goto fail;
+		u->wait.intr = in;
+		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->reap_max = PX_LAIO_EVENTS;
+	}
+
+	u->prov.ops = &px_provider_laio_ops;
+	u->prov.wait = &u->wait;
+	u->prov.ops_mask = PX_OPS_IO;
+	u->prov.flags = PX_PF_START_ANY_THREAD;
+	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : LA_DEFAULT_MAX_AIO;
+	u->prov.priv_size = sizeof(struct la_priv);
+	*out = &u->prov;
+	return 0;
+
+fail:
+	la_destroy(&u->prov);
+	return rc;
+}
+
+const px_provider_ops px_provider_laio_ops = {
+	.name = "linux_aio",
+	.create = la_create,     /* io_setup, wait and interrupt */
+	.destroy = la_destroy,   /* io_destroy and the fd table */
+	.start = la_start,       /* try a stream call, or queue an iocb */
+	.cancel = la_cancel,     /* forget, io_cancel a poll, or mark */
+};

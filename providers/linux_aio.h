@@ -1,0 +1,131 @@
+/*
+ * linux_aio.h - state shared by the Linux AIO provider (providers/linux_aio.c)
+ * and its two waits (wait_strategies/aio_getevents.c, aio_epoll.c).
+ *
+ * One px_laio holds the AIO context and the three objects the core sees:
+ * the provider, the wait and (for the native interrupt) the interrupt,
+ * embedded so that each ops function finds the context with
+ * px_container_of.  Every field is guarded by the proactor mutex, except
+ * the leader's own batch and event array, which the leader uses without it
+ * between prepare() and next_completed() (see providers/linux_aio.c).
+ */
+#ifndef PX_PROVIDERS_LINUX_AIO_H
+#define PX_PROVIDERS_LINUX_AIO_H
+
+#include <libaio.h>
+
+#include "../wait_strategies/poller.h"
+#include "fdq.h"
+#include "internal.h"
+
+/* How long the leader waits before trying again a submit the kernel
+ * refused with EAGAIN. */
+#define PX_LAIO_STUCK_MS 10
+
+/* Events the leader takes out of the context per io_getevents. */
+#define PX_LAIO_EVENTS 128
+
+/* A batch of iocbs submitted with one io_submit, and what became of each:
+ * 0 submitted, else the errno io_submit gave it (EAGAIN: not tried, the
+ * context was full). */
+typedef struct px_laio_batch {
+	struct iocb **v;
+	int *err;
+	unsigned n;
+} px_laio_batch;
+
+typedef struct px_laio {
+	px_provider prov;
+	px_wait wait;
+	px_intr nintr;              /* the native interrupt (io_getevents) */
+	io_context_t ctx;
+	unsigned depth;             /* iocbs of results in the kernel at most */
+	unsigned inkernel;          /* ... now, claimed batches included */
+	unsigned files_inkernel;    /* ... of them, file reads and writes */
+	bool use_resfd;             /* every iocb signals resfd (epoll wait) */
+	int resfd;                  /* the context's eventfd, or -1 */
+
+	/* The leader ran prepare() and has not yet collected: it is, or is
+	 * about to be, blocked in the kernel, so a start by another thread
+	 * submits its own iocbs. */
+	bool leader_waiting;
+	/* Something finished outside the wait (u->done): the next wait must
+	 * not block. */
+	bool skip_wait;
+	/* io_submit refused everything with EAGAIN while nothing was in the
+	 * kernel: the leader waits briefly and tries again. */
+	bool submit_stuck;
+	/* Batches claimed and not yet settled (being submitted without the
+	 * mutex by the leader or a starting thread). */
+	unsigned submitting;
+
+	px_list pending;            /* results whose iocb waits for io_submit */
+	px_list done;               /* finished outside the wait (plink) */
+	px_list recancel;           /* polls whose io_cancel came too early */
+
+	/* The leader's batch (prepare -> wait -> next_completed). */
+	px_laio_batch lb;
+	/* Events of the last wait, for next_completed (leader only). */
+	struct io_event ev[PX_LAIO_EVENTS];
+	unsigned nev, iev;
+	/* Results whose poll fired, claimed for their calls (leader only). */
+	struct px_result *claimed[PX_LAIO_EVENTS];
+	unsigned nclaimed;
+	bool reap_more;             /* the last reap filled ev: look again */
+	bool reap_all;              /* empty the ring after each wait (epoll) */
+	long reap_max;              /* events taken per io_getevents */
+	bool intr_fired;            /* the wait saw its signal interrupt */
+
+	/* epoll wait: a poller watching resfd (and the interrupt). */
+	px_poller *pl;
+	px_poll_reg reg;            /* resfd's registration */
+	bool polled;                /* a poller wait ran, not yet collected */
+
+	/* Native interrupt: a poll iocb on an eventfd in this context. */
+	struct iocb intr_cb;
+	int intr_fd;
+	bool intr_armed;            /* intr_cb is in the kernel or the batch */
+	bool intr_pending;          /* the eventfd was written, not drained */
+
+	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
+} px_laio;
+
+static inline px_laio *px_laio_of_wait(px_wait *w)
+{
+	return px_container_of(w, px_laio, wait);
+}
+
+static inline px_laio *px_laio_of_intr(px_intr *in)
+{
+	return px_container_of(in, px_laio, nintr);
+}
+
+extern const px_provider_ops px_provider_laio_ops PX_HIDDEN;
+extern const px_wait_ops px_wait_laio_getevents_ops PX_HIDDEN;
+extern const px_wait_ops px_wait_laio_epoll_ops PX_HIDDEN;
+extern const px_intr_ops px_intr_laio_ops PX_HIDDEN;
+
+/* The io_submit the provider calls: libaio's, or a test's wrapper that
+ * injects EAGAIN and partial submits (test/test_linux_aio.c). */
+extern int (*px__laio_io_submit)(io_context_t ctx, long nr,
+				 struct iocb **ios) PX_HIDDEN;
+
+/* Shared by the waits (providers/linux_aio.c). */
+/* Leader, mutex held: claim everything pending (and the native interrupt's
+ * poll when with_intr) into the leader's batch, to be submitted by
+ * px__laio_submit in wait().  Returns 0 or -errno. */
+int px__laio_prepare(px_laio *u, bool with_intr) PX_HIDDEN;
+/* Leader, mutex NOT held: submit the leader's batch.  Returns how long
+ * the wait that follows may block, from the wait's timeout_ms (< 0: no
+ * limit): 0 when something is to be handed out already, a short time
+ * when io_submit left iocbs over. */
+int px__laio_submit_leader(px_laio *u, int timeout_ms) PX_HIDDEN;
+/* Leader, mutex NOT held: take up to PX_LAIO_EVENTS events into u->ev,
+ * waiting at least min_nr of them up to ts (NULL: no limit), with sigmask
+ * (NULL: none) as io_pgetevents takes it.  Returns the count or -errno. */
+int px__laio_reap(px_laio *u, long min_nr, struct timespec *ts,
+		  const sigset_t *sigmask) PX_HIDDEN;
+/* Leader, mutex held: the next finished result (see px_wait_ops). */
+px_result *px__laio_next_completed(px_laio *u) PX_HIDDEN;
+
+#endif /* PX_PROVIDERS_LINUX_AIO_H */

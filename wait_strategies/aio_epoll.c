@@ -1,0 +1,86 @@
+/*
+ * aio_epoll.c - the epoll wait of the Linux AIO provider
+ * (providers/linux_aio.c): the leader blocks in epoll, through the epoll
+ * poller (poller.h), over the context's eventfd instead of in io_getevents.
+ *
+ * Every iocb the provider submits carries IOCB_FLAG_RESFD (libaio's
+ * io_set_eventfd), so the kernel adds one to that eventfd per event it
+ * posts.  The poller watches the eventfd and the interrupt's descriptor
+ * (pipe or eventfd; with the signal interrupt, its wait_mask), so the
+ * context's completions are one more readable descriptor among those of
+ * an epoll set.  Reports are one-shot: prepare() arms the eventfd again
+ * when the last wait reported it.  After a report the eventfd is reset
+ * first and the ring reaped second (io_getevents without waiting): an
+ * event posted after the reap signals the eventfd after the reset, so none
+ * goes unnoticed.
+ */
+#include <time.h>
+#include <unistd.h>
+
+#include "../providers/linux_aio.h"
+
+static void aep_destroy(px_wait *w)
+{
+	(void)w;  /* embedded in the provider, which frees it */
+}
+
+static int aep_prepare(px_wait *w, px_list *started)
+{
+	px_laio *u = px_laio_of_wait(w);
+	int rc;
+
+	(void)started;
+	px_poller_drain(u->pl);
+	rc = px__laio_prepare(u, false);
+	if (!u->reg.armed) {
+		int r2 = u->pl->ops->set(u->pl, &u->reg, PX_POLL_IN);
+		if (r2 < 0)
+			rc = r2;  /* the wait must not block on nothing */
+	}
+	u->pl->ops->prepare(u->pl);
+	return rc;
+}
+
+static int aep_wait(px_wait *w, int timeout_ms)
+{
+	px_laio *u = px_laio_of_wait(w);
+
+	timeout_ms = px__laio_submit_leader(u, timeout_ms);
+	u->polled = true;
+	return u->pl->ops->wait(u->pl, timeout_ms);
+}
+
+static px_result *aep_next_completed(px_wait *w)
+{
+	px_laio *u = px_laio_of_wait(w);
+	px_poll_event ev[4];
+	size_t n;
+
+	if (u->polled) {
+		u->polled = false;
+		while ((n = u->pl->ops->collect(u->pl, ev, 4)) > 0) {
+			for (size_t i = 0; i < n; i++) {
+				struct timespec zero = { 0, 0 };
+				uint64_t v;
+
+				if (ev[i].fd != u->resfd)
+					continue;
+				while (read(u->resfd, &v, sizeof(v)) < 0 &&
+				       errno == EINTR)
+					;
+				px__laio_reap(u, 0, &zero, NULL);
+			}
+		}
+		px_poller_drain(u->pl);
+	}
+	return px__laio_next_completed(u);
+}
+
+const px_wait_ops px_wait_laio_epoll_ops = {
+	.name = "epoll",
+	.destroy = aep_destroy,                /* nothing: lives in the provider */
+	.on_start = NULL,
+	.prepare = aep_prepare,                /* claim pending iocbs, arm resfd */
+	.wait = aep_wait,                      /* io_submit, then the poller */
+	.next_completed = aep_next_completed,  /* reap, settle, event -> result */
+};

@@ -1,0 +1,115 @@
+/*
+ * aio_getevents.c - the io_getevents wait of the Linux AIO provider
+ * (providers/linux_aio.c), and its native interrupt.
+ *
+ * prepare() (leader, locked) claims the pending iocbs into the leader's
+ * batch; wait() (leader, unlocked) submits that batch with one io_submit
+ * and then blocks in io_getevents for at least one event, with the
+ * timeout; next_completed() (locked) settles the batch and turns the
+ * events into finished results.  With the signal interrupt the wait is
+ * io_pgetevents (4.18) with the interrupt's wait_mask, so a signal sent
+ * before the leader entered the kernel is not lost.
+ *
+ * The native interrupt is a poll iocb on an eventfd, armed in the same
+ * context: interrupt() writes the eventfd, the poll completes, and its
+ * event wakes io_getevents like any other.  (A poll on a pipe would do as
+ * well; what the older designs lacked was IOCB_CMD_POLL itself, 4.18.)
+ * The poll is one-shot: next_completed() resets the eventfd when it sees
+ * the event and the next prepare() arms the poll again, in the same
+ * io_submit as the operations.  Written while no poll is armed, the
+ * eventfd stays readable and the next poll completes inside its io_submit,
+ * so the next wait returns at once.  Repeated interrupts before the event
+ * is reaped cost one write.
+ */
+#include <time.h>
+#include <unistd.h>
+
+#include "../providers/linux_aio.h"
+
+static void age_destroy(px_wait *w)
+{
+	(void)w;  /* embedded in the provider, which frees it */
+}
+
+static int age_prepare(px_wait *w, px_list *started)
+{
+	px_laio *u = px_laio_of_wait(w);
+
+	(void)started;  /* the provider keeps its own lists */
+	return px__laio_prepare(u, w->intr == &u->nintr);
+}
+
+static int age_wait(px_wait *w, int timeout_ms)
+{
+	px_laio *u = px_laio_of_wait(w);
+	struct timespec ts, *tsp = NULL;
+	int rc;
+
+	timeout_ms = px__laio_submit_leader(u, timeout_ms);
+	if (timeout_ms >= 0) {
+		ts.tv_sec = timeout_ms / 1000;
+		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+		tsp = &ts;
+	}
+	rc = px__laio_reap(u, timeout_ms == 0 ? 0 : 1, tsp, w->intr->wait_mask);
+	if (rc == -EINTR && w->intr != &u->nintr)
+		u->intr_fired = true;  /* the signal interrupt */
+	return rc;
+}
+
+static px_result *age_next_completed(px_wait *w)
+{
+	px_laio *u = px_laio_of_wait(w);
+
+	if (u->intr_fired) {
+		u->intr_fired = false;
+		w->intr->ops->drain(w->intr);
+	}
+	return px__laio_next_completed(u);
+}
+
+const px_wait_ops px_wait_laio_getevents_ops = {
+	.name = "io_getevents",
+	.destroy = age_destroy,                /* nothing: lives in the provider */
+	.on_start = NULL,                      /* the iocb says it all */
+	.prepare = age_prepare,                /* claim pending iocbs, arm the poll */
+	.wait = age_wait,                      /* io_submit, then io_getevents */
+	.next_completed = age_next_completed,  /* settle, then one event -> result */
+};
+
+/* ------------------------------------------------------------------ */
+/* Native interrupt                                                     */
+/* ------------------------------------------------------------------ */
+
+static void age_intr_destroy(px_intr *in)
+{
+	(void)in;  /* embedded in the provider, which closes the eventfd */
+}
+
+static void age_intr_interrupt(px_intr *in)
+{
+	px_laio *u = px_laio_of_intr(in);
+	uint64_t one = 1;
+
+	if (u->intr_pending)
+		return;
+	u->intr_pending = true;
+	/* Only EAGAIN (counter at its maximum) can fail, and then the
+	 * eventfd is readable anyway. */
+	while (write(u->intr_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+static void age_intr_drain(px_intr *in)
+{
+	(void)in;  /* next_completed reset the eventfd when it saw the event */
+}
+
+const px_intr_ops px_intr_laio_ops = {
+	.name = "native",
+	.destroy = age_intr_destroy,     /* nothing: lives in the provider */
+	.interrupt = age_intr_interrupt, /* write the eventfd the poll watches */
+	.leader_activated = NULL,
+	.leader_deactivated = NULL,
+	.drain = age_intr_drain,         /* nothing to consume */
+};
