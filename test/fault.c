@@ -7,7 +7,7 @@
  * max_aio.  Public API only.  Every test checks that each started
  * operation completes exactly once, and with which error.
  *
- *   fault 'ENGINE CONFIG TEXT' [TEST FILTER [SKIP FILTER]]   ('' = no filter)
+ *   fault 'ENGINE CONFIG TEXT' [TEST FILTER [KNOWN,PROBLEMS]]   ('' = none)
  *
  * Only loopback addresses are used.  Each test runs under the harness
  * watchdog; waits inside a test are bounded too.
@@ -414,6 +414,55 @@ static void half_close(void **state)
 	assert_int_equal(rb->c.bytes, 5);
 	assert_memory_equal(back, "reply", 5);
 	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/*
+ * A write-all is pending (the peer does not read) and the peer shuts down
+ * its own write side; the write is then cancelled.  It must end once with
+ * ECANCELED and px_destroy must not wait for it.  early: the shutdown
+ * comes right after the start, before the loop ever ran (on io_uring,
+ * before the request was submitted), then one px_handle_events(px, 0) and
+ * the cancel; late: shutdown and cancel after the write has been pending
+ * a while.  fuzz_api found the early order hanging px_destroy on
+ * io_uring (TESTING.md, known problems).
+ */
+static void cancel_write_after_peer_shutdown(void **state, bool early)
+{
+	h_fx *f = *state;
+	enum { LEN = 8 << 20 };
+	int sv[2];
+	h_socketpair(f, sv);
+	uint8_t *buf = h_alloc(f, LEN);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], buf, LEN, h_rec_cb, w),
+			 0);
+	if (!early) {
+		h_settle(f, 30);
+		assert_false(h_rec_done(w));
+	}
+	assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
+	if (early)
+		assert_true(px_handle_events(f->px, 0) >= 0);
+	else
+		h_settle(f, 30);
+	assert_false(h_rec_done(w));
+	assert_int_equal(px_cancel(f->px, sv[0]), 1);
+	h_wait_rec(f, w, 5000, "the write cancelled after the peer's shutdown");
+	h_settle(f, 20);
+	assert_once(w, PX_OP_WRITE_STREAM, sv[0]);
+	expect_error(w, ECANCELED, "a cancelled write-all");
+	assert_true(w->c.bytes < LEN);
+}
+
+static void cancel_write_peer_shutdown_late(void **state)
+{
+	cancel_write_after_peer_shutdown(state, false);
+}
+
+/* Not run on io_uring: see TESTING.md (known problems). */
+static void cancel_write_peer_shutdown_early(void **state)
+{
+	cancel_write_after_peer_shutdown(state, true);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1290,18 +1339,12 @@ int main(int argc, char **argv)
 	harness_engine_init(argc, argv, "fault");
 	if (argc > 2 && argv[2][0])
 		cmocka_set_test_filter(argv[2]);
-	/* Tests that show a known problem of this engine (meson passes
-	 * them here; TESTING.md lists them). */
-	if (argc > 3 && argv[3][0]) {
-		printf("fault: not run on this engine (known problem): %s\n",
-		       argv[3]);
-		cmocka_set_skip_filter(argv[3]);
-	}
-
 	const struct CMUnitTest tests[] = {
 		T(peer_reset_during_read),
 		T(peer_reset_during_write),
 		T(half_close),
+		T(cancel_write_peer_shutdown_late),
+		T(cancel_write_peer_shutdown_early),
 		T(connect_refused),
 		T(connect_stuck_then_cancel),
 		T(close_pending_then_cancel),
@@ -1318,5 +1361,26 @@ int main(int argc, char **argv)
 		T2(max_aio_2_load),
 		T3(max_aio_3_load),
 	};
-	return cmocka_run_group_tests_name("fault", tests, NULL, NULL) ? 1 : 0;
+	/* Tests that show a known problem of this engine: a comma list
+	 * (meson passes it; TESTING.md lists them), left out here. */
+	const char *known = argc > 3 ? argv[3] : "";
+	struct CMUnitTest run[sizeof tests / sizeof tests[0]];
+	size_t n = 0;
+	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+		size_t len = strlen(tests[i].name);
+		const char *p = known;
+		bool skip = false;
+		while (*p && !skip) {
+			const char *end = strchr(p, ',');
+			size_t plen = end ? (size_t)(end - p) : strlen(p);
+			skip = plen == len && strncmp(p, tests[i].name, len) == 0;
+			p += plen + (end ? 1 : 0);
+		}
+		if (skip)
+			printf("fault: %s: not run on this engine (known problem, "
+			       "see TESTING.md)\n", tests[i].name);
+		else
+			run[n++] = tests[i];
+	}
+	return _cmocka_run_group_tests("fault", run, n, NULL, NULL) ? 1 : 0;
 }

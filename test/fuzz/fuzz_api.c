@@ -1,11 +1,11 @@
 /*
  * fuzz_api.c - libFuzzer target for the public API.
  *
- * Each input is a program: one byte picks a call (read, write, write-all,
- * datagram-free stream operations over socketpairs and pipes, cancel,
- * post, timer start and cancel, a raw write or shutdown by the peer, and
- * px_handle_events(px, 0)); the bytes after it pick its descriptor, length
- * and delay.  The engine is PX_FUZZ_ENGINE (default "epoll").  At the end
+ * Each input is a program of 3-byte steps: the first byte picks a call
+ * (stream read, write or write-all on one of 3 socketpairs and 2 pipes,
+ * cancel, post, timer start or cancel, a raw write, read or shutdown by
+ * the peer, px_handle_events(px, 0)); the other two pick its descriptor,
+ * length and delay.  The engine is PX_FUZZ_ENGINE (default "epoll").  At the end
  * px_destroy delivers what is still pending.
  *
  * Oracle: exactly-once accounting.  Every start that returned 0 got
