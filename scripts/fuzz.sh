@@ -40,7 +40,10 @@ fi
 
 # The library, as meson builds it: every source of its directories, the
 # io_uring parts only with liburing.
-srcs=$(cd "$here" && ls proactor/*.c config/*.c providers/*.c wait_strategies/*.c interrupt/*.c)
+# (A provider's class file, NAME_class.c, is included by providers/classes.c,
+# never compiled alone.)
+srcs=$(cd "$here" && ls proactor/*.c config/*.c providers/*.c wait_strategies/*.c interrupt/*.c |
+	grep -v '_class\.c$')
 flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -I$here/include -I$here/proactor"
 libs="-lpthread"
 if pkg-config --exists liburing 2>/dev/null; then
@@ -48,6 +51,14 @@ if pkg-config --exists liburing 2>/dev/null; then
 	libs="$libs $(pkg-config --libs liburing)"
 else
 	srcs=$(printf '%s\n' $srcs | grep -v -e '^providers/uring.c$' -e '^wait_strategies/uring.c$')
+fi
+
+if [ -f /usr/include/libaio.h ]; then
+	flags="$flags -DPX_HAVE_LIBAIO=1"
+	libs="$libs -laio"
+else
+	srcs=$(printf '%s\n' $srcs | grep -v -e '^providers/linux_aio.c$' \
+		-e '^wait_strategies/aio_getevents.c$' -e '^wait_strategies/aio_epoll.c$')
 fi
 
 status=0

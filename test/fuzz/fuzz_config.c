@@ -32,12 +32,11 @@ static void die(const char *what, const char *a, const char *b)
 
 static int same_proc(const px_processor_config *a, const px_processor_config *b)
 {
-	return a->processor == b->processor && a->provider == b->provider &&
-	       a->wait == b->wait && a->interrupt == b->interrupt &&
-	       a->flags == b->flags && a->max_aio == b->max_aio &&
-	       a->ops == b->ops && a->intr_signo == b->intr_signo &&
-	       a->ring_entries == b->ring_entries &&
-	       a->ring_flags == b->ring_flags;
+	return a->processor == b->processor &&
+	       !strcmp(a->provider, b->provider) && !strcmp(a->wait, b->wait) &&
+	       !strcmp(a->interrupt, b->interrupt) && a->flags == b->flags &&
+	       a->max_aio == b->max_aio && a->ops == b->ops &&
+	       a->intr_signo == b->intr_signo && !strcmp(a->words, b->words);
 }
 
 static int same(const px_config *a, const px_config *b)
