@@ -193,6 +193,36 @@ static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
 	return false;
 }
 
+/* Hand-offs.  Waking a follower costs a futex wake and a context switch,
+ * and when the woken thread finds nothing left to do, a futex wait too.
+ * With one io_uring ring the kernel work is serialised anyway, so a second
+ * thread pays only when there is enough callback work to share.  A thread
+ * with n callbacks to run asks for help (a follower to run some of them, or
+ * to lead while it runs them) only when the n - 1 it could give away take
+ * longer than PX_HANDOFF_NS at the callbacks' measured average. */
+#define PX_HANDOFF_NS 50000u
+
+static bool px_worth_help(const struct px_proactor *px, size_t n)
+{
+	/* Before the first batch is measured, help as soon as there are two. */
+	return n > 1 && (!px->cb_ns ||
+			 (uint64_t)(n - 1) * px->cb_ns >= PX_HANDOFF_NS);
+}
+
+/* Fold the time of a batch of n callbacks into the average (1/8 weight).
+ * The time is wall time, so a batch during which the thread was preempted
+ * looks slow: a sample counts for at most 4 times the average (plus 1 µs),
+ * so that one preemption does not make the callbacks look long for the next
+ * hundred batches, while a lasting change still shows within a few. */
+static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
+{
+	uint64_t per = ns / (uint64_t)n;
+	uint64_t cap = 4 * px->cb_ns + 1000;
+	if (px->cb_ns && per > cap)
+		per = cap;
+	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
+}
+
 static uint64_t px_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void px_abs_timespec(uint64_t ns, struct timespec *ts)
@@ -221,16 +251,21 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px_timers_expire(px, now);
 		if (!px_list_empty(&px->completed)) {
 			size_t batch = px_list_count(&px->completed);
+			int done = 0;
 			px->nhandlers++;
-			if (batch > 1)
+			if (px_worth_help(px, batch))
 				px_dispatch_wake_follower(px);
+			uint64_t t0 = px_now_ns();
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = px_list_pop_front(&px->completed);
 				if (!l)
 					break;
 				px_dispatch_one(px, px_result_of(l));
-				n++;
+				done++;
 			}
+			if (done)
+				px_note_cb_time(px, px_now_ns() - t0, done);
+			n += done;
 			px->nhandlers--;
 			break;
 		}
@@ -250,7 +285,8 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
-			if (px_processor_has_work(p))
+			if (px_processor_has_work(p) &&
+			    px_worth_help(px, px_list_count(&px->completed) + 1))
 				px_dispatch_wake_follower(px);
 			now = px_now_ns();
 			if (px_list_empty(&px->completed) &&
