@@ -223,6 +223,18 @@ static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
 }
 
+/* See step 3 of px_dispatch_handle_events. */
+#define PX_FOLLOWER_CHECK_NS 20000000u
+
+static bool px_any_work(const struct px_proactor *px)
+{
+	for (int i = 0; i < px->nproc; i++)
+		if (px->proc[i]->type == PX_PROCESSOR_SHARED &&
+		    px_processor_has_work(px->proc[i]))
+			return true;
+	return false;
+}
+
 static uint64_t px_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void px_abs_timespec(uint64_t ns, struct timespec *ts)
@@ -238,6 +250,14 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
 
+	/* A callback that calls in here may have left work for after it
+	 * (px_dispatch_after_callback): do it now, before this thread
+	 * perhaps sleeps. */
+	if (px_tls_after_fn) {
+		void (*fn)(void *) = px_tls_after_fn;
+		px_tls_after_fn = NULL;
+		fn(px_tls_after_arg);
+	}
 	pthread_mutex_lock(&px->lock);
 	px->nthreads++;
 	for (;;) {
@@ -295,8 +315,15 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			continue;
 		}
 
-		/* Step 3: sleep as a follower. */
+		/* Step 3: sleep as a follower.  While a processor has work,
+		 * not for longer than PX_FOLLOWER_CHECK_NS: a thread that
+		 * dispatches cheap callbacks leads again afterwards instead of
+		 * handing off (px_worth_help), and should one of its callbacks
+		 * block (say, until another operation completes), a follower
+		 * must take the lead. */
 		uint64_t until = px_min_u64(deadline, px_timers_next(px));
+		if (px_any_work(px))
+			until = px_min_u64(until, now + PX_FOLLOWER_CHECK_NS);
 		if (until <= now) {
 			if (deadline <= now && !(px_timers_next(px) <= now))
 				break;
