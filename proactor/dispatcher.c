@@ -276,14 +276,22 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			if (px_worth_help(px, batch))
 				px_dispatch_wake_follower(px);
 			uint64_t t0 = px_now_ns();
+			/* A sample counts only if no thread led meanwhile: a
+			 * leader holds the mutex while it collects, and a start
+			 * from a callback waits for it, or submits for it.
+			 * That is the cost of handing off, not of the
+			 * callbacks, and counting it would make hand-offs
+			 * breed hand-offs. */
+			bool alone = px->nleaders == 0;
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = px_list_pop_front(&px->completed);
 				if (!l)
 					break;
 				px_dispatch_one(px, px_result_of(l));
 				done++;
+				alone = alone && px->nleaders == 0;
 			}
-			if (done)
+			if (done && alone)
 				px_note_cb_time(px, px_now_ns() - t0, done);
 			n += done;
 			px->nhandlers--;
