@@ -291,7 +291,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				done++;
 				alone = alone && px->nleaders == 0;
 			}
-			if (done && alone)
+			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
 				px_note_cb_time(px, px_now_ns() - t0, done);
 			n += done;
 			px->nhandlers--;
