@@ -124,13 +124,6 @@ void px_dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 /* PX_NOTIFY_FOLLOWER when the calling thread is running one of px's
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
 int px_dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
-/* Have fn(arg) called by this thread right after the callback of px it is
- * running returns, before it retakes the mutex: work a provider wants done
- * without the mutex (an io_uring submit).  Returns false, and arranges
- * nothing, when the thread is not running a callback of px or already has
- * other work pending; the caller then does the work itself.  Mutex held. */
-bool px_dispatch_after_callback(struct px_proactor *px, void (*fn)(void *),
-				void *arg) PX_HIDDEN;
 /* Timers. */
 void px_timers_insert(struct px_proactor *px, px_result *r) PX_HIDDEN;
 bool px_timers_expire(struct px_proactor *px, uint64_t now) PX_HIDDEN;

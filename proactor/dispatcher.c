@@ -128,22 +128,6 @@ int px_dispatch_level_for_caller(struct px_proactor *px)
 	return px_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
 }
 
-/* Work to do after the running callback returns (px_dispatch_after_callback). */
-static __thread void (*px_tls_after_fn)(void *);
-static __thread void *px_tls_after_arg;
-
-bool px_dispatch_after_callback(struct px_proactor *px, void (*fn)(void *),
-				void *arg)
-{
-	if (px_tls_dispatching != px)
-		return false;
-	if (px_tls_after_fn && (px_tls_after_fn != fn || px_tls_after_arg != arg))
-		return false;
-	px_tls_after_fn = fn;
-	px_tls_after_arg = arg;
-	return true;
-}
-
 void px_dispatch_one(struct px_proactor *px, px_result *r)
 {
 	r->state = PX_RS_COMPLETED;
@@ -152,11 +136,6 @@ void px_dispatch_one(struct px_proactor *px, px_result *r)
 	px_tls_dispatching = px;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
-	if (px_tls_after_fn) {
-		void (*fn)(void *) = px_tls_after_fn;
-		px_tls_after_fn = NULL;
-		fn(px_tls_after_arg);
-	}
 	pthread_mutex_lock(&px->lock);
 	px_tls_dispatching = saved;
 	px_alloc_put(&px->alloc, r);
@@ -250,14 +229,6 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
 
-	/* A callback that calls in here may have left work for after it
-	 * (px_dispatch_after_callback): do it now, before this thread
-	 * perhaps sleeps. */
-	if (px_tls_after_fn) {
-		void (*fn)(void *) = px_tls_after_fn;
-		px_tls_after_fn = NULL;
-		fn(px_tls_after_arg);
-	}
 	pthread_mutex_lock(&px->lock);
 	px->nthreads++;
 	for (;;) {

@@ -8,11 +8,13 @@
  * or by the starting thread when a leader is already blocked in the kernel
  * (nobody else would submit for a while).  So N starts between two waits
  * cost one io_uring_enter.  SQEs are filled and published (the SQ tail
- * stored) under the proactor mutex only; the io_uring_enter that submits
- * them runs without it when it can: the leader's, and a start's made from a
- * callback, which enters once the callback has returned.  Sends and reads
- * that find data run inline in that enter, so holding the mutex there kept
- * every other thread out for the length of the network stack's work.
+ * stored) under the proactor mutex only.  The leader's io_uring_enter,
+ * which submits what prepare() published and waits, runs without it:
+ * sends and reads that find data run inline in that enter, and holding the
+ * mutex there kept every other thread out for the length of the network
+ * stack's work.  A starter's enter (leader blocked) stays under the mutex:
+ * its start must be in the kernel before the start call returns, or a
+ * callback that waits for its own operation could wait forever.
  *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
@@ -84,7 +86,6 @@
 #include <sys/socket.h>
 
 #include "uring.h"
-#include "core.h"
 
 /* The largest transfer one read or write performs (MAX_RW_COUNT). */
 #define PX_URING_MAX_RW 0x7ffff000u
@@ -179,11 +180,29 @@ static bool px_uring_pollable(px_op op)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
+unsigned px_uring_publish(px_uring *u)
+{
+	struct io_uring_sq *sq = &u->ring.sq;
+	unsigned tail = sq->sqe_tail;
+
+	if (sq->sqe_head != tail) {
+		sq->sqe_head = tail;
+		/* Release: another thread's io_uring_enter, already in the
+		 * kernel, may read the SQEs as soon as it sees the tail. */
+		io_uring_smp_store_release(sq->ktail, tail);
+	}
+	return tail - io_uring_smp_load_acquire(sq->khead);
+}
+
 /* io_uring_submit, remembering whether SQEs were left behind. */
 static int px_uring_submit(px_uring *u)
 {
 	int rc;
 
+	/* Store the tail with release semantics ourselves: the leader may be
+	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
+	 * liburing's plain store is only ordered for the entering thread. */
+	px_uring_publish(u);
 	do {
 		rc = io_uring_submit(&u->ring);
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
@@ -209,53 +228,15 @@ struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve)
 	return io_uring_get_sqe(&u->ring);
 }
 
-unsigned px_uring_publish(px_uring *u)
+
+void px_uring_kick(px_uring *u)
 {
-	struct io_uring_sq *sq = &u->ring.sq;
-	unsigned tail = sq->sqe_tail;
-
-	if (sq->sqe_head != tail) {
-		sq->sqe_head = tail;
-		/* Release: another thread's io_uring_enter, already in the
-		 * kernel, may read the SQEs as soon as it sees the tail. */
-		io_uring_smp_store_release(sq->ktail, tail);
-	}
-	return tail - io_uring_smp_load_acquire(sq->khead);
-}
-
-/* Unlocked, after a callback: submit what the callback's starts published.
- * Any thread may enter with SQEs another published: the kernel takes at
- * most what lies between its head and the published tail. */
-static void px_uring_enter_after_callback(void *arg)
-{
-	px_uring *u = arg;
-	int rc = io_uring_enter((unsigned)u->ring.ring_fd, u->ring.sq.ring_entries,
-				0, 0, NULL);
-
-	if (rc == -EAGAIN || rc == -EBUSY) {
-		/* Rare (a full CQ): retry under the mutex, which remembers
-		 * the stuck SQEs for the leader. */
-		pthread_mutex_lock(u->prov.lock);
-		if (io_uring_sq_ready(&u->ring))
-			px_uring_submit(u);
-		pthread_mutex_unlock(u->prov.lock);
-	}
-}
-
-void px_uring_kick(px_uring *u, struct px_proactor *px)
-{
-	if (!u->leader_waiting || !io_uring_sq_ready(&u->ring))
-		return;
-	/* A start from a callback: publish now, and enter once the callback
-	 * has returned, without the mutex (the send runs inline in that
-	 * enter, and other threads need the mutex meanwhile); the starts of
-	 * one callback share that enter. */
-	if (px && !(u->ring.flags & IORING_SETUP_SQPOLL) &&
-	    px_dispatch_after_callback(px, px_uring_enter_after_callback, u)) {
-		px_uring_publish(u);
-		return;
-	}
-	px_uring_submit(u);
+	/* Under the mutex, at once: deferring this enter until the starting
+	 * callback returned (tried, measured a little cheaper) stalls a
+	 * callback that waits for its own operation while the leader sleeps
+	 * on something else. */
+	if (u->leader_waiting && io_uring_sq_ready(&u->ring))
+		px_uring_submit(u);
 }
 
 /* Fill sqe with r's operation (the part from r->done on). */
@@ -642,7 +623,7 @@ static int px_uring_start(px_provider *p, px_result *r)
 	if (q)
 		px_list_push_back(q, &r->plink);
 	pr->fe->inflight++;
-	px_uring_kick(u, r->c.proactor);
+	px_uring_kick(u);
 	return PX_START_STARTED;
 }
 
@@ -655,13 +636,13 @@ static int px_uring_cancel(px_provider *p, px_result *r)
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
 		px_uring_finish(u, r, -ECANCELED);
-		px_uring_kick(u, NULL);
+		px_uring_kick(u);
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (px_uring_send_cancel(u, r)) {
-			px_uring_kick(u, NULL);
+			px_uring_kick(u);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);

@@ -97,7 +97,7 @@ int px_uring_flush(px_uring *u) PX_HIDDEN;
 
 /* Submit now if the leader is blocked in the kernel (else its prepare will).
  * Mutex held. */
-void px_uring_kick(px_uring *u, struct px_proactor *px) PX_HIDDEN;
+void px_uring_kick(px_uring *u) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */

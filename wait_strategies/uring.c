@@ -181,7 +181,7 @@ static void px_uring_intr_interrupt(px_intr *in)
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data64(sqe, PX_URING_TAG_NOP);
 	u->intr_queued = true;
-	px_uring_kick(u, NULL);
+	px_uring_kick(u);
 }
 
 static void px_uring_intr_drain(px_intr *in)
