@@ -202,8 +202,11 @@ static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
 }
 
-/* See step 3 of px_dispatch_handle_events. */
+/* See step 3 of px_dispatch_handle_events: the first bound, and how far it
+ * doubles while the checks find nothing to do (an idle proactor with
+ * operations pending). */
 #define PX_FOLLOWER_CHECK_NS 20000000u
+#define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
 
 static bool px_any_work(const struct px_proactor *px)
 {
@@ -228,6 +231,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 	uint64_t deadline = timeout_ms < 0 ? PX_NS_INF
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
+	uint64_t check = PX_FOLLOWER_CHECK_NS;
 
 	pthread_mutex_lock(&px->lock);
 	px->nthreads++;
@@ -274,6 +278,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		if (p) {
 			uint64_t until = px_min_u64(deadline, px_timers_next(px));
 			int ms = px_ms_until(until, now);
+			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
 			px_processor_lead_begin(p);
 			if (px_other_needs_leader(px, p) && (ms < 0 || ms > 1))
@@ -299,10 +304,12 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		 * dispatches cheap callbacks leads again afterwards instead of
 		 * handing off (px_worth_help), and should one of its callbacks
 		 * block (say, until another operation completes), a follower
-		 * must take the lead. */
+		 * must take the lead.  The bound doubles (up to 1 s) while
+		 * the checks find a leader in place, so that idle followers
+		 * of an idle proactor do not wake 50 times a second. */
 		uint64_t until = px_min_u64(deadline, px_timers_next(px));
 		if (px_any_work(px))
-			until = px_min_u64(until, now + PX_FOLLOWER_CHECK_NS);
+			until = px_min_u64(until, now + check);
 		if (until <= now) {
 			if (deadline <= now && !(px_timers_next(px) <= now))
 				break;
@@ -331,8 +338,11 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			}
 		}
 		px->nfollowers--;
-		if (!f.woken)
+		if (!f.woken) {
 			px_list_remove(&px->followers, &f.link);
+			if (check < PX_FOLLOWER_CHECK_MAX_NS)
+				check *= 2;
+		}
 		pthread_cond_destroy(&f.cond);
 		now = px_now_ns();
 	}
