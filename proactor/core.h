@@ -109,6 +109,7 @@ struct px_proactor {
 	px_processor *proc[2];
 	int nproc;
 	unsigned next_pick;        /* rotates which processor is led first */
+	uint64_t cb_ns;            /* running average time of one callback */
 	bool stopped;              /* px_stop was called */
 	bool destroying;
 	px_config cfg;             /* as resolved */

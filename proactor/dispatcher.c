@@ -172,6 +172,52 @@ static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
 	return false;
 }
 
+/* Hand-offs.  Waking a follower costs a futex wake and a context switch,
+ * and when the woken thread finds nothing left to do, a futex wait too.
+ * When one wait mechanism serialises the kernel work anyway (a single
+ * completion ring), a second thread pays only when there is enough
+ * callback work to share.  A thread
+ * with n callbacks to run asks for help (a follower to run some of them, or
+ * to lead while it runs them) only when the n - 1 it could give away take
+ * longer than PX_HANDOFF_NS at the callbacks' measured average. */
+#define PX_HANDOFF_NS 50000u
+
+static bool px_worth_help(const struct px_proactor *px, size_t n)
+{
+	/* Before the first batch is measured, help as soon as there are two. */
+	return n > 1 && (!px->cb_ns ||
+			 (uint64_t)(n - 1) * px->cb_ns >= PX_HANDOFF_NS);
+}
+
+/* Fold the time of a batch of n callbacks into the average (1/8 weight).
+ * The time is wall time, so a batch in which the thread was preempted
+ * looks slow: a sample counts for at most 4 times the average (plus 1 µs),
+ * so that one preemption does not make the callbacks look long for the next
+ * hundred batches, while a lasting change still shows within a few. */
+static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
+{
+	uint64_t per = ns / (uint64_t)n;
+	uint64_t cap = 4 * px->cb_ns + 1000;
+	if (px->cb_ns && per > cap)
+		per = cap;
+	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
+}
+
+/* See step 3 of px_dispatch_handle_events: the first bound, and how far it
+ * doubles while the checks find nothing to do (an idle proactor with
+ * operations pending). */
+#define PX_FOLLOWER_CHECK_NS 20000000u
+#define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
+
+static bool px_any_work(const struct px_proactor *px)
+{
+	for (int i = 0; i < px->nproc; i++)
+		if (px->proc[i]->type == PX_PROCESSOR_SHARED &&
+		    px_processor_has_work(px->proc[i]))
+			return true;
+	return false;
+}
+
 static uint64_t px_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void px_abs_timespec(uint64_t ns, struct timespec *ts)
@@ -186,6 +232,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 	uint64_t deadline = timeout_ms < 0 ? PX_NS_INF
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
+	uint64_t check = PX_FOLLOWER_CHECK_NS;
 
 	pthread_mutex_lock(&px->lock);
 	px->nthreads++;
@@ -200,16 +247,29 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px_timers_expire(px, now);
 		if (!px_list_empty(&px->completed)) {
 			size_t batch = px_list_count(&px->completed);
+			int done = 0;
 			px->nhandlers++;
-			if (batch > 1)
+			if (px_worth_help(px, batch))
 				px_dispatch_wake_follower(px);
+			uint64_t t0 = px_now_ns();
+			/* A sample counts only if no thread led meanwhile: a
+			 * leader holds the mutex while it collects, and a start
+			 * from a callback waits for it, or submits for it.
+			 * That is the cost of handing off, not of the
+			 * callbacks, and counting it would make hand-offs
+			 * breed hand-offs. */
+			bool alone = px->nleaders == 0;
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = px_list_pop_front(&px->completed);
 				if (!l)
 					break;
 				px_dispatch_one(px, px_result_of(l));
-				n++;
+				done++;
+				alone = alone && px->nleaders == 0;
 			}
+			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
+				px_note_cb_time(px, px_now_ns() - t0, done);
+			n += done;
 			px->nhandlers--;
 			break;
 		}
@@ -219,6 +279,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		if (p) {
 			uint64_t until = px_min_u64(deadline, px_timers_next(px));
 			int ms = px_ms_until(until, now);
+			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
 			px_processor_lead_begin(p);
 			if (px_other_needs_leader(px, p) && (ms < 0 || ms > 1))
@@ -229,7 +290,8 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
-			if (px_processor_has_work(p))
+			if (px_processor_has_work(p) &&
+			    px_worth_help(px, px_list_count(&px->completed) + 1))
 				px_dispatch_wake_follower(px);
 			now = px_now_ns();
 			if (px_list_empty(&px->completed) &&
@@ -238,8 +300,17 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			continue;
 		}
 
-		/* Step 3: sleep as a follower. */
+		/* Step 3: sleep as a follower.  While a processor has work,
+		 * not for longer than PX_FOLLOWER_CHECK_NS: a thread that
+		 * dispatches cheap callbacks leads again afterwards instead of
+		 * handing off (px_worth_help), and should one of its callbacks
+		 * block (say, until another operation completes), a follower
+		 * must take the lead.  The bound doubles (up to 1 s) while
+		 * the checks find a leader in place, so that idle followers
+		 * of an idle proactor do not wake 50 times a second. */
 		uint64_t until = px_min_u64(deadline, px_timers_next(px));
+		if (px_any_work(px))
+			until = px_min_u64(until, now + check);
 		if (until <= now) {
 			if (deadline <= now && !(px_timers_next(px) <= now))
 				break;
@@ -268,8 +339,11 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			}
 		}
 		px->nfollowers--;
-		if (!f.woken)
+		if (!f.woken) {
 			px_list_remove(&px->followers, &f.link);
+			if (check < PX_FOLLOWER_CHECK_MAX_NS)
+				check *= 2;
+		}
 		pthread_cond_destroy(&f.cond);
 		now = px_now_ns();
 	}

@@ -4,11 +4,17 @@
  * Mechanism.  A start fills one submission queue entry (SQE) and returns;
  * the kernel performs the operation and posts a completion (CQE) whose
  * user_data is the px_result.  SQEs are submitted in batches: by the
- * leader's prepare() before it waits, or at once by the starting thread when
- * a leader is already blocked in the kernel (nobody else would submit for a
- * while).  So N starts between two waits cost one io_uring_enter.  The
- * leader waits for CQEs only (wait_strategies/uring.c); the ring's SQ side
- * is touched under the proactor mutex only.
+ * leader, in the io_uring_enter that also waits (wait_strategies/uring.c),
+ * or by the starting thread when a leader is already blocked in the kernel
+ * (nobody else would submit for a while).  So N starts between two waits
+ * cost one io_uring_enter.  SQEs are filled and published (the SQ tail
+ * stored) under the proactor mutex only.  The leader's io_uring_enter,
+ * which submits what prepare() published and waits, runs without it:
+ * sends and reads that find data run inline in that enter, and holding the
+ * mutex there kept every other thread out for the length of the network
+ * stack's work.  A starter's enter (leader blocked) stays under the mutex:
+ * its start must be in the kernel before the start call returns, or a
+ * callback that waits for its own operation could wait forever.
  *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
@@ -166,11 +172,29 @@ static bool px_uring_pollable(px_op op)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
+unsigned px_uring_publish(px_uring *u)
+{
+	struct io_uring_sq *sq = &u->ring.sq;
+	unsigned tail = sq->sqe_tail;
+
+	if (sq->sqe_head != tail) {
+		sq->sqe_head = tail;
+		/* Release: another thread's io_uring_enter, already in the
+		 * kernel, may read the SQEs as soon as it sees the tail. */
+		io_uring_smp_store_release(sq->ktail, tail);
+	}
+	return tail - io_uring_smp_load_acquire(sq->khead);
+}
+
 /* io_uring_submit, remembering whether SQEs were left behind. */
 static int px_uring_submit(px_uring *u)
 {
 	int rc;
 
+	/* Store the tail with release semantics ourselves: the leader may be
+	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
+	 * liburing's plain store is only ordered for the entering thread. */
+	px_uring_publish(u);
 	do {
 		rc = io_uring_submit(&u->ring);
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
@@ -196,8 +220,13 @@ struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve)
 	return io_uring_get_sqe(&u->ring);
 }
 
+
 void px_uring_kick(px_uring *u)
 {
+	/* Under the mutex, at once: deferring this enter until the starting
+	 * callback returned (tried, measured a little cheaper) stalls a
+	 * callback that waits for its own operation while the leader sleeps
+	 * on something else. */
 	if (u->leader_waiting && io_uring_sq_ready(&u->ring))
 		px_uring_submit(u);
 }
@@ -333,6 +362,8 @@ int px_uring_flush(px_uring *u)
 {
 	px_link *l;
 
+	u->to_submit = 0;
+
 	while ((l = px_list_first(&u->stalled))) {
 		px_result *r = px_result_of_slink(l);
 		if (!px_uring_issue(u, r, 0))
@@ -347,6 +378,11 @@ int px_uring_flush(px_uring *u)
 	}
 	if (!io_uring_sq_ready(&u->ring))
 		return 0;
+	if (!(u->ring.flags & IORING_SETUP_SQPOLL) && !u->submit_stuck) {
+		/* The leader enters without the mutex, in its wait. */
+		u->to_submit = px_uring_publish(u);
+		return 0;
+	}
 	return px_uring_submit(u);
 }
 

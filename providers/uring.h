@@ -53,6 +53,13 @@ typedef struct px_uring {
 	/* prepare() saw submit_stuck: this wait is short (leader only). */
 	bool wait_short;
 
+	/* Published SQEs the leader submits in its wait's io_uring_enter,
+	 * without the mutex (set by prepare; leader only). */
+	unsigned to_submit;
+	/* That enter failed with EAGAIN/EBUSY (leader only, read back under
+	 * the mutex in next_completed). */
+	int enter_err;
+
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
 	unsigned cancel_cap;        /* at most this many, to bound the CQ */
 	unsigned sq_reserve;        /* SQ slots a start leaves free */
@@ -94,6 +101,10 @@ int px_uring_flush(px_uring *u) PX_HIDDEN;
 /* Submit now if the leader is blocked in the kernel (else its prepare will).
  * Mutex held. */
 void px_uring_kick(px_uring *u) PX_HIDDEN;
+
+/* Make the SQEs filled so far visible to the kernel (no system call).
+ * Returns how many it has not taken yet.  Mutex held. */
+unsigned px_uring_publish(px_uring *u) PX_HIDDEN;
 
 /* Handle one reaped CQE.  Returns the result it finished (outputs set,
  * forgotten by the provider), or NULL when it was internal (interrupt,

@@ -6,16 +6,19 @@
  * and works on that provider's state (providers/uring.h).  A completion
  * wait has nothing to share with readiness.
  *
- * prepare() (leader, locked) submits every SQE the starts left in the ring,
- * in one io_uring_enter, and marks the leader as waiting; from then on a
- * start or cancel made by another thread submits its own SQE (see
- * providers/uring.c).  wait() (leader, unlocked) only waits for CQEs:
- * io_uring_wait_cqe, or io_uring_wait_cqe_timeout, which with
- * IORING_FEAT_EXT_ARG (5.11, checked at create) hands the timeout to
- * io_uring_enter.  In liburing 2.3 neither reads the SQ's sqe_head/sqe_tail
- * (the fields the locked starters move) and both enter with to_submit 0,
- * so the wait never submits or takes an SQE.  Other threads never touch the
- * CQ side; only the leader advances its head, in next_completed() (locked).
+ * prepare() (leader, locked) publishes every SQE the starts left in the
+ * ring (stores the SQ tail, no system call) and marks the leader as
+ * waiting; from then on a start or cancel made by another thread submits its
+ * own SQE (see providers/uring.c).  wait() (leader, unlocked) submits what
+ * prepare published and waits for CQEs in one io_uring_enter (GETEVENTS,
+ * with IORING_FEAT_EXT_ARG (5.11, checked at create) for the timeout).  It
+ * reads no SQ field the locked starters move: the kernel takes the SQEs
+ * between its head and the published tail, at most to_submit of them, so
+ * a concurrent enter by a starter takes the rest.  With nothing to submit
+ * (or with SQPOLL, or after a refused submit) it is io_uring_wait_cqe or
+ * io_uring_wait_cqe_timeout as before, which enter with to_submit 0.  Other
+ * threads never touch the CQ side; only the leader advances its head, in
+ * next_completed() (locked).
  *
  * The interrupt is a NOP sent through the ring itself.  Its CQE wakes the
  * leader's io_uring_enter like any completion, and next_completed()
@@ -34,6 +37,7 @@
  * This file has two ops tables, the wait's and the interrupt's: they are
  * one mechanism and share the ring.
  */
+#include <signal.h>
 #include <time.h>
 
 #include "../providers/uring.h"
@@ -76,6 +80,34 @@ static int px_uring_wait(px_wait *w, int timeout_ms)
 	if (u->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
 		timeout_ms = PX_URING_STUCK_MS;
 
+	if (u->to_submit) {
+		/* Submit what prepare() published and wait, in one enter. */
+		unsigned n = u->to_submit;
+		unsigned flags = 0, min = 0;
+		struct __kernel_timespec ts = {
+			.tv_sec = timeout_ms / 1000,
+			.tv_nsec = (long long)(timeout_ms % 1000) * 1000000,
+		};
+		struct io_uring_getevents_arg arg = {
+			.sigmask = 0,
+			.sigmask_sz = _NSIG / 8,
+			.ts = timeout_ms > 0 ? (uint64_t)(uintptr_t)&ts : 0,
+		};
+
+		u->to_submit = 0;
+		if (timeout_ms != 0 && !io_uring_cq_ready(&u->ring)) {
+			flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
+			min = 1;
+		}
+		rc = io_uring_enter2((unsigned)u->ring.ring_fd, n, min, flags,
+				     flags ? (sigset_t *)&arg : NULL,
+				     flags ? sizeof(arg) : 0);
+		if (rc == -EAGAIN || rc == -EBUSY)
+			u->enter_err = rc;
+		if (rc < 0 && rc != -ETIME && rc != -EAGAIN && rc != -EBUSY)
+			return rc;  /* -EINTR included: an ordinary wake-up */
+		return (int)io_uring_cq_ready(&u->ring);
+	}
 	if (timeout_ms == 0) {
 		rc = io_uring_peek_cqe(&u->ring, &cqe);
 	} else if (timeout_ms < 0) {
@@ -100,6 +132,11 @@ static px_result *px_uring_next_completed(px_wait *w)
 	struct io_uring_cqe *cqe;
 
 	u->leader_waiting = false;
+	if (u->enter_err) {
+		/* The wait's submit was refused: SQEs are still pending. */
+		u->enter_err = 0;
+		u->submit_stuck = true;
+	}
 	while (io_uring_peek_cqe(&u->ring, &cqe) == 0 && cqe) {
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		int res = cqe->res;
