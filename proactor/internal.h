@@ -159,8 +159,6 @@ typedef enum px_result_state {
 
 /* px_result.flags */
 #define PX_RF_WRITE_ALL  0x01u /* write_stream: keep going until len bytes */
-#define PX_RF_CANCEL     0x02u /* processor: px_cancel came while the
-                                  provider's start ran (mutex released) */
 
 struct px_processor;
 
@@ -173,7 +171,14 @@ typedef struct px_result {
 	px_callback *cb;
 	struct px_processor *proc;/* processor it was given to, or NULL */
 	uint8_t state;            /* px_result_state */
-	uint8_t flags;            /* PX_RF_* */
+	uint8_t flags;            /* PX_RF_*: set before the provider's start,
+	                             then only read (providers read them
+	                             without the mutex) */
+	uint8_t cancel_pending;   /* processor: px_cancel came while the
+	                             provider's start ran (the result was on
+	                             the starting list); acted on once start
+	                             has returned.  A byte of its own, apart
+	                             from flags, for that reason. */
 	size_t done;              /* bytes already moved, for PX_RF_WRITE_ALL;
 	                             providers add each partial transfer here
 	                             and report the total in c.bytes */

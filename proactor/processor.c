@@ -60,7 +60,7 @@ static void px_cancel_one(px_processor *p, px_result *r, int *count);
  * Give r to the provider's start.  The readiness provider releases the
  * mutex around its system call, and r is then on neither the deferred nor
  * the started list; it waits on the starting list instead, where a cancel
- * finds it and leaves PX_RF_CANCEL, acted on once start has returned
+ * finds it and sets cancel_pending, acted on once start has returned
  * (px_started, px_cancelled_again).  Without that the cancel would find
  * nothing and a write that stays pending would never end.
  */
@@ -68,7 +68,7 @@ static int px_provider_start(px_processor *p, px_result *r)
 {
 	if (p->wait->ops->on_start)
 		p->wait->ops->on_start(p->wait, r);
-	r->flags &= (uint8_t)~PX_RF_CANCEL;
+	r->cancel_pending = 0;
 	px_list_push_back(&p->starting, &r->link);
 	int rc = p->prov->ops->start(p->prov, r);
 	px_list_remove(&p->starting, &r->link);
@@ -83,8 +83,8 @@ static void px_started(px_processor *p, px_result *r)
 
 	r->state = PX_RS_STARTED;
 	px_list_push_back(&p->started, &r->link);
-	if (r->flags & PX_RF_CANCEL) {
-		r->flags &= (uint8_t)~PX_RF_CANCEL;
+	if (r->cancel_pending) {
+		r->cancel_pending = 0;
 		px_cancel_one(p, r, &n);
 	}
 }
@@ -94,9 +94,9 @@ static void px_started(px_processor *p, px_result *r)
  * defers it again. */
 static bool px_cancelled_again(px_processor *p, px_result *r)
 {
-	if (!(r->flags & PX_RF_CANCEL))
+	if (!r->cancel_pending)
 		return false;
-	r->flags &= (uint8_t)~PX_RF_CANCEL;
+	r->cancel_pending = 0;
 	px_result_finish(r, r->done, ECANCELED);
 	r->state = PX_RS_READY;
 	px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
@@ -272,7 +272,7 @@ static int px_cancel_starting(px_processor *p, int fd, bool all)
 	for (l = px_list_first(&p->starting); l; l = px_list_next(&p->starting, l)) {
 		px_result *r = px_result_of(l);
 		if (all || r->c.fd == fd) {
-			r->flags |= PX_RF_CANCEL;
+			r->cancel_pending = 1;
 			count++;
 		}
 	}
