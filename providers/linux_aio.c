@@ -1057,10 +1057,16 @@ static int la_cancel(px_provider *p, px_result *r)
 		/* EINPROGRESS: the poll's event comes through the ring.
 		 * EINVAL: it is not in the kernel, because its event is
 		 * already in the ring, or because its batch is still being
-		 * submitted; then try again once every batch has settled. */
+		 * submitted; then try again once every batch has settled.
+		 * One of those batches may be the leader's own, claimed in
+		 * prepare and settled only when its wait returns: wake it,
+		 * or a poll that never fires (a write to a peer that does
+		 * not read) keeps it in io_getevents with the cancel
+		 * unsent, and the operation never completes. */
 		if (io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL && u->submitting) {
 			pr->slist = LA_ON_RECANCEL;
 			px_list_push_back(&u->recancel, &pr->slink);
+			la_wake_leader(u);
 		}
 	}
 	return PX_CANCEL_PENDING;
