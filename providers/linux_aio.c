@@ -197,6 +197,9 @@ struct la_priv {
 	bool cancel_req;    /* a cancel was asked for */
 	bool in_start;      /* its start is submitting without the mutex */
 	bool early;         /* ... and it finished meanwhile */
+	bool write_all;     /* PX_RF_WRITE_ALL, copied at start: the calls run
+	                       without the mutex, and r->flags is not theirs
+	                       (the processor marks PX_RF_CANCEL there) */
 	uint8_t tried;      /* LA_BUSY: what the call gave (LA_TRY_*) */
 	la_io io;           /* LA_BUSY: the descriptor, for the call */
 };
@@ -381,7 +384,7 @@ got:
 			return LA_TRY_DONE;
 		}
 		r->done += (size_t)n;
-		if (r->done < r->c.len && (r->flags & PX_RF_WRITE_ALL)) {
+		if (r->done < r->c.len && la_priv(r)->write_all) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
 			if (io->kind == LA_KIND_SOCKET || n == 0)
@@ -987,6 +990,7 @@ static int la_start(px_provider *p, px_result *r)
 	if (!la_does(r->c.op))
 		return -EOPNOTSUPP;
 	memset(pr, 0, sizeof(*pr));
+	pr->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
 	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
 	if (rc < 0)
