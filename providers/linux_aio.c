@@ -197,6 +197,9 @@ struct la_priv {
 	bool cancel_req;    /* a cancel was asked for */
 	bool in_start;      /* its start is submitting without the mutex */
 	bool early;         /* ... and it finished meanwhile */
+	bool write_all;     /* PX_RF_WRITE_ALL, copied at start: the calls run
+	                       without the mutex, and r->flags is not theirs
+	                       (the processor marks PX_RF_CANCEL there) */
 	uint8_t tried;      /* LA_BUSY: what the call gave (LA_TRY_*) */
 	la_io io;           /* LA_BUSY: the descriptor, for the call */
 };
@@ -381,7 +384,7 @@ got:
 			return LA_TRY_DONE;
 		}
 		r->done += (size_t)n;
-		if (r->done < r->c.len && (r->flags & PX_RF_WRITE_ALL)) {
+		if (r->done < r->c.len && la_priv(r)->write_all) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
 			if (io->kind == LA_KIND_SOCKET || n == 0)
@@ -987,6 +990,7 @@ static int la_start(px_provider *p, px_result *r)
 	if (!la_does(r->c.op))
 		return -EOPNOTSUPP;
 	memset(pr, 0, sizeof(*pr));
+	pr->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
 	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
 	if (rc < 0)
@@ -1057,10 +1061,16 @@ static int la_cancel(px_provider *p, px_result *r)
 		/* EINPROGRESS: the poll's event comes through the ring.
 		 * EINVAL: it is not in the kernel, because its event is
 		 * already in the ring, or because its batch is still being
-		 * submitted; then try again once every batch has settled. */
+		 * submitted; then try again once every batch has settled.
+		 * One of those batches may be the leader's own, claimed in
+		 * prepare and settled only when its wait returns: wake it,
+		 * or a poll that never fires (a write to a peer that does
+		 * not read) keeps it in io_getevents with the cancel
+		 * unsent, and the operation never completes. */
 		if (io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL && u->submitting) {
 			pr->slist = LA_ON_RECANCEL;
 			px_list_push_back(&u->recancel, &pr->slink);
+			la_wake_leader(u);
 		}
 	}
 	return PX_CANCEL_PENDING;

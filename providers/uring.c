@@ -67,7 +67,10 @@
  *     again, from the leader; a connect submitted again treats EISCONN as
  *     success and EALREADY as "still in progress" (poll, then ask again).
  *   - IORING_OP_ASYNC_CANCEL (5.5) may interrupt a request running in io-wq
- *     with a signal; it then ends with -EINTR, reported as ECANCELED.
+ *     with a signal; it then ends with -EINTR, reported as ECANCELED.  It
+ *     answers -ENOENT for a request caught between two rounds of task work
+ *     (a send whose internal poll keeps firing goes to io-wq after 128 of
+ *     them): the cancel is then sent again (px_uring_cancel_done).
  *   - Each pending read on a pipe occupies an io-wq worker on kernels whose
  *     pipes do not support non-blocking reads from io_uring (FMODE_NOWAIT).
  *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
@@ -130,7 +133,10 @@ struct px_uring_priv {
 	bool want_poll;     /* next request to issue is the readiness poll */
 	bool as_send;       /* write_stream went out as IORING_OP_SEND */
 	bool cancel_req;    /* a cancel was asked for */
-	bool cancel_sent;   /* ... and its ASYNC_CANCEL is in the ring */
+	bool cancel_sent;   /* ... and its ASYNC_CANCEL is in the ring, its
+	                       CQE not yet reaped */
+	bool held;          /* finished while that CQE was still to come:
+	                       handed out with it (px_uring_cancel_done) */
 	bool reissued;      /* submitted again after the kernel dropped it */
 };
 
@@ -352,7 +358,10 @@ static bool px_uring_send_cancel(px_uring *u, px_result *r)
 	if (pr->phase == PX_URING_POLL)
 		target |= PX_URING_UD_POLL;
 	io_uring_prep_cancel64(sqe, target, 0);
-	io_uring_sqe_set_data64(sqe, PX_URING_TAG_CANCEL);
+	/* Its CQE names r (px_uring_cancel_done), which is not handed out
+	 * before that CQE is reaped, so the address is not reused while the
+	 * cancel can still hit it. */
+	io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_CANCEL);
 	u->cancels_inflight++;
 	pr->cancel_sent = true;
 	return true;
@@ -462,31 +471,78 @@ static px_result *px_uring_finish(px_uring *u, px_result *r, int res)
 	return r;
 }
 
+/* r's own request is over (res: bytes, or -errno): finish it, and hand it
+ * out unless the CQE of an ASYNC_CANCEL aimed at it is still to come. */
+static px_result *px_uring_end(px_uring *u, px_result *r, int res)
+{
+	struct px_uring_priv *pr = px_priv(r);
+
+	px_uring_finish(u, r, res);
+	if (pr->cancel_sent) {
+		pr->held = true;
+		return NULL;
+	}
+	return r;
+}
+
+/* The CQE of the ASYNC_CANCEL aimed at r.  -ENOENT while r's request has
+ * not ended: the kernel had it in none of the places a cancel looks, but
+ * between two of its own steps.  A send on a socket whose peer shut down
+ * its write side is such a case: each internal poll wakes at once (the
+ * kernel adds POLLRDHUP to every poll), the send fails with EAGAIN again,
+ * and after 128 such rounds of task work the kernel hands it to an io-wq
+ * worker, where the send blocks.  A cancel that arrives during the rounds
+ * finds nothing; sent again it finds the worker and interrupts the send
+ * (-EALREADY: the worker is signalled and the send ends with -EINTR or
+ * its partial count).  So ask again; the request completes anyway if it
+ * was merely about to. */
+static px_result *px_uring_cancel_done(px_uring *u, px_result *r, int res)
+{
+	struct px_uring_priv *pr = px_priv(r);
+
+	u->cancels_inflight--;
+	pr->cancel_sent = false;
+	if (pr->held) {
+		pr->held = false;
+		return r;
+	}
+	if (res == -ENOENT && pr->phase != PX_URING_IDLE &&
+	    pr->slist == PX_URING_NOLIST) {
+		if (!px_uring_send_cancel(u, r)) {
+			pr->slist = PX_URING_CANCEL_STALLED;
+			px_list_push_back(&u->cancel_stalled, &pr->slink);
+		}
+	}
+	return NULL;
+}
+
 px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
 {
 	if (user_data < PX_URING_TAG_MAX) {
 		if (user_data == PX_URING_TAG_NOP)
 			u->intr_queued = false;
-		else if (user_data == PX_URING_TAG_CANCEL)
-			u->cancels_inflight--;
 		return NULL;
 	}
 
-	px_result *r = (px_result *)(uintptr_t)(user_data & ~PX_URING_UD_POLL);
+	px_result *r = (px_result *)(uintptr_t)(user_data &
+		~(PX_URING_UD_POLL | PX_URING_UD_CANCEL));
 	struct px_uring_priv *pr = px_priv(r);
+
+	if (user_data & PX_URING_UD_CANCEL)
+		return px_uring_cancel_done(u, r, res);
 	pr->phase = PX_URING_IDLE;
 
 	if (user_data & PX_URING_UD_POLL) {
 		/* The descriptor is ready (or the poll failed): retry. */
 		if (pr->cancel_req)
-			return px_uring_finish(u, r, -ECANCELED);
+			return px_uring_end(u, r, -ECANCELED);
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
 			px_uring_issue_or_stall(u, r);
 			return NULL;
 		}
 		if (res < 0)
-			return px_uring_finish(u, r, res);
+			return px_uring_end(u, r, res);
 		pr->want_poll = false;
 		px_uring_issue_or_stall(u, r);
 		return NULL;
@@ -501,7 +557,7 @@ px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
 		if (res == -EAGAIN || res == -EINTR || res == -EALREADY ||
 		    res == -EBADF)
 			res = -ECANCELED;
-		return px_uring_finish(u, r, res);
+		return px_uring_end(u, r, res);
 	}
 
 	if (res == -ECANCELED) {
@@ -542,7 +598,7 @@ px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
 		px_uring_issue_or_stall(u, r);
 		return NULL;
 	}
-	return px_uring_finish(u, r, res);
+	return px_uring_end(u, r, res);
 }
 
 /* ------------------------------------------------------------------ */
@@ -597,6 +653,8 @@ static int px_uring_cancel(px_provider *p, px_result *r)
 	px_uring *u = px_uring_of_prov(p);
 	struct px_uring_priv *pr = px_priv(r);
 
+	if (pr->held)
+		return PX_CANCEL_PENDING;  /* over, handed out with its cancel's CQE */
 	if (pr->phase == PX_URING_IDLE) {
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;

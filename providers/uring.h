@@ -18,11 +18,12 @@
 
 /* user_data values below this are tags, not results.  A result is at least
  * 8-byte aligned, so a result's address never falls in this range, and its
- * low bit is free to mark the readiness poll of its EAGAIN retry. */
+ * low bits are free to mark the readiness poll of its EAGAIN retry and the
+ * ASYNC_CANCEL aimed at it. */
 #define PX_URING_TAG_NOP    1ull   /* the native interrupt's NOP */
-#define PX_URING_TAG_CANCEL 2ull   /* an ASYNC_CANCEL's own completion */
 #define PX_URING_TAG_MAX    16ull
 #define PX_URING_UD_POLL    1ull   /* low bit: readiness poll of a result */
+#define PX_URING_UD_CANCEL  2ull   /* bit 1: the ASYNC_CANCEL of a result */
 
 /* Never start into the last few SQ slots: they are kept for the interrupt
  * NOP and for cancels, which cannot be deferred like a start. */

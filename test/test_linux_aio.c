@@ -14,6 +14,13 @@
  *     duplicated or reordered.
  *   - A read waiting on a socket (a poll in the kernel) is cancelled
  *     through io_cancel: ECANCELED once, and the descriptor works after.
+ *   - A cancel of a poll that the dedicated leader has claimed for its
+ *     own io_submit but not yet submitted (io_cancel says EINVAL) is
+ *     retried once the leader's batch has settled, and the leader is woken
+ *     for it: the write-all whose poll never fires ends with ECANCELED.
+ *   - The signal interrupt of a dedicated leader still wakes it after an
+ *     io_pgetevents that returned an event and ran the signal's handler
+ *     (the signal consumed without EINTR): px_destroy does not hang.
  *   - Two threads write to one socket at once on a dedicated processor,
  *     whose leader nothing else wakes: a write that queued behind another
  *     while that one's call ran without the mutex still goes out.
@@ -35,6 +42,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -485,6 +493,169 @@ static void test_cancel_poll(void **state)
 	close(sv[1]);
 }
 
+/*
+ * The leader's own batch: its prepare claims the poll of a write-all
+ * (the peer never reads, so the poll never fires), and a cancel comes
+ * after the leader released the mutex and before its io_submit.  io_cancel
+ * answers EINVAL, the cancel waits on u->recancel for the batch to
+ * settle, which happens only when the leader's wait returns: the cancel
+ * must wake it.  io_submit is replaced by a wrapper that refuses the
+ * poll's first submit (so that, whoever tried it, the leader's prepare
+ * claims it next) and holds the leader in its second until the cancel has
+ * been made.
+ */
+static atomic_int hb_stage;  /* 0, 1: refused once, 2: leader held, 3: go */
+static int hb_fd = -1;
+
+static int hold_submit(io_context_t ctx, long nr, struct iocb **ios)
+{
+	bool target = false;
+
+	for (long i = 0; i < nr; i++)
+		if (ios[i]->aio_lio_opcode == IO_CMD_POLL &&
+		    (int)ios[i]->aio_fildes == hb_fd)
+			target = true;
+	if (target && atomic_load(&hb_stage) == 0) {
+		atomic_store(&hb_stage, 1);
+		return -EAGAIN;
+	}
+	if (target && atomic_load(&hb_stage) == 1) {
+		atomic_store(&hb_stage, 2);
+		for (int i = 0; i < 3000 && atomic_load(&hb_stage) != 3; i++)
+			usleep(1000);
+	}
+	return io_submit(ctx, nr, ios);
+}
+
+static void run_cancel_leader_batch(const char *engine)
+{
+	enum { LEN = 8 << 20 };
+	int sv[2];
+	op o;
+	uint8_t *buf = calloc(1, LEN);
+
+	assert_non_null(buf);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	memset(&o, 0, sizeof(o));
+	atomic_store(&hb_stage, 0);
+	hb_fd = sv[0];
+	px__laio_io_submit = hold_submit;
+	px_proactor *px = make(engine);
+	usleep(20000);  /* the dedicated leader goes to its wait */
+	assert_int_equal(px_write_stream_all(px, sv[0], buf, LEN, op_cb, &o), 0);
+	for (int i = 0; i < 3000 && atomic_load(&hb_stage) != 2; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&hb_stage), 2);
+	assert_int_equal(px_cancel(px, sv[0]), 1);
+	atomic_store(&hb_stage, 3);
+	for (int i = 0; i < 3000 && !atomic_load(&o.calls); i++)
+		px_handle_events(px, 1);
+	int calls = atomic_load(&o.calls);
+	assert_int_equal(px_destroy(px), 0);
+	px__laio_io_submit = io_submit;
+	hb_fd = -1;
+	if (calls != 1)
+		fail_msg("the cancelled write-all did not complete within 3 s "
+			 "(engine '%s'): the cancel was lost", engine);
+	assert_int_equal(o.error, ECANCELED);
+	assert_true(o.bytes < LEN);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+	close(sv[1]);
+	free(buf);
+}
+
+static void test_cancel_leader_batch_native(void **state)
+{
+	(void)state;
+	run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
+				"interrupt=native processor=dedicated");
+}
+
+static void test_cancel_leader_batch_signal(void **state)
+{
+	(void)state;
+	run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
+				"interrupt=signal processor=dedicated");
+}
+
+static void test_cancel_leader_batch_epoll(void **state)
+{
+	(void)state;
+	run_cancel_leader_batch("provider=linux_aio wait=epoll "
+				"interrupt=eventfd processor=dedicated");
+}
+
+/*
+ * io_pgetevents runs the handler of a signal pending as it returns even
+ * when it returns events, so the signal interrupt is consumed without
+ * EINTR.  The wait must drain the interrupt all the same, or the
+ * interrupt believes a signal is still on its way and sends no other:
+ * a dedicated leader, which never deactivates, then sleeps through every
+ * later interrupt, px_destroy's included.  The io_submit wrapper holds the
+ * leader in the submit of a read's poll (data already there: its event is
+ * in the ring at once) while this thread makes a start that is deferred
+ * (max_aio=1) and so interrupts the leader: the signal is pending when
+ * io_pgetevents finds the event.
+ */
+static void *destroy_main(void *arg)
+{
+	px_destroy(arg);
+	return NULL;
+}
+
+static void test_signal_consumed_with_events(void **state)
+{
+	int sv[2], sw[2];
+	char b1[8], b2[8];
+	op o[2];
+	pthread_t t;
+	struct timespec dl;
+
+	(void)state;
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sw), 0);
+	memset(o, 0, sizeof(o));
+	atomic_store(&hb_stage, 0);
+	hb_fd = sv[0];
+	px__laio_io_submit = hold_submit;
+	px_proactor *px = make("provider=linux_aio wait=io_getevents "
+			       "interrupt=signal processor=dedicated max_aio=1");
+	usleep(20000);  /* the dedicated leader goes to its wait */
+	/* Nothing to read yet: the read's poll, refused once, is then
+	 * claimed by the leader's prepare. */
+	assert_int_equal(px_read_stream(px, sv[0], b1, sizeof(b1), op_cb, &o[0]), 0);
+	for (int i = 0; i < 3000 && atomic_load(&hb_stage) != 2; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&hb_stage), 2);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	/* Deferred behind the read: interrupts the leader. */
+	assert_int_equal(px_read_stream(px, sw[0], b2, sizeof(b2), op_cb, &o[1]), 0);
+	atomic_store(&hb_stage, 3);
+	for (int i = 0; i < 3000 && !atomic_load(&o[0].calls); i++)
+		px_handle_events(px, 1);
+	assert_int_equal(atomic_load(&o[0].calls), 1);
+	assert_int_equal(o[0].bytes, 1);
+	/* The deferred read now waits in the kernel for data that never
+	 * comes; destroy must still stop the leader. */
+	assert_int_equal(pthread_create(&t, NULL, destroy_main, px), 0);
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 5;
+	if (pthread_timedjoin_np(t, NULL, &dl) != 0)
+		fail_msg("px_destroy hung: the dedicated leader slept through "
+			 "its stop interrupt (signal consumed by io_pgetevents "
+			 "without EINTR, interrupt never drained)");
+	px__laio_io_submit = io_submit;
+	hb_fd = -1;
+	assert_int_equal(atomic_load(&o[1].calls), 1);
+	assert_int_equal(o[1].error, ECANCELED);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+	close(sv[1]);
+	close(sw[0]);
+	close(sw[1]);
+}
+
 #define CW_THREADS 4
 #define CW_WRITES 2000
 
@@ -592,6 +763,10 @@ int main(void)
 		cmocka_unit_test(test_inject_dedicated),
 		cmocka_unit_test(test_inject_tiny_epoll),
 		cmocka_unit_test(test_cancel_poll),
+		cmocka_unit_test(test_cancel_leader_batch_native),
+		cmocka_unit_test(test_cancel_leader_batch_signal),
+		cmocka_unit_test(test_cancel_leader_batch_epoll),
+		cmocka_unit_test(test_signal_consumed_with_events),
 		cmocka_unit_test(test_concurrent_writes_dedicated),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

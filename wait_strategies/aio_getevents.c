@@ -8,7 +8,8 @@
  * timeout; next_completed() (locked) settles the batch and turns the
  * events into finished results.  With the signal interrupt the wait is
  * io_pgetevents (4.18) with the interrupt's wait_mask, so a signal sent
- * before the leader entered the kernel is not lost.
+ * before the leader entered the kernel is not lost, and the interrupt is
+ * drained after every wait (see age_wait).
  *
  * The native interrupt is a poll iocb on an eventfd, armed in the same
  * context: interrupt() writes the eventfd, the poll completes, and its
@@ -52,8 +53,17 @@ static int age_wait(px_wait *w, int timeout_ms)
 		tsp = &ts;
 	}
 	rc = px__laio_reap(u, timeout_ms == 0 ? 0 : 1, tsp, w->intr->wait_mask);
-	if (rc == -EINTR && w->intr != &u->nintr)
-		u->intr_fired = true;  /* the signal interrupt */
+	/* The signal interrupt: drained after every wait, not only after
+	 * EINTR.  Unlike ppoll and epoll_pwait, io_pgetevents keeps the
+	 * signal unblocked until its handler has run whenever a signal is
+	 * pending as it returns, even when it returns events: the signal is
+	 * then consumed without EINTR.  Left undrained, the interrupt still
+	 * thinks it pending and sends no other, and a dedicated leader (which
+	 * never deactivates, where the flag is reset) slept through every
+	 * later interrupt, px_destroy's included.  Draining when the signal
+	 * is in fact still pending costs at most one early return. */
+	if (w->intr != &u->nintr)
+		u->intr_fired = true;
 	return rc;
 }
 
