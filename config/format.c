@@ -81,7 +81,7 @@ int px_config_format(const px_config *cfg, char *buf, size_t len)
 	if (!cfg)
 		return -EINVAL;
 	c = *cfg;
-	if (px_config_resolve(&c, NULL, 0) < 0)
+	if (px__config_resolve(&c, NULL, 0) < 0)
 		return -EINVAL;
 	if (o.len)
 		o.buf[0] = '\0';

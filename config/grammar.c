@@ -111,11 +111,11 @@ static int gr_bad_word(struct gr_parser *ps, struct gr_tok t)
 
 	px__cfg_valid_keys(NULL, keys, sizeof(keys));
 	if (px__cfg_preset_exists(t.s, t.n))
-		px_set_err(ps->err, ps->errlen,
+		px__set_err(ps->err, ps->errlen,
 			   "%spreset \"%.*s\" must be the first word of the text",
 			   ps->where, GR_TOKF(t));
 	else
-		px_set_err(ps->err, ps->errlen,
+		px__set_err(ps->err, ps->errlen,
 			   "%s\"%.*s\" is not a key=value word: valid keys are %s",
 			   ps->where, GR_TOKF(t), keys);
 	return -EINVAL;
@@ -137,7 +137,7 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 		}
 		if (gr_is(t, "primary:")) {
 			if (secondary || !first) {
-				px_set_err(ps->err, ps->errlen,
+				px__set_err(ps->err, ps->errlen,
 					   "%s\"primary:\" may only open the text "
 					   "(after an optional preset)",
 					   ps->where);
@@ -148,7 +148,7 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 		}
 		first = false;
 		if (gr_is(t, "secondary:")) {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "\"secondary:\" must follow \";\", as in "
 				   "\"... ; secondary: provider=%s\"",
 				   px__classes[0]->name);
@@ -164,7 +164,7 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 			if (px__cfg_class_key(NULL, key.s, key.n) < 0) {
 				char keys[300];
 				px__cfg_valid_keys(NULL, keys, sizeof(keys));
-				px_set_err(ps->err, ps->errlen,
+				px__set_err(ps->err, ps->errlen,
 					   "%sunknown key \"%.*s\": valid keys are %s",
 					   ps->where, GR_TOKF(key), keys);
 				return -EINVAL;
@@ -175,14 +175,14 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 				const char *e = memchr(w->extra[i].s, '=', w->extra[i].n);
 				if ((size_t)(e - w->extra[i].s) == key.n &&
 				    !memcmp(w->extra[i].s, key.s, key.n)) {
-					px_set_err(ps->err, ps->errlen,
+					px__set_err(ps->err, ps->errlen,
 						   "%s%.*s is given twice",
 						   ps->where, GR_TOKF(key));
 					return -EINVAL;
 				}
 			}
 			if (w->nextra == GR_MAX_WORDS) {
-				px_set_err(ps->err, ps->errlen,
+				px__set_err(ps->err, ps->errlen,
 					   "%stoo many provider words (at most %d)",
 					   ps->where, GR_MAX_WORDS);
 				return -EINVAL;
@@ -192,7 +192,7 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 		}
 		if (k == PX_K_FOLLOWERS) {
 			if (ps->followers_seen) {
-				px_set_err(ps->err, ps->errlen,
+				px__set_err(ps->err, ps->errlen,
 					   "followers is given twice");
 				return -EINVAL;
 			}
@@ -201,7 +201,7 @@ static int gr_collect(struct gr_parser *ps, struct gr_words *w, bool secondary,
 			continue;
 		}
 		if (w->seen[k]) {
-			px_set_err(ps->err, ps->errlen, "%s%s is given twice",
+			px__set_err(ps->err, ps->errlen, "%s%s is given twice",
 				   ps->where, px__cfg_key_names[k]);
 			return -EINVAL;
 		}
@@ -219,21 +219,21 @@ static int gr_num(struct gr_parser *ps, int key, struct gr_tok v,
 	unsigned long n = 0;
 
 	if (v.n && v.s[0] == '-') {
-		px_set_err(ps->err, ps->errlen,
+		px__set_err(ps->err, ps->errlen,
 			   "%s%s=%.*s: negative numbers are not allowed "
 			   "(expected 0 to %lu)",
 			   ps->where, kn, GR_TOKF(v), max);
 		return -EINVAL;
 	}
 	if (!v.n) {
-		px_set_err(ps->err, ps->errlen,
+		px__set_err(ps->err, ps->errlen,
 			   "%s%s has no value: expected a decimal number from 0 to %lu",
 			   ps->where, kn, max);
 		return -EINVAL;
 	}
 	for (size_t i = 0; i < v.n; i++) {
 		if (v.s[i] < '0' || v.s[i] > '9') {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%s%s=%.*s: not a decimal number "
 				   "(expected 0 to %lu)",
 				   ps->where, kn, GR_TOKF(v), max);
@@ -241,7 +241,7 @@ static int gr_num(struct gr_parser *ps, int key, struct gr_tok v,
 		}
 		unsigned d = (unsigned)(v.s[i] - '0');
 		if (n > (max - d) / 10) {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%s%s=%.*s: too large (at most %lu)",
 				   ps->where, kn, GR_TOKF(v), max);
 			return -EINVAL;
@@ -263,7 +263,7 @@ static int gr_ops(struct gr_parser *ps, struct gr_tok v, uint32_t *out)
 		struct gr_tok item = { p, (size_t)((c ? c : end) - p) };
 		size_t i;
 		if (!item.n) {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sops=%.*s: empty name in the list: choose %s",
 				   ps->where, GR_TOKF(v), PX_CFG_OPS_CHOICES);
 			return -EINVAL;
@@ -272,7 +272,7 @@ static int gr_ops(struct gr_parser *ps, struct gr_tok v, uint32_t *out)
 			if (gr_is(item, px__cfg_op_names[i].name))
 				break;
 		if (i == PX_CFG_N_OPS) {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sunknown operation \"%.*s\" in ops: choose %s",
 				   ps->where, GR_TOKF(item), PX_CFG_OPS_CHOICES);
 			return -EINVAL;
@@ -299,7 +299,7 @@ static int gr_name(struct gr_parser *ps, const char *what, struct gr_tok v,
 		return 0;
 	}
 	px__cfg_join(list, sizeof(list), names, n, ~0u, "or");
-	px_set_err(ps->err, ps->errlen, "%sunknown %s \"%.*s\": choose %s",
+	px__set_err(ps->err, ps->errlen, "%sunknown %s \"%.*s\": choose %s",
 		   ps->where, what, GR_TOKF(v), list);
 	return -EINVAL;
 }
@@ -316,13 +316,13 @@ static int gr_provider(struct gr_parser *ps, struct gr_tok v,
 				rc = -ENOSYS;
 		if (rc == -ENOSYS) {
 			px__class_names(list, sizeof(list), "and");
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sprovider=%.*s is not built into this library "
 				   "(built in: %s)",
 				   ps->where, GR_TOKF(v), list);
 		} else {
 			px__class_names(list, sizeof(list), "or");
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sunknown provider \"%.*s\": choose %s",
 				   ps->where, GR_TOKF(v), list);
 		}
@@ -345,13 +345,13 @@ static int gr_wait(struct gr_parser *ps, struct gr_tok v, bool with_provider,
 				      : NULL;
 		if (cls) {
 			px__cfg_class_waits(cls, list, sizeof(list));
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sunknown wait \"%.*s\" for provider=%s: "
 				   "choose %s",
 				   ps->where, GR_TOKF(v), cls->name, list);
 		} else {
 			px__cfg_all_waits(list, sizeof(list));
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sunknown wait \"%.*s\": choose %s", ps->where,
 				   GR_TOKF(v), list);
 		}
@@ -383,14 +383,14 @@ static int gr_extra(struct gr_parser *ps, const struct gr_words *w,
 		if (cls && px__cfg_class_key(cls, t.s, kn) < 0) {
 			char keys[300];
 			px__cfg_valid_keys(cls, keys, sizeof(keys));
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%s%.*s is not a key of provider=%s: valid keys "
 				   "are %s",
 				   ps->where, (int)kn, t.s, cls->name, keys);
 			return -EINVAL;
 		}
 		if (pos + t.n + 2 > PX_WORDS_MAX) {
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sprovider words too long (at most %d bytes)",
 				   ps->where, PX_WORDS_MAX - 1);
 			return -EINVAL;
@@ -442,7 +442,7 @@ static int gr_apply(struct gr_parser *ps, px_processor_config *pc,
 		char list[160];
 		if (t.n >= PX_NAME_MAX || px__intr_type_n(t.s, t.n) < 0) {
 			px__cfg_intrs(~0u, list, sizeof(list));
-			px_set_err(ps->err, ps->errlen,
+			px__set_err(ps->err, ps->errlen,
 				   "%sunknown interrupt \"%.*s\": choose %s",
 				   ps->where, GR_TOKF(t), list);
 			return -EINVAL;
@@ -502,7 +502,7 @@ int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 	if (err && errlen)
 		err[0] = '\0';
 	if (!cfg) {
-		px_set_err(err, errlen, "px_config_parse: no config to fill");
+		px__set_err(err, errlen, "px_config_parse: no config to fill");
 		return -EINVAL;
 	}
 
@@ -513,7 +513,7 @@ int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 		if (px__cfg_preset_fill(&c, t.s, t.n) < 0) {
 			char names[300];
 			px__cfg_preset_names(names, sizeof(names));
-			px_set_err(err, errlen, "unknown preset \"%.*s\": choose %s",
+			px__set_err(err, errlen, "unknown preset \"%.*s\": choose %s",
 				   GR_TOKF(t), names);
 			return -EINVAL;
 		}
@@ -531,7 +531,7 @@ int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 
 	if (semi) {
 		if (!gr_next(&ps.p, &t) || !gr_is(t, "secondary:")) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "expected \"secondary:\" after \";\", as in "
 				   "\"... ; secondary: provider=%s\"",
 				   px__classes[0]->name);
@@ -542,7 +542,7 @@ int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 		if (rc < 0)
 			return rc;
 		if (semi) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "a config has at most two processors: only one "
 				   "\"; secondary:\" section is allowed");
 			return -EINVAL;
@@ -563,7 +563,7 @@ int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 		c.followers = v;
 	}
 
-	rc = px_config_resolve(&c, err, errlen);
+	rc = px__config_resolve(&c, err, errlen);
 	if (rc < 0)
 		return rc;
 	*cfg = c;

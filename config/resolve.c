@@ -7,7 +7,7 @@
  * wait's default interrupt), checks that the combination is one the class
  * offers, runs the class's own words through its parse and validate hooks
  * and writes them back in canonical form.  A processor with no provider
- * and no wait is "auto": it stays so here, and px_processor_create picks
+ * and no wait is "auto": it stays so here, and px__processor_create picks
  * the engine (px__auto_candidates).  Every message names the valid
  * choices.
  */
@@ -316,7 +316,7 @@ void px__cfg_preset_names(char *buf, size_t len)
 	px__cfg_join(buf, len, l.v, l.n, ~0u, "or");
 }
 
-int px_config_preset(px_config *cfg, const char *name)
+int px__config_preset(px_config *cfg, const char *name)
 {
 	if (!cfg || !name)
 		return -ENOENT;
@@ -339,13 +339,13 @@ bool px__cfg_signo_usable(long s)
 void px__cfg_signo_error(char *err, size_t errlen, const char *where, long s)
 {
 	if (SIGRTMIN > 32)
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%ssignal=%ld is not usable: choose 1 to %d except "
 			   "%d (SIGKILL), %d (SIGSTOP) and 32 to %d (kept by the "
 			   "C library)",
 			   where, s, NSIG - 1, SIGKILL, SIGSTOP, SIGRTMIN - 1);
 	else
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%ssignal=%ld is not usable: choose 1 to %d except "
 			   "%d (SIGKILL) and %d (SIGSTOP)",
 			   where, s, NSIG - 1, SIGKILL, SIGSTOP);
@@ -382,7 +382,7 @@ static int res_words(const px_provider_class *cls, const char *words,
 		size_t n = (size_t)(p - w);
 		const char *eq = memchr(w, '=', n);
 		if (!eq) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "%sprovider words \"%.*s\": expected key=value",
 				   where, (int)n, w);
 			return -EINVAL;
@@ -396,19 +396,19 @@ static int res_words(const px_provider_class *cls, const char *words,
 				res_add(&l, cls->keys[i].name);
 			px__cfg_join(keys, sizeof(keys), l.v, l.n, ~0u, "and");
 			if (cls->nkeys)
-				px_set_err(err, errlen,
+				px__set_err(err, errlen,
 					   "%s%.*s is not a key of provider=%s "
 					   "(its own keys are %s)",
 					   where, (int)kn, w, cls->name, keys);
 			else
-				px_set_err(err, errlen,
+				px__set_err(err, errlen,
 					   "%s%.*s is not a key of provider=%s "
 					   "(it has no keys of its own)",
 					   where, (int)kn, w, cls->name);
 			return -EINVAL;
 		}
 		if (seen & (1u << k)) {
-			px_set_err(err, errlen, "%s%s is given twice", where,
+			px__set_err(err, errlen, "%s%s is given twice", where,
 				   cls->keys[k].name);
 			return -EINVAL;
 		}
@@ -417,7 +417,7 @@ static int res_words(const px_provider_class *cls, const char *words,
 		int rc = cls->parse_key(settings, (unsigned)k, eq + 1,
 					n - kn - 1, msg, sizeof(msg));
 		if (rc < 0) {
-			px_set_err(err, errlen, "%s%s", where, msg);
+			px__set_err(err, errlen, "%s%s", where, msg);
 			return rc;
 		}
 	}
@@ -432,7 +432,7 @@ static int res_generic(px_processor_config *pc, const char *where, char *err,
 {
 	if (pc->flags & ~(PX_PF_FLAGS_SET | PX_PF_START_ANY_THREAD |
 			  PX_PF_START_INTERRUPT)) {
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sunknown processor flags 0x%x: use start=any, "
 			   "any-interrupt or leader",
 			   where, pc->flags);
@@ -442,14 +442,14 @@ static int res_generic(px_processor_config *pc, const char *where, char *err,
 		pc->flags = 0;
 	else if ((pc->flags & PX_PF_START_INTERRUPT) &&
 		 !(pc->flags & PX_PF_START_ANY_THREAD)) {
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sinterrupting the leader on start needs starts from "
 			   "any thread: choose start=any, any-interrupt or leader",
 			   where);
 		return -EINVAL;
 	}
 	if (pc->ops & ~(uint32_t)PX_OPS_IO) {
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sops mask 0x%x names operations that are not I/O: "
 			   "choose from %s",
 			   where, (unsigned)pc->ops, PX_CFG_OPS_CHOICES);
@@ -469,12 +469,12 @@ static int res_signo(const px_processor_config *pc, const char *where,
 	if (!pc->intr_signo || !strcmp(pc->interrupt, "signal"))
 		return 0;
 	if (pc->interrupt[0])
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%ssignal=%d only applies to interrupt=signal "
 			   "(this processor has interrupt=%s)",
 			   where, pc->intr_signo, pc->interrupt);
 	else
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%ssignal=%d only applies to interrupt=signal",
 			   where, pc->intr_signo);
 	return -EINVAL;
@@ -564,7 +564,7 @@ static int res_auto(px_processor_config *pc, const char *where, char *err,
 
 	if (pc->interrupt[0] && px__intr_type(pc->interrupt) < 0) {
 		px__cfg_intrs(~0u, list, sizeof(list));
-		px_set_err(err, errlen, "%sunknown interrupt \"%s\": choose %s",
+		px__set_err(err, errlen, "%sunknown interrupt \"%s\": choose %s",
 			   where, pc->interrupt, list);
 		return -EINVAL;
 	}
@@ -603,7 +603,7 @@ static int res_auto(px_processor_config *pc, const char *where, char *err,
 		if (w > 0)
 			pos += (size_t)w;
 	}
-	px_set_err(err, errlen,
+	px__set_err(err, errlen,
 		   "%sno engine that auto may choose takes %s%s%s%s: it chooses "
 		   "among %s; name a provider",
 		   where, pc->interrupt[0] ? "interrupt=" : "", pc->interrupt,
@@ -622,7 +622,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 	if (pc->processor == PX_PROCESSOR_NONE)
 		pc->processor = PX_PROCESSOR_SHARED;
 	if ((unsigned)pc->processor > PX_PROCESSOR_DEDICATED) {
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sunknown processor %d: choose shared or dedicated",
 			   where, (int)pc->processor);
 		return -EINVAL;
@@ -631,7 +631,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 	    !px_cfg_terminated(pc->wait, PX_NAME_MAX) ||
 	    !px_cfg_terminated(pc->interrupt, PX_NAME_MAX) ||
 	    !px_cfg_terminated(pc->words, PX_WORDS_MAX)) {
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sa provider, wait, interrupt or words field is not "
 			   "NUL-terminated",
 			   where);
@@ -647,7 +647,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 		cls = px__cfg_wait_owner(pc->wait, strlen(pc->wait));
 		if (!cls) {
 			px__cfg_all_waits(list, sizeof(list));
-			px_set_err(err, errlen, "%sunknown wait \"%s\": choose %s",
+			px__set_err(err, errlen, "%sunknown wait \"%s\": choose %s",
 				   where, pc->wait, list);
 			return -EINVAL;
 		}
@@ -660,14 +660,14 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 	if (!cls) {
 		px__class_names(list, sizeof(list), "and");
 		if (res_not_built(pc->provider, strlen(pc->provider))) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "%sprovider=%s is not built into this library "
 				   "(built in: %s)",
 				   where, pc->provider, list);
 			return -ENOSYS;
 		}
 		px__class_names(list, sizeof(list), "or");
-		px_set_err(err, errlen, "%sunknown provider \"%s\": choose %s",
+		px__set_err(err, errlen, "%sunknown provider \"%s\": choose %s",
 			   where, pc->provider, list);
 		return -EINVAL;
 	}
@@ -676,7 +676,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 	const px_wait_desc *wd = cls->waits;
 	if (pc->wait[0] && !(wd = res_wait(cls, pc->wait, strlen(pc->wait)))) {
 		px__cfg_class_waits(cls, list, sizeof(list));
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "%sinvalid combination provider=%s wait=%s: provider=%s "
 			   "takes wait %s",
 			   where, cls->name, pc->wait, cls->name, list);
@@ -690,13 +690,13 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 		intr = px__intr_type(pc->interrupt);
 		px__cfg_intrs(wd->intrs, list, sizeof(list));
 		if (intr < 0) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "%sunknown interrupt \"%s\" for wait=%s: choose %s",
 				   where, pc->interrupt, wd->name, list);
 			return -EINVAL;
 		}
 		if (!(wd->intrs & (1u << intr))) {
-			px_set_err(err, errlen,
+			px__set_err(err, errlen,
 				   "%sinvalid combination provider=%s wait=%s "
 				   "interrupt=%s: wait=%s takes interrupt %s",
 				   where, cls->name, wd->name, pc->interrupt,
@@ -719,14 +719,14 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 		char msg[200] = "";
 		rc = cls->validate(settings, pc, msg, sizeof(msg));
 		if (rc < 0) {
-			px_set_err(err, errlen, "%s%s", where, msg);
+			px__set_err(err, errlen, "%s%s", where, msg);
 			return rc;
 		}
 	}
 	pc->words[0] = '\0';
 	if (cls->format && cls->format(settings, pc->words, PX_WORDS_MAX) >=
 				   (int)PX_WORDS_MAX) {
-		px_set_err(err, errlen, "%sprovider=%s words too long", where,
+		px__set_err(err, errlen, "%sprovider=%s words too long", where,
 			   cls->name);
 		return -EINVAL;
 	}
@@ -742,7 +742,7 @@ int px__spec_of(const px_processor_config *pc, px_proc_spec *spec,
 	if (rc < 0)
 		return rc;
 	if (!c.provider[0]) {
-		px_set_err(err, errlen, "%sno provider chosen", where);
+		px__set_err(err, errlen, "%sno provider chosen", where);
 		return -EINVAL;
 	}
 	memset(spec, 0, sizeof(*spec));
@@ -754,20 +754,20 @@ int px__spec_of(const px_processor_config *pc, px_proc_spec *spec,
 	return res_words(spec->cls, c.words, spec->settings, where, err, errlen);
 }
 
-int px_config_resolve(px_config *cfg, char *err, size_t errlen)
+int px__config_resolve(px_config *cfg, char *err, size_t errlen)
 {
 	int rc;
 
 	if (!cfg) {
-		px_set_err(err, errlen, "no config");
+		px__set_err(err, errlen, "no config");
 		return -EINVAL;
 	}
 	if (cfg->flags & ~PX_CF_NO_ENV) {
-		px_set_err(err, errlen, "unknown config flags 0x%x", cfg->flags);
+		px__set_err(err, errlen, "unknown config flags 0x%x", cfg->flags);
 		return -EINVAL;
 	}
 	if ((unsigned)cfg->followers > PX_FOLLOWERS_FIFO) {
-		px_set_err(err, errlen, "unknown followers %d: choose lifo or fifo",
+		px__set_err(err, errlen, "unknown followers %d: choose lifo or fifo",
 			   (int)cfg->followers);
 		return -EINVAL;
 	}
@@ -783,7 +783,7 @@ int px_config_resolve(px_config *cfg, char *err, size_t errlen)
 	if (!cfg->secondary.provider[0] && !cfg->secondary.wait[0]) {
 		char list[160];
 		px__class_names(list, sizeof(list), "or");
-		px_set_err(err, errlen,
+		px__set_err(err, errlen,
 			   "secondary: no provider given: choose %s (auto is "
 			   "for the primary only)",
 			   list);

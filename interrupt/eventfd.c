@@ -69,7 +69,7 @@ static const px_intr_ops eventfd_ops = {
 	.drain = efd_drain,                /* one read resets the counter */
 };
 
-int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out)
+int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out)
 {
 	struct px_intr_eventfd *e;
 	int fd;

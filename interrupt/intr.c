@@ -26,17 +26,17 @@ int px__intr_type(const char *name)
 	return name ? px__intr_type_n(name, strlen(name)) : -1;
 }
 
-int px_intr_create(const px_processor_config *cfg, px_intr **out)
+int px__intr_create(const px_processor_config *cfg, px_intr **out)
 {
 	if (!cfg || !out)
 		return -EINVAL;
 	switch (px__intr_type(cfg->interrupt)) {
 	case PX_INTR_PIPE:
-		return px_intr_pipe_create(cfg, out);
+		return px__intr_pipe_create(cfg, out);
 	case PX_INTR_EVENTFD:
-		return px_intr_eventfd_create(cfg, out);
+		return px__intr_eventfd_create(cfg, out);
 	case PX_INTR_SIGNAL:
-		return px_intr_signal_create(cfg, out);
+		return px__intr_signal_create(cfg, out);
 	default:
 		return -EINVAL;
 	}

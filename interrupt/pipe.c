@@ -72,7 +72,7 @@ static const px_intr_ops pipe_ops = {
 	.drain = pipe_drain,               /* read until EAGAIN */
 };
 
-int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out)
+int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out)
 {
 	struct px_intr_pipe *p;
 	int fds[2];

@@ -179,7 +179,7 @@ static const px_intr_ops signal_ops = {
 	.drain = sig_drain,                         /* clear pending */
 };
 
-int px_intr_signal_create(const px_processor_config *cfg, px_intr **out)
+int px__intr_signal_create(const px_processor_config *cfg, px_intr **out)
 {
 	struct px_intr_signal *s;
 	int signo = cfg->intr_signo ? cfg->intr_signo : SIGURG;

@@ -6,7 +6,7 @@
  * proactor is destroyed.  All calls happen under the proactor mutex, at
  * start time (get) and after dispatch (put), so nothing allocates between
  * the start of an operation and its completion: a completion cannot be lost
- * to ENOMEM.  Unless NDEBUG is defined, px_alloc_fini aborts with a message
+ * to ENOMEM.  Unless NDEBUG is defined, px__alloc_fini aborts with a message
  * when a result was never given back (see there).
  */
 #include <stdio.h>
@@ -18,7 +18,7 @@
 #define PX_CHUNK_MIN 64
 #define PX_CHUNK_MAX 4096
 
-void px_alloc_init(px_allocator *a, size_t priv_size)
+void px__alloc_init(px_allocator *a, size_t priv_size)
 {
 	memset(a, 0, sizeof(*a));
 	a->size = PX_RESULT_HDR + ((priv_size + 15) / 16) * 16;
@@ -53,7 +53,7 @@ static int px_alloc_grow(px_allocator *a)
 	return 0;
 }
 
-px_result *px_alloc_get(px_allocator *a)
+px_result *px__alloc_get(px_allocator *a)
 {
 	if (!a->free && px_alloc_grow(a) < 0)
 		return NULL;
@@ -67,7 +67,7 @@ px_result *px_alloc_get(px_allocator *a)
 	return r;
 }
 
-void px_alloc_put(px_allocator *a, px_result *r)
+void px__alloc_put(px_allocator *a, px_result *r)
 {
 #ifndef NDEBUG
 	/* Poison so a use after free shows up in tests. */
@@ -81,7 +81,7 @@ void px_alloc_put(px_allocator *a, px_result *r)
 	a->nfree++;
 }
 
-void px_alloc_fini(px_allocator *a)
+void px__alloc_fini(px_allocator *a)
 {
 #ifndef NDEBUG
 	/* Balance: at destroy every result has been dispatched and given

@@ -25,13 +25,13 @@ typedef struct px_allocator {
 } px_allocator;
 
 /* Set up an allocator for results with priv_size private bytes. */
-void px_alloc_init(px_allocator *a, size_t priv_size) PX_HIDDEN;
+void px__alloc_init(px_allocator *a, size_t priv_size) PX_HIDDEN;
 /* A zeroed result in state INITIALIZED, or NULL when out of memory. */
-px_result *px_alloc_get(px_allocator *a) PX_HIDDEN;
+px_result *px__alloc_get(px_allocator *a) PX_HIDDEN;
 /* Give a result back. */
-void px_alloc_put(px_allocator *a, px_result *r) PX_HIDDEN;
+void px__alloc_put(px_allocator *a, px_result *r) PX_HIDDEN;
 /* Free every chunk (results still out are freed with them). */
-void px_alloc_fini(px_allocator *a) PX_HIDDEN;
+void px__alloc_fini(px_allocator *a) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Processor                                                            */
@@ -58,7 +58,7 @@ typedef struct px_processor {
 	int index;                 /* 0 primary, 1 secondary */
 } px_processor;
 
-/* Notification levels for px_dispatch_post. */
+/* Notification levels for px__dispatch_post. */
 enum {
 	PX_NOTIFY_NONE = 0,     /* queue only */
 	PX_NOTIFY_FOLLOWER,     /* and wake a follower if there is one */
@@ -68,23 +68,23 @@ enum {
 /* Build processor index (0 primary, 1 secondary) from a resolved config.
  * An auto config (provider "") becomes the engine chosen, written back to
  * cfg. */
-int px_processor_create(struct px_proactor *px, int index,
+int px__processor_create(struct px_proactor *px, int index,
 			px_processor_config *cfg, px_processor **out,
 			char *err, size_t errlen) PX_HIDDEN;
-void px_processor_destroy(px_processor *p) PX_HIDDEN;
-int px_processor_start(px_processor *p, px_result *r) PX_HIDDEN;
-int px_processor_cancel_fd(px_processor *p, int fd) PX_HIDDEN;
-void px_processor_cancel_all(px_processor *p) PX_HIDDEN;
+void px__processor_destroy(px_processor *p) PX_HIDDEN;
+int px__processor_start(px_processor *p, px_result *r) PX_HIDDEN;
+int px__processor_cancel_fd(px_processor *p, int fd) PX_HIDDEN;
+void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit. */
-void px_processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
-void px_processor_lead_begin(px_processor *p) PX_HIDDEN;
-void px_processor_lead_end(px_processor *p) PX_HIDDEN;
-bool px_processor_has_work(const px_processor *p) PX_HIDDEN;
-int px_processor_run_dedicated(px_processor *p) PX_HIDDEN;
-void px_processor_stop_dedicated(px_processor *p) PX_HIDDEN;
+void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
+void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
+void px__processor_lead_end(px_processor *p) PX_HIDDEN;
+bool px__processor_has_work(const px_processor *p) PX_HIDDEN;
+int px__processor_run_dedicated(px_processor *p) PX_HIDDEN;
+void px__processor_stop_dedicated(px_processor *p) PX_HIDDEN;
 /* Interrupt p's leader unless it is the calling thread. */
-void px_processor_interrupt(px_processor *p) PX_HIDDEN;
+void px__processor_interrupt(px_processor *p) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Dispatcher                                                           */
@@ -117,27 +117,27 @@ struct px_proactor {
 };
 
 /* Queue r for dispatch and notify at the given level. */
-void px_dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;
+void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;
 /* Wake one sleeping follower.  Returns true if there was one. */
-bool px_dispatch_wake_follower(struct px_proactor *px) PX_HIDDEN;
+bool px__dispatch_wake_follower(struct px_proactor *px) PX_HIDDEN;
 /* Wake every follower and interrupt every shared leader. */
-void px_dispatch_wake_all(struct px_proactor *px) PX_HIDDEN;
-int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms) PX_HIDDEN;
+void px__dispatch_wake_all(struct px_proactor *px) PX_HIDDEN;
+int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms) PX_HIDDEN;
 /* Run the callback of a queued result and free it; mutex held on entry and
  * exit, released around the callback. */
-void px_dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
+void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 /* PX_NOTIFY_FOLLOWER when the calling thread is running one of px's
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
-int px_dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
+int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
 /* Timers. */
-void px_timers_insert(struct px_proactor *px, px_result *r) PX_HIDDEN;
-bool px_timers_expire(struct px_proactor *px, uint64_t now) PX_HIDDEN;
-uint64_t px_timers_next(const struct px_proactor *px) PX_HIDDEN;
+void px__timers_insert(struct px_proactor *px, px_result *r) PX_HIDDEN;
+bool px__timers_expire(struct px_proactor *px, uint64_t now) PX_HIDDEN;
+uint64_t px__timers_next(const struct px_proactor *px) PX_HIDDEN;
 
 #define PX_NS_INF UINT64_MAX
 
 /* Milliseconds from now until deadline_ns, rounded up, for a wait call;
  * -1 when the deadline is infinite. */
-int px_ms_until(uint64_t deadline_ns, uint64_t now) PX_HIDDEN;
+int px__ms_until(uint64_t deadline_ns, uint64_t now) PX_HIDDEN;
 
 #endif /* PX_CORE_H */

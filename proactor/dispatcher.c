@@ -27,7 +27,7 @@
 /* Notification                                                         */
 /* ------------------------------------------------------------------ */
 
-bool px_dispatch_wake_follower(struct px_proactor *px)
+bool px__dispatch_wake_follower(struct px_proactor *px)
 {
 	px_link *l = px->order == PX_FOLLOWERS_FIFO ? px_list_first(&px->followers)
 						     : px_list_last(&px->followers);
@@ -54,31 +54,31 @@ static bool px_interrupt_shared_leader(struct px_proactor *px)
 	return false;
 }
 
-void px_dispatch_post(struct px_proactor *px, px_result *r, int level)
+void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
 	px_list_push_back(&px->completed, &r->link);
 	if (level == PX_NOTIFY_NONE)
 		return;
-	if (px_dispatch_wake_follower(px))
+	if (px__dispatch_wake_follower(px))
 		return;
 	if (level == PX_NOTIFY_STRONG)
 		px_interrupt_shared_leader(px);
 }
 
-void px_dispatch_wake_all(struct px_proactor *px)
+void px__dispatch_wake_all(struct px_proactor *px)
 {
-	while (px_dispatch_wake_follower(px))
+	while (px__dispatch_wake_follower(px))
 		;
 	for (int i = 0; i < px->nproc; i++)
 		if (px->proc[i]->has_leader)
-			px_processor_interrupt(px->proc[i]);
+			px__processor_interrupt(px->proc[i]);
 }
 
 /* ------------------------------------------------------------------ */
 /* Timers: a list sorted by deadline (ties keep start order).           */
 /* ------------------------------------------------------------------ */
 
-void px_timers_insert(struct px_proactor *px, px_result *r)
+void px__timers_insert(struct px_proactor *px, px_result *r)
 {
 	px_link *pos = px_list_last(&px->timers);
 	while (pos && px_result_of(pos)->deadline_ns > r->deadline_ns)
@@ -87,12 +87,12 @@ void px_timers_insert(struct px_proactor *px, px_result *r)
 	r->state = PX_RS_TIMER;
 	if (px_list_first(&px->timers) == &r->link) {
 		/* A new earliest deadline: whoever sleeps must recompute. */
-		if (!px_dispatch_wake_follower(px))
+		if (!px__dispatch_wake_follower(px))
 			px_interrupt_shared_leader(px);
 	}
 }
 
-bool px_timers_expire(struct px_proactor *px, uint64_t now)
+bool px__timers_expire(struct px_proactor *px, uint64_t now)
 {
 	bool any = false;
 	px_link *l;
@@ -107,7 +107,7 @@ bool px_timers_expire(struct px_proactor *px, uint64_t now)
 	return any;
 }
 
-uint64_t px_timers_next(const struct px_proactor *px)
+uint64_t px__timers_next(const struct px_proactor *px)
 {
 	px_link *l = px_list_first(&px->timers);
 	return l ? px_result_of(l)->deadline_ns : PX_NS_INF;
@@ -120,7 +120,7 @@ uint64_t px_timers_next(const struct px_proactor *px)
 /* The proactor whose callback this thread is running, if any. */
 static __thread struct px_proactor *px_tls_dispatching;
 
-int px_dispatch_level_for_caller(struct px_proactor *px)
+int px__dispatch_level_for_caller(struct px_proactor *px)
 {
 	/* A thread running a callback goes back to the queue by itself, so a
 	 * result it queues needs no interrupt of a leader; a sleeping
@@ -128,7 +128,7 @@ int px_dispatch_level_for_caller(struct px_proactor *px)
 	return px_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
 }
 
-void px_dispatch_one(struct px_proactor *px, px_result *r)
+void px__dispatch_one(struct px_proactor *px, px_result *r)
 {
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
@@ -138,7 +138,7 @@ void px_dispatch_one(struct px_proactor *px, px_result *r)
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
 	px_tls_dispatching = saved;
-	px_alloc_put(&px->alloc, r);
+	px__alloc_put(&px->alloc, r);
 }
 
 /* Pick a shared processor this thread may lead: it has work, no leader.
@@ -149,7 +149,7 @@ static px_processor *px_pick_processor(struct px_proactor *px)
 	for (int k = 0; k < px->nproc; k++) {
 		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
 		if (p->type == PX_PROCESSOR_SHARED && !p->has_leader &&
-		    px_processor_has_work(p)) {
+		    px__processor_has_work(p)) {
 			px->next_pick = (unsigned)(p->index + 1);
 			return p;
 		}
@@ -166,7 +166,7 @@ static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *q = px->proc[i];
 		if (q != p && q->type == PX_PROCESSOR_SHARED && !q->has_leader &&
-		    px_processor_has_work(q))
+		    px__processor_has_work(q))
 			return true;
 	}
 	return false;
@@ -203,7 +203,7 @@ static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
 }
 
-/* See step 3 of px_dispatch_handle_events: the first bound, and how far it
+/* See step 3 of px__dispatch_handle_events: the first bound, and how far it
  * doubles while the checks find nothing to do (an idle proactor with
  * operations pending). */
 #define PX_FOLLOWER_CHECK_NS 20000000u
@@ -213,7 +213,7 @@ static bool px_any_work(const struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
 		if (px->proc[i]->type == PX_PROCESSOR_SHARED &&
-		    px_processor_has_work(px->proc[i]))
+		    px__processor_has_work(px->proc[i]))
 			return true;
 	return false;
 }
@@ -226,9 +226,9 @@ static void px_abs_timespec(uint64_t ns, struct timespec *ts)
 	ts->tv_nsec = (long)(ns % 1000000000u);
 }
 
-int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
+int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 {
-	uint64_t now = px_now_ns();
+	uint64_t now = px__now_ns();
 	uint64_t deadline = timeout_ms < 0 ? PX_NS_INF
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
@@ -244,14 +244,14 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 
 		/* Step 1: dispatch what is queued now. */
 		if (px_list_first(&px->timers))
-			px_timers_expire(px, now);
+			px__timers_expire(px, now);
 		if (!px_list_empty(&px->completed)) {
 			size_t batch = px_list_count(&px->completed);
 			int done = 0;
 			px->nhandlers++;
 			if (px_worth_help(px, batch))
-				px_dispatch_wake_follower(px);
-			uint64_t t0 = px_now_ns();
+				px__dispatch_wake_follower(px);
+			uint64_t t0 = px__now_ns();
 			/* A sample counts only if no thread led meanwhile: a
 			 * leader holds the mutex while it collects, and a start
 			 * from a callback waits for it, or submits for it.
@@ -263,12 +263,12 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				px_link *l = px_list_pop_front(&px->completed);
 				if (!l)
 					break;
-				px_dispatch_one(px, px_result_of(l));
+				px__dispatch_one(px, px_result_of(l));
 				done++;
 				alone = alone && px->nleaders == 0;
 			}
 			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
-				px_note_cb_time(px, px_now_ns() - t0, done);
+				px_note_cb_time(px, px__now_ns() - t0, done);
 			n += done;
 			px->nhandlers--;
 			break;
@@ -277,25 +277,25 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		/* Step 2: lead a processor that has work and no leader. */
 		px_processor *p = px_pick_processor(px);
 		if (p) {
-			uint64_t until = px_min_u64(deadline, px_timers_next(px));
-			int ms = px_ms_until(until, now);
+			uint64_t until = px_min_u64(deadline, px__timers_next(px));
+			int ms = px__ms_until(until, now);
 			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
-			px_processor_lead_begin(p);
+			px__processor_lead_begin(p);
 			if (px_other_needs_leader(px, p) && (ms < 0 || ms > 1))
 				ms = 1;
-			px_processor_handle_aio_events(p, ms);
-			px_processor_lead_end(p);
+			px__processor_handle_aio_events(p, ms);
+			px__processor_lead_end(p);
 			px->nleaders--;
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
-			if (px_processor_has_work(p) &&
+			if (px__processor_has_work(p) &&
 			    px_worth_help(px, px_list_count(&px->completed) + 1))
-				px_dispatch_wake_follower(px);
-			now = px_now_ns();
+				px__dispatch_wake_follower(px);
+			now = px__now_ns();
 			if (px_list_empty(&px->completed) &&
-			    !(px_timers_next(px) <= now) && now >= deadline)
+			    !(px__timers_next(px) <= now) && now >= deadline)
 				break;
 			continue;
 		}
@@ -308,11 +308,11 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		 * must take the lead.  The bound doubles (up to 1 s) while
 		 * the checks find a leader in place, so that idle followers
 		 * of an idle proactor do not wake 50 times a second. */
-		uint64_t until = px_min_u64(deadline, px_timers_next(px));
+		uint64_t until = px_min_u64(deadline, px__timers_next(px));
 		if (px_any_work(px))
 			until = px_min_u64(until, now + check);
 		if (until <= now) {
-			if (deadline <= now && !(px_timers_next(px) <= now))
+			if (deadline <= now && !(px__timers_next(px) <= now))
 				break;
 			continue; /* a timer is due: loop to expire it */
 		}
@@ -345,7 +345,7 @@ int px_dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				check *= 2;
 		}
 		pthread_cond_destroy(&f.cond);
-		now = px_now_ns();
+		now = px__now_ns();
 	}
 	px->nthreads--;
 	pthread_mutex_unlock(&px->lock);

@@ -9,7 +9,7 @@
 
 #define FDQ_MIN_SLOTS 64u
 
-void px_fdq_init(px_fdq *t, size_t entry_size)
+void px__fdq_init(px_fdq *t, size_t entry_size)
 {
 	t->tab = NULL;
 	t->n = 0;
@@ -17,7 +17,7 @@ void px_fdq_init(px_fdq *t, size_t entry_size)
 							  : entry_size;
 }
 
-void px_fdq_fini(px_fdq *t)
+void px__fdq_fini(px_fdq *t)
 {
 	for (size_t i = 0; i < t->n; i++)
 		free(t->tab[i]);
@@ -49,7 +49,7 @@ static int fdq_grow(px_fdq *t, int fd)
 	return 0;
 }
 
-int px_fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
+int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
 {
 	px_fdq_entry *e;
 	int rc;
@@ -72,7 +72,7 @@ int px_fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
 	return 0;
 }
 
-int px_fdq_dir(px_op op)
+int px__fdq_dir(px_op op)
 {
 	switch (op) {
 	case PX_OP_READ_STREAM:

@@ -2,7 +2,7 @@
  * fdq.h - the per-descriptor operation queue shared by the providers.
  *
  * Table.  One entry per descriptor number, created the first time a start
- * uses that number and kept until px_fdq_fini, so its address never
+ * uses that number and kept until px__fdq_fini, so its address never
  * changes: a provider may hold a pointer to an entry across an unlock of
  * the proactor mutex, or inside a request the kernel owns, while the table
  * of pointers itself grows.  The table grows by descriptor number (to the
@@ -19,7 +19,7 @@
  *   PX_FDQ_WR   write_stream, write_dgram, connect
  *
  * read_file and write_file carry their own offset and are never queued
- * (px_fdq_dir says -1).  The rules every provider keeps:
+ * (px__fdq_dir says -1).  The rules every provider keeps:
  *   - only the head of a queue is in progress (tried, or in the kernel);
  *     the next one starts when the head leaves, so operations of one
  *     direction on one descriptor complete in start order and a stream's
@@ -31,7 +31,7 @@
  *     reused before its next start, so providers forget what they learnt
  *     about the descriptor then).
  *
- * Providers extend an entry with fields of their own: px_fdq_init takes
+ * Providers extend an entry with fields of their own: px__fdq_init takes
  * the size of the provider's entry type, whose first member is a
  * px_fdq_entry.  Entries are zeroed when created.  Nothing here locks:
  * every call is made with the proactor mutex held.
@@ -57,14 +57,14 @@ typedef struct px_fdq {
 
 /* An empty table whose entries are entry_size bytes (at least
  * sizeof(px_fdq_entry)). */
-void px_fdq_init(px_fdq *t, size_t entry_size) PX_HIDDEN;
+void px__fdq_init(px_fdq *t, size_t entry_size) PX_HIDDEN;
 /* Free every entry and the table. */
-void px_fdq_fini(px_fdq *t) PX_HIDDEN;
+void px__fdq_fini(px_fdq *t) PX_HIDDEN;
 /* The entry of fd, created (zeroed) on first use.  Returns 0, -EBADF when
  * fd is negative or lies beyond the table and is not open, or -ENOMEM. */
-int px_fdq_get(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
+int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
 /* The queue direction of op, or -1 for an operation that is not queued. */
-int px_fdq_dir(px_op op) PX_HIDDEN;
+int px__fdq_dir(px_op op) PX_HIDDEN;
 
 /* The entry of fd if it was ever created, else NULL. */
 static inline px_fdq_entry *px_fdq_lookup(const px_fdq *t, int fd)

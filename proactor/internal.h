@@ -63,11 +63,11 @@ static inline bool px_list_empty(const px_list *list) { return list->count == 0;
 static inline size_t px_list_count(const px_list *list) { return list->count; }
 
 #ifndef NDEBUG
-void px_list_check_insert(const px_link *l) PX_HIDDEN;
-void px_list_check_remove(const px_list *list, const px_link *l) PX_HIDDEN;
+void px__list_check_insert(const px_link *l) PX_HIDDEN;
+void px__list_check_remove(const px_list *list, const px_link *l) PX_HIDDEN;
 #else
-static inline void px_list_check_insert(const px_link *l) { (void)l; }
-static inline void px_list_check_remove(const px_list *list, const px_link *l)
+static inline void px__list_check_insert(const px_link *l) { (void)l; }
+static inline void px__list_check_remove(const px_list *list, const px_link *l)
 {
 	(void)list;
 	(void)l;
@@ -76,7 +76,7 @@ static inline void px_list_check_remove(const px_list *list, const px_link *l)
 
 static inline void px_list_insert_after(px_list *list, px_link *pos, px_link *l)
 {
-	px_list_check_insert(l);
+	px__list_check_insert(l);
 	l->prev = pos;
 	l->next = pos->next;
 	pos->next->prev = l;
@@ -96,7 +96,7 @@ static inline void px_list_push_front(px_list *list, px_link *l)
 
 static inline void px_list_remove(px_list *list, px_link *l)
 {
-	px_list_check_remove(list, l);
+	px__list_check_remove(list, l);
 	l->prev->next = l->next;
 	l->next->prev = l->prev;
 	l->next = l->prev = NULL;
@@ -273,11 +273,11 @@ int px__intr_type_n(const char *name, size_t n) PX_HIDDEN;
 /* Factory (interrupt/intr.c): build the interrupt cfg->interrupt names,
  * one of pipe, eventfd or signal.  Returns 0 or -errno (-EINVAL for a type
  * it does not build). */
-int px_intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px__intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 /* The constructors behind it, one per file of interrupt/. */
-int px_intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
-int px_intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
-int px_intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Wait strategy                                                        */
@@ -485,7 +485,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 			  char *err, size_t errlen) PX_HIDDEN;
 
 /* Check a whole config (resolving both processors). */
-int px_config_resolve(px_config *cfg, char *err, size_t errlen) PX_HIDDEN;
+int px__config_resolve(px_config *cfg, char *err, size_t errlen) PX_HIDDEN;
 
 /* Make the spec of a resolved, non-auto processor config.  Returns 0 or
  * -EINVAL/-ENOSYS with a message. */
@@ -506,14 +506,14 @@ void px__class_names(char *buf, size_t len, const char *conj) PX_HIDDEN;
 
 /* Presets: fill cfg for a name ("auto" or a class's preset).  Returns 0 or
  * -ENOENT. */
-int px_config_preset(px_config *cfg, const char *name) PX_HIDDEN;
+int px__config_preset(px_config *cfg, const char *name) PX_HIDDEN;
 
 /* Copy a string into a fixed-size name field (truncating). */
 void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
-uint64_t px_now_ns(void) PX_HIDDEN;
-void px_set_err(char *err, size_t errlen, const char *fmt, ...) PX_HIDDEN
+uint64_t px__now_ns(void) PX_HIDDEN;
+void px__set_err(char *err, size_t errlen, const char *fmt, ...) PX_HIDDEN
 	__attribute__((format(printf, 3, 4)));
 
 #endif /* PX_INTERNAL_H */

@@ -11,13 +11,13 @@
 #include "internal.h"
 
 #ifndef NDEBUG
-void px_list_check_insert(const px_link *l)
+void px__list_check_insert(const px_link *l)
 {
 	assert(l->next == NULL && l->prev == NULL &&
 	       "px_list: inserting a link that is already on a list");
 }
 
-void px_list_check_remove(const px_list *list, const px_link *l)
+void px__list_check_remove(const px_list *list, const px_link *l)
 {
 	assert(list->count > 0 && "px_list: removing from an empty list");
 	assert(l->next != NULL && l->prev != NULL &&

@@ -19,8 +19,8 @@
 static void px_free(struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
-		px_processor_destroy(px->proc[i]);
-	px_alloc_fini(&px->alloc);
+		px__processor_destroy(px->proc[i]);
+	px__alloc_fini(&px->alloc);
 	pthread_mutex_destroy(&px->lock);
 	free(px);
 }
@@ -52,7 +52,7 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 		if (pc[i]->processor == PX_PROCESSOR_NONE)
 			continue;
 		/* An auto processor learns here which engine it is. */
-		int rc = px_processor_create(px, px->nproc, pc[i],
+		int rc = px__processor_create(px, px->nproc, pc[i],
 					     &px->proc[px->nproc], err, errlen);
 		if (rc < 0) {
 			px_free(px);
@@ -65,23 +65,23 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 		pc[i]->max_aio = p->max_aio;
 	}
 	if (!px->nproc) {
-		px_set_err(err, errlen, "the configuration names no processor");
+		px__set_err(err, errlen, "the configuration names no processor");
 		px_free(px);
 		return -EINVAL;
 	}
-	px_alloc_init(&px->alloc, priv);
+	px__alloc_init(&px->alloc, priv);
 	px_config_format(&px->cfg, px->engine, sizeof(px->engine));
 
 	for (int i = 0; i < px->nproc; i++) {
 		if (px->proc[i]->type != PX_PROCESSOR_DEDICATED)
 			continue;
-		int rc = px_processor_run_dedicated(px->proc[i]);
+		int rc = px__processor_run_dedicated(px->proc[i]);
 		if (rc < 0) {
-			px_set_err(err, errlen, "cannot start the dedicated leader thread: %s",
+			px__set_err(err, errlen, "cannot start the dedicated leader thread: %s",
 				   px_strerror(rc));
 			pthread_mutex_lock(&px->lock);
 			for (int j = 0; j < i; j++)
-				px_processor_stop_dedicated(px->proc[j]);
+				px__processor_stop_dedicated(px->proc[j]);
 			pthread_mutex_unlock(&px->lock);
 			px_free(px);
 			return rc;
@@ -97,7 +97,7 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 	if (err && errlen)
 		err[0] = '\0';
 	if (!out || !in) {
-		px_set_err(err, errlen, "px_create_config: NULL argument");
+		px__set_err(err, errlen, "px_create_config: NULL argument");
 		return -EINVAL;
 	}
 	px_config cfg = *in;
@@ -109,12 +109,12 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 		char msg[256];
 		int rc = px_config_parse(&cfg, env, msg, sizeof(msg));
 		if (rc < 0) {
-			px_set_err(err, errlen, "PX_ENGINE: %s", msg);
+			px__set_err(err, errlen, "PX_ENGINE: %s", msg);
 			return rc;
 		}
 	}
 
-	int rc = px_config_resolve(&cfg, err, errlen);
+	int rc = px__config_resolve(&cfg, err, errlen);
 	if (rc < 0)
 		return rc;
 	rc = px_build(out, &cfg, err, errlen);
@@ -151,7 +151,7 @@ int px_stop(px_proactor *px)
 		return -EINVAL;
 	pthread_mutex_lock(&px->lock);
 	px->stopped = true;
-	px_dispatch_wake_all(px);
+	px__dispatch_wake_all(px);
 	pthread_mutex_unlock(&px->lock);
 	return 0;
 }
@@ -168,21 +168,21 @@ int px_destroy(px_proactor *px)
 	px->destroying = true;
 
 	for (int i = 0; i < px->nproc; i++)
-		px_processor_stop_dedicated(px->proc[i]);
+		px__processor_stop_dedicated(px->proc[i]);
 	for (int i = 0; i < px->nproc; i++)
-		px_processor_cancel_all(px->proc[i]);
+		px__processor_cancel_all(px->proc[i]);
 
 	/* Cancels the provider could not finish at once complete through the
 	 * wait: lead each processor until nothing is started. */
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
 		while (!px_list_empty(&p->started) || !px_list_empty(&p->deferred)) {
-			px_processor_lead_begin(p);
-			px_processor_handle_aio_events(p, 100);
-			px_processor_lead_end(p);
+			px__processor_lead_begin(p);
+			px__processor_handle_aio_events(p, 100);
+			px__processor_lead_end(p);
 			/* Anything started meanwhile (deferred before the
 			 * cancel) is cancelled too. */
-			px_processor_cancel_all(p);
+			px__processor_cancel_all(p);
 		}
 	}
 
@@ -194,7 +194,7 @@ int px_destroy(px_proactor *px)
 		px_list_push_back(&px->completed, l);
 	}
 	while ((l = px_list_pop_front(&px->completed)))
-		px_dispatch_one(px, px_result_of(l));
+		px__dispatch_one(px, px_result_of(l));
 	pthread_mutex_unlock(&px->lock);
 	px_free(px);
 	return 0;
@@ -204,7 +204,7 @@ int px_handle_events(px_proactor *px, int timeout_ms)
 {
 	if (!px)
 		return -EINVAL;
-	return px_dispatch_handle_events(px, timeout_ms);
+	return px__dispatch_handle_events(px, timeout_ms);
 }
 
 /* ------------------------------------------------------------------ */
@@ -257,7 +257,7 @@ static int px_start(struct px_proactor *px, const px_start_args *a)
 		rc = -EOPNOTSUPP;
 		goto out;
 	}
-	px_result *r = px_alloc_get(&px->alloc);
+	px_result *r = px__alloc_get(&px->alloc);
 	if (!r) {
 		rc = -ENOMEM;
 		goto out;
@@ -275,9 +275,9 @@ static int px_start(struct px_proactor *px, const px_start_args *a)
 	}
 	r->cb = a->cb;
 	r->flags = (uint8_t)a->flags;
-	rc = px_processor_start(p, r);
+	rc = px__processor_start(p, r);
 	if (rc < 0)
-		px_alloc_put(&px->alloc, r);
+		px__alloc_put(&px->alloc, r);
 out:
 	pthread_mutex_unlock(&px->lock);
 	return rc;
@@ -375,7 +375,7 @@ int px_post(px_proactor *px, px_callback *cb, void *user)
 	if (px->stopped || px->destroying) {
 		rc = -ESHUTDOWN;
 	} else {
-		px_result *r = px_alloc_get(&px->alloc);
+		px_result *r = px__alloc_get(&px->alloc);
 		if (!r) {
 			rc = -ENOMEM;
 		} else {
@@ -384,7 +384,7 @@ int px_post(px_proactor *px, px_callback *cb, void *user)
 			r->c.op = PX_OP_POST;
 			r->cb = cb;
 			r->state = PX_RS_POSTED;
-			px_dispatch_post(px, r, px_dispatch_level_for_caller(px));
+			px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
 		}
 	}
 	pthread_mutex_unlock(&px->lock);
@@ -400,7 +400,7 @@ int px_cancel(px_proactor *px, int fd)
 	pthread_mutex_lock(&px->lock);
 	int n = 0;
 	for (int i = 0; i < px->nproc; i++)
-		n += px_processor_cancel_fd(px->proc[i], fd);
+		n += px__processor_cancel_fd(px->proc[i], fd);
 	pthread_mutex_unlock(&px->lock);
 	return n;
 }
@@ -410,14 +410,14 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 {
 	if (!px || !cb)
 		return -EINVAL;
-	uint64_t now = px_now_ns();
+	uint64_t now = px__now_ns();
 	int64_t rc;
 	pthread_mutex_lock(&px->lock);
 	if (px->stopped || px->destroying) {
 		rc = -ESHUTDOWN;
 		goto out;
 	}
-	px_result *r = px_alloc_get(&px->alloc);
+	px_result *r = px__alloc_get(&px->alloc);
 	if (!r) {
 		rc = -ENOMEM;
 		goto out;
@@ -428,7 +428,7 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 	r->c.timer_id = ++px->next_timer_id;
 	r->cb = cb;
 	r->deadline_ns = delay_ns > PX_NS_INF - 1 - now ? PX_NS_INF - 1 : now + delay_ns;
-	px_timers_insert(px, r);
+	px__timers_insert(px, r);
 	rc = r->c.timer_id;
 out:
 	pthread_mutex_unlock(&px->lock);
@@ -448,7 +448,7 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 			px_list_remove(&px->timers, l);
 			px_result_finish(r, 0, ECANCELED);
 			r->state = PX_RS_POSTED;
-			px_dispatch_post(px, r, px_dispatch_level_for_caller(px));
+			px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
 			rc = 0;
 			break;
 		}

@@ -22,12 +22,12 @@ static bool px_is_leader(const px_processor *p)
 	return p->has_leader && pthread_equal(p->leader, pthread_self());
 }
 
-bool px_processor_has_work(const px_processor *p)
+bool px__processor_has_work(const px_processor *p)
 {
 	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
 }
 
-void px_processor_interrupt(px_processor *p)
+void px__processor_interrupt(px_processor *p)
 {
 	if (p->has_leader && !px_is_leader(p))
 		p->intr->ops->interrupt(p->intr);
@@ -38,7 +38,7 @@ void px_processor_interrupt(px_processor *p)
 static void px_processor_became_busy(px_processor *p)
 {
 	if (p->type == PX_PROCESSOR_SHARED && !p->has_leader)
-		px_dispatch_wake_follower(p->px);
+		px__dispatch_wake_follower(p->px);
 }
 
 static int px_post_level(const px_processor *p)
@@ -99,13 +99,13 @@ static bool px_cancelled_again(px_processor *p, px_result *r)
 	r->cancel_pending = 0;
 	px_result_finish(r, r->done, ECANCELED);
 	r->state = PX_RS_READY;
-	px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+	px__dispatch_post(p->px, r, PX_NOTIFY_STRONG);
 	return true;
 }
 
-int px_processor_start(px_processor *p, px_result *r)
+int px__processor_start(px_processor *p, px_result *r)
 {
-	bool was_idle = !px_processor_has_work(p);
+	bool was_idle = !px__processor_has_work(p);
 	r->proc = p;
 
 	bool defer = !px_list_empty(&p->deferred) ||
@@ -115,7 +115,7 @@ int px_processor_start(px_processor *p, px_result *r)
 	if (defer) {
 		px_defer(p, r);
 		if (p->has_leader)
-			px_processor_interrupt(p);
+			px__processor_interrupt(p);
 		else if (was_idle)
 			px_processor_became_busy(p);
 		return 0;
@@ -123,18 +123,18 @@ int px_processor_start(px_processor *p, px_result *r)
 
 	int rc = px_provider_start(p, r);
 	/* start() may have released the mutex: look again. */
-	was_idle = !px_processor_has_work(p);
+	was_idle = !px__processor_has_work(p);
 	switch (rc) {
 	case PX_START_STARTED:
 		px_started(p, r);
 		if (was_idle)
 			px_processor_became_busy(p);
 		if (p->flags & PX_PF_START_INTERRUPT)
-			px_processor_interrupt(p);
+			px__processor_interrupt(p);
 		return 0;
 	case PX_START_DONE:
 		r->state = PX_RS_READY;
-		px_dispatch_post(p->px, r, px_dispatch_level_for_caller(p->px));
+		px__dispatch_post(p->px, r, px__dispatch_level_for_caller(p->px));
 		return 0;
 	case PX_START_AGAIN:
 		if (px_cancelled_again(p, r))
@@ -181,7 +181,7 @@ static bool px_start_deferred(px_processor *p)
 			r->state = PX_RS_START_ERROR;
 			px_result_finish(r, 0, rc < 0 ? -rc : EIO);
 		}
-		px_dispatch_post(p->px, r, px_post_level(p));
+		px__dispatch_post(p->px, r, px_post_level(p));
 		finished = true;
 	}
 	return finished;
@@ -194,11 +194,11 @@ static void px_collect(px_processor *p)
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
-		px_dispatch_post(p->px, r, level);
+		px__dispatch_post(p->px, r, level);
 	}
 }
 
-void px_processor_handle_aio_events(px_processor *p, int timeout_ms)
+void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 {
 	struct px_proactor *px = p->px;
 
@@ -213,7 +213,7 @@ void px_processor_handle_aio_events(px_processor *p, int timeout_ms)
 	px_start_deferred(p);
 }
 
-void px_processor_lead_begin(px_processor *p)
+void px__processor_lead_begin(px_processor *p)
 {
 	p->has_leader = true;
 	p->leader = pthread_self();
@@ -221,7 +221,7 @@ void px_processor_lead_begin(px_processor *p)
 		p->intr->ops->leader_activated(p->intr);
 }
 
-void px_processor_lead_end(px_processor *p)
+void px__processor_lead_end(px_processor *p)
 {
 	if (p->intr->ops->leader_deactivated)
 		p->intr->ops->leader_deactivated(p->intr);
@@ -238,12 +238,12 @@ static void px_cancel_one(px_processor *p, px_result *r, int *count)
 		px_list_remove(&p->deferred, &r->link);
 		px_result_finish(r, r->done, ECANCELED);
 		r->state = PX_RS_READY;
-		px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+		px__dispatch_post(p->px, r, PX_NOTIFY_STRONG);
 	} else {
 		if (p->prov->ops->cancel(p->prov, r) == PX_CANCEL_DONE) {
 			px_list_remove(&p->started, &r->link);
 			r->state = PX_RS_READY;
-			px_dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+			px__dispatch_post(p->px, r, PX_NOTIFY_STRONG);
 		}
 	}
 	(*count)++;
@@ -279,17 +279,17 @@ static int px_cancel_starting(px_processor *p, int fd, bool all)
 	return count;
 }
 
-int px_processor_cancel_fd(px_processor *p, int fd)
+int px__processor_cancel_fd(px_processor *p, int fd)
 {
 	int n = px_cancel_starting(p, fd, false);
 	n += px_cancel_list(p, &p->deferred, fd, false);
 	n += px_cancel_list(p, &p->started, fd, false);
 	if (n && (p->flags & PX_PF_START_INTERRUPT))
-		px_processor_interrupt(p);
+		px__processor_interrupt(p);
 	return n;
 }
 
-void px_processor_cancel_all(px_processor *p)
+void px__processor_cancel_all(px_processor *p)
 {
 	px_cancel_starting(p, -1, true);
 	px_cancel_list(p, &p->deferred, -1, true);
@@ -308,15 +308,15 @@ static void *px_dedicated_main(void *arg)
 	/* The application's signal mask is inherited; the interrupt strategy
 	 * sets what it needs in leader_activated. */
 	pthread_mutex_lock(&px->lock);
-	px_processor_lead_begin(p);
+	px__processor_lead_begin(p);
 	while (!p->stop)
-		px_processor_handle_aio_events(p, -1);
-	px_processor_lead_end(p);
+		px__processor_handle_aio_events(p, -1);
+	px__processor_lead_end(p);
 	pthread_mutex_unlock(&px->lock);
 	return NULL;
 }
 
-int px_processor_run_dedicated(px_processor *p)
+int px__processor_run_dedicated(px_processor *p)
 {
 	sigset_t all, old;
 	sigfillset(&all);
@@ -332,7 +332,7 @@ int px_processor_run_dedicated(px_processor *p)
 }
 
 /* Mutex held on entry and exit. */
-void px_processor_stop_dedicated(px_processor *p)
+void px__processor_stop_dedicated(px_processor *p)
 {
 	if (!p->thread_running)
 		return;
@@ -362,10 +362,10 @@ static int px_processor_build(const px_processor_config *cfg, px_provider **prov
 	if (rc < 0) {
 		char why[256];
 		if (spec.cls->explain && spec.cls->explain(rc, why, sizeof(why)))
-			px_set_err(err, errlen, "%scannot create provider %s: %s (%s)",
+			px__set_err(err, errlen, "%scannot create provider %s: %s (%s)",
 				   where, spec.cls->name, px_strerror(rc), why);
 		else
-			px_set_err(err, errlen, "%scannot create provider %s: %s",
+			px__set_err(err, errlen, "%scannot create provider %s: %s",
 				   where, spec.cls->name, px_strerror(rc));
 	}
 	return rc;
@@ -414,12 +414,12 @@ static int px_processor_build_auto(px_processor_config *cfg, px_provider **prov,
 		if (!px_auto_may_skip(rc))
 			break;
 	}
-	px_set_err(err, errlen, "%sauto found no engine that works here (%s)",
+	px__set_err(err, errlen, "%sauto found no engine that works here (%s)",
 		   where, n ? tried : "no candidate");
 	return rc < 0 ? rc : -ENOSYS;
 }
 
-int px_processor_create(struct px_proactor *px, int index,
+int px__processor_create(struct px_proactor *px, int index,
 			px_processor_config *cfg, px_processor **out,
 			char *err, size_t errlen)
 {
@@ -460,7 +460,7 @@ int px_processor_create(struct px_proactor *px, int index,
 	return 0;
 }
 
-void px_processor_destroy(px_processor *p)
+void px__processor_destroy(px_processor *p)
 {
 	if (!p)
 		return;

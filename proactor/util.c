@@ -8,14 +8,14 @@
 
 #include "core.h"
 
-uint64_t px_now_ns(void)
+uint64_t px__now_ns(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-int px_ms_until(uint64_t deadline_ns, uint64_t now)
+int px__ms_until(uint64_t deadline_ns, uint64_t now)
 {
 	if (deadline_ns == PX_NS_INF)
 		return -1;
@@ -25,7 +25,7 @@ int px_ms_until(uint64_t deadline_ns, uint64_t now)
 	return ms > 0x7fffffff ? 0x7fffffff : (int)ms;
 }
 
-void px_set_err(char *err, size_t errlen, const char *fmt, ...)
+void px__set_err(char *err, size_t errlen, const char *fmt, ...)
 {
 	if (!err || !errlen)
 		return;

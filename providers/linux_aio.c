@@ -223,7 +223,7 @@ static px_laio *la_of_prov(px_provider *p)
 
 static bool la_does(px_op op)
 {
-	return px_fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
+	return px__fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
 	       op == PX_OP_WRITE_FILE;
 }
 
@@ -584,7 +584,7 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 
 	if (poll) {
 		io_prep_poll(&pr->cb, c->fd,
-			     px_fdq_dir(c->op) == PX_FDQ_RD ? POLLIN : POLLOUT);
+			     px__fdq_dir(c->op) == PX_FDQ_RD ? POLLIN : POLLOUT);
 		pr->phase = LA_POLL;
 	} else {
 		size_t n = c->len > LA_MAX_RW ? LA_MAX_RW : c->len;
@@ -616,7 +616,7 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 {
 	struct la_priv *pr = la_priv(r);
 	la_fd *fe = pr->fe;
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 
 	la_unlist(u, r);
 	pr->phase = LA_IDLE;
@@ -982,7 +982,7 @@ static int la_start(px_provider *p, px_result *r)
 {
 	px_laio *u = la_of_prov(p);
 	struct la_priv *pr = la_priv(r);
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 	px_fdq_entry *fq;
 	la_fd *fe;
 	int rc;
@@ -992,7 +992,7 @@ static int la_start(px_provider *p, px_result *r)
 	memset(pr, 0, sizeof(*pr));
 	pr->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
-	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
+	rc = px__fdq_get(&u->fdq, r->c.fd, &fq);
 	if (rc < 0)
 		return rc;
 	fe = pr->fe = px_container_of(fq, la_fd, fq);
@@ -1090,7 +1090,7 @@ static void la_destroy(px_provider *p)
 		close(u->intr_fd);
 	if (u->resfd >= 0)
 		close(u->resfd);
-	px_fdq_fini(&u->fdq);
+	px__fdq_fini(&u->fdq);
 	free(u->lb.v);
 	free(u->lb.err);
 	free(u);
@@ -1120,7 +1120,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->pending);
 	px_list_init(&u->done);
 	px_list_init(&u->recancel);
-	px_fdq_init(&u->fdq, sizeof(la_fd));
+	px__fdq_init(&u->fdq, sizeof(la_fd));
 	u->lb.v = calloc(depth + 1, sizeof(*u->lb.v));
 	u->lb.err = calloc(depth + 1, sizeof(*u->lb.err));
 	if (!u->lb.v || !u->lb.err) {
@@ -1130,11 +1130,11 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 
 	if (epoll) {
 		px_intr *in;
-		rc = px_intr_create(cfg, &in);
+		rc = px__intr_create(cfg, &in);
 		if (rc < 0)
 			goto fail;
 		u->wait.intr = in;
-		u->wait.ops = &px_wait_laio_epoll_ops;
+		u->wait.ops = &px__wait_laio_epoll_ops;
 		u->use_resfd = true;
 		u->reap_all = true;
 		u->reap_max = PX_LAIO_EVENTS;
@@ -1143,7 +1143,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 			rc = -errno;
 			goto fail;
 		}
-		rc = px_poller_epoll_create(in, &u->pl);
+		rc = px__poller_epoll_create(in, &u->pl);
 		if (rc < 0)
 			goto fail;
 		u->reg.fd = u->resfd;
@@ -1153,23 +1153,23 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 			rc = -errno;
 			goto fail;
 		}
-		u->nintr.ops = &px_intr_laio_ops;
+		u->nintr.ops = &px__intr_laio_ops;
 		u->nintr.fd = -1;
 		u->nintr.wait_mask = NULL;
 		u->wait.intr = &u->nintr;
-		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->wait.ops = &px__wait_laio_getevents_ops;
 		u->reap_max = PX_LAIO_EVENTS;
 	} else {
 		px_intr *in;
-		rc = px_intr_create(cfg, &in);
+		rc = px__intr_create(cfg, &in);
 		if (rc < 0)
 			goto fail;
 		u->wait.intr = in;
-		u->wait.ops = &px_wait_laio_getevents_ops;
+		u->wait.ops = &px__wait_laio_getevents_ops;
 		u->reap_max = PX_LAIO_EVENTS;
 	}
 
-	u->prov.ops = &px_provider_laio_ops;
+	u->prov.ops = &px__provider_laio_ops;
 	u->prov.wait = &u->wait;
 	u->prov.ops_mask = PX_OPS_IO;
 	u->prov.flags = PX_PF_START_ANY_THREAD;
@@ -1183,7 +1183,7 @@ fail:
 	return rc;
 }
 
-const px_provider_ops px_provider_laio_ops = {
+const px_provider_ops px__provider_laio_ops = {
 	.name = "linux_aio",
 	.create = la_create,     /* io_setup, wait and interrupt */
 	.destroy = la_destroy,   /* io_destroy and the fd table */

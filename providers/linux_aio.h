@@ -100,10 +100,10 @@ static inline px_laio *px_laio_of_intr(px_intr *in)
 	return px_container_of(in, px_laio, nintr);
 }
 
-extern const px_provider_ops px_provider_laio_ops PX_HIDDEN;
-extern const px_wait_ops px_wait_laio_getevents_ops PX_HIDDEN;
-extern const px_wait_ops px_wait_laio_epoll_ops PX_HIDDEN;
-extern const px_intr_ops px_intr_laio_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_laio_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_laio_getevents_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_laio_epoll_ops PX_HIDDEN;
+extern const px_intr_ops px__intr_laio_ops PX_HIDDEN;
 
 /* The io_submit the provider calls: libaio's, or a test's wrapper that
  * injects EAGAIN and partial submits (test/test_linux_aio.c). */

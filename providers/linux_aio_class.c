@@ -18,7 +18,7 @@
 #include "linux_aio_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
-extern const px_provider_ops px_provider_laio_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_laio_ops PX_HIDDEN;
 #endif
 
 static const px_wait_desc laioc_waits[] = {
@@ -190,6 +190,6 @@ static const px_provider_class px_laio_class = {
 	.auto_rank = 15,
 	.auto_ops = PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE),
 #ifndef PX_CLASS_LIST_ONLY
-	.ops = &px_provider_laio_ops,
+	.ops = &px__provider_laio_ops,
 #endif
 };

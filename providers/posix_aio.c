@@ -217,7 +217,7 @@ static px_result *paio_finish(px_paio *p, px_result *r, size_t bytes, int error)
 static void paio_dequeue(px_paio *p, px_result *r)
 {
 	px_paio_req *q = px_paio_req_of(r);
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 
 	if (dir < 0 && q->fe) {
 		/* A file request on lanes. */
@@ -340,7 +340,7 @@ static int paio_start(px_provider *pv, px_result *r)
 {
 	px_paio *p = paio_of_prov(pv);
 	px_paio_req *q = px_paio_req_of(r);
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 	px_fdq_entry *fq;
 	int rc;
 
@@ -354,7 +354,7 @@ static int paio_start(px_provider *pv, px_result *r)
 		return -EBADF;
 	if (dir < 0) {
 		if (p->lanes > 1) {
-			rc = px_fdq_get(&p->fdq, r->c.fd, &fq);
+			rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 			if (rc < 0)
 				return rc;
 			q->fe = px_container_of(fq, px_paio_fd, fq);
@@ -370,7 +370,7 @@ static int paio_start(px_provider *pv, px_result *r)
 			return PX_START_AGAIN;
 		return rc < 0 ? rc : PX_START_STARTED;
 	}
-	rc = px_fdq_get(&p->fdq, r->c.fd, &fq);
+	rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 	if (rc < 0)
 		return rc;
 	q->fe = px_container_of(fq, px_paio_fd, fq);
@@ -404,7 +404,7 @@ static int paio_cancel(px_provider *pv, px_result *r)
 		if (px_link_linked(&q->ilink))
 			return PX_CANCEL_PENDING;  /* on p->failed already */
 		/* Queued behind its descriptor's head: glibc never saw it. */
-		px_fdq_remove(&q->fe->fq, px_fdq_dir(r->c.op), r);
+		px_fdq_remove(&q->fe->fq, px__fdq_dir(r->c.op), r);
 		paio_fd_idle(q->fe);
 		px_result_finish(r, r->done, ECANCELED);
 		return PX_CANCEL_DONE;
@@ -455,7 +455,7 @@ static void paio_destroy(px_provider *pv)
 			if (fe->lanes_open & (1u << k))
 				close(fe->lane_fd[k]);
 	}
-	px_fdq_fini(&p->fdq);
+	px__fdq_fini(&p->fdq);
 	free(p);
 }
 
@@ -475,7 +475,7 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	else
 		p->kind = PX_PAIO_AIOCB;
 	paio_init_glibc(s->threads ? s->threads : PX_PAIO_DEFAULT_THREADS);
-	px_fdq_init(&p->fdq, sizeof(px_paio_fd));
+	px__fdq_init(&p->fdq, sizeof(px_paio_fd));
 	px_list_init(&p->inflight);
 	px_list_init(&p->failed);
 	p->wait.intr = &p->intr;
@@ -493,13 +493,13 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		break;
 	}
 	if (rc < 0) {
-		px_fdq_fini(&p->fdq);
+		px__fdq_fini(&p->fdq);
 		free(p);
 		return rc;
 	}
 	p->sockets = s->sockets;
 	p->lanes = s->lanes ? s->lanes : PX_PAIO_DEFAULT_LANES;
-	p->prov.ops = &px_provider_posix_ops;
+	p->prov.ops = &px__provider_posix_ops;
 	p->prov.wait = &p->wait;
 	p->prov.ops_mask = PAIO_OPS;
 	/* Any thread may start: aio_read only queues work.  The aiocb wait's
@@ -525,7 +525,7 @@ void px__paio_stats(px_provider *pv, unsigned long *cancels, unsigned long *scan
 		*scans = p->scans;
 }
 
-const px_provider_ops px_provider_posix_ops = {
+const px_provider_ops px__provider_posix_ops = {
 	.name = "posix",
 	.create = paio_create,     /* the wait's part, aio_init once */
 	.destroy = paio_destroy,   /* the wait's part, the write dups */

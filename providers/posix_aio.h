@@ -145,7 +145,7 @@ static inline px_paio_req *px_paio_req_of_ilink(px_link *l)
 }
 
 /* The provider (providers/posix_aio.c), for its class. */
-extern const px_provider_ops px_provider_posix_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_posix_ops PX_HIDDEN;
 
 /* Has glibc finished q (aio_error is no longer EINPROGRESS)?  Any thread. */
 static inline bool px_paio_done(const px_paio_req *q)
@@ -183,11 +183,11 @@ void px__paio_callback_fini(px_paio *p) PX_HIDDEN;
 void px__paio_sigwait_notify(px_paio *p, px_paio_req *q) PX_HIDDEN;
 void px__paio_callback_notify(px_paio *p, px_paio_req *q) PX_HIDDEN;
 
-extern const px_wait_ops px_wait_aiocb_ops PX_HIDDEN;
-extern const px_intr_ops px_intr_aiocb_ops PX_HIDDEN;
-extern const px_wait_ops px_wait_sigwait_ops PX_HIDDEN;
-extern const px_intr_ops px_intr_sigwait_ops PX_HIDDEN;
-extern const px_wait_ops px_wait_aio_callback_ops PX_HIDDEN;
-extern const px_intr_ops px_intr_aio_callback_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_aiocb_ops PX_HIDDEN;
+extern const px_intr_ops px__intr_aiocb_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_sigwait_ops PX_HIDDEN;
+extern const px_intr_ops px__intr_sigwait_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_aio_callback_ops PX_HIDDEN;
+extern const px_intr_ops px__intr_aio_callback_ops PX_HIDDEN;
 
 #endif /* PX_PROVIDERS_POSIX_AIO_H */

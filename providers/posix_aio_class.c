@@ -14,7 +14,7 @@
 #include "posix_aio_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
-extern const px_provider_ops px_provider_posix_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_posix_ops PX_HIDDEN;
 #endif
 
 static const px_wait_desc posixc_waits[] = {
@@ -156,6 +156,6 @@ static const px_provider_class px_posix_class = {
 	.probe = NULL,
 	.auto_rank = 0,   /* never chosen by auto: sockets are its weak side */
 #ifndef PX_CLASS_LIST_ONLY
-	.ops = &px_provider_posix_ops,
+	.ops = &px__provider_posix_ops,
 #endif
 };

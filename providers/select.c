@@ -239,7 +239,7 @@ static void sel_run_queue_locked(px_sel *sel, sel_fd *e, int dir)
 		if (sel_priv(r)->busy)
 			break;
 		sel_io_load(&io, e);
-		rc = px_sel_try(&io, r);
+		rc = px__sel_try(&io, r);
 		sel_io_store(e, &io);
 		if (rc == PX_SEL_AGAIN)
 			break;
@@ -354,7 +354,7 @@ static void sel_run(px_sel *sel)
 		for (int dir = 0; dir < 2; dir++) {
 			for (px_result *r = e->chain[dir]; r;
 			     r = sel_priv(r)->cnext) {
-				int rc = px_sel_try(&e->bio, r);
+				int rc = px__sel_try(&e->bio, r);
 
 				sel_priv(r)->res = (uint8_t)(rc + 1);
 				if (rc != PX_SEL_DONE)
@@ -466,7 +466,7 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 	sel_io_load(&io, e);
 	if (sel->base.lock)
 		pthread_mutex_unlock(sel->base.lock);
-	rc = px_sel_try(&io, r);
+	rc = px__sel_try(&io, r);
 	if (sel->base.lock)
 		pthread_mutex_lock(sel->base.lock);
 	e->busy &= ~sel_bit(dir);
@@ -525,20 +525,20 @@ static int sel_start(px_provider *p, px_result *r)
 		 * disk wait needs no claim and no mutex. */
 		if (sel->base.lock)
 			pthread_mutex_unlock(sel->base.lock);
-		px_sel_file_io(r);
+		px__sel_file_io(r);
 		if (sel->base.lock)
 			pthread_mutex_lock(sel->base.lock);
 		if (r->c.error == EBADF && sel_fd_closed(fd))
 			return -EBADF;
 		return PX_START_DONE;
 	}
-	dir = px_fdq_dir(r->c.op);
+	dir = px__fdq_dir(r->c.op);
 	if (dir < 0)
 		return -EOPNOTSUPP;
 	if (fd >= sel->pl->fd_limit)
 		return sel_fd_closed(fd) ? -EBADF : -EMFILE;
 	/* -EBADF at once for a number beyond the table that is not open. */
-	rc = px_fdq_get(&sel->fdq, fd, &fq);
+	rc = px__fdq_get(&sel->fdq, fd, &fq);
 	if (rc < 0)
 		return rc;
 	e = sel_fd_of(fq);
@@ -572,7 +572,7 @@ static int sel_start(px_provider *p, px_result *r)
 
 			e->rd_miss = 0;
 			sel_io_load(&io, e);
-			rc = px_sel_try(&io, r);
+			rc = px__sel_try(&io, r);
 			sel_io_store(e, &io);
 			if (rc != PX_SEL_AGAIN)
 				return sel_done_at_start(sel, e, r);
@@ -684,9 +684,9 @@ static const struct {
 	const char *wait;
 	int (*create)(px_intr *in, px_poller **out);
 } sel_pollers[] = {
-	{ "epoll", px_poller_epoll_create },
-	{ "poll", px_poller_poll_create },
-	{ "select", px_poller_select_create },
+	{ "epoll", px__poller_epoll_create },
+	{ "poll", px__poller_poll_create },
+	{ "select", px__poller_select_create },
 };
 
 static int sel_poller_create(const px_wait_desc *wd, px_intr *in,
@@ -706,7 +706,7 @@ static void sel_destroy(px_provider *p)
 		sel->pl->ops->destroy(sel->pl);
 	if (sel->wait.intr)
 		sel->wait.intr->ops->destroy(sel->wait.intr);
-	px_fdq_fini(&sel->fdq);
+	px__fdq_fini(&sel->fdq);
 	free(sel);
 }
 
@@ -720,15 +720,15 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	if (!sel)
 		return -ENOMEM;
 	px_list_init(&sel->done);
-	px_fdq_init(&sel->fdq, sizeof(sel_fd));
+	px__fdq_init(&sel->fdq, sizeof(sel_fd));
 	sel->wait.ops = &sel_wait_ops;
-	rc = px_intr_create(cfg, &sel->wait.intr);
+	rc = px__intr_create(cfg, &sel->wait.intr);
 	if (rc < 0)
 		goto fail;
 	rc = sel_poller_create(spec->wait, sel->wait.intr, &sel->pl);
 	if (rc < 0)
 		goto fail;
-	sel->base.ops = &px_provider_select_ops;
+	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;
 	sel->base.ops_mask = PX_OPS_IO;
 	/* A poller that is not LIVE sees a new descriptor only at its next
@@ -745,7 +745,7 @@ fail:
 	return rc;
 }
 
-const px_provider_ops px_provider_select_ops = {
+const px_provider_ops px__provider_select_ops = {
 	.name = "select",
 	.create = sel_create,     /* provider, interrupt, the poller of its wait */
 	.destroy = sel_destroy,   /* poller, interrupt, descriptor table */

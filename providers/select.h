@@ -18,7 +18,7 @@
 #include "internal.h"
 
 /* The provider itself (providers/select.c), for its class. */
-extern const px_provider_ops px_provider_select_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_select_ops PX_HIDDEN;
 
 /* What a descriptor is, learnt on first use; later kinds only refine
  * earlier ones. */
@@ -77,9 +77,9 @@ static inline struct px_sel_priv *px_sel_priv(px_result *r)
 /* One non-blocking attempt at r (a queued operation) on io's descriptor.
  * Mutex not needed: touches only r's outputs, r's private conn, and io.
  * Returns PX_SEL_*. */
-int px_sel_try(px_sel_io *io, px_result *r) PX_HIDDEN;
+int px__sel_try(px_sel_io *io, px_result *r) PX_HIDDEN;
 
 /* read_file / write_file: one pread or pwrite at r's offset; outputs set. */
-void px_sel_file_io(px_result *r) PX_HIDDEN;
+void px__sel_file_io(px_result *r) PX_HIDDEN;
 
 #endif /* PX_PROVIDERS_SELECT_H */

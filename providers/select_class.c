@@ -4,7 +4,7 @@
  * of its own.  Included by providers/classes.c, never compiled alone.
  */
 #ifndef PX_CLASS_LIST_ONLY
-extern const px_provider_ops px_provider_select_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_select_ops PX_HIDDEN;
 #endif
 
 #define SELC_GENERIC_INTRS                                                     \
@@ -38,6 +38,6 @@ static const px_provider_class px_select_class = {
 	.npresets = sizeof(selc_presets) / sizeof(selc_presets[0]),
 	.auto_rank = 20,
 #ifndef PX_CLASS_LIST_ONLY
-	.ops = &px_provider_select_ops,
+	.ops = &px__provider_select_ops,
 #endif
 };

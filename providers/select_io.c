@@ -410,7 +410,7 @@ out:
 	return PX_SEL_DONE;
 }
 
-int px_sel_try(px_sel_io *e, px_result *r)
+int px__sel_try(px_sel_io *e, px_result *r)
 {
 	switch (r->c.op) {
 	case PX_OP_READ_STREAM:
@@ -431,7 +431,7 @@ int px_sel_try(px_sel_io *e, px_result *r)
 	}
 }
 
-void px_sel_file_io(px_result *r)
+void px__sel_file_io(px_result *r)
 {
 	ssize_t n;
 

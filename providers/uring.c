@@ -160,7 +160,7 @@ static px_uring *px_uring_of_prov(px_provider *p)
  * file operations, which carry their own offset and go straight in. */
 static bool px_uring_does(px_op op)
 {
-	return px_fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
+	return px__fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
 	       op == PX_OP_WRITE_FILE;
 }
 
@@ -178,7 +178,7 @@ static bool px_uring_pollable(px_op op)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
-unsigned px_uring_publish(px_uring *u)
+unsigned px__uring_publish(px_uring *u)
 {
 	struct io_uring_sq *sq = &u->ring.sq;
 	unsigned tail = sq->sqe_tail;
@@ -200,7 +200,7 @@ static int px_uring_submit(px_uring *u)
 	/* Store the tail with release semantics ourselves: the leader may be
 	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
 	 * liburing's plain store is only ordered for the entering thread. */
-	px_uring_publish(u);
+	px__uring_publish(u);
 	do {
 		rc = io_uring_submit(&u->ring);
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
@@ -216,7 +216,7 @@ static int px_uring_submit(px_uring *u)
 	return rc < 0 ? rc : 0;
 }
 
-struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve)
+struct io_uring_sqe *px__uring_get_sqe(px_uring *u, unsigned reserve)
 {
 	if (io_uring_sq_space_left(&u->ring) <= reserve) {
 		px_uring_submit(u);
@@ -227,7 +227,7 @@ struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve)
 }
 
 
-void px_uring_kick(px_uring *u)
+void px__uring_kick(px_uring *u)
 {
 	/* Under the mutex, at once: deferring this enter until the starting
 	 * callback returned (tried, measured a little cheaper) stalls a
@@ -301,12 +301,12 @@ static void px_uring_prep_op(px_result *r, struct io_uring_sqe *sqe)
 static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
 {
 	struct px_uring_priv *pr = px_priv(r);
-	struct io_uring_sqe *sqe = px_uring_get_sqe(u, reserve);
+	struct io_uring_sqe *sqe = px__uring_get_sqe(u, reserve);
 
 	if (!sqe)
 		return false;
 	if (pr->want_poll) {
-		unsigned mask = px_fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
+		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
 		io_uring_prep_poll_add(sqe, r->c.fd, mask);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
 		pr->phase = PX_URING_POLL;
@@ -352,7 +352,7 @@ static bool px_uring_send_cancel(px_uring *u, px_result *r)
 
 	if (u->cancels_inflight >= u->cancel_cap)
 		return false;
-	sqe = px_uring_get_sqe(u, 0);
+	sqe = px__uring_get_sqe(u, 0);
 	if (!sqe)
 		return false;
 	if (pr->phase == PX_URING_POLL)
@@ -367,7 +367,7 @@ static bool px_uring_send_cancel(px_uring *u, px_result *r)
 	return true;
 }
 
-int px_uring_flush(px_uring *u)
+int px__uring_flush(px_uring *u)
 {
 	px_link *l;
 
@@ -389,7 +389,7 @@ int px_uring_flush(px_uring *u)
 		return 0;
 	if (!(u->ring.flags & IORING_SETUP_SQPOLL) && !u->submit_stuck) {
 		/* The leader enters without the mutex, in its wait. */
-		u->to_submit = px_uring_publish(u);
+		u->to_submit = px__uring_publish(u);
 		return 0;
 	}
 	return px_uring_submit(u);
@@ -412,7 +412,7 @@ static void px_uring_advance(px_uring *u, px_list *q)
 static void px_uring_dequeue(px_uring *u, px_result *r)
 {
 	struct px_uring_priv *pr = px_priv(r);
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 
 	if (dir < 0 || !px_link_linked(&r->plink))
 		return;
@@ -516,7 +516,7 @@ static px_result *px_uring_cancel_done(px_uring *u, px_result *r, int res)
 	return NULL;
 }
 
-px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res)
+px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 {
 	if (user_data < PX_URING_TAG_MAX) {
 		if (user_data == PX_URING_TAG_NOP)
@@ -609,7 +609,7 @@ static int px_uring_start(px_provider *p, px_result *r)
 {
 	px_uring *u = px_uring_of_prov(p);
 	struct px_uring_priv *pr = px_priv(r);
-	int dir = px_fdq_dir(r->c.op);
+	int dir = px__fdq_dir(r->c.op);
 	px_fdq_entry *fq;
 	int rc;
 
@@ -619,7 +619,7 @@ static int px_uring_start(px_provider *p, px_result *r)
 	r->done = 0;
 	/* -EBADF for a negative number, or one beyond the table that is not
 	 * open (the table never grows for those). */
-	rc = px_fdq_get(&u->fdq, r->c.fd, &fq);
+	rc = px__fdq_get(&u->fdq, r->c.fd, &fq);
 	if (rc < 0)
 		return rc;
 	pr->fe = px_container_of(fq, px_uring_fd, fq);
@@ -644,7 +644,7 @@ static int px_uring_start(px_provider *p, px_result *r)
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
 	pr->fe->inflight++;
-	px_uring_kick(u);
+	px__uring_kick(u);
 	return PX_START_STARTED;
 }
 
@@ -659,13 +659,13 @@ static int px_uring_cancel(px_provider *p, px_result *r)
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
 		px_uring_finish(u, r, -ECANCELED);
-		px_uring_kick(u);
+		px__uring_kick(u);
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (px_uring_send_cancel(u, r)) {
-			px_uring_kick(u);
+			px__uring_kick(u);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
@@ -679,7 +679,7 @@ static void px_uring_destroy(px_provider *p)
 	px_uring *u = px_uring_of_prov(p);
 
 	io_uring_queue_exit(&u->ring);
-	px_fdq_fini(&u->fdq);
+	px__fdq_fini(&u->fdq);
 	free(u);
 }
 
@@ -794,15 +794,15 @@ static int px_uring_create(const px_processor_config *cfg,
 	u->cancel_cap = sq;
 	px_list_init(&u->stalled);
 	px_list_init(&u->cancel_stalled);
-	px_fdq_init(&u->fdq, sizeof(px_uring_fd));
+	px__fdq_init(&u->fdq, sizeof(px_uring_fd));
 
-	u->intr.ops = &px_intr_uring_ops;
+	u->intr.ops = &px__intr_uring_ops;
 	u->intr.fd = -1;
 	u->intr.wait_mask = NULL;
-	u->wait.ops = &px_wait_uring_ops;
+	u->wait.ops = &px__wait_uring_ops;
 	u->wait.intr = &u->intr;
 
-	u->prov.ops = &px_provider_uring_ops;
+	u->prov.ops = &px__provider_uring_ops;
 	u->prov.wait = &u->wait;
 	u->prov.ops_mask = PX_OPS_IO;
 	u->prov.flags = PX_PF_START_ANY_THREAD;
@@ -817,7 +817,7 @@ fail:
 	return rc;
 }
 
-const px_provider_ops px_provider_uring_ops = {
+const px_provider_ops px__provider_uring_ops = {
 	.name = "uring",
 	.create = px_uring_create,     /* ring, probe, wait and interrupt */
 	.destroy = px_uring_destroy,   /* io_uring_queue_exit and the fd table */

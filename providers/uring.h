@@ -82,35 +82,35 @@ static inline px_uring *px_uring_of_intr(px_intr *in)
 }
 
 /* The provider itself (providers/uring.c), for its class. */
-extern const px_provider_ops px_provider_uring_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_uring_ops PX_HIDDEN;
 
 /* The wait strategy and interrupt built by the provider (wait_strategies/). */
-extern const px_wait_ops px_wait_uring_ops PX_HIDDEN;
-extern const px_intr_ops px_intr_uring_ops PX_HIDDEN;
+extern const px_wait_ops px__wait_uring_ops PX_HIDDEN;
+extern const px_intr_ops px__intr_uring_ops PX_HIDDEN;
 
 /* A free SQE, keeping `reserve` slots free for cancels and the interrupt.
  * When the ring looks full it submits what is pending and looks again once.
  * NULL when there is still no room.  Mutex held. */
-struct io_uring_sqe *px_uring_get_sqe(px_uring *u, unsigned reserve) PX_HIDDEN;
+struct io_uring_sqe *px__uring_get_sqe(px_uring *u, unsigned reserve) PX_HIDDEN;
 
 /* Submit everything pending: first the results and cancels that were
  * waiting for an SQE, then the SQ ring.  Leader, mutex held (prepare).
  * Returns 0 or -errno; EAGAIN and EBUSY leave the SQEs for the next try and
  * set submit_stuck. */
-int px_uring_flush(px_uring *u) PX_HIDDEN;
+int px__uring_flush(px_uring *u) PX_HIDDEN;
 
 /* Submit now if the leader is blocked in the kernel (else its prepare will).
  * Mutex held. */
-void px_uring_kick(px_uring *u) PX_HIDDEN;
+void px__uring_kick(px_uring *u) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */
-unsigned px_uring_publish(px_uring *u) PX_HIDDEN;
+unsigned px__uring_publish(px_uring *u) PX_HIDDEN;
 
 /* Handle one reaped CQE.  Returns the result it finished (outputs set,
  * forgotten by the provider), or NULL when it was internal (interrupt,
  * cancel, readiness poll) or the operation was resubmitted.  Leader, mutex
  * held. */
-px_result *px_uring_complete(px_uring *u, uint64_t user_data, int res) PX_HIDDEN;
+px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res) PX_HIDDEN;
 
 #endif /* PX_PROVIDERS_URING_H */

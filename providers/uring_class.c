@@ -14,7 +14,7 @@
 #include "uring_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
-extern const px_provider_ops px_provider_uring_ops PX_HIDDEN;
+extern const px_provider_ops px__provider_uring_ops PX_HIDDEN;
 #endif
 
 static const px_wait_desc uringc_waits[] = {
@@ -171,6 +171,6 @@ static const px_provider_class px_uring_class = {
 	.probe = uringc_probe,
 	.auto_rank = 10,
 #ifndef PX_CLASS_LIST_ONLY
-	.ops = &px_provider_uring_ops,
+	.ops = &px__provider_uring_ops,
 #endif
 };

@@ -1,6 +1,6 @@
 /*
  * test_alloc.c - unit tests of the result allocator (proactor/core.h:
- * px_alloc_init / get / put / fini).
+ * px__alloc_init / get / put / fini).
  *
  * The allocator is what lets the library promise that no allocation
  * happens between the start of an operation and its completion: results
@@ -37,9 +37,9 @@ static void fresh_result_is_initialized(void **state)
 {
 	(void)state;
 	px_allocator a;
-	px_alloc_init(&a, 40);
+	px__alloc_init(&a, 40);
 	assert_true(a.size >= PX_RESULT_HDR + 40);
-	px_result *r = px_alloc_get(&a);
+	px_result *r = px__alloc_get(&a);
 	assert_non_null(r);
 	assert_int_equal(r->state, PX_RS_INITIALIZED);
 	assert_int_equal(r->c.fd, -1);
@@ -57,16 +57,16 @@ static void fresh_result_is_initialized(void **state)
 	/* Aligned for any type, and the private space too. */
 	assert_int_equal((uintptr_t)r % 16, 0);
 	assert_int_equal((uintptr_t)px_result_priv(r) % 16, 0);
-	px_alloc_put(&a, r);
-	px_alloc_fini(&a);
+	px__alloc_put(&a, r);
+	px__alloc_fini(&a);
 }
 
 static void reused_result_is_zeroed_again(void **state)
 {
 	(void)state;
 	px_allocator a;
-	px_alloc_init(&a, 24);
-	px_result *r = px_alloc_get(&a);
+	px__alloc_init(&a, 24);
+	px_result *r = px__alloc_get(&a);
 	assert_non_null(r);
 	/* Dirty everything a user of the result may touch. */
 	r->c.fd = 7;
@@ -77,9 +77,9 @@ static void reused_result_is_zeroed_again(void **state)
 	r->done = 1234;
 	r->state = PX_RS_COMPLETED;
 	memset(px_result_priv(r), 0xab, 24);
-	px_alloc_put(&a, r);
+	px__alloc_put(&a, r);
 
-	px_result *again = px_alloc_get(&a);
+	px_result *again = px__alloc_get(&a);
 	assert_non_null(again);
 	assert_ptr_equal(again, r); /* the free list hands it back */
 	assert_int_equal(again->state, PX_RS_INITIALIZED);
@@ -91,8 +91,8 @@ static void reused_result_is_zeroed_again(void **state)
 	assert_int_equal(again->done, 0);
 	assert_false(px_link_linked(&again->link));
 	assert_true(all_zero(px_result_priv(again), 24));
-	px_alloc_put(&a, again);
-	px_alloc_fini(&a);
+	px__alloc_put(&a, again);
+	px__alloc_fini(&a);
 }
 
 static int cmp_ptr(const void *x, const void *y)
@@ -107,11 +107,11 @@ static void many_results_distinct_and_disjoint(void **state)
 	(void)state;
 	enum { N = 1000, PRIV = 56 };
 	px_allocator a;
-	px_alloc_init(&a, PRIV);
+	px__alloc_init(&a, PRIV);
 	px_result **r = calloc(N, sizeof *r);
 	assert_non_null(r);
 	for (int i = 0; i < N; i++) {
-		r[i] = px_alloc_get(&a);
+		r[i] = px__alloc_get(&a);
 		assert_non_null(r[i]);
 		/* Write the whole result, header and private space: ASan
 		 * catches a result smaller than it claims. */
@@ -131,10 +131,10 @@ static void many_results_distinct_and_disjoint(void **state)
 			assert_int_equal(p[k], v & 0xff);
 	}
 	for (int i = 0; i < N; i++)
-		px_alloc_put(&a, r[i]);
+		px__alloc_put(&a, r[i]);
 	assert_int_equal(a.nfree, a.ntotal);
 	free(r);
-	px_alloc_fini(&a);
+	px__alloc_fini(&a);
 }
 
 /* Once the pool has grown to the high-water mark, get/put cycles must not
@@ -144,12 +144,12 @@ static void steady_state_does_not_grow(void **state)
 	(void)state;
 	enum { HIGH = 300 };
 	px_allocator a;
-	px_alloc_init(&a, 32);
+	px__alloc_init(&a, 32);
 	px_result *r[HIGH];
 	for (int i = 0; i < HIGH; i++)
-		assert_non_null(r[i] = px_alloc_get(&a));
+		assert_non_null(r[i] = px__alloc_get(&a));
 	for (int i = 0; i < HIGH; i++)
-		px_alloc_put(&a, r[i]);
+		px__alloc_put(&a, r[i]);
 	size_t total = a.ntotal, chunks = a.nchunks;
 	assert_true(total >= HIGH);
 
@@ -159,12 +159,12 @@ static void steady_state_does_not_grow(void **state)
 		seed = seed * 1103515245u + 12345u;
 		bool get = out == 0 || (out < HIGH && (seed >> 16) % 2);
 		if (get) {
-			r[out] = px_alloc_get(&a);
+			r[out] = px__alloc_get(&a);
 			assert_non_null(r[out]);
 			out++;
 		} else {
 			int k = (int)((seed >> 8) % (unsigned)out);
-			px_alloc_put(&a, r[k]);
+			px__alloc_put(&a, r[k]);
 			r[k] = r[--out];
 		}
 		if (a.ntotal != total)
@@ -175,12 +175,12 @@ static void steady_state_does_not_grow(void **state)
 	assert_int_equal(a.nchunks, chunks);
 	assert_int_equal(a.ntotal - a.nfree, out);
 	while (out)
-		px_alloc_put(&a, r[--out]);
+		px__alloc_put(&a, r[--out]);
 	assert_int_equal(a.nfree, a.ntotal);
-	px_alloc_fini(&a);
+	px__alloc_fini(&a);
 }
 
-/* Balance check: with a result still out, px_alloc_fini reports it and
+/* Balance check: with a result still out, px__alloc_fini reports it and
  * aborts (unless NDEBUG); run in a child process. */
 static void fini_with_result_out_aborts(void **state)
 {
@@ -190,11 +190,11 @@ static void fini_with_result_out_aborts(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		px_allocator a;
-		px_alloc_init(&a, 8);
+		px__alloc_init(&a, 8);
 		for (int i = 0; i < 3; i++)
-			if (!px_alloc_get(&a))
+			if (!px__alloc_get(&a))
 				_exit(2);
-		px_alloc_fini(&a);
+		px__alloc_fini(&a);
 		_exit(0);
 	}
 	int st;
@@ -215,17 +215,17 @@ static void fini_after_all_returned(void **state)
 	(void)state;
 	px_allocator a;
 	px_result *r[200];
-	px_alloc_init(&a, 8);
+	px__alloc_init(&a, 8);
 	for (int i = 0; i < 200; i++)
-		assert_non_null(r[i] = px_alloc_get(&a));
+		assert_non_null(r[i] = px__alloc_get(&a));
 	for (int i = 0; i < 200; i++)
-		px_alloc_put(&a, r[i]);
-	px_alloc_fini(&a);
-	px_alloc_init(&a, 8);
-	px_result *one = px_alloc_get(&a);
+		px__alloc_put(&a, r[i]);
+	px__alloc_fini(&a);
+	px__alloc_init(&a, 8);
+	px_result *one = px__alloc_get(&a);
 	assert_non_null(one);
-	px_alloc_put(&a, one);
-	px_alloc_fini(&a);
+	px__alloc_put(&a, one);
+	px__alloc_fini(&a);
 }
 
 int main(void)

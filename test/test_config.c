@@ -226,12 +226,12 @@ static void test_presets(void **state)
 	for (size_t i = 0; i < N_PRESETS; i++) {
 		px_config c, p;
 		char want[256];
-		assert_int_equal(px_config_preset(&p, presets[i].name), 0);
+		assert_int_equal(px__config_preset(&p, presets[i].name), 0);
 		assert_int_equal(p.secondary.processor, PX_PROCESSOR_NONE);
 		assert_int_equal(p.flags, 0);
 		assert_int_equal(p.followers, PX_FOLLOWERS_LIFO);
 		assert_string_equal(p.primary.provider, presets[i].prov);
-		assert_int_equal(px_config_resolve(&p, NULL, 0), 0);
+		assert_int_equal(px__config_resolve(&p, NULL, 0), 0);
 		expect_pc(&p.primary, presets[i].proc, presets[i].prov,
 			  presets[i].wait, presets[i].intr);
 		assert_string_equal(p.primary.words, "");
@@ -243,11 +243,11 @@ static void test_presets(void **state)
 			 proc_name(presets[i].proc));
 		expect_format_cfg(&c, want);
 	}
-	assert_int_equal(px_config_preset(NULL, "epoll"), -ENOENT);
-	assert_int_equal(px_config_preset(&(px_config){ 0 }, NULL), -ENOENT);
-	assert_int_equal(px_config_preset(&(px_config){ 0 }, "nope"), -ENOENT);
-	assert_int_equal(px_config_preset(&(px_config){ 0 }, "Epoll"), -ENOENT);
-	assert_int_equal(px_config_preset(&(px_config){ 0 }, ""), -ENOENT);
+	assert_int_equal(px__config_preset(NULL, "epoll"), -ENOENT);
+	assert_int_equal(px__config_preset(&(px_config){ 0 }, NULL), -ENOENT);
+	assert_int_equal(px__config_preset(&(px_config){ 0 }, "nope"), -ENOENT);
+	assert_int_equal(px__config_preset(&(px_config){ 0 }, "Epoll"), -ENOENT);
+	assert_int_equal(px__config_preset(&(px_config){ 0 }, ""), -ENOENT);
 }
 
 /* Every preset of every class, walked through the class list: it parses
@@ -340,7 +340,7 @@ static void test_team_presets(void **state)
 			assert_int_equal(t->ops & t->sec_ops, 0);
 			assert_int_equal((t->ops | t->sec_ops) & PX_OPS_IO,
 					 PX_OPS_IO);
-			assert_false(px_config_preset(&(px_config){ 0 },
+			assert_false(px__config_preset(&(px_config){ 0 },
 						      t->name) < 0);
 			px_config c = parse_ok(t->name);
 			assert_string_equal(c.primary.provider, cls->name);
@@ -454,7 +454,7 @@ static void test_auto(void **state)
 		check_auto(&c);
 		expect_format_cfg(&c, "auto processor=shared max_aio=0");
 	}
-	assert_int_equal(px_config_preset(&c, "auto"), 0);
+	assert_int_equal(px__config_preset(&c, "auto"), 0);
 	check_auto(&c);
 
 	/* auto stays auto while the words leave the engine alone... */
@@ -1128,7 +1128,7 @@ static void test_class_keys(void **state)
 			snprintf(c.primary.words, PX_WORDS_MAX, "%s=%s", k,
 				 own_keys[i].good);
 			char err[512] = "";
-			assert_int_equal(px_config_resolve(&c, err, sizeof(err)),
+			assert_int_equal(px__config_resolve(&c, err, sizeof(err)),
 					 -EINVAL);
 			assert_non_null(strstr(err, want));
 		}
@@ -1540,7 +1540,7 @@ static void resolve_bad_rc(int want, px_config *c, const char *needle,
 	char buf[256];
 	px_config copy = *c;
 
-	assert_int_equal(px_config_resolve(&copy, err, sizeof(err)), want);
+	assert_int_equal(px__config_resolve(&copy, err, sizeof(err)), want);
 	if (!strstr(err, needle) || (needle2 && !strstr(err, needle2)))
 		fail_msg("resolve message \"%s\" lacks \"%s\" / \"%s\"", err, needle,
 			 needle2 ? needle2 : "");
@@ -1560,7 +1560,7 @@ static void struct_ok(const px_config *c, const char *want)
 	char buf[512];
 	px_config res = *c;
 
-	assert_int_equal(px_config_resolve(&res, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&res, NULL, 0), 0);
 	assert_int_equal(px_config_format(c, buf, sizeof(buf)), (int)strlen(want));
 	assert_string_equal(buf, want);
 	px_config back = parse_ok(buf);
@@ -1621,7 +1621,7 @@ static void test_struct_form(void **state)
 	struct_ok(&c, "provider=uring wait=uring interrupt=native processor=shared "
 		      "max_aio=0 ring=64 ring_flags=coop_taskrun,sqpoll");
 	px_config r = c;
-	assert_int_equal(px_config_resolve(&r, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&r, NULL, 0), 0);
 	assert_string_equal(r.primary.words, "ring=64 ring_flags=coop_taskrun,sqpoll");
 	/* Auto words select the candidates. */
 	memset(&c, 0, sizeof(c));
@@ -1721,18 +1721,18 @@ static void test_resolve(void **state)
 
 	(void)state;
 	memset(&c, 0, sizeof(c));
-	assert_int_equal(px_config_resolve(&c, err, sizeof(err)), 0);
+	assert_int_equal(px__config_resolve(&c, err, sizeof(err)), 0);
 	check_auto(&c);
 
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.provider, PX_NAME_MAX, "select");
-	assert_int_equal(px_config_resolve(&c, err, sizeof(err)), 0);
+	assert_int_equal(px__config_resolve(&c, err, sizeof(err)), 0);
 	expect_pc(&c.primary, PX_PROCESSOR_SHARED, "select", "epoll", "eventfd");
 	assert_int_equal(c.secondary.processor, PX_PROCESSOR_NONE);
 
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.wait, PX_NAME_MAX, "poll");   /* the provider follows */
-	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&c, NULL, 0), 0);
 	assert_string_equal(c.primary.provider, "select");
 
 	/* A secondary exists when its processor is not NONE; with NONE the
@@ -1743,14 +1743,14 @@ static void test_resolve(void **state)
 	snprintf(c.secondary.wait, PX_NAME_MAX, "select");
 	snprintf(c.secondary.words, PX_WORDS_MAX, "junk");
 	c.secondary.max_aio = 5;
-	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&c, NULL, 0), 0);
 	expect_pc(&c.secondary, PX_PROCESSOR_NONE, "", "", "");
 	assert_string_equal(c.secondary.words, "");
 	assert_int_equal(c.secondary.max_aio, 0);
 	c.secondary.processor = PX_PROCESSOR_SHARED;
 	snprintf(c.secondary.provider, PX_NAME_MAX, "select");
 	snprintf(c.secondary.wait, PX_NAME_MAX, "select");
-	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&c, NULL, 0), 0);
 	expect_pc(&c.secondary, PX_PROCESSOR_SHARED, "select", "select", "eventfd");
 	c.secondary.processor = PX_PROCESSOR_DEDICATED;
 	snprintf(c.secondary.interrupt, PX_NAME_MAX, "native");
@@ -1806,12 +1806,12 @@ static void test_resolve(void **state)
 	/* Flags without PX_PF_FLAGS_SET mean "the provider's": dropped. */
 	c = base;
 	c.primary.flags = PX_PF_START_ANY_THREAD;
-	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&c, NULL, 0), 0);
 	assert_int_equal(c.primary.flags, 0);
 	/* PX_CF_NO_ENV is kept. */
 	c = base;
 	c.flags = PX_CF_NO_ENV;
-	assert_int_equal(px_config_resolve(&c, NULL, 0), 0);
+	assert_int_equal(px__config_resolve(&c, NULL, 0), 0);
 	assert_int_equal(c.flags, PX_CF_NO_ENV);
 
 	/* One processor on its own. */
@@ -1837,7 +1837,7 @@ static void test_resolve(void **state)
 	assert_int_equal(px__resolve_processor(&pc, "", err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "provider=uring takes wait uring"));
 #endif
-	assert_int_equal(px_config_resolve(NULL, NULL, 0), -EINVAL);
+	assert_int_equal(px__config_resolve(NULL, NULL, 0), -EINVAL);
 }
 
 /* px__spec_of: what a provider is built from. */

@@ -50,16 +50,16 @@ static int open_fd(void)
 static void direction_of_each_operation(void **state)
 {
 	(void)state;
-	assert_int_equal(px_fdq_dir(PX_OP_READ_STREAM), PX_FDQ_RD);
-	assert_int_equal(px_fdq_dir(PX_OP_READ_DGRAM), PX_FDQ_RD);
-	assert_int_equal(px_fdq_dir(PX_OP_ACCEPT), PX_FDQ_RD);
-	assert_int_equal(px_fdq_dir(PX_OP_WRITE_STREAM), PX_FDQ_WR);
-	assert_int_equal(px_fdq_dir(PX_OP_WRITE_DGRAM), PX_FDQ_WR);
-	assert_int_equal(px_fdq_dir(PX_OP_CONNECT), PX_FDQ_WR);
-	assert_int_equal(px_fdq_dir(PX_OP_READ_FILE), -1);
-	assert_int_equal(px_fdq_dir(PX_OP_WRITE_FILE), -1);
-	assert_int_equal(px_fdq_dir(PX_OP_POST), -1);
-	assert_int_equal(px_fdq_dir(PX_OP_TIMER), -1);
+	assert_int_equal(px__fdq_dir(PX_OP_READ_STREAM), PX_FDQ_RD);
+	assert_int_equal(px__fdq_dir(PX_OP_READ_DGRAM), PX_FDQ_RD);
+	assert_int_equal(px__fdq_dir(PX_OP_ACCEPT), PX_FDQ_RD);
+	assert_int_equal(px__fdq_dir(PX_OP_WRITE_STREAM), PX_FDQ_WR);
+	assert_int_equal(px__fdq_dir(PX_OP_WRITE_DGRAM), PX_FDQ_WR);
+	assert_int_equal(px__fdq_dir(PX_OP_CONNECT), PX_FDQ_WR);
+	assert_int_equal(px__fdq_dir(PX_OP_READ_FILE), -1);
+	assert_int_equal(px__fdq_dir(PX_OP_WRITE_FILE), -1);
+	assert_int_equal(px__fdq_dir(PX_OP_POST), -1);
+	assert_int_equal(px__fdq_dir(PX_OP_TIMER), -1);
 }
 
 static void fifo_order_per_direction(void **state)
@@ -71,8 +71,8 @@ static void fifo_order_per_direction(void **state)
 
 	(void)state;
 	make_results(r, 4);
-	px_fdq_init(&t, sizeof(px_fdq_entry));
-	assert_int_equal(px_fdq_get(&t, fd, &e), 0);
+	px__fdq_init(&t, sizeof(px_fdq_entry));
+	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	assert_int_equal(e->fd, fd);
 	assert_true(px_fdq_idle(e));
 	assert_null(px_fdq_head(e, PX_FDQ_RD));
@@ -96,7 +96,7 @@ static void fifo_order_per_direction(void **state)
 	assert_null(px_fdq_head(e, PX_FDQ_RD));
 	assert_true(px_fdq_idle(e));
 	assert_false(px_link_linked(&r[0].plink));
-	px_fdq_fini(&t);
+	px__fdq_fini(&t);
 	close(fd);
 }
 
@@ -109,8 +109,8 @@ static void directions_are_independent(void **state)
 
 	(void)state;
 	make_results(r, 4);
-	px_fdq_init(&t, sizeof(px_fdq_entry));
-	assert_int_equal(px_fdq_get(&t, fd, &e), 0);
+	px__fdq_init(&t, sizeof(px_fdq_entry));
+	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	assert_true(px_fdq_push(e, PX_FDQ_RD, &r[0]));
 	assert_int_equal(px_fdq_queued(e), 1u << PX_FDQ_RD);
 	/* A pending read does not keep a write from being the head. */
@@ -130,7 +130,7 @@ static void directions_are_independent(void **state)
 	assert_true(px_fdq_remove(e, PX_FDQ_WR, &r[2]));
 	assert_true(px_fdq_remove(e, PX_FDQ_RD, &r[3]));
 	assert_true(px_fdq_idle(e));
-	px_fdq_fini(&t);
+	px__fdq_fini(&t);
 	close(fd);
 }
 
@@ -145,8 +145,8 @@ static void growth_keeps_entries_stable(void **state)
 	int fd = open_fd(), hi;
 
 	(void)state;
-	px_fdq_init(&t, sizeof(my_entry));
-	assert_int_equal(px_fdq_get(&t, fd, &e), 0);
+	px__fdq_init(&t, sizeof(my_entry));
+	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	low = (my_entry *)e;
 	assert_int_equal(low->marker, 0);
 	for (size_t i = 0; i < sizeof(low->pad); i++)
@@ -162,19 +162,19 @@ static void growth_keeps_entries_stable(void **state)
 	assert_true(hi > 200);
 	assert_int_equal(dup2(fd, hi), hi);
 	size_t before = t.n;
-	assert_int_equal(px_fdq_get(&t, hi, &again), 0);
+	assert_int_equal(px__fdq_get(&t, hi, &again), 0);
 	assert_true(t.n > (size_t)hi);
 	assert_true(t.n > before);
 	assert_int_equal(again->fd, hi);
 	assert_ptr_equal(px_fdq_lookup(&t, fd), e);
 	assert_int_equal(low->marker, 1234);
-	assert_int_equal(px_fdq_get(&t, fd, &again), 0);
+	assert_int_equal(px__fdq_get(&t, fd, &again), 0);
 	assert_ptr_equal(again, e);
 	/* A number below the table's size needs no check: its entry is made
 	 * even if it is not open (the provider's start finds out). */
 	close(hi);
-	assert_int_equal(px_fdq_get(&t, hi - 1, &again), 0);
-	px_fdq_fini(&t);
+	assert_int_equal(px__fdq_get(&t, hi - 1, &again), 0);
+	px__fdq_fini(&t);
 	close(fd);
 }
 
@@ -195,23 +195,23 @@ static void huge_unopened_fd_is_ebadf(void **state)
 	int fd = open_fd();
 
 	(void)state;
-	px_fdq_init(&t, sizeof(my_entry));
-	assert_int_equal(px_fdq_get(&t, -1, &e), -EBADF);
-	assert_int_equal(px_fdq_get(&t, fd, &e), 0);
+	px__fdq_init(&t, sizeof(my_entry));
+	assert_int_equal(px__fdq_get(&t, -1, &e), -EBADF);
+	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	size_t n = t.n;
 	for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
 		uint64_t t0 = now_ms();
 
 		assert_int_equal(fcntl(huge[i], F_GETFD), -1);
-		assert_int_equal(px_fdq_get(&t, huge[i], &e), -EBADF);
+		assert_int_equal(px__fdq_get(&t, huge[i], &e), -EBADF);
 		assert_true(now_ms() - t0 < 100);
 		assert_int_equal(t.n, n);
 		assert_null(px_fdq_lookup(&t, huge[i]));
 	}
 	/* The table still works. */
-	assert_int_equal(px_fdq_get(&t, fd, &e), 0);
+	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	assert_int_equal(e->fd, fd);
-	px_fdq_fini(&t);
+	px__fdq_fini(&t);
 	close(fd);
 }
 

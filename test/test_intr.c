@@ -50,7 +50,7 @@ static px_intr *make(int t, int signo)
 	px_processor_config c = intr_cfg(t, signo);
 	px_intr *in = NULL;
 
-	assert_int_equal(px_intr_create(&c, &in), 0);
+	assert_int_equal(px__intr_create(&c, &in), 0);
 	assert_non_null(in);
 	assert_non_null(in->ops);
 	assert_non_null(in->ops->interrupt);
@@ -386,25 +386,25 @@ static void test_errors(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(bad_types) / sizeof(bad_types[0]); i++) {
 		c = intr_cfg(bad_types[i], 0);
-		assert_int_equal(px_intr_create(&c, &in), -EINVAL);
+		assert_int_equal(px__intr_create(&c, &in), -EINVAL);
 	}
 	for (size_t i = 0; i < sizeof(bad_signals) / sizeof(bad_signals[0]); i++) {
 		c = intr_cfg(PX_INTR_SIGNAL, bad_signals[i]);
-		assert_int_equal(px_intr_create(&c, &in), -EINVAL);
+		assert_int_equal(px__intr_create(&c, &in), -EINVAL);
 	}
 	/* A signal the C library keeps for itself. */
 	if (SIGRTMIN > 32) {
 		c = intr_cfg(PX_INTR_SIGNAL, 32);
-		assert_int_equal(px_intr_create(&c, &in), -EINVAL);
+		assert_int_equal(px__intr_create(&c, &in), -EINVAL);
 	}
-	assert_int_equal(px_intr_create(NULL, &in), -EINVAL);
+	assert_int_equal(px__intr_create(NULL, &in), -EINVAL);
 
 	/* The application's own handler is never replaced. */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = app_handler;
 	sigaction(SIGUSR2, &sa, &old);
 	c = intr_cfg(PX_INTR_SIGNAL, SIGUSR2);
-	assert_int_equal(px_intr_create(&c, &in), -EBUSY);
+	assert_int_equal(px__intr_create(&c, &in), -EBUSY);
 	sigaction(SIGUSR2, NULL, &sa);
 	assert_ptr_equal(sa.sa_handler, app_handler);
 	sigaction(SIGUSR2, &old, NULL);

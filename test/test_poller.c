@@ -37,9 +37,9 @@ typedef struct kind {
 } kind;
 
 static const kind kinds[] = {
-	{ "select", px_poller_select_create, true },
-	{ "poll", px_poller_poll_create, true },
-	{ "epoll", px_poller_epoll_create, false },
+	{ "select", px__poller_select_create, true },
+	{ "poll", px__poller_poll_create, true },
+	{ "epoll", px__poller_epoll_create, false },
 };
 
 typedef struct fx {
@@ -61,7 +61,7 @@ static fx *setup_kind(const kind *k, int it)
 	strcpy(c.wait, "poll");
 	strcpy(c.interrupt, px__intr_name(it));
 	f->k = k;
-	assert_int_equal(px_intr_create(&c, &f->in), 0);
+	assert_int_equal(px__intr_create(&c, &f->in), 0);
 	assert_int_equal(k->create(f->in, &f->pl), 0);
 	assert_ptr_equal(f->pl->intr, f->in);
 	assert_false(f->pl->fired);
@@ -347,8 +347,8 @@ static void flags_and_limits(void **state)
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		fx *f = setup_kind(&kinds[i], PX_INTR_EVENTFD);
 		px_poll_reg hi = { .fd = FD_SETSIZE };
-		bool is_epoll = kinds[i].create == px_poller_epoll_create;
-		bool is_select = kinds[i].create == px_poller_select_create;
+		bool is_epoll = kinds[i].create == px__poller_epoll_create;
+		bool is_select = kinds[i].create == px__poller_select_create;
 
 		assert_int_equal((f->pl->flags & PX_POLLER_LIVE) != 0, is_epoll);
 		assert_non_null(f->pl->ops->name);

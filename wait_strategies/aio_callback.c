@@ -133,7 +133,7 @@ static void cbw_wait_destroy(px_wait *w)
 	(void)w;
 }
 
-const px_wait_ops px_wait_aio_callback_ops = {
+const px_wait_ops px__wait_aio_callback_ops = {
 	.name = "callback",
 	.destroy = cbw_wait_destroy,          /* nothing: in the provider */
 	.on_start = NULL,
@@ -161,7 +161,7 @@ static void cbw_intr_nop(px_intr *in)
 	(void)in;
 }
 
-const px_intr_ops px_intr_aio_callback_ops = {
+const px_intr_ops px__intr_aio_callback_ops = {
 	.name = "native",
 	.destroy = cbw_intr_nop,             /* the provider closes it */
 	.interrupt = cbw_intr_interrupt,     /* write the eventfd */
@@ -177,8 +177,8 @@ int px__paio_callback_init(px_paio *p)
 		return -errno;
 	atomic_init(&p->stack, NULL);
 	atomic_init(&p->notifying, 0);
-	p->wait.ops = &px_wait_aio_callback_ops;
-	p->intr.ops = &px_intr_aio_callback_ops;
+	p->wait.ops = &px__wait_aio_callback_ops;
+	p->intr.ops = &px__intr_aio_callback_ops;
 	return 0;
 }
 

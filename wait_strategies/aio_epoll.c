@@ -76,7 +76,7 @@ static px_result *aep_next_completed(px_wait *w)
 	return px__laio_next_completed(u);
 }
 
-const px_wait_ops px_wait_laio_epoll_ops = {
+const px_wait_ops px__wait_laio_epoll_ops = {
 	.name = "epoll",
 	.destroy = aep_destroy,                /* nothing: lives in the provider */
 	.on_start = NULL,

@@ -78,7 +78,7 @@ static px_result *age_next_completed(px_wait *w)
 	return px__laio_next_completed(u);
 }
 
-const px_wait_ops px_wait_laio_getevents_ops = {
+const px_wait_ops px__wait_laio_getevents_ops = {
 	.name = "io_getevents",
 	.destroy = age_destroy,                /* nothing: lives in the provider */
 	.on_start = NULL,                      /* the iocb says it all */
@@ -115,7 +115,7 @@ static void age_intr_drain(px_intr *in)
 	(void)in;  /* next_completed reset the eventfd when it saw the event */
 }
 
-const px_intr_ops px_intr_laio_ops = {
+const px_intr_ops px__intr_laio_ops = {
 	.name = "native",
 	.destroy = age_intr_destroy,     /* nothing: lives in the provider */
 	.interrupt = age_intr_interrupt, /* write the eventfd the poll watches */

@@ -145,7 +145,7 @@ static void aiocb_wait_destroy(px_wait *w)
 	(void)w;   /* embedded in the provider */
 }
 
-const px_wait_ops px_wait_aiocb_ops = {
+const px_wait_ops px__wait_aiocb_ops = {
 	.name = "aiocb",
 	.destroy = aiocb_wait_destroy,          /* nothing: in the provider */
 	.on_start = NULL,
@@ -175,7 +175,7 @@ static void aiocb_intr_nop(px_intr *in)
 	(void)in;   /* next_completed re-arms the read */
 }
 
-const px_intr_ops px_intr_aiocb_ops = {
+const px_intr_ops px__intr_aiocb_ops = {
 	.name = "native",
 	.destroy = aiocb_intr_nop,             /* the provider closes it */
 	.interrupt = aiocb_intr_interrupt,     /* one write per drain cycle */
@@ -192,8 +192,8 @@ int px__paio_aiocb_init(px_paio *p)
 	p->intr_efd = eventfd(0, EFD_CLOEXEC);
 	if (p->intr_efd < 0)
 		return -errno;
-	p->wait.ops = &px_wait_aiocb_ops;
-	p->intr.ops = &px_intr_aiocb_ops;
+	p->wait.ops = &px__wait_aiocb_ops;
+	p->intr.ops = &px__intr_aiocb_ops;
 	rc = aiocb_arm(p);
 	if (rc < 0) {
 		close(p->intr_efd);

@@ -158,7 +158,7 @@ static const px_poller_ops ep_ops = {
 	.collect = ep_collect,
 };
 
-int px_poller_epoll_create(px_intr *in, px_poller **out)
+int px__poller_epoll_create(px_intr *in, px_poller **out)
 {
 	struct ep *w = calloc(1, sizeof(*w));
 	int rc;

@@ -239,7 +239,7 @@ static const px_poller_ops pollp_ops = {
 	.collect = pollp_collect,     /* every revents */
 };
 
-int px_poller_poll_create(px_intr *in, px_poller **out)
+int px__poller_poll_create(px_intr *in, px_poller **out)
 {
 	struct pollp *p = calloc(1, sizeof(*p));
 

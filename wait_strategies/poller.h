@@ -110,9 +110,9 @@ struct px_poller {
 /* Build a poller that watches in->fd (if any) and waits with
  * in->wait_mask.  Returns 0 or -errno (select: -EMFILE when in->fd is
  * beyond FD_SETSIZE). */
-int px_poller_select_create(px_intr *in, px_poller **out) PX_HIDDEN;
-int px_poller_poll_create(px_intr *in, px_poller **out) PX_HIDDEN;
-int px_poller_epoll_create(px_intr *in, px_poller **out) PX_HIDDEN;
+int px__poller_select_create(px_intr *in, px_poller **out) PX_HIDDEN;
+int px__poller_poll_create(px_intr *in, px_poller **out) PX_HIDDEN;
+int px__poller_epoll_create(px_intr *in, px_poller **out) PX_HIDDEN;
 
 /* Consume the interrupt if the last wait saw it.  Lock held. */
 static inline void px_poller_drain(px_poller *pl)

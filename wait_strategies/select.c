@@ -196,7 +196,7 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 	}
 	/* Time to look at the quiet ones (see the opening comment)? */
 	if (s->wquiet) {
-		uint64_t now = px_now_ns();
+		uint64_t now = px__now_ns();
 
 		if (now >= s->quiet_due) {
 			s->quiet_due = now + SELP_QUIET_MS * 1000000ull;
@@ -266,7 +266,7 @@ static const px_poller_ops selp_ops = {
 	.collect = selp_collect,      /* set bits; NVAL after EBADF */
 };
 
-int px_poller_select_create(px_intr *in, px_poller **out)
+int px__poller_select_create(px_intr *in, px_poller **out)
 {
 	struct selp *s;
 

@@ -120,7 +120,7 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 	rc = sigtimedwait(&set, &si, &ts);
 	if (rc < 0)
 		return errno == EAGAIN ? 0 : -errno;
-	p->last_seen_ns = px_now_ns();
+	p->last_seen_ns = px__now_ns();
 	do {
 		p->got[p->ngot++] = si.si_value.sival_ptr;
 	} while (p->ngot < sizeof(p->got) / sizeof(p->got[0]) &&
@@ -140,7 +140,7 @@ static px_result *sigw_next_completed(px_wait *w)
 	 * callers of px_handle_events use. */
 	if (!p->scan && !p->scanning && !px_list_empty(&p->inflight) &&
 	    (p->nquiet ||
-	     px_now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u))
+	     px__now_ns() - p->last_seen_ns >= (uint64_t)p->cap_ms * 1000000u))
 		p->scan = true;
 	while (p->igot < p->ngot) {
 		void *v = p->got[p->igot++];
@@ -160,7 +160,7 @@ static px_result *sigw_next_completed(px_wait *w)
 	if (!p->scanning) {
 		p->scanning = true;
 		p->scans++;
-		p->last_seen_ns = px_now_ns();
+		p->last_seen_ns = px__now_ns();
 		p->scan_pos = px_list_first(&p->inflight);
 	}
 	while (p->scan_pos) {
@@ -180,7 +180,7 @@ static void sigw_wait_destroy(px_wait *w)
 	(void)w;
 }
 
-const px_wait_ops px_wait_sigwait_ops = {
+const px_wait_ops px__wait_sigwait_ops = {
 	.name = "sigwait",
 	.destroy = sigw_wait_destroy,          /* nothing: in the provider */
 	.on_start = NULL,
@@ -217,7 +217,7 @@ static void sigw_intr_nop(px_intr *in)
 	(void)in;
 }
 
-const px_intr_ops px_intr_sigwait_ops = {
+const px_intr_ops px__intr_sigwait_ops = {
 	.name = "native",
 	.destroy = sigw_intr_nop,              /* the provider releases it */
 	.interrupt = sigw_intr_interrupt,      /* sigqueue with p as value */
@@ -279,8 +279,8 @@ int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s)
 				      rl.rlim_cur != RLIM_INFINITY
 			      ? (unsigned long)rl.rlim_cur
 			      : 1ul << 20;
-	p->wait.ops = &px_wait_sigwait_ops;
-	p->intr.ops = &px_intr_sigwait_ops;
+	p->wait.ops = &px__wait_sigwait_ops;
+	p->intr.ops = &px__intr_sigwait_ops;
 	return 0;
 }
 

@@ -57,7 +57,7 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	int rc;
 
 	(void)started;  /* the kernel already knows every started operation */
-	rc = px_uring_flush(u);
+	rc = px__uring_flush(u);
 	u->wait_short = u->submit_stuck;
 	if (u->intr_deferred) {
 		u->intr_deferred = false;
@@ -142,14 +142,14 @@ static px_result *px_uring_next_completed(px_wait *w)
 		int res = cqe->res;
 
 		io_uring_cqe_seen(&u->ring, cqe);
-		px_result *r = px_uring_complete(u, ud, res);
+		px_result *r = px__uring_complete(u, ud, res);
 		if (r)
 			return r;
 	}
 	return NULL;
 }
 
-const px_wait_ops px_wait_uring_ops = {
+const px_wait_ops px__wait_uring_ops = {
 	.name = "uring",
 	.destroy = px_uring_wait_destroy,          /* nothing: lives in the provider */
 	.on_start = NULL,                          /* the SQE says it all */
@@ -178,7 +178,7 @@ static void px_uring_intr_interrupt(px_intr *in)
 		u->intr_deferred = true;
 		return;
 	}
-	sqe = px_uring_get_sqe(u, 0);
+	sqe = px__uring_get_sqe(u, 0);
 	if (!sqe) {
 		u->intr_deferred = true;
 		return;
@@ -186,7 +186,7 @@ static void px_uring_intr_interrupt(px_intr *in)
 	io_uring_prep_nop(sqe);
 	io_uring_sqe_set_data64(sqe, PX_URING_TAG_NOP);
 	u->intr_queued = true;
-	px_uring_kick(u);
+	px__uring_kick(u);
 }
 
 static void px_uring_intr_drain(px_intr *in)
@@ -194,7 +194,7 @@ static void px_uring_intr_drain(px_intr *in)
 	(void)in;  /* next_completed already swallowed the NOP's CQE */
 }
 
-const px_intr_ops px_intr_uring_ops = {
+const px_intr_ops px__intr_uring_ops = {
 	.name = "native",
 	.destroy = px_uring_intr_destroy,     /* nothing: lives in the provider */
 	.interrupt = px_uring_intr_interrupt, /* NOP through the ring, or a flag */

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"  /* px_config_resolve: compare resolved configs */
+#include "internal.h"  /* px__config_resolve: compare resolved configs */
 
 #define MAX_TEXT 4096
 
@@ -104,8 +104,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* The same configuration: both resolved (defaults filled in, as
 	 * px_create does) compare equal field by field. */
 	px_config r1 = c1, r2 = c2;
-	if (px_config_resolve(&r1, NULL, 0) != 0 ||
-	    px_config_resolve(&r2, NULL, 0) != 0)
+	if (px__config_resolve(&r1, NULL, 0) != 0 ||
+	    px__config_resolve(&r2, NULL, 0) != 0)
 		die("a parsed config does not resolve", text, out1);
 	if (!same(&r1, &r2))
 		die("parse(format(parse(text))) is not parse(text)", text, out1);
