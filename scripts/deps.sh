@@ -3,6 +3,12 @@
 # Safe to run repeatedly; does nothing when everything is present.
 set -eu
 pkgs="meson ninja-build pkg-config gcc clang libc6-dev liburing-dev libaio-dev libcmocka-dev libuv1-dev python3 fio gnuplot-nox netcat-openbsd strace"
+# clang's sanitizer and libFuzzer runtimes are only a recommendation of
+# clang in Debian: name the package of the clang version the distribution
+# ships (Debian 12: 14).
+rt_ver=$(apt-cache policy clang 2>/dev/null | sed -n 's/^ *Candidate: 1:\([0-9]*\).*/\1/p' | head -n 1)
+[ -n "$rt_ver" ] || rt_ver=14
+pkgs="$pkgs libclang-rt-$rt_ver-dev"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
