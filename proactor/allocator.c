@@ -25,7 +25,7 @@ void px__alloc_init(px_allocator *a, size_t priv_size)
 	a->next_chunk = PX_CHUNK_MIN;
 }
 
-static int px_alloc_grow(px_allocator *a)
+static int alloc_grow(px_allocator *a)
 {
 	if (a->nchunks == a->cap) {
 		size_t cap = a->cap ? a->cap * 2 : 8;
@@ -55,7 +55,7 @@ static int px_alloc_grow(px_allocator *a)
 
 px_result *px__alloc_get(px_allocator *a)
 {
-	if (!a->free && px_alloc_grow(a) < 0)
+	if (!a->free && alloc_grow(a) < 0)
 		return NULL;
 	px_result *r = a->free;
 	a->free = (px_result *)(void *)r->link.next;

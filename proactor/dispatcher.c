@@ -41,7 +41,7 @@ bool px__dispatch_wake_follower(struct px_proactor *px)
 }
 
 /* Interrupt the leader of one shared processor (not the caller itself). */
-static bool px_interrupt_shared_leader(struct px_proactor *px)
+static bool disp_interrupt_shared_leader(struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
@@ -62,7 +62,7 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 	if (px__dispatch_wake_follower(px))
 		return;
 	if (level == PX_NOTIFY_STRONG)
-		px_interrupt_shared_leader(px);
+		disp_interrupt_shared_leader(px);
 }
 
 void px__dispatch_wake_all(struct px_proactor *px)
@@ -88,7 +88,7 @@ void px__timers_insert(struct px_proactor *px, px_result *r)
 	if (px_list_first(&px->timers) == &r->link) {
 		/* A new earliest deadline: whoever sleeps must recompute. */
 		if (!px__dispatch_wake_follower(px))
-			px_interrupt_shared_leader(px);
+			disp_interrupt_shared_leader(px);
 	}
 }
 
@@ -118,33 +118,33 @@ uint64_t px__timers_next(const struct px_proactor *px)
 /* ------------------------------------------------------------------ */
 
 /* The proactor whose callback this thread is running, if any. */
-static __thread struct px_proactor *px_tls_dispatching;
+static __thread struct px_proactor *disp_tls_dispatching;
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
 {
 	/* A thread running a callback goes back to the queue by itself, so a
 	 * result it queues needs no interrupt of a leader; a sleeping
 	 * follower may still help. */
-	return px_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
+	return disp_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
 }
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
 {
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
-	struct px_proactor *saved = px_tls_dispatching;
-	px_tls_dispatching = px;
+	struct px_proactor *saved = disp_tls_dispatching;
+	disp_tls_dispatching = px;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
-	px_tls_dispatching = saved;
+	disp_tls_dispatching = saved;
 	px__alloc_put(&px->alloc, r);
 }
 
 /* Pick a shared processor this thread may lead: it has work, no leader.
  * Rotates the starting point so that with one thread and two processors
  * neither is starved. */
-static px_processor *px_pick_processor(struct px_proactor *px)
+static px_processor *disp_pick_processor(struct px_proactor *px)
 {
 	for (int k = 0; k < px->nproc; k++) {
 		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
@@ -159,7 +159,7 @@ static px_processor *px_pick_processor(struct px_proactor *px)
 
 /* Another shared processor besides p needs a leader and nobody can take it:
  * p's leader must not sleep for long. */
-static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
+static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
 {
 	if (px->nfollowers)
 		return false;
@@ -182,7 +182,7 @@ static bool px_other_needs_leader(struct px_proactor *px, px_processor *p)
  * longer than PX_HANDOFF_NS at the callbacks' measured average. */
 #define PX_HANDOFF_NS 50000u
 
-static bool px_worth_help(const struct px_proactor *px, size_t n)
+static bool disp_worth_help(const struct px_proactor *px, size_t n)
 {
 	/* Before the first batch is measured, help as soon as there are two. */
 	return n > 1 && (!px->cb_ns ||
@@ -194,7 +194,7 @@ static bool px_worth_help(const struct px_proactor *px, size_t n)
  * looks slow: a sample counts for at most 4 times the average (plus 1 µs),
  * so that one preemption does not make the callbacks look long for the next
  * hundred batches, while a lasting change still shows within a few. */
-static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
+static void disp_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 {
 	uint64_t per = ns / (uint64_t)n;
 	uint64_t cap = 4 * px->cb_ns + 1000;
@@ -209,7 +209,7 @@ static void px_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 #define PX_FOLLOWER_CHECK_NS 20000000u
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
 
-static bool px_any_work(const struct px_proactor *px)
+static bool disp_any_work(const struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
 		if (px->proc[i]->type == PX_PROCESSOR_SHARED &&
@@ -218,9 +218,9 @@ static bool px_any_work(const struct px_proactor *px)
 	return false;
 }
 
-static uint64_t px_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
+static uint64_t disp_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
-static void px_abs_timespec(uint64_t ns, struct timespec *ts)
+static void disp_abs_timespec(uint64_t ns, struct timespec *ts)
 {
 	ts->tv_sec = (time_t)(ns / 1000000000u);
 	ts->tv_nsec = (long)(ns % 1000000000u);
@@ -249,7 +249,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			size_t batch = px_list_count(&px->completed);
 			int done = 0;
 			px->nhandlers++;
-			if (px_worth_help(px, batch))
+			if (disp_worth_help(px, batch))
 				px__dispatch_wake_follower(px);
 			uint64_t t0 = px__now_ns();
 			/* A sample counts only if no thread led meanwhile: a
@@ -268,21 +268,21 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				alone = alone && px->nleaders == 0;
 			}
 			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
-				px_note_cb_time(px, px__now_ns() - t0, done);
+				disp_note_cb_time(px, px__now_ns() - t0, done);
 			n += done;
 			px->nhandlers--;
 			break;
 		}
 
 		/* Step 2: lead a processor that has work and no leader. */
-		px_processor *p = px_pick_processor(px);
+		px_processor *p = disp_pick_processor(px);
 		if (p) {
-			uint64_t until = px_min_u64(deadline, px__timers_next(px));
+			uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 			int ms = px__ms_until(until, now);
 			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
 			px__processor_lead_begin(p);
-			if (px_other_needs_leader(px, p) && (ms < 0 || ms > 1))
+			if (disp_other_needs_leader(px, p) && (ms < 0 || ms > 1))
 				ms = 1;
 			px__processor_handle_aio_events(p, ms);
 			px__processor_lead_end(p);
@@ -291,7 +291,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
 			if (px__processor_has_work(p) &&
-			    px_worth_help(px, px_list_count(&px->completed) + 1))
+			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
 			now = px__now_ns();
 			if (px_list_empty(&px->completed) &&
@@ -303,14 +303,14 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		/* Step 3: sleep as a follower.  While a processor has work,
 		 * not for longer than PX_FOLLOWER_CHECK_NS: a thread that
 		 * dispatches cheap callbacks leads again afterwards instead of
-		 * handing off (px_worth_help), and should one of its callbacks
+		 * handing off (disp_worth_help), and should one of its callbacks
 		 * block (say, until another operation completes), a follower
 		 * must take the lead.  The bound doubles (up to 1 s) while
 		 * the checks find a leader in place, so that idle followers
 		 * of an idle proactor do not wake 50 times a second. */
-		uint64_t until = px_min_u64(deadline, px__timers_next(px));
-		if (px_any_work(px))
-			until = px_min_u64(until, now + check);
+		uint64_t until = disp_min_u64(deadline, px__timers_next(px));
+		if (disp_any_work(px))
+			until = disp_min_u64(until, now + check);
 		if (until <= now) {
 			if (deadline <= now && !(px__timers_next(px) <= now))
 				break;
@@ -331,7 +331,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				pthread_cond_wait(&f.cond, &px->lock);
 		} else {
 			struct timespec ts;
-			px_abs_timespec(until, &ts);
+			disp_abs_timespec(until, &ts);
 			while (!f.woken) {
 				if (pthread_cond_timedwait(&f.cond, &px->lock, &ts) ==
 				    ETIMEDOUT)

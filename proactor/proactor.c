@@ -16,7 +16,7 @@
 /* Life cycle                                                           */
 /* ------------------------------------------------------------------ */
 
-static void px_free(struct px_proactor *px)
+static void fac_free(struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_destroy(px->proc[i]);
@@ -25,7 +25,7 @@ static void px_free(struct px_proactor *px)
 	free(px);
 }
 
-static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
+static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		    size_t errlen)
 {
 	struct px_proactor *px = calloc(1, sizeof(*px));
@@ -55,7 +55,7 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 		int rc = px__processor_create(px, px->nproc, pc[i],
 					     &px->proc[px->nproc], err, errlen);
 		if (rc < 0) {
-			px_free(px);
+			fac_free(px);
 			return rc;
 		}
 		px_processor *p = px->proc[px->nproc++];
@@ -66,7 +66,7 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 	}
 	if (!px->nproc) {
 		px__set_err(err, errlen, "the configuration names no processor");
-		px_free(px);
+		fac_free(px);
 		return -EINVAL;
 	}
 	px__alloc_init(&px->alloc, priv);
@@ -83,7 +83,7 @@ static int px_build(struct px_proactor **out, const px_config *cfg, char *err,
 			for (int j = 0; j < i; j++)
 				px__processor_stop_dedicated(px->proc[j]);
 			pthread_mutex_unlock(&px->lock);
-			px_free(px);
+			fac_free(px);
 			return rc;
 		}
 	}
@@ -117,7 +117,7 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 	int rc = px__config_resolve(&cfg, err, errlen);
 	if (rc < 0)
 		return rc;
-	rc = px_build(out, &cfg, err, errlen);
+	rc = fac_build(out, &cfg, err, errlen);
 	if (rc == 0 && err && errlen)
 		err[0] = '\0';
 	return rc;
@@ -196,7 +196,7 @@ int px_destroy(px_proactor *px)
 	while ((l = px_list_pop_front(&px->completed)))
 		px__dispatch_one(px, px_result_of(l));
 	pthread_mutex_unlock(&px->lock);
-	px_free(px);
+	fac_free(px);
 	return 0;
 }
 
@@ -224,7 +224,7 @@ typedef struct px_start_args {
 	void *user;
 } px_start_args;
 
-static int px_start(struct px_proactor *px, const px_start_args *a)
+static int fac_start(struct px_proactor *px, const px_start_args *a)
 {
 	if (!px)
 		return -EINVAL;
@@ -288,7 +288,7 @@ int px_read_stream(px_proactor *px, int fd, void *buf, size_t len,
 {
 	if (!len)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_READ_STREAM, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_READ_STREAM, .fd = fd,
 			.buf = buf, .len = len, .cb = cb, .user = user });
 }
 
@@ -297,7 +297,7 @@ int px_write_stream(px_proactor *px, int fd, const void *buf, size_t len,
 {
 	if (!len)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM, .fd = fd,
 			.buf = (void *)buf, .len = len, .cb = cb, .user = user });
 }
 
@@ -306,7 +306,7 @@ int px_write_stream_all(px_proactor *px, int fd, const void *buf, size_t len,
 {
 	if (!len)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM, .fd = fd,
 			.buf = (void *)buf, .len = len, .flags = PX_RF_WRITE_ALL,
 			.cb = cb, .user = user });
 }
@@ -316,7 +316,7 @@ int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
 {
 	if (!len)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_READ_FILE, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_READ_FILE, .fd = fd,
 			.buf = buf, .len = len, .offset = offset, .cb = cb,
 			.user = user });
 }
@@ -326,7 +326,7 @@ int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
 {
 	if (!len)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_WRITE_FILE, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_WRITE_FILE, .fd = fd,
 			.buf = (void *)buf, .len = len, .offset = offset,
 			.cb = cb, .user = user });
 }
@@ -334,7 +334,7 @@ int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
 int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
 		  px_callback *cb, void *user)
 {
-	return px_start(px, &(px_start_args){ .op = PX_OP_READ_DGRAM, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_READ_DGRAM, .fd = fd,
 			.buf = buf, .len = len, .cb = cb, .user = user });
 }
 
@@ -342,14 +342,14 @@ int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 		   const struct sockaddr *addr, socklen_t addrlen,
 		   px_callback *cb, void *user)
 {
-	return px_start(px, &(px_start_args){ .op = PX_OP_WRITE_DGRAM, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_WRITE_DGRAM, .fd = fd,
 			.buf = (void *)buf, .len = len, .addr = addr,
 			.addrlen = addrlen, .cb = cb, .user = user });
 }
 
 int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user)
 {
-	return px_start(px, &(px_start_args){ .op = PX_OP_ACCEPT, .fd = listen_fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_ACCEPT, .fd = listen_fd,
 			.cb = cb, .user = user });
 }
 
@@ -358,7 +358,7 @@ int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 {
 	if (!addr || !addrlen)
 		return -EINVAL;
-	return px_start(px, &(px_start_args){ .op = PX_OP_CONNECT, .fd = fd,
+	return fac_start(px, &(px_start_args){ .op = PX_OP_CONNECT, .fd = fd,
 			.addr = addr, .addrlen = addrlen, .cb = cb, .user = user });
 }
 

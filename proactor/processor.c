@@ -17,7 +17,7 @@
 
 #include "core.h"
 
-static bool px_is_leader(const px_processor *p)
+static bool proc_is_leader(const px_processor *p)
 {
 	return p->has_leader && pthread_equal(p->leader, pthread_self());
 }
@@ -29,42 +29,42 @@ bool px__processor_has_work(const px_processor *p)
 
 void px__processor_interrupt(px_processor *p)
 {
-	if (p->has_leader && !px_is_leader(p))
+	if (p->has_leader && !proc_is_leader(p))
 		p->intr->ops->interrupt(p->intr);
 }
 
 /* The processor just went from idle to having work.  A shared one without a
  * leader needs a thread to lead it. */
-static void px_processor_became_busy(px_processor *p)
+static void proc_became_busy(px_processor *p)
 {
 	if (p->type == PX_PROCESSOR_SHARED && !p->has_leader)
 		px__dispatch_wake_follower(p->px);
 }
 
-static int px_post_level(const px_processor *p)
+static int proc_post_level(const px_processor *p)
 {
 	/* A shared leader returns to the dispatcher itself after collecting;
 	 * a dedicated one never does, so others must be told. */
 	return p->type == PX_PROCESSOR_DEDICATED ? PX_NOTIFY_STRONG : PX_NOTIFY_NONE;
 }
 
-static void px_defer(px_processor *p, px_result *r)
+static void proc_defer(px_processor *p, px_result *r)
 {
 	r->state = PX_RS_DEFERRED;
 	px_list_push_back(&p->deferred, &r->link);
 }
 
-static void px_cancel_one(px_processor *p, px_result *r, int *count);
+static void proc_cancel_one(px_processor *p, px_result *r, int *count);
 
 /*
  * Give r to the provider's start.  The readiness provider releases the
  * mutex around its system call, and r is then on neither the deferred nor
  * the started list; it waits on the starting list instead, where a cancel
  * finds it and sets cancel_pending, acted on once start has returned
- * (px_started, px_cancelled_again).  Without that the cancel would find
+ * (proc_started, proc_cancelled_again).  Without that the cancel would find
  * nothing and a write that stays pending would never end.
  */
-static int px_provider_start(px_processor *p, px_result *r)
+static int proc_provider_start(px_processor *p, px_result *r)
 {
 	if (p->wait->ops->on_start)
 		p->wait->ops->on_start(p->wait, r);
@@ -77,7 +77,7 @@ static int px_provider_start(px_processor *p, px_result *r)
 
 /* The provider started r: onto the started list, and cancelled now if a
  * cancel came while it was being started. */
-static void px_started(px_processor *p, px_result *r)
+static void proc_started(px_processor *p, px_result *r)
 {
 	int n = 0;
 
@@ -85,14 +85,14 @@ static void px_started(px_processor *p, px_result *r)
 	px_list_push_back(&p->started, &r->link);
 	if (r->cancel_pending) {
 		r->cancel_pending = 0;
-		px_cancel_one(p, r, &n);
+		proc_cancel_one(p, r, &n);
 	}
 }
 
 /* The provider gave r back (PX_START_AGAIN).  If a cancel came while it was
  * being started, complete it now with ECANCELED and return true; else the caller
  * defers it again. */
-static bool px_cancelled_again(px_processor *p, px_result *r)
+static bool proc_cancelled_again(px_processor *p, px_result *r)
 {
 	if (!r->cancel_pending)
 		return false;
@@ -110,25 +110,25 @@ int px__processor_start(px_processor *p, px_result *r)
 
 	bool defer = !px_list_empty(&p->deferred) ||
 		     px_list_count(&p->started) >= p->max_aio;
-	if (!defer && !(p->flags & PX_PF_START_ANY_THREAD) && !px_is_leader(p))
+	if (!defer && !(p->flags & PX_PF_START_ANY_THREAD) && !proc_is_leader(p))
 		defer = true;
 	if (defer) {
-		px_defer(p, r);
+		proc_defer(p, r);
 		if (p->has_leader)
 			px__processor_interrupt(p);
 		else if (was_idle)
-			px_processor_became_busy(p);
+			proc_became_busy(p);
 		return 0;
 	}
 
-	int rc = px_provider_start(p, r);
+	int rc = proc_provider_start(p, r);
 	/* start() may have released the mutex: look again. */
 	was_idle = !px__processor_has_work(p);
 	switch (rc) {
 	case PX_START_STARTED:
-		px_started(p, r);
+		proc_started(p, r);
 		if (was_idle)
-			px_processor_became_busy(p);
+			proc_became_busy(p);
 		if (p->flags & PX_PF_START_INTERRUPT)
 			px__processor_interrupt(p);
 		return 0;
@@ -137,11 +137,11 @@ int px__processor_start(px_processor *p, px_result *r)
 		px__dispatch_post(p->px, r, px__dispatch_level_for_caller(p->px));
 		return 0;
 	case PX_START_AGAIN:
-		if (px_cancelled_again(p, r))
+		if (proc_cancelled_again(p, r))
 			return 0;
-		px_defer(p, r);
+		proc_defer(p, r);
 		if (was_idle)
-			px_processor_became_busy(p);
+			proc_became_busy(p);
 		return 0;
 	default:
 		r->proc = NULL;
@@ -151,7 +151,7 @@ int px__processor_start(px_processor *p, px_result *r)
 
 /* Leader: start deferred results while there is room.  Returns true if
  * something finished at once (the wait should then not block). */
-static bool px_start_deferred(px_processor *p)
+static bool proc_start_deferred(px_processor *p)
 {
 	bool finished = false;
 	px_link *l;
@@ -159,13 +159,13 @@ static bool px_start_deferred(px_processor *p)
 	       (l = px_list_first(&p->deferred))) {
 		px_result *r = px_result_of(l);
 		px_list_remove(&p->deferred, l);
-		int rc = px_provider_start(p, r);
+		int rc = proc_provider_start(p, r);
 		if (rc == PX_START_STARTED) {
-			px_started(p, r);
+			proc_started(p, r);
 			continue;
 		}
 		if (rc == PX_START_AGAIN) {
-			if (px_cancelled_again(p, r)) {
+			if (proc_cancelled_again(p, r)) {
 				finished = true;
 				continue;
 			}
@@ -181,16 +181,16 @@ static bool px_start_deferred(px_processor *p)
 			r->state = PX_RS_START_ERROR;
 			px_result_finish(r, 0, rc < 0 ? -rc : EIO);
 		}
-		px__dispatch_post(p->px, r, px_post_level(p));
+		px__dispatch_post(p->px, r, proc_post_level(p));
 		finished = true;
 	}
 	return finished;
 }
 
-static void px_collect(px_processor *p)
+static void proc_collect(px_processor *p)
 {
 	px_result *r;
-	int level = px_post_level(p);
+	int level = proc_post_level(p);
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
@@ -202,15 +202,15 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 {
 	struct px_proactor *px = p->px;
 
-	if (px_start_deferred(p) || !px_list_empty(&px->completed))
+	if (proc_start_deferred(p) || !px_list_empty(&px->completed))
 		timeout_ms = 0;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
-	px_collect(p);
-	px_start_deferred(p);
+	proc_collect(p);
+	proc_start_deferred(p);
 }
 
 void px__processor_lead_begin(px_processor *p)
@@ -232,7 +232,7 @@ void px__processor_lead_end(px_processor *p)
 /* Cancel                                                               */
 /* ------------------------------------------------------------------ */
 
-static void px_cancel_one(px_processor *p, px_result *r, int *count)
+static void proc_cancel_one(px_processor *p, px_result *r, int *count)
 {
 	if (r->state == PX_RS_DEFERRED) {
 		px_list_remove(&p->deferred, &r->link);
@@ -249,7 +249,7 @@ static void px_cancel_one(px_processor *p, px_result *r, int *count)
 	(*count)++;
 }
 
-static int px_cancel_list(px_processor *p, px_list *list, int fd, bool all)
+static int proc_cancel_list(px_processor *p, px_list *list, int fd, bool all)
 {
 	int count = 0;
 	px_link *l = px_list_first(list);
@@ -257,14 +257,14 @@ static int px_cancel_list(px_processor *p, px_list *list, int fd, bool all)
 		px_link *next = px_list_next(list, l);
 		px_result *r = px_result_of(l);
 		if (all || r->c.fd == fd)
-			px_cancel_one(p, r, &count);
+			proc_cancel_one(p, r, &count);
 		l = next;
 	}
 	return count;
 }
 
-/* Results inside the provider's start: mark them (see px_provider_start). */
-static int px_cancel_starting(px_processor *p, int fd, bool all)
+/* Results inside the provider's start: mark them (see proc_provider_start). */
+static int proc_cancel_starting(px_processor *p, int fd, bool all)
 {
 	int count = 0;
 	px_link *l;
@@ -281,9 +281,9 @@ static int px_cancel_starting(px_processor *p, int fd, bool all)
 
 int px__processor_cancel_fd(px_processor *p, int fd)
 {
-	int n = px_cancel_starting(p, fd, false);
-	n += px_cancel_list(p, &p->deferred, fd, false);
-	n += px_cancel_list(p, &p->started, fd, false);
+	int n = proc_cancel_starting(p, fd, false);
+	n += proc_cancel_list(p, &p->deferred, fd, false);
+	n += proc_cancel_list(p, &p->started, fd, false);
 	if (n && (p->flags & PX_PF_START_INTERRUPT))
 		px__processor_interrupt(p);
 	return n;
@@ -291,16 +291,16 @@ int px__processor_cancel_fd(px_processor *p, int fd)
 
 void px__processor_cancel_all(px_processor *p)
 {
-	px_cancel_starting(p, -1, true);
-	px_cancel_list(p, &p->deferred, -1, true);
-	px_cancel_list(p, &p->started, -1, true);
+	proc_cancel_starting(p, -1, true);
+	proc_cancel_list(p, &p->deferred, -1, true);
+	proc_cancel_list(p, &p->started, -1, true);
 }
 
 /* ------------------------------------------------------------------ */
 /* Dedicated leader thread                                              */
 /* ------------------------------------------------------------------ */
 
-static void *px_dedicated_main(void *arg)
+static void *proc_dedicated_main(void *arg)
 {
 	px_processor *p = arg;
 	struct px_proactor *px = p->px;
@@ -323,7 +323,7 @@ int px__processor_run_dedicated(px_processor *p)
 	/* The thread starts with every signal blocked so that none of the
 	 * application's signals land on it. */
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int rc = pthread_create(&p->thread, NULL, px_dedicated_main, p);
+	int rc = pthread_create(&p->thread, NULL, proc_dedicated_main, p);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc)
 		return -rc;
@@ -350,7 +350,7 @@ void px__processor_stop_dedicated(px_processor *p)
 /* ------------------------------------------------------------------ */
 
 /* Build the provider of a resolved, non-auto config. */
-static int px_processor_build(const px_processor_config *cfg, px_provider **prov,
+static int proc_build(const px_processor_config *cfg, px_provider **prov,
 			      const char *where, char *err, size_t errlen)
 {
 	px_proc_spec spec;
@@ -374,7 +374,7 @@ static int px_processor_build(const px_processor_config *cfg, px_provider **prov
 /* Errors after which "auto" goes on to its next candidate: the mechanism
  * is missing, forbidden, short of memory or of a system-wide resource
  * (EAGAIN: Linux AIO's fs.aio-max-nr), or refuses this combination. */
-static bool px_auto_may_skip(int rc)
+static bool proc_auto_may_skip(int rc)
 {
 	return rc == -ENOSYS || rc == -EPERM || rc == -ENOMEM || rc == -EINVAL ||
 	       rc == -EAGAIN;
@@ -382,7 +382,7 @@ static bool px_auto_may_skip(int rc)
 
 /* "auto": the candidates in order (px__auto_candidates), each probed and
  * then built, until one works.  cfg receives the one chosen. */
-static int px_processor_build_auto(px_processor_config *cfg, px_provider **prov,
+static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 				   const char *where, char *err, size_t errlen)
 {
 	const px_provider_class *cand[8];
@@ -400,7 +400,7 @@ static int px_processor_build_auto(px_processor_config *cfg, px_provider **prov,
 		if (rc == 0)
 			rc = px__resolve_processor(&c, where, why, sizeof(why));
 		if (rc == 0)
-			rc = px_processor_build(&c, prov, "", why, sizeof(why));
+			rc = proc_build(&c, prov, "", why, sizeof(why));
 		if (rc == 0) {
 			*cfg = c;
 			return 0;
@@ -411,7 +411,7 @@ static int px_processor_build_auto(px_processor_config *cfg, px_provider **prov,
 			if (w > 0)
 				pos += (size_t)w;
 		}
-		if (!px_auto_may_skip(rc))
+		if (!proc_auto_may_skip(rc))
 			break;
 	}
 	px__set_err(err, errlen, "%sauto found no engine that works here (%s)",
@@ -430,9 +430,9 @@ int px__processor_create(struct px_proactor *px, int index,
 	if (!p)
 		return -ENOMEM;
 	if (cfg->provider[0])
-		rc = px_processor_build(cfg, &p->prov, where, err, errlen);
+		rc = proc_build(cfg, &p->prov, where, err, errlen);
 	else
-		rc = px_processor_build_auto(cfg, &p->prov, where, err, errlen);
+		rc = proc_build_auto(cfg, &p->prov, where, err, errlen);
 	if (rc < 0) {
 		free(p);
 		return rc;

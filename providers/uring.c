@@ -70,7 +70,7 @@
  *     with a signal; it then ends with -EINTR, reported as ECANCELED.  It
  *     answers -ENOENT for a request caught between two rounds of task work
  *     (a send whose internal poll keeps firing goes to io-wq after 128 of
- *     them): the cancel is then sent again (px_uring_cancel_done).
+ *     them): the cancel is then sent again (ur_cancel_done).
  *   - Each pending read on a pipe occupies an io-wq worker on kernels whose
  *     pipes do not support non-blocking reads from io_uring (FMODE_NOWAIT).
  *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
@@ -136,29 +136,29 @@ struct px_uring_priv {
 	bool cancel_sent;   /* ... and its ASYNC_CANCEL is in the ring, its
 	                       CQE not yet reaped */
 	bool held;          /* finished while that CQE was still to come:
-	                       handed out with it (px_uring_cancel_done) */
+	                       handed out with it (ur_cancel_done) */
 	bool reissued;      /* submitted again after the kernel dropped it */
 };
 
-static struct px_uring_priv *px_priv(px_result *r)
+static struct px_uring_priv *ur_priv(px_result *r)
 {
 	return px_result_priv(r);
 }
 
-static px_result *px_result_of_slink(px_link *l)
+static px_result *ur_result_of_slink(px_link *l)
 {
 	struct px_uring_priv *pr = px_container_of(l, struct px_uring_priv, slink);
 	return (px_result *)(void *)((char *)pr - PX_RESULT_HDR);
 }
 
-static px_uring *px_uring_of_prov(px_provider *p)
+static px_uring *ur_of_prov(px_provider *p)
 {
 	return px_container_of(p, px_uring, prov);
 }
 
 /* The operations this provider does: the queued ones (fdq.h) and the
  * file operations, which carry their own offset and go straight in. */
-static bool px_uring_does(px_op op)
+static bool ur_does(px_op op)
 {
 	return px__fdq_dir(op) >= 0 || op == PX_OP_READ_FILE ||
 	       op == PX_OP_WRITE_FILE;
@@ -167,7 +167,7 @@ static bool px_uring_does(px_op op)
 /* Operations that wait for readiness and retry after -EAGAIN.  Not a
  * connect: its EAGAIN (a full AF_UNIX backlog) is its result, as for
  * connect(2).  Nor a file operation: regular files do not return it. */
-static bool px_uring_pollable(px_op op)
+static bool ur_pollable(px_op op)
 {
 	return op == PX_OP_READ_STREAM || op == PX_OP_WRITE_STREAM ||
 	       op == PX_OP_READ_DGRAM || op == PX_OP_WRITE_DGRAM ||
@@ -193,7 +193,7 @@ unsigned px__uring_publish(px_uring *u)
 }
 
 /* io_uring_submit, remembering whether SQEs were left behind. */
-static int px_uring_submit(px_uring *u)
+static int ur_submit(px_uring *u)
 {
 	int rc;
 
@@ -219,7 +219,7 @@ static int px_uring_submit(px_uring *u)
 struct io_uring_sqe *px__uring_get_sqe(px_uring *u, unsigned reserve)
 {
 	if (io_uring_sq_space_left(&u->ring) <= reserve) {
-		px_uring_submit(u);
+		ur_submit(u);
 		if (io_uring_sq_space_left(&u->ring) <= reserve)
 			return NULL;
 	}
@@ -234,13 +234,13 @@ void px__uring_kick(px_uring *u)
 	 * callback that waits for its own operation while the leader sleeps
 	 * on something else. */
 	if (u->leader_waiting && io_uring_sq_ready(&u->ring))
-		px_uring_submit(u);
+		ur_submit(u);
 }
 
 /* Fill sqe with r's operation (the part from r->done on). */
-static void px_uring_prep_op(px_result *r, struct io_uring_sqe *sqe)
+static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 	px_completion *c = &r->c;
 	char *buf = (char *)c->buf + r->done;
 	size_t left = c->len - r->done;
@@ -298,9 +298,9 @@ static void px_uring_prep_op(px_result *r, struct io_uring_sqe *sqe)
 
 /* Put r's next request (the operation, or its readiness poll) into an SQE.
  * Returns false when no SQE is free. */
-static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
+static bool ur_issue(px_uring *u, px_result *r, unsigned reserve)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 	struct io_uring_sqe *sqe = px__uring_get_sqe(u, reserve);
 
 	if (!sqe)
@@ -311,7 +311,7 @@ static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
 		pr->phase = PX_URING_POLL;
 	} else {
-		px_uring_prep_op(r, sqe);
+		ur_prep_op(r, sqe);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r);
 		pr->phase = PX_URING_OP;
 	}
@@ -320,20 +320,20 @@ static bool px_uring_issue(px_uring *u, px_result *r, unsigned reserve)
 
 /* Issue r from inside the provider (a resubmission or a new queue head);
  * without an SQE it waits on u->stalled for the next prepare(). */
-static void px_uring_issue_or_stall(px_uring *u, px_result *r)
+static void ur_issue_or_stall(px_uring *u, px_result *r)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 
-	if (px_uring_issue(u, r, 0))
+	if (ur_issue(u, r, 0))
 		return;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_STALLED;
 	px_list_push_back(&u->stalled, &pr->slink);
 }
 
-static void px_uring_unstall(px_uring *u, px_result *r)
+static void ur_unstall(px_uring *u, px_result *r)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 
 	if (pr->slist == PX_URING_STALLED)
 		px_list_remove(&u->stalled, &pr->slink);
@@ -344,9 +344,9 @@ static void px_uring_unstall(px_uring *u, px_result *r)
 
 /* Queue an ASYNC_CANCEL for r's request in the kernel.  Returns false when
  * it has to wait (no SQE, or too many cancels in flight for the CQ). */
-static bool px_uring_send_cancel(px_uring *u, px_result *r)
+static bool ur_send_cancel(px_uring *u, px_result *r)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 	struct io_uring_sqe *sqe;
 	uint64_t target = (uintptr_t)r;
 
@@ -358,7 +358,7 @@ static bool px_uring_send_cancel(px_uring *u, px_result *r)
 	if (pr->phase == PX_URING_POLL)
 		target |= PX_URING_UD_POLL;
 	io_uring_prep_cancel64(sqe, target, 0);
-	/* Its CQE names r (px_uring_cancel_done), which is not handed out
+	/* Its CQE names r (ur_cancel_done), which is not handed out
 	 * before that CQE is reaped, so the address is not reused while the
 	 * cancel can still hit it. */
 	io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_CANCEL);
@@ -374,16 +374,16 @@ int px__uring_flush(px_uring *u)
 	u->to_submit = 0;
 
 	while ((l = px_list_first(&u->stalled))) {
-		px_result *r = px_result_of_slink(l);
-		if (!px_uring_issue(u, r, 0))
+		px_result *r = ur_result_of_slink(l);
+		if (!ur_issue(u, r, 0))
 			break;
-		px_uring_unstall(u, r);
+		ur_unstall(u, r);
 	}
 	while ((l = px_list_first(&u->cancel_stalled))) {
-		px_result *r = px_result_of_slink(l);
-		if (!px_uring_send_cancel(u, r))
+		px_result *r = ur_result_of_slink(l);
+		if (!ur_send_cancel(u, r))
 			break;
-		px_uring_unstall(u, r);
+		ur_unstall(u, r);
 	}
 	if (!io_uring_sq_ready(&u->ring))
 		return 0;
@@ -392,7 +392,7 @@ int px__uring_flush(px_uring *u)
 		u->to_submit = px__uring_publish(u);
 		return 0;
 	}
-	return px_uring_submit(u);
+	return ur_submit(u);
 }
 
 /* ------------------------------------------------------------------ */
@@ -400,24 +400,24 @@ int px__uring_flush(px_uring *u)
 /* ------------------------------------------------------------------ */
 
 /* The head of a queue went away: issue the next one. */
-static void px_uring_advance(px_uring *u, px_list *q)
+static void ur_advance(px_uring *u, px_list *q)
 {
 	px_link *l = px_list_first(q);
 
 	if (l)
-		px_uring_issue_or_stall(u, px_result_of_plink(l));
+		ur_issue_or_stall(u, px_result_of_plink(l));
 }
 
 /* Take r off its queue; if it was the head, the next one goes in. */
-static void px_uring_dequeue(px_uring *u, px_result *r)
+static void ur_dequeue(px_uring *u, px_result *r)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 	int dir = px__fdq_dir(r->c.op);
 
 	if (dir < 0 || !px_link_linked(&r->plink))
 		return;
 	if (px_fdq_remove(&pr->fe->fq, dir, r))
-		px_uring_advance(u, &pr->fe->fq.q[dir]);
+		ur_advance(u, &pr->fe->fq.q[dir]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -425,12 +425,12 @@ static void px_uring_dequeue(px_uring *u, px_result *r)
 /* ------------------------------------------------------------------ */
 
 /* r is done with res (bytes, or -errno): set its outputs and forget it. */
-static px_result *px_uring_finish(px_uring *u, px_result *r, int res)
+static px_result *ur_finish(px_uring *u, px_result *r, int res)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 	px_completion *c = &r->c;
 
-	px_uring_unstall(u, r);
+	ur_unstall(u, r);
 	pr->phase = PX_URING_IDLE;
 	pr->fe->inflight--;
 	pr->fe->open_seen = res != -EBADF;
@@ -467,17 +467,17 @@ static px_result *px_uring_finish(px_uring *u, px_result *r, int res)
 			pr->fe->notsock = false;
 		px_result_finish(r, r->done, -res);
 	}
-	px_uring_dequeue(u, r);
+	ur_dequeue(u, r);
 	return r;
 }
 
 /* r's own request is over (res: bytes, or -errno): finish it, and hand it
  * out unless the CQE of an ASYNC_CANCEL aimed at it is still to come. */
-static px_result *px_uring_end(px_uring *u, px_result *r, int res)
+static px_result *ur_end(px_uring *u, px_result *r, int res)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 
-	px_uring_finish(u, r, res);
+	ur_finish(u, r, res);
 	if (pr->cancel_sent) {
 		pr->held = true;
 		return NULL;
@@ -496,9 +496,9 @@ static px_result *px_uring_end(px_uring *u, px_result *r, int res)
  * (-EALREADY: the worker is signalled and the send ends with -EINTR or
  * its partial count).  So ask again; the request completes anyway if it
  * was merely about to. */
-static px_result *px_uring_cancel_done(px_uring *u, px_result *r, int res)
+static px_result *ur_cancel_done(px_uring *u, px_result *r, int res)
 {
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 
 	u->cancels_inflight--;
 	pr->cancel_sent = false;
@@ -508,7 +508,7 @@ static px_result *px_uring_cancel_done(px_uring *u, px_result *r, int res)
 	}
 	if (res == -ENOENT && pr->phase != PX_URING_IDLE &&
 	    pr->slist == PX_URING_NOLIST) {
-		if (!px_uring_send_cancel(u, r)) {
+		if (!ur_send_cancel(u, r)) {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
 		}
@@ -526,25 +526,25 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 
 	px_result *r = (px_result *)(uintptr_t)(user_data &
 		~(PX_URING_UD_POLL | PX_URING_UD_CANCEL));
-	struct px_uring_priv *pr = px_priv(r);
+	struct px_uring_priv *pr = ur_priv(r);
 
 	if (user_data & PX_URING_UD_CANCEL)
-		return px_uring_cancel_done(u, r, res);
+		return ur_cancel_done(u, r, res);
 	pr->phase = PX_URING_IDLE;
 
 	if (user_data & PX_URING_UD_POLL) {
 		/* The descriptor is ready (or the poll failed): retry. */
 		if (pr->cancel_req)
-			return px_uring_end(u, r, -ECANCELED);
+			return ur_end(u, r, -ECANCELED);
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
-			px_uring_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r);
 			return NULL;
 		}
 		if (res < 0)
-			return px_uring_end(u, r, res);
+			return ur_end(u, r, res);
 		pr->want_poll = false;
-		px_uring_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r);
 		return NULL;
 	}
 
@@ -557,7 +557,7 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 		if (res == -EAGAIN || res == -EINTR || res == -EALREADY ||
 		    res == -EBADF)
 			res = -ECANCELED;
-		return px_uring_end(u, r, res);
+		return ur_end(u, r, res);
 	}
 
 	if (res == -ECANCELED) {
@@ -567,7 +567,7 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 		 * thread any more, or io-wq work of that thread).  Submit it
 		 * again from this one. */
 		pr->reissued = true;
-		px_uring_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r);
 		return NULL;
 	}
 	if (r->c.op == PX_OP_CONNECT && pr->reissued) {
@@ -577,43 +577,43 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 			res = 0;
 		if (res == -EALREADY) {
 			pr->want_poll = true;
-			px_uring_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r);
 			return NULL;
 		}
 	}
-	if (res == -EAGAIN && px_uring_pollable(r->c.op)) {
+	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		pr->want_poll = true;
-		px_uring_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r);
 		return NULL;
 	}
 	if (res == -ENOTSOCK && r->c.op == PX_OP_WRITE_STREAM && pr->as_send) {
 		pr->fe->notsock = true;
-		px_uring_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r);
 		return NULL;
 	}
 	if (res > 0 && r->c.op == PX_OP_WRITE_STREAM &&
 	    (r->flags & PX_RF_WRITE_ALL) && r->done + (size_t)res < r->c.len) {
 		/* Short write: the rest goes next, still at the head. */
 		r->done += (size_t)res;
-		px_uring_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r);
 		return NULL;
 	}
-	return px_uring_end(u, r, res);
+	return ur_end(u, r, res);
 }
 
 /* ------------------------------------------------------------------ */
 /* Provider ops                                                         */
 /* ------------------------------------------------------------------ */
 
-static int px_uring_start(px_provider *p, px_result *r)
+static int ur_start(px_provider *p, px_result *r)
 {
-	px_uring *u = px_uring_of_prov(p);
-	struct px_uring_priv *pr = px_priv(r);
+	px_uring *u = ur_of_prov(p);
+	struct px_uring_priv *pr = ur_priv(r);
 	int dir = px__fdq_dir(r->c.op);
 	px_fdq_entry *fq;
 	int rc;
 
-	if (!px_uring_does(r->c.op))
+	if (!ur_does(r->c.op))
 		return -EOPNOTSUPP;
 	memset(pr, 0, sizeof(*pr));
 	r->done = 0;
@@ -639,7 +639,7 @@ static int px_uring_start(px_provider *p, px_result *r)
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (!px_uring_issue(u, r, u->sq_reserve))
+	if (!ur_issue(u, r, u->sq_reserve))
 		return PX_START_AGAIN;
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
@@ -648,23 +648,23 @@ static int px_uring_start(px_provider *p, px_result *r)
 	return PX_START_STARTED;
 }
 
-static int px_uring_cancel(px_provider *p, px_result *r)
+static int ur_cancel(px_provider *p, px_result *r)
 {
-	px_uring *u = px_uring_of_prov(p);
-	struct px_uring_priv *pr = px_priv(r);
+	px_uring *u = ur_of_prov(p);
+	struct px_uring_priv *pr = ur_priv(r);
 
 	if (pr->held)
 		return PX_CANCEL_PENDING;  /* over, handed out with its cancel's CQE */
 	if (pr->phase == PX_URING_IDLE) {
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
-		px_uring_finish(u, r, -ECANCELED);
+		ur_finish(u, r, -ECANCELED);
 		px__uring_kick(u);
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
-		if (px_uring_send_cancel(u, r)) {
+		if (ur_send_cancel(u, r)) {
 			px__uring_kick(u);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
@@ -674,16 +674,16 @@ static int px_uring_cancel(px_provider *p, px_result *r)
 	return PX_CANCEL_PENDING;
 }
 
-static void px_uring_destroy(px_provider *p)
+static void ur_destroy(px_provider *p)
 {
-	px_uring *u = px_uring_of_prov(p);
+	px_uring *u = ur_of_prov(p);
 
 	io_uring_queue_exit(&u->ring);
 	px__fdq_fini(&u->fdq);
 	free(u);
 }
 
-static unsigned px_pow2(unsigned v)
+static unsigned ur_pow2(unsigned v)
 {
 	unsigned n = 1;
 
@@ -693,21 +693,21 @@ static unsigned px_pow2(unsigned v)
 }
 
 /* Every opcode a start, cancel or interrupt may put in the ring. */
-static const uint8_t px_uring_opcodes[] = {
+static const uint8_t ur_opcodes[] = {
 	IORING_OP_NOP, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_SEND,
 	IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_ACCEPT,
 	IORING_OP_CONNECT, IORING_OP_ASYNC_CANCEL, IORING_OP_POLL_ADD,
 };
 
-static int px_uring_probe(px_uring *u)
+static int ur_probe(px_uring *u)
 {
 	struct io_uring_probe *probe = io_uring_get_probe_ring(&u->ring);
 	int rc = 0;
 
 	if (!probe)
 		return -ENOSYS;  /* no IORING_REGISTER_PROBE (before 5.6) */
-	for (size_t i = 0; i < sizeof(px_uring_opcodes); i++) {
-		if (!io_uring_opcode_supported(probe, px_uring_opcodes[i]))
+	for (size_t i = 0; i < sizeof(ur_opcodes); i++) {
+		if (!io_uring_opcode_supported(probe, ur_opcodes[i]))
 			rc = -ENOSYS;
 	}
 	io_uring_free_probe(probe);
@@ -717,7 +717,7 @@ static int px_uring_probe(px_uring *u)
 /* Set the ring up, asking less of the kernel while it refuses: optional
  * flags go on EINVAL (older kernels), CQ size halves on ENOMEM (kernels
  * before 5.12 charge the rings to RLIMIT_MEMLOCK, 64 KiB by default). */
-static int px_uring_setup(px_uring *u, unsigned entries, unsigned flags,
+static int ur_setup(px_uring *u, unsigned entries, unsigned flags,
 			  unsigned cq, struct io_uring_params *prm)
 {
 	static const unsigned optional[] = {
@@ -733,14 +733,14 @@ static int px_uring_setup(px_uring *u, unsigned entries, unsigned flags,
 		rc = io_uring_queue_init_params(entries, &u->ring, prm);
 		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
 			flags &= ~optional[dropped++];
-		else if (rc == -ENOMEM && cq > 2 * px_pow2(entries))
+		else if (rc == -ENOMEM && cq > 2 * ur_pow2(entries))
 			cq /= 2;
 		else
 			return rc;
 	}
 }
 
-static int px_uring_create(const px_processor_config *cfg,
+static int ur_create(const px_processor_config *cfg,
 			   const px_proc_spec *spec, px_provider **out)
 {
 	const px_uring_settings *set = (const void *)spec->settings;
@@ -751,14 +751,14 @@ static int px_uring_create(const px_processor_config *cfg,
 
 	if (entries > 32768)
 		entries = 32768;  /* IORING_MAX_ENTRIES */
-	sq = px_pow2(entries);
+	sq = ur_pow2(entries);
 	/* The CQ bounds what can be in flight (one CQE each, plus the cancels,
 	 * at most sq at a time, and the interrupt); the SQ only what is
 	 * started between two submits.  So the CQ is large even for a small
 	 * SQ: a small max_aio starves an application whose pending reads wait
 	 * for writes that cannot start. */
 	if (cfg->max_aio)
-		cq = px_pow2(cfg->max_aio + sq + 2);
+		cq = ur_pow2(cfg->max_aio + sq + 2);
 	else
 		cq = PX_URING_DEFAULT_CQ;
 	if (cq < 4 * sq)
@@ -773,7 +773,7 @@ static int px_uring_create(const px_processor_config *cfg,
 		flags |= IORING_SETUP_COOP_TASKRUN;
 	if (set->flags & PX_URING_SQPOLL)
 		flags |= IORING_SETUP_SQPOLL;
-	rc = px_uring_setup(u, entries, flags, cq, &prm);
+	rc = ur_setup(u, entries, flags, cq, &prm);
 	if (rc < 0) {
 		/* ENOSYS: no io_uring; EPERM: kernel.io_uring_disabled (6.6)
 		 * or seccomp; ENOMEM: out of memory or memlock. */
@@ -784,7 +784,7 @@ static int px_uring_create(const px_processor_config *cfg,
 		rc = -ENOSYS;
 		goto fail;
 	}
-	rc = px_uring_probe(u);
+	rc = ur_probe(u);
 	if (rc < 0)
 		goto fail;
 
@@ -819,8 +819,8 @@ fail:
 
 const px_provider_ops px__provider_uring_ops = {
 	.name = "uring",
-	.create = px_uring_create,     /* ring, probe, wait and interrupt */
-	.destroy = px_uring_destroy,   /* io_uring_queue_exit and the fd table */
-	.start = px_uring_start,       /* fill an SQE, or queue behind the fd's head */
-	.cancel = px_uring_cancel,     /* drop a queued op, or ASYNC_CANCEL */
+	.create = ur_create,     /* ring, probe, wait and interrupt */
+	.destroy = ur_destroy,   /* io_uring_queue_exit and the fd table */
+	.start = ur_start,       /* fill an SQE, or queue behind the fd's head */
+	.cancel = ur_cancel,     /* drop a queued op, or ASYNC_CANCEL */
 };
