@@ -99,7 +99,7 @@
 
 /* Ring sizes when the config leaves them 0. */
 #define PX_URING_DEFAULT_ENTRIES 256u
-#define PX_URING_DEFAULT_CQ 4096u
+#define PX_URING_DEFAULT_CQ 65536u  /* the largest the kernel makes */
 
 /* Where a result's request is. */
 enum {
