@@ -54,8 +54,8 @@
  *  - A descriptor closed with operations pending: poll and select notice
  *    (PX_POLL_NVAL) at their next wait, which comes within
  *    PX_POLL_RECHECK_MS, and its operations complete with EBADF.  epoll
- *    drops a closed descriptor silently; such operations stay pending
- *    until px_cancel.
+ *    drops a closed descriptor silently; the processor's idle check
+ *    (proactor/processor.c) cancels such operations (EBADF).
  *  - Nothing allocates between start and completion: the descriptor table
  *    (fdq.h) and the poll poller's arrays grow at start time, which may
  *    fail with -ENOMEM.
