@@ -383,15 +383,17 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
 /*
  * Closed descriptors.  An operation pending on a descriptor that the
  * application closes with close(2) completes, on every engine, with EBADF
- * (bytes: what moved before) within about two seconds, or with its own
- * result if it finished first: a leader whose waits collect nothing for a
- * while checks the descriptors of the pending operations (fcntl F_GETFD)
- * and cancels those of closed ones.  The check needs the number to stay
- * closed: if the application opens another file that gets the same number
- * before the pending operations have completed, the behaviour is
- * undefined (they may run on the new file).  Use px_close, which cancels,
- * waits and then closes, so that the number is free only once nothing of
- * the proactor refers to it.
+ * (bytes: what moved before), or with its own result if it finished
+ * first: a leader whose waits collect nothing for a while checks the
+ * descriptors of the pending operations (fcntl F_GETFD) and cancels those
+ * of closed ones.  That takes about two seconds at most while nothing
+ * else completes, about five under steady traffic, and needs a thread in
+ * px_handle_events for a shared processor.  The check needs the number
+ * to stay closed: if the application opens another file that gets the
+ * same number before the pending operations have completed, the
+ * behaviour is undefined (they may run on the new file).  Use px_close,
+ * which cancels, waits and then closes, so that the number is free only
+ * once nothing of the proactor refers to it.
  */
 
 /*

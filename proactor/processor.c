@@ -212,9 +212,10 @@ static size_t proc_collect(px_processor *p)
  * pending looks at two things that no wait reports (docs/ARCHITECTURE.md,
  * "Closed descriptors" and "max_aio"):
  *
- *   - operations whose descriptor the application has closed: epoll drops
- *     a closed descriptor silently, io_uring and Linux AIO hold their own
- *     reference to the file, so such an operation would wait forever.  One
+ *   - operations whose descriptor the application has closed: some
+ *     mechanisms drop a closed descriptor without an event, others hold
+ *     their own reference to the file, so such an operation could wait
+ *     forever (docs/ARCHITECTURE.md names them).  One
  *     fcntl(F_GETFD) per descriptor finds them; they are cancelled and
  *     complete with EBADF;
  *   - a full max_aio with operations deferred and no completion for more
@@ -354,9 +355,9 @@ static void proc_after_wait(px_processor *p, size_t n)
 }
 
 /* The longest a leader may wait, in ms: the gap while operations are
- * pending.  A dedicated leader also waits while it has nothing, and a
- * start does not always interrupt it (epoll, io_uring), so an idle one
- * wakes up once per PROC_CHECK_MAX_NS to see whether work came. */
+ * pending.  A dedicated leader also waits while it has nothing, and only
+ * a processor with PX_PF_START_INTERRUPT is interrupted by a start, so an
+ * idle one wakes up once per PROC_CHECK_MAX_NS to see whether work came. */
 static int proc_wait_bound(const px_processor *p, int timeout_ms)
 {
 	uint64_t cap = p->check_gap;
