@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ struct server {
 	int lfd;
 	atomic_ulong accepted;
 	atomic_ulong open;
+	atomic_bool paused;     /* accepts back off after EMFILE and the like */
 };
 
 struct conn {
@@ -113,8 +115,13 @@ static void on_accept(const px_completion *c)
 	case ENOBUFS:
 	case ENOMEM:
 		/* Out of descriptors or memory: give the connections being
-		 * served a moment to close some before trying again. */
-		fprintf(stderr, "echo_server: accept: %s\n", px_strerror(c->error));
+		 * served a moment to close some before trying again (an
+		 * accept re-armed at once would fail at once, and spin).
+		 * Said once per episode, not per retry. */
+		if (!atomic_exchange(&s->paused, true))
+			fprintf(stderr, "echo_server: accept: %s; pausing accepts, "
+				"retrying every %u ms\n", px_strerror(c->error),
+				ACCEPT_RETRY_NS / 1000000u);
 		if (px_timer_start(s->px, ACCEPT_RETRY_NS, on_accept_retry, s) < 0)
 			accept_again(s);
 		return;
@@ -124,6 +131,8 @@ static void on_accept(const px_completion *c)
 		return;
 	}
 
+	if (atomic_exchange(&s->paused, false))
+		fprintf(stderr, "echo_server: accepting again\n");
 	atomic_fetch_add(&s->accepted, 1);
 	k = malloc(sizeof(*k));
 	if (!k) {

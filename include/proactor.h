@@ -55,6 +55,7 @@ typedef enum px_op {
 	PX_OP_CONNECT,
 	PX_OP_POST,
 	PX_OP_TIMER,
+	PX_OP_CLOSE,            /* px_close */
 	PX_OP_COUNT
 } px_op;
 
@@ -138,10 +139,20 @@ typedef struct px_processor_config {
 	unsigned flags;          /* PX_PF_*; 0 = the provider's defaults */
 	unsigned max_aio;        /* operations in flight; 0 = provider default;
 	                            extra starts are deferred, never refused.
-	                            Beware a limit below what the application
-	                            keeps pending: reads waiting for data can
-	                            fill every slot while the writes that would
-	                            answer them sit deferred. */
+	                            The defaults are at least 65536 (io_uring:
+	                            its largest completion ring, less its
+	                            submission ring), so that no workload within
+	                            a usual descriptor limit fills them.  A
+	                            smaller limit can be filled by reads that
+	                            wait for data while the writes that would
+	                            answer them sit deferred: when max_aio is
+	                            full, operations are deferred and nothing
+	                            has completed for over a second, the
+	                            deferred ones are started beyond the limit
+	                            and a line on stderr says so (once per
+	                            processor).  So max_aio bounds what is in
+	                            flight while work flows; it never
+	                            deadlocks. */
 	uint32_t ops;            /* PX_OP_BIT mask narrowing what this processor
 	                            does; 0 = everything the provider does */
 	int intr_signo;          /* signal for interrupt=signal; 0 = SIGURG */
@@ -304,10 +315,11 @@ PX_API int px_stop(px_proactor *px);
  * Every start function returns 0 when the operation is started (its
  * callback will run exactly once), or a negative errno, in which case the
  * callback will never run:
- *   -EBADF      fd is negative or not open.  (uring checks a descriptor
- *               number only until it has seen it open, to keep a syscall
- *               off every start; a descriptor closed after it was used
- *               there fails with EBADF in the completion instead.)
+ *   -EBADF      fd is negative or not open, or px_close is closing it.
+ *               (uring checks a descriptor number only until it has seen
+ *               it open, to keep a syscall off every start; a descriptor
+ *               closed after it was used there fails with EBADF in the
+ *               completion instead.)
  *   -EINVAL     cb is NULL, or len is 0 where data must move, buf is NULL
  *               with a length, or an address length is shorter than a
  *               family field or longer than struct sockaddr_storage;
@@ -367,6 +379,44 @@ PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
  * Returns 0, -EINVAL (cb NULL), -ENOMEM or -ESHUTDOWN.
  */
 PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
+
+/*
+ * Closed descriptors.  An operation pending on a descriptor that the
+ * application closes with close(2) completes, on every engine, with EBADF
+ * (bytes: what moved before), or with its own result if it finished
+ * first: a leader whose waits collect nothing for a while checks the
+ * descriptors of the pending operations (fcntl F_GETFD) and cancels those
+ * of closed ones.  That takes about two seconds at most while nothing
+ * else completes, about five under steady traffic, and needs a thread in
+ * px_handle_events for a shared processor.  The check needs the number
+ * to stay closed: if the application opens another file that gets the
+ * same number before the pending operations have completed, the
+ * behaviour is undefined (they may run on the new file).  Use px_close,
+ * which cancels, waits and then closes, so that the number is free only
+ * once nothing of the proactor refers to it.
+ */
+
+/*
+ * px_close - cancel every operation pending on fd, wait until each of
+ * their callbacks has run and returned, close fd, then call cb once (op
+ * PX_OP_CLOSE, fd, error 0 or the errno of close(2)).
+ *
+ * From the call on, starts on fd fail with -EBADF, until cb is queued.
+ * The cancelled operations complete with ECANCELED (or their own result
+ * if they finished first).  When cb runs the number is closed and may be
+ * reused at once: no operation of the proactor refers to it any more.
+ * With nothing pending, fd is closed in the call and cb is queued.
+ * Any thread may call it, also from a callback (including a callback of
+ * an operation on fd: the close then waits for that callback to return).
+ * px_destroy, or px_stop followed by px_destroy, still runs cb once.
+ * Returns 0 (cb will run once), or (cb will not run):
+ *   -EINVAL    px or cb is NULL;
+ *   -EBADF     fd is negative, or not open and no operation is pending
+ *              on it;
+ *   -EALREADY  a px_close of fd is already under way;
+ *   -ENOMEM    no memory for the record.
+ */
+PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
 
 /*
  * px_cancel - cancel every pending operation started on fd.

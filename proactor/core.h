@@ -2,9 +2,8 @@
  * core.h - the proactor's own parts: allocator, processor, dispatcher.
  *
  * The proactor mutex (px_proactor.lock) guards every field below unless a
- * comment says otherwise.  It is released at three places only: while a
- * callback runs, while a follower sleeps, and while a leader waits in the
- * operating system.
+ * comment says otherwise.  Where it is released is listed in
+ * docs/ARCHITECTURE.md ("The mutex").
  */
 #ifndef PX_CORE_H
 #define PX_CORE_H
@@ -56,6 +55,13 @@ typedef struct px_processor {
 	bool thread_running;       /* dedicated: thread was created */
 	pthread_t thread;
 	int index;                 /* 0 primary, 1 secondary */
+	/* The idle check (px__processor_handle_aio_events): */
+	uint64_t quiet_since;      /* first wait of the current run of waits
+	                              that collected nothing; 0: not quiet */
+	uint64_t check_gap;        /* quiet time before the next check */
+	uint64_t last_check;       /* when the last check ran */
+	unsigned busy_rounds;      /* waits that collected since then */
+	bool starve_warned;        /* the max_aio warning was printed */
 } px_processor;
 
 /* Notification levels for px__dispatch_post. */
@@ -101,6 +107,9 @@ struct px_proactor {
 	px_allocator alloc;
 	px_list completed;         /* READY, START_ERROR, POSTED results */
 	px_list timers;            /* TIMER results sorted by deadline */
+	px_list closing;           /* px_close results (CLOSING) waiting for
+	                              their descriptor's operations */
+	px_list running;           /* results whose callback runs now */
 	int64_t next_timer_id;
 	px_list followers;         /* sleeping threads; the newest at the back */
 	unsigned nthreads;         /* inside px_handle_events */
@@ -115,6 +124,10 @@ struct px_proactor {
 	px_config cfg;             /* as resolved */
 	char engine[512];
 };
+
+/* px_close bookkeeping (proactor.c): a completion on fd was delivered
+ * (its callback returned); a px_close waiting for it may now close. */
+void px__close_delivered(struct px_proactor *px, int fd) PX_HIDDEN;
 
 /* Queue r for dispatch and notify at the given level. */
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;

@@ -56,6 +56,9 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
+	/* Cancelled because its descriptor was found closed: say so. */
+	if (r->fd_closed && r->c.error == ECANCELED)
+		r->c.error = EBADF;
 	px_list_push_back(&px->completed, &r->link);
 	if (level == PX_NOTIFY_NONE)
 		return;
@@ -134,9 +137,15 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
 	disp_tls_dispatching = px;
+	/* On the running list while its callback runs, so that a px_close
+	 * of its descriptor waits for the callback to return. */
+	px_list_push_back(&px->running, &r->link);
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
+	px_list_remove(&px->running, &r->link);
+	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
+		px__close_delivered(px, r->c.fd);
 	disp_tls_dispatching = saved;
 	px__alloc_put(&px->alloc, r);
 }

@@ -154,7 +154,9 @@ typedef enum px_result_state {
 	PX_RS_START_ERROR,   /* a deferred start failed; on the completed queue */
 	PX_RS_POSTED,        /* posted or timer; on the completed queue */
 	PX_RS_COMPLETED,     /* its callback is running */
-	PX_RS_TIMER          /* pending timer, on the dispatcher's timer list */
+	PX_RS_TIMER,         /* pending timer, on the dispatcher's timer list */
+	PX_RS_CLOSING        /* px_close waiting for the operations of its
+	                        descriptor; on the proactor's closing list */
 } px_result_state;
 
 /* px_result.flags */
@@ -179,9 +181,14 @@ typedef struct px_result {
 	                             the starting list); acted on once start
 	                             has returned.  A byte of its own, apart
 	                             from flags, for that reason. */
+	uint8_t fd_closed;        /* processor: cancelled because its descriptor
+	                             was found closed (px__processor_idle_check);
+	                             an ECANCELED outcome is reported as EBADF */
 	size_t done;              /* bytes already moved, for PX_RF_WRITE_ALL;
 	                             providers add each partial transfer here
-	                             and report the total in c.bytes */
+	                             and report the total in c.bytes.
+	                             PX_OP_CLOSE: completions still to deliver
+	                             before the descriptor is closed */
 	uint64_t deadline_ns;     /* timers: CLOCK_MONOTONIC deadline */
 	/* provider private space follows (px_result_priv) */
 } px_result;
@@ -513,6 +520,10 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
+/* The default max_aio of a provider whose in-flight operations are not
+ * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
+ * (docs/ARCHITECTURE.md, "max_aio"). */
+unsigned px__default_max_aio(void) PX_HIDDEN;
 void px__set_err(char *err, size_t errlen, const char *fmt, ...) PX_HIDDEN
 	__attribute__((format(printf, 3, 4)));
 

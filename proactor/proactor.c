@@ -6,9 +6,11 @@
  * operations mask has the operation (primary first).  Everything runs under
  * the proactor mutex.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -43,6 +45,8 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	px_list_init(&px->completed);
 	px_list_init(&px->timers);
 	px_list_init(&px->followers);
+	px_list_init(&px->closing);
+	px_list_init(&px->running);
 	px->order = cfg->followers;
 	px->cfg = *cfg;
 
@@ -156,6 +160,110 @@ int px_stop(px_proactor *px)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ */
+/* px_close                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The px_close under way for fd, or NULL. */
+static px_result *fac_closing_of(struct px_proactor *px, int fd)
+{
+	for (px_link *l = px_list_first(&px->closing); l;
+	     l = px_list_next(&px->closing, l))
+		if (px_result_of(l)->c.fd == fd)
+			return px_result_of(l);
+	return NULL;
+}
+
+/* Operations on fd not yet delivered: anywhere from deferred to a
+ * callback that is running. */
+static size_t fac_count_list(const px_list *list, int fd)
+{
+	size_t n = 0;
+	for (px_link *l = px_list_first(list); l; l = px_list_next(list, l)) {
+		const px_result *r = px_result_of(l);
+		if (r->c.op < PX_OP_POST && r->c.fd == fd)
+			n++;
+	}
+	return n;
+}
+
+static size_t fac_count_fd(struct px_proactor *px, int fd)
+{
+	size_t n = fac_count_list(&px->completed, fd) +
+		   fac_count_list(&px->running, fd);
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		n += fac_count_list(&p->deferred, fd) +
+		     fac_count_list(&p->starting, fd) +
+		     fac_count_list(&p->started, fd);
+	}
+	return n;
+}
+
+/* Close r's descriptor (mutex held, so no start can slip in between the
+ * close and the end of the refusal) and queue its callback. */
+static void fac_close_now(struct px_proactor *px, px_result *r)
+{
+	px_list_remove(&px->closing, &r->link);
+	int err = close(r->c.fd) < 0 ? errno : 0;
+	/* Linux frees the descriptor even when close is interrupted. */
+	if (err == EINTR)
+		err = 0;
+	px_result_finish(r, 0, err);
+	r->state = PX_RS_POSTED;
+	px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
+}
+
+void px__close_delivered(struct px_proactor *px, int fd)
+{
+	px_result *r = fac_closing_of(px, fd);
+	if (r && r->done && --r->done == 0)
+		fac_close_now(px, r);
+}
+
+int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
+{
+	if (!px || !cb)
+		return -EINVAL;
+	if (fd < 0)
+		return -EBADF;
+	int rc = 0;
+	pthread_mutex_lock(&px->lock);
+	if (fac_closing_of(px, fd)) {
+		rc = -EALREADY;
+		goto out;
+	}
+	size_t pending = fac_count_fd(px, fd);
+	if (!pending && fcntl(fd, F_GETFD) < 0) {
+		rc = -EBADF;
+		goto out;
+	}
+	px_result *r = px__alloc_get(&px->alloc);
+	if (!r) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	r->c.proactor = px;
+	r->c.user = user;
+	r->c.op = PX_OP_CLOSE;
+	r->c.fd = fd;
+	r->c.new_fd = -1;
+	r->cb = cb;
+	r->done = pending;
+	r->state = PX_RS_CLOSING;
+	px_list_push_back(&px->closing, &r->link);
+	/* From here on starts on fd are refused; cancel what is pending.
+	 * The cancels only move results between lists, so the count above
+	 * holds. */
+	for (int i = 0; i < px->nproc; i++)
+		px__processor_cancel_fd(px->proc[i], fd);
+	if (!pending)
+		fac_close_now(px, r);
+out:
+	pthread_mutex_unlock(&px->lock);
+	return rc;
+}
+
 int px_destroy(px_proactor *px)
 {
 	if (!px)
@@ -195,6 +303,13 @@ int px_destroy(px_proactor *px)
 	}
 	while ((l = px_list_pop_front(&px->completed)))
 		px__dispatch_one(px, px_result_of(l));
+	/* Every operation has been delivered, so no px_close still waits;
+	 * should one do, it closes now and its callback runs all the same. */
+	while ((l = px_list_first(&px->closing))) {
+		fac_close_now(px, px_result_of(l));
+		while ((l = px_list_pop_front(&px->completed)))
+			px__dispatch_one(px, px_result_of(l));
+	}
 	pthread_mutex_unlock(&px->lock);
 	fac_free(px);
 	return 0;
@@ -244,6 +359,11 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	int rc;
 	if (px->stopped || px->destroying) {
 		rc = -ESHUTDOWN;
+		goto out;
+	}
+	/* A descriptor being closed by px_close takes no new operations. */
+	if (!px_list_empty(&px->closing) && fac_closing_of(px, a->fd)) {
+		rc = -EBADF;
 		goto out;
 	}
 	px_processor *p = NULL;

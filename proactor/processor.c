@@ -11,6 +11,8 @@
  * proactor, that holds leadership until the proactor is destroyed and hands
  * what completes to the dispatcher with a notification.
  */
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,15 +189,185 @@ static bool proc_start_deferred(px_processor *p)
 	return finished;
 }
 
-static void proc_collect(px_processor *p)
+static size_t proc_collect(px_processor *p)
 {
 	px_result *r;
+	size_t n = 0;
 	int level = proc_post_level(p);
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
 		px__dispatch_post(p->px, r, level);
+		n++;
 	}
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* The idle check                                                       */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A leader whose waits keep collecting nothing while operations are
+ * pending looks at two things that no wait reports (docs/ARCHITECTURE.md,
+ * "Closed descriptors" and "max_aio"):
+ *
+ *   - operations whose descriptor the application has closed: some
+ *     mechanisms drop a closed descriptor without an event, others hold
+ *     their own reference to the file, so such an operation could wait
+ *     forever (docs/ARCHITECTURE.md names them).  One
+ *     fcntl(F_GETFD) per descriptor finds them; they are cancelled and
+ *     complete with EBADF;
+ *   - a full max_aio with operations deferred and no completion for more
+ *     than a second: the operations holding the slots may be waiting for
+ *     input that only a deferred one would produce.  The deferred ones are
+ *     started beyond the limit, and stderr says so once per processor.
+ *
+ * The check runs after PROC_CHECK_MIN_NS of quiet, then at doubling gaps
+ * up to PROC_CHECK_MAX_NS while the quiet lasts; waits are bounded by the
+ * gap while operations are pending, so a dedicated leader or a thread in
+ * px_handle_events(px, -1) gets there too.  Under steady completions it
+ * still runs every PROC_CHECK_BUSY_NS, looked at once per
+ * PROC_CHECK_BUSY_ROUNDS waits, so a closed descriptor among busy ones is
+ * found as well.  Nothing of this runs on the path of a wait that
+ * collects.
+ */
+#define PROC_CHECK_MIN_NS 200000000u
+#define PROC_CHECK_MAX_NS 1000000000u
+#define PROC_CHECK_BUSY_NS 5000000000u
+#define PROC_CHECK_BUSY_ROUNDS 1024u
+
+static bool proc_fd_closed(int fd)
+{
+	return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+}
+
+/* Mark every operation of fd on list as cancelled for a closed
+ * descriptor. */
+static void proc_mark_closed(px_list *list, int fd)
+{
+	for (px_link *l = px_list_first(list); l; l = px_list_next(list, l)) {
+		px_result *r = px_result_of(l);
+		if (r->c.fd == fd)
+			r->fd_closed = 1;
+	}
+}
+
+/* Cancel the operations of closed descriptors on list (started or
+ * deferred).  Returns how many descriptors were closed. */
+static int proc_reap_closed(px_processor *p, px_list *list)
+{
+	int found = 0, last = -1;
+	bool restart;
+
+	do {
+		restart = false;
+		for (px_link *l = px_list_first(list); l; l = px_list_next(list, l)) {
+			px_result *r = px_result_of(l);
+			int fd = r->c.fd;
+			if (fd == last || r->fd_closed)
+				continue;
+			last = fd;
+			if (!proc_fd_closed(fd))
+				continue;
+			proc_mark_closed(&p->deferred, fd);
+			proc_mark_closed(&p->starting, fd);
+			proc_mark_closed(&p->started, fd);
+			/* The cancel may take results off this list: walk
+			 * it again from the head (the marked ones are
+			 * skipped). */
+			px__processor_cancel_fd(p, fd);
+			found++;
+			restart = true;
+			break;
+		}
+	} while (restart);
+	return found;
+}
+
+/* max_aio is full, operations are deferred and nothing has completed for
+ * a while: start the deferred ones beyond the limit. */
+static void proc_unstarve(px_processor *p)
+{
+	if (px_list_empty(&p->deferred) ||
+	    px_list_count(&p->started) < p->max_aio)
+		return;
+	if (!p->starve_warned) {
+		p->starve_warned = true;
+		fprintf(stderr,
+			"proactor: max_aio=%u is full of operations that wait "
+			"(%zu in flight, %zu deferred, nothing completed for "
+			"over a second); starting the deferred ones beyond the limit so "
+			"that they cannot starve.  Raise max_aio, or leave it 0 "
+			"for the default.\n",
+			p->max_aio, px_list_count(&p->started),
+			px_list_count(&p->deferred));
+	}
+	unsigned saved = p->max_aio;
+	p->max_aio = UINT_MAX;
+	proc_start_deferred(p);
+	p->max_aio = saved;
+}
+
+static void proc_check(px_processor *p, uint64_t now, bool quiet)
+{
+	p->last_check = now;
+	p->busy_rounds = 0;
+	proc_reap_closed(p, &p->started);
+	proc_reap_closed(p, &p->deferred);
+	/* Starving only once the gap has grown to its longest: more than a
+	 * second without a completion (200 + 400 + 800 ms). */
+	if (quiet && p->check_gap >= PROC_CHECK_MAX_NS)
+		proc_unstarve(p);
+}
+
+/* After a wait that collected n results. */
+static void proc_after_wait(px_processor *p, size_t n)
+{
+	uint64_t now;
+	if (n) {
+		p->quiet_since = 0;
+		p->check_gap = PROC_CHECK_MIN_NS;
+		if (++p->busy_rounds < PROC_CHECK_BUSY_ROUNDS)
+			return;
+		p->busy_rounds = 0;
+		now = px__now_ns();
+		if (now - p->last_check >= PROC_CHECK_BUSY_NS)
+			proc_check(p, now, false);
+		return;
+	}
+	if (!px__processor_has_work(p)) {
+		p->quiet_since = 0;
+		return;
+	}
+	now = px__now_ns();
+	if (!p->quiet_since) {
+		p->quiet_since = now;
+		return;
+	}
+	if (now - p->quiet_since < p->check_gap)
+		return;
+	proc_check(p, now, true);
+	/* The next check after a longer quiet, unless something completes. */
+	p->quiet_since = now;
+	if (p->check_gap < PROC_CHECK_MAX_NS)
+		p->check_gap *= 2;
+}
+
+/* The longest a leader may wait, in ms: the gap while operations are
+ * pending.  A dedicated leader also waits while it has nothing, and only
+ * a processor with PX_PF_START_INTERRUPT is interrupted by a start, so an
+ * idle one wakes up once per PROC_CHECK_MAX_NS to see whether work came. */
+static int proc_wait_bound(const px_processor *p, int timeout_ms)
+{
+	uint64_t cap = p->check_gap;
+	if (!px__processor_has_work(p)) {
+		if (p->type != PX_PROCESSOR_DEDICATED)
+			return timeout_ms;
+		cap = PROC_CHECK_MAX_NS;
+	}
+	int ms = (int)(cap / 1000000u);
+	return timeout_ms < 0 || timeout_ms > ms ? ms : timeout_ms;
 }
 
 void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
@@ -204,13 +376,15 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 
 	if (proc_start_deferred(p) || !px_list_empty(&px->completed))
 		timeout_ms = 0;
+	timeout_ms = proc_wait_bound(p, timeout_ms);
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
-	proc_collect(p);
+	size_t n = proc_collect(p);
 	proc_start_deferred(p);
+	proc_after_wait(p, n);
 }
 
 void px__processor_lead_begin(px_processor *p)
@@ -456,6 +630,8 @@ int px__processor_create(struct px_proactor *px, int index,
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);
 	px_list_init(&p->starting);
+	p->check_gap = PROC_CHECK_MIN_NS;
+	p->last_check = px__now_ns();
 	*out = p;
 	return 0;
 }

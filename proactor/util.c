@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "core.h"
@@ -13,6 +14,24 @@ uint64_t px__now_ns(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+unsigned px__default_max_aio(void)
+{
+	/* Four operations per descriptor the process may open (a session
+	 * keeps a read, a write and maybe a connect or an accept pending),
+	 * never below 65536 and never above 2^24.  A default below what the
+	 * application keeps pending would be filled by reads that wait for
+	 * data while the writes that answer them sit deferred. */
+	struct rlimit rl;
+	uint64_t n = 65536;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (1u << 22))
+			n = 1u << 24;
+		else if (4 * (uint64_t)rl.rlim_cur > n)
+			n = 4 * (uint64_t)rl.rlim_cur;
+	}
+	return (unsigned)n;
 }
 
 int px__ms_until(uint64_t deadline_ns, uint64_t now)
@@ -69,6 +88,7 @@ static const char *const px_op_names[PX_OP_COUNT] = {
 	[PX_OP_READ_DGRAM] = "read_dgram",     [PX_OP_WRITE_DGRAM] = "write_dgram",
 	[PX_OP_ACCEPT] = "accept",             [PX_OP_CONNECT] = "connect",
 	[PX_OP_POST] = "post",                 [PX_OP_TIMER] = "timer",
+	[PX_OP_CLOSE] = "close",
 };
 
 const char *px_op_name(px_op op)

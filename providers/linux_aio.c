@@ -103,8 +103,6 @@
 /* The largest transfer one read or write performs (MAX_RW_COUNT). */
 #define LA_MAX_RW 0x7ffff000u
 
-#define LA_DEFAULT_MAX_AIO 65536u
-
 /* After LA_SPEC_MISSES reads in a row whose try at start found nothing
  * (request and response: the answer is never there yet), reads on that
  * descriptor go straight to their poll, which completes inside io_submit
@@ -1173,7 +1171,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	u->prov.wait = &u->wait;
 	u->prov.ops_mask = PX_OPS_IO;
 	u->prov.flags = PX_PF_START_ANY_THREAD;
-	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : LA_DEFAULT_MAX_AIO;
+	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : px__default_max_aio();
 	u->prov.priv_size = sizeof(struct la_priv);
 	*out = &u->prov;
 	return 0;

@@ -58,7 +58,6 @@
 #include "posix_aio.h"
 
 /* Defaults when the config leaves them 0. */
-#define PX_PAIO_DEFAULT_MAX_AIO 1024u
 #define PX_PAIO_DEFAULT_THREADS 256u
 #define PX_PAIO_DEFAULT_LANES 2u
 
@@ -507,7 +506,7 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	p->prov.flags = PX_PF_START_ANY_THREAD;
 	if (p->kind == PX_PAIO_AIOCB)
 		p->prov.flags |= PX_PF_START_INTERRUPT;
-	p->prov.max_aio = cfg->max_aio ? cfg->max_aio : PX_PAIO_DEFAULT_MAX_AIO;
+	p->prov.max_aio = cfg->max_aio ? cfg->max_aio : px__default_max_aio();
 	p->prov.priv_size = sizeof(px_paio_req);
 	*out = &p->prov;
 	return 0;

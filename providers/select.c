@@ -54,8 +54,8 @@
  *  - A descriptor closed with operations pending: poll and select notice
  *    (PX_POLL_NVAL) at their next wait, which comes within
  *    PX_POLL_RECHECK_MS, and its operations complete with EBADF.  epoll
- *    drops a closed descriptor silently; such operations stay pending
- *    until px_cancel.
+ *    drops a closed descriptor silently; the processor's idle check
+ *    (proactor/processor.c) cancels such operations (EBADF).
  *  - Nothing allocates between start and completion: the descriptor table
  *    (fdq.h) and the poll poller's arrays grow at start time, which may
  *    fail with -ENOMEM.
@@ -67,8 +67,6 @@
 #include "../wait_strategies/poller.h"
 #include "fdq.h"
 #include "select.h"
-
-#define SEL_DEFAULT_MAX_AIO 65536u
 
 /* Claimed queue heads tried per direction and event, at most. */
 #define SEL_CLAIM_MAX 16
@@ -736,7 +734,7 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	sel->base.flags = PX_PF_START_ANY_THREAD;
 	if (!sel_live(sel))
 		sel->base.flags |= PX_PF_START_INTERRUPT;
-	sel->base.max_aio = cfg->max_aio ? cfg->max_aio : SEL_DEFAULT_MAX_AIO;
+	sel->base.max_aio = cfg->max_aio ? cfg->max_aio : px__default_max_aio();
 	sel->base.priv_size = sizeof(struct px_sel_priv);
 	*out = &sel->base;
 	return 0;

@@ -80,7 +80,8 @@
  *     request/response exchange.  A descriptor the application closes
  *     after using it therefore fails in the completion (EBADF), not in the
  *     start.  Operations pending when it is closed keep the file open in
- *     the kernel and stay pending until px_cancel, as with epoll.  A number
+ *     the kernel; the processor's idle check (proactor/processor.c)
+ *     finds the closed number and cancels them (EBADF).  A number
  *     beyond the descriptor table is checked by the table itself before it
  *     grows, so a huge number that is not open costs no memory.
  */
@@ -99,7 +100,7 @@
 
 /* Ring sizes when the config leaves them 0. */
 #define PX_URING_DEFAULT_ENTRIES 256u
-#define PX_URING_DEFAULT_CQ 4096u
+#define PX_URING_DEFAULT_CQ 65536u  /* the largest the kernel makes */
 
 /* Where a result's request is. */
 enum {

@@ -1,0 +1,569 @@
+/*
+ * close.c - closing descriptors, per engine: the rule for a descriptor the
+ * application closes under pending operations (they complete with EBADF
+ * in bounded time), px_close (cancel, wait for the callbacks, close, then
+ * one callback; the number may be reused at once), and a max_aio too
+ * small for what is pending (the deferred operations are started beyond
+ * it instead of starving).  Public API only.
+ *
+ *   close 'ENGINE CONFIG TEXT' [TEST FILTER]
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Forget a tracked descriptor without closing it (the proactor closes it,
+ * or the test did and the number may be reused). */
+static void untrack(h_fx *f, int fd)
+{
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] == fd)
+			f->fds[i] = -1;
+}
+
+static bool fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* Make a's send buffer small and fill it, so that a write waits. */
+static void fill_sndbuf(int fd)
+{
+	int small = 4096;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+	int fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	static char junk[65536];
+	while (send(fd, junk, sizeof junk, MSG_NOSIGNAL) > 0)
+		;
+	fcntl(fd, F_SETFL, fl);
+}
+
+/* A listening loopback socket, tracked; its address in *a. */
+static int listener(h_fx *f, struct sockaddr_in *a)
+{
+	int l = h_bound_socket(f, SOCK_STREAM, a);
+	assert_int_equal(listen(l, 8), 0);
+	return l;
+}
+
+static void expect_once(h_rec *r, px_op op, int fd, int error, const char *what)
+{
+	if (atomic_load(&r->calls) != 1)
+		fail_msg("%s: %d callbacks, expected exactly one", what,
+			 atomic_load(&r->calls));
+	assert_int_equal(r->c.op, op);
+	assert_int_equal(r->c.fd, fd);
+	if (r->c.error != error)
+		fail_msg("%s completed with error %d (%s), expected %d (%s)",
+			 what, r->c.error, strerror(r->c.error), error,
+			 strerror(error));
+}
+
+/* ------------------------------------------------------------------ */
+/* Event-loop threads                                                   */
+/* ------------------------------------------------------------------ */
+
+enum { NLOOPS = 2 };
+
+static struct {
+	px_proactor *px;
+	pthread_t th[NLOOPS];
+	int n;
+	atomic_int stop;
+	atomic_int error;
+} g_loops;
+
+static void *loop_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_loops.stop)) {
+		int rc = px_handle_events(g_loops.px, 10);
+		if (rc < 0) {
+			atomic_store(&g_loops.error, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void loops_start(h_fx *f)
+{
+	g_loops.px = f->px;
+	atomic_store(&g_loops.stop, 0);
+	atomic_store(&g_loops.error, 0);
+	for (int i = 0; i < NLOOPS; i++) {
+		if (pthread_create(&g_loops.th[i], NULL, loop_main, NULL))
+			fail_msg("pthread_create failed");
+		g_loops.n = i + 1;
+	}
+}
+
+static void loops_stop(void)
+{
+	atomic_store(&g_loops.stop, 1);
+	for (int i = 0; i < g_loops.n; i++)
+		pthread_join(g_loops.th[i], NULL);
+	g_loops.n = 0;
+	int err = atomic_load(&g_loops.error);
+	if (err)
+		fail_msg("px_handle_events returned %d (%s) in a loop thread",
+			 err, px_strerror(err));
+}
+
+static int fx_teardown(void **state)
+{
+	atomic_store(&g_loops.stop, 1);
+	for (int i = 0; i < g_loops.n; i++)
+		pthread_join(g_loops.th[i], NULL);
+	g_loops.n = 0;
+	return h_teardown(state);
+}
+
+/* Wait without pumping (loop threads do) until r is done. */
+static void wait_done(h_rec *r, int ms, const char *what)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!h_rec_done(r)) {
+		if (h_now_ms() > dl)
+			fail_msg("timed out waiting for %s (engine '%s')", what,
+				 h_engine_text);
+		h_sleep_ms(1);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The rule: close(2) under pending operations                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A read, a write that waits for room and an accept, each on a descriptor
+ * the application then closes with close(2), and no px_cancel: each
+ * completes once with EBADF.  No descriptor is opened meanwhile (a reused
+ * number would be undefined behaviour).
+ */
+static void closed_under_pending_ops(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	struct sockaddr_in la;
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	int l = listener(f, &la);
+	fill_sndbuf(b[0]);
+	enum { LEN = 1 << 20 };
+	char *in = h_alloc(f, 64);
+	char *out = h_alloc(f, LEN);
+	h_rec *rd = h_rec_new(f), *wr = h_rec_new(f), *ac = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	assert_int_equal(px_write_stream_all(f->px, b[0], out, LEN, h_rec_cb, wr), 0);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ac), 0);
+	h_settle(f, 30);
+	assert_int_equal(atomic_load(&rd->calls) + atomic_load(&wr->calls) +
+			 atomic_load(&ac->calls), 0);
+	h_close(f, a[1]);
+	h_close(f, b[0]);
+	h_close(f, l);
+	h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+	h_wait_rec(f, wr, 5000, "a write whose descriptor was closed");
+	h_wait_rec(f, ac, 5000, "an accept whose descriptor was closed");
+	h_settle(f, 30);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+	assert_int_equal(rd->c.bytes, 0);
+	expect_once(wr, PX_OP_WRITE_STREAM, b[0], EBADF, "the write");
+	assert_true(wr->c.bytes < LEN);
+	expect_once(ac, PX_OP_ACCEPT, l, EBADF, "the accept");
+	assert_int_equal(ac->c.new_fd, -1);
+	h_assert_usable(f);
+}
+
+/* The same with threads inside px_handle_events(px, -1) only: no thread
+ * comes back on a timeout of its own, the leader's bound does it. */
+static void *pump_forever(void *arg)
+{
+	px_proactor *px = arg;
+	while (px_handle_events(px, -1) >= 0)
+		;
+	return NULL;
+}
+
+static void closed_under_read_no_timeout(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, pump_forever, f->px), 0);
+	h_sleep_ms(30);
+	h_close(f, a[1]);
+	uint64_t dl = h_deadline(5000);
+	while (!h_rec_done(rd) && h_now_ms() < dl)
+		h_sleep_ms(2);
+	px_stop(f->px);
+	pthread_join(th, NULL);
+	if (!h_rec_done(rd))
+		fail_msg("a read whose descriptor was closed did not complete "
+			 "within 5 s under px_handle_events(px, -1)");
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+}
+
+/* ------------------------------------------------------------------ */
+/* px_close                                                             */
+/* ------------------------------------------------------------------ */
+
+/* One px_close: its record, and what its callback does at once with the
+ * closed number (dup2 another file onto it). */
+typedef struct closer {
+	h_rec rec;
+	int fd;
+	int repl;               /* dup2'ed onto fd by the callback, or -1 */
+	int dup_rc;
+	h_rec *ops[3];          /* operations on fd, all delivered before */
+	int nops;
+	atomic_int ops_done_before; /* how many were, when the callback ran */
+	atomic_int fd_was_closed;
+} closer;
+
+static void closer_cb(const px_completion *c)
+{
+	closer *k = c->user;
+	int done = 0;
+	for (int i = 0; i < k->nops; i++)
+		done += atomic_load(&k->ops[i]->calls) == 1;
+	atomic_store(&k->ops_done_before, done);
+	atomic_store(&k->fd_was_closed, !fd_open(c->fd));
+	/* Reuse the number at once. */
+	if (k->repl >= 0)
+		k->dup_rc = dup2(k->repl, c->fd);
+	h_rec_cb(c);
+}
+
+static closer *closer_new(h_fx *f, int fd, int repl)
+{
+	closer *k = h_alloc(f, sizeof *k);
+	k->fd = fd;
+	k->repl = repl;
+	return k;
+}
+
+static void closer_check(closer *k, const char *what)
+{
+	expect_once(&k->rec, PX_OP_CLOSE, k->fd, 0, what);
+	if (atomic_load(&k->ops_done_before) != k->nops)
+		fail_msg("%s: its callback ran with %d of the %d operations "
+			 "on the descriptor delivered", what,
+			 atomic_load(&k->ops_done_before), k->nops);
+	if (!atomic_load(&k->fd_was_closed))
+		fail_msg("%s: the descriptor was still open in the callback", what);
+	if (k->repl >= 0)
+		assert_int_equal(k->dup_rc, k->fd);
+	for (int i = 0; i < k->nops; i++)
+		assert_true(k->ops[i]->seq < k->rec.seq);
+}
+
+/*
+ * Reads, a write and an accept pending, px_close from the test thread
+ * while two other threads run the event loop; each close callback at once
+ * puts another file on the number.  The old operations complete before
+ * the callback and never touch the new files; new operations on the
+ * reused numbers work.
+ */
+static void close_pending_ops_reuse(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2], na[2], nb[2];
+	struct sockaddr_in la, la2;
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	h_socketpair(f, na);    /* goes onto a[1] */
+	h_socketpair(f, nb);    /* goes onto b[0] */
+	int l = listener(f, &la);
+	int l2 = listener(f, &la2);  /* goes onto l */
+	fill_sndbuf(b[0]);
+	enum { LEN = 1 << 20 };
+	char *in = h_alloc(f, 256);
+	char *out = h_alloc(f, LEN);
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f), *bw = h_rec_new(f),
+	      *br = h_rec_new(f), *ac = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, r1), 0);
+	assert_int_equal(px_read_stream(f->px, a[1], in + 64, 64, h_rec_cb, r2), 0);
+	assert_int_equal(px_write_stream_all(f->px, b[0], out, LEN, h_rec_cb, bw), 0);
+	assert_int_equal(px_read_stream(f->px, b[0], in + 128, 64, h_rec_cb, br), 0);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ac), 0);
+
+	closer *ka = closer_new(f, a[1], na[0]);
+	ka->ops[0] = r1, ka->ops[1] = r2, ka->nops = 2;
+	closer *kb = closer_new(f, b[0], nb[0]);
+	kb->ops[0] = bw, kb->ops[1] = br, kb->nops = 2;
+	closer *kl = closer_new(f, l, l2);
+	kl->ops[0] = ac, kl->nops = 1;
+
+	loops_start(f);
+	h_sleep_ms(30);
+	assert_int_equal(px_close(f->px, a[1], closer_cb, ka), 0);
+	assert_int_equal(px_close(f->px, b[0], closer_cb, kb), 0);
+	assert_int_equal(px_close(f->px, l, closer_cb, kl), 0);
+	wait_done(&ka->rec, 5000, "px_close of a socket with two reads");
+	wait_done(&kb->rec, 5000, "px_close of a socket with a write and a read");
+	wait_done(&kl->rec, 5000, "px_close of a listening socket");
+	/* From here the numbers name the new files (dup2 in the callbacks):
+	 * the harness closes them at teardown; na[0], nb[0] and l2 stay
+	 * tracked too. */
+	h_sleep_ms(50);
+	loops_stop();
+	closer_check(ka, "px_close(a)");
+	closer_check(kb, "px_close(b)");
+	closer_check(kl, "px_close(listener)");
+	expect_once(r1, PX_OP_READ_STREAM, a[1], ECANCELED, "first read of a");
+	expect_once(r2, PX_OP_READ_STREAM, a[1], ECANCELED, "second read of a");
+	expect_once(bw, PX_OP_WRITE_STREAM, b[0], ECANCELED, "the write of b");
+	assert_true(bw->c.bytes < LEN);
+	expect_once(br, PX_OP_READ_STREAM, b[0], ECANCELED, "the read of b");
+	expect_once(ac, PX_OP_ACCEPT, l, ECANCELED, "the accept");
+
+	/* Nothing of the old operations reaches the new files. */
+	assert_int_equal(send(na[1], "new", 3, MSG_NOSIGNAL), 3);
+	assert_int_equal(send(nb[0], "mine", 4, MSG_NOSIGNAL), 4);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(connect(c, (struct sockaddr *)&la2, sizeof la2), 0);
+	h_settle(f, 50);
+	char got[8];
+	assert_int_equal(recv(a[1], got, sizeof got, MSG_DONTWAIT), 3);
+	assert_memory_equal(got, "new", 3);
+	assert_int_equal(recv(nb[1], got, sizeof got, MSG_DONTWAIT), 4);
+	assert_memory_equal(got, "mine", 4);
+	assert_int_equal(recv(nb[1], got, sizeof got, MSG_DONTWAIT), -1);
+	assert_int_equal(errno, EAGAIN);
+	int fl = fcntl(l, F_GETFL);
+	fcntl(l, F_SETFL, fl | O_NONBLOCK);
+	int acc = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	if (acc < 0)
+		fail_msg("the connection to the listener now on the closed "
+			 "number was taken: accept4: %s", strerror(errno));
+	h_track(f, acc);
+	fcntl(l, F_SETFL, fl);
+
+	/* New operations on a reused number work. */
+	h_rec *nr = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, nr), 0);
+	assert_int_equal(send(na[1], "again", 5, MSG_NOSIGNAL), 5);
+	h_wait_rec(f, nr, 5000, "a read on the reused number");
+	assert_int_equal(nr->c.error, 0);
+	assert_int_equal(nr->c.bytes, 5);
+	h_rec *nw = h_rec_new(f);
+	assert_int_equal(px_write_stream(f->px, b[0], "hello", 5, h_rec_cb, nw), 0);
+	h_wait_rec(f, nw, 5000, "a write on the reused number");
+	assert_int_equal(nw->c.error, 0);
+	assert_int_equal(recv(nb[1], got, sizeof got, 0), 5);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r1->calls) + atomic_load(&r2->calls) +
+			 atomic_load(&bw->calls) + atomic_load(&br->calls) +
+			 atomic_load(&ac->calls), 5);
+}
+
+/* Nothing pending: closed in the call, one callback with error 0; a second
+ * px_close of the number fails with EBADF; bad arguments are refused. */
+static void close_nothing_pending(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	h_rec *k = h_rec_new(f);
+	assert_int_equal(px_close(f->px, -1, h_rec_cb, k), -EBADF);
+	assert_int_equal(px_close(f->px, a[1], NULL, k), -EINVAL);
+	assert_int_equal(px_close(NULL, a[1], h_rec_cb, k), -EINVAL);
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k), 0);
+	untrack(f, a[1]);
+	assert_false(fd_open(a[1]));
+	h_wait_rec(f, k, 5000, "px_close with nothing pending");
+	h_settle(f, 20);
+	expect_once(k, PX_OP_CLOSE, a[1], 0, "px_close with nothing pending");
+	h_rec *k2 = h_rec_new(f);
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k2), -EBADF);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&k2->calls), 0);
+	h_assert_usable(f);
+}
+
+/* Twice on one descriptor while the first waits: the second is refused
+ * with EALREADY, and starts on the descriptor with EBADF. */
+static void close_twice_and_starts_refused(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f), *k = h_rec_new(f), *never = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	/* No thread dispatches between these calls, so the read's
+	 * completion is not delivered yet and the close still waits. */
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k), 0);
+	untrack(f, a[1]);
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, never), -EALREADY);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, never), -EBADF);
+	assert_int_equal(px_write_stream(f->px, a[1], "x", 1, h_rec_cb, never), -EBADF);
+	assert_int_equal(px_write_stream_all(f->px, a[1], "x", 1, h_rec_cb, never), -EBADF);
+	assert_true(fd_open(a[1]));
+	h_wait_rec(f, k, 5000, "px_close with a read pending");
+	h_settle(f, 20);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], ECANCELED, "the read");
+	expect_once(k, PX_OP_CLOSE, a[1], 0, "the first px_close");
+	assert_true(rd->seq < k->seq);
+	assert_false(fd_open(a[1]));
+	assert_int_equal(atomic_load(&never->calls), 0);
+	h_assert_usable(f);
+}
+
+/* px_close from the callback of an operation on the same descriptor (a
+ * read that sees the end of the stream), with another read queued behind
+ * it: the close waits for that callback to return. */
+typedef struct own_close {
+	h_rec first;
+	h_rec close;
+	int rc;
+	atomic_int returned;    /* the first callback has returned */
+	atomic_int close_after_return;
+} own_close;
+
+static void own_close_done(const px_completion *c)
+{
+	own_close *o = (own_close *)((char *)c->user - offsetof(own_close, close));
+	atomic_store(&o->close_after_return, atomic_load(&o->returned));
+	h_rec_cb(c);
+}
+
+static void own_close_cb(const px_completion *c)
+{
+	own_close *o = (own_close *)((char *)c->user - offsetof(own_close, first));
+	h_rec_cb(c);
+	o->rc = px_close(c->proactor, c->fd, own_close_done, &o->close);
+	h_sleep_ms(20);          /* the close must wait for this return */
+	atomic_store(&o->returned, 1);
+}
+
+static void close_from_own_callback(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	own_close *o = h_alloc(f, sizeof *o);
+	h_rec *second = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 8, own_close_cb, &o->first), 0);
+	assert_int_equal(px_read_stream(f->px, a[1], in + 8, 8, h_rec_cb, second), 0);
+	loops_start(f);
+	h_sleep_ms(20);
+	shutdown(a[0], SHUT_WR);
+	wait_done(&o->close, 5000, "px_close made in a callback");
+	loops_stop();
+	untrack(f, a[1]);
+	assert_int_equal(o->rc, 0);
+	expect_once(&o->first, PX_OP_READ_STREAM, a[1], 0, "the first read");
+	assert_int_equal(o->first.c.bytes, 0);
+	/* The second read may have seen the end of the stream too. */
+	assert_int_equal(atomic_load(&second->calls), 1);
+	assert_true(second->c.error == ECANCELED || second->c.error == 0);
+	expect_once(&o->close, PX_OP_CLOSE, a[1], 0, "the close");
+	assert_int_equal(atomic_load(&o->close_after_return), 1);
+	assert_true(second->seq < o->close.seq);
+	assert_false(fd_open(a[1]));
+}
+
+/* px_destroy with a px_close waiting: both callbacks run once. */
+static void close_then_destroy(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f), *k = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k), 0);
+	untrack(f, a[1]);
+	int rc = px_destroy(f->px);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], ECANCELED, "the read");
+	expect_once(k, PX_OP_CLOSE, a[1], 0, "the close");
+	assert_true(rd->seq < k->seq);
+	assert_false(fd_open(a[1]));
+}
+
+/* ------------------------------------------------------------------ */
+/* max_aio too small for what is pending                                */
+/* ------------------------------------------------------------------ */
+
+static int setup_aio1(void **state)
+{
+	px_config save = h_cfg;
+	h_cfg.primary.max_aio = 1;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = 1;
+	int rc = h_setup(state);
+	h_cfg = save;
+	return rc;
+}
+
+/*
+ * max_aio=1: a read waiting for data holds the only slot, and the write
+ * that would give it the data is deferred behind it.  The processor starts
+ * the write beyond the limit (and says so on stderr) instead of waiting
+ * forever.
+ */
+static void tiny_max_aio_does_not_starve(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 8);
+	h_rec *rd = h_rec_new(f), *wr = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 8, h_rec_cb, rd), 0);
+	assert_int_equal(px_write_stream(f->px, a[0], "ping", 4, h_rec_cb, wr), 0);
+	h_wait_rec(f, wr, 10000, "a write deferred behind a read at max_aio=1");
+	h_wait_rec(f, rd, 10000, "the read the deferred write answers");
+	h_settle(f, 20);
+	expect_once(wr, PX_OP_WRITE_STREAM, a[0], 0, "the write");
+	expect_once(rd, PX_OP_READ_STREAM, a[1], 0, "the read");
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, fx_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "close");
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	const struct CMUnitTest tests[] = {
+		T(closed_under_pending_ops),
+		T(closed_under_read_no_timeout),
+		T(close_pending_ops_reuse),
+		T(close_nothing_pending),
+		T(close_twice_and_starts_refused),
+		T(close_from_own_callback),
+		T(close_then_destroy),
+		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
+						setup_aio1, fx_teardown),
+	};
+	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
+}
