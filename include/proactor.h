@@ -388,8 +388,38 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
  * ECANCELED.  Returns 0, or -ENOENT if it already fired or never existed.
+ * A periodic timer (px_timer_periodic) is cancelled the same way.
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
+
+/* ------------------------------------------------------------------ */
+/* Periodic timers, per-operation deadlines, statistics                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * px_timer_periodic - call cb (op PX_OP_TIMER) first no earlier than
+ * first_ns nanoseconds from now, then once per period_ns, until
+ * px_timer_cancel(px, id) with the id returned here.
+ *
+ * The deadlines are fixed when the timer starts: the k-th is the first
+ * plus k periods, however late a callback runs, so the timer does not
+ * drift.  Callbacks of one timer never overlap and none comes early.
+ * When whole periods pass before a callback can run (a busy or stalled
+ * loop), they are not delivered as a burst: the next callback reports
+ * them all.  In each callback with error 0:
+ *   c->offset  the deadline (CLOCK_MONOTONIC, ns) of the first expiry
+ *              this callback reports;
+ *   c->bytes   how many expiries it reports (1, or more after a miss).
+ * px_timer_cancel returns 0 once; the timer then ends with exactly one
+ * more callback, with error ECANCELED (after the one running, if any).
+ * px_destroy cancels it the same way.  (One-shot timers also carry their
+ * deadline in c->offset.)
+ *
+ * Returns the timer id (> 0), or -EINVAL (cb NULL or period_ns 0),
+ * -ENOMEM, -ESHUTDOWN.
+ */
+PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
+				 uint64_t period_ns, px_callback *cb, void *user);
 
 /* ------------------------------------------------------------------ */
 /* Miscellany                                                           */

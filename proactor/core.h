@@ -75,6 +75,9 @@ void px__processor_destroy(px_processor *p) PX_HIDDEN;
 int px__processor_start(px_processor *p, px_result *r) PX_HIDDEN;
 int px__processor_cancel_fd(px_processor *p, int fd) PX_HIDDEN;
 void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
+/* Cancel one operation of p if it is deferred, starting or started
+ * (a timeout); nothing when it has finished already. */
+void px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit. */
 void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
@@ -100,7 +103,14 @@ struct px_proactor {
 	pthread_mutex_t lock;
 	px_allocator alloc;
 	px_list completed;         /* READY, START_ERROR, POSTED results */
-	px_list timers;            /* TIMER results sorted by deadline */
+	/* Timers (timer.c): TIMER results in a binary min-heap by deadline,
+	 * and the user timers by id. */
+	px_result **theap;
+	size_t ntheap, theap_cap;
+	size_t ntimer_recs;        /* live timer records: room reserved in
+	                              theap for each */
+	px_result **tids;          /* open addressing, keyed by timer id */
+	size_t tids_cap, ntids;
 	int64_t next_timer_id;
 	px_list followers;         /* sleeping threads; the newest at the back */
 	unsigned nthreads;         /* inside px_handle_events */
@@ -129,10 +139,39 @@ void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 /* PX_NOTIFY_FOLLOWER when the calling thread is running one of px's
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
 int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
-/* Timers. */
+/* Interrupt the leader of one shared processor other than the caller.
+ * Returns true if there was one. */
+bool px__dispatch_interrupt_shared_leader(struct px_proactor *px) PX_HIDDEN;
+
+/* ------------------------------------------------------------------ */
+/* Timers (timer.c)                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Put r (deadline_ns set, room reserved) into the heap; a new earliest
+ * deadline wakes a follower or interrupts a leader. */
 void px__timers_insert(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Move every timer due at now to the completed queue (timeouts cancel
+ * their operation instead).  True if anything was queued. */
 bool px__timers_expire(struct px_proactor *px, uint64_t now) PX_HIDDEN;
+/* The earliest deadline, or PX_NS_INF. */
 uint64_t px__timers_next(const struct px_proactor *px) PX_HIDDEN;
+/* A user timer: one-shot (period_ns 0) or periodic.  The id, or -errno. */
+int64_t px__timer_start(struct px_proactor *px, uint64_t delay_ns,
+			uint64_t period_ns, px_callback *cb, void *user) PX_HIDDEN;
+int px__timer_cancel(struct px_proactor *px, int64_t id) PX_HIDDEN;
+/* After a timer's callback: true if the timer lives on (a periodic one,
+ * back in the heap, or its final callback queued) and r must not be
+ * freed. */
+bool px__timer_after_callback(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Give op a deadline timeout_ns from now.  0 or -ENOMEM. */
+int px__timeout_attach(struct px_proactor *px, px_result *op,
+		       uint64_t timeout_ns) PX_HIDDEN;
+/* op is about to be delivered (or was never started): free its timer; an
+ * op cancelled because its deadline passed reports ETIMEDOUT. */
+void px__timeout_detach(struct px_proactor *px, px_result *op) PX_HIDDEN;
+/* Destroy: every user timer in the heap completes with ECANCELED. */
+void px__timers_cancel_all(struct px_proactor *px) PX_HIDDEN;
+void px__timers_fini(struct px_proactor *px) PX_HIDDEN;
 
 #define PX_NS_INF UINT64_MAX
 

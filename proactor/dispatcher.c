@@ -74,43 +74,9 @@ void px__dispatch_wake_all(struct px_proactor *px)
 			px__processor_interrupt(px->proc[i]);
 }
 
-/* ------------------------------------------------------------------ */
-/* Timers: a list sorted by deadline (ties keep start order).           */
-/* ------------------------------------------------------------------ */
-
-void px__timers_insert(struct px_proactor *px, px_result *r)
+bool px__dispatch_interrupt_shared_leader(struct px_proactor *px)
 {
-	px_link *pos = px_list_last(&px->timers);
-	while (pos && px_result_of(pos)->deadline_ns > r->deadline_ns)
-		pos = pos->prev == &px->timers.head ? NULL : pos->prev;
-	px_list_insert_after(&px->timers, pos ? pos : &px->timers.head, &r->link);
-	r->state = PX_RS_TIMER;
-	if (px_list_first(&px->timers) == &r->link) {
-		/* A new earliest deadline: whoever sleeps must recompute. */
-		if (!px__dispatch_wake_follower(px))
-			disp_interrupt_shared_leader(px);
-	}
-}
-
-bool px__timers_expire(struct px_proactor *px, uint64_t now)
-{
-	bool any = false;
-	px_link *l;
-	while ((l = px_list_first(&px->timers)) &&
-	       px_result_of(l)->deadline_ns <= now) {
-		px_list_remove(&px->timers, l);
-		px_result *r = px_result_of(l);
-		r->state = PX_RS_POSTED;
-		px_list_push_back(&px->completed, l);
-		any = true;
-	}
-	return any;
-}
-
-uint64_t px__timers_next(const struct px_proactor *px)
-{
-	px_link *l = px_list_first(&px->timers);
-	return l ? px_result_of(l)->deadline_ns : PX_NS_INF;
+	return disp_interrupt_shared_leader(px);
 }
 
 /* ------------------------------------------------------------------ */
@@ -130,6 +96,9 @@ int px__dispatch_level_for_caller(struct px_proactor *px)
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
 {
+	/* An operation with a deadline: its timer goes (timer.c). */
+	if (r->peer && r->c.op != PX_OP_TIMER)
+		px__timeout_detach(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
@@ -138,6 +107,9 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
 	disp_tls_dispatching = saved;
+	/* A periodic timer goes back to the heap instead (timer.c). */
+	if (r->c.op == PX_OP_TIMER && px__timer_after_callback(px, r))
+		return;
 	px__alloc_put(&px->alloc, r);
 }
 
@@ -243,7 +215,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		}
 
 		/* Step 1: dispatch what is queued now. */
-		if (px_list_first(&px->timers))
+		if (px->ntheap)
 			px__timers_expire(px, now);
 		if (!px_list_empty(&px->completed)) {
 			size_t batch = px_list_count(&px->completed);

@@ -21,6 +21,7 @@ static void fac_free(struct px_proactor *px)
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_destroy(px->proc[i]);
 	px__alloc_fini(&px->alloc);
+	px__timers_fini(px);
 	pthread_mutex_destroy(&px->lock);
 	free(px);
 }
@@ -41,7 +42,6 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	pthread_mutex_init(&px->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	px_list_init(&px->completed);
-	px_list_init(&px->timers);
 	px_list_init(&px->followers);
 	px->order = cfg->followers;
 	px->cfg = *cfg;
@@ -186,13 +186,8 @@ int px_destroy(px_proactor *px)
 		}
 	}
 
+	px__timers_cancel_all(px);
 	px_link *l;
-	while ((l = px_list_pop_front(&px->timers))) {
-		px_result *r = px_result_of(l);
-		px_result_finish(r, 0, ECANCELED);
-		r->state = PX_RS_POSTED;
-		px_list_push_back(&px->completed, l);
-	}
 	while ((l = px_list_pop_front(&px->completed)))
 		px__dispatch_one(px, px_result_of(l));
 	pthread_mutex_unlock(&px->lock);
@@ -410,27 +405,19 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 {
 	if (!px || !cb)
 		return -EINVAL;
-	uint64_t now = px__now_ns();
-	int64_t rc;
 	pthread_mutex_lock(&px->lock);
-	if (px->stopped || px->destroying) {
-		rc = -ESHUTDOWN;
-		goto out;
-	}
-	px_result *r = px__alloc_get(&px->alloc);
-	if (!r) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	r->c.proactor = px;
-	r->c.user = user;
-	r->c.op = PX_OP_TIMER;
-	r->c.timer_id = ++px->next_timer_id;
-	r->cb = cb;
-	r->deadline_ns = delay_ns > PX_NS_INF - 1 - now ? PX_NS_INF - 1 : now + delay_ns;
-	px__timers_insert(px, r);
-	rc = r->c.timer_id;
-out:
+	int64_t rc = px__timer_start(px, delay_ns, 0, cb, user);
+	pthread_mutex_unlock(&px->lock);
+	return rc;
+}
+
+int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
+			  uint64_t period_ns, px_callback *cb, void *user)
+{
+	if (!px || !cb || !period_ns)
+		return -EINVAL;
+	pthread_mutex_lock(&px->lock);
+	int64_t rc = px__timer_start(px, first_ns, period_ns, cb, user);
 	pthread_mutex_unlock(&px->lock);
 	return rc;
 }
@@ -439,20 +426,8 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 {
 	if (!px)
 		return -EINVAL;
-	int rc = -ENOENT;
 	pthread_mutex_lock(&px->lock);
-	for (px_link *l = px_list_first(&px->timers); l;
-	     l = px_list_next(&px->timers, l)) {
-		px_result *r = px_result_of(l);
-		if (r->c.timer_id == id) {
-			px_list_remove(&px->timers, l);
-			px_result_finish(r, 0, ECANCELED);
-			r->state = PX_RS_POSTED;
-			px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
-			rc = 0;
-			break;
-		}
-	}
+	int rc = px__timer_cancel(px, id);
 	pthread_mutex_unlock(&px->lock);
 	return rc;
 }

@@ -289,6 +289,24 @@ int px__processor_cancel_fd(px_processor *p, int fd)
 	return n;
 }
 
+void px__processor_cancel_result(px_processor *p, px_result *r)
+{
+	int n = 0;
+
+	for (px_link *l = px_list_first(&p->starting); l;
+	     l = px_list_next(&p->starting, l)) {
+		if (l == &r->link) {
+			r->cancel_pending = 1;
+			return;
+		}
+	}
+	if (r->state != PX_RS_DEFERRED && r->state != PX_RS_STARTED)
+		return;  /* finished already: its own result stands */
+	proc_cancel_one(p, r, &n);
+	if (p->flags & PX_PF_START_INTERRUPT)
+		px__processor_interrupt(p);
+}
+
 void px__processor_cancel_all(px_processor *p)
 {
 	proc_cancel_starting(p, -1, true);
