@@ -421,6 +421,50 @@ PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 				 uint64_t period_ns, px_callback *cb, void *user);
 
+/* Flags of px_op_desc.flags. */
+#define PX_OPF_WRITE_ALL 0x1u  /* PX_OP_WRITE_STREAM: as px_write_stream_all */
+
+/*
+ * One operation to start, for px_start_op: the arguments of the start
+ * function of that operation, plus what those functions do not take.
+ * Zero every field you do not use (a designated initializer does).
+ */
+typedef struct px_op_desc {
+	px_op op;                    /* PX_OP_READ_STREAM .. PX_OP_CONNECT */
+	int fd;                      /* descriptor (accept: listening socket) */
+	void *buf;                   /* data buffer (NULL for accept, connect) */
+	size_t len;
+	uint64_t offset;             /* read_file / write_file only */
+	const struct sockaddr *addr; /* write_dgram, connect */
+	socklen_t addrlen;
+	unsigned flags;              /* PX_OPF_* */
+	uint64_t timeout_ns;         /* deadline, ns from now; 0: none */
+	px_callback *cb;
+	void *user;
+} px_op_desc;
+
+/*
+ * px_start_op - start the operation d describes, as its own start function
+ * would (px_read_stream, ..., px_connect), optionally with a deadline.
+ *
+ * With timeout_ns > 0 the operation still completes exactly once: with its
+ * own result if it finishes first, otherwise with error ETIMEDOUT once
+ * timeout_ns nanoseconds have passed (never earlier; it can be later by
+ * as long as the thread that runs the loop takes to notice).  c->bytes then
+ * says how much was moved before the deadline (a write_all's partial
+ * count; 0 for most operations).  Data that arrives after the deadline
+ * stays in the descriptor for the next read.  A px_cancel racing the
+ * deadline gives one completion, ECANCELED or ETIMEDOUT.  The deadline
+ * is a timer of the proactor: it is noticed by a thread inside
+ * px_handle_events, like any timer.
+ *
+ * d is read during the call only.  Returns 0 or, as the start functions,
+ * a negative errno (the callback then never runs); -EINVAL also for an
+ * op that is not an I/O operation, an unknown flag, or a field that the
+ * operation does not take (an offset on a stream, a buffer on accept).
+ */
+PX_API int px_start_op(px_proactor *px, const px_op_desc *d);
+
 /* ------------------------------------------------------------------ */
 /* Miscellany                                                           */
 /* ------------------------------------------------------------------ */

@@ -215,6 +215,7 @@ typedef struct px_start_args {
 	const struct sockaddr *addr;
 	socklen_t addrlen;
 	unsigned flags;
+	uint64_t timeout_ns;       /* 0: no deadline */
 	px_callback *cb;
 	void *user;
 } px_start_args;
@@ -270,9 +271,18 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	}
 	r->cb = a->cb;
 	r->flags = (uint8_t)a->flags;
-	rc = px__processor_start(p, r);
-	if (rc < 0)
+	/* A deadline is a timer whose expiry cancels r (timer.c); it is in
+	 * place before the start, which may release the mutex. */
+	if (a->timeout_ns && px__timeout_attach(px, r, a->timeout_ns) < 0) {
 		px__alloc_put(&px->alloc, r);
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = px__processor_start(p, r);
+	if (rc < 0) {
+		px__timeout_detach(px, r);
+		px__alloc_put(&px->alloc, r);
+	}
 out:
 	pthread_mutex_unlock(&px->lock);
 	return rc;
@@ -355,6 +365,53 @@ int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 		return -EINVAL;
 	return fac_start(px, &(px_start_args){ .op = PX_OP_CONNECT, .fd = fd,
 			.addr = addr, .addrlen = addrlen, .cb = cb, .user = user });
+}
+
+int px_start_op(px_proactor *px, const px_op_desc *d)
+{
+	if (!d)
+		return -EINVAL;
+	px_start_args a = { .op = d->op, .fd = d->fd, .buf = d->buf,
+			    .len = d->len, .offset = d->offset, .addr = d->addr,
+			    .addrlen = d->addrlen, .timeout_ns = d->timeout_ns,
+			    .cb = d->cb, .user = d->user };
+	if (d->flags & ~PX_OPF_WRITE_ALL)
+		return -EINVAL;
+	switch (d->op) {
+	case PX_OP_READ_STREAM:
+	case PX_OP_READ_FILE:
+	case PX_OP_WRITE_FILE:
+		if (!d->len || d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_WRITE_STREAM:
+		if (!d->len || d->addr)
+			return -EINVAL;
+		if (d->flags & PX_OPF_WRITE_ALL)
+			a.flags = PX_RF_WRITE_ALL;
+		break;
+	case PX_OP_READ_DGRAM:
+		if (d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_WRITE_DGRAM:
+		if (d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_ACCEPT:
+		if (d->buf || d->len || d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_CONNECT:
+		if (!d->addr || !d->addrlen || d->buf || d->len || d->flags)
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;  /* posts and timers have calls of their own */
+	}
+	if (d->op != PX_OP_READ_FILE && d->op != PX_OP_WRITE_FILE && d->offset)
+		return -EINVAL;
+	return fac_start(px, &a);
 }
 
 /* ------------------------------------------------------------------ */
