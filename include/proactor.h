@@ -465,6 +465,60 @@ typedef struct px_op_desc {
  */
 PX_API int px_start_op(px_proactor *px, const px_op_desc *d);
 
+/*
+ * Statistics.  Counters are kept under the proactor's mutex at places it
+ * is held anyway, so they are always on; px_stats copies them out as one
+ * consistent snapshot.  All counts are totals since px_create.
+ *
+ * I/O operations (those of px_read_stream ... px_connect and px_start_op)
+ * are counted where they go, per processor:
+ *   started    accepted by a start function (a start that returned an
+ *              error is not counted);
+ *   deferred   starts that had to wait for room or for the leader;
+ *   completed  delivered with their own result, success or error;
+ *   cancelled  delivered with ECANCELED (px_cancel, px_destroy);
+ *   timed_out  delivered with ETIMEDOUT because their deadline passed;
+ *   in_flight  started and not yet delivered, counted from the lists the
+ *              operations are on at the time of the snapshot.
+ * so that at every snapshot
+ *   started == completed + cancelled + timed_out + in_flight.
+ */
+typedef struct px_proc_stats {
+	uint64_t started, deferred, completed, cancelled, timed_out, in_flight;
+	uint64_t leader_turns;       /* waits in the OS by its leaders */
+	uint64_t leader_interrupts;  /* times its leader was woken by another
+	                                thread (a start, a post, a timer) */
+	uint64_t wait_ns;            /* time its leaders spent in those waits */
+} px_proc_stats;
+
+struct px_stats {
+	/* Sums over the processors. */
+	uint64_t started, deferred, completed, cancelled, timed_out, in_flight;
+	uint64_t leader_turns, leader_interrupts, wait_ns;
+	/* The proactor's own. */
+	uint64_t posts;              /* px_post callbacks run */
+	uint64_t timer_callbacks;    /* timer callbacks run (each periodic
+	                                expiry, and cancelled timers) */
+	uint64_t callbacks;          /* every callback run */
+	uint64_t follower_wakeups;   /* sleeping threads woken for work */
+	uint64_t follower_sleep_ns;  /* time threads slept as followers */
+	uint64_t dispatch_ns;        /* time threads spent running callbacks
+	                                (summed over threads, so it can exceed
+	                                the elapsed time) */
+	unsigned nproc;              /* 1 or 2: entries of proc in use */
+	px_proc_stats proc[2];       /* [0] primary, [1] secondary */
+};
+
+/*
+ * px_stats - copy the proactor's counters to *out (struct px_stats: the
+ * function has the type's name, so the type has no typedef).  Any thread, any time
+ * (also from a callback).  It takes the proactor's mutex briefly and walks
+ * the queue of completions waiting for a thread, so call it now and then
+ * (a monitoring tick, a signal-driven report), not per operation.
+ * Returns 0, or -EINVAL when px or out is NULL.
+ */
+PX_API int px_stats(px_proactor *px, struct px_stats *out);
+
 /* ------------------------------------------------------------------ */
 /* Miscellany                                                           */
 /* ------------------------------------------------------------------ */

@@ -56,6 +56,7 @@ typedef struct px_processor {
 	bool thread_running;       /* dedicated: thread was created */
 	pthread_t thread;
 	int index;                 /* 0 primary, 1 secondary */
+	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 
 /* Notification levels for px__dispatch_post. */
@@ -122,6 +123,10 @@ struct px_proactor {
 	uint64_t cb_ns;            /* running average time of one callback */
 	bool stopped;              /* px_stop was called */
 	bool destroying;
+	struct {                   /* px_stats: the proactor's own counters */
+		uint64_t posts, timer_callbacks, callbacks;
+		uint64_t follower_wakeups, follower_sleep_ns, dispatch_ns;
+	} st;
 	px_config cfg;             /* as resolved */
 	char engine[512];
 };

@@ -35,6 +35,7 @@ bool px__dispatch_wake_follower(struct px_proactor *px)
 		return false;
 	px_follower *f = px_container_of(l, px_follower, link);
 	px_list_remove(&px->followers, l);
+	px->st.follower_wakeups++;
 	f->woken = true;
 	pthread_cond_signal(&f->cond);
 	return true;
@@ -47,6 +48,7 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 		px_processor *p = px->proc[i];
 		if (p->type == PX_PROCESSOR_SHARED && p->has_leader &&
 		    !pthread_equal(p->leader, pthread_self())) {
+			p->st.leader_interrupts++;
 			p->intr->ops->interrupt(p->intr);
 			return true;
 		}
@@ -83,6 +85,25 @@ bool px__dispatch_interrupt_shared_leader(struct px_proactor *px)
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
 
+/* Statistics: one more callback, classified. */
+static void disp_count_delivery(struct px_proactor *px, const px_result *r)
+{
+	px->st.callbacks++;
+	if (r->c.op == PX_OP_POST) {
+		px->st.posts++;
+	} else if (r->c.op == PX_OP_TIMER) {
+		px->st.timer_callbacks++;
+	} else if (r->proc) {
+		px_proc_stats *st = &r->proc->st;
+		if (r->c.error == ECANCELED)
+			st->cancelled++;
+		else if (r->c.error == ETIMEDOUT && r->timed_out)
+			st->timed_out++;
+		else
+			st->completed++;
+	}
+}
+
 /* The proactor whose callback this thread is running, if any. */
 static __thread struct px_proactor *disp_tls_dispatching;
 
@@ -99,6 +120,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	/* An operation with a deadline: its timer goes (timer.c). */
 	if (r->peer && r->c.op != PX_OP_TIMER)
 		px__timeout_detach(px, r);
+	disp_count_delivery(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
@@ -239,8 +261,10 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				done++;
 				alone = alone && px->nleaders == 0;
 			}
+			uint64_t t1 = px__now_ns();
+			px->st.dispatch_ns += t1 - t0;
 			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
-				disp_note_cb_time(px, px__now_ns() - t0, done);
+				disp_note_cb_time(px, t1 - t0, done);
 			n += done;
 			px->nhandlers--;
 			break;
@@ -317,7 +341,9 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				check *= 2;
 		}
 		pthread_cond_destroy(&f.cond);
+		uint64_t slept = now;
 		now = px__now_ns();
+		px->st.follower_sleep_ns += now - slept;
 	}
 	px->nthreads--;
 	pthread_mutex_unlock(&px->lock);

@@ -278,8 +278,12 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* Counted before the start: another thread may deliver it before
+	 * px__processor_start returns. */
+	p->st.started++;
 	rc = px__processor_start(p, r);
 	if (rc < 0) {
+		p->st.started--;
 		px__timeout_detach(px, r);
 		px__alloc_put(&px->alloc, r);
 	}
@@ -487,4 +491,51 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 	int rc = px__timer_cancel(px, id);
 	pthread_mutex_unlock(&px->lock);
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                           */
+/* ------------------------------------------------------------------ */
+
+int px_stats(px_proactor *px, struct px_stats *out)
+{
+	if (!px || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&px->lock);
+	out->nproc = (unsigned)px->nproc;
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		out->proc[i] = p->st;
+		out->proc[i].in_flight = px_list_count(&p->deferred) +
+					 px_list_count(&p->starting) +
+					 px_list_count(&p->started);
+	}
+	/* Finished operations waiting for a thread to run their callback. */
+	for (px_link *l = px_list_first(&px->completed); l;
+	     l = px_list_next(&px->completed, l)) {
+		px_result *r = px_result_of(l);
+		if (r->c.op < PX_OP_POST && r->proc)
+			out->proc[r->proc->index].in_flight++;
+	}
+	out->posts = px->st.posts;
+	out->timer_callbacks = px->st.timer_callbacks;
+	out->callbacks = px->st.callbacks;
+	out->follower_wakeups = px->st.follower_wakeups;
+	out->follower_sleep_ns = px->st.follower_sleep_ns;
+	out->dispatch_ns = px->st.dispatch_ns;
+	pthread_mutex_unlock(&px->lock);
+	for (unsigned i = 0; i < out->nproc; i++) {
+		const px_proc_stats *q = &out->proc[i];
+		out->started += q->started;
+		out->deferred += q->deferred;
+		out->completed += q->completed;
+		out->cancelled += q->cancelled;
+		out->timed_out += q->timed_out;
+		out->in_flight += q->in_flight;
+		out->leader_turns += q->leader_turns;
+		out->leader_interrupts += q->leader_interrupts;
+		out->wait_ns += q->wait_ns;
+	}
+	return 0;
 }
