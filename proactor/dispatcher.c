@@ -1,5 +1,6 @@
 /*
- * dispatcher.c - completed queue, timers and the leader/followers manager.
+ * dispatcher.c - completed queue and the leader/followers manager (the
+ * timers they wait for are in timer.c).
  *
  * Every thread inside px_handle_events is, at any moment, one of:
  *   handler   running callbacks of completed results (mutex released
