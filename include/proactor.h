@@ -388,7 +388,6 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
  * ECANCELED.  Returns 0, or -ENOENT if it already fired or never existed.
- * A periodic timer (px_timer_periodic) is cancelled the same way.
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
