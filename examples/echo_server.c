@@ -10,7 +10,9 @@
  * it read, and reads again, until end of stream or an error.  THREADS
  * threads run px_handle_events().  SIGINT or SIGTERM stops the server:
  * px_stop(), join the threads, and px_destroy() completes (cancels) what is
- * still pending, which closes the remaining connections.
+ * still pending, which closes the remaining connections.  SIGUSR1 prints
+ * the proactor's statistics (px_stats), and so does the exit, before the
+ * destroy.
  */
 #include <errno.h>
 #include <netdb.h>
@@ -146,6 +148,28 @@ static void on_accept(const px_completion *c)
 	accept_again(s);
 }
 
+static void print_stats(px_proactor *px, const char *when)
+{
+	struct px_stats st;
+
+	if (px_stats(px, &st) < 0)
+		return;
+	printf("echo_server: stats %s: operations started %llu, deferred %llu, "
+	       "completed %llu, cancelled %llu, timed out %llu, in flight %llu; "
+	       "leader turns %llu, leader interrupts %llu, follower wake-ups "
+	       "%llu; leaders waited %.3f s, followers slept %.3f s, callbacks "
+	       "took %.3f s\n",
+	       when, (unsigned long long)st.started,
+	       (unsigned long long)st.deferred, (unsigned long long)st.completed,
+	       (unsigned long long)st.cancelled, (unsigned long long)st.timed_out,
+	       (unsigned long long)st.in_flight,
+	       (unsigned long long)st.leader_turns,
+	       (unsigned long long)st.leader_interrupts,
+	       (unsigned long long)st.follower_wakeups, (double)st.wait_ns / 1e9,
+	       (double)st.follower_sleep_ns / 1e9, (double)st.dispatch_ns / 1e9);
+	fflush(stdout);
+}
+
 static void *worker(void *arg)
 {
 	struct server *s = arg;
@@ -216,7 +240,8 @@ static void usage(FILE *f, const char *prog)
 		"                PX_ENGINE overrides it; default \"auto\"\n"
 		"  -p PORT       TCP port, 0 for any free one (default 7777)\n"
 		"  -t THREADS    threads running the event loop, 1 to %d (default 2)\n"
-		"  -b BIND_ADDR  local address to listen on (default: all)\n",
+		"  -b BIND_ADDR  local address to listen on (default: all)\n"
+		"SIGUSR1 prints statistics; SIGINT or SIGTERM stops.\n",
 		prog, MAX_THREADS);
 }
 
@@ -242,7 +267,7 @@ int main(int argc, char **argv)
 	struct server srv = { .lfd = -1 };
 	pthread_t threads[MAX_THREADS];
 	char err[512], where[NI_MAXHOST + NI_MAXSERV + 16];
-	sigset_t stop_set;
+	sigset_t stop_set;	/* SIGINT, SIGTERM; and SIGUSR1 for statistics */
 	int opt, rc, sig;
 
 	while ((opt = getopt(argc, argv, "e:p:t:b:h")) != -1) {
@@ -290,6 +315,7 @@ int main(int argc, char **argv)
 	sigemptyset(&stop_set);
 	sigaddset(&stop_set, SIGINT);
 	sigaddset(&stop_set, SIGTERM);
+	sigaddset(&stop_set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
@@ -325,12 +351,14 @@ int main(int argc, char **argv)
 		       px_engine_name(srv.px), where, nthreads,
 		       nthreads == 1 ? "" : "s");
 		fflush(stdout);
-		sigwait(&stop_set, &sig);
+		while (sigwait(&stop_set, &sig) == 0 && sig == SIGUSR1)
+			print_stats(srv.px, "now");
 	}
 
 	px_stop(srv.px);
 	for (long i = 0; i < started; i++)
 		pthread_join(threads[i], NULL);
+	print_stats(srv.px, "at exit");
 	rc = px_destroy(srv.px);
 	if (rc < 0)
 		fprintf(stderr, "echo_server: px_destroy: %s\n", px_strerror(rc));

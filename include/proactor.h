@@ -442,6 +442,133 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
 /* ------------------------------------------------------------------ */
+/* Periodic timers, per-operation deadlines, statistics                 */
+/* ------------------------------------------------------------------ */
+
+/*
+ * px_timer_periodic - call cb (op PX_OP_TIMER) first no earlier than
+ * first_ns nanoseconds from now, then once per period_ns, until
+ * px_timer_cancel(px, id) with the id returned here.
+ *
+ * The deadlines are fixed when the timer starts: the k-th is the first
+ * plus k periods, however late a callback runs, so the timer does not
+ * drift.  Callbacks of one timer never overlap and none comes early.
+ * When whole periods pass before a callback can run (a busy or stalled
+ * loop), they are not delivered as a burst: the next callback reports
+ * them all.  In each callback with error 0:
+ *   c->offset  the deadline (CLOCK_MONOTONIC, ns) of the first expiry
+ *              this callback reports;
+ *   c->bytes   how many expiries it reports (1, or more after a miss).
+ * px_timer_cancel returns 0 once; the timer then ends with exactly one
+ * more callback, with error ECANCELED (after the one running, if any).
+ * px_destroy cancels it the same way.  (One-shot timers also carry their
+ * deadline in c->offset.)
+ *
+ * Returns the timer id (> 0), or -EINVAL (cb NULL or period_ns 0),
+ * -ENOMEM, -ESHUTDOWN.
+ */
+PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
+				 uint64_t period_ns, px_callback *cb, void *user);
+
+/* Flags of px_op_desc.flags. */
+#define PX_OPF_WRITE_ALL 0x1u  /* PX_OP_WRITE_STREAM: as px_write_stream_all */
+
+/*
+ * One operation to start, for px_start_op: the arguments of the start
+ * function of that operation, plus what those functions do not take.
+ * Zero every field you do not use (a designated initializer does).
+ */
+typedef struct px_op_desc {
+	px_op op;                    /* PX_OP_READ_STREAM .. PX_OP_CONNECT */
+	int fd;                      /* descriptor (accept: listening socket) */
+	void *buf;                   /* data buffer (NULL for accept, connect) */
+	size_t len;
+	uint64_t offset;             /* read_file / write_file only */
+	const struct sockaddr *addr; /* write_dgram, connect */
+	socklen_t addrlen;
+	unsigned flags;              /* PX_OPF_* */
+	uint64_t timeout_ns;         /* deadline, ns from now; 0: none */
+	px_callback *cb;
+	void *user;
+} px_op_desc;
+
+/*
+ * px_start_op - start the operation d describes, as its own start function
+ * would (px_read_stream, ..., px_connect), optionally with a deadline.
+ *
+ * With timeout_ns > 0 the operation still completes exactly once: with its
+ * own result if it finishes first, otherwise with error ETIMEDOUT once
+ * timeout_ns nanoseconds have passed (never earlier; it can be later by
+ * as long as the thread that runs the loop takes to notice).  c->bytes then
+ * says how much was moved before the deadline (a write_all's partial
+ * count; 0 for most operations).  Data that arrives after the deadline
+ * stays in the descriptor for the next read.  A px_cancel racing the
+ * deadline gives one completion, ECANCELED or ETIMEDOUT.  The deadline
+ * is a timer of the proactor: it is noticed by a thread inside
+ * px_handle_events, like any timer.
+ *
+ * d is read during the call only.  Returns 0 or, as the start functions,
+ * a negative errno (the callback then never runs); -EINVAL also for an
+ * op that is not an I/O operation, an unknown flag, or a field that the
+ * operation does not take (an offset on a stream, a buffer on accept).
+ */
+PX_API int px_start_op(px_proactor *px, const px_op_desc *d);
+
+/*
+ * Statistics.  Counters are kept under the proactor's mutex at places it
+ * is held anyway, so they are always on; px_stats copies them out as one
+ * consistent snapshot.  All counts are totals since px_create.
+ *
+ * I/O operations (those of px_read_stream ... px_connect and px_start_op)
+ * are counted where they go, per processor:
+ *   started    accepted by a start function (a start that returned an
+ *              error is not counted);
+ *   deferred   starts that had to wait for room or for the leader;
+ *   completed  delivered with their own result, success or error;
+ *   cancelled  delivered with ECANCELED (px_cancel, px_destroy);
+ *   timed_out  delivered with ETIMEDOUT because their deadline passed;
+ *   in_flight  started and not yet delivered, counted from the lists the
+ *              operations are on at the time of the snapshot.
+ * so that at every snapshot
+ *   started == completed + cancelled + timed_out + in_flight.
+ */
+typedef struct px_proc_stats {
+	uint64_t started, deferred, completed, cancelled, timed_out, in_flight;
+	uint64_t leader_turns;       /* waits in the OS by its leaders */
+	uint64_t leader_interrupts;  /* times its leader was woken by another
+	                                thread (a start, a post, a timer) */
+	uint64_t wait_ns;            /* time its leaders spent in those waits */
+} px_proc_stats;
+
+struct px_stats {
+	/* Sums over the processors. */
+	uint64_t started, deferred, completed, cancelled, timed_out, in_flight;
+	uint64_t leader_turns, leader_interrupts, wait_ns;
+	/* The proactor's own. */
+	uint64_t posts;              /* px_post callbacks run */
+	uint64_t timer_callbacks;    /* timer callbacks run (each periodic
+	                                expiry, and cancelled timers) */
+	uint64_t callbacks;          /* every callback run */
+	uint64_t follower_wakeups;   /* sleeping threads woken for work */
+	uint64_t follower_sleep_ns;  /* time threads slept as followers */
+	uint64_t dispatch_ns;        /* time threads spent running callbacks
+	                                (summed over threads, so it can exceed
+	                                the elapsed time) */
+	unsigned nproc;              /* 1 or 2: entries of proc in use */
+	px_proc_stats proc[2];       /* [0] primary, [1] secondary */
+};
+
+/*
+ * px_stats - copy the proactor's counters to *out (struct px_stats: the
+ * function has the type's name, so the type has no typedef).  Any thread, any time
+ * (also from a callback).  It takes the proactor's mutex briefly and walks
+ * the queue of completions waiting for a thread, so call it now and then
+ * (a monitoring tick, a signal-driven report), not per operation.
+ * Returns 0, or -EINVAL when px or out is NULL.
+ */
+PX_API int px_stats(px_proactor *px, struct px_stats *out);
+
+/* ------------------------------------------------------------------ */
 /* Miscellany                                                           */
 /* ------------------------------------------------------------------ */
 

@@ -62,6 +62,7 @@ typedef struct px_processor {
 	uint64_t last_check;       /* when the last check ran */
 	unsigned busy_rounds;      /* waits that collected since then */
 	bool starve_warned;        /* the max_aio warning was printed */
+	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 
 /* Notification levels for px__dispatch_post. */
@@ -81,6 +82,9 @@ void px__processor_destroy(px_processor *p) PX_HIDDEN;
 int px__processor_start(px_processor *p, px_result *r) PX_HIDDEN;
 int px__processor_cancel_fd(px_processor *p, int fd) PX_HIDDEN;
 void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
+/* Cancel one operation of p if it is deferred, starting or started
+ * (a timeout); nothing when it has finished already. */
+void px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit. */
 void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
@@ -106,7 +110,14 @@ struct px_proactor {
 	pthread_mutex_t lock;
 	px_allocator alloc;
 	px_list completed;         /* READY, START_ERROR, POSTED results */
-	px_list timers;            /* TIMER results sorted by deadline */
+	/* Timers (timer.c): TIMER results in a binary min-heap by deadline,
+	 * and the user timers by id. */
+	px_result **theap;
+	size_t ntheap, theap_cap;
+	size_t ntimer_recs;        /* live timer records: room reserved in
+	                              theap for each */
+	px_result **tids;          /* open addressing, keyed by timer id */
+	size_t tids_cap, ntids;
 	px_list closing;           /* px_close results (CLOSING) waiting for
 	                              their descriptor's operations */
 	px_list running;           /* results whose callback runs now */
@@ -121,6 +132,10 @@ struct px_proactor {
 	uint64_t cb_ns;            /* running average time of one callback */
 	bool stopped;              /* px_stop was called */
 	bool destroying;
+	struct {                   /* px_stats: the proactor's own counters */
+		uint64_t posts, timer_callbacks, callbacks;
+		uint64_t follower_wakeups, follower_sleep_ns, dispatch_ns;
+	} st;
 	px_config cfg;             /* as resolved */
 	char engine[512];
 };
@@ -142,10 +157,39 @@ void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 /* PX_NOTIFY_FOLLOWER when the calling thread is running one of px's
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
 int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
-/* Timers. */
+/* Interrupt the leader of one shared processor other than the caller.
+ * Returns true if there was one. */
+bool px__dispatch_interrupt_shared_leader(struct px_proactor *px) PX_HIDDEN;
+
+/* ------------------------------------------------------------------ */
+/* Timers (timer.c)                                                     */
+/* ------------------------------------------------------------------ */
+
+/* Put r (deadline_ns set, room reserved) into the heap; a new earliest
+ * deadline wakes a follower or interrupts a leader. */
 void px__timers_insert(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Move every timer due at now to the completed queue (timeouts cancel
+ * their operation instead).  True if anything was queued. */
 bool px__timers_expire(struct px_proactor *px, uint64_t now) PX_HIDDEN;
+/* The earliest deadline, or PX_NS_INF. */
 uint64_t px__timers_next(const struct px_proactor *px) PX_HIDDEN;
+/* A user timer: one-shot (period_ns 0) or periodic.  The id, or -errno. */
+int64_t px__timer_start(struct px_proactor *px, uint64_t delay_ns,
+			uint64_t period_ns, px_callback *cb, void *user) PX_HIDDEN;
+int px__timer_cancel(struct px_proactor *px, int64_t id) PX_HIDDEN;
+/* After a timer's callback: true if the timer lives on (a periodic one,
+ * back in the heap, or its final callback queued) and r must not be
+ * freed. */
+bool px__timer_after_callback(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Give op a deadline timeout_ns from now.  0 or -ENOMEM. */
+int px__timeout_attach(struct px_proactor *px, px_result *op,
+		       uint64_t timeout_ns) PX_HIDDEN;
+/* op is about to be delivered (or was never started): free its timer; an
+ * op cancelled because its deadline passed reports ETIMEDOUT. */
+void px__timeout_detach(struct px_proactor *px, px_result *op) PX_HIDDEN;
+/* Destroy: every user timer in the heap completes with ECANCELED. */
+void px__timers_cancel_all(struct px_proactor *px) PX_HIDDEN;
+void px__timers_fini(struct px_proactor *px) PX_HIDDEN;
 
 #define PX_NS_INF UINT64_MAX
 

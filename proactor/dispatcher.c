@@ -1,5 +1,6 @@
 /*
- * dispatcher.c - completed queue, timers and the leader/followers manager.
+ * dispatcher.c - completed queue and the leader/followers manager (the
+ * timers they wait for are in timer.c).
  *
  * Every thread inside px_handle_events is, at any moment, one of:
  *   handler   running callbacks of completed results (mutex released
@@ -35,6 +36,7 @@ bool px__dispatch_wake_follower(struct px_proactor *px)
 		return false;
 	px_follower *f = px_container_of(l, px_follower, link);
 	px_list_remove(&px->followers, l);
+	px->st.follower_wakeups++;
 	f->woken = true;
 	pthread_cond_signal(&f->cond);
 	return true;
@@ -47,6 +49,7 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 		px_processor *p = px->proc[i];
 		if (p->type == PX_PROCESSOR_SHARED && p->has_leader &&
 		    !pthread_equal(p->leader, pthread_self())) {
+			p->st.leader_interrupts++;
 			p->intr->ops->interrupt(p->intr);
 			return true;
 		}
@@ -77,48 +80,33 @@ void px__dispatch_wake_all(struct px_proactor *px)
 			px__processor_interrupt(px->proc[i]);
 }
 
-/* ------------------------------------------------------------------ */
-/* Timers: a list sorted by deadline (ties keep start order).           */
-/* ------------------------------------------------------------------ */
-
-void px__timers_insert(struct px_proactor *px, px_result *r)
+bool px__dispatch_interrupt_shared_leader(struct px_proactor *px)
 {
-	px_link *pos = px_list_last(&px->timers);
-	while (pos && px_result_of(pos)->deadline_ns > r->deadline_ns)
-		pos = pos->prev == &px->timers.head ? NULL : pos->prev;
-	px_list_insert_after(&px->timers, pos ? pos : &px->timers.head, &r->link);
-	r->state = PX_RS_TIMER;
-	if (px_list_first(&px->timers) == &r->link) {
-		/* A new earliest deadline: whoever sleeps must recompute. */
-		if (!px__dispatch_wake_follower(px))
-			disp_interrupt_shared_leader(px);
-	}
-}
-
-bool px__timers_expire(struct px_proactor *px, uint64_t now)
-{
-	bool any = false;
-	px_link *l;
-	while ((l = px_list_first(&px->timers)) &&
-	       px_result_of(l)->deadline_ns <= now) {
-		px_list_remove(&px->timers, l);
-		px_result *r = px_result_of(l);
-		r->state = PX_RS_POSTED;
-		px_list_push_back(&px->completed, l);
-		any = true;
-	}
-	return any;
-}
-
-uint64_t px__timers_next(const struct px_proactor *px)
-{
-	px_link *l = px_list_first(&px->timers);
-	return l ? px_result_of(l)->deadline_ns : PX_NS_INF;
+	return disp_interrupt_shared_leader(px);
 }
 
 /* ------------------------------------------------------------------ */
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
+
+/* Statistics: one more callback, classified. */
+static void disp_count_delivery(struct px_proactor *px, const px_result *r)
+{
+	px->st.callbacks++;
+	if (r->c.op == PX_OP_POST) {
+		px->st.posts++;
+	} else if (r->c.op == PX_OP_TIMER) {
+		px->st.timer_callbacks++;
+	} else if (r->proc) {
+		px_proc_stats *st = &r->proc->st;
+		if (r->c.error == ECANCELED)
+			st->cancelled++;
+		else if (r->c.error == ETIMEDOUT && r->timed_out)
+			st->timed_out++;
+		else
+			st->completed++;
+	}
+}
 
 /* The proactor whose callback this thread is running, if any. */
 static __thread struct px_proactor *disp_tls_dispatching;
@@ -133,6 +121,10 @@ int px__dispatch_level_for_caller(struct px_proactor *px)
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
 {
+	/* An operation with a deadline: its timer goes (timer.c). */
+	if (r->peer && r->c.op != PX_OP_TIMER)
+		px__timeout_detach(px, r);
+	disp_count_delivery(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
@@ -147,6 +139,9 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
 		px__close_delivered(px, r->c.fd);
 	disp_tls_dispatching = saved;
+	/* A periodic timer goes back to the heap instead (timer.c). */
+	if (r->c.op == PX_OP_TIMER && px__timer_after_callback(px, r))
+		return;
 	px__alloc_put(&px->alloc, r);
 }
 
@@ -252,7 +247,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		}
 
 		/* Step 1: dispatch what is queued now. */
-		if (px_list_first(&px->timers))
+		if (px->ntheap)
 			px__timers_expire(px, now);
 		if (!px_list_empty(&px->completed)) {
 			size_t batch = px_list_count(&px->completed);
@@ -276,8 +271,10 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				done++;
 				alone = alone && px->nleaders == 0;
 			}
+			uint64_t t1 = px__now_ns();
+			px->st.dispatch_ns += t1 - t0;
 			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
-				disp_note_cb_time(px, px__now_ns() - t0, done);
+				disp_note_cb_time(px, t1 - t0, done);
 			n += done;
 			px->nhandlers--;
 			break;
@@ -354,7 +351,9 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				check *= 2;
 		}
 		pthread_cond_destroy(&f.cond);
+		uint64_t slept = now;
 		now = px__now_ns();
+		px->st.follower_sleep_ns += now - slept;
 	}
 	px->nthreads--;
 	pthread_mutex_unlock(&px->lock);

@@ -161,6 +161,8 @@ typedef enum px_result_state {
 
 /* px_result.flags */
 #define PX_RF_WRITE_ALL  0x01u /* write_stream: keep going until len bytes */
+#define PX_RF_PERIODIC   0x02u /* timer: periodic (timer.c) */
+#define PX_RF_TIMEOUT    0x04u /* timer: an operation's deadline (timer.c) */
 
 struct px_processor;
 
@@ -190,6 +192,13 @@ typedef struct px_result {
 	                             PX_OP_CLOSE: completions still to deliver
 	                             before the descriptor is closed */
 	uint64_t deadline_ns;     /* timers: CLOCK_MONOTONIC deadline */
+	uint64_t period_ns;       /* periodic timers: the period */
+	size_t heap_idx;          /* timers: position in the heap (timer.c) */
+	struct px_result *peer;   /* an operation: its timeout timer; a
+	                             timeout timer: its operation.  Core only,
+	                             under the mutex. */
+	uint8_t timed_out;        /* core: the operation's deadline passed
+	                             and it was cancelled for it */
 	/* provider private space follows (px_result_priv) */
 } px_result;
 

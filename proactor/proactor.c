@@ -23,6 +23,7 @@ static void fac_free(struct px_proactor *px)
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_destroy(px->proc[i]);
 	px__alloc_fini(&px->alloc);
+	px__timers_fini(px);
 	pthread_mutex_destroy(&px->lock);
 	free(px);
 }
@@ -43,7 +44,6 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	pthread_mutex_init(&px->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	px_list_init(&px->completed);
-	px_list_init(&px->timers);
 	px_list_init(&px->followers);
 	px_list_init(&px->closing);
 	px_list_init(&px->running);
@@ -294,13 +294,8 @@ int px_destroy(px_proactor *px)
 		}
 	}
 
+	px__timers_cancel_all(px);
 	px_link *l;
-	while ((l = px_list_pop_front(&px->timers))) {
-		px_result *r = px_result_of(l);
-		px_result_finish(r, 0, ECANCELED);
-		r->state = PX_RS_POSTED;
-		px_list_push_back(&px->completed, l);
-	}
 	while ((l = px_list_pop_front(&px->completed)))
 		px__dispatch_one(px, px_result_of(l));
 	/* Every operation has been delivered, so no px_close still waits;
@@ -335,6 +330,7 @@ typedef struct px_start_args {
 	const struct sockaddr *addr;
 	socklen_t addrlen;
 	unsigned flags;
+	uint64_t timeout_ns;       /* 0: no deadline */
 	px_callback *cb;
 	void *user;
 } px_start_args;
@@ -395,9 +391,22 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	}
 	r->cb = a->cb;
 	r->flags = (uint8_t)a->flags;
-	rc = px__processor_start(p, r);
-	if (rc < 0)
+	/* A deadline is a timer whose expiry cancels r (timer.c); it is in
+	 * place before the start, which may release the mutex. */
+	if (a->timeout_ns && px__timeout_attach(px, r, a->timeout_ns) < 0) {
 		px__alloc_put(&px->alloc, r);
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* Counted before the start: another thread may deliver it before
+	 * px__processor_start returns. */
+	p->st.started++;
+	rc = px__processor_start(p, r);
+	if (rc < 0) {
+		p->st.started--;
+		px__timeout_detach(px, r);
+		px__alloc_put(&px->alloc, r);
+	}
 out:
 	pthread_mutex_unlock(&px->lock);
 	return rc;
@@ -482,6 +491,53 @@ int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 			.addr = addr, .addrlen = addrlen, .cb = cb, .user = user });
 }
 
+int px_start_op(px_proactor *px, const px_op_desc *d)
+{
+	if (!d)
+		return -EINVAL;
+	px_start_args a = { .op = d->op, .fd = d->fd, .buf = d->buf,
+			    .len = d->len, .offset = d->offset, .addr = d->addr,
+			    .addrlen = d->addrlen, .timeout_ns = d->timeout_ns,
+			    .cb = d->cb, .user = d->user };
+	if (d->flags & ~PX_OPF_WRITE_ALL)
+		return -EINVAL;
+	switch (d->op) {
+	case PX_OP_READ_STREAM:
+	case PX_OP_READ_FILE:
+	case PX_OP_WRITE_FILE:
+		if (!d->len || d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_WRITE_STREAM:
+		if (!d->len || d->addr)
+			return -EINVAL;
+		if (d->flags & PX_OPF_WRITE_ALL)
+			a.flags = PX_RF_WRITE_ALL;
+		break;
+	case PX_OP_READ_DGRAM:
+		if (d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_WRITE_DGRAM:
+		if (d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_ACCEPT:
+		if (d->buf || d->len || d->addr || d->flags)
+			return -EINVAL;
+		break;
+	case PX_OP_CONNECT:
+		if (!d->addr || !d->addrlen || d->buf || d->len || d->flags)
+			return -EINVAL;
+		break;
+	default:
+		return -EINVAL;  /* posts and timers have calls of their own */
+	}
+	if (d->op != PX_OP_READ_FILE && d->op != PX_OP_WRITE_FILE && d->offset)
+		return -EINVAL;
+	return fac_start(px, &a);
+}
+
 /* ------------------------------------------------------------------ */
 /* Posts, cancel, timers                                                */
 /* ------------------------------------------------------------------ */
@@ -530,27 +586,19 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 {
 	if (!px || !cb)
 		return -EINVAL;
-	uint64_t now = px__now_ns();
-	int64_t rc;
 	pthread_mutex_lock(&px->lock);
-	if (px->stopped || px->destroying) {
-		rc = -ESHUTDOWN;
-		goto out;
-	}
-	px_result *r = px__alloc_get(&px->alloc);
-	if (!r) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	r->c.proactor = px;
-	r->c.user = user;
-	r->c.op = PX_OP_TIMER;
-	r->c.timer_id = ++px->next_timer_id;
-	r->cb = cb;
-	r->deadline_ns = delay_ns > PX_NS_INF - 1 - now ? PX_NS_INF - 1 : now + delay_ns;
-	px__timers_insert(px, r);
-	rc = r->c.timer_id;
-out:
+	int64_t rc = px__timer_start(px, delay_ns, 0, cb, user);
+	pthread_mutex_unlock(&px->lock);
+	return rc;
+}
+
+int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
+			  uint64_t period_ns, px_callback *cb, void *user)
+{
+	if (!px || !cb || !period_ns)
+		return -EINVAL;
+	pthread_mutex_lock(&px->lock);
+	int64_t rc = px__timer_start(px, first_ns, period_ns, cb, user);
 	pthread_mutex_unlock(&px->lock);
 	return rc;
 }
@@ -559,20 +607,55 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 {
 	if (!px)
 		return -EINVAL;
-	int rc = -ENOENT;
 	pthread_mutex_lock(&px->lock);
-	for (px_link *l = px_list_first(&px->timers); l;
-	     l = px_list_next(&px->timers, l)) {
-		px_result *r = px_result_of(l);
-		if (r->c.timer_id == id) {
-			px_list_remove(&px->timers, l);
-			px_result_finish(r, 0, ECANCELED);
-			r->state = PX_RS_POSTED;
-			px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
-			rc = 0;
-			break;
-		}
-	}
+	int rc = px__timer_cancel(px, id);
 	pthread_mutex_unlock(&px->lock);
 	return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Statistics                                                           */
+/* ------------------------------------------------------------------ */
+
+int px_stats(px_proactor *px, struct px_stats *out)
+{
+	if (!px || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&px->lock);
+	out->nproc = (unsigned)px->nproc;
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		out->proc[i] = p->st;
+		out->proc[i].in_flight = px_list_count(&p->deferred) +
+					 px_list_count(&p->starting) +
+					 px_list_count(&p->started);
+	}
+	/* Finished operations waiting for a thread to run their callback. */
+	for (px_link *l = px_list_first(&px->completed); l;
+	     l = px_list_next(&px->completed, l)) {
+		px_result *r = px_result_of(l);
+		if (r->c.op < PX_OP_POST && r->proc)
+			out->proc[r->proc->index].in_flight++;
+	}
+	out->posts = px->st.posts;
+	out->timer_callbacks = px->st.timer_callbacks;
+	out->callbacks = px->st.callbacks;
+	out->follower_wakeups = px->st.follower_wakeups;
+	out->follower_sleep_ns = px->st.follower_sleep_ns;
+	out->dispatch_ns = px->st.dispatch_ns;
+	pthread_mutex_unlock(&px->lock);
+	for (unsigned i = 0; i < out->nproc; i++) {
+		const px_proc_stats *q = &out->proc[i];
+		out->started += q->started;
+		out->deferred += q->deferred;
+		out->completed += q->completed;
+		out->cancelled += q->cancelled;
+		out->timed_out += q->timed_out;
+		out->in_flight += q->in_flight;
+		out->leader_turns += q->leader_turns;
+		out->leader_interrupts += q->leader_interrupts;
+		out->wait_ns += q->wait_ns;
+	}
+	return 0;
 }

@@ -31,8 +31,10 @@ bool px__processor_has_work(const px_processor *p)
 
 void px__processor_interrupt(px_processor *p)
 {
-	if (p->has_leader && !proc_is_leader(p))
+	if (p->has_leader && !proc_is_leader(p)) {
+		p->st.leader_interrupts++;
 		p->intr->ops->interrupt(p->intr);
+	}
 }
 
 /* The processor just went from idle to having work.  A shared one without a
@@ -52,6 +54,7 @@ static int proc_post_level(const px_processor *p)
 
 static void proc_defer(px_processor *p, px_result *r)
 {
+	p->st.deferred++;
 	r->state = PX_RS_DEFERRED;
 	px_list_push_back(&p->deferred, &r->link);
 }
@@ -379,9 +382,12 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 	timeout_ms = proc_wait_bound(p, timeout_ms);
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
+	p->st.leader_turns++;
+	uint64_t t0 = px__now_ns();
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
+	p->st.wait_ns += px__now_ns() - t0;
 	size_t n = proc_collect(p);
 	proc_start_deferred(p);
 	proc_after_wait(p, n);
@@ -463,6 +469,24 @@ int px__processor_cancel_fd(px_processor *p, int fd)
 	return n;
 }
 
+void px__processor_cancel_result(px_processor *p, px_result *r)
+{
+	int n = 0;
+
+	for (px_link *l = px_list_first(&p->starting); l;
+	     l = px_list_next(&p->starting, l)) {
+		if (l == &r->link) {
+			r->cancel_pending = 1;
+			return;
+		}
+	}
+	if (r->state != PX_RS_DEFERRED && r->state != PX_RS_STARTED)
+		return;  /* finished already: its own result stands */
+	proc_cancel_one(p, r, &n);
+	if (p->flags & PX_PF_START_INTERRUPT)
+		px__processor_interrupt(p);
+}
+
 void px__processor_cancel_all(px_processor *p)
 {
 	proc_cancel_starting(p, -1, true);
@@ -511,8 +535,10 @@ void px__processor_stop_dedicated(px_processor *p)
 	if (!p->thread_running)
 		return;
 	p->stop = true;
-	if (p->has_leader)
+	if (p->has_leader) {
+		p->st.leader_interrupts++;
 		p->intr->ops->interrupt(p->intr);
+	}
 	pthread_mutex_unlock(&p->px->lock);
 	pthread_join(p->thread, NULL);
 	pthread_mutex_lock(&p->px->lock);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "bad_input.h"
+#include "op_timeout.h"
 #include "harness.h"
 
 /* A read chain: reads from fd into dst until want bytes, end of stream or
@@ -1289,5 +1290,6 @@ int main(int argc, char **argv)
 	int failed = cmocka_run_group_tests_name("conformance", tests, NULL,
 						 NULL);
 	failed += bad_input_run();
+	failed += op_timeout_run();
 	return failed ? 1 : 0;
 }

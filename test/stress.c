@@ -17,6 +17,13 @@
  * until every echo came back, cancels the two reads each session still has
  * pending, stops the threads and destroys the proactor, then checks the
  * counts.  Exit 0 pass, 1 fail, 77 engine unavailable.
+ *
+ * Beside the sessions, a few idle socketpairs keep a chain of reads with
+ * short deadlines (px_start_op), each ending in ETIMEDOUT; and the main
+ * thread samples px_stats every few milliseconds, checking at every sample
+ * that started == completed + cancelled + timed_out + in_flight, in total
+ * and per processor, and at the end that the counts match the program's
+ * own.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -78,6 +85,13 @@ typedef struct session {
 } session;
 
 static px_proactor *g_px;
+
+/* Idle socketpairs with a chain of reads that time out. */
+enum { NIDLE = 4 };
+static int g_idle_fd[NIDLE][2];
+static char g_idle_buf[NIDLE][16];
+static _Atomic uint64_t g_idle_timeouts, g_idle_other;
+static _Atomic uint64_t g_stat_samples;
 static session g_sess[NSESS];
 static _Atomic uint64_t g_starts, g_completions;
 static atomic_int g_stopping, g_done, g_loop_error;
@@ -311,6 +325,81 @@ static void server_echo_cb(const px_completion *c)
 }
 
 /* ------------------------------------------------------------------ */
+/* Deadline chains and statistics                                       */
+/* ------------------------------------------------------------------ */
+
+static void idle_read_cb(const px_completion *c);
+
+static void idle_read_start(int i)
+{
+	int rc = px_start_op(g_px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+			.fd = g_idle_fd[i][1], .buf = g_idle_buf[i],
+			.len = sizeof g_idle_buf[i],
+			.timeout_ns = (uint64_t)(1 + i) * 1000000u,
+			.cb = idle_read_cb, .user = (void *)(intptr_t)i });
+	if (!counted(rc) && rc != -ESHUTDOWN)
+		atomic_fetch_add(&g_idle_other, 1);
+}
+
+static void idle_read_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+	if (c->error == ETIMEDOUT)
+		atomic_fetch_add(&g_idle_timeouts, 1);
+	else if (!(c->error == ECANCELED && atomic_load(&g_shutting)))
+		atomic_fetch_add(&g_idle_other, 1);
+	bool again = c->error == ETIMEDOUT && !atomic_load(&g_stopping);
+	atomic_fetch_add(&g_completions, 1);
+	if (again)
+		idle_read_start(i);
+}
+
+/* One sample: the balance must hold, in total and per processor. */
+static int check_stats(const char *when)
+{
+	struct px_stats st;
+	int rc = px_stats(g_px, &st);
+	if (rc) {
+		printf("stress: FAIL: px_stats: %s\n", px_strerror(rc));
+		return 1;
+	}
+	atomic_fetch_add(&g_stat_samples, 1);
+	int bad = 0;
+	for (unsigned i = 0; i <= st.nproc; i++) {
+		const char *who = i < st.nproc ? (i ? "secondary" : "primary") : "total";
+		uint64_t started = i < st.nproc ? st.proc[i].started : st.started;
+		uint64_t sum = i < st.nproc
+			? st.proc[i].completed + st.proc[i].cancelled +
+				  st.proc[i].timed_out + st.proc[i].in_flight
+			: st.completed + st.cancelled + st.timed_out + st.in_flight;
+		if (started != sum) {
+			printf("stress: FAIL: px_stats %s, %s: started %" PRIu64
+			       " != completed + cancelled + timed out + in flight "
+			       "= %" PRIu64 "\n", when, who, started, sum);
+			bad = 1;
+		}
+	}
+	return bad;
+}
+
+static void print_stats(void)
+{
+	struct px_stats st;
+	if (px_stats(g_px, &st))
+		return;
+	printf("stress: stats: started %" PRIu64 ", deferred %" PRIu64
+	       ", completed %" PRIu64 ", cancelled %" PRIu64 ", timed out %" PRIu64
+	       ", in flight %" PRIu64 "; leader turns %" PRIu64 ", interrupts %"
+	       PRIu64 ", follower wake-ups %" PRIu64 "; waiting %.3f s, "
+	       "sleeping %.3f s, dispatching %.3f s; %" PRIu64 " samples\n",
+	       st.started, st.deferred, st.completed, st.cancelled, st.timed_out,
+	       st.in_flight, st.leader_turns, st.leader_interrupts,
+	       st.follower_wakeups, (double)st.wait_ns / 1e9,
+	       (double)st.follower_sleep_ns / 1e9, (double)st.dispatch_ns / 1e9,
+	       (uint64_t)atomic_load(&g_stat_samples));
+}
+
+/* ------------------------------------------------------------------ */
 
 static void *loop_main(void *arg)
 {
@@ -463,6 +552,11 @@ int main(int argc, char **argv)
 		s->sfd = sv[1];
 	}
 	close(listener);
+	for (int i = 0; i < NIDLE; i++)
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g_idle_fd[i])) {
+			perror("stress: socketpair");
+			return 1;
+		}
 
 	pthread_t th[NTHREADS];
 	for (int t = 0; t < NTHREADS; t++)
@@ -485,13 +579,18 @@ int main(int argc, char **argv)
 		client_fill_locked(s);
 		pthread_mutex_unlock(&s->wlock);
 	}
+	for (int i = 0; i < NIDLE; i++)
+		idle_read_start(i);
+	int failures = 0;
 	uint64_t run_ns = (uint64_t)(seconds * 1e9);
-	while (now_ns() - t0 < run_ns && !atomic_load(&g_loop_error))
-		sleep_ms(10);
+	while (now_ns() - t0 < run_ns && !atomic_load(&g_loop_error)) {
+		sleep_ms(3);
+		if (failures < 5)
+			failures += check_stats("under load");
+	}
 	atomic_store(&g_stopping, 1);
 	double elapsed = (double)(now_ns() - t0) / 1e9;
 
-	int failures = 0;
 	/* Drain: every block written, echoed and read back. */
 	uint64_t dl = now_ns() + 20ull * 1000000000u;
 	while (!drained() && now_ns() < dl && !atomic_load(&g_loop_error))
@@ -514,6 +613,29 @@ int main(int argc, char **argv)
 		       "drain, expected %d (one client and one server read "
 		       "per session)\n",
 		       pending, 2 * NSESS);
+		failures++;
+	}
+	/* Quiet: the statistics agree with the program's own counts. */
+	{
+		struct px_stats st;
+		failures += check_stats("after the drain");
+		if (px_stats(g_px, &st) == 0 &&
+		    (st.in_flight != pending || st.started != atomic_load(&g_starts) ||
+		     st.timed_out != atomic_load(&g_idle_timeouts))) {
+			printf("stress: FAIL: px_stats after the drain: started %"
+			       PRIu64 " in flight %" PRIu64 " timed out %" PRIu64
+			       "; the program counted %" PRIu64 ", %" PRIu64
+			       ", %" PRIu64 "\n", st.started, st.in_flight,
+			       st.timed_out, (uint64_t)atomic_load(&g_starts),
+			       pending, (uint64_t)atomic_load(&g_idle_timeouts));
+			failures++;
+		}
+	}
+	if (atomic_load(&g_idle_timeouts) == 0 || atomic_load(&g_idle_other)) {
+		printf("stress: FAIL: deadline chains: %" PRIu64 " timeouts, %"
+		       PRIu64 " other outcomes\n",
+		       (uint64_t)atomic_load(&g_idle_timeouts),
+		       (uint64_t)atomic_load(&g_idle_other));
 		failures++;
 	}
 	atomic_store(&g_shutting, 1);
@@ -547,6 +669,8 @@ int main(int argc, char **argv)
 		failures++;
 	}
 
+	failures += check_stats("after the cancels");
+	print_stats();
 	atomic_store(&g_done, 1);
 	for (int t = 0; t < NTHREADS; t++)
 		pthread_join(th[t], NULL);

@@ -4,14 +4,18 @@
  * Each input is a program of 3-byte steps: the first byte picks a call
  * (stream read, write or write-all on one of 3 socketpairs and 2 pipes,
  * cancel, post, timer start or cancel, a raw write, read or shutdown by
- * the peer, px_handle_events(px, 0)); the other two pick its descriptor,
+ * the peer, px_handle_events(px, 0), a read or write-all with a deadline
+ * through px_start_op, a periodic timer); the other two pick its descriptor,
  * length and delay.  The engine is PX_FUZZ_ENGINE (default "epoll").  At the end
  * px_destroy delivers what is still pending.
  *
  * Oracle: exactly-once accounting.  Every start that returned 0 got
  * exactly one callback by the end of px_destroy, with its own user
  * pointer, op and descriptor; every start that failed got none; a
- * completion never reports more bytes than its length.  A violation (or a
+ * completion never reports more bytes than its length.  A periodic timer
+ * instead gets any number of expiry callbacks and then exactly one
+ * ECANCELED callback (by px_timer_cancel or px_destroy), nothing after
+ * it.  A violation (or a
  * SIGPIPE, which the library must never raise) aborts.
  *
  * Built by scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined).
@@ -38,6 +42,7 @@ typedef struct rec {
 	int fd;
 	size_t len;
 	int64_t timer;
+	int periodic;           /* calls counts only its final callback */
 } rec;
 
 static rec g_rec[MAX_OPS];
@@ -80,6 +85,15 @@ static void cb(const px_completion *c)
 		fail("callback with a user pointer that is no record", -1);
 	if (!r->started)
 		fail("callback for an operation whose start failed", i);
+	if (r->periodic && r->calls)
+		fail("callback of a periodic timer after its last", i);
+	if (r->periodic && c->error == 0) {
+		if (c->bytes < 1 || c->timer_id != r->timer)
+			fail("periodic timer expiry with a bad count or id", i);
+		return;
+	}
+	if (r->op == PX_OP_READ_STREAM && c->error == ETIMEDOUT && c->bytes)
+		fail("a timed-out read reports data", i);
 	if (++r->calls != 1)
 		fail("second callback for one operation", i);
 	if (c->op != r->op)
@@ -129,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		r->fd = fd;
 		r->len = len;
-		switch (op % 12) {
+		switch (op % 15) {
 		case 0:
 			r->op = PX_OP_READ_STREAM;
 			rc = px_read_stream(px, fd, g_buf[n], len, cb, r);
@@ -218,8 +232,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			else if (px_handle_events(px, 0) < 0)
 				fail("px_handle_events failed", n);
 			continue;
+		case 12:
+			/* A read with a deadline of 0..2.5 ms. */
+			r->op = PX_OP_READ_STREAM;
+			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+					.fd = fd, .buf = g_buf[n], .len = len,
+					.timeout_ns = 1 + (uint64_t)(b % 26) * 100000u,
+					.cb = cb, .user = r });
+			break;
+		case 13:
+			/* A big write-all with a deadline: may time out part way. */
+			r->op = PX_OP_WRITE_STREAM;
+			r->len = BIG_LEN;
+			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_WRITE_STREAM,
+					.fd = fd, .buf = g_big, .len = BIG_LEN,
+					.flags = PX_OPF_WRITE_ALL,
+					.timeout_ns = 1 + (uint64_t)b * 10000u,
+					.cb = cb, .user = r });
+			break;
+		case 14: {
+			r->op = PX_OP_TIMER;
+			r->len = 0;
+			r->periodic = 1;
+			r->started = 1; /* the callback may run before the id is known */
+			int64_t id = px_timer_periodic(px, (uint64_t)b * 10000,
+						       1 + (uint64_t)a * 5000, cb, r);
+			if (id <= 0) {
+				r->started = 0;
+				rc = (int)id;
+			} else {
+				r->timer = id;
+				rc = 0;
+			}
+			break;
 		}
-		if (op % 12 != 5)
+		}
+		if (op % 15 != 5 && op % 15 != 14)
 			r->started = rc == 0;
 		if (rc != 0 && rc != -EBADF && rc != -EMFILE)
 			fail("a start on a valid descriptor failed unexpectedly", n);
