@@ -34,19 +34,19 @@
 #define TC_PX_KEYS "rtsig, aio_threads, sockets and file_lanes"
 #if defined(PX_HAVE_URING) && defined(PX_HAVE_LIBAIO)
 #define TC_PROVIDERS "select, uring, linux_aio or posix"
-#define TC_WAITS "epoll, poll, select, uring, io_getevents, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, uring, io_getevents, " TC_PX_WAITS
 #define TC_KEYS "followers, ring, ring_flags, depth, " TC_PX_KEYS
 #elif defined(PX_HAVE_URING)
 #define TC_PROVIDERS "select, uring or posix"
-#define TC_WAITS "epoll, poll, select, uring, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, uring, " TC_PX_WAITS
 #define TC_KEYS "followers, ring, ring_flags, " TC_PX_KEYS
 #elif defined(PX_HAVE_LIBAIO)
 #define TC_PROVIDERS "select, linux_aio or posix"
-#define TC_WAITS "epoll, poll, select, io_getevents, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, io_getevents, " TC_PX_WAITS
 #define TC_KEYS "followers, depth, " TC_PX_KEYS
 #else
 #define TC_PROVIDERS "select or posix"
-#define TC_WAITS "epoll, poll, select, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, " TC_PX_WAITS
 #define TC_KEYS "followers, " TC_PX_KEYS
 #endif
 
@@ -215,6 +215,7 @@ static const struct {
 	{ "epoll-dedicated", PX_PROCESSOR_DEDICATED, "select", "epoll", "eventfd" },
 	{ "poll-dedicated", PX_PROCESSOR_DEDICATED, "select", "poll", "eventfd" },
 	{ "select-dedicated", PX_PROCESSOR_DEDICATED, "select", "select", "eventfd" },
+	{ "linux-rt-dedicated", PX_PROCESSOR_DEDICATED, "select", "linux_rt", "pipe" },
 	{ "posix-aio", PX_PROCESSOR_SHARED, "posix", "aiocb", "native" },
 	{ "posix-aio-dedicated", PX_PROCESSOR_DEDICATED, "posix", "aiocb", "native" },
 };
@@ -248,6 +249,31 @@ static void test_presets(void **state)
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, "nope"), -ENOENT);
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, "Epoll"), -ENOENT);
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, ""), -ENOENT);
+}
+
+/* Does cls's validate hook accept this processor?  NULL, or its message
+ * in err. */
+static const char *class_refuses(const px_provider_class *cls,
+				 const px_wait_desc *wd, int intr,
+				 px_processor_type proc, char *err, size_t len)
+{
+	_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
+	px_processor_config pc;
+
+	if (!cls->validate)
+		return NULL;
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, sizeof(pc.provider), "%s", cls->name);
+	snprintf(pc.wait, sizeof(pc.wait), "%s", wd->name);
+	snprintf(pc.interrupt, sizeof(pc.interrupt), "%s", px__intr_name(intr));
+	pc.processor = proc;
+	if (cls->settings_init)
+		cls->settings_init(settings);
+	err[0] = '\0';
+	if (cls->validate(settings, &pc, err, len) == 0)
+		return NULL;
+	assert_true(strlen(err) > 0);
+	return err;
 }
 
 /* Every preset of every class, walked through the class list: it parses
@@ -294,16 +320,29 @@ static void test_class_presets(void **state)
 					 pd->name);
 			seen++;
 
-			/* Words after a preset override it. */
+			/* Words after a preset override it (unless the class
+			 * refuses the other processor for that wait, and says
+			 * why). */
+			char why[256];
 			snprintf(text, sizeof(text), "%s processor=%s max_aio=5",
 				 pd->name,
 				 pd->processor == PX_PROCESSOR_SHARED ? "dedicated"
 								      : "shared");
+			if (pd->processor == PX_PROCESSOR_DEDICATED &&
+			    class_refuses(cls, wd, wd->default_intr,
+					  PX_PROCESSOR_SHARED, why, sizeof(why))) {
+				parse_bad(text, why, NULL);
+				snprintf(text, sizeof(text), "%s max_aio=5",
+					 pd->name);
+			}
 			c = parse_ok(text);
-			assert_int_equal(c.primary.processor,
-					 pd->processor == PX_PROCESSOR_SHARED
-						 ? PX_PROCESSOR_DEDICATED
-						 : PX_PROCESSOR_SHARED);
+			if (!strstr(text, "processor="))
+				assert_int_equal(c.primary.processor, pd->processor);
+			else
+				assert_int_equal(c.primary.processor,
+						 pd->processor == PX_PROCESSOR_SHARED
+							 ? PX_PROCESSOR_DEDICATED
+							 : PX_PROCESSOR_SHARED);
 			assert_int_equal(c.primary.max_aio, 5);
 			assert_string_equal(c.primary.provider, cls->name);
 			round_trip(&c);
@@ -742,12 +781,13 @@ static void check_intr_list(const char *text, const char *msg, unsigned mask)
 
 /* Every wait of every class with every interrupt it takes, shared and
  * dedicated, as primary and as secondary; every interrupt it does not
- * take is refused naming those it does. */
+ * take is refused naming those it does; a processor the class refuses
+ * (linux_rt on a shared one) is refused with the class's reason. */
 static void test_class_combinations(void **state)
 {
 	static const px_processor_type procs[] = { PX_PROCESSOR_SHARED,
 						   PX_PROCESSOR_DEDICATED };
-	unsigned combos = 0;
+	unsigned combos = 0, refused = 0;
 
 	(void)state;
 	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
@@ -780,10 +820,31 @@ static void test_class_combinations(void **state)
 				}
 				for (size_t p = 0; p < N_OF(procs); p++) {
 					const char *pn = proc_name(procs[p]);
+					char why[256];
 					snprintf(text, sizeof(text),
 						 "provider=%s wait=%s interrupt=%s "
 						 "processor=%s",
 						 cls->name, wd->name, in, pn);
+					if (class_refuses(cls, wd, t, procs[p], why,
+							  sizeof(why))) {
+						/* Only a shared processor, and
+						 * the message says what to use. */
+						assert_int_equal(procs[p],
+								 PX_PROCESSOR_SHARED);
+						assert_non_null(strstr(
+							why, "processor=dedicated"));
+						parse_bad(text, why, NULL);
+						snprintf(text, sizeof(text),
+							 "select ; secondary: "
+							 "provider=%s wait=%s "
+							 "interrupt=%s processor=%s",
+							 cls->name, wd->name, in, pn);
+						snprintf(want, sizeof(want),
+							 "secondary: %s", why);
+						parse_bad(text, want, NULL);
+						refused++;
+						continue;
+					}
 					c = parse_ok(text);
 					expect_pc(&c.primary, procs[p], cls->name,
 						  wd->name, in);
@@ -822,10 +883,16 @@ static void test_class_combinations(void **state)
 					}
 				}
 				if (t == PX_INTR_SIGNAL) {
+					char why[256];
 					snprintf(text, sizeof(text),
 						 "provider=%s wait=%s interrupt=signal "
-						 "signal=10",
-						 cls->name, wd->name);
+						 "signal=10%s",
+						 cls->name, wd->name,
+						 class_refuses(cls, wd, t,
+							       PX_PROCESSOR_SHARED,
+							       why, sizeof(why))
+							 ? " processor=dedicated"
+							 : "");
 					c = parse_ok(text);
 					assert_int_equal(c.primary.intr_signo, 10);
 					round_trip(&c);
@@ -833,8 +900,9 @@ static void test_class_combinations(void **state)
 			}
 			/* Without interrupt=, the wait's default. */
 			char text[128];
-			snprintf(text, sizeof(text), "provider=%s wait=%s", cls->name,
-				 wd->name);
+			snprintf(text, sizeof(text),
+				 "provider=%s wait=%s processor=dedicated",
+				 cls->name, wd->name);
 			px_config c = parse_ok(text);
 			assert_true(wd->intrs & (1u << wd->default_intr));
 			assert_string_equal(c.primary.interrupt,
@@ -867,9 +935,11 @@ static void test_class_combinations(void **state)
 				assert_non_null(strstr(tail, cls->waits[w].name));
 		}
 	}
-	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring,
-	 * (2 + 3) x 2 linux_aio, 3 x 1 x 2 posix. */
-	unsigned want = 18 + 6;
+	/* 3 waits x 3 interrupts x 2 processors for select and linux_rt's 2
+	 * interrupts x dedicated, 1 x 1 x 2 uring, (2 + 3) x 2 linux_aio,
+	 * 3 x 1 x 2 posix; linux_rt's 2 interrupts x shared are refused. */
+	unsigned want = 18 + 2 + 6;
+	assert_int_equal(refused, 2);
 #ifdef PX_HAVE_URING
 	want += 2;
 #endif
@@ -1415,8 +1485,8 @@ static void test_errors(void **state)
 	parse_bad("epoll poll", "preset \"poll\" must be the first word", NULL);
 	parse_bad("auto auto", "preset \"auto\" must be the first word", NULL);
 	parse_bad("provider=select wait=kqueue",
-		  "unknown wait \"kqueue\" for provider=select: choose epoll, poll or "
-		  "select",
+		  "unknown wait \"kqueue\" for provider=select: choose epoll, poll, "
+		  "select or linux_rt",
 		  NULL);
 #ifdef PX_HAVE_URING
 	parse_bad("provider=uring wait=kqueue",
@@ -1448,6 +1518,17 @@ static void test_errors(void **state)
 		  NULL);
 
 	/* Combinations. */
+	parse_bad("wait=linux_rt", "wait=linux_rt needs processor=dedicated",
+		  "one thread named in advance", NULL);
+	parse_bad("linux-rt-dedicated processor=shared",
+		  "wait=linux_rt needs processor=dedicated", NULL);
+	parse_bad("epoll ; secondary: wait=linux_rt",
+		  "secondary: wait=linux_rt needs processor=dedicated", NULL);
+	parse_bad("wait=linux_rt interrupt=eventfd processor=dedicated",
+		  "invalid combination provider=select wait=linux_rt "
+		  "interrupt=eventfd",
+		  "wait=linux_rt takes interrupt pipe or signal", NULL);
+	parse_ok("epoll ; secondary: wait=linux_rt processor=dedicated");
 	parse_bad("epoll interrupt=native",
 		  "invalid combination provider=select wait=epoll interrupt=native",
 		  "wait=epoll takes interrupt pipe, eventfd or signal", NULL);
@@ -1457,7 +1538,8 @@ static void test_errors(void **state)
 		  "provider=uring takes wait uring", NULL);
 	parse_bad("provider=select wait=uring",
 		  "invalid combination provider=select wait=uring",
-		  "provider=select takes wait epoll, poll or select", NULL);
+		  "provider=select takes wait epoll, poll, select or linux_rt",
+		  NULL);
 	parse_bad("uring interrupt=signal",
 		  "invalid combination provider=uring wait=uring interrupt=signal",
 		  "wait=uring takes interrupt native", NULL);
@@ -1683,7 +1765,7 @@ static void test_struct_form(void **state)
 	c = base;
 	snprintf(c.primary.wait, PX_NAME_MAX, "aiocb");
 	resolve_bad(&c, "invalid combination provider=select wait=aiocb",
-		    "provider=select takes wait epoll, poll or select");
+		    "provider=select takes wait epoll, poll, select or linux_rt");
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.wait, PX_NAME_MAX, "kqueue");
 #ifdef PX_HAVE_URING
@@ -2024,8 +2106,8 @@ static void test_not_built(void **state)
 #ifndef PX_HAVE_URING
 	/* Its presets, waits and keys are simply unknown. */
 	parse_bad("uring", "unknown preset \"uring\"", "epoll", NULL);
-	parse_bad("wait=uring", "unknown wait \"uring\"", "epoll, poll or select",
-		  NULL);
+	parse_bad("wait=uring", "unknown wait \"uring\"",
+		  "epoll, poll, select or linux_rt", NULL);
 	parse_bad("epoll ring=8", "unknown key \"ring\"", "followers", NULL);
 	parse_bad("ring=8", "unknown key \"ring\"", NULL);
 #endif
