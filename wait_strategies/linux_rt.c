@@ -109,7 +109,6 @@ struct lrt {
 	pthread_t leader;
 	pid_t tid;
 	sigset_t wset;          /* what the wait takes */
-	sigset_t wmask;         /* *intr->wait_mask when wset was made */
 	bool wset_ok;
 	bool nowait;            /* something to report: do not block */
 	bool bounded;           /* nout > 0: LRT_OUT_RECHECK_MS at most */
@@ -375,24 +374,24 @@ static void lrt_take_leader(struct lrt *w)
 }
 
 /* The signals the wait takes: its own, SIGIO, and those the interrupt's
- * wait mask lets through although this thread blocks them. */
+ * wait mask lets through although this thread blocks them (looked up at
+ * every wait with a signal interrupt: its leader_activated blocks its
+ * signal in the thread at a time of its own). */
 static void lrt_make_wset(struct lrt *w)
 {
 	const sigset_t *wm = w->base.intr->wait_mask;
 	sigset_t cur;
 
-	if (w->wset_ok && (!wm || !memcmp(&w->wmask, wm, sizeof(*wm))))
+	if (w->wset_ok && !wm)
 		return;
 	sigemptyset(&w->wset);
 	sigaddset(&w->wset, w->signo);
 	sigaddset(&w->wset, SIGIO);
-	if (wm && pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0) {
+	if (wm && pthread_sigmask(SIG_BLOCK, NULL, &cur) == 0)
 		for (int sig = 1; sig < NSIG; sig++)
 			if (sigismember(&cur, sig) == 1 &&
 			    sigismember(wm, sig) == 0)
 				sigaddset(&w->wset, sig);
-		w->wmask = *wm;
-	}
 	w->wset_ok = true;
 }
 
@@ -428,7 +427,7 @@ static int lrt_wait(px_poller *pl, int timeout_ms)
 			return -errno;
 		/* Ran out with a writer waiting: look at them all. */
 		w->overflow = w->bounded;
-		return 0;
+		return w->nowait ? 1 : 0;
 	}
 	do {
 		if (sig == SIGIO) {
@@ -448,7 +447,8 @@ static int lrt_wait(px_poller *pl, int timeout_ms)
 		if (!w->overflow && w->nraw == LRT_BATCH)
 			break;     /* the rest waits for the next wait */
 	} while ((sig = sigtimedwait(&w->wset, &si, &zero)) > 0);
-	return (int)w->nraw + (w->overflow ? 1 : 0);
+	/* (An estimate: collect() merges, and may add what set() found.) */
+	return (int)w->nraw + (w->overflow || w->nowait ? 1 : 0);
 }
 
 /* Every armed descriptor (and the interrupt's), under the lock. */
@@ -470,12 +470,16 @@ static void lrt_poll_all(struct lrt *w)
 	w->pfd[n].revents = 0;
 	while ((rc = poll(w->pfd, n + 1, 0)) < 0 && errno == EINTR)
 		;
-	if (rc <= 0)
+	if (rc < 0)
 		return;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		/* A writer found not writable counts on the bound too. */
+		if (w->slot[i].reg->armed & PX_POLL_OUT)
+			lrt_outw(w, &w->slot[i], !w->pfd[i].revents);
 		if (w->pfd[i].revents)
 			lrt_push(w, w->slot[i].reg, lrt_revents(w->pfd[i].revents),
 				 false);
+	}
 	if (w->pfd[n].revents & POLLIN)
 		pl->fired = true;
 }
