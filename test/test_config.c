@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "../config/config.h"
 #ifdef PX_HAVE_URING
 #include "../providers/uring_class.h"
 #endif
@@ -415,6 +416,215 @@ static void test_team_presets(void **state)
 	assert_true(seen >= 1);
 }
 
+/* ------------------------------------------------------------------ */
+/* README's engine table, generated from the class list                 */
+/* ------------------------------------------------------------------ */
+
+#define ET_BEGIN "<!-- engine table: begin -->"
+#define ET_END "<!-- engine table: end -->"
+
+struct et_buf {
+	char *p;
+	size_t len, pos;
+};
+
+static void et_put(struct et_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->pos, b->len - b->pos, fmt, ap);
+	va_end(ap);
+	assert_true(n >= 0 && (size_t)n < b->len - b->pos);
+	b->pos += (size_t)n;
+}
+
+/* Operation names of mask, one by one ("all eight operations" for all). */
+static void et_ops(struct et_buf *b, uint32_t mask)
+{
+	const char *sep = "";
+
+	if (mask == (uint32_t)PX_OPS_IO) {
+		et_put(b, "all eight operations");
+		return;
+	}
+	for (size_t i = 0; i < PX_CFG_N_OPS; i++) {
+		uint32_t m = px__cfg_op_names[i].mask;
+		if ((m & (m - 1)) || !(mask & m))
+			continue;
+		et_put(b, "%s`%s`", sep, px__cfg_op_names[i].name);
+		sep = ", ";
+	}
+}
+
+/* A wait and its interrupts, the default first. */
+static void et_wait(struct et_buf *b, const px_wait_desc *wd)
+{
+	et_put(b, "`%s` (`%s`", wd->name, px__intr_name(wd->default_intr));
+	for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++)
+		if (t != wd->default_intr && (wd->intrs & (1u << t)))
+			et_put(b, ", `%s`", px__intr_name(t));
+	et_put(b, ")");
+}
+
+/* The processors each wait of cls takes, by its validate hook. */
+static void et_procs(struct et_buf *b, const px_provider_class *cls)
+{
+	const char *sep = "";
+	char why[256];
+
+	for (unsigned w = 0; w < cls->nwaits; w++) {
+		const px_wait_desc *wd = &cls->waits[w];
+		bool sh = !class_refuses(cls, wd, wd->default_intr,
+					 PX_PROCESSOR_SHARED, why, sizeof(why));
+		bool de = !class_refuses(cls, wd, wd->default_intr,
+					 PX_PROCESSOR_DEDICATED, why, sizeof(why));
+		assert_true(sh || de);
+		if (sh && de)
+			continue;
+		et_put(b, "%s`%s`: %s only", sep, wd->name,
+		       sh ? "shared" : "dedicated");
+		sep = "; ";
+	}
+	if (!*sep)
+		et_put(b, "shared or dedicated");
+	else
+		et_put(b, "; the others: shared or dedicated");
+}
+
+static void et_waits(struct et_buf *b, const px_provider_class *cls)
+{
+	for (unsigned w = 0; w < cls->nwaits; w++) {
+		et_put(b, w ? ", " : "");
+		et_wait(b, &cls->waits[w]);
+	}
+}
+
+/* One line per engine: every class alone, then every team preset. */
+static void engine_table(char *out, size_t len)
+{
+	struct et_buf b = { out, len, 0 };
+
+	et_put(&b, "| engine | does natively | hands to a secondary | waits "
+		   "(interrupts, default first; the first wait is the "
+		   "default) | processor |\n|---|---|---|---|---|\n");
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		et_put(&b, "| `provider=%s` | ", cls->name);
+		et_ops(&b, cls->native_ops);
+		if (cls->native_ops == (uint32_t)PX_OPS_IO)
+			et_put(&b, " | nothing | ");
+		else {
+			et_put(&b, " | nothing: ");
+			et_ops(&b, PX_OPS_IO & ~cls->native_ops);
+			et_put(&b, " fail with `-EOPNOTSUPP` unless a "
+				   "secondary does them | ");
+		}
+		et_waits(&b, cls);
+		et_put(&b, " | ");
+		et_procs(&b, cls);
+		et_put(&b, " |\n");
+	}
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		for (unsigned i = 0; i < cls->nteams; i++) {
+			const px_team_desc *td = &cls->teams[i];
+			const px_provider_class *sec =
+				px__class_find(td->sec_provider,
+					       strlen(td->sec_provider));
+			const px_wait_desc *sw = NULL;
+			assert_non_null(sec);
+			for (unsigned w = 0; w < sec->nwaits; w++)
+				if (!td->sec_wait ||
+				    !strcmp(sec->waits[w].name, td->sec_wait)) {
+					sw = &sec->waits[w];
+					break;
+				}
+			assert_non_null(sw);
+			et_put(&b, "| `%s` | ", td->name);
+			et_ops(&b, td->ops);
+			et_put(&b, " (`%s`) | ", cls->name);
+			et_ops(&b, td->sec_ops ? td->sec_ops
+					       : sec->native_ops & ~td->ops);
+			et_put(&b, " (`%s` over ", sec->name);
+			et_wait(&b, sw);
+			et_put(&b, ", %s) | ",
+			       td->sec_processor == PX_PROCESSOR_DEDICATED
+				       ? "dedicated"
+				       : "shared");
+			et_waits(&b, cls);
+			et_put(&b, " | ");
+			et_procs(&b, cls);
+			et_put(&b, " |\n");
+		}
+	}
+}
+
+/* Is the table row line (up to its newline) one of the generated ones? */
+static bool et_has_line(const char *table, const char *line, size_t n)
+{
+	for (const char *p = table; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t m = nl ? (size_t)(nl - p) : strlen(p);
+		if (m == n && !memcmp(p, line, n))
+			return true;
+		p += m + (nl ? 1 : 0);
+	}
+	return false;
+}
+
+/* README's table between the markers: every generated row is there
+ * as generated, and every other row belongs to a provider left out of
+ * this build. */
+static void check_engine_table(const char *text)
+{
+	static char want[16384];
+	const char *beg = strstr(text, ET_BEGIN);
+	const char *end = beg ? strstr(beg, ET_END) : NULL;
+
+	engine_table(want, sizeof(want));
+	if (!beg || !end)
+		fail_msg("README has no " ET_BEGIN " ... " ET_END " section; "
+			 "it should hold:\n%s", want);
+	beg += strlen(ET_BEGIN);
+	for (const char *p = want; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = (size_t)(nl - p);
+		bool found = false;
+		for (const char *q = beg; q < end;) {
+			const char *qn = strchr(q, '\n');
+			size_t m = qn ? (size_t)(qn - q) : strlen(q);
+			if (m == n && !memcmp(p, q, n))
+				found = true;
+			q += m + 1;
+		}
+		if (!found)
+			fail_msg("README's engine table lacks, or has otherwise, "
+				 "the line\n%.*s\n(test_config --engine-table "
+				 "prints the whole table)", (int)n, p);
+		p = nl + 1;
+	}
+	for (const char *q = beg; q < end;) {
+		const char *qn = strchr(q, '\n');
+		size_t m = qn ? (size_t)(qn - q) : strlen(q);
+		bool other = false;
+		if (m > 2 && q[0] == '|' && !et_has_line(want, q, m)) {
+			for (const char *const *nb = px__classes_not_built; *nb;
+			     nb++) {
+				char cell[64];
+				snprintf(cell, sizeof(cell), "| `provider=%s` |", *nb);
+				other |= !strncmp(q, cell, strlen(cell));
+			}
+			if (!other)
+				fail_msg("README's engine table has a line the "
+					 "class list does not give:\n%.*s", (int)m,
+					 q);
+		}
+		q += m + 1;
+	}
+}
+
 /* README's engine tables name every class, wait, preset, team and own
  * key of the class list (as `name`), so that a class cannot be added, or
  * renamed, without its row.  The build passes README's path in
@@ -471,6 +681,7 @@ static void test_readme_tables(void **state)
 				fail_msg("README does not name preset `%s`", base);
 		}
 	}
+	check_engine_table(text);
 }
 
 static void check_auto(const px_config *c)
@@ -2113,8 +2324,16 @@ static void test_not_built(void **state)
 #endif
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--engine-table")) {
+		/* README's table between its markers, as the class list
+		 * gives it. */
+		static char table[16384];
+		engine_table(table, sizeof(table));
+		fputs(table, stdout);
+		return 0;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presets),
 		cmocka_unit_test(test_class_presets),
