@@ -203,6 +203,9 @@ static void lrt_push(struct lrt *w, px_poll_reg *reg, unsigned ev, bool wake)
 		return;
 	s->queued = true;
 	w->ready[w->nready++] = reg;
+	/* Through the interrupt, which knows whether its leader is there
+	 * (signalling the thread directly could reach a thread that has
+	 * ended, or another one with its identity). */
 	if (wake && w->have_leader && !pthread_equal(pthread_self(), w->leader))
 		w->base.intr->ops->interrupt(w->base.intr);
 }
