@@ -436,10 +436,11 @@ static int lrt_wait(px_poller *pl, int timeout_ms)
 		if (sig == SIGIO) {
 			/* The queue overflowed: empty it, then poll all. */
 			w->overflow = true;
-		} else if (sig != w->signo) {
-			pl->fired = true;       /* the interrupt's signal */
-		} else if (si.si_code < POLL_IN || si.si_code > POLL_HUP) {
-			/* Not from a descriptor (sent by hand): ignored. */
+		} else if (sig != w->signo ||
+			   si.si_code < POLL_IN || si.si_code > POLL_HUP) {
+			/* The interrupt's signal, or ours sent by hand (as by
+			 * a signal interrupt given our number): a wake-up. */
+			pl->fired = true;
 		} else if (w->intr_async && si.si_fd == pl->intr->fd) {
 			pl->fired = true;
 		} else if (!w->overflow) {
