@@ -192,7 +192,10 @@ typedef struct px_config {
  *       socket, all)  start=any|any-interrupt|leader  signal=N
  * Globals: followers=lifo|fifo
  * Providers built into this version, with their waits and own keys:
- *       select  readiness emulation; wait=epoll|poll|select
+ *       select  readiness emulation; wait=epoll|poll|select|linux_rt
+ *               (linux_rt: a real-time signal per descriptor, with
+ *               processor=dedicated only and interrupt=pipe|signal; its
+ *               leader thread keeps SIGRTMIN+3 and SIGIO blocked)
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
  *               ring_flags=LIST (coop_taskrun, sqpoll)
  *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
@@ -206,7 +209,7 @@ typedef struct px_config {
  *               (descriptors a file's requests are spread over, 1..16)
  * Presets: auto, and each provider's own (uring, uring-dedicated,
  * linux-aio, linux-aio-dedicated, epoll, poll, select, posix-aio, and the
- * same with "-dedicated"), and the team posix-aio+epoll (POSIX AIO for
+ * same with "-dedicated", linux-rt-dedicated), and the team posix-aio+epoll (POSIX AIO for
  * files, epoll for everything else).  A preset comes first and the words
  * after it override its values (the primary's, in a team).  Further rules:
  *   - "auto" is the best engine this kernel offers, decided when the

@@ -685,6 +685,7 @@ static const struct {
 	{ "epoll", px__poller_epoll_create },
 	{ "poll", px__poller_poll_create },
 	{ "select", px__poller_select_create },
+	{ "linux_rt", px__poller_linux_rt_create },
 };
 
 static int sel_poller_create(const px_wait_desc *wd, px_intr *in,

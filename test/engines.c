@@ -9,7 +9,9 @@
  * the classes' data and leaves out the providers' code.
  *
  * Every class contributes each of its waits with each interrupt that wait
- * takes, on a shared and on a dedicated processor.  The name is the class,
+ * takes, on a shared and on a dedicated processor, except a combination
+ * the class's validate hook refuses (linux_rt is for a dedicated processor
+ * only).  The name is the class,
  * then the wait when the class has several, then the interrupt when the
  * wait takes several, then "shared" or "dedicated".
  */
@@ -17,6 +19,27 @@
 #include "classes.c"
 
 #include <stdio.h>
+#include <string.h>
+
+/* Does cls accept this combination as a whole (its validate hook)? */
+static int accepted(const px_provider_class *cls, const px_wait_desc *wd,
+		    int intr, px_processor_type proc)
+{
+	_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
+	px_processor_config pc;
+	char err[256];
+
+	if (!cls->validate)
+		return 1;
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, sizeof(pc.provider), "%s", cls->name);
+	snprintf(pc.wait, sizeof(pc.wait), "%s", wd->name);
+	snprintf(pc.interrupt, sizeof(pc.interrupt), "%s", px__intr_name(intr));
+	pc.processor = proc;
+	if (cls->settings_init)
+		cls->settings_init(settings);
+	return cls->validate(settings, &pc, err, sizeof(err)) == 0;
+}
 
 /* The text of an operations mask, widest groups first. */
 static void print_ops(uint32_t mask)
@@ -64,6 +87,10 @@ int main(void)
 				if (!(wd->intrs & (1u << t)))
 					continue;
 				for (int p = 0; p < 2; p++) {
+					if (!accepted(cls, wd, t,
+						      p ? PX_PROCESSOR_DEDICATED
+							: PX_PROCESSOR_SHARED))
+						continue;
 					const px_team_desc *team =
 						(cls->native_ops & PX_OPS_IO) != PX_OPS_IO &&
 								cls->nteams

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "internal.h"
+#include "../config/config.h"
 #ifdef PX_HAVE_URING
 #include "../providers/uring_class.h"
 #endif
@@ -34,19 +35,19 @@
 #define TC_PX_KEYS "rtsig, aio_threads, sockets and file_lanes"
 #if defined(PX_HAVE_URING) && defined(PX_HAVE_LIBAIO)
 #define TC_PROVIDERS "select, uring, linux_aio or posix"
-#define TC_WAITS "epoll, poll, select, uring, io_getevents, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, uring, io_getevents, " TC_PX_WAITS
 #define TC_KEYS "followers, ring, ring_flags, depth, " TC_PX_KEYS
 #elif defined(PX_HAVE_URING)
 #define TC_PROVIDERS "select, uring or posix"
-#define TC_WAITS "epoll, poll, select, uring, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, uring, " TC_PX_WAITS
 #define TC_KEYS "followers, ring, ring_flags, " TC_PX_KEYS
 #elif defined(PX_HAVE_LIBAIO)
 #define TC_PROVIDERS "select, linux_aio or posix"
-#define TC_WAITS "epoll, poll, select, io_getevents, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, io_getevents, " TC_PX_WAITS
 #define TC_KEYS "followers, depth, " TC_PX_KEYS
 #else
 #define TC_PROVIDERS "select or posix"
-#define TC_WAITS "epoll, poll, select, " TC_PX_WAITS
+#define TC_WAITS "epoll, poll, select, linux_rt, " TC_PX_WAITS
 #define TC_KEYS "followers, " TC_PX_KEYS
 #endif
 
@@ -215,6 +216,7 @@ static const struct {
 	{ "epoll-dedicated", PX_PROCESSOR_DEDICATED, "select", "epoll", "eventfd" },
 	{ "poll-dedicated", PX_PROCESSOR_DEDICATED, "select", "poll", "eventfd" },
 	{ "select-dedicated", PX_PROCESSOR_DEDICATED, "select", "select", "eventfd" },
+	{ "linux-rt-dedicated", PX_PROCESSOR_DEDICATED, "select", "linux_rt", "pipe" },
 	{ "posix-aio", PX_PROCESSOR_SHARED, "posix", "aiocb", "native" },
 	{ "posix-aio-dedicated", PX_PROCESSOR_DEDICATED, "posix", "aiocb", "native" },
 };
@@ -248,6 +250,31 @@ static void test_presets(void **state)
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, "nope"), -ENOENT);
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, "Epoll"), -ENOENT);
 	assert_int_equal(px__config_preset(&(px_config){ 0 }, ""), -ENOENT);
+}
+
+/* Does cls's validate hook accept this processor?  NULL, or its message
+ * in err. */
+static const char *class_refuses(const px_provider_class *cls,
+				 const px_wait_desc *wd, int intr,
+				 px_processor_type proc, char *err, size_t len)
+{
+	_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
+	px_processor_config pc;
+
+	if (!cls->validate)
+		return NULL;
+	memset(&pc, 0, sizeof(pc));
+	snprintf(pc.provider, sizeof(pc.provider), "%s", cls->name);
+	snprintf(pc.wait, sizeof(pc.wait), "%s", wd->name);
+	snprintf(pc.interrupt, sizeof(pc.interrupt), "%s", px__intr_name(intr));
+	pc.processor = proc;
+	if (cls->settings_init)
+		cls->settings_init(settings);
+	err[0] = '\0';
+	if (cls->validate(settings, &pc, err, len) == 0)
+		return NULL;
+	assert_true(strlen(err) > 0);
+	return err;
 }
 
 /* Every preset of every class, walked through the class list: it parses
@@ -294,16 +321,29 @@ static void test_class_presets(void **state)
 					 pd->name);
 			seen++;
 
-			/* Words after a preset override it. */
+			/* Words after a preset override it (unless the class
+			 * refuses the other processor for that wait, and says
+			 * why). */
+			char why[256];
 			snprintf(text, sizeof(text), "%s processor=%s max_aio=5",
 				 pd->name,
 				 pd->processor == PX_PROCESSOR_SHARED ? "dedicated"
 								      : "shared");
+			if (pd->processor == PX_PROCESSOR_DEDICATED &&
+			    class_refuses(cls, wd, wd->default_intr,
+					  PX_PROCESSOR_SHARED, why, sizeof(why))) {
+				parse_bad(text, why, NULL);
+				snprintf(text, sizeof(text), "%s max_aio=5",
+					 pd->name);
+			}
 			c = parse_ok(text);
-			assert_int_equal(c.primary.processor,
-					 pd->processor == PX_PROCESSOR_SHARED
-						 ? PX_PROCESSOR_DEDICATED
-						 : PX_PROCESSOR_SHARED);
+			if (!strstr(text, "processor="))
+				assert_int_equal(c.primary.processor, pd->processor);
+			else
+				assert_int_equal(c.primary.processor,
+						 pd->processor == PX_PROCESSOR_SHARED
+							 ? PX_PROCESSOR_DEDICATED
+							 : PX_PROCESSOR_SHARED);
 			assert_int_equal(c.primary.max_aio, 5);
 			assert_string_equal(c.primary.provider, cls->name);
 			round_trip(&c);
@@ -376,6 +416,215 @@ static void test_team_presets(void **state)
 	assert_true(seen >= 1);
 }
 
+/* ------------------------------------------------------------------ */
+/* README's engine table, generated from the class list                 */
+/* ------------------------------------------------------------------ */
+
+#define ET_BEGIN "<!-- engine table: begin -->"
+#define ET_END "<!-- engine table: end -->"
+
+struct et_buf {
+	char *p;
+	size_t len, pos;
+};
+
+static void et_put(struct et_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->pos, b->len - b->pos, fmt, ap);
+	va_end(ap);
+	assert_true(n >= 0 && (size_t)n < b->len - b->pos);
+	b->pos += (size_t)n;
+}
+
+/* Operation names of mask, one by one ("all eight operations" for all). */
+static void et_ops(struct et_buf *b, uint32_t mask)
+{
+	const char *sep = "";
+
+	if (mask == (uint32_t)PX_OPS_IO) {
+		et_put(b, "all eight operations");
+		return;
+	}
+	for (size_t i = 0; i < PX_CFG_N_OPS; i++) {
+		uint32_t m = px__cfg_op_names[i].mask;
+		if ((m & (m - 1)) || !(mask & m))
+			continue;
+		et_put(b, "%s`%s`", sep, px__cfg_op_names[i].name);
+		sep = ", ";
+	}
+}
+
+/* A wait and its interrupts, the default first. */
+static void et_wait(struct et_buf *b, const px_wait_desc *wd)
+{
+	et_put(b, "`%s` (`%s`", wd->name, px__intr_name(wd->default_intr));
+	for (int t = PX_INTR_NONE + 1; t < PX_INTR_COUNT; t++)
+		if (t != wd->default_intr && (wd->intrs & (1u << t)))
+			et_put(b, ", `%s`", px__intr_name(t));
+	et_put(b, ")");
+}
+
+/* The processors each wait of cls takes, by its validate hook. */
+static void et_procs(struct et_buf *b, const px_provider_class *cls)
+{
+	const char *sep = "";
+	char why[256];
+
+	for (unsigned w = 0; w < cls->nwaits; w++) {
+		const px_wait_desc *wd = &cls->waits[w];
+		bool sh = !class_refuses(cls, wd, wd->default_intr,
+					 PX_PROCESSOR_SHARED, why, sizeof(why));
+		bool de = !class_refuses(cls, wd, wd->default_intr,
+					 PX_PROCESSOR_DEDICATED, why, sizeof(why));
+		assert_true(sh || de);
+		if (sh && de)
+			continue;
+		et_put(b, "%s`%s`: %s only", sep, wd->name,
+		       sh ? "shared" : "dedicated");
+		sep = "; ";
+	}
+	if (!*sep)
+		et_put(b, "shared or dedicated");
+	else
+		et_put(b, "; the others: shared or dedicated");
+}
+
+static void et_waits(struct et_buf *b, const px_provider_class *cls)
+{
+	for (unsigned w = 0; w < cls->nwaits; w++) {
+		et_put(b, w ? ", " : "");
+		et_wait(b, &cls->waits[w]);
+	}
+}
+
+/* One line per engine: every class alone, then every team preset. */
+static void engine_table(char *out, size_t len)
+{
+	struct et_buf b = { out, len, 0 };
+
+	et_put(&b, "| engine | does natively | hands to a secondary | waits "
+		   "(interrupts, default first; the first wait is the "
+		   "default) | processor |\n|---|---|---|---|---|\n");
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		et_put(&b, "| `provider=%s` | ", cls->name);
+		et_ops(&b, cls->native_ops);
+		if (cls->native_ops == (uint32_t)PX_OPS_IO)
+			et_put(&b, " | nothing | ");
+		else {
+			et_put(&b, " | nothing: ");
+			et_ops(&b, PX_OPS_IO & ~cls->native_ops);
+			et_put(&b, " fail with `-EOPNOTSUPP` unless a "
+				   "secondary does them | ");
+		}
+		et_waits(&b, cls);
+		et_put(&b, " | ");
+		et_procs(&b, cls);
+		et_put(&b, " |\n");
+	}
+	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
+		const px_provider_class *cls = *cp;
+		for (unsigned i = 0; i < cls->nteams; i++) {
+			const px_team_desc *td = &cls->teams[i];
+			const px_provider_class *sec =
+				px__class_find(td->sec_provider,
+					       strlen(td->sec_provider));
+			const px_wait_desc *sw = NULL;
+			assert_non_null(sec);
+			for (unsigned w = 0; w < sec->nwaits; w++)
+				if (!td->sec_wait ||
+				    !strcmp(sec->waits[w].name, td->sec_wait)) {
+					sw = &sec->waits[w];
+					break;
+				}
+			assert_non_null(sw);
+			et_put(&b, "| `%s` | ", td->name);
+			et_ops(&b, td->ops);
+			et_put(&b, " (`%s`) | ", cls->name);
+			et_ops(&b, td->sec_ops ? td->sec_ops
+					       : sec->native_ops & ~td->ops);
+			et_put(&b, " (`%s` over ", sec->name);
+			et_wait(&b, sw);
+			et_put(&b, ", %s) | ",
+			       td->sec_processor == PX_PROCESSOR_DEDICATED
+				       ? "dedicated"
+				       : "shared");
+			et_waits(&b, cls);
+			et_put(&b, " | ");
+			et_procs(&b, cls);
+			et_put(&b, " |\n");
+		}
+	}
+}
+
+/* Is the table row line (up to its newline) one of the generated ones? */
+static bool et_has_line(const char *table, const char *line, size_t n)
+{
+	for (const char *p = table; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t m = nl ? (size_t)(nl - p) : strlen(p);
+		if (m == n && !memcmp(p, line, n))
+			return true;
+		p += m + (nl ? 1 : 0);
+	}
+	return false;
+}
+
+/* README's table between the markers: every generated row is there
+ * as generated, and every other row belongs to a provider left out of
+ * this build. */
+static void check_engine_table(const char *text)
+{
+	static char want[16384];
+	const char *beg = strstr(text, ET_BEGIN);
+	const char *end = beg ? strstr(beg, ET_END) : NULL;
+
+	engine_table(want, sizeof(want));
+	if (!beg || !end)
+		fail_msg("README has no " ET_BEGIN " ... " ET_END " section; "
+			 "it should hold:\n%s", want);
+	beg += strlen(ET_BEGIN);
+	for (const char *p = want; *p;) {
+		const char *nl = strchr(p, '\n');
+		size_t n = (size_t)(nl - p);
+		bool found = false;
+		for (const char *q = beg; q < end;) {
+			const char *qn = strchr(q, '\n');
+			size_t m = qn ? (size_t)(qn - q) : strlen(q);
+			if (m == n && !memcmp(p, q, n))
+				found = true;
+			q += m + 1;
+		}
+		if (!found)
+			fail_msg("README's engine table lacks, or has otherwise, "
+				 "the line\n%.*s\n(test_config --engine-table "
+				 "prints the whole table)", (int)n, p);
+		p = nl + 1;
+	}
+	for (const char *q = beg; q < end;) {
+		const char *qn = strchr(q, '\n');
+		size_t m = qn ? (size_t)(qn - q) : strlen(q);
+		bool other = false;
+		if (m > 2 && q[0] == '|' && !et_has_line(want, q, m)) {
+			for (const char *const *nb = px__classes_not_built; *nb;
+			     nb++) {
+				char cell[64];
+				snprintf(cell, sizeof(cell), "| `provider=%s` |", *nb);
+				other |= !strncmp(q, cell, strlen(cell));
+			}
+			if (!other)
+				fail_msg("README's engine table has a line the "
+					 "class list does not give:\n%.*s", (int)m,
+					 q);
+		}
+		q += m + 1;
+	}
+}
+
 /* README's engine tables name every class, wait, preset, team and own
  * key of the class list (as `name`), so that a class cannot be added, or
  * renamed, without its row.  The build passes README's path in
@@ -432,6 +681,7 @@ static void test_readme_tables(void **state)
 				fail_msg("README does not name preset `%s`", base);
 		}
 	}
+	check_engine_table(text);
 }
 
 static void check_auto(const px_config *c)
@@ -742,12 +992,13 @@ static void check_intr_list(const char *text, const char *msg, unsigned mask)
 
 /* Every wait of every class with every interrupt it takes, shared and
  * dedicated, as primary and as secondary; every interrupt it does not
- * take is refused naming those it does. */
+ * take is refused naming those it does; a processor the class refuses
+ * (linux_rt on a shared one) is refused with the class's reason. */
 static void test_class_combinations(void **state)
 {
 	static const px_processor_type procs[] = { PX_PROCESSOR_SHARED,
 						   PX_PROCESSOR_DEDICATED };
-	unsigned combos = 0;
+	unsigned combos = 0, refused = 0;
 
 	(void)state;
 	for (const px_provider_class *const *cp = px__classes; *cp; cp++) {
@@ -780,10 +1031,31 @@ static void test_class_combinations(void **state)
 				}
 				for (size_t p = 0; p < N_OF(procs); p++) {
 					const char *pn = proc_name(procs[p]);
+					char why[256];
 					snprintf(text, sizeof(text),
 						 "provider=%s wait=%s interrupt=%s "
 						 "processor=%s",
 						 cls->name, wd->name, in, pn);
+					if (class_refuses(cls, wd, t, procs[p], why,
+							  sizeof(why))) {
+						/* Only a shared processor, and
+						 * the message says what to use. */
+						assert_int_equal(procs[p],
+								 PX_PROCESSOR_SHARED);
+						assert_non_null(strstr(
+							why, "processor=dedicated"));
+						parse_bad(text, why, NULL);
+						snprintf(text, sizeof(text),
+							 "select ; secondary: "
+							 "provider=%s wait=%s "
+							 "interrupt=%s processor=%s",
+							 cls->name, wd->name, in, pn);
+						snprintf(want, sizeof(want),
+							 "secondary: %s", why);
+						parse_bad(text, want, NULL);
+						refused++;
+						continue;
+					}
 					c = parse_ok(text);
 					expect_pc(&c.primary, procs[p], cls->name,
 						  wd->name, in);
@@ -822,10 +1094,16 @@ static void test_class_combinations(void **state)
 					}
 				}
 				if (t == PX_INTR_SIGNAL) {
+					char why[256];
 					snprintf(text, sizeof(text),
 						 "provider=%s wait=%s interrupt=signal "
-						 "signal=10",
-						 cls->name, wd->name);
+						 "signal=10%s",
+						 cls->name, wd->name,
+						 class_refuses(cls, wd, t,
+							       PX_PROCESSOR_SHARED,
+							       why, sizeof(why))
+							 ? " processor=dedicated"
+							 : "");
 					c = parse_ok(text);
 					assert_int_equal(c.primary.intr_signo, 10);
 					round_trip(&c);
@@ -833,8 +1111,9 @@ static void test_class_combinations(void **state)
 			}
 			/* Without interrupt=, the wait's default. */
 			char text[128];
-			snprintf(text, sizeof(text), "provider=%s wait=%s", cls->name,
-				 wd->name);
+			snprintf(text, sizeof(text),
+				 "provider=%s wait=%s processor=dedicated",
+				 cls->name, wd->name);
 			px_config c = parse_ok(text);
 			assert_true(wd->intrs & (1u << wd->default_intr));
 			assert_string_equal(c.primary.interrupt,
@@ -867,9 +1146,11 @@ static void test_class_combinations(void **state)
 				assert_non_null(strstr(tail, cls->waits[w].name));
 		}
 	}
-	/* 3 waits x 3 interrupts x 2 processors for select, 1 x 1 x 2 uring,
-	 * (2 + 3) x 2 linux_aio, 3 x 1 x 2 posix. */
-	unsigned want = 18 + 6;
+	/* 3 waits x 3 interrupts x 2 processors for select and linux_rt's 2
+	 * interrupts x dedicated, 1 x 1 x 2 uring, (2 + 3) x 2 linux_aio,
+	 * 3 x 1 x 2 posix; linux_rt's 2 interrupts x shared are refused. */
+	unsigned want = 18 + 2 + 6;
+	assert_int_equal(refused, 2);
 #ifdef PX_HAVE_URING
 	want += 2;
 #endif
@@ -1415,8 +1696,8 @@ static void test_errors(void **state)
 	parse_bad("epoll poll", "preset \"poll\" must be the first word", NULL);
 	parse_bad("auto auto", "preset \"auto\" must be the first word", NULL);
 	parse_bad("provider=select wait=kqueue",
-		  "unknown wait \"kqueue\" for provider=select: choose epoll, poll or "
-		  "select",
+		  "unknown wait \"kqueue\" for provider=select: choose epoll, poll, "
+		  "select or linux_rt",
 		  NULL);
 #ifdef PX_HAVE_URING
 	parse_bad("provider=uring wait=kqueue",
@@ -1448,6 +1729,17 @@ static void test_errors(void **state)
 		  NULL);
 
 	/* Combinations. */
+	parse_bad("wait=linux_rt", "wait=linux_rt needs processor=dedicated",
+		  "one thread named in advance", NULL);
+	parse_bad("linux-rt-dedicated processor=shared",
+		  "wait=linux_rt needs processor=dedicated", NULL);
+	parse_bad("epoll ; secondary: wait=linux_rt",
+		  "secondary: wait=linux_rt needs processor=dedicated", NULL);
+	parse_bad("wait=linux_rt interrupt=eventfd processor=dedicated",
+		  "invalid combination provider=select wait=linux_rt "
+		  "interrupt=eventfd",
+		  "wait=linux_rt takes interrupt pipe or signal", NULL);
+	parse_ok("epoll ; secondary: wait=linux_rt processor=dedicated");
 	parse_bad("epoll interrupt=native",
 		  "invalid combination provider=select wait=epoll interrupt=native",
 		  "wait=epoll takes interrupt pipe, eventfd or signal", NULL);
@@ -1457,7 +1749,8 @@ static void test_errors(void **state)
 		  "provider=uring takes wait uring", NULL);
 	parse_bad("provider=select wait=uring",
 		  "invalid combination provider=select wait=uring",
-		  "provider=select takes wait epoll, poll or select", NULL);
+		  "provider=select takes wait epoll, poll, select or linux_rt",
+		  NULL);
 	parse_bad("uring interrupt=signal",
 		  "invalid combination provider=uring wait=uring interrupt=signal",
 		  "wait=uring takes interrupt native", NULL);
@@ -1683,7 +1976,7 @@ static void test_struct_form(void **state)
 	c = base;
 	snprintf(c.primary.wait, PX_NAME_MAX, "aiocb");
 	resolve_bad(&c, "invalid combination provider=select wait=aiocb",
-		    "provider=select takes wait epoll, poll or select");
+		    "provider=select takes wait epoll, poll, select or linux_rt");
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.wait, PX_NAME_MAX, "kqueue");
 #ifdef PX_HAVE_URING
@@ -2024,15 +2317,23 @@ static void test_not_built(void **state)
 #ifndef PX_HAVE_URING
 	/* Its presets, waits and keys are simply unknown. */
 	parse_bad("uring", "unknown preset \"uring\"", "epoll", NULL);
-	parse_bad("wait=uring", "unknown wait \"uring\"", "epoll, poll or select",
-		  NULL);
+	parse_bad("wait=uring", "unknown wait \"uring\"",
+		  "epoll, poll, select or linux_rt", NULL);
 	parse_bad("epoll ring=8", "unknown key \"ring\"", "followers", NULL);
 	parse_bad("ring=8", "unknown key \"ring\"", NULL);
 #endif
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	if (argc > 1 && !strcmp(argv[1], "--engine-table")) {
+		/* README's table between its markers, as the class list
+		 * gives it. */
+		static char table[16384];
+		engine_table(table, sizeof(table));
+		fputs(table, stdout);
+		return 0;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presets),
 		cmocka_unit_test(test_class_presets),

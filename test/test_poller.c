@@ -10,7 +10,11 @@
  * PX_POLL_NVAL; the hang-up of a socket watched for writing only is
  * reported, data arriving on it is not; with more registrations than the
  * arrays start with, removed out of order, exactly the right descriptors
- * are reported; select refuses a descriptor >= FD_SETSIZE.
+ * are reported; select refuses a descriptor >= FD_SETSIZE.  linux_rt
+ * (real-time signals) runs the same checks with a pipe instead of an
+ * eventfd interrupt (an eventfd raises no signal, so it is refused), and
+ * a check of its own: more ready descriptors than the signal queue holds
+ * are all reported, exactly once.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -21,6 +25,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -34,12 +39,15 @@ typedef struct kind {
 	const char *name;
 	create_fn create;
 	bool sees_closed;       /* reports a closed fd as NVAL */
+	bool live;              /* PX_POLLER_LIVE */
+	bool no_eventfd;        /* refuses an eventfd interrupt: a pipe then */
 } kind;
 
 static const kind kinds[] = {
-	{ "select", px__poller_select_create, true },
-	{ "poll", px__poller_poll_create, true },
-	{ "epoll", px__poller_epoll_create, false },
+	{ "select", px__poller_select_create, true, false, false },
+	{ "poll", px__poller_poll_create, true, false, false },
+	{ "epoll", px__poller_epoll_create, false, true, false },
+	{ "linux_rt", px__poller_linux_rt_create, false, true, true },
 };
 
 typedef struct fx {
@@ -61,10 +69,22 @@ static fx *setup_kind(const kind *k, int it)
 	strcpy(c.wait, "poll");
 	strcpy(c.interrupt, px__intr_name(it));
 	f->k = k;
+	if (k->no_eventfd && it == PX_INTR_EVENTFD) {
+		/* Refused, with a pipe taken instead. */
+		assert_int_equal(px__intr_create(&c, &f->in), 0);
+		assert_int_equal(k->create(f->in, &f->pl), -EINVAL);
+		f->in->ops->destroy(f->in);
+		strcpy(c.interrupt, px__intr_name(PX_INTR_PIPE));
+	}
 	assert_int_equal(px__intr_create(&c, &f->in), 0);
 	assert_int_equal(k->create(f->in, &f->pl), 0);
 	assert_ptr_equal(f->pl->intr, f->in);
 	assert_false(f->pl->fired);
+	/* One empty wait first: linux_rt takes this thread as its leader
+	 * then, and the first wait of a new leader does not block. */
+	f->pl->ops->prepare(f->pl);
+	assert_true(f->pl->ops->wait(f->pl, 0) >= 0);
+	assert_int_equal(f->pl->ops->collect(f->pl, NULL, 0), 0);
 	assert_int_equal(pipe2(f->p, O_CLOEXEC | O_NONBLOCK), 0);
 	return f;
 }
@@ -197,8 +217,8 @@ static void interrupt_wakes_wait(const kind *k, int it)
 	el = now_ms() - t0;
 	pthread_join(t, NULL);
 	if (el > 3000)
-		fail_msg("%s: the interrupt did not wake the wait (%llu ms)",
-			 k->name, (unsigned long long)el);
+		fail_msg("%s: interrupt %s did not wake the wait (%llu ms)",
+			 k->name, px__intr_name(it), (unsigned long long)el);
 	assert_int_equal(n, 0);
 	assert_true(f->pl->fired);
 	px_poller_drain(f->pl);
@@ -338,7 +358,8 @@ static void interrupt_wakes_wait_all(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
 		for (size_t j = 0; j < sizeof(its) / sizeof(its[0]); j++)
-			interrupt_wakes_wait(&kinds[i], its[j]);
+			if (!kinds[i].no_eventfd || its[j] != PX_INTR_EVENTFD)
+				interrupt_wakes_wait(&kinds[i], its[j]);
 }
 
 static void flags_and_limits(void **state)
@@ -347,10 +368,10 @@ static void flags_and_limits(void **state)
 	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
 		fx *f = setup_kind(&kinds[i], PX_INTR_EVENTFD);
 		px_poll_reg hi = { .fd = FD_SETSIZE };
-		bool is_epoll = kinds[i].create == px__poller_epoll_create;
 		bool is_select = kinds[i].create == px__poller_select_create;
 
-		assert_int_equal((f->pl->flags & PX_POLLER_LIVE) != 0, is_epoll);
+		assert_int_equal((f->pl->flags & PX_POLLER_LIVE) != 0,
+				 kinds[i].live);
 		assert_non_null(f->pl->ops->name);
 		if (is_select) {
 			assert_int_equal(f->pl->fd_limit, FD_SETSIZE);
@@ -361,6 +382,89 @@ static void flags_and_limits(void **state)
 		}
 		teardown_fx(f);
 	}
+}
+
+/* linux_rt: with the real-time signal queue limited to a few entries,
+ * RT_MANY pipes become readable before any wait.  At most RT_LIMIT
+ * signals can be queued, so most readiness is only found by the full poll
+ * that follows the overflow (SIGIO); every pipe is reported exactly once,
+ * and again after being read, armed again and written again. */
+#define RT_MANY 400
+#define RT_LIMIT 8
+static void linux_rt_overflow(void **state)
+{
+	const kind *k = &kinds[3];
+	static int p[RT_MANY][2];
+	static px_poll_reg reg[RT_MANY];
+	struct rlimit old, rl;
+	px_poll_event ev[32];
+	int seen[RT_MANY];
+	size_t n;
+
+	(void)state;
+	assert_string_equal(k->name, "linux_rt");
+	assert_int_equal(getrlimit(RLIMIT_SIGPENDING, &old), 0);
+	rl = old;
+	rl.rlim_cur = RT_LIMIT;
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &rl), 0);
+	fx *f = setup_kind(k, PX_INTR_PIPE);
+	for (int i = 0; i < RT_MANY; i++) {
+		assert_int_equal(pipe2(p[i], O_CLOEXEC | O_NONBLOCK), 0);
+		memset(&reg[i], 0, sizeof(reg[i]));
+		reg[i].fd = p[i][0];
+		assert_int_equal(f->pl->ops->set(f->pl, &reg[i], PX_POLL_IN), 0);
+	}
+	/* A first wait makes this thread the leader (and owner). */
+	assert_int_equal(wait_for(f, -1, 0, &n), 0);
+	assert_int_equal(n, 0);
+	for (int round = 0; round < 3; round++) {
+		uint64_t t0 = now_ms();
+		size_t total = 0;
+		char c;
+
+		memset(seen, 0, sizeof(seen));
+		for (int i = 0; i < RT_MANY; i++)
+			assert_int_equal(write(p[i][1], "x", 1), 1);
+		while (total < RT_MANY && now_ms() - t0 < 5000) {
+			f->pl->ops->prepare(f->pl);
+			assert_true(f->pl->ops->wait(f->pl, 100) >= 0);
+			while ((n = f->pl->ops->collect(f->pl, ev, 32)) > 0) {
+				for (size_t j = 0; j < n; j++) {
+					int i;
+
+					for (i = 0; i < RT_MANY && p[i][0] != ev[j].fd;
+					     i++)
+						;
+					assert_true(i < RT_MANY);
+					assert_true(ev[j].events & PX_POLL_IN);
+					if (seen[i]++)
+						fail_msg("round %d: pipe %d reported "
+							 "twice", round, i);
+					total++;
+				}
+			}
+		}
+		if (total != RT_MANY)
+			fail_msg("round %d: %zu of %d ready pipes reported", round,
+				 total, RT_MANY);
+		/* Nothing more, once read and armed again. */
+		for (int i = 0; i < RT_MANY; i++) {
+			assert_int_equal(read(p[i][0], &c, 1), 1);
+			assert_int_equal(f->pl->ops->set(f->pl, &reg[i], PX_POLL_IN),
+					 0);
+		}
+		assert_int_equal(wait_for(f, -1, 20, &n), 0);
+		assert_int_equal(n, 0);
+	}
+	for (int i = 0; i < RT_MANY; i++) {
+		f->pl->ops->remove(f->pl, &reg[i]);
+		/* Unregistered: O_ASYNC is off again. */
+		assert_int_equal(fcntl(p[i][0], F_GETFL) & O_ASYNC, 0);
+		close(p[i][0]);
+		close(p[i][1]);
+	}
+	teardown_fx(f);
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &old), 0);
 }
 
 int main(void)
@@ -374,6 +478,7 @@ int main(void)
 		cmocka_unit_test(writer_hangup_is_reported_all),
 		cmocka_unit_test(many_registrations_all),
 		cmocka_unit_test(flags_and_limits),
+		cmocka_unit_test(linux_rt_overflow),
 	};
 	return cmocka_run_group_tests_name("poller", tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /*
- * poller.h - readiness pollers: select, poll and epoll behind one
- * interface that knows nothing of any provider.
+ * poller.h - readiness pollers: select, poll, epoll and linux_rt
+ * (real-time signals) behind one interface that knows nothing of any
+ * provider.
  *
  * A poller watches descriptors for an interest (PX_POLL_IN, PX_POLL_OUT),
  * plus the fd of the interrupt it was created with, and after a wait hands
@@ -23,9 +24,11 @@
  * registration says disarmed (one late report, even after remove()); the
  * caller checks what it is told.
  *
- * Changes during a wait.  With PX_POLLER_LIVE (epoll) the interest set
- * lives in the kernel: set() and remove() are system calls and take effect
- * at once, even on a wait in progress in another thread.  Without it
+ * Changes during a wait.  With PX_POLLER_LIVE (epoll, linux_rt) the
+ * interest set lives in the kernel: set() and remove() are system calls
+ * and take effect at once, even on a wait in progress in another thread
+ * (linux_rt's set() wakes that thread itself when it finds the descriptor
+ * ready already).  Without it
  * (select, poll) they only change the poller's own copy, which the next
  * prepare() hands to the wait: whoever changes it while another thread
  * waits must interrupt that thread for the change to count.
@@ -113,6 +116,9 @@ struct px_poller {
 int px__poller_select_create(px_intr *in, px_poller **out) PX_HIDDEN;
 int px__poller_poll_create(px_intr *in, px_poller **out) PX_HIDDEN;
 int px__poller_epoll_create(px_intr *in, px_poller **out) PX_HIDDEN;
+/* linux_rt: for one leader thread that never changes (a dedicated
+ * processor); -EINVAL for an interrupt whose fd is not a pipe. */
+int px__poller_linux_rt_create(px_intr *in, px_poller **out) PX_HIDDEN;
 
 /* Consume the interrupt if the last wait saw it.  Lock held. */
 static inline void px_poller_drain(px_poller *pl)

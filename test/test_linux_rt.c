@@ -1,0 +1,183 @@
+/*
+ * test_linux_rt.c - the readiness provider with the linux_rt wait
+ * (real-time signals per descriptor) on a dedicated processor, when the
+ * signal queue overflows.
+ *
+ * RLIMIT_SIGPENDING is lowered to a few entries, so that far more
+ * descriptors become ready at once than the queue holds: NPAIRS socket
+ * pairs each have a read pending, and the main thread writes one byte to
+ * every pair, ROUNDS times (each read completion starts the next read).
+ * Every read must complete exactly once per round with its byte; the
+ * reads still pending at the end complete once, with ECANCELED, in
+ * px_destroy.  Two threads run px_handle_events.
+ *
+ * Also checked: the config refuses the wait on a shared processor with a
+ * message that says why; a descriptor is left without O_ASYNC once it has
+ * nothing pending.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proactor.h"
+
+#define NPAIRS 300
+#define ROUNDS 4
+#define SIGQ_LIMIT 8
+
+typedef struct pair {
+	int sv[2];            /* [0] read by the proactor, [1] written here */
+	char buf[16];
+	atomic_int done;      /* reads completed with a byte */
+	atomic_int cancelled; /* reads completed with ECANCELED */
+	atomic_int other;     /* anything else */
+} pair;
+
+static pair pairs[NPAIRS];
+static px_proactor *g_px;
+static atomic_int g_stop;
+static atomic_int g_total;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void on_read(const px_completion *c);
+
+static int start_read(pair *p)
+{
+	return px_read_stream(g_px, p->sv[0], p->buf, sizeof(p->buf), on_read, p);
+}
+
+static void on_read(const px_completion *c)
+{
+	pair *p = c->user;
+
+	if (c->error == ECANCELED && c->bytes == 0) {
+		atomic_fetch_add(&p->cancelled, 1);
+		return;
+	}
+	if (c->error || c->bytes != 1 || p->buf[0] != 'x') {
+		atomic_fetch_add(&p->other, 1);
+		return;
+	}
+	atomic_fetch_add(&p->done, 1);
+	atomic_fetch_add(&g_total, 1);
+	if (start_read(p) != 0)
+		atomic_fetch_add(&p->other, 1);
+}
+
+static void *loop(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_stop))
+		px_handle_events(g_px, 50);
+	return NULL;
+}
+
+static void overflow_every_read_once(void **state)
+{
+	struct rlimit old, rl;
+	pthread_t th[2];
+	char err[256] = "";
+	int rc;
+
+	(void)state;
+	assert_int_equal(getrlimit(RLIMIT_SIGPENDING, &old), 0);
+	rl = old;
+	rl.rlim_cur = SIGQ_LIMIT;
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &rl), 0);
+
+	rc = px_create(&g_px, "linux-rt-dedicated", err, sizeof(err));
+	if (rc != 0)
+		fail_msg("px_create(linux-rt-dedicated): %s: %s", px_strerror(rc),
+			 err);
+	for (int i = 0; i < NPAIRS; i++) {
+		pair *p = &pairs[i];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+							     SOCK_CLOEXEC,
+					    0, p->sv),
+				 0);
+		assert_int_equal(start_read(p), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, loop, NULL), 0);
+
+	for (int round = 1; round <= ROUNDS; round++) {
+		uint64_t t0 = now_ms();
+
+		/* Every pair becomes readable at about the same time: far more
+		 * state changes than the signal queue holds. */
+		for (int i = 0; i < NPAIRS; i++)
+			assert_int_equal(send(pairs[i].sv[1], "x", 1, 0), 1);
+		while (atomic_load(&g_total) < round * NPAIRS &&
+		       now_ms() - t0 < 10000) {
+			struct timespec d = { 0, 2 * 1000000L };
+			nanosleep(&d, NULL);
+		}
+		if (atomic_load(&g_total) != round * NPAIRS)
+			fail_msg("round %d: %d of %d reads completed", round,
+				 atomic_load(&g_total) - (round - 1) * NPAIRS,
+				 NPAIRS);
+	}
+	atomic_store(&g_stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(px_destroy(g_px), 0);
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &old), 0);
+
+	for (int i = 0; i < NPAIRS; i++) {
+		pair *p = &pairs[i];
+		if (p->done != ROUNDS || p->cancelled != 1 || p->other != 0)
+			fail_msg("pair %d: %d reads with data (want %d), %d "
+				 "cancelled (want 1), %d other", i, p->done, ROUNDS,
+				 p->cancelled, p->other);
+		/* Nothing pending any more: not left signalling. */
+		assert_int_equal(fcntl(p->sv[0], F_GETFL) & O_ASYNC, 0);
+		close(p->sv[0]);
+		close(p->sv[1]);
+	}
+}
+
+static void shared_is_refused(void **state)
+{
+	px_proactor *px = NULL;
+	char err[256] = "";
+
+	(void)state;
+	assert_int_equal(px_create(&px, "provider=select wait=linux_rt", err,
+				   sizeof(err)),
+			 -EINVAL);
+	assert_null(px);
+	assert_non_null(strstr(err, "needs processor=dedicated"));
+	assert_non_null(strstr(err, "one thread"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(shared_is_refused),
+		cmocka_unit_test(overflow_every_read_once),
+	};
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	unsetenv("PX_ENGINE");
+	return cmocka_run_group_tests_name("linux_rt", tests, NULL, NULL);
+}
