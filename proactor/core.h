@@ -50,8 +50,11 @@ typedef struct px_processor {
 	unsigned flags;            /* PX_PF_START_* actually in force */
 	unsigned max_aio;
 	uint32_t ops;              /* operations routed here */
-	bool has_leader;
-	pthread_t leader;          /* valid while has_leader */
+	bool has_leader;           /* nleading > 0 */
+	pthread_t leader;          /* the latest to begin leading, valid while
+	                              has_leader */
+	unsigned nleading;         /* threads leading it now */
+	unsigned max_leaders;      /* at most this many (the provider's, >= 1) */
 	bool stop;                 /* dedicated: leave the loop */
 	bool thread_running;       /* dedicated: thread was created */
 	pthread_t thread;
@@ -81,6 +84,11 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;
+/* A shared processor one more thread may lead now: it has work and no
+ * leader, or (several leaders allowed) a part of it still needs one. */
+bool px__processor_may_lead(const px_processor *p) PX_HIDDEN;
+/* Another thread than the caller leads p. */
+bool px__processor_led_by_other(const px_processor *p) PX_HIDDEN;
 int px__processor_run_dedicated(px_processor *p) PX_HIDDEN;
 void px__processor_stop_dedicated(px_processor *p) PX_HIDDEN;
 /* Interrupt p's leader unless it is the calling thread. */

@@ -45,8 +45,8 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
-		if (p->type == PX_PROCESSOR_SHARED && p->has_leader &&
-		    !pthread_equal(p->leader, pthread_self())) {
+		if (p->type == PX_PROCESSOR_SHARED &&
+		    px__processor_led_by_other(p)) {
 			p->intr->ops->interrupt(p->intr);
 			return true;
 		}
@@ -148,8 +148,7 @@ static px_processor *disp_pick_processor(struct px_proactor *px)
 {
 	for (int k = 0; k < px->nproc; k++) {
 		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
-		if (p->type == PX_PROCESSOR_SHARED && !p->has_leader &&
-		    px__processor_has_work(p)) {
+		if (px__processor_may_lead(p)) {
 			px->next_pick = (unsigned)(p->index + 1);
 			return p;
 		}
@@ -165,8 +164,7 @@ static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
 		return false;
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *q = px->proc[i];
-		if (q != p && q->type == PX_PROCESSOR_SHARED && !q->has_leader &&
-		    px__processor_has_work(q))
+		if (q != p && px__processor_may_lead(q))
 			return true;
 	}
 	return false;
@@ -201,6 +199,30 @@ static void disp_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 	if (px->cb_ns && per > cap)
 		per = cap;
 	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
+}
+
+/* A processor that several threads may lead at once (one per part of its
+ * wait, e.g. one per io_uring ring) spreads its kernel work over the
+ * threads only if each has a part with work; a thread that found no part
+ * to lead sleeps as a follower, and its part stays empty unless it runs
+ * callbacks (their starts go into the part of the thread that makes
+ * them).  So a batch of at least PX_SPREAD_MIN callbacks wakes a follower
+ * while fewer threads are busy (leading or running callbacks) than such a
+ * processor takes leaders.  Once every thread is busy there is no follower
+ * to wake; a small batch (one or two sessions) stays with one thread. */
+#define PX_SPREAD_MIN 8u
+
+static bool disp_spread(const struct px_proactor *px, size_t n)
+{
+	if (n < PX_SPREAD_MIN || !px->nfollowers)
+		return false;
+	for (int i = 0; i < px->nproc; i++) {
+		const px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && p->max_leaders > 1 &&
+		    px->nleaders + px->nhandlers < p->max_leaders)
+			return true;
+	}
+	return false;
 }
 
 /* See step 3 of px__dispatch_handle_events: the first bound, and how far it
@@ -249,7 +271,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			size_t batch = px_list_count(&px->completed);
 			int done = 0;
 			px->nhandlers++;
-			if (disp_worth_help(px, batch))
+			if (disp_worth_help(px, batch) || disp_spread(px, batch))
 				px__dispatch_wake_follower(px);
 			uint64_t t0 = px__now_ns();
 			/* A sample counts only if no thread led meanwhile: a

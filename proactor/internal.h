@@ -307,11 +307,21 @@ typedef struct px_wait_ops {
 	 * (outputs set, forgotten by the provider), or NULL when there are no
 	 * more.  Drains the interrupt when it fired. */
 	px_result *(*next_completed)(px_wait *w);
+	/* Mutex held, while at least one thread leads the processor: whether
+	 * one more thread could lead it now (a part of the wait has work and
+	 * nobody waiting on it).  Only for a provider with max_leaders > 1;
+	 * prepare, wait and next_completed then run in several leaders at
+	 * once, each on its own part.  Optional (NULL: one leader). */
+	bool (*may_lead)(px_wait *w);
 } px_wait_ops;
 
 struct px_wait {
 	const px_wait_ops *ops;
 	px_intr *intr;             /* how to interrupt this wait */
+	/* Set by the processor before prepare(): another thread is running
+	 * callbacks and will come back to lead, so a wait with several parts
+	 * need not take every part without a leader. */
+	bool others_busy;
 };
 
 /* ------------------------------------------------------------------ */
@@ -357,6 +367,9 @@ struct px_provider {
 	uint32_t ops_mask;         /* PX_OP_BIT of operations it does */
 	unsigned flags;            /* PX_PF_START_ANY_THREAD, PX_PF_START_INTERRUPT */
 	unsigned max_aio;          /* in flight at once (> 0) */
+	unsigned max_leaders;      /* threads that may wait on it at once: 0 or
+	                              1 for one; more only with a wait that has
+	                              may_lead (see px_wait_ops) */
 	size_t priv_size;          /* private bytes per result */
 	pthread_mutex_t *lock;     /* the proactor mutex; set by the processor
 	                              after create.  start() and next_completed()

@@ -27,9 +27,26 @@ bool px__processor_has_work(const px_processor *p)
 	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
 }
 
+bool px__processor_may_lead(const px_processor *p)
+{
+	if (p->type != PX_PROCESSOR_SHARED)
+		return false;
+	if (!p->has_leader)
+		return px__processor_has_work(p);
+	return p->nleading < p->max_leaders && p->wait->ops->may_lead &&
+	       p->wait->ops->may_lead(p->wait);
+}
+
+bool px__processor_led_by_other(const px_processor *p)
+{
+	/* With several leaders the caller may be one of them: the interrupt
+	 * then reaches only those that wait (see px_intr_ops). */
+	return p->nleading > 1 || (p->has_leader && !proc_is_leader(p));
+}
+
 void px__processor_interrupt(px_processor *p)
 {
-	if (p->has_leader && !proc_is_leader(p))
+	if (px__processor_led_by_other(p))
 		p->intr->ops->interrupt(p->intr);
 }
 
@@ -204,6 +221,7 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 
 	if (proc_start_deferred(p) || !px_list_empty(&px->completed))
 		timeout_ms = 0;
+	p->wait->others_busy = px->nhandlers > 0;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
@@ -215,6 +233,7 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 
 void px__processor_lead_begin(px_processor *p)
 {
+	p->nleading++;
 	p->has_leader = true;
 	p->leader = pthread_self();
 	if (p->intr->ops->leader_activated)
@@ -225,7 +244,8 @@ void px__processor_lead_end(px_processor *p)
 {
 	if (p->intr->ops->leader_deactivated)
 		p->intr->ops->leader_deactivated(p->intr);
-	p->has_leader = false;
+	p->nleading--;
+	p->has_leader = p->nleading > 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -452,6 +472,10 @@ int px__processor_create(struct px_proactor *px, int index,
 	if (p->prov->flags & PX_PF_START_INTERRUPT)
 		p->flags |= PX_PF_START_INTERRUPT;
 	p->max_aio = p->prov->max_aio ? p->prov->max_aio : 1;
+	p->max_leaders = 1;
+	if (p->type == PX_PROCESSOR_SHARED && p->prov->max_leaders > 1 &&
+	    p->wait->ops->may_lead)
+		p->max_leaders = p->prov->max_leaders;
 	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);
