@@ -111,6 +111,8 @@ struct px_proactor {
 	px_list timers;            /* TIMER results sorted by deadline */
 	int64_t next_timer_id;
 	px_list followers;         /* sleeping threads; the newest at the back */
+	px_list owns;              /* threads' own completions, those not
+	                              empty (px_own, dispatcher.c) */
 	unsigned nthreads;         /* inside px_handle_events */
 	unsigned nfollowers, nleaders, nhandlers;
 	px_follower_order order;
@@ -126,6 +128,14 @@ struct px_proactor {
 
 /* Queue r for dispatch and notify at the given level. */
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;
+/* A leader of a processor with several leaders queues r for itself: the
+ * calling thread runs it next, unless another thread with nothing to do
+ * takes it (see dispatcher.c).  Elsewhere the same as
+ * px__dispatch_post(px, r, PX_NOTIFY_NONE). */
+void px__dispatch_post_own(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Completions wait that the calling thread should run before it sleeps:
+ * in the shared queue or its own. */
+bool px__dispatch_has_queued(const struct px_proactor *px) PX_HIDDEN;
 /* Wake one sleeping follower.  Returns true if there was one. */
 bool px__dispatch_wake_follower(struct px_proactor *px) PX_HIDDEN;
 /* Wake every follower and interrupt every shared leader. */

@@ -65,6 +65,84 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 		disp_interrupt_shared_leader(px);
 }
 
+/* Own completions.  With a processor that several threads lead at once
+ * (one io_uring ring each), a leader keeps what it collected and runs it
+ * itself: the starts its callbacks make go back into the ring it leads, so
+ * each thread keeps its own sessions and does their kernel work.  A thread
+ * that finds nothing to lead (its ring emptied) takes half of another's
+ * own completions, which moves their sessions to its ring; so does a
+ * thread whose last wait collected nothing, so that completions held by a
+ * thread blocked in a callback are run by someone. */
+typedef struct px_own {
+	px_link link;              /* on px->owns while items is not empty */
+	px_list items;
+	struct px_proactor *px;
+} px_own;
+
+static __thread px_own *disp_tls_own;
+
+static px_own *disp_own_of(const struct px_proactor *px)
+{
+	return disp_tls_own && disp_tls_own->px == px ? disp_tls_own : NULL;
+}
+
+void px__dispatch_post_own(struct px_proactor *px, px_result *r)
+{
+	px_own *o = disp_own_of(px);
+
+	if (!o) {
+		px__dispatch_post(px, r, PX_NOTIFY_NONE);
+		return;
+	}
+	if (px_list_empty(&o->items))
+		px_list_push_back(&px->owns, &o->link);
+	px_list_push_back(&o->items, &r->link);
+}
+
+bool px__dispatch_has_queued(const struct px_proactor *px)
+{
+	px_own *o = disp_own_of(px);
+
+	return !px_list_empty(&px->completed) || (o && !px_list_empty(&o->items));
+}
+
+static px_link *disp_own_pop(struct px_proactor *px, px_own *o)
+{
+	px_link *l = px_list_pop_front(&o->items);
+
+	if (l && px_list_empty(&o->items))
+		px_list_remove(&px->owns, &o->link);
+	return l;
+}
+
+/* Move half (rounded up) of another thread's own completions to o. */
+static bool disp_own_steal(struct px_proactor *px, px_own *o)
+{
+	px_link *l = px_list_first(&px->owns);
+
+	if (!l)
+		return false;
+	px_own *v = px_container_of(l, px_own, link);
+	size_t n = (px_list_count(&v->items) + 1) / 2;
+	while (n-- > 0) {
+		px_link *x = disp_own_pop(px, v);
+		if (px_list_empty(&o->items))
+			px_list_push_back(&px->owns, &o->link);
+		px_list_push_back(&o->items, x);
+	}
+	return true;
+}
+
+/* Leaving px_handle_events: what is left goes to the shared queue. */
+static void disp_own_leave(struct px_proactor *px, px_own *o)
+{
+	if (px_list_empty(&o->items))
+		return;
+	px_list_remove(&px->owns, &o->link);
+	px_list_splice_back(&px->completed, &o->items);
+	px__dispatch_wake_follower(px);
+}
+
 void px__dispatch_wake_all(struct px_proactor *px)
 {
 	while (px__dispatch_wake_follower(px))
@@ -255,8 +333,14 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
 	uint64_t check = PX_FOLLOWER_CHECK_NS;
+	bool idle_lead = false;     /* the last wait collected nothing */
+	px_own own, *saved_own = disp_tls_own;
 
+	px_list_init(&own.items);
+	px_link_init(&own.link);
+	own.px = px;
 	pthread_mutex_lock(&px->lock);
+	disp_tls_own = &own;
 	px->nthreads++;
 	for (;;) {
 		if (px->stopped || px->destroying) {
@@ -267,8 +351,15 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		/* Step 1: dispatch what is queued now. */
 		if (px_list_first(&px->timers))
 			px__timers_expire(px, now);
-		if (!px_list_empty(&px->completed)) {
-			size_t batch = px_list_count(&px->completed);
+		/* Step 1b: nothing of its own, none shared, and nothing came
+		 * in its last wait: take some of another thread's. */
+		if (idle_lead && px_list_empty(&own.items) &&
+		    px_list_empty(&px->completed))
+			disp_own_steal(px, &own);
+		idle_lead = false;
+		px_list *q = !px_list_empty(&own.items) ? &own.items : &px->completed;
+		if (!px_list_empty(q)) {
+			size_t batch = px_list_count(q);
 			int done = 0;
 			px->nhandlers++;
 			if (disp_worth_help(px, batch) || disp_spread(px, batch))
@@ -282,7 +373,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * breed hand-offs. */
 			bool alone = px->nleaders == 0;
 			while (batch-- > 0 && !px->stopped) {
-				px_link *l = px_list_pop_front(&px->completed);
+				px_link *l = q == &own.items ? disp_own_pop(px, &own)
+							     : px_list_pop_front(q);
 				if (!l)
 					break;
 				px__dispatch_one(px, px_result_of(l));
@@ -309,6 +401,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_handle_aio_events(p, ms);
 			px__processor_lead_end(p);
 			px->nleaders--;
+			idle_lead = !px__dispatch_has_queued(px);
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
@@ -316,11 +409,16 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
 			now = px__now_ns();
-			if (px_list_empty(&px->completed) &&
+			if (!px__dispatch_has_queued(px) &&
 			    !(px__timers_next(px) <= now) && now >= deadline)
 				break;
 			continue;
 		}
+
+		/* Step 2b: nothing to lead: help a thread with completions of
+		 * its own. */
+		if (disp_own_steal(px, &own))
+			continue;
 
 		/* Step 3: sleep as a follower.  While a processor has work,
 		 * not for longer than PX_FOLLOWER_CHECK_NS: a thread that
@@ -370,6 +468,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		now = px__now_ns();
 	}
 	px->nthreads--;
+	disp_own_leave(px, &own);
+	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);
 	return n;
 }

@@ -41,6 +41,7 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	pthread_mutex_init(&px->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	px_list_init(&px->completed);
+	px_list_init(&px->owns);
 	px_list_init(&px->timers);
 	px_list_init(&px->followers);
 	px->order = cfg->followers;

@@ -208,10 +208,16 @@ static void proc_collect(px_processor *p)
 {
 	px_result *r;
 	int level = proc_post_level(p);
+	/* With several leaders each keeps what it collected (its starts then
+	 * go back into the part of the wait it leads). */
+	bool own = p->max_leaders > 1;
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
-		px__dispatch_post(p->px, r, level);
+		if (own)
+			px__dispatch_post_own(p->px, r);
+		else
+			px__dispatch_post(p->px, r, level);
 	}
 }
 
@@ -219,8 +225,11 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 {
 	struct px_proactor *px = p->px;
 
-	if (proc_start_deferred(p) || !px_list_empty(&px->completed))
+	if (proc_start_deferred(p) || px__dispatch_has_queued(px))
 		timeout_ms = 0;
+	else if (!px_list_empty(&px->owns) && (timeout_ms < 0 || timeout_ms > 1))
+		timeout_ms = 1;  /* another thread's own completions: see
+		                    dispatcher.c, step 2 */
 	p->wait->others_busy = px->nhandlers > 0;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;

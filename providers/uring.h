@@ -81,6 +81,8 @@ typedef struct px_uring {
 	px_uring_ring *rings;       /* nrings of them */
 	unsigned nrings;
 	unsigned next_home;         /* the home ring the next leader gets */
+	unsigned next_spread;       /* the ring of the next start made by a
+	                               thread that has no home */
 
 	/* Interrupt requested while no leader was waiting: the next wait must
 	 * return at once. */
