@@ -84,9 +84,11 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;
-/* A shared processor one more thread may lead now: it has work and no
- * leader, or (several leaders allowed) a part of it still needs one. */
-bool px__processor_may_lead(const px_processor *p) PX_HIDDEN;
+/* A shared processor the calling thread may lead now: it has work and no
+ * leader, or (several leaders allowed) a part of it needs one.  patient:
+ * a thread running callbacks will come back to lead its own part, so the
+ * caller takes only its own (see px_wait.others_busy). */
+bool px__processor_may_lead(px_processor *p, bool patient) PX_HIDDEN;
 /* Another thread than the caller leads p. */
 bool px__processor_led_by_other(const px_processor *p) PX_HIDDEN;
 int px__processor_run_dedicated(px_processor *p) PX_HIDDEN;

@@ -67,12 +67,15 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 
 /* Own completions.  With a processor that several threads lead at once
  * (one io_uring ring each), a leader keeps what it collected and runs it
- * itself: the starts its callbacks make go back into the ring it leads, so
- * each thread keeps its own sessions and does their kernel work.  A thread
- * that finds nothing to lead (its ring emptied) takes half of another's
- * own completions, which moves their sessions to its ring; so does a
- * thread whose last wait collected nothing, so that completions held by a
- * thread blocked in a callback are run by someone. */
+ * itself, so each thread keeps its sessions and does their kernel work.
+ * Completions change threads only on purpose, and are then "moved"
+ * (px__dispatch_current), which moves their sessions to the new thread's
+ * ring: a thread with a large batch hands half of it to a follower it
+ * wakes (step 1); a thread that finds nothing to lead takes half of
+ * another's own completions if there are enough (step 2b), or any when
+ * its follower sleep ran out or its last wait collected nothing (step 1b),
+ * so that completions held by a thread blocked in a callback are run by
+ * someone. */
 typedef struct px_own {
 	px_link link;              /* on px->owns while items is not empty */
 	px_list items;
@@ -115,14 +118,17 @@ static px_link *disp_own_pop(struct px_proactor *px, px_own *o)
 	return l;
 }
 
-/* Move half (rounded up) of another thread's own completions to o. */
-static bool disp_own_steal(struct px_proactor *px, px_own *o)
+/* Move half (rounded up) of another thread's own completions to o, if it
+ * has at least min. */
+static bool disp_own_steal(struct px_proactor *px, px_own *o, size_t min)
 {
 	px_link *l = px_list_first(&px->owns);
 
 	if (!l)
 		return false;
 	px_own *v = px_container_of(l, px_own, link);
+	if (px_list_count(&v->items) < min)
+		return false;
 	size_t n = (px_list_count(&v->items) + 1) / 2;
 	while (n-- > 0) {
 		px_link *x = disp_own_pop(px, v);
@@ -131,6 +137,21 @@ static bool disp_own_steal(struct px_proactor *px, px_own *o)
 		px_list_push_back(&o->items, x);
 	}
 	return true;
+}
+
+/* Move the last n of o's completions to the shared queue (a follower
+ * was woken to run them). */
+static void disp_own_give(struct px_proactor *px, px_own *o, size_t n)
+{
+	while (n-- > 0) {
+		px_link *l = px_list_last(&o->items);
+		if (!l)
+			break;
+		px_list_remove(&o->items, l);
+		px_list_push_front(&px->completed, l);
+	}
+	if (px_list_empty(&o->items))
+		px_list_remove(&px->owns, &o->link);
 }
 
 /* Leaving px_handle_events: what is left goes to the shared queue. */
@@ -195,8 +216,19 @@ uint64_t px__timers_next(const struct px_proactor *px)
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
 
-/* The proactor whose callback this thread is running, if any. */
+/* The proactor whose callback this thread is running, if any, the result,
+ * and whether it was taken from another thread (disp_own_steal). */
 static __thread struct px_proactor *disp_tls_dispatching;
+static __thread px_result *disp_tls_current;
+static __thread bool disp_tls_moving;
+/* The proactor this thread last gave completions away on (step 1). */
+static __thread struct px_proactor *disp_tls_gave;
+
+px_result *px__dispatch_current(bool *moved)
+{
+	*moved = disp_tls_moving;
+	return disp_tls_current;
+}
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
 {
@@ -211,22 +243,25 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
+	px_result *saved_r = disp_tls_current;
 	disp_tls_dispatching = px;
+	disp_tls_current = r;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
 	disp_tls_dispatching = saved;
+	disp_tls_current = saved_r;
 	px__alloc_put(&px->alloc, r);
 }
 
 /* Pick a shared processor this thread may lead: it has work, no leader.
  * Rotates the starting point so that with one thread and two processors
  * neither is starved. */
-static px_processor *disp_pick_processor(struct px_proactor *px)
+static px_processor *disp_pick_processor(struct px_proactor *px, bool patient)
 {
 	for (int k = 0; k < px->nproc; k++) {
 		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
-		if (px__processor_may_lead(p)) {
+		if (px__processor_may_lead(p, patient)) {
 			px->next_pick = (unsigned)(p->index + 1);
 			return p;
 		}
@@ -242,7 +277,7 @@ static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
 		return false;
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *q = px->proc[i];
-		if (q != p && px__processor_may_lead(q))
+		if (q != p && px__processor_may_lead(q, false))
 			return true;
 	}
 	return false;
@@ -290,6 +325,12 @@ static void disp_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
  * to wake; a small batch (one or two sessions) stays with one thread. */
 #define PX_SPREAD_MIN 8u
 
+/* A thread with nothing to lead takes some of another thread's own
+ * completions when it has at least this many (half of them): stealing one
+ * or two would split a session between two threads, each hop of which
+ * then crosses threads. */
+#define PX_STEAL_MIN 4u
+
 static bool disp_spread(const struct px_proactor *px, size_t n)
 {
 	if (n < PX_SPREAD_MIN || !px->nfollowers)
@@ -334,6 +375,11 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 	int n = 0;
 	uint64_t check = PX_FOLLOWER_CHECK_NS;
 	bool idle_lead = false;     /* the last wait collected nothing */
+	/* Leave another thread's ring and small batches to it (it comes
+	 * back for them); false after a follower's sleep ran out, in case
+	 * that thread is blocked in a callback. */
+	bool patient = true;
+	bool stolen = false;        /* own.items was just taken from another */
 	px_own own, *saved_own = disp_tls_own;
 
 	px_list_init(&own.items);
@@ -355,15 +401,32 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		 * in its last wait: take some of another thread's. */
 		if (idle_lead && px_list_empty(&own.items) &&
 		    px_list_empty(&px->completed))
-			disp_own_steal(px, &own);
+			stolen = disp_own_steal(px, &own, 1);
 		idle_lead = false;
-		px_list *q = !px_list_empty(&own.items) ? &own.items : &px->completed;
+		/* Own completions first; shared ones unless this thread has
+		 * just handed them to a follower it woke (it leads meanwhile,
+		 * and takes them after that if the follower has not). */
+		px_list *q = &own.items;
+		if (px_list_empty(q) && disp_tls_gave != px)
+			q = &px->completed;
+		disp_tls_gave = NULL;
+		bool moving = stolen || q == &px->completed;
+		stolen = false;
 		if (!px_list_empty(q)) {
 			size_t batch = px_list_count(q);
 			int done = 0;
+			/* Taken from another thread: their sessions move here. */
+			bool saved_moving = disp_tls_moving;
+			disp_tls_moving = moving;
 			px->nhandlers++;
-			if (disp_worth_help(px, batch) || disp_spread(px, batch))
-				px__dispatch_wake_follower(px);
+			if ((disp_worth_help(px, batch) || disp_spread(px, batch)) &&
+			    px__dispatch_wake_follower(px) && q == &own.items) {
+				/* Give the woken thread the second half. */
+				size_t give = batch / 2;
+				disp_own_give(px, &own, give);
+				batch -= give;
+				disp_tls_gave = px;
+			}
 			uint64_t t0 = px__now_ns();
 			/* A sample counts only if no thread led meanwhile: a
 			 * leader holds the mutex while it collects, and a start
@@ -385,11 +448,12 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				disp_note_cb_time(px, px__now_ns() - t0, done);
 			n += done;
 			px->nhandlers--;
+			disp_tls_moving = saved_moving;
 			break;
 		}
 
 		/* Step 2: lead a processor that has work and no leader. */
-		px_processor *p = disp_pick_processor(px);
+		px_processor *p = disp_pick_processor(px, patient);
 		if (p) {
 			uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 			int ms = px__ms_until(until, now);
@@ -402,6 +466,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_lead_end(p);
 			px->nleaders--;
 			idle_lead = !px__dispatch_has_queued(px);
+			patient = true;
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
@@ -417,8 +482,11 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 
 		/* Step 2b: nothing to lead: help a thread with completions of
 		 * its own. */
-		if (disp_own_steal(px, &own))
+		if (disp_own_steal(px, &own, patient ? PX_STEAL_MIN : 1)) {
+			patient = true;
+			stolen = true;
 			continue;
+		}
 
 		/* Step 3: sleep as a follower.  While a processor has work,
 		 * not for longer than PX_FOLLOWER_CHECK_NS: a thread that
@@ -459,6 +527,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			}
 		}
 		px->nfollowers--;
+		patient = f.woken;
 		if (!f.woken) {
 			px_list_remove(&px->followers, &f.link);
 			if (check < PX_FOLLOWER_CHECK_MAX_NS)

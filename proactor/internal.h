@@ -204,6 +204,17 @@ static inline void *px_result_priv(px_result *r)
 	return (char *)r + PX_RESULT_HDR;
 }
 
+/* The result whose callback the calling thread is running (NULL outside
+ * callbacks), for a provider that places new operations near the one that
+ * completed.  *moved is set when the thread took that result from another
+ * thread's own completions (proactor/dispatcher.c): its session is moving
+ * to the calling thread. */
+px_result *px__dispatch_current(bool *moved) PX_HIDDEN;
+
+struct px_provider;
+/* The provider r was given to, or NULL (a timer, a post). */
+struct px_provider *px__result_provider(const px_result *r) PX_HIDDEN;
+
 /* Set the outputs of a finished operation. */
 static inline void px_result_finish(px_result *r, size_t bytes, int error)
 {
@@ -318,10 +329,13 @@ typedef struct px_wait_ops {
 struct px_wait {
 	const px_wait_ops *ops;
 	px_intr *intr;             /* how to interrupt this wait */
-	/* Set by the processor before prepare(): another thread is running
-	 * callbacks and will come back to lead, so a wait with several parts
-	 * need not take every part without a leader. */
+	/* Set by the processor before may_lead() and prepare() (several
+	 * leaders only).  others_busy: other threads lead or run callbacks
+	 * and will come back to their own parts, so this one should take its
+	 * own part only (the dispatcher clears it when a follower's sleep ran
+	 * out).  others_here: other threads are in px_handle_events at all. */
 	bool others_busy;
+	bool others_here;
 };
 
 /* ------------------------------------------------------------------ */

@@ -22,19 +22,32 @@ static bool proc_is_leader(const px_processor *p)
 	return p->has_leader && pthread_equal(p->leader, pthread_self());
 }
 
+px_provider *px__result_provider(const px_result *r)
+{
+	return r->proc ? r->proc->prov : NULL;
+}
+
 bool px__processor_has_work(const px_processor *p)
 {
 	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
 }
 
-bool px__processor_may_lead(const px_processor *p)
+bool px__processor_may_lead(px_processor *p, bool patient)
 {
-	if (p->type != PX_PROCESSOR_SHARED)
+	if (p->type != PX_PROCESSOR_SHARED || !px__processor_has_work(p))
 		return false;
-	if (!p->has_leader)
-		return px__processor_has_work(p);
-	return p->nleading < p->max_leaders && p->wait->ops->may_lead &&
-	       p->wait->ops->may_lead(p->wait);
+	if (p->max_leaders <= 1)
+		return !p->has_leader;
+	if (p->nleading >= p->max_leaders)
+		return false;
+	/* Kept for the prepare() of the lead that may follow.  The calling
+	 * thread neither leads nor runs callbacks here. */
+	p->wait->others_busy = patient && p->px->nleaders + p->px->nhandlers > 0;
+	p->wait->others_here = p->px->nthreads > 1;
+	/* Deferred starts need a leader, whichever part it takes. */
+	if (!p->has_leader && !px_list_empty(&p->deferred))
+		return true;
+	return p->wait->ops->may_lead(p->wait);
 }
 
 bool px__processor_led_by_other(const px_processor *p)
@@ -230,7 +243,11 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 	else if (!px_list_empty(&px->owns) && (timeout_ms < 0 || timeout_ms > 1))
 		timeout_ms = 1;  /* another thread's own completions: see
 		                    dispatcher.c, step 2 */
-	p->wait->others_busy = px->nhandlers > 0;
+	/* (With several leaders px__processor_may_lead set it, from the
+	 * dispatcher's patience; alone, or in px_destroy, nobody else
+	 * comes.) */
+	if (p->max_leaders <= 1 || px->nthreads <= 1)
+		p->wait->others_busy = p->wait->others_here = false;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */

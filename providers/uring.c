@@ -22,10 +22,14 @@
  * threads lead it in turn.  There are therefore several rings (rings=;
  * one per CPU, at most 4, by default), and the processor lets one leader
  * wait on each at once (px_provider.max_leaders, px_wait_ops.may_lead).
- * Each thread that leads gets a home ring (px__uring_pick); what it
- * starts, and what it resubmits while collecting, goes into that ring, so
- * the thread that leads a ring is the one that submits to it and runs its
- * task work.  A cancel goes into the ring of the request it aims at.
+ * Each thread that leads gets a home ring (px__uring_pick) and leads it.
+ * A start from a callback goes into the ring of the operation whose
+ * callback runs (its home's, if the dispatcher moved that completion to
+ * this thread), other starts into the thread's home ring, a resubmission
+ * or the next queue head into the ring of the request before it
+ * (ur_start_ring, ur_issue_or_stall): so the thread that leads a ring is
+ * normally the one that submits to it and runs its task work.  A cancel
+ * goes into the ring of the request it aims at.
  *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
@@ -274,7 +278,61 @@ px_uring_ring *px__uring_home(px_uring *u)
 	return &u->rings[u->next_spread++ % u->nrings];
 }
 
-px_uring_ring *px__uring_pick(px_uring *u)
+/* The ring a start goes into: from a callback, the ring of the operation
+ * whose callback runs, so that a session stays in its ring whichever
+ * thread collected it (a thread that leads another's ring while that one
+ * runs callbacks moves nothing); else, and when the dispatcher moved that
+ * completion from another thread (it balances the load), the calling
+ * thread's home. */
+static px_uring_ring *ur_start_ring(px_uring *u)
+{
+	bool moved;
+	px_result *cur = px__dispatch_current(&moved);
+
+	if (cur && !moved && px__result_provider(cur) == &u->prov &&
+	    ur_priv(cur)->rg)
+		return ur_priv(cur)->rg;
+	return px__uring_home(u);
+}
+
+/* The ring the calling thread leads first: its home, or the one it will
+ * get as its home when it first leads. */
+static px_uring_ring *ur_lead_home(px_uring *u)
+{
+	if (ur_tls_u == u && ur_tls_home < u->nrings)
+		return &u->rings[ur_tls_home];
+	return &u->rings[u->next_home % u->nrings];
+}
+
+bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now)
+{
+	if (rg->led || !rg->pending)
+		return false;
+	if (!*now)
+		*now = px__now_ns();
+	return *now - rg->released_ns >= PX_URING_ORPHAN_MS * 1000000ull;
+}
+
+bool px__uring_may_lead(px_uring *u, bool others_busy)
+{
+	px_uring_ring *home = ur_lead_home(u);
+	uint64_t now = 0;
+
+	if (!home->led && home->pending)
+		return true;
+	/* Another thread's ring, while other threads are about: the one that
+	 * led it last comes back to it (unless it stays away too long), and
+	 * the sessions would move between threads. */
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+		if (!rg->led && rg->pending &&
+		    (!others_busy || px__uring_orphaned(rg, &now)))
+			return true;
+	}
+	return false;
+}
+
+px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
 {
 	px_uring_ring *home, *rg = NULL;
 
@@ -288,8 +346,10 @@ px_uring_ring *px__uring_pick(px_uring *u)
 	home = &u->rings[ur_tls_home];
 	if (!home->led && home->pending)
 		rg = home;
+	uint64_t now = 0;
 	for (unsigned i = 0; !rg && i < u->nrings; i++)
-		if (!u->rings[i].led && u->rings[i].pending)
+		if (!u->rings[i].led && u->rings[i].pending &&
+		    (!others_busy || px__uring_orphaned(&u->rings[i], &now)))
 			rg = &u->rings[i];
 	if (!rg && !home->led)
 		rg = home;
@@ -383,14 +443,16 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 	return true;
 }
 
-/* Issue r from inside the provider (a resubmission or a new queue head)
- * into the calling thread's ring; without an SQE it waits on u->stalled
+/* Issue r from inside the provider (a resubmission, or a new queue head
+ * whose predecessor went into near) into its ring, near, or the calling
+ * thread's ring, the first known; without an SQE it waits on u->stalled
  * for the next prepare(). */
-static void ur_issue_or_stall(px_uring *u, px_result *r)
+static void ur_issue_or_stall(px_uring *u, px_result *r, px_uring_ring *near)
 {
 	struct px_uring_priv *pr = ur_priv(r);
+	px_uring_ring *rg = pr->rg ? pr->rg : near ? near : px__uring_home(u);
 
-	if (ur_issue(px__uring_home(u), r, 0))
+	if (ur_issue(rg, r, 0))
 		return;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_STALLED;
@@ -473,12 +535,12 @@ int px__uring_flush(px_uring_ring *rg)
 /* ------------------------------------------------------------------ */
 
 /* The head of a queue went away: issue the next one. */
-static void ur_advance(px_uring *u, px_list *q)
+static void ur_advance(px_uring *u, px_list *q, px_uring_ring *near)
 {
 	px_link *l = px_list_first(q);
 
 	if (l)
-		ur_issue_or_stall(u, px_result_of_plink(l));
+		ur_issue_or_stall(u, px_result_of_plink(l), near);
 }
 
 /* Take r off its queue; if it was the head, the next one goes in. */
@@ -490,7 +552,7 @@ static void ur_dequeue(px_uring *u, px_result *r)
 	if (dir < 0 || !px_link_linked(&r->plink))
 		return;
 	if (px_fdq_remove(&pr->fe->fq, dir, r))
-		ur_advance(u, &pr->fe->fq.q[dir]);
+		ur_advance(u, &pr->fe->fq.q[dir], pr->rg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -614,13 +676,13 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 			return ur_end(u, r, -ECANCELED);
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
-			ur_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r, NULL);
 			return NULL;
 		}
 		if (res < 0)
 			return ur_end(u, r, res);
 		pr->want_poll = false;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 
@@ -643,7 +705,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		 * thread any more, or io-wq work of that thread).  Submit it
 		 * again from this one. */
 		pr->reissued = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (r->c.op == PX_OP_CONNECT && pr->reissued) {
@@ -653,25 +715,25 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 			res = 0;
 		if (res == -EALREADY) {
 			pr->want_poll = true;
-			ur_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r, NULL);
 			return NULL;
 		}
 	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		pr->want_poll = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (res == -ENOTSOCK && r->c.op == PX_OP_WRITE_STREAM && pr->as_send) {
 		pr->fe->notsock = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (res > 0 && r->c.op == PX_OP_WRITE_STREAM &&
 	    (r->flags & PX_RF_WRITE_ALL) && r->done + (size_t)res < r->c.len) {
 		/* Short write: the rest goes next, still at the head. */
 		r->done += (size_t)res;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	return ur_end(u, r, res);
@@ -715,7 +777,7 @@ static int ur_start(px_provider *p, px_result *r)
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (!ur_issue(px__uring_home(u), r, u->sq_reserve))
+	if (!ur_issue(ur_start_ring(u), r, u->sq_reserve))
 		return PX_START_AGAIN;
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
@@ -735,7 +797,8 @@ static int ur_cancel(px_provider *p, px_result *r)
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
 		ur_finish(u, r, -ECANCELED);
-		px__uring_kick(px__uring_home(u));  /* the next head, if any */
+		for (unsigned i = 0; i < u->nrings; i++)
+			px__uring_kick(&u->rings[i]);  /* the next head, if any */
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;

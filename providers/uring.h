@@ -55,6 +55,8 @@ typedef struct px_uring_ring {
 	/* SQEs filled whose CQE is not reaped yet: the ring has work. */
 	unsigned pending;
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
+	/* When its last leader let it go (px__now_ns). */
+	uint64_t released_ns;
 
 	/* Published SQEs the leader submits in its wait's io_uring_enter,
 	 * without the mutex (set by prepare; leader only). */
@@ -126,10 +128,24 @@ struct io_uring_sqe *px__uring_get_sqe(px_uring_ring *rg, unsigned reserve) PX_H
 px_uring_ring *px__uring_home(px_uring *u) PX_HIDDEN;
 
 /* prepare(): choose the ring the calling thread will lead (its home if
- * that has work and no leader, else another with work and none, else any
- * without a leader), mark it led, and make it the thread's home if it had
- * none.  NULL when every ring has a leader.  Mutex held. */
-px_uring_ring *px__uring_pick(px_uring *u) PX_HIDDEN;
+ * that has work and no leader, else, unless others_busy, another with work
+ * and none, else any without a leader), mark it led, and make it the
+ * thread's home if it had none.  NULL when every ring has a leader.  Mutex
+ * held. */
+px_uring_ring *px__uring_pick(px_uring *u, bool others_busy) PX_HIDDEN;
+
+/* may_lead (px_wait_ops): the ring px__uring_pick would give the calling
+ * thread has work and no leader.  Mutex held. */
+bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
+
+/* How long a ring may stay without a leader, its work waiting for the
+ * thread that led it last to come back, before another thread takes it:
+ * that thread may be asleep, gone, or blocked in a callback. */
+#define PX_URING_ORPHAN_MS 1
+
+/* rg has work, no leader, and nobody led it for PX_URING_ORPHAN_MS.
+ * now: px__now_ns(), or 0 to have it read.  Mutex held. */
+bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now) PX_HIDDEN;
 
 /* Issue the results and cancels that were waiting for an SQE (into rg, the
  * caller's ring, and into their own rings).  Mutex held (prepare). */

@@ -48,10 +48,6 @@
  * with EAGAIN or EBUSY. */
 #define PX_URING_STUCK_MS 10
 
-/* How long a leader waits at most while another ring has work and no
- * leader, because the thread expected to lead it is running callbacks
- * (one of which might block). */
-#define PX_URING_ORPHAN_MS 10
 
 static void px_uring_wait_destroy(px_wait *w)
 {
@@ -80,21 +76,23 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	int rc, rc2;
 
 	(void)started;  /* the kernel already knows every started operation */
-	rg = px__uring_pick(u);
+	rg = px__uring_pick(u, w->others_busy);
 	px_uring_tls_lead = rg;
 	if (!rg)
 		return 0;  /* the wait returns at once */
 	rg->nextra = 0;
 	rg->orphans = false;
-	/* Rings with work and no leader: held as well when no other thread
-	 * will come back to lead them (a thread running callbacks will);
-	 * else only noted, to keep this wait short in case that thread's
-	 * callback blocks. */
+	/* Rings with work and no leader: held as well when this thread is
+	 * alone, or when nobody has led one for PX_URING_ORPHAN_MS
+	 * (px__uring_orphaned); else only noted, to keep this wait that
+	 * short.  (Taking another thread's ring whenever that thread is
+	 * between two batches left it with nothing to lead.) */
+	uint64_t now = 0;
 	for (unsigned i = 0; i < u->nrings; i++) {
 		px_uring_ring *o = &u->rings[i];
 		if (o->led || !o->pending)
 			continue;
-		if (w->others_busy) {
+		if (w->others_here && !px__uring_orphaned(o, &now)) {
 			rg->orphans = true;
 			continue;
 		}
@@ -253,23 +251,23 @@ static px_result *px_uring_next_completed(px_wait *w)
 				return r;
 	}
 	/* Nothing more: let the rings go. */
-	for (unsigned i = 0; i < rg->nextra; i++)
+	uint64_t now = px__now_ns();
+	for (unsigned i = 0; i < rg->nextra; i++) {
 		rg->extra[i]->led = false;
+		rg->extra[i]->released_ns = now;
+	}
 	rg->nextra = 0;
 	rg->led = false;
+	rg->released_ns = now;
 	px_uring_tls_lead = NULL;
 	return NULL;
 }
 
-/* Some ring has work and nobody waiting on it (see px_wait_ops). */
+/* A ring this thread would lead has work and nobody waiting on it (see
+ * px_wait_ops). */
 static bool px_uring_may_lead(px_wait *w)
 {
-	px_uring *u = px_uring_of_wait(w);
-
-	for (unsigned i = 0; i < u->nrings; i++)
-		if (!u->rings[i].led && u->rings[i].pending)
-			return true;
-	return false;
+	return px__uring_may_lead(px_uring_of_wait(w), w->others_busy);
 }
 
 const px_wait_ops px__wait_uring_ops = {
