@@ -289,7 +289,7 @@ static px_uring_ring *ur_start_ring(px_uring *u)
 	bool moved;
 	px_result *cur = px__dispatch_current(&moved);
 
-	if (cur && !moved && px__result_provider(cur) == &u->prov &&
+	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
 	    ur_priv(cur)->rg)
 		return ur_priv(cur)->rg;
 	return px__uring_home(u);
@@ -450,7 +450,8 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 static void ur_issue_or_stall(px_uring *u, px_result *r, px_uring_ring *near)
 {
 	struct px_uring_priv *pr = ur_priv(r);
-	px_uring_ring *rg = pr->rg ? pr->rg : near ? near : px__uring_home(u);
+	px_uring_ring *rg = u->alone ? px__uring_home(u)
+				     : pr->rg ? pr->rg : near ? near : px__uring_home(u);
 
 	if (ur_issue(rg, r, 0))
 		return;

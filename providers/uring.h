@@ -89,6 +89,10 @@ typedef struct px_uring {
 	/* Interrupt requested while no leader was waiting: the next wait must
 	 * return at once. */
 	bool intr_deferred;
+	/* The last leader was the only thread in px_handle_events: operations
+	 * gather in its home ring instead of staying where they were (one
+	 * thread leading two rings pays an enter per ring). */
+	bool alone;
 
 	unsigned cancel_cap;        /* cancels in flight per ring, to bound its CQ */
 	unsigned sq_reserve;        /* SQ slots a start leaves free */

@@ -76,6 +76,7 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	int rc, rc2;
 
 	(void)started;  /* the kernel already knows every started operation */
+	u->alone = !w->others_here;
 	rg = px__uring_pick(u, w->others_busy);
 	px_uring_tls_lead = rg;
 	if (!rg)
