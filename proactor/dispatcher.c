@@ -66,9 +66,9 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 }
 
 /* Own completions.  With a processor that several threads lead at once
- * (one io_uring ring each), a leader keeps what it collected and runs it
- * itself, so each thread keeps its sessions and does their kernel work.
- * Completions change threads only on purpose, and are then "moved"
+ * (one completion ring each, say), a leader keeps what it collected and
+ * runs it itself, so each thread keeps its sessions and does their kernel
+ * work.  Completions change threads only on purpose, and are then "moved"
  * (px__dispatch_current), which moves their sessions to the new thread's
  * ring: a thread with a large batch hands half of it to a follower it
  * wakes (step 1); a thread that finds nothing to lead takes half of
@@ -315,7 +315,7 @@ static void disp_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 }
 
 /* A processor that several threads may lead at once (one per part of its
- * wait, e.g. one per io_uring ring) spreads its kernel work over the
+ * wait, e.g. one per completion ring) spreads its kernel work over the
  * threads only if each has a part with work; a thread that found no part
  * to lead sleeps as a follower, and its part stays empty unless it runs
  * callbacks (their starts go into the part of the thread that makes
