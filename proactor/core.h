@@ -49,8 +49,11 @@ typedef struct px_processor {
 	unsigned flags;            /* PX_PF_START_* actually in force */
 	unsigned max_aio;
 	uint32_t ops;              /* operations routed here */
-	bool has_leader;
-	pthread_t leader;          /* valid while has_leader */
+	bool has_leader;           /* nleading > 0 */
+	pthread_t leader;          /* the latest to begin leading, valid while
+	                              has_leader */
+	unsigned nleading;         /* threads leading it now */
+	unsigned max_leaders;      /* at most this many (the provider's, >= 1) */
 	bool stop;                 /* dedicated: leave the loop */
 	bool thread_running;       /* dedicated: thread was created */
 	pthread_t thread;
@@ -91,6 +94,13 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;
+/* A shared processor the calling thread may lead now: it has work and no
+ * leader, or (several leaders allowed) a part of it needs one.  patient:
+ * a thread running callbacks will come back to lead its own part, so the
+ * caller takes only its own (see px_wait.others_busy). */
+bool px__processor_may_lead(px_processor *p, bool patient) PX_HIDDEN;
+/* Another thread than the caller leads p. */
+bool px__processor_led_by_other(const px_processor *p) PX_HIDDEN;
 int px__processor_run_dedicated(px_processor *p) PX_HIDDEN;
 void px__processor_stop_dedicated(px_processor *p) PX_HIDDEN;
 /* Interrupt p's leader unless it is the calling thread. */
@@ -123,6 +133,8 @@ struct px_proactor {
 	px_list running;           /* results whose callback runs now */
 	int64_t next_timer_id;
 	px_list followers;         /* sleeping threads; the newest at the back */
+	px_list owns;              /* threads' own completions, those not
+	                              empty (px_own, dispatcher.c) */
 	unsigned nthreads;         /* inside px_handle_events */
 	unsigned nfollowers, nleaders, nhandlers;
 	px_follower_order order;
@@ -146,6 +158,18 @@ void px__close_delivered(struct px_proactor *px, int fd) PX_HIDDEN;
 
 /* Queue r for dispatch and notify at the given level. */
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;
+/* A leader of a processor with several leaders queues r for itself: the
+ * calling thread runs it next, unless another thread with nothing to do
+ * takes it (see dispatcher.c).  Elsewhere the same as
+ * px__dispatch_post(px, r, PX_NOTIFY_NONE). */
+void px__dispatch_post_own(struct px_proactor *px, px_result *r) PX_HIDDEN;
+/* Call fn for every completion held on a thread's own list (px_close
+ * and px_stats count them with the shared queue). */
+void px__dispatch_visit_own(struct px_proactor *px,
+			    void (*fn)(px_result *r, void *arg), void *arg) PX_HIDDEN;
+/* Completions wait that the calling thread should run before it sleeps:
+ * in the shared queue or its own. */
+bool px__dispatch_has_queued(const struct px_proactor *px) PX_HIDDEN;
 /* Wake one sleeping follower.  Returns true if there was one. */
 bool px__dispatch_wake_follower(struct px_proactor *px) PX_HIDDEN;
 /* Wake every follower and interrupt every shared leader. */

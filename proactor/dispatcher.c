@@ -47,8 +47,8 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
-		if (p->type == PX_PROCESSOR_SHARED && p->has_leader &&
-		    !pthread_equal(p->leader, pthread_self())) {
+		if (p->type == PX_PROCESSOR_SHARED &&
+		    px__processor_led_by_other(p)) {
 			p->st.leader_interrupts++;
 			p->intr->ops->interrupt(p->intr);
 			return true;
@@ -69,6 +69,117 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 		return;
 	if (level == PX_NOTIFY_STRONG)
 		disp_interrupt_shared_leader(px);
+}
+
+/* Own completions.  With a processor that several threads lead at once
+ * (one completion ring each, say), a leader keeps what it collected and
+ * runs it itself, so each thread keeps its sessions and does their kernel
+ * work.  Completions change threads only on purpose, and are then "moved"
+ * (px__dispatch_current), which moves their sessions to the new thread's
+ * ring: a thread with a large batch hands half of it to a follower it
+ * wakes (step 1); a thread that finds nothing to lead takes half of
+ * another's own completions if there are enough (step 2b), or any when
+ * its follower sleep ran out or its last wait collected nothing (step 1b),
+ * so that completions held by a thread blocked in a callback are run by
+ * someone. */
+typedef struct px_own {
+	px_link link;              /* on px->owns while items is not empty */
+	px_list items;
+	struct px_proactor *px;
+} px_own;
+
+static __thread px_own *disp_tls_own;
+
+static px_own *disp_own_of(const struct px_proactor *px)
+{
+	return disp_tls_own && disp_tls_own->px == px ? disp_tls_own : NULL;
+}
+
+void px__dispatch_post_own(struct px_proactor *px, px_result *r)
+{
+	px_own *o = disp_own_of(px);
+
+	if (!o) {
+		px__dispatch_post(px, r, PX_NOTIFY_NONE);
+		return;
+	}
+	if (px_list_empty(&o->items))
+		px_list_push_back(&px->owns, &o->link);
+	px_list_push_back(&o->items, &r->link);
+}
+
+bool px__dispatch_has_queued(const struct px_proactor *px)
+{
+	px_own *o = disp_own_of(px);
+
+	return !px_list_empty(&px->completed) || (o && !px_list_empty(&o->items));
+}
+
+void px__dispatch_visit_own(struct px_proactor *px,
+			    void (*fn)(px_result *r, void *arg), void *arg)
+{
+	for (px_link *l = px_list_first(&px->owns); l;
+	     l = px_list_next(&px->owns, l)) {
+		px_own *o = px_container_of(l, px_own, link);
+		for (px_link *x = px_list_first(&o->items); x;
+		     x = px_list_next(&o->items, x))
+			fn(px_result_of(x), arg);
+	}
+}
+
+static px_link *disp_own_pop(struct px_proactor *px, px_own *o)
+{
+	px_link *l = px_list_pop_front(&o->items);
+
+	if (l && px_list_empty(&o->items))
+		px_list_remove(&px->owns, &o->link);
+	return l;
+}
+
+/* Move half (rounded up) of another thread's own completions to o, if it
+ * has at least min. */
+static bool disp_own_steal(struct px_proactor *px, px_own *o, size_t min)
+{
+	px_link *l = px_list_first(&px->owns);
+
+	if (!l)
+		return false;
+	px_own *v = px_container_of(l, px_own, link);
+	if (px_list_count(&v->items) < min)
+		return false;
+	size_t n = (px_list_count(&v->items) + 1) / 2;
+	while (n-- > 0) {
+		px_link *x = disp_own_pop(px, v);
+		if (px_list_empty(&o->items))
+			px_list_push_back(&px->owns, &o->link);
+		px_list_push_back(&o->items, x);
+	}
+	return true;
+}
+
+/* Move the last n of o's completions to the shared queue (a follower
+ * was woken to run them). */
+static void disp_own_give(struct px_proactor *px, px_own *o, size_t n)
+{
+	while (n-- > 0) {
+		px_link *l = px_list_last(&o->items);
+		if (!l)
+			break;
+		px_list_remove(&o->items, l);
+		px_list_push_front(&px->completed, l);
+	}
+	if (px_list_empty(&o->items))
+		px_list_remove(&px->owns, &o->link);
+}
+
+/* Leaving px_handle_events: what is left goes to the shared queue. */
+static void disp_own_leave(struct px_proactor *px, px_own *o)
+{
+	if (px_list_empty(&o->items))
+		return;
+	px_list_remove(&px->owns, &o->link);
+	px_list_splice_back(&px->completed, &o->items);
+	px__dispatch_wake_follower(px);
 }
 
 void px__dispatch_wake_all(struct px_proactor *px)
@@ -108,8 +219,19 @@ static void disp_count_delivery(struct px_proactor *px, const px_result *r)
 	}
 }
 
-/* The proactor whose callback this thread is running, if any. */
+/* The proactor whose callback this thread is running, if any, the result,
+ * and whether it was taken from another thread (disp_own_steal). */
 static __thread struct px_proactor *disp_tls_dispatching;
+static __thread px_result *disp_tls_current;
+static __thread bool disp_tls_moving;
+/* The proactor this thread last gave completions away on (step 1). */
+static __thread struct px_proactor *disp_tls_gave;
+
+px_result *px__dispatch_current(bool *moved)
+{
+	*moved = disp_tls_moving;
+	return disp_tls_current;
+}
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
 {
@@ -128,10 +250,12 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
+	px_result *saved_r = disp_tls_current;
 	disp_tls_dispatching = px;
 	/* On the running list while its callback runs, so that a px_close
 	 * of its descriptor waits for the callback to return. */
 	px_list_push_back(&px->running, &r->link);
+	disp_tls_current = r;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
@@ -139,6 +263,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
 		px__close_delivered(px, r->c.fd);
 	disp_tls_dispatching = saved;
+	disp_tls_current = saved_r;
 	/* A periodic timer goes back to the heap instead (timer.c). */
 	if (r->c.op == PX_OP_TIMER && px__timer_after_callback(px, r))
 		return;
@@ -148,12 +273,11 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 /* Pick a shared processor this thread may lead: it has work, no leader.
  * Rotates the starting point so that with one thread and two processors
  * neither is starved. */
-static px_processor *disp_pick_processor(struct px_proactor *px)
+static px_processor *disp_pick_processor(struct px_proactor *px, bool patient)
 {
 	for (int k = 0; k < px->nproc; k++) {
 		px_processor *p = px->proc[(px->next_pick + k) % px->nproc];
-		if (p->type == PX_PROCESSOR_SHARED && !p->has_leader &&
-		    px__processor_has_work(p)) {
+		if (px__processor_may_lead(p, patient)) {
 			px->next_pick = (unsigned)(p->index + 1);
 			return p;
 		}
@@ -169,8 +293,7 @@ static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
 		return false;
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *q = px->proc[i];
-		if (q != p && q->type == PX_PROCESSOR_SHARED && !q->has_leader &&
-		    px__processor_has_work(q))
+		if (q != p && px__processor_may_lead(q, false))
 			return true;
 	}
 	return false;
@@ -207,6 +330,36 @@ static void disp_note_cb_time(struct px_proactor *px, uint64_t ns, int n)
 	px->cb_ns = px->cb_ns - px->cb_ns / 8 + per / 8;
 }
 
+/* A processor that several threads may lead at once (one per part of its
+ * wait, e.g. one per completion ring) spreads its kernel work over the
+ * threads only if each has a part with work; a thread that found no part
+ * to lead sleeps as a follower, and its part stays empty unless it runs
+ * callbacks (their starts go into the part of the thread that makes
+ * them).  So a batch of at least PX_SPREAD_MIN callbacks wakes a follower
+ * while fewer threads are busy (leading or running callbacks) than such a
+ * processor takes leaders.  Once every thread is busy there is no follower
+ * to wake; a small batch (one or two sessions) stays with one thread. */
+#define PX_SPREAD_MIN 8u
+
+/* A thread with nothing to lead takes some of another thread's own
+ * completions when it has at least this many (half of them): stealing one
+ * or two would split a session between two threads, each hop of which
+ * then crosses threads. */
+#define PX_STEAL_MIN 4u
+
+static bool disp_spread(const struct px_proactor *px, size_t n)
+{
+	if (n < PX_SPREAD_MIN || !px->nfollowers)
+		return false;
+	for (int i = 0; i < px->nproc; i++) {
+		const px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && p->max_leaders > 1 &&
+		    px->nleaders + px->nhandlers < p->max_leaders)
+			return true;
+	}
+	return false;
+}
+
 /* See step 3 of px__dispatch_handle_events: the first bound, and how far it
  * doubles while the checks find nothing to do (an idle proactor with
  * operations pending). */
@@ -237,8 +390,19 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 					   : now + (uint64_t)timeout_ms * 1000000u;
 	int n = 0;
 	uint64_t check = PX_FOLLOWER_CHECK_NS;
+	bool idle_lead = false;     /* the last wait collected nothing */
+	/* Leave another thread's ring and small batches to it (it comes
+	 * back for them); false after a follower's sleep ran out, in case
+	 * that thread is blocked in a callback. */
+	bool patient = true;
+	bool stolen = false;        /* own.items was just taken from another */
+	px_own own, *saved_own = disp_tls_own;
 
+	px_list_init(&own.items);
+	px_link_init(&own.link);
+	own.px = px;
 	pthread_mutex_lock(&px->lock);
+	disp_tls_own = &own;
 	px->nthreads++;
 	for (;;) {
 		if (px->stopped || px->destroying) {
@@ -249,12 +413,36 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		/* Step 1: dispatch what is queued now. */
 		if (px->ntheap)
 			px__timers_expire(px, now);
-		if (!px_list_empty(&px->completed)) {
-			size_t batch = px_list_count(&px->completed);
+		/* Step 1b: nothing of its own, none shared, and nothing came
+		 * in its last wait: take some of another thread's. */
+		if (idle_lead && px_list_empty(&own.items) &&
+		    px_list_empty(&px->completed))
+			stolen = disp_own_steal(px, &own, 1);
+		idle_lead = false;
+		/* Own completions first; shared ones unless this thread has
+		 * just handed them to a follower it woke (it leads meanwhile,
+		 * and takes them after that if the follower has not). */
+		px_list *q = &own.items;
+		if (px_list_empty(q) && disp_tls_gave != px)
+			q = &px->completed;
+		disp_tls_gave = NULL;
+		bool moving = stolen || q == &px->completed;
+		stolen = false;
+		if (!px_list_empty(q)) {
+			size_t batch = px_list_count(q);
 			int done = 0;
+			/* Taken from another thread: their sessions move here. */
+			bool saved_moving = disp_tls_moving;
+			disp_tls_moving = moving;
 			px->nhandlers++;
-			if (disp_worth_help(px, batch))
-				px__dispatch_wake_follower(px);
+			if ((disp_worth_help(px, batch) || disp_spread(px, batch)) &&
+			    px__dispatch_wake_follower(px) && q == &own.items) {
+				/* Give the woken thread the second half. */
+				size_t give = batch / 2;
+				disp_own_give(px, &own, give);
+				batch -= give;
+				disp_tls_gave = px;
+			}
 			uint64_t t0 = px__now_ns();
 			/* A sample counts only if no thread led meanwhile: a
 			 * leader holds the mutex while it collects, and a start
@@ -264,7 +452,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * breed hand-offs. */
 			bool alone = px->nleaders == 0;
 			while (batch-- > 0 && !px->stopped) {
-				px_link *l = px_list_pop_front(&px->completed);
+				px_link *l = q == &own.items ? disp_own_pop(px, &own)
+							     : px_list_pop_front(q);
 				if (!l)
 					break;
 				px__dispatch_one(px, px_result_of(l));
@@ -277,11 +466,12 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				disp_note_cb_time(px, t1 - t0, done);
 			n += done;
 			px->nhandlers--;
+			disp_tls_moving = saved_moving;
 			break;
 		}
 
 		/* Step 2: lead a processor that has work and no leader. */
-		px_processor *p = disp_pick_processor(px);
+		px_processor *p = disp_pick_processor(px, patient);
 		if (p) {
 			uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 			int ms = px__ms_until(until, now);
@@ -293,6 +483,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_handle_aio_events(p, ms);
 			px__processor_lead_end(p);
 			px->nleaders--;
+			idle_lead = !px__dispatch_has_queued(px);
+			patient = true;
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
 			 * dispatch what we collected. */
@@ -300,9 +492,17 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
 			now = px__now_ns();
-			if (px_list_empty(&px->completed) &&
+			if (!px__dispatch_has_queued(px) &&
 			    !(px__timers_next(px) <= now) && now >= deadline)
 				break;
+			continue;
+		}
+
+		/* Step 2b: nothing to lead: help a thread with completions of
+		 * its own. */
+		if (disp_own_steal(px, &own, patient ? PX_STEAL_MIN : 1)) {
+			patient = true;
+			stolen = true;
 			continue;
 		}
 
@@ -345,6 +545,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			}
 		}
 		px->nfollowers--;
+		patient = f.woken;
 		if (!f.woken) {
 			px_list_remove(&px->followers, &f.link);
 			if (check < PX_FOLLOWER_CHECK_MAX_NS)
@@ -356,6 +557,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		px->st.follower_sleep_ns += now - slept;
 	}
 	px->nthreads--;
+	disp_own_leave(px, &own);
+	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);
 	return n;
 }

@@ -220,6 +220,17 @@ static inline void *px_result_priv(px_result *r)
 	return (char *)r + PX_RESULT_HDR;
 }
 
+/* The result whose callback the calling thread is running (NULL outside
+ * callbacks), for a provider that places new operations near the one that
+ * completed.  *moved is set when the thread took that result from another
+ * thread's own completions (proactor/dispatcher.c): its session is moving
+ * to the calling thread. */
+px_result *px__dispatch_current(bool *moved) PX_HIDDEN;
+
+struct px_provider;
+/* The provider r was given to, or NULL (a timer, a post). */
+struct px_provider *px__result_provider(const px_result *r) PX_HIDDEN;
+
 /* Set the outputs of a finished operation. */
 static inline void px_result_finish(px_result *r, size_t bytes, int error)
 {
@@ -323,11 +334,24 @@ typedef struct px_wait_ops {
 	 * (outputs set, forgotten by the provider), or NULL when there are no
 	 * more.  Drains the interrupt when it fired. */
 	px_result *(*next_completed)(px_wait *w);
+	/* Mutex held, while at least one thread leads the processor: whether
+	 * one more thread could lead it now (a part of the wait has work and
+	 * nobody waiting on it).  Only for a provider with max_leaders > 1;
+	 * prepare, wait and next_completed then run in several leaders at
+	 * once, each on its own part.  Optional (NULL: one leader). */
+	bool (*may_lead)(px_wait *w);
 } px_wait_ops;
 
 struct px_wait {
 	const px_wait_ops *ops;
 	px_intr *intr;             /* how to interrupt this wait */
+	/* Set by the processor before may_lead() and prepare() (several
+	 * leaders only).  others_busy: other threads lead or run callbacks
+	 * and will come back to their own parts, so this one should take its
+	 * own part only (the dispatcher clears it when a follower's sleep ran
+	 * out).  others_here: other threads are in px_handle_events at all. */
+	bool others_busy;
+	bool others_here;
 };
 
 /* ------------------------------------------------------------------ */
@@ -373,6 +397,9 @@ struct px_provider {
 	uint32_t ops_mask;         /* PX_OP_BIT of operations it does */
 	unsigned flags;            /* PX_PF_START_ANY_THREAD, PX_PF_START_INTERRUPT */
 	unsigned max_aio;          /* in flight at once (> 0) */
+	unsigned max_leaders;      /* threads that may wait on it at once: 0 or
+	                              1 for one; more only with a wait that has
+	                              may_lead (see px_wait_ops) */
 	size_t priv_size;          /* private bytes per result */
 	pthread_mutex_t *lock;     /* the proactor mutex; set by the processor
 	                              after create.  start() and next_completed()

@@ -44,6 +44,7 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	pthread_mutex_init(&px->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	px_list_init(&px->completed);
+	px_list_init(&px->owns);
 	px_list_init(&px->followers);
 	px_list_init(&px->closing);
 	px_list_init(&px->running);
@@ -187,9 +188,23 @@ static size_t fac_count_list(const px_list *list, int fd)
 	return n;
 }
 
+struct fac_fd_count {
+	int fd;
+	size_t n;
+};
+
+static void fac_count_own(px_result *r, void *arg)
+{
+	struct fac_fd_count *c = arg;
+	if (r->c.op < PX_OP_POST && r->c.fd == c->fd)
+		c->n++;
+}
+
 static size_t fac_count_fd(struct px_proactor *px, int fd)
 {
-	size_t n = fac_count_list(&px->completed, fd) +
+	struct fac_fd_count own = { .fd = fd, .n = 0 };
+	px__dispatch_visit_own(px, fac_count_own, &own);
+	size_t n = own.n + fac_count_list(&px->completed, fd) +
 		   fac_count_list(&px->running, fd);
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
@@ -617,6 +632,13 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 /* Statistics                                                           */
 /* ------------------------------------------------------------------ */
 
+static void fac_stats_waiting(px_result *r, void *arg)
+{
+	struct px_stats *out = arg;
+	if (r->c.op < PX_OP_POST && r->proc)
+		out->proc[r->proc->index].in_flight++;
+}
+
 int px_stats(px_proactor *px, struct px_stats *out)
 {
 	if (!px || !out)
@@ -631,13 +653,12 @@ int px_stats(px_proactor *px, struct px_stats *out)
 					 px_list_count(&p->starting) +
 					 px_list_count(&p->started);
 	}
-	/* Finished operations waiting for a thread to run their callback. */
+	/* Finished operations waiting for a thread to run their callback,
+	 * on the shared queue or on a thread's own list. */
 	for (px_link *l = px_list_first(&px->completed); l;
-	     l = px_list_next(&px->completed, l)) {
-		px_result *r = px_result_of(l);
-		if (r->c.op < PX_OP_POST && r->proc)
-			out->proc[r->proc->index].in_flight++;
-	}
+	     l = px_list_next(&px->completed, l))
+		fac_stats_waiting(px_result_of(l), out);
+	px__dispatch_visit_own(px, fac_stats_waiting, out);
 	out->posts = px->st.posts;
 	out->timer_callbacks = px->st.timer_callbacks;
 	out->callbacks = px->st.callbacks;

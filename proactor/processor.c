@@ -24,14 +24,44 @@ static bool proc_is_leader(const px_processor *p)
 	return p->has_leader && pthread_equal(p->leader, pthread_self());
 }
 
+px_provider *px__result_provider(const px_result *r)
+{
+	return r->proc ? r->proc->prov : NULL;
+}
+
 bool px__processor_has_work(const px_processor *p)
 {
 	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
 }
 
+bool px__processor_may_lead(px_processor *p, bool patient)
+{
+	if (p->type != PX_PROCESSOR_SHARED || !px__processor_has_work(p))
+		return false;
+	if (p->max_leaders <= 1)
+		return !p->has_leader;
+	if (p->nleading >= p->max_leaders)
+		return false;
+	/* Kept for the prepare() of the lead that may follow.  The calling
+	 * thread neither leads nor runs callbacks here. */
+	p->wait->others_busy = patient && p->px->nleaders + p->px->nhandlers > 0;
+	p->wait->others_here = p->px->nthreads > 1;
+	/* Deferred starts need a leader, whichever part it takes. */
+	if (!p->has_leader && !px_list_empty(&p->deferred))
+		return true;
+	return p->wait->ops->may_lead(p->wait);
+}
+
+bool px__processor_led_by_other(const px_processor *p)
+{
+	/* With several leaders the caller may be one of them: the interrupt
+	 * then reaches only those that wait (see px_intr_ops). */
+	return p->nleading > 1 || (p->has_leader && !proc_is_leader(p));
+}
+
 void px__processor_interrupt(px_processor *p)
 {
-	if (p->has_leader && !proc_is_leader(p)) {
+	if (px__processor_led_by_other(p)) {
 		p->st.leader_interrupts++;
 		p->intr->ops->interrupt(p->intr);
 	}
@@ -197,10 +227,16 @@ static size_t proc_collect(px_processor *p)
 	px_result *r;
 	size_t n = 0;
 	int level = proc_post_level(p);
+	/* With several leaders each keeps what it collected (its starts then
+	 * go back into the part of the wait it leads). */
+	bool own = p->max_leaders > 1;
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
-		px__dispatch_post(p->px, r, level);
+		if (own)
+			px__dispatch_post_own(p->px, r);
+		else
+			px__dispatch_post(p->px, r, level);
 		n++;
 	}
 	return n;
@@ -377,9 +413,17 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 {
 	struct px_proactor *px = p->px;
 
-	if (proc_start_deferred(p) || !px_list_empty(&px->completed))
+	if (proc_start_deferred(p) || px__dispatch_has_queued(px))
 		timeout_ms = 0;
+	else if (!px_list_empty(&px->owns) && (timeout_ms < 0 || timeout_ms > 1))
+		timeout_ms = 1;  /* another thread's own completions: see
+		                    dispatcher.c, step 2 */
 	timeout_ms = proc_wait_bound(p, timeout_ms);
+	/* (With several leaders px__processor_may_lead set it, from the
+	 * dispatcher's patience; alone, or in px_destroy, nobody else
+	 * comes.) */
+	if (p->max_leaders <= 1 || px->nthreads <= 1)
+		p->wait->others_busy = p->wait->others_here = false;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	p->st.leader_turns++;
@@ -395,6 +439,7 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 
 void px__processor_lead_begin(px_processor *p)
 {
+	p->nleading++;
 	p->has_leader = true;
 	p->leader = pthread_self();
 	if (p->intr->ops->leader_activated)
@@ -405,7 +450,8 @@ void px__processor_lead_end(px_processor *p)
 {
 	if (p->intr->ops->leader_deactivated)
 		p->intr->ops->leader_deactivated(p->intr);
-	p->has_leader = false;
+	p->nleading--;
+	p->has_leader = p->nleading > 0;
 }
 
 /* ------------------------------------------------------------------ */
@@ -652,6 +698,10 @@ int px__processor_create(struct px_proactor *px, int index,
 	if (p->prov->flags & PX_PF_START_INTERRUPT)
 		p->flags |= PX_PF_START_INTERRUPT;
 	p->max_aio = p->prov->max_aio ? p->prov->max_aio : 1;
+	p->max_leaders = 1;
+	if (p->type == PX_PROCESSOR_SHARED && p->prov->max_leaders > 1 &&
+	    p->wait->ops->may_lead)
+		p->max_leaders = p->prov->max_leaders;
 	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);

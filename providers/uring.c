@@ -16,6 +16,21 @@
  * its start must be in the kernel before the start call returns, or a
  * callback that waits for its own operation could wait forever.
  *
+ * Rings.  The kernel does everything for one ring (inline sends and reads
+ * in a submitting enter, task work retrying a poll-armed read) under that
+ * ring's submission lock, so one ring keeps about one CPU busy however many
+ * threads lead it in turn.  There are therefore several rings (rings=;
+ * one per CPU, at most 4, by default), and the processor lets one leader
+ * wait on each at once (px_provider.max_leaders, px_wait_ops.may_lead).
+ * Each thread that leads gets a home ring (px__uring_pick) and leads it.
+ * A start from a callback goes into the ring of the operation whose
+ * callback runs (its home's, if the dispatcher moved that completion to
+ * this thread), other starts into the thread's home ring, a resubmission
+ * or the next queue head into the ring of the request before it
+ * (ur_start_ring, ur_issue_or_stall): so the thread that leads a ring is
+ * normally the one that submits to it and runs its task work.  A cancel
+ * goes into the ring of the request it aims at.
+ *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
  *     timeout to io_uring_enter instead of queueing a TIMEOUT SQE, so the
@@ -27,15 +42,17 @@
  *     does not fill (unless the config forces a larger max_aio).
  *   - IORING_SETUP_SUBMIT_ALL (5.18, used when accepted): one bad SQE does
  *     not stop the rest of the batch.
- *   - IORING_SETUP_COOP_TASKRUN (5.19, on request): completions are not
+ *   - IORING_SETUP_COOP_TASKRUN (5.19, with several rings or on request;
+ *     dropped when refused): completions are not
  *     forced on the submitting thread by an IPI; they run when that thread
  *     next enters the kernel or is woken from a sleep.  Less overhead, more
  *     latency when the submitter spins in user code.
  *   - IORING_SETUP_SQPOLL (on request; unprivileged since 5.11): a kernel
  *     thread consumes the SQ, submission costs no syscall.
  * Not used: SINGLE_ISSUER (6.0) and DEFER_TASKRUN (6.1), because any
- * application thread submits (under the mutex) and different threads lead
- * over time; with DEFER_TASKRUN completions of requests submitted by one
+ * application thread may submit into any ring (under the mutex: a thread
+ * that has not led yet, a cancel, a start while another thread leads its
+ * home ring) and threads may lead other rings than their home; with DEFER_TASKRUN completions of requests submitted by one
  * thread would only be posted when that same thread waits on the ring.
  * Nor a registered ring fd (5.18): the registration is per thread.
  *
@@ -91,9 +108,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "uring.h"
 #include "uring_class.h"
+
+_Static_assert(PX_URING_RINGS_MAX == PX_URING_RINGS_KEY_MAX,
+	       "rings= and the ring array agree");
 
 /* The largest transfer one read or write performs (MAX_RW_COUNT). */
 #define PX_URING_MAX_RW 0x7ffff000u
@@ -129,6 +150,7 @@ struct px_uring_priv {
 	struct msghdr msg;  /* datagrams */
 	struct iovec iov;
 	px_uring_fd *fe;    /* the descriptor's entry */
+	px_uring_ring *rg;  /* the ring its request went into */
 	uint8_t phase;      /* PX_URING_IDLE / _OP / _POLL */
 	uint8_t slist;      /* which list slink is on */
 	bool want_poll;     /* next request to issue is the readiness poll */
@@ -179,9 +201,9 @@ static bool ur_pollable(px_op op)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
-unsigned px__uring_publish(px_uring *u)
+unsigned px__uring_publish(px_uring_ring *rg)
 {
-	struct io_uring_sq *sq = &u->ring.sq;
+	struct io_uring_sq *sq = &rg->ring.sq;
 	unsigned tail = sq->sqe_tail;
 
 	if (sq->sqe_head != tail) {
@@ -194,48 +216,150 @@ unsigned px__uring_publish(px_uring *u)
 }
 
 /* io_uring_submit, remembering whether SQEs were left behind. */
-static int ur_submit(px_uring *u)
+static int ur_submit(px_uring_ring *rg)
 {
 	int rc;
 
 	/* Store the tail with release semantics ourselves: the leader may be
 	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
 	 * liburing's plain store is only ordered for the entering thread. */
-	px__uring_publish(u);
+	px__uring_publish(rg);
 	do {
-		rc = io_uring_submit(&u->ring);
+		rc = io_uring_submit(&rg->ring);
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
 		 * early; what follows it is still pending.  (With SQPOLL the
 		 * kernel thread consumes at its own pace: no loop.) */
-	} while (rc > 0 && io_uring_sq_ready(&u->ring) &&
-		 !(u->ring.flags & IORING_SETUP_SQPOLL));
+	} while (rc > 0 && io_uring_sq_ready(&rg->ring) &&
+		 !(rg->ring.flags & IORING_SETUP_SQPOLL));
 	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR) {
-		u->submit_stuck = true;
+		rg->submit_stuck = true;
 		return 0;
 	}
-	u->submit_stuck = false;
+	rg->submit_stuck = false;
 	return rc < 0 ? rc : 0;
 }
 
-struct io_uring_sqe *px__uring_get_sqe(px_uring *u, unsigned reserve)
+struct io_uring_sqe *px__uring_get_sqe(px_uring_ring *rg, unsigned reserve)
 {
-	if (io_uring_sq_space_left(&u->ring) <= reserve) {
-		ur_submit(u);
-		if (io_uring_sq_space_left(&u->ring) <= reserve)
+	struct io_uring_sqe *sqe;
+
+	if (io_uring_sq_space_left(&rg->ring) <= reserve) {
+		ur_submit(rg);
+		if (io_uring_sq_space_left(&rg->ring) <= reserve)
 			return NULL;
 	}
-	return io_uring_get_sqe(&u->ring);
+	sqe = io_uring_get_sqe(&rg->ring);
+	if (sqe)
+		rg->pending++;  /* every SQE gets exactly one CQE */
+	return sqe;
 }
 
-
-void px__uring_kick(px_uring *u)
+void px__uring_kick(px_uring_ring *rg)
 {
 	/* Under the mutex, at once: deferring this enter until the starting
 	 * callback returned (tried, measured a little cheaper) stalls a
 	 * callback that waits for its own operation while the leader sleeps
 	 * on something else. */
-	if (u->leader_waiting && io_uring_sq_ready(&u->ring))
-		ur_submit(u);
+	if (rg->waiting && io_uring_sq_ready(&rg->ring))
+		ur_submit(rg);
+}
+
+/* The thread's home ring, per provider.  A thread that uses several
+ * proactors in turn just gets a new home now and then. */
+static __thread px_uring *ur_tls_u;
+static __thread unsigned ur_tls_home;
+
+px_uring_ring *px__uring_home(px_uring *u)
+{
+	if (ur_tls_u == u && ur_tls_home < u->nrings)
+		return &u->rings[ur_tls_home];
+	/* A thread that has never led (say, the one setting up before the
+	 * loop threads run): its starts take the rings in turn, from ring 0,
+	 * the first leader's home. */
+	return &u->rings[u->next_spread++ % u->nrings];
+}
+
+/* The ring a start goes into: from a callback, the ring of the operation
+ * whose callback runs, so that a session stays in its ring whichever
+ * thread collected it (a thread that leads another's ring while that one
+ * runs callbacks moves nothing); else, and when the dispatcher moved that
+ * completion from another thread (it balances the load), the calling
+ * thread's home. */
+static px_uring_ring *ur_start_ring(px_uring *u)
+{
+	bool moved;
+	px_result *cur = px__dispatch_current(&moved);
+
+	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
+	    ur_priv(cur)->rg)
+		return ur_priv(cur)->rg;
+	return px__uring_home(u);
+}
+
+/* The ring the calling thread leads first: its home, or the one it will
+ * get as its home when it first leads. */
+static px_uring_ring *ur_lead_home(px_uring *u)
+{
+	if (ur_tls_u == u && ur_tls_home < u->nrings)
+		return &u->rings[ur_tls_home];
+	return &u->rings[u->next_home % u->nrings];
+}
+
+bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now)
+{
+	if (rg->led || !rg->pending)
+		return false;
+	if (!*now)
+		*now = px__now_ns();
+	return *now - rg->released_ns >= PX_URING_ORPHAN_MS * 1000000ull;
+}
+
+bool px__uring_may_lead(px_uring *u, bool others_busy)
+{
+	px_uring_ring *home = ur_lead_home(u);
+	uint64_t now = 0;
+
+	if (!home->led && home->pending)
+		return true;
+	/* Another thread's ring, while other threads are about: the one that
+	 * led it last comes back to it (unless it stays away too long), and
+	 * the sessions would move between threads. */
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+		if (!rg->led && rg->pending &&
+		    (!others_busy || px__uring_orphaned(rg, &now)))
+			return true;
+	}
+	return false;
+}
+
+px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
+{
+	px_uring_ring *home, *rg = NULL;
+
+	if (ur_tls_u != u || ur_tls_home >= u->nrings) {
+		/* First lead: homes are handed out in turn, so two leading
+		 * threads start into two rings and the kernel work of each
+		 * ring runs mostly in its own thread. */
+		ur_tls_u = u;
+		ur_tls_home = u->next_home++ % u->nrings;
+	}
+	home = &u->rings[ur_tls_home];
+	if (!home->led && home->pending)
+		rg = home;
+	uint64_t now = 0;
+	for (unsigned i = 0; !rg && i < u->nrings; i++)
+		if (!u->rings[i].led && u->rings[i].pending &&
+		    (!others_busy || px__uring_orphaned(&u->rings[i], &now)))
+			rg = &u->rings[i];
+	if (!rg && !home->led)
+		rg = home;
+	for (unsigned i = 0; !rg && i < u->nrings; i++)
+		if (!u->rings[i].led)
+			rg = &u->rings[i];
+	if (rg)
+		rg->led = true;
+	return rg;
 }
 
 /* Fill sqe with r's operation (the part from r->done on). */
@@ -297,15 +421,16 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 	}
 }
 
-/* Put r's next request (the operation, or its readiness poll) into an SQE.
- * Returns false when no SQE is free. */
-static bool ur_issue(px_uring *u, px_result *r, unsigned reserve)
+/* Put r's next request (the operation, or its readiness poll) into an SQE
+ * of rg.  Returns false when no SQE is free. */
+static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 {
 	struct px_uring_priv *pr = ur_priv(r);
-	struct io_uring_sqe *sqe = px__uring_get_sqe(u, reserve);
+	struct io_uring_sqe *sqe = px__uring_get_sqe(rg, reserve);
 
 	if (!sqe)
 		return false;
+	pr->rg = rg;
 	if (pr->want_poll) {
 		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
 		io_uring_prep_poll_add(sqe, r->c.fd, mask);
@@ -319,13 +444,17 @@ static bool ur_issue(px_uring *u, px_result *r, unsigned reserve)
 	return true;
 }
 
-/* Issue r from inside the provider (a resubmission or a new queue head);
- * without an SQE it waits on u->stalled for the next prepare(). */
-static void ur_issue_or_stall(px_uring *u, px_result *r)
+/* Issue r from inside the provider (a resubmission, or a new queue head
+ * whose predecessor went into near) into its ring, near, or the calling
+ * thread's ring, the first known; without an SQE it waits on u->stalled
+ * for the next prepare(). */
+static void ur_issue_or_stall(px_uring *u, px_result *r, px_uring_ring *near)
 {
 	struct px_uring_priv *pr = ur_priv(r);
+	px_uring_ring *rg = u->alone ? px__uring_home(u)
+				     : pr->rg ? pr->rg : near ? near : px__uring_home(u);
 
-	if (ur_issue(u, r, 0))
+	if (ur_issue(rg, r, 0))
 		return;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_STALLED;
@@ -343,17 +472,19 @@ static void ur_unstall(px_uring *u, px_result *r)
 	pr->slist = PX_URING_NOLIST;
 }
 
-/* Queue an ASYNC_CANCEL for r's request in the kernel.  Returns false when
- * it has to wait (no SQE, or too many cancels in flight for the CQ). */
+/* Queue an ASYNC_CANCEL for r's request, in the ring the request went
+ * into (a cancel looks in its own ring only).  Returns false when it has to
+ * wait (no SQE, or too many cancels in flight for the CQ). */
 static bool ur_send_cancel(px_uring *u, px_result *r)
 {
 	struct px_uring_priv *pr = ur_priv(r);
+	px_uring_ring *rg = pr->rg;
 	struct io_uring_sqe *sqe;
 	uint64_t target = (uintptr_t)r;
 
-	if (u->cancels_inflight >= u->cancel_cap)
+	if (rg->cancels_inflight >= u->cancel_cap)
 		return false;
-	sqe = px__uring_get_sqe(u, 0);
+	sqe = px__uring_get_sqe(rg, 0);
 	if (!sqe)
 		return false;
 	if (pr->phase == PX_URING_POLL)
@@ -363,37 +494,42 @@ static bool ur_send_cancel(px_uring *u, px_result *r)
 	 * before that CQE is reaped, so the address is not reused while the
 	 * cancel can still hit it. */
 	io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_CANCEL);
-	u->cancels_inflight++;
+	rg->cancels_inflight++;
 	pr->cancel_sent = true;
 	return true;
 }
 
-int px__uring_flush(px_uring *u)
+void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg)
 {
 	px_link *l;
 
-	u->to_submit = 0;
-
 	while ((l = px_list_first(&u->stalled))) {
 		px_result *r = ur_result_of_slink(l);
-		if (!ur_issue(u, r, 0))
+		if (!ur_issue(rg, r, 0))
 			break;
 		ur_unstall(u, r);
 	}
 	while ((l = px_list_first(&u->cancel_stalled))) {
 		px_result *r = ur_result_of_slink(l);
+		px_uring_ring *crg = ur_priv(r)->rg;
 		if (!ur_send_cancel(u, r))
 			break;
 		ur_unstall(u, r);
+		px__uring_kick(crg);  /* its ring may be led by another */
 	}
-	if (!io_uring_sq_ready(&u->ring))
+}
+
+int px__uring_flush(px_uring_ring *rg)
+{
+	rg->to_submit = 0;
+	if (!io_uring_sq_ready(&rg->ring))
 		return 0;
-	if (!(u->ring.flags & IORING_SETUP_SQPOLL) && !u->submit_stuck) {
+	if (!(rg->ring.flags & IORING_SETUP_SQPOLL) && !rg->submit_stuck) {
 		/* The leader enters without the mutex, in its wait. */
-		u->to_submit = px__uring_publish(u);
+		rg->to_submit = px__uring_publish(rg);
 		return 0;
 	}
-	return ur_submit(u);
+	return ur_submit(rg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -401,12 +537,12 @@ int px__uring_flush(px_uring *u)
 /* ------------------------------------------------------------------ */
 
 /* The head of a queue went away: issue the next one. */
-static void ur_advance(px_uring *u, px_list *q)
+static void ur_advance(px_uring *u, px_list *q, px_uring_ring *near)
 {
 	px_link *l = px_list_first(q);
 
 	if (l)
-		ur_issue_or_stall(u, px_result_of_plink(l));
+		ur_issue_or_stall(u, px_result_of_plink(l), near);
 }
 
 /* Take r off its queue; if it was the head, the next one goes in. */
@@ -418,7 +554,7 @@ static void ur_dequeue(px_uring *u, px_result *r)
 	if (dir < 0 || !px_link_linked(&r->plink))
 		return;
 	if (px_fdq_remove(&pr->fe->fq, dir, r))
-		ur_advance(u, &pr->fe->fq.q[dir]);
+		ur_advance(u, &pr->fe->fq.q[dir], pr->rg);
 }
 
 /* ------------------------------------------------------------------ */
@@ -497,11 +633,12 @@ static px_result *ur_end(px_uring *u, px_result *r, int res)
  * (-EALREADY: the worker is signalled and the send ends with -EINTR or
  * its partial count).  So ask again; the request completes anyway if it
  * was merely about to. */
-static px_result *ur_cancel_done(px_uring *u, px_result *r, int res)
+static px_result *ur_cancel_done(px_uring *u, px_uring_ring *rg,
+				  px_result *r, int res)
 {
 	struct px_uring_priv *pr = ur_priv(r);
 
-	u->cancels_inflight--;
+	rg->cancels_inflight--;
 	pr->cancel_sent = false;
 	if (pr->held) {
 		pr->held = false;
@@ -517,11 +654,13 @@ static px_result *ur_cancel_done(px_uring *u, px_result *r, int res)
 	return NULL;
 }
 
-px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
+px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
+			      uint64_t user_data, int res)
 {
+	rg->pending--;
 	if (user_data < PX_URING_TAG_MAX) {
 		if (user_data == PX_URING_TAG_NOP)
-			u->intr_queued = false;
+			rg->intr_queued = false;
 		return NULL;
 	}
 
@@ -530,7 +669,7 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 	struct px_uring_priv *pr = ur_priv(r);
 
 	if (user_data & PX_URING_UD_CANCEL)
-		return ur_cancel_done(u, r, res);
+		return ur_cancel_done(u, rg, r, res);
 	pr->phase = PX_URING_IDLE;
 
 	if (user_data & PX_URING_UD_POLL) {
@@ -539,13 +678,13 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 			return ur_end(u, r, -ECANCELED);
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
-			ur_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r, NULL);
 			return NULL;
 		}
 		if (res < 0)
 			return ur_end(u, r, res);
 		pr->want_poll = false;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 
@@ -568,7 +707,7 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 		 * thread any more, or io-wq work of that thread).  Submit it
 		 * again from this one. */
 		pr->reissued = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (r->c.op == PX_OP_CONNECT && pr->reissued) {
@@ -578,25 +717,25 @@ px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res)
 			res = 0;
 		if (res == -EALREADY) {
 			pr->want_poll = true;
-			ur_issue_or_stall(u, r);
+			ur_issue_or_stall(u, r, NULL);
 			return NULL;
 		}
 	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		pr->want_poll = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (res == -ENOTSOCK && r->c.op == PX_OP_WRITE_STREAM && pr->as_send) {
 		pr->fe->notsock = true;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	if (res > 0 && r->c.op == PX_OP_WRITE_STREAM &&
 	    (r->flags & PX_RF_WRITE_ALL) && r->done + (size_t)res < r->c.len) {
 		/* Short write: the rest goes next, still at the head. */
 		r->done += (size_t)res;
-		ur_issue_or_stall(u, r);
+		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
 	return ur_end(u, r, res);
@@ -640,12 +779,12 @@ static int ur_start(px_provider *p, px_result *r)
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (!ur_issue(u, r, u->sq_reserve))
+	if (!ur_issue(ur_start_ring(u), r, u->sq_reserve))
 		return PX_START_AGAIN;
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
 	pr->fe->inflight++;
-	px__uring_kick(u);
+	px__uring_kick(pr->rg);
 	return PX_START_STARTED;
 }
 
@@ -660,13 +799,14 @@ static int ur_cancel(px_provider *p, px_result *r)
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
 		ur_finish(u, r, -ECANCELED);
-		px__uring_kick(u);
+		for (unsigned i = 0; i < u->nrings; i++)
+			px__uring_kick(&u->rings[i]);  /* the next head, if any */
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
-			px__uring_kick(u);
+			px__uring_kick(pr->rg);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
@@ -679,8 +819,10 @@ static void ur_destroy(px_provider *p)
 {
 	px_uring *u = ur_of_prov(p);
 
-	io_uring_queue_exit(&u->ring);
+	for (unsigned i = 0; i < u->nrings; i++)
+		io_uring_queue_exit(&u->rings[i].ring);
 	px__fdq_fini(&u->fdq);
+	free(u->rings);
 	free(u);
 }
 
@@ -700,9 +842,9 @@ static const uint8_t ur_opcodes[] = {
 	IORING_OP_CONNECT, IORING_OP_ASYNC_CANCEL, IORING_OP_POLL_ADD,
 };
 
-static int ur_probe(px_uring *u)
+static int ur_probe(struct io_uring *ring)
 {
-	struct io_uring_probe *probe = io_uring_get_probe_ring(&u->ring);
+	struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
 	int rc = 0;
 
 	if (!probe)
@@ -718,8 +860,8 @@ static int ur_probe(px_uring *u)
 /* Set the ring up, asking less of the kernel while it refuses: optional
  * flags go on EINVAL (older kernels), CQ size halves on ENOMEM (kernels
  * before 5.12 charge the rings to RLIMIT_MEMLOCK, 64 KiB by default). */
-static int ur_setup(px_uring *u, unsigned entries, unsigned flags,
-			  unsigned cq, struct io_uring_params *prm)
+static int ur_setup(struct io_uring *ring, unsigned entries, unsigned flags,
+		    unsigned cq, struct io_uring_params *prm)
 {
 	static const unsigned optional[] = {
 		IORING_SETUP_COOP_TASKRUN, IORING_SETUP_SUBMIT_ALL,
@@ -731,7 +873,7 @@ static int ur_setup(px_uring *u, unsigned entries, unsigned flags,
 		memset(prm, 0, sizeof(*prm));
 		prm->flags = flags;
 		prm->cq_entries = cq;
-		rc = io_uring_queue_init_params(entries, &u->ring, prm);
+		rc = io_uring_queue_init_params(entries, ring, prm);
 		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
 			flags &= ~optional[dropped++];
 		else if (rc == -ENOMEM && cq > 2 * ur_pow2(entries))
@@ -765,32 +907,79 @@ static int ur_create(const px_processor_config *cfg,
 	if (cq < 4 * sq)
 		cq = 4 * sq;
 
+	/* Rings: one per CPU by default (at most 4), so that two leading
+	 * threads do not queue on one ring's submission lock (see the opening
+	 * comment); one for a dedicated processor, whose single thread
+	 * leads. */
+	unsigned nrings = set->rings;
+	if (!nrings) {
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		nrings = ncpu < 1 ? 1 : ncpu > 4 ? 4 : (unsigned)ncpu;
+	}
+	if (cfg->processor == PX_PROCESSOR_DEDICATED)
+		nrings = 1;
+	if (nrings > PX_URING_RINGS_MAX)
+		nrings = PX_URING_RINGS_MAX;
+
 	px_uring *u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
+	u->rings = calloc(nrings, sizeof(*u->rings));
+	if (!u->rings) {
+		free(u);
+		return -ENOMEM;
+	}
 
 	flags = IORING_SETUP_CQSIZE | IORING_SETUP_CLAMP | IORING_SETUP_SUBMIT_ALL;
-	if (set->flags & PX_URING_COOP_TASKRUN)
+	/* With several rings a thread's send often completes another
+	 * thread's read: without COOP_TASKRUN the kernel interrupts that
+	 * thread (an IPI) to run it, with it the thread runs it at its next
+	 * entry into the kernel or wake-up (at worst a timer tick later).
+	 * Measured: 20 sessions, 2 threads, 8 KiB blocks, 528 against
+	 * 463 MB/s (medians of 5). */
+	if ((set->flags & PX_URING_COOP_TASKRUN) || nrings > 1)
 		flags |= IORING_SETUP_COOP_TASKRUN;
 	if (set->flags & PX_URING_SQPOLL)
 		flags |= IORING_SETUP_SQPOLL;
-	rc = ur_setup(u, entries, flags, cq, &prm);
+	rc = ur_setup(&u->rings[0].ring, entries, flags, cq, &prm);
 	if (rc < 0) {
 		/* ENOSYS: no io_uring; EPERM: kernel.io_uring_disabled (6.6)
 		 * or seccomp; ENOMEM: out of memory or memlock. */
+		free(u->rings);
 		free(u);
 		return rc;
 	}
+	u->nrings = 1;
 	if (!(prm.features & IORING_FEAT_EXT_ARG)) {
 		rc = -ENOSYS;
 		goto fail;
 	}
-	rc = ur_probe(u);
+	rc = ur_probe(&u->rings[0].ring);
 	if (rc < 0)
 		goto fail;
 
-	sq = u->ring.sq.ring_entries;
-	cq = u->ring.cq.ring_entries;
+	sq = u->rings[0].ring.sq.ring_entries;
+	cq = u->rings[0].ring.cq.ring_entries;
+	/* The others as the first turned out (flags the kernel took, CQ size
+	 * it gave); any that cannot be had leaves fewer rings, not an
+	 * error. */
+	flags = u->rings[0].ring.flags;
+	while (u->nrings < nrings) {
+		px_uring_ring *rg = &u->rings[u->nrings];
+		memset(&prm, 0, sizeof(prm));
+		prm.flags = flags;
+		prm.cq_entries = cq;
+		if (io_uring_queue_init_params(entries, &rg->ring, &prm) < 0)
+			break;
+		if (rg->ring.cq.ring_entries < cq || rg->ring.sq.ring_entries < sq) {
+			io_uring_queue_exit(&rg->ring);
+			break;
+		}
+		u->nrings++;
+	}
+	for (unsigned i = 0; i < u->nrings; i++)
+		u->rings[i].index = i;
+
 	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
 	u->cancel_cap = sq;
 	px_list_init(&u->stalled);
@@ -807,13 +996,16 @@ static int ur_create(const px_processor_config *cfg,
 	u->prov.wait = &u->wait;
 	u->prov.ops_mask = PX_OPS_IO;
 	u->prov.flags = PX_PF_START_ANY_THREAD;
+	/* Any ring's CQ holds them all: everything may end up in one. */
 	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : cq - u->cancel_cap - 2;
+	u->prov.max_leaders = u->nrings;
 	u->prov.priv_size = sizeof(struct px_uring_priv);
 	*out = &u->prov;
 	return 0;
 
 fail:
-	io_uring_queue_exit(&u->ring);
+	io_uring_queue_exit(&u->rings[0].ring);
+	free(u->rings);
 	free(u);
 	return rc;
 }

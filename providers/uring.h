@@ -2,11 +2,11 @@
  * uring.h - state shared by the io_uring provider (providers/uring.c) and
  * its wait strategy and native interrupt (wait_strategies/uring.c).
  *
- * One px_uring holds the ring and the three objects the core sees: the
+ * One px_uring holds its rings and the three objects the core sees: the
  * provider, the wait and the interrupt, embedded so that each ops function
- * finds the ring with px_container_of.  Every field is guarded by the
- * proactor mutex, except that the leader reads the ring's completion side
- * in wait() without it (see wait_strategies/uring.c).
+ * finds the provider with px_container_of.  Every field is guarded by the
+ * proactor mutex, except that a leader reads the completion side of the
+ * rings it holds in wait() without it (see wait_strategies/uring.c).
  */
 #ifndef PX_PROVIDERS_URING_H
 #define PX_PROVIDERS_URING_H
@@ -31,28 +31,32 @@
 
 typedef struct px_uring_fd px_uring_fd;
 
-typedef struct px_uring {
-	px_provider prov;
-	px_wait wait;
-	px_intr intr;
-	struct io_uring ring;
+/* Rings one provider may have (the config's rings=). */
+#define PX_URING_RINGS_MAX 16u
 
-	/* The leader has run prepare() and has not yet reaped: it is, or is
+/* One ring.  Every field is guarded by the proactor mutex, except those
+ * marked "leader only", which the thread that holds the ring (led) reads
+ * in its unlocked wait. */
+typedef struct px_uring_ring {
+	struct io_uring ring;
+	unsigned index;
+	/* A leader holds this ring, from its prepare() to the
+	 * next_completed() that finds no more CQEs. */
+	bool led;
+	/* Its leader has run prepare() and has not yet reaped: it is, or is
 	 * about to be, blocked in the kernel, so a start or cancel made by
-	 * another thread must submit its SQE itself. */
-	bool leader_waiting;
+	 * another thread into this ring must submit its SQE itself. */
+	bool waiting;
 	/* Interrupt NOP is in the ring and its CQE not yet reaped. */
 	bool intr_queued;
-	/* Interrupt requested while no leader was waiting: the next wait must
-	 * return at once. */
-	bool intr_deferred;
-	/* Set by prepare() for the wait that follows (leader only). */
-	bool skip_wait;
 	/* The last submit failed with EAGAIN/EBUSY: SQEs are still pending,
 	 * so the leader waits with a short timeout and retries. */
 	bool submit_stuck;
-	/* prepare() saw submit_stuck: this wait is short (leader only). */
-	bool wait_short;
+	/* SQEs filled whose CQE is not reaped yet: the ring has work. */
+	unsigned pending;
+	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
+	/* When its last leader let it go (px__now_ns). */
+	uint64_t released_ns;
 
 	/* Published SQEs the leader submits in its wait's io_uring_enter,
 	 * without the mutex (set by prepare; leader only). */
@@ -61,8 +65,36 @@ typedef struct px_uring {
 	 * the mutex in next_completed). */
 	int enter_err;
 
-	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
-	unsigned cancel_cap;        /* at most this many, to bound the CQ */
+	/* When this ring is a leader's own (the first it holds), set by
+	 * prepare() for the wait that follows (leader only): */
+	bool skip_wait;             /* return at once (a deferred interrupt) */
+	bool wait_short;            /* a submit is stuck: retry soon */
+	bool orphans;               /* another ring has work and no leader */
+	unsigned nextra;            /* other rings held by the same leader */
+	struct px_uring_ring *extra[PX_URING_RINGS_MAX];
+} px_uring_ring;
+
+/* The provider: its rings and the three objects the core sees. */
+typedef struct px_uring {
+	px_provider prov;
+	px_wait wait;
+	px_intr intr;
+
+	px_uring_ring *rings;       /* nrings of them */
+	unsigned nrings;
+	unsigned next_home;         /* the home ring the next leader gets */
+	unsigned next_spread;       /* the ring of the next start made by a
+	                               thread that has no home */
+
+	/* Interrupt requested while no leader was waiting: the next wait must
+	 * return at once. */
+	bool intr_deferred;
+	/* The last leader was the only thread in px_handle_events: operations
+	 * gather in its home ring instead of staying where they were (one
+	 * thread leading two rings pays an enter per ring). */
+	bool alone;
+
+	unsigned cancel_cap;        /* cancels in flight per ring, to bound its CQ */
 	unsigned sq_reserve;        /* SQ slots a start leaves free */
 
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
@@ -88,29 +120,59 @@ extern const px_provider_ops px__provider_uring_ops PX_HIDDEN;
 extern const px_wait_ops px__wait_uring_ops PX_HIDDEN;
 extern const px_intr_ops px__intr_uring_ops PX_HIDDEN;
 
-/* A free SQE, keeping `reserve` slots free for cancels and the interrupt.
- * When the ring looks full it submits what is pending and looks again once.
- * NULL when there is still no room.  Mutex held. */
-struct io_uring_sqe *px__uring_get_sqe(px_uring *u, unsigned reserve) PX_HIDDEN;
-
-/* Submit everything pending: first the results and cancels that were
- * waiting for an SQE, then the SQ ring.  Leader, mutex held (prepare).
- * Returns 0 or -errno; EAGAIN and EBUSY leave the SQEs for the next try and
- * set submit_stuck. */
-int px__uring_flush(px_uring *u) PX_HIDDEN;
-
-/* Submit now if the leader is blocked in the kernel (else its prepare will).
+/* A free SQE of rg, keeping `reserve` slots free for cancels and the
+ * interrupt, counted in rg->pending.  When the ring looks full it submits
+ * what is pending and looks again once.  NULL when there is still no room.
  * Mutex held. */
-void px__uring_kick(px_uring *u) PX_HIDDEN;
+struct io_uring_sqe *px__uring_get_sqe(px_uring_ring *rg, unsigned reserve) PX_HIDDEN;
+
+/* The calling thread's ring: where its starts go.  A thread gets one, in
+ * turn, the first time it leads (px__uring_pick); before that ring 0.
+ * Mutex held. */
+px_uring_ring *px__uring_home(px_uring *u) PX_HIDDEN;
+
+/* prepare(): choose the ring the calling thread will lead (its home if
+ * that has work and no leader, else, unless others_busy, another with work
+ * and none, else any without a leader), mark it led, and make it the
+ * thread's home if it had none.  NULL when every ring has a leader.  Mutex
+ * held. */
+px_uring_ring *px__uring_pick(px_uring *u, bool others_busy) PX_HIDDEN;
+
+/* may_lead (px_wait_ops): the ring px__uring_pick would give the calling
+ * thread has work and no leader.  Mutex held. */
+bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
+
+/* How long a ring may stay without a leader, its work waiting for the
+ * thread that led it last to come back, before another thread takes it:
+ * that thread may be asleep, gone, or blocked in a callback. */
+#define PX_URING_ORPHAN_MS 1
+
+/* rg has work, no leader, and nobody led it for PX_URING_ORPHAN_MS.
+ * now: px__now_ns(), or 0 to have it read.  Mutex held. */
+bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now) PX_HIDDEN;
+
+/* Issue the results and cancels that were waiting for an SQE (into rg, the
+ * caller's ring, and into their own rings).  Mutex held (prepare). */
+void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
+
+/* Make rg's SQEs ready for its leader's wait: published for the unlocked
+ * enter (to_submit), or submitted now with SQPOLL or after a refused
+ * submit.  Returns 0 or -errno.  Mutex held (prepare). */
+int px__uring_flush(px_uring_ring *rg) PX_HIDDEN;
+
+/* Submit now if rg's leader is blocked in the kernel (else its prepare
+ * will).  Mutex held. */
+void px__uring_kick(px_uring_ring *rg) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */
-unsigned px__uring_publish(px_uring *u) PX_HIDDEN;
+unsigned px__uring_publish(px_uring_ring *rg) PX_HIDDEN;
 
-/* Handle one reaped CQE.  Returns the result it finished (outputs set,
- * forgotten by the provider), or NULL when it was internal (interrupt,
- * cancel, readiness poll) or the operation was resubmitted.  Leader, mutex
- * held. */
-px_result *px__uring_complete(px_uring *u, uint64_t user_data, int res) PX_HIDDEN;
+/* Handle one CQE reaped from rg.  Returns the result it finished (outputs
+ * set, forgotten by the provider), or NULL when it was internal
+ * (interrupt, cancel, readiness poll) or the operation was resubmitted.
+ * Leader, mutex held. */
+px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
+			      uint64_t user_data, int res) PX_HIDDEN;
 
 #endif /* PX_PROVIDERS_URING_H */

@@ -1,7 +1,8 @@
 /*
  * uring_class.c - what the library knows of the io_uring provider
  * (providers/uring.c): one wait (the ring itself) woken by its own native
- * interrupt, two presets, and two keys of its own, ring= and ring_flags=.
+ * interrupt, two presets, and three keys of its own, ring=, ring_flags= and
+ * rings=.
  * Included by providers/classes.c, never compiled alone; it needs no
  * liburing, so the engine list can be printed at configure time.
  */
@@ -27,11 +28,12 @@ static const px_preset_desc uringc_presets[] = {
 	{ "uring-dedicated", NULL, PX_PROCESSOR_DEDICATED },
 };
 
-enum { URINGC_RING, URINGC_RING_FLAGS };
+enum { URINGC_RING, URINGC_RING_FLAGS, URINGC_RINGS };
 
 static const px_key_desc uringc_keys[] = {
 	[URINGC_RING] = { "ring", "a number of SQ entries from 0 (default) to 32768" },
 	[URINGC_RING_FLAGS] = { "ring_flags", "a comma list of coop_taskrun and sqpoll" },
+	[URINGC_RINGS] = { "rings", "a number of rings from 0 (default: one per CPU, at most 4) to 16" },
 };
 
 static const struct {
@@ -61,18 +63,23 @@ static int uringc_parse(void *settings, unsigned key, const char *val,
 {
 	px_uring_settings *s = settings;
 
-	if (key == URINGC_RING) {
+	if (key == URINGC_RING || key == URINGC_RINGS) {
 		unsigned long n = 0;
+		unsigned long max = key == URINGC_RING ? PX_URING_RING_MAX
+						       : PX_URING_RINGS_KEY_MAX;
 		if (!vlen)
 			return uringc_bad(err, errlen, key, val, vlen);
 		for (size_t i = 0; i < vlen; i++) {
 			if (val[i] < '0' || val[i] > '9')
 				return uringc_bad(err, errlen, key, val, vlen);
 			n = n * 10 + (unsigned)(val[i] - '0');
-			if (n > PX_URING_RING_MAX)
+			if (n > max)
 				return uringc_bad(err, errlen, key, val, vlen);
 		}
-		s->entries = (unsigned)n;
+		if (key == URINGC_RING)
+			s->entries = (unsigned)n;
+		else
+			s->rings = (unsigned)n;
 		return 0;
 	}
 	/* ring_flags: a comma list of names. */
@@ -123,6 +130,8 @@ static int uringc_format(const void *settings, char *buf, size_t len)
 			sep = ",";
 		}
 	}
+	if (s->rings)
+		URINGC_PUT("%srings=%u", pos ? " " : "", s->rings);
 #undef URINGC_PUT
 	return (int)pos;
 }

@@ -1,12 +1,13 @@
 /*
- * uring_class.h - the io_uring provider's own settings (words ring= and
- * ring_flags=), parsed by its class (providers/uring_class.c) and read by
+ * uring_class.h - the io_uring provider's own settings (words ring=,
+ * ring_flags= and rings=), parsed by its class (providers/uring_class.c) and read by
  * providers/uring.c when it sets the ring up.
  */
 #ifndef PX_PROVIDERS_URING_CLASS_H
 #define PX_PROVIDERS_URING_CLASS_H
 
 #define PX_URING_RING_MAX 32768u     /* IORING_MAX_ENTRIES */
+#define PX_URING_RINGS_KEY_MAX 16u   /* rings= (PX_URING_RINGS_MAX) */
 
 /* ring_flags bits. */
 #define PX_URING_COOP_TASKRUN 0x1u   /* IORING_SETUP_COOP_TASKRUN (5.19) */
@@ -15,6 +16,7 @@
 typedef struct px_uring_settings {
 	unsigned entries;            /* SQ entries; 0 = the provider's default */
 	unsigned flags;              /* PX_URING_* */
+	unsigned rings;              /* rings; 0 = one per CPU, at most 4 */
 } px_uring_settings;
 
 #endif /* PX_PROVIDERS_URING_CLASS_H */

@@ -37,6 +37,8 @@
  * This file has two ops tables, the wait's and the interrupt's: they are
  * one mechanism and share the ring.
  */
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <time.h>
 
@@ -46,107 +48,227 @@
  * with EAGAIN or EBUSY. */
 #define PX_URING_STUCK_MS 10
 
+
 static void px_uring_wait_destroy(px_wait *w)
 {
 	(void)w;  /* embedded in the provider, which frees it */
 }
 
+/* The ring this thread leads, from prepare() to the next_completed() that
+ * finds nothing more (NULL: prepare found every ring led). */
+static __thread px_uring_ring *px_uring_tls_lead;
+
+/* Make rg's SQEs ready for this leader's wait and mark it waiting. */
+static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
+{
+	int rc = px__uring_flush(rg);
+
+	*stuck = *stuck || rg->submit_stuck;
+	rg->waiting = true;
+	return rc;
+}
+
 static int px_uring_prepare(px_wait *w, px_list *started)
 {
 	px_uring *u = px_uring_of_wait(w);
-	int rc;
+	px_uring_ring *rg;
+	bool stuck = false;
+	int rc, rc2;
 
 	(void)started;  /* the kernel already knows every started operation */
-	rc = px__uring_flush(u);
-	u->wait_short = u->submit_stuck;
+	u->alone = !w->others_here;
+	rg = px__uring_pick(u, w->others_busy);
+	px_uring_tls_lead = rg;
+	if (!rg)
+		return 0;  /* the wait returns at once */
+	rg->nextra = 0;
+	rg->orphans = false;
+	/* Rings with work and no leader: held as well when this thread is
+	 * alone, or when nobody has led one for PX_URING_ORPHAN_MS
+	 * (px__uring_orphaned); else only noted, to keep this wait that
+	 * short.  (Taking another thread's ring whenever that thread is
+	 * between two batches left it with nothing to lead.) */
+	uint64_t now = 0;
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *o = &u->rings[i];
+		if (o->led || !o->pending)
+			continue;
+		if (w->others_here && !px__uring_orphaned(o, &now)) {
+			rg->orphans = true;
+			continue;
+		}
+		o->led = true;
+		rg->extra[rg->nextra++] = o;
+	}
+	px__uring_flush_stalled(u, rg);
+	rc = px_uring_prepare_ring(rg, &stuck);
+	for (unsigned i = 0; i < rg->nextra; i++) {
+		rc2 = px_uring_prepare_ring(rg->extra[i], &stuck);
+		if (rc2 < 0 && rc >= 0)
+			rc = rc2;
+	}
+	rg->wait_short = stuck;
+	rg->skip_wait = false;
 	if (u->intr_deferred) {
 		u->intr_deferred = false;
-		u->skip_wait = true;
+		rg->skip_wait = true;
 	}
-	u->leader_waiting = true;
 	return rc;
+}
+
+/* Submit what prepare() published on rg and, with flags, wait: one enter. */
+static int px_uring_enter(px_uring_ring *rg, int timeout_ms, bool wait)
+{
+	unsigned n = rg->to_submit;
+	unsigned flags = 0, min = 0;
+	struct __kernel_timespec ts = {
+		.tv_sec = timeout_ms / 1000,
+		.tv_nsec = (long long)(timeout_ms % 1000) * 1000000,
+	};
+	struct io_uring_getevents_arg arg = {
+		.sigmask = 0,
+		.sigmask_sz = _NSIG / 8,
+		.ts = timeout_ms > 0 ? (uint64_t)(uintptr_t)&ts : 0,
+	};
+	int rc;
+
+	rg->to_submit = 0;
+	if (wait && timeout_ms != 0 && !io_uring_cq_ready(&rg->ring)) {
+		flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
+		min = 1;
+	}
+	rc = io_uring_enter2((unsigned)rg->ring.ring_fd, n, min, flags,
+			     flags ? (sigset_t *)&arg : NULL,
+			     flags ? sizeof(arg) : 0);
+	if (rc == -EAGAIN || rc == -EBUSY)
+		rg->enter_err = rc;
+	return rc;
+}
+
+/* The leader holds several rings: submit into each, then sleep in poll(2)
+ * on all of them (a ring's descriptor is readable while its CQ has
+ * entries). */
+static int px_uring_wait_many(px_uring_ring *rg, int timeout_ms)
+{
+	struct pollfd fds[PX_URING_RINGS_MAX];
+	unsigned n = 0;
+	bool ready = false;
+	int rc;
+
+	for (unsigned i = 0; i <= rg->nextra; i++) {
+		px_uring_ring *o = i ? rg->extra[i - 1] : rg;
+		if (o->to_submit)
+			px_uring_enter(o, 0, false);
+		ready = ready || io_uring_cq_ready(&o->ring);
+		fds[n].fd = o->ring.ring_fd;
+		fds[n].events = POLLIN;
+		fds[n].revents = 0;
+		n++;
+	}
+	if (ready || timeout_ms == 0)
+		return 1;
+	rc = poll(fds, n, timeout_ms);
+	return rc < 0 ? -errno : rc;
 }
 
 static int px_uring_wait(px_wait *w, int timeout_ms)
 {
-	px_uring *u = px_uring_of_wait(w);
+	px_uring_ring *rg = px_uring_tls_lead;
 	struct io_uring_cqe *cqe;
 	int rc;
 
-	if (u->skip_wait) {
-		u->skip_wait = false;
+	(void)w;
+	if (!rg)
+		return 0;
+	if (rg->skip_wait) {
+		rg->skip_wait = false;
 		timeout_ms = 0;
 	}
-	if (u->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
+	if (rg->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
 		timeout_ms = PX_URING_STUCK_MS;
+	if (rg->orphans && (timeout_ms < 0 || timeout_ms > PX_URING_ORPHAN_MS))
+		timeout_ms = PX_URING_ORPHAN_MS;
 
-	if (u->to_submit) {
+	if (rg->nextra)
+		return px_uring_wait_many(rg, timeout_ms);
+	if (rg->to_submit) {
 		/* Submit what prepare() published and wait, in one enter. */
-		unsigned n = u->to_submit;
-		unsigned flags = 0, min = 0;
-		struct __kernel_timespec ts = {
-			.tv_sec = timeout_ms / 1000,
-			.tv_nsec = (long long)(timeout_ms % 1000) * 1000000,
-		};
-		struct io_uring_getevents_arg arg = {
-			.sigmask = 0,
-			.sigmask_sz = _NSIG / 8,
-			.ts = timeout_ms > 0 ? (uint64_t)(uintptr_t)&ts : 0,
-		};
-
-		u->to_submit = 0;
-		if (timeout_ms != 0 && !io_uring_cq_ready(&u->ring)) {
-			flags = IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG;
-			min = 1;
-		}
-		rc = io_uring_enter2((unsigned)u->ring.ring_fd, n, min, flags,
-				     flags ? (sigset_t *)&arg : NULL,
-				     flags ? sizeof(arg) : 0);
-		if (rc == -EAGAIN || rc == -EBUSY)
-			u->enter_err = rc;
+		rc = px_uring_enter(rg, timeout_ms, true);
 		if (rc < 0 && rc != -ETIME && rc != -EAGAIN && rc != -EBUSY)
 			return rc;  /* -EINTR included: an ordinary wake-up */
-		return (int)io_uring_cq_ready(&u->ring);
+		return (int)io_uring_cq_ready(&rg->ring);
 	}
 	if (timeout_ms == 0) {
-		rc = io_uring_peek_cqe(&u->ring, &cqe);
+		rc = io_uring_peek_cqe(&rg->ring, &cqe);
 	} else if (timeout_ms < 0) {
-		rc = io_uring_wait_cqe(&u->ring, &cqe);
+		rc = io_uring_wait_cqe(&rg->ring, &cqe);
 	} else {
 		struct __kernel_timespec ts = {
 			.tv_sec = timeout_ms / 1000,
 			.tv_nsec = (long long)(timeout_ms % 1000) * 1000000,
 		};
-		rc = io_uring_wait_cqe_timeout(&u->ring, &cqe, &ts);
+		rc = io_uring_wait_cqe_timeout(&rg->ring, &cqe, &ts);
 	}
 	if (rc == -ETIME || rc == -EAGAIN)
 		return 0;
 	if (rc < 0)
 		return rc;  /* -EINTR included: an ordinary wake-up */
-	return (int)io_uring_cq_ready(&u->ring);
+	return (int)io_uring_cq_ready(&rg->ring);
+}
+
+/* Reap one CQE of o, if it has one; *r is what it finished. */
+static bool px_uring_reap(px_uring *u, px_uring_ring *o, px_result **r)
+{
+	struct io_uring_cqe *cqe;
+
+	if (o->enter_err) {
+		/* The wait's submit was refused: SQEs are still pending. */
+		o->enter_err = 0;
+		o->submit_stuck = true;
+	}
+	o->waiting = false;
+	if (io_uring_peek_cqe(&o->ring, &cqe) != 0 || !cqe)
+		return false;
+	uint64_t ud = io_uring_cqe_get_data64(cqe);
+	int res = cqe->res;
+
+	io_uring_cqe_seen(&o->ring, cqe);
+	*r = px__uring_complete(u, o, ud, res);
+	return true;
 }
 
 static px_result *px_uring_next_completed(px_wait *w)
 {
 	px_uring *u = px_uring_of_wait(w);
-	struct io_uring_cqe *cqe;
+	px_uring_ring *rg = px_uring_tls_lead;
+	px_result *r = NULL;
 
-	u->leader_waiting = false;
-	if (u->enter_err) {
-		/* The wait's submit was refused: SQEs are still pending. */
-		u->enter_err = 0;
-		u->submit_stuck = true;
+	if (!rg)
+		return NULL;
+	for (unsigned i = 0; i <= rg->nextra; i++) {
+		px_uring_ring *o = i ? rg->extra[i - 1] : rg;
+		while (px_uring_reap(u, o, &r))
+			if (r)
+				return r;
 	}
-	while (io_uring_peek_cqe(&u->ring, &cqe) == 0 && cqe) {
-		uint64_t ud = io_uring_cqe_get_data64(cqe);
-		int res = cqe->res;
-
-		io_uring_cqe_seen(&u->ring, cqe);
-		px_result *r = px__uring_complete(u, ud, res);
-		if (r)
-			return r;
+	/* Nothing more: let the rings go. */
+	uint64_t now = px__now_ns();
+	for (unsigned i = 0; i < rg->nextra; i++) {
+		rg->extra[i]->led = false;
+		rg->extra[i]->released_ns = now;
 	}
+	rg->nextra = 0;
+	rg->led = false;
+	rg->released_ns = now;
+	px_uring_tls_lead = NULL;
 	return NULL;
+}
+
+/* A ring this thread would lead has work and nobody waiting on it (see
+ * px_wait_ops). */
+static bool px_uring_may_lead(px_wait *w)
+{
+	return px__uring_may_lead(px_uring_of_wait(w), w->others_busy);
 }
 
 const px_wait_ops px__wait_uring_ops = {
@@ -156,6 +278,7 @@ const px_wait_ops px__wait_uring_ops = {
 	.prepare = px_uring_prepare,               /* submit pending SQEs in one enter */
 	.wait = px_uring_wait,                     /* wait for CQEs only, never submit */
 	.next_completed = px_uring_next_completed, /* reap one CQE -> result */
+	.may_lead = px_uring_may_lead,             /* a ring with work, no leader */
 };
 
 /* ------------------------------------------------------------------ */
@@ -170,23 +293,31 @@ static void px_uring_intr_destroy(px_intr *in)
 static void px_uring_intr_interrupt(px_intr *in)
 {
 	px_uring *u = px_uring_of_intr(in);
-	struct io_uring_sqe *sqe;
+	bool any = false;
 
-	if (u->intr_queued)
-		return;
-	if (!u->leader_waiting) {
-		u->intr_deferred = true;
-		return;
+	/* Every leader that waits: the caller (which may lead a ring itself,
+	 * not waiting while it runs this) wants whoever sleeps to look. */
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+		struct io_uring_sqe *sqe;
+
+		if (!rg->waiting)
+			continue;
+		any = true;
+		if (rg->intr_queued)
+			continue;
+		sqe = px__uring_get_sqe(rg, 0);
+		if (!sqe) {
+			u->intr_deferred = true;
+			continue;
+		}
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, PX_URING_TAG_NOP);
+		rg->intr_queued = true;
+		px__uring_kick(rg);
 	}
-	sqe = px__uring_get_sqe(u, 0);
-	if (!sqe) {
+	if (!any)
 		u->intr_deferred = true;
-		return;
-	}
-	io_uring_prep_nop(sqe);
-	io_uring_sqe_set_data64(sqe, PX_URING_TAG_NOP);
-	u->intr_queued = true;
-	px__uring_kick(u);
 }
 
 static void px_uring_intr_drain(px_intr *in)
