@@ -59,9 +59,6 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
-	/* Cancelled because its descriptor was found closed: say so. */
-	if (r->fd_closed && r->c.error == ECANCELED)
-		r->c.error = EBADF;
 	px_list_push_back(&px->completed, &r->link);
 	if (level == PX_NOTIFY_NONE)
 		return;
@@ -246,6 +243,11 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	/* An operation with a deadline: its timer goes (timer.c). */
 	if (r->peer && r->c.op != PX_OP_TIMER)
 		px__timeout_detach(px, r);
+	/* Cancelled because its descriptor was found closed: say so (here,
+	 * not when queued: a leader's own completions skip the shared
+	 * queue). */
+	if (r->fd_closed && r->c.error == ECANCELED)
+		r->c.error = EBADF;
 	disp_count_delivery(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
