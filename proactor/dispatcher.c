@@ -117,8 +117,15 @@ uint64_t px__timers_next(const struct px_proactor *px)
 /* Dispatch                                                             */
 /* ------------------------------------------------------------------ */
 
-/* The proactor whose callback this thread is running, if any. */
+/* The proactor whose callback this thread is running, if any, and the
+ * descriptor of that callback's operation. */
 static __thread struct px_proactor *disp_tls_dispatching;
+static __thread int disp_tls_fd = -1;
+
+int px__dispatch_current_fd(const struct px_proactor *px)
+{
+	return disp_tls_dispatching == px ? disp_tls_fd : -1;
+}
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
 {
@@ -133,11 +140,14 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
+	int saved_fd = disp_tls_fd;
 	disp_tls_dispatching = px;
+	disp_tls_fd = r->c.fd;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
 	disp_tls_dispatching = saved;
+	disp_tls_fd = saved_fd;
 	px__alloc_put(&px->alloc, r);
 }
 

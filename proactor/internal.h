@@ -513,6 +513,12 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
+
+/* The descriptor of the operation whose callback the calling thread is
+ * running for px (its c.fd), or -1 when it runs none (proactor/dispatcher.c).
+ * A start made from there continues work on a number that was open a
+ * moment ago. */
+int px__dispatch_current_fd(const struct px_proactor *px) PX_HIDDEN;
 void px__set_err(char *err, size_t errlen, const char *fmt, ...) PX_HIDDEN
 	__attribute__((format(printf, 3, 4)));
 
