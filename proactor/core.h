@@ -78,11 +78,6 @@ void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit. */
 void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
-/* The same, but the wait may leave work it claimed (run_claimed in
- * internal.h) for px__processor_run_claimed, called after lead_end.
- * Returns the number of descriptors with work left so. */
-size_t px__processor_lead_round(px_processor *p, int timeout_ms) PX_HIDDEN;
-void px__processor_run_claimed(px_processor *p) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;

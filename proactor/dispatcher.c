@@ -294,22 +294,15 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_lead_begin(p);
 			if (disp_other_needs_leader(px, p) && (ms < 0 || ms > 1))
 				ms = 1;
-			size_t claimed = px__processor_lead_round(p, ms);
+			px__processor_handle_aio_events(p, ms);
 			px__processor_lead_end(p);
 			px->nleaders--;
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
-			 * do the claimed work and dispatch what we collected:
-			 * when the wait left work on more than one descriptor
-			 * (as a reactor's leader promotes a follower when
-			 * more than one handler is ready), or the callbacks
-			 * are worth it. */
+			 * dispatch what we collected. */
 			if (px__processor_has_work(p) &&
-			    (claimed > 1 ||
-			     disp_worth_help(px, px_list_count(&px->completed) + 1)))
+			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
-			if (claimed)
-				px__processor_run_claimed(p);
 			now = px__now_ns();
 			if (px_list_empty(&px->completed) &&
 			    !(px__timers_next(px) <= now) && now >= deadline)

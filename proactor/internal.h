@@ -307,21 +307,11 @@ typedef struct px_wait_ops {
 	 * (outputs set, forgotten by the provider), or NULL when there are no
 	 * more.  Drains the interrupt when it fired. */
 	px_result *(*next_completed)(px_wait *w);
-	/* Optional (NULL).  While defer_run is set, next_completed may claim
-	 * work (system calls on ready descriptors) without doing it, and
-	 * count the descriptors in claimed; the thread that led then does it
-	 * here after giving up leadership, so that another thread can lead
-	 * meanwhile.  Mutex held (released inside around the calls), any
-	 * thread: the first call does the claimed work, and every call hands
-	 * out the next finished operation, or NULL when there are no more. */
-	px_result *(*run_claimed)(px_wait *w);
 } px_wait_ops;
 
 struct px_wait {
 	const px_wait_ops *ops;
 	px_intr *intr;             /* how to interrupt this wait */
-	bool defer_run;            /* set by the processor: see run_claimed */
-	unsigned claimed;          /* descriptors claimed, work not yet done */
 };
 
 /* ------------------------------------------------------------------ */

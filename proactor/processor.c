@@ -198,38 +198,7 @@ static void proc_collect(px_processor *p)
 	}
 }
 
-static void proc_handle(px_processor *p, int timeout_ms, bool defer);
-
 void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
-{
-	proc_handle(p, timeout_ms, false);
-}
-
-size_t px__processor_lead_round(px_processor *p, int timeout_ms)
-{
-	if (!p->wait->ops->run_claimed) {
-		proc_handle(p, timeout_ms, false);
-		return 0;
-	}
-	proc_handle(p, timeout_ms, true);
-	return p->wait->claimed;
-}
-
-void px__processor_run_claimed(px_processor *p)
-{
-	px_result *r;
-	int level = proc_post_level(p);
-
-	if (!p->wait->ops->run_claimed)
-		return;
-	while ((r = p->wait->ops->run_claimed(p->wait))) {
-		px_list_remove(&p->started, &r->link);
-		r->state = PX_RS_READY;
-		px__dispatch_post(p->px, r, level);
-	}
-}
-
-static void proc_handle(px_processor *p, int timeout_ms, bool defer)
 {
 	struct px_proactor *px = p->px;
 
@@ -240,9 +209,7 @@ static void proc_handle(px_processor *p, int timeout_ms, bool defer)
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
-	p->wait->defer_run = defer;
 	proc_collect(p);
-	p->wait->defer_run = false;
 	proc_start_deferred(p);
 }
 

@@ -83,10 +83,6 @@ enum { SEL_AT_NONE = 0, SEL_AT_QUEUE, SEL_AT_DONE };
 
 #define SEL_UNTRIED 0     /* px_sel_priv.res before the batch tried it */
 
-/* sel_fd.in_batch: on px_sel.batch, being built by the leader; or on the
- * list of a thread doing its calls (sel_run). */
-enum { SEL_BATCH_NONE = 0, SEL_BATCH_CLAIMED, SEL_BATCH_RUNNING };
-
 /* One descriptor: the shared queues, then what this provider keeps. */
 typedef struct sel_fd {
 	px_fdq_entry fq;   /* queues (through plink) and the number */
@@ -101,7 +97,7 @@ typedef struct sel_fd {
 	                      a thread working without the mutex */
 	/* Leader only (its batch; used while the mutex is released, so
 	 * nobody else may touch these): */
-	uint8_t in_batch;  /* SEL_BATCH_*: on a batch list */
+	uint8_t in_batch;  /* on the batch list */
 	struct sel_fd *bnext;
 	px_result *chain[2]; /* claimed results per direction */
 	px_sel_io bio;     /* the leader's private copy for its I/O */
@@ -522,10 +518,9 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 		return;
 	}
 	sel_io_load(&e->bio, e);
-	e->in_batch = SEL_BATCH_CLAIMED;
+	e->in_batch = 1;
 	e->bnext = sel->batch;
 	sel->batch = e;
-	sel->wait.claimed++;
 }
 
 /* Edge poller: claim e's queue heads whose direction may be ready and that
@@ -537,18 +532,14 @@ static void sel_edge_claim(px_sel *sel, sel_fd *e)
 
 	if (px_link_linked(&e->rlink))
 		px_list_remove(&sel->retry, &e->rlink);
-	/* Another thread is doing e's calls: it looks at e again when it lets
-	 * go (sel_edge_update puts a direction that may be ready back on the
-	 * retry list). */
-	if (!can || e->in_batch == SEL_BATCH_RUNNING)
+	if (!can)
 		return;
 	if (!e->in_batch) {
 		e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;
 		sel_io_load(&e->bio, e);
-		e->in_batch = SEL_BATCH_CLAIMED;
+		e->in_batch = 1;
 		e->bnext = sel->batch;
 		sel->batch = e;
-		sel->wait.claimed++;
 	}
 	if (can & PX_POLL_IN)
 		sel_claim_queue(e, PX_FDQ_RD);
@@ -562,21 +553,14 @@ static void sel_edge_claim(px_sel *sel, sel_fd *e)
  * Leader only. */
 static void sel_run(px_sel *sel)
 {
-	sel_fd *e, *batch = sel->batch;
+	sel_fd *e;
 
-	if (!batch)
+	if (!sel->batch)
 		return;
-	/* The batch is ours now: a thread leading meanwhile (the work was
-	 * left for run_claimed) builds a new one and leaves these entries
-	 * alone until we let go (sel_edge_claim). */
-	sel->batch = NULL;
-	sel->wait.claimed = 0;
-	for (e = batch; e; e = e->bnext)
-		e->in_batch = SEL_BATCH_RUNNING;
 	if (sel->base.lock)
 		pthread_mutex_unlock(sel->base.lock);
 	/* Unlocked: only the claimed results and e's batch fields are ours. */
-	for (e = batch; e; e = e->bnext) {
+	for (e = sel->batch; e; e = e->bnext) {
 		for (int dir = 0; dir < 2; dir++) {
 			for (px_result *r = e->chain[dir]; r;
 			     r = sel_priv(r)->cnext) {
@@ -590,10 +574,10 @@ static void sel_run(px_sel *sel)
 	}
 	if (sel->base.lock)
 		pthread_mutex_lock(sel->base.lock);
-	while ((e = batch)) {
+	while ((e = sel->batch)) {
 		int rc;
 
-		batch = e->bnext;
+		sel->batch = e->bnext;
 		e->in_batch = 0;
 		sel_io_store(e, &e->bio);
 		for (int dir = 0; dir < 2; dir++) {
@@ -983,19 +967,6 @@ static px_result *sel_wait_next_completed(px_wait *w)
 		while ((l = px_list_first(&sel->retry)))
 			sel_edge_claim(sel, px_container_of(l, sel_fd, rlink));
 	}
-	/* With an edge poller the calls may wait for run_claimed, after the
-	 * leader has let another thread lead (a poll or select wait in
-	 * progress would not see what the calls re-arm). */
-	if (sel->edge && w->defer_run)
-		return sel_pop_done(sel);
-	sel_run(sel);
-	return sel_pop_done(sel);
-}
-
-static px_result *sel_wait_run_claimed(px_wait *w)
-{
-	px_sel *sel = sel_of_wait(w);
-
 	sel_run(sel);
 	return sel_pop_done(sel);
 }
@@ -1012,7 +983,6 @@ static const px_wait_ops sel_wait_ops = {
 	.prepare = sel_wait_prepare,       /* the poller's interest set */
 	.wait = sel_wait_wait,             /* the poller's wait, unlocked */
 	.next_completed = sel_wait_next_completed, /* claim all, one unlock */
-	.run_claimed = sel_wait_run_claimed, /* the calls left by a claim */
 };
 
 /* ------------------------------------------------------------------ */
