@@ -217,9 +217,11 @@ static void disp_count_delivery(struct px_proactor *px, const px_result *r)
 }
 
 /* The proactor whose callback this thread is running, if any, the result,
- * and whether it was taken from another thread (disp_own_steal). */
+ * its descriptor, and whether it was taken from another thread
+ * (disp_own_steal). */
 static __thread struct px_proactor *disp_tls_dispatching;
 static __thread px_result *disp_tls_current;
+static __thread int disp_tls_fd = -1;
 static __thread bool disp_tls_moving;
 /* The proactor this thread last gave completions away on (step 1). */
 static __thread struct px_proactor *disp_tls_gave;
@@ -228,6 +230,11 @@ px_result *px__dispatch_current(bool *moved)
 {
 	*moved = disp_tls_moving;
 	return disp_tls_current;
+}
+
+int px__dispatch_current_fd(const struct px_proactor *px)
+{
+	return disp_tls_dispatching == px ? disp_tls_fd : -1;
 }
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
@@ -253,7 +260,9 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	px_callback *cb = r->cb;
 	struct px_proactor *saved = disp_tls_dispatching;
 	px_result *saved_r = disp_tls_current;
+	int saved_fd = disp_tls_fd;
 	disp_tls_dispatching = px;
+	disp_tls_fd = r->c.fd;
 	/* On the running list while its callback runs, so that a px_close
 	 * of its descriptor waits for the callback to return. */
 	px_list_push_back(&px->running, &r->link);
@@ -266,6 +275,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 		px__close_delivered(px, r->c.fd);
 	disp_tls_dispatching = saved;
 	disp_tls_current = saved_r;
+	disp_tls_fd = saved_fd;
 	/* A periodic timer goes back to the heap instead (timer.c). */
 	if (r->c.op == PX_OP_TIMER && px__timer_after_callback(px, r))
 		return;

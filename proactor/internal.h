@@ -560,6 +560,12 @@ uint64_t px__now_ns(void) PX_HIDDEN;
  * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
  * (docs/ARCHITECTURE.md, "max_aio"). */
 unsigned px__default_max_aio(void) PX_HIDDEN;
+
+/* The descriptor of the operation whose callback the calling thread is
+ * running for px (its c.fd), or -1 when it runs none (proactor/dispatcher.c).
+ * A start made from there continues work on a number that was open a
+ * moment ago. */
+int px__dispatch_current_fd(const struct px_proactor *px) PX_HIDDEN;
 void px__set_err(char *err, size_t errlen, const char *fmt, ...) PX_HIDDEN
 	__attribute__((format(printf, 3, 4)));
 

@@ -6,8 +6,8 @@
  *
  * A start whose direction queue is empty first tries the real call at once,
  * without blocking; most of the time it finishes right there and no wait is
- * involved (with epoll, reads on a descriptor where such tries keep finding
- * nothing go straight to the wait: see sel_skip_try).  Otherwise the result
+ * involved (with epoll, a direction known not to be ready goes straight to
+ * the wait: see "Edge-triggered watching").  Otherwise the result
  * joins its descriptor's queue for that direction (proactor/fdq.h) and the
  * poller watches the descriptor.  When it is ready the leader performs the
  * call for the queue head, and for the next ones while they finish.  Only
@@ -47,15 +47,17 @@
  *
  * The processor sees this provider's own px_wait (the end of this file):
  * prepare, wait and collect of the poller, plus the claims and the run.
- * The poller reports a descriptor once per arming; the provider arms it
- * again (sel_update) after every report it handles.
+ * poll and select report a descriptor once per arming; the provider arms it
+ * again (sel_update) after every report it handles.  epoll is the edge
+ * poller: registered once, no arming (see "Edge-triggered watching").
  *
  * Quirks:
  *  - A descriptor closed with operations pending: poll and select notice
  *    (PX_POLL_NVAL) at their next wait, which comes within
  *    PX_POLL_RECHECK_MS, and its operations complete with EBADF.  epoll
  *    drops a closed descriptor silently; the processor's idle check
- *    (proactor/processor.c) cancels such operations (EBADF).
+ *    (proactor/processor.c) cancels such operations (EBADF), and so does
+ *    the provider's own check of an unverified registration.
  *  - Nothing allocates between start and completion: the descriptor table
  *    (fdq.h) and the poll poller's arrays grow at start time, which may
  *    fail with -ENOMEM.
@@ -97,6 +99,18 @@ typedef struct sel_fd {
 	struct sel_fd *bnext;
 	px_result *chain[2]; /* claimed results per direction */
 	px_sel_io bio;     /* the leader's private copy for its I/O */
+	uint32_t bgen[2];  /* gen[] when the leader claimed the direction */
+	/* Edge poller only (see "Edge-triggered watching" below): */
+	uint8_t nready;    /* PX_POLL_IN / _OUT known not ready: EAGAIN seen
+	                      and no report since */
+	uint8_t verified;  /* registration made or checked since the entry
+	                      was last idle */
+	uint8_t recheck;   /* a hint that the number may name another file
+	                      soon: check the registration before waiting */
+	uint32_t gen[2];   /* reports seen per direction (RD, WR) */
+	unsigned stamp;    /* px_sel.tick when it joined px_sel.suspect */
+	px_link rlink;     /* on px_sel.retry */
+	px_link slink;     /* on px_sel.suspect */
 } sel_fd;
 
 typedef struct px_sel {
@@ -107,6 +121,16 @@ typedef struct px_sel {
 	px_list done;         /* finished, for next_completed (plink) */
 	sel_fd *batch;        /* leader: entries claimed from one wait (bnext) */
 	bool no_block;        /* leader: results are waiting, do not block */
+	bool edge;            /* the poller is PX_POLLER_EDGE */
+	bool in_wait;         /* leader between prepare and next_completed */
+	bool kicked;          /* interrupted since that prepare */
+	bool retry_due;       /* leader: retry list not yet taken since then */
+	int wait_cap_ms;      /* leader: longest wait (-1: none), set in prepare */
+	px_list retry;        /* edge: entries with a head to try (rlink) */
+	px_list suspect;      /* edge: entries waiting on an unchecked
+	                         registration (slink), oldest first */
+	unsigned tick;        /* edge: SEL_CHECK_MS periods counted */
+	uint64_t next_tick;   /* edge: when tick next advances (ns) */
 	px_poll_event ev[SEL_EVENTS]; /* leader: events being claimed */
 } px_sel;
 
@@ -173,15 +197,147 @@ static void sel_io_store(sel_fd *e, const px_sel_io *io)
 /* Queues and watching                                                  */
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* Edge-triggered watching (PX_POLLER_EDGE)                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * With an edge poller a descriptor is registered once, the first time one
+ * of its operations has to wait, and stays registered: no system call per
+ * operation.  The entry keeps what a hand-written edge-triggered server
+ * keeps: per direction, whether it may be ready (nready clear: a report
+ * came, or nothing was learnt yet) or is known not to be (nready set: a
+ * call said EAGAIN and no report came since).  A queue head that nobody
+ * works on is then in one of two states, and every change of the entry
+ * under the mutex restores this (sel_edge_update):
+ *   - its direction may be ready: the entry is on the retry list, which
+ *     the leader takes after every wait (a start from another thread
+ *     interrupts the leader's wait for it: sel_kick);
+ *   - its direction is not ready: the descriptor is registered, so the
+ *     next change of state is reported.
+ * A head claimed by a thread (busy) is that thread's business until it
+ * lets go.  Reports count per direction (gen); a thread that claimed a
+ * head notes gen first, and when its call says EAGAIN marks the direction
+ * not ready only if no report came meanwhile.  A report that came while the
+ * call ran (the leader found the head busy and left it) therefore leaves
+ * the direction ready and the head is tried again: the edge is not lost.
+ *
+ * The kernel drops a registration when the file is closed, so a number
+ * closed and reused for another file is silently not watched.  What
+ * reveals that costs a system call (refresh: EPOLL_CTL_MOD, ADD on ENOENT,
+ * which also reports the file's readiness again), so it is paid only where
+ * a reuse is plausible.  The application can close a number only while
+ * its entry is idle (else its operations would be lost with it), so a
+ * registration counts as unverified from then on, and the first wait after
+ * that is checked at once (recheck) when:
+ *   - the operation was started from anywhere but the callback of an
+ *     operation on the same descriptor (from another thread, or a callback
+ *     about another descriptor): the number may have changed hands since;
+ *   - or a hint says so: accept returned the number (a new file: it is
+ *     registered again, no check needed), a connect starts on it, or an
+ *     operation on it ended with an error, end of stream or a cancel (the
+ *     application often closes it next).
+ * A start from the callback of the number's own operation (the common
+ * case: read, answer, read again) is trusted; its wait goes on the suspect
+ * list, and the leader checks those that have waited unverified between
+ * one and two SEL_CHECK_MS periods.  So a callback that closes its own
+ * descriptor, opens another file that gets the same number (not through
+ * px_accept), and starts an operation there that must wait, waits up to
+ * 2 * SEL_CHECK_MS for data that was already there, once.
+ */
+#define SEL_CHECK_MS 1000
+#define SEL_CHECK_NS ((uint64_t)SEL_CHECK_MS * 1000000u)
+
+/* Interrupt the leader's wait, once per wait: something for it to do
+ * came from another thread. */
+static void sel_kick(px_sel *sel)
+{
+	if (sel->in_wait && !sel->kicked) {
+		sel->kicked = true;
+		sel->wait.intr->ops->interrupt(sel->wait.intr);
+	}
+}
+
+static void sel_edge_unsuspect(px_sel *sel, sel_fd *e)
+{
+	if (px_link_linked(&e->slink))
+		px_list_remove(&sel->suspect, &e->slink);
+}
+
+/* e is idle: forget what was learnt (the number may be closed and reused
+ * before its next use).  The registration stays; it is checked when an
+ * operation next waits on it for long (or at once on a hint). */
+static void sel_edge_idle(px_sel *sel, sel_fd *e)
+{
+	e->nready = 0;
+	e->verified = 0;
+	sel_edge_unsuspect(sel, e);
+	if (px_link_linked(&e->rlink))
+		px_list_remove(&sel->retry, &e->rlink);
+}
+
+/* Make sure the queue heads of e nobody works on will be tried: on the
+ * retry list if their direction may be ready, else registered.  Returns 0
+ * or -errno from registering. */
+static int sel_edge_update(px_sel *sel, sel_fd *e)
+{
+	unsigned queued = sel_queued(e) & ~(unsigned)e->busy;
+	px_poller *pl = sel->pl;
+	int rc;
+
+	if (queued & ~(unsigned)e->nready) {
+		if (!px_link_linked(&e->rlink)) {
+			px_list_push_back(&sel->retry, &e->rlink);
+			sel_kick(sel);
+		}
+	}
+	if (!(queued & e->nready))
+		return 0;
+	if (e->recheck || !e->reg.armed) {
+		rc = e->recheck ? pl->ops->refresh(pl, &e->reg)
+				: pl->ops->set(pl, &e->reg, PX_POLL_IN | PX_POLL_OUT);
+		if (rc < 0)
+			return rc;
+		e->recheck = 0;
+		e->verified = 1;
+		sel_edge_unsuspect(sel, e);
+	} else if (!e->verified && !px_link_linked(&e->slink)) {
+		e->stamp = sel->tick;
+		px_list_push_back(&sel->suspect, &e->slink);
+	}
+	return 0;
+}
+
+/* A report (PX_POLL_*) for e: its directions may be ready. */
+static void sel_edge_report(sel_fd *e, unsigned ev)
+{
+	if (ev & (PX_POLL_IN | PX_POLL_ERR | PX_POLL_NVAL)) {
+		e->gen[PX_FDQ_RD]++;
+		e->nready &= (uint8_t)~PX_POLL_IN;
+	}
+	if (ev & (PX_POLL_OUT | PX_POLL_ERR | PX_POLL_NVAL)) {
+		e->gen[PX_FDQ_WR]++;
+		e->nready &= (uint8_t)~PX_POLL_OUT;
+	}
+}
+
 /* Bring the poller's watch of e in line with e's queues: nothing when
  * idle, else the queued directions (with a LIVE poller, only those whose
  * head nobody is working on: the thread holding a claim calls this again
  * when it lets go).  Returns 0 or -errno (only when the watched set
- * grew). */
+ * grew).  With an edge poller: sel_edge_update. */
 static int sel_update(px_sel *sel, sel_fd *e)
 {
 	unsigned queued = sel_queued(e);
 
+	if (!queued && sel->edge) {
+		sel_edge_idle(sel, e);
+		e->kind = PX_SEL_KIND_UNKNOWN;
+		e->flags = 0;
+		return 0;
+	}
+	if (sel->edge)
+		return sel_edge_update(sel, e);
 	if (!queued) {
 		sel->pl->ops->remove(sel->pl, &e->reg);
 		/* Idle: the number may be closed and reused before its next
@@ -199,6 +355,33 @@ static void sel_to_done(px_sel *sel, px_result *r)
 {
 	sel_priv(r)->at = SEL_AT_DONE;
 	px_list_push_back(&sel->done, &r->plink);
+}
+
+/* r, an operation on e, has finished (mutex held).  Edge poller: take
+ * the hints that a number names another file, or soon may (see
+ * "Edge-triggered watching"). */
+static void sel_note_done(px_sel *sel, sel_fd *e, px_result *r)
+{
+	px_fdq_entry *fq;
+
+	if (!sel->edge)
+		return;
+	if (r->c.error ||
+	    (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len))
+		e->recheck = 1;
+	if (r->c.op != PX_OP_ACCEPT || r->c.error || r->c.new_fd < 0)
+		return;
+	fq = px_fdq_lookup(&sel->fdq, r->c.new_fd);
+	if (fq) {
+		/* A new file: whatever was registered under its number is
+		 * not it. */
+		sel_fd *n = sel_fd_of(fq);
+
+		sel->pl->ops->forget(sel->pl, &n->reg);
+		n->recheck = 0;
+		n->nready = 0;
+		sel_edge_update(sel, n);   /* cannot fail: nothing waits */
+	}
 }
 
 /* Complete everything queued on e with err, except the claimed results:
@@ -283,10 +466,13 @@ static void sel_claim_queue(sel_fd *e, int dir)
 	px_link *l = px_list_first(q);
 	int n = 0;
 
+	if (e->busy & sel_bit(dir))
+		return;         /* claimed already (its chain is not ours) */
 	*tail = NULL;
-	if (!l || (e->busy & sel_bit(dir)))
+	if (!l)
 		return;
 	e->busy |= sel_bit(dir);
+	e->bgen[dir] = e->gen[dir];
 	for (; l && n < SEL_CLAIM_MAX; l = px_list_next(q, l), n++) {
 		px_result *r = px_result_of_plink(l);
 		struct px_sel_priv *pv = sel_priv(r);
@@ -313,7 +499,7 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 		}
 		ev |= PX_POLL_ERR;  /* stale: it was reopened since */
 	}
-	e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;
+	e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;  /* not in a batch */
 	if (ev & (PX_POLL_IN | PX_POLL_ERR))
 		sel_claim_queue(e, PX_FDQ_RD);
 	if (ev & (PX_POLL_OUT | PX_POLL_ERR))
@@ -333,6 +519,30 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 	e->in_batch = 1;
 	e->bnext = sel->batch;
 	sel->batch = e;
+}
+
+/* Edge poller: claim e's queue heads whose direction may be ready and that
+ * nobody works on, for the next sel_run (joining the batch if e is not in
+ * it yet).  Leader only. */
+static void sel_edge_claim(px_sel *sel, sel_fd *e)
+{
+	unsigned can = sel_queued(e) & ~(unsigned)e->busy & ~(unsigned)e->nready;
+
+	if (px_link_linked(&e->rlink))
+		px_list_remove(&sel->retry, &e->rlink);
+	if (!can)
+		return;
+	if (!e->in_batch) {
+		e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;
+		sel_io_load(&e->bio, e);
+		e->in_batch = 1;
+		e->bnext = sel->batch;
+		sel->batch = e;
+	}
+	if (can & PX_POLL_IN)
+		sel_claim_queue(e, PX_FDQ_RD);
+	if (can & PX_POLL_OUT)
+		sel_claim_queue(e, PX_FDQ_WR);
 }
 
 /* Perform the I/O of everything claimed since the last run, with the mutex
@@ -370,6 +580,7 @@ static void sel_run(px_sel *sel)
 		sel_io_store(e, &e->bio);
 		for (int dir = 0; dir < 2; dir++) {
 			px_result *r = e->chain[dir], *next;
+			bool again = false;
 
 			if (!r)
 				continue;
@@ -379,9 +590,16 @@ static void sel_run(px_sel *sel)
 
 				next = pv->cnext;
 				pv->cnext = NULL;
-				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried))
+				if (tried && pv->res - 1 == PX_SEL_AGAIN)
+					again = true;
+				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried)) {
+					sel_note_done(sel, e, r);
 					sel_to_done(sel, r);
+				}
 			}
+			/* Not ready, unless a report came while we tried. */
+			if (again && e->gen[dir] == e->bgen[dir])
+				e->nready |= (uint8_t)sel_bit(dir);
 			e->busy &= ~sel_bit(dir);
 			e->chain[dir] = NULL;
 		}
@@ -430,8 +648,9 @@ static bool sel_skip_try(const px_sel *sel, sel_fd *e, int dir)
 {
 	/* Only where watching is a syscall anyway (epoll_ctl), which then
 	 * also catches a closed descriptor at start. */
-	if (dir != PX_FDQ_RD || e->rd_miss < SEL_SPEC_MISSES || !sel_live(sel))
-		return false;
+	if (dir != PX_FDQ_RD || e->rd_miss < SEL_SPEC_MISSES || !sel_live(sel) ||
+	    sel->edge)
+		return false;     /* an edge poller knows better: nready */
 	if (++e->rd_skip < SEL_SPEC_PROBE)
 		return true;
 	e->rd_skip = 0;
@@ -454,7 +673,7 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 {
 	struct px_sel_priv *pv = sel_priv(r);
 	px_sel_io io;
-	int rc;
+	int rc, tries = 0;
 
 	px_fdq_push(&e->fq, dir, r);
 	pv->at = SEL_AT_QUEUE;
@@ -462,17 +681,35 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 	pv->busy = 1;
 	e->busy |= sel_bit(dir);
 	sel_io_load(&io, e);
-	if (sel->base.lock)
-		pthread_mutex_unlock(sel->base.lock);
-	rc = px__sel_try(&io, r);
-	if (sel->base.lock)
-		pthread_mutex_lock(sel->base.lock);
+	for (;;) {
+		uint32_t gen = e->gen[dir];
+
+		if (sel->base.lock)
+			pthread_mutex_unlock(sel->base.lock);
+		rc = px__sel_try(&io, r);
+		if (sel->base.lock)
+			pthread_mutex_lock(sel->base.lock);
+		if (rc != PX_SEL_AGAIN || !sel->edge)
+			break;
+		if (e->gen[dir] == gen) {
+			/* No report since before the call: not ready. */
+			e->nready |= (uint8_t)sel_bit(dir);
+			break;
+		}
+		/* The leader saw a report while the call ran and left the
+		 * head to us: try again (a few times; then the retry list). */
+		if (pv->cancel || ++tries >= 3)
+			break;
+	}
 	e->busy &= ~sel_bit(dir);
 	sel_io_store(e, &io);
 	if (dir == PX_FDQ_RD)
 		sel_learn_try(e, rc);
-	if (sel_unclaim(e, r, rc, true) && rc == PX_SEL_AGAIN)
-		rc = PX_SEL_DONE;       /* cancelled meanwhile */
+	if (sel_unclaim(e, r, rc, true)) {
+		sel_note_done(sel, e, r);
+		if (rc == PX_SEL_AGAIN)
+			rc = PX_SEL_DONE;       /* cancelled meanwhile */
+	}
 	return rc;
 }
 
@@ -490,8 +727,12 @@ static void sel_start_followers(px_sel *sel, sel_fd *e)
 		sel_run_queue_locked(sel, e, PX_FDQ_WR);
 		sel_fail_all(sel, e, -rc);
 		sel_update(sel, e);
-		if (!px_list_empty(&sel->done))
-			sel->wait.intr->ops->interrupt(sel->wait.intr);
+		if (!px_list_empty(&sel->done)) {
+			if (sel->edge)
+				sel_kick(sel);
+			else
+				sel->wait.intr->ops->interrupt(sel->wait.intr);
+		}
 	}
 }
 
@@ -543,10 +784,16 @@ static int sel_start(px_provider *p, px_result *r)
 	e->reg.fd = fd;           /* entries are created zeroed */
 	if (r->c.op == PX_OP_ACCEPT)
 		r->c.new_fd = -1;
+	if (sel->edge && (r->c.op == PX_OP_CONNECT ||
+			  (px_fdq_idle(fq) &&
+			   px__dispatch_current_fd(r->c.proactor) != fd)))
+		e->recheck = 1;   /* the number may name another file now */
 
 	/* Nothing older in this direction: try it now (e stays valid across
-	 * the unlock: entries are never freed or moved before destroy). */
-	if (px_list_empty(&fq->q[dir]) && !sel_skip_try(sel, e, dir)) {
+	 * the unlock: entries are never freed or moved before destroy), unless
+	 * an edge poller knows it is not ready. */
+	if (px_list_empty(&fq->q[dir]) && !sel_skip_try(sel, e, dir) &&
+	    !(sel->edge && (e->nready & sel_bit(dir)))) {
 		tried = true;
 		rc = sel_try_at_start(sel, e, dir, r);
 		if (rc != PX_SEL_AGAIN)
@@ -603,8 +850,11 @@ static int sel_cancel(px_provider *p, px_result *r)
 
 		px_fdq_remove(&e->fq, pv->dir, r);
 		pv->at = SEL_AT_NONE;
-		/* Only shrinks what e wants; a wake-up still armed for it
-		 * finds nothing to do. */
+		if (sel->edge)
+			e->recheck = 1;   /* it may be closed next */
+		/* Only shrinks what e wants (the next head, with an edge
+		 * poller, may go to the retry list); a wake-up still armed
+		 * for it finds nothing to do. */
 		sel_update(sel, e);
 	}
 	px_result_finish(r, r->done, ECANCELED);
@@ -622,7 +872,13 @@ static int sel_wait_prepare(px_wait *w, px_list *started)
 	(void)started;
 	px_poller_drain(sel->pl);
 	sel->pl->ops->prepare(sel->pl);
-	sel->no_block = !px_list_empty(&sel->done);
+	sel->no_block = !px_list_empty(&sel->done) ||
+			!px_list_empty(&sel->retry);
+	/* Suspects are checked after a wait: wake up in time for them. */
+	sel->wait_cap_ms = px_list_empty(&sel->suspect) ? -1 : SEL_CHECK_MS;
+	sel->in_wait = true;
+	sel->kicked = false;
+	sel->retry_due = true;
 	return 0;
 }
 
@@ -630,7 +886,45 @@ static int sel_wait_wait(px_wait *w, int timeout_ms)
 {
 	px_sel *sel = sel_of_wait(w);
 
-	return sel->pl->ops->wait(sel->pl, sel->no_block ? 0 : timeout_ms);
+	if (sel->no_block)
+		timeout_ms = 0;
+	else if (sel->wait_cap_ms >= 0 &&
+		 (timeout_ms < 0 || timeout_ms > sel->wait_cap_ms))
+		timeout_ms = sel->wait_cap_ms;
+	return sel->pl->ops->wait(sel->pl, timeout_ms);
+}
+
+/* Edge poller, leader: check the registrations of entries that have waited
+ * on them unverified for one to two SEL_CHECK_MS periods. */
+static void sel_edge_check_suspects(px_sel *sel)
+{
+	uint64_t now;
+	px_link *l;
+
+	if (px_list_empty(&sel->suspect))
+		return;
+	now = px__now_ns();
+	if (now >= sel->next_tick) {
+		sel->tick++;
+		sel->next_tick = now + SEL_CHECK_NS;
+	}
+	while ((l = px_list_first(&sel->suspect))) {
+		sel_fd *e = px_container_of(l, sel_fd, slink);
+		int rc;
+
+		if (sel->tick - e->stamp < 2)
+			break;          /* this one and the later ones: too young */
+		px_list_remove(&sel->suspect, l);
+		rc = sel->pl->ops->refresh(sel->pl, &e->reg);
+		if (rc == 0) {
+			e->verified = 1;
+			continue;
+		}
+		/* Closed (EBADF) or unwatchable now: nothing would ever
+		 * complete what waits there. */
+		sel_fail_all(sel, e, -rc);
+		sel_update(sel, e);
+	}
 }
 
 static px_result *sel_wait_next_completed(px_wait *w)
@@ -641,6 +935,7 @@ static px_result *sel_wait_next_completed(px_wait *w)
 	size_t n;
 
 	px_poller_drain(pl);
+	sel->in_wait = false;
 	r = sel_pop_done(sel);
 	if (r)
 		return r;
@@ -650,9 +945,25 @@ static px_result *sel_wait_next_completed(px_wait *w)
 		for (size_t i = 0; i < n; i++) {
 			px_fdq_entry *fq = px_fdq_lookup(&sel->fdq, sel->ev[i].fd);
 
-			if (fq)
+			if (!fq)
+				continue;
+			if (sel->edge) {
+				sel_edge_report(sel_fd_of(fq), sel->ev[i].events);
+				sel_edge_claim(sel, sel_fd_of(fq));
+			} else {
 				sel_claim(sel, sel_fd_of(fq), sel->ev[i].events);
+			}
 		}
+	}
+	if (sel->edge && sel->retry_due) {
+		px_link *l;
+
+		sel->retry_due = false;
+		sel_edge_check_suspects(sel);
+		/* What may be ready and waits to be tried: once per wait
+		 * (what this run puts back waits for the next one). */
+		while ((l = px_list_first(&sel->retry)))
+			sel_edge_claim(sel, px_container_of(l, sel_fd, rlink));
 	}
 	sel_run(sel);
 	return sel_pop_done(sel);
@@ -682,7 +993,7 @@ static const struct {
 	const char *wait;
 	int (*create)(px_intr *in, px_poller **out);
 } sel_pollers[] = {
-	{ "epoll", px__poller_epoll_create },
+	{ "epoll", px__poller_epoll_edge_create },
 	{ "poll", px__poller_poll_create },
 	{ "select", px__poller_select_create },
 	{ "linux_rt", px__poller_linux_rt_create },
@@ -719,6 +1030,8 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	if (!sel)
 		return -ENOMEM;
 	px_list_init(&sel->done);
+	px_list_init(&sel->retry);
+	px_list_init(&sel->suspect);
 	px__fdq_init(&sel->fdq, sizeof(sel_fd));
 	sel->wait.ops = &sel_wait_ops;
 	rc = px__intr_create(cfg, &sel->wait.intr);
@@ -727,6 +1040,7 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	rc = sel_poller_create(spec->wait, sel->wait.intr, &sel->pl);
 	if (rc < 0)
 		goto fail;
+	sel->edge = (sel->pl->flags & PX_POLLER_EDGE) != 0;
 	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;
 	sel->base.ops_mask = PX_OPS_IO;

@@ -19,6 +19,16 @@
  * (if any) is registered once, level-triggered.  One wait takes up to
  * EP_BATCH events.
  *
+ * The edge poller (px__poller_epoll_edge_create, PX_POLLER_EDGE) shares
+ * the wait and the interrupt but registers a descriptor once, with
+ * EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, and never disarms it: set() is an
+ * EPOLL_CTL_ADD the first time only (EEXIST counts as done: the same file
+ * is registered at that number already), collect() leaves reg->armed
+ * alone, forget() clears it without a system call, and refresh() is an
+ * EPOLL_CTL_MOD with the same events, which makes the kernel look at the
+ * file again and queue an edge if it is ready, or an ADD when MOD says
+ * ENOENT (the number names a file that is not registered).
+ *
  * Quirks: a descriptor closed while registered leaves the interest list
  * silently (no event ever comes, no PX_POLL_NVAL).  Regular files cannot
  * be registered: set() fails with -EPERM.
@@ -48,7 +58,7 @@ static unsigned ep_events(uint32_t events)
 {
 	unsigned ev = 0;
 
-	if (events & EPOLLIN)
+	if (events & (EPOLLIN | EPOLLRDHUP))
 		ev |= PX_POLL_IN;
 	if (events & EPOLLOUT)
 		ev |= PX_POLL_OUT;
@@ -90,6 +100,49 @@ static void ep_remove(px_poller *pl, px_poll_reg *reg)
 	reg->armed = 0;
 }
 
+/* Edge registration: both directions, hang-ups, once. */
+#define EP_EDGE_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
+
+static int ep_edge_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
+{
+	struct ep *w = ep_of(pl);
+	struct epoll_event ev = { .events = EP_EDGE_EVENTS, .data.ptr = reg };
+
+	(void)interest;
+	if (reg->armed)
+		return 0;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, reg->fd, &ev) < 0 && errno != EEXIST)
+		return -errno;
+	reg->armed = PX_POLL_IN | PX_POLL_OUT;
+	return 0;
+}
+
+static void ep_edge_forget(px_poller *pl, px_poll_reg *reg)
+{
+	(void)pl;
+	reg->armed = 0;
+}
+
+static int ep_edge_refresh(px_poller *pl, px_poll_reg *reg)
+{
+	struct ep *w = ep_of(pl);
+	struct epoll_event ev = { .events = EP_EDGE_EVENTS, .data.ptr = reg };
+
+	if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, reg->fd, &ev) < 0) {
+		if (errno != ENOENT) {
+			reg->armed = 0;
+			return -errno;
+		}
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, reg->fd, &ev) < 0 &&
+		    errno != EEXIST) {
+			reg->armed = 0;
+			return -errno;
+		}
+	}
+	reg->armed = PX_POLL_IN | PX_POLL_OUT;
+	return 0;
+}
+
 static void ep_prepare(px_poller *pl)
 {
 	(void)pl;                 /* the kernel keeps the interest list */
@@ -125,13 +178,15 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 static size_t ep_collect(px_poller *pl, px_poll_event *out, size_t max)
 {
 	struct ep *w = ep_of(pl);
+	bool edge = (pl->flags & PX_POLLER_EDGE) != 0;
 	size_t n = 0;
 
 	for (; w->pos < w->nev && n < max; w->pos++) {
 		struct epoll_event *ev = &w->ev[w->pos];
 		px_poll_reg *reg = ev->data.ptr;
 
-		reg->armed = 0;   /* one-shot: the kernel disarmed it */
+		if (!edge)
+			reg->armed = 0;   /* one-shot: the kernel disarmed it */
 		out[n].fd = reg->fd;
 		out[n].events = ep_events(ev->events);
 		n++;
@@ -158,16 +213,28 @@ static const px_poller_ops ep_ops = {
 	.collect = ep_collect,
 };
 
-int px__poller_epoll_create(px_intr *in, px_poller **out)
+static const px_poller_ops ep_edge_ops = {
+	.name = "epoll-edge",
+	.destroy = ep_destroy,
+	.set = ep_edge_set,           /* ADD once, both directions, EPOLLET */
+	.remove = ep_remove,          /* DEL while registered */
+	.prepare = ep_prepare,
+	.wait = ep_wait,
+	.collect = ep_collect,        /* nothing disarmed */
+	.forget = ep_edge_forget,     /* no system call */
+	.refresh = ep_edge_refresh,   /* MOD, ADD on ENOENT */
+};
+
+static int ep_create(px_intr *in, bool edge, px_poller **out)
 {
 	struct ep *w = calloc(1, sizeof(*w));
 	int rc;
 
 	if (!w)
 		return -ENOMEM;
-	w->base.ops = &ep_ops;
+	w->base.ops = edge ? &ep_edge_ops : &ep_ops;
 	w->base.intr = in;
-	w->base.flags = PX_POLLER_LIVE;
+	w->base.flags = PX_POLLER_LIVE | (edge ? PX_POLLER_EDGE : 0);
 	w->base.fd_limit = INT32_MAX;
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0) {
@@ -188,4 +255,14 @@ int px__poller_epoll_create(px_intr *in, px_poller **out)
 fail:
 	ep_destroy(&w->base);
 	return rc;
+}
+
+int px__poller_epoll_create(px_intr *in, px_poller **out)
+{
+	return ep_create(in, false, out);
+}
+
+int px__poller_epoll_edge_create(px_intr *in, px_poller **out)
+{
+	return ep_create(in, true, out);
 }

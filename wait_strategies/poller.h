@@ -24,6 +24,19 @@
  * registration says disarmed (one late report, even after remove()); the
  * caller checks what it is told.
  *
+ * Edge pollers (PX_POLLER_EDGE: epoll created by
+ * px__poller_epoll_edge_create) work differently.  set() registers the
+ * descriptor once, for both directions whatever the interest, and later
+ * set() calls cost nothing (remove() deletes the registration).  A report is an edge: the descriptor became
+ * readable or writable (or hung up) since it was last reported, and it
+ * stays registered; nothing is ever disarmed.  So the caller must keep its
+ * own "may be ready" state per direction (set by a report, cleared by
+ * EAGAIN) and only wait for a report after an EAGAIN.  The kernel drops a
+ * registration silently when the last reference to the file is closed, so
+ * a number closed and reused for another file is not watched although the
+ * registration says so: forget() tells the poller so (no system call; the
+ * next set() registers again), and refresh() checks with the kernel.
+ *
  * Changes during a wait.  With PX_POLLER_LIVE (epoll, linux_rt) the
  * interest set lives in the kernel: set() and remove() are system calls
  * and take effect at once, even on a wait in progress in another thread
@@ -59,11 +72,13 @@
 
 /* px_poller.flags */
 #define PX_POLLER_LIVE 0x1u /* interest set in the kernel: see above */
+#define PX_POLLER_EDGE 0x2u /* registered once, edge reports: see above */
 
 /* One watched descriptor.  Zero it, then set fd, before the first set(). */
 typedef struct px_poll_reg {
 	int fd;
-	unsigned armed;     /* PX_POLL_IN / _OUT the poller watches for */
+	unsigned armed;     /* PX_POLL_IN / _OUT the poller watches for (edge
+	                       pollers: both once registered) */
 	unsigned slot;      /* poll: 1 + index in its array; 0 if not there */
 } px_poll_reg;
 
@@ -100,6 +115,14 @@ typedef struct px_poller_ops {
 	 * ev, disarming their descriptors (see above); call until it returns
 	 * 0.  The interrupt's fd is never among them: it sets fired. */
 	size_t (*collect)(px_poller *pl, px_poll_event *ev, size_t max);
+	/* Edge pollers only (NULL otherwise).  forget: reg->fd may name
+	 * another file now; the next set() registers it again.  No system
+	 * call.  refresh: make sure reg->fd's current file is registered
+	 * (registering it if the number was closed and reused) and report it
+	 * again if it is ready now, as a new edge.  Returns 0 or -errno
+	 * (-EBADF: not open; -EPERM: cannot be watched). */
+	void (*forget)(px_poller *pl, px_poll_reg *reg);
+	int (*refresh)(px_poller *pl, px_poll_reg *reg);
 } px_poller_ops;
 
 struct px_poller {
@@ -119,6 +142,7 @@ int px__poller_epoll_create(px_intr *in, px_poller **out) PX_HIDDEN;
 /* linux_rt: for one leader thread that never changes (a dedicated
  * processor); -EINVAL for an interrupt whose fd is not a pipe. */
 int px__poller_linux_rt_create(px_intr *in, px_poller **out) PX_HIDDEN;
+int px__poller_epoll_edge_create(px_intr *in, px_poller **out) PX_HIDDEN;
 
 /* Consume the interrupt if the last wait saw it.  Lock held. */
 static inline void px_poller_drain(px_poller *pl)

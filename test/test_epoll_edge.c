@@ -1,0 +1,394 @@
+/*
+ * test_epoll_edge.c - the edge-triggered epoll poller and the readiness
+ * provider's use of it.
+ *
+ * Linked with --wrap for recv, epoll_pwait and epoll_ctl (test/meson.build),
+ * so the program counts the provider's epoll_ctl calls, sees what its
+ * waits report, and can act inside the provider's own recv.
+ *
+ * Checked:
+ *  - the edge poller: registered once; a report per change of state, none
+ *    for a descriptor that stays readable; refresh reports the current
+ *    readiness again; a number closed and reused is not watched until
+ *    refresh (or forget + set) registers the new file;
+ *  - no epoll_ctl per operation: 200 round trips on one socket pair, each
+ *    read started from the previous read's callback, make at most a few;
+ *  - the lost-edge race: data arrives after a start's recv said EAGAIN and
+ *    before the provider took that in, and another loop thread's wait
+ *    reports it while the read is still claimed.  The read must complete
+ *    from that report, without a later epoll_ctl check (which would only
+ *    rescue it after a second or so).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../wait_strategies/poller.h"
+
+/* ------------------------------------------------------------------ */
+/* The wrappers                                                         */
+/* ------------------------------------------------------------------ */
+
+ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
+int __real_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+		       const sigset_t *mask);
+int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+
+static atomic_long g_ctl;            /* epoll_ctl calls */
+static atomic_long g_enter;          /* epoll_pwait calls begun */
+static atomic_long g_in_reports;     /* waits that reported EPOLLIN */
+static atomic_long g_enter_at_report;/* g_enter when the last one did */
+static atomic_int g_race_fd = -1;    /* recv on it saying EAGAIN: act, once */
+static int g_race_peer = -1;         /* where to write meanwhile */
+static atomic_bool g_race_done, g_race_timeout;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void nap_us(long us)
+{
+	struct timespec ts = { 0, us * 1000L };
+
+	nanosleep(&ts, NULL);
+}
+
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	atomic_fetch_add(&g_ctl, 1);
+	return __real_epoll_ctl(epfd, op, fd, ev);
+}
+
+int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+		       const sigset_t *mask)
+{
+	int n;
+
+	atomic_fetch_add(&g_enter, 1);
+	n = __real_epoll_pwait(epfd, ev, max, timeout, mask);
+	for (int i = 0; i < n; i++) {
+		/* Not the interrupt (its data is all ones). */
+		if ((ev[i].events & EPOLLIN) && ev[i].data.u64 != UINT64_MAX) {
+			atomic_store(&g_enter_at_report, atomic_load(&g_enter));
+			atomic_fetch_add(&g_in_reports, 1);
+			break;
+		}
+	}
+	return n;
+}
+
+/* The provider's recv (it runs without the proactor mutex).  On the race
+ * descriptor, once: after the kernel said EAGAIN, make data arrive and
+ * wait until another thread's wait has reported it and that thread has
+ * gone back to waiting, i.e. it took the report in while the read was
+ * still claimed here; then hand the EAGAIN back. */
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
+{
+	ssize_t n = __real_recv(fd, buf, len, flags);
+	int err = errno;
+	int want = atomic_load(&g_race_fd);
+
+	if (want < 0 || fd != want || n >= 0 || err != EAGAIN ||
+	    !atomic_compare_exchange_strong(&g_race_fd, &want, -1)) {
+		errno = err;
+		return n;
+	}
+	long r0 = atomic_load(&g_in_reports);
+	uint64_t dl = now_ms() + 5000;
+
+	if (write(g_race_peer, "z", 1) != 1)
+		atomic_store(&g_race_timeout, true);
+	while (!(atomic_load(&g_in_reports) > r0 &&
+		 atomic_load(&g_enter) > atomic_load(&g_enter_at_report))) {
+		if (now_ms() > dl) {
+			atomic_store(&g_race_timeout, true);
+			break;
+		}
+		nap_us(100);
+	}
+	atomic_store(&g_race_done, true);
+	errno = EAGAIN;
+	return -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* The edge poller on its own                                           */
+/* ------------------------------------------------------------------ */
+
+static unsigned wait_for(px_poller *pl, int fd, int timeout_ms)
+{
+	px_poll_event ev[8];
+	unsigned got = 0;
+	size_t n;
+
+	pl->ops->prepare(pl);
+	assert_true(pl->ops->wait(pl, timeout_ms) >= 0);
+	while ((n = pl->ops->collect(pl, ev, 8)) > 0)
+		for (size_t i = 0; i < n; i++)
+			if (ev[i].fd == fd)
+				got |= ev[i].events;
+	return got;
+}
+
+static void edge_poller_reports_changes(void **state)
+{
+	px_processor_config c;
+	px_intr *in;
+	px_poller *pl;
+	int p[2], q[2];
+	char b[8];
+
+	(void)state;
+	memset(&c, 0, sizeof(c));
+	c.processor = PX_PROCESSOR_SHARED;
+	strcpy(c.provider, "select");
+	strcpy(c.wait, "epoll");
+	strcpy(c.interrupt, "eventfd");
+	assert_int_equal(px__intr_create(&c, &in), 0);
+	assert_int_equal(px__poller_epoll_edge_create(in, &pl), 0);
+	assert_true(pl->flags & PX_POLLER_EDGE);
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+
+	px_poll_reg reg = { .fd = p[0] };
+	long ctl0 = atomic_load(&g_ctl);
+	assert_int_equal(pl->ops->set(pl, &reg, PX_POLL_IN), 0);
+	assert_int_equal(pl->ops->set(pl, &reg, PX_POLL_IN), 0);
+	assert_int_equal(pl->ops->set(pl, &reg, PX_POLL_OUT), 0);
+	assert_int_equal(atomic_load(&g_ctl) - ctl0, 1);   /* once */
+	assert_int_equal(wait_for(pl, p[0], 0), 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+	/* Still readable, but no new edge: not reported. */
+	assert_int_equal(wait_for(pl, p[0], 20), 0);
+	assert_int_equal(write(p[1], "y", 1), 1);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+	/* refresh: the current readiness as a new edge. */
+	assert_int_equal(pl->ops->refresh(pl, &reg), 0);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+	assert_int_equal(read(p[0], b, sizeof(b)), 2);
+
+	/* Close the number and reuse it for another pipe's read end: the
+	 * registration says armed, yet the new file is not watched. */
+	close(p[0]);
+	close(p[1]);
+	assert_int_equal(pipe2(q, O_CLOEXEC | O_NONBLOCK), 0);
+	if (q[0] != reg.fd) {
+		int moved = dup3(q[0], reg.fd, O_CLOEXEC);
+
+		assert_int_equal(moved, reg.fd);
+		close(q[0]);
+		q[0] = moved;
+	}
+	assert_int_equal(pl->ops->set(pl, &reg, PX_POLL_IN), 0);  /* no-op */
+	assert_int_equal(write(q[1], "z", 1), 1);
+	assert_int_equal(wait_for(pl, q[0], 20), 0);
+	assert_int_equal(pl->ops->refresh(pl, &reg), 0);   /* MOD, then ADD */
+	assert_true(wait_for(pl, q[0], 1000) & PX_POLL_IN);
+	/* forget + set registers again too (EEXIST: the same file). */
+	pl->ops->forget(pl, &reg);
+	assert_int_equal(reg.armed, 0);
+	assert_int_equal(pl->ops->set(pl, &reg, PX_POLL_IN), 0);
+	assert_int_not_equal(reg.armed, 0);
+	close(q[0]);
+	/* Closed: refresh says so. */
+	assert_int_equal(pl->ops->refresh(pl, &reg), -EBADF);
+	close(q[1]);
+	pl->ops->destroy(pl);
+	in->ops->destroy(in);
+}
+
+/* ------------------------------------------------------------------ */
+/* The provider over it                                                 */
+/* ------------------------------------------------------------------ */
+
+static px_proactor *g_px;
+static atomic_bool g_stop;
+
+static void *loop(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_stop))
+		px_handle_events(g_px, 20);
+	return NULL;
+}
+
+static void make_px(void)
+{
+	px_config cfg;
+	char err[256] = "";
+
+	assert_int_equal(px_config_parse(&cfg, "epoll", err, sizeof(err)), 0);
+	cfg.flags |= PX_CF_NO_ENV;
+	assert_int_equal(px_create_config(&g_px, &cfg, err, sizeof(err)), 0);
+	atomic_store(&g_stop, false);
+}
+
+static void socket_pair(int sv[2])
+{
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+					     SOCK_CLOEXEC, 0, sv), 0);
+}
+
+/* Ping-pong: the read callback answers and reads again. */
+enum { PING_ROUNDS = 200 };
+static int g_ping[2];
+static atomic_int g_pings;
+static char g_pbuf[16];
+
+static void ping_cb(const px_completion *c)
+{
+	assert_int_equal(c->error, 0);
+	assert_int_equal(c->bytes, 1);
+	if (atomic_fetch_add(&g_pings, 1) + 1 >= PING_ROUNDS)
+		return;
+	assert_int_equal(px_read_stream(g_px, g_ping[1], g_pbuf, sizeof(g_pbuf),
+					ping_cb, NULL), 0);
+	assert_int_equal(write(g_ping[0], "p", 1), 1);
+}
+
+static void no_epoll_ctl_per_operation(void **state)
+{
+	uint64_t dl;
+	long ctl0;
+
+	(void)state;
+	make_px();
+	socket_pair(g_ping);
+	atomic_store(&g_pings, 0);
+	ctl0 = atomic_load(&g_ctl);
+	assert_int_equal(px_read_stream(g_px, g_ping[1], g_pbuf, sizeof(g_pbuf),
+					ping_cb, NULL), 0);
+	assert_int_equal(write(g_ping[0], "p", 1), 1);
+	dl = now_ms() + 10000;
+	while (atomic_load(&g_pings) < PING_ROUNDS && now_ms() < dl)
+		px_handle_events(g_px, 20);
+	assert_int_equal(atomic_load(&g_pings), PING_ROUNDS);
+	/* Registered once (and at most a check or two), not per read. */
+	long used = atomic_load(&g_ctl) - ctl0;
+	if (used > 4)
+		fail_msg("%ld epoll_ctl calls for %d reads", used, PING_ROUNDS);
+	print_message("%d reads, %ld epoll_ctl calls\n", PING_ROUNDS, used);
+	px_destroy(g_px);
+	close(g_ping[0]);
+	close(g_ping[1]);
+}
+
+static int g_sv[2];
+static char g_rbuf[16];
+static atomic_int g_second_calls;
+static atomic_long g_ctl_at_second, g_ctl_at_done;
+static px_completion g_second;
+
+static void second_cb(const px_completion *c)
+{
+	g_second = *c;
+	atomic_store(&g_ctl_at_done, atomic_load(&g_ctl));
+	atomic_fetch_add(&g_second_calls, 1);
+}
+
+/* The first read's callback starts the second from the same descriptor
+ * (trusted: no check before its wait) and arms the race for its recv. */
+static void first_cb(const px_completion *c)
+{
+	assert_int_equal(c->error, 0);
+	assert_int_equal(c->bytes, 1);
+	g_race_peer = g_sv[0];
+	atomic_store(&g_ctl_at_second, atomic_load(&g_ctl));
+	atomic_store(&g_race_fd, g_sv[1]);
+	assert_int_equal(px_read_stream(g_px, g_sv[1], g_rbuf, sizeof(g_rbuf),
+					second_cb, NULL), 0);
+}
+
+static atomic_int g_first_calls;
+static void first_cb_counted(const px_completion *c)
+{
+	atomic_fetch_add(&g_first_calls, 1);
+	first_cb(c);
+}
+
+static void ignore_cb(const px_completion *c)
+{
+	(void)c;
+}
+
+static void edge_during_claimed_try_is_not_lost(void **state)
+{
+	pthread_t t[2];
+	int keep[2];
+	char kbuf[4];
+	uint64_t dl;
+
+	(void)state;
+	make_px();
+	socket_pair(g_sv);
+	socket_pair(keep);
+	atomic_store(&g_race_done, false);
+	atomic_store(&g_race_timeout, false);
+	atomic_store(&g_second_calls, 0);
+	atomic_store(&g_first_calls, 0);
+	/* A read that never completes keeps the processor busy, so a
+	 * follower takes the lead while the other thread is in a callback. */
+	assert_int_equal(px_read_stream(g_px, keep[1], kbuf, sizeof(kbuf),
+					ignore_cb, NULL), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, loop, NULL), 0);
+	/* The first read waits (so the descriptor gets registered), then
+	 * data completes it. */
+	assert_int_equal(px_read_stream(g_px, g_sv[1], g_rbuf, sizeof(g_rbuf),
+					first_cb_counted, NULL), 0);
+	nap_us(2000);
+	assert_int_equal(write(g_sv[0], "a", 1), 1);
+	dl = now_ms() + 10000;
+	while (atomic_load(&g_second_calls) == 0 && now_ms() < dl)
+		nap_us(1000);
+	atomic_store(&g_stop, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	assert_int_equal(atomic_load(&g_first_calls), 1);
+	assert_true(atomic_load(&g_race_done));
+	if (atomic_load(&g_race_timeout))
+		fail_msg("no other thread's wait reported the data while the "
+			 "read was claimed (the race was not set up)");
+	assert_int_equal(atomic_load(&g_second_calls), 1);
+	assert_int_equal(g_second.error, 0);
+	assert_int_equal(g_second.bytes, 1);
+	assert_int_equal(g_rbuf[0], 'z');
+	if (atomic_load(&g_ctl_at_done) != atomic_load(&g_ctl_at_second))
+		fail_msg("the read completed only after %ld epoll_ctl call(s): "
+			 "the report that came during its recv was lost",
+			 atomic_load(&g_ctl_at_done) - atomic_load(&g_ctl_at_second));
+	assert_int_equal(px_cancel(g_px, keep[1]), 1);
+	px_destroy(g_px);
+	close(g_sv[0]);
+	close(g_sv[1]);
+	close(keep[0]);
+	close(keep[1]);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(edge_poller_reports_changes),
+		cmocka_unit_test(no_epoll_ctl_per_operation),
+		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
+	};
+
+	alarm(60);
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
