@@ -1,7 +1,7 @@
 /*
  * httpd.c - a static-file HTTP/1.1 server on the proactor's public API.
  *
- *     httpd -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] [-b ADDR]
+ *     httpd -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] [-b ADDR] [-N]
  *
  * Serves the files below ROOT to GET and HEAD, with keep-alive (HTTP/1.1
  * by default, HTTP/1.0 when asked) and "Connection: close".  Each
@@ -12,7 +12,10 @@
  * response header so that header and first chunk leave in one
  * px_write_stream_all (there is no vectored write), and so on until the
  * file is sent; then the next request.  Requests that arrive together
- * (pipelining) are answered in order.
+ * (pipelining) are answered in order.  Files of up to CHUNK bytes, once
+ * read, are kept in memory and answered from there while fstatat says
+ * they are unchanged (-N turns that off, so that every answer goes
+ * through px_read_file).
  *
  * Answers: 200; 400 for a malformed request; 403 for a path with a ".."
  * segment; 404 for a missing or non-regular file; 405 for methods other
@@ -34,6 +37,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -54,6 +58,10 @@
 #define CHUNK (32 * 1024)       /* file bytes per read and write */
 #define MAX_THREADS 256
 #define ACCEPT_RETRY_NS (100u * 1000u * 1000u)
+#define PATH_LEN 1024
+#define CACHE_SLOTS 256         /* small files kept in memory */
+#define CACHE_FILE_MAX CHUNK    /* bytes; larger files are always read */
+#define CACHE_RACY_S 2          /* files younger than this are not cached */
 #define LINGER_NS (1000u * 1000u * 1000u) /* draining before a close */
 
 struct server {
@@ -61,7 +69,8 @@ struct server {
 	int lfd;
 	int root;               /* the document root, O_PATH directory */
 	uint64_t idle_ns;       /* a connection's deadline per operation */
-	atomic_ulong accepted, open, requests;
+	bool cache;             /* keep small files in memory (-N: no) */
+	atomic_ulong accepted, open, requests, cache_hits;
 	atomic_bool paused;
 };
 
@@ -74,6 +83,9 @@ struct conn {
 	size_t req_len;         /* bytes in req */
 	size_t req_used;        /* bytes of req belonging to the answered request */
 	size_t hdr_len;         /* response header waiting for the first chunk */
+	bool cacheable;         /* the file being sent may go to the cache */
+	struct stat st;         /* of that file */
+	char path[PATH_LEN];    /* its path below the root */
 	char req[REQ_MAX];
 	char out[HDR_ROOM + CHUNK];
 };
@@ -307,13 +319,128 @@ static bool has_word(const char *v, size_t vlen, const char *w)
 }
 
 /*
+ * The small-file cache: a direct-mapped table by path.  An entry is used
+ * only while the file's inode, size, modification and change times are
+ * those it was read with, so a file edited (or replaced, or made
+ * unreadable: its ctime changes) is read again.  Timestamps move in
+ * coarse steps, so a file modified within the last CACHE_RACY_S seconds
+ * is not cached: a second write within the same step would leave the
+ * entry looking current.  Its bytes are copied
+ * into the connection's buffer behind the header, so an entry replaced
+ * meanwhile is never referred to after the lock is dropped.
+ */
+struct cache_entry {
+	char *path;
+	char *data;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+};
+
+static struct {
+	pthread_rwlock_t lock;
+	struct cache_entry e[CACHE_SLOTS];
+} cache = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+
+static unsigned cache_slot(const char *path)
+{
+	uint32_t h = 2166136261u;   /* FNV-1a */
+
+	for (; *path; path++)
+		h = (h ^ (unsigned char)*path) * 16777619u;
+	return h % CACHE_SLOTS;
+}
+
+static bool same_file(const struct cache_entry *e, const struct stat *st)
+{
+	return e->dev == st->st_dev && e->ino == st->st_ino &&
+	       e->size == st->st_size &&
+	       e->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       e->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       e->ctime.tv_sec == st->st_ctim.tv_sec &&
+	       e->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* Copy the cached bytes of path (as st describes it) to dst. */
+static bool cache_get(const char *path, const struct stat *st, char *dst)
+{
+	struct cache_entry *e = &cache.e[cache_slot(path)];
+	bool hit;
+
+	pthread_rwlock_rdlock(&cache.lock);
+	hit = e->path && same_file(e, st) && strcmp(e->path, path) == 0;
+	if (hit)
+		memcpy(dst, e->data, (size_t)st->st_size);
+	pthread_rwlock_unlock(&cache.lock);
+	return hit;
+}
+
+static void cache_put(const char *path, const struct stat *st, const char *data)
+{
+	struct cache_entry n = {
+		.path = strdup(path), .data = malloc((size_t)st->st_size + 1),
+		.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size,
+		.mtime = st->st_mtim, .ctime = st->st_ctim,
+	}, old;
+	struct cache_entry *e = &cache.e[cache_slot(path)];
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (st->st_mtim.tv_sec >= now.tv_sec - CACHE_RACY_S) {
+		free(n.path);
+		free(n.data);
+		return;
+	}
+	if (!n.path || !n.data) {
+		free(n.path);
+		free(n.data);
+		return;
+	}
+	memcpy(n.data, data, (size_t)st->st_size);
+	pthread_rwlock_wrlock(&cache.lock);
+	old = *e;
+	*e = n;
+	pthread_rwlock_unlock(&cache.lock);
+	free(old.path);
+	free(old.data);
+}
+
+static void cache_free(void)
+{
+	for (unsigned i = 0; i < CACHE_SLOTS; i++) {
+		free(cache.e[i].path);
+		free(cache.e[i].data);
+	}
+}
+
+/* The response header for a file of size bytes, ending at out + HDR_ROOM;
+ * returns its length, or -1. */
+static int put_header(struct conn *k, const char *path, uint64_t size,
+		      bool http11)
+{
+	char hdr[HDR_ROOM];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "HTTP/1.1 200 OK\r\nServer: px-httpd\r\nDate: %s\r\n"
+			 "Content-Type: %s\r\nContent-Length: %llu\r\n%s\r\n",
+			 http_date(), content_type(path), (unsigned long long)size,
+			 k->keep_alive ? (http11 ? "" : "Connection: keep-alive\r\n")
+				       : "Connection: close\r\n");
+
+	if (n < 0 || n >= (int)sizeof(hdr))
+		return -1;
+	memcpy(k->out + HDR_ROOM - n, hdr, (size_t)n);
+	return n;
+}
+
+/*
  * Answer the complete request in req[0 .. end) (end is just past the empty
  * line).  Starts the first operation of the answer.
  */
 static void answer(struct conn *k, size_t end)
 {
 	char *line = k->req, *eol = memchr(line, '\r', end);
-	char *sp1, *sp2, *method, *target, path[1024];
+	char *sp1, *sp2, *method, *target, path[PATH_LEN];
 	bool head, http11, has_host = false, conn_close_hdr = false,
 	     conn_keep = false;
 	int status;
@@ -395,6 +522,22 @@ static void answer(struct conn *k, size_t end)
 	if (path[0] == '\0' || target[strlen(target) - 1] == '/')
 		strcat(path, path[0] ? "/index.html" : "index.html");
 
+	/* A small file in the cache: answered without opening it. */
+	if (k->srv->cache && fstatat(k->srv->root, path, &st, 0) == 0 &&
+	    S_ISREG(st.st_mode) && st.st_size <= CACHE_FILE_MAX &&
+	    cache_get(path, &st, k->out + HDR_ROOM)) {
+		int n = put_header(k, path, (uint64_t)st.st_size, http11);
+		if (n < 0)
+			return send_error(k, 500, "Internal Server Error");
+		atomic_fetch_add(&k->srv->cache_hits, 1);
+		k->file_left = 0;
+		if (start(k, PX_OP_WRITE_STREAM, k->fd, k->out + HDR_ROOM - n,
+			  (size_t)n + (head ? 0 : (size_t)st.st_size), 0,
+			  PX_OPF_WRITE_ALL, on_sent) < 0)
+			conn_close(k);
+		return;
+	}
+
 	k->file = openat(k->srv->root, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (k->file < 0) {
 		switch (errno) {
@@ -412,17 +555,9 @@ static void answer(struct conn *k, size_t end)
 		return send_error(k, 404, "Not Found");
 
 	/* The header ends right where the body's first chunk will go. */
-	char hdr[HDR_ROOM];
-	int n = snprintf(hdr, sizeof(hdr),
-			 "HTTP/1.1 200 OK\r\nServer: px-httpd\r\nDate: %s\r\n"
-			 "Content-Type: %s\r\nContent-Length: %llu\r\n%s\r\n",
-			 http_date(), content_type(path),
-			 (unsigned long long)st.st_size,
-			 k->keep_alive ? (http11 ? "" : "Connection: keep-alive\r\n")
-				       : "Connection: close\r\n");
-	if (n < 0 || n >= (int)sizeof(hdr))
+	int n = put_header(k, path, (uint64_t)st.st_size, http11);
+	if (n < 0)
 		return send_error(k, 500, "Internal Server Error");
-	memcpy(k->out + HDR_ROOM - n, hdr, (size_t)n);
 	k->file_off = 0;
 	k->file_left = head ? 0 : (uint64_t)st.st_size;
 	if (k->file_left == 0) {
@@ -432,6 +567,11 @@ static void answer(struct conn *k, size_t end)
 			  (size_t)n, 0, PX_OPF_WRITE_ALL, on_sent) < 0)
 			conn_close(k);
 		return;
+	}
+	k->cacheable = k->srv->cache && st.st_size <= CACHE_FILE_MAX;
+	if (k->cacheable) {
+		k->st = st;
+		strcpy(k->path, path);
 	}
 	k->hdr_len = (size_t)n;
 	if (start(k, PX_OP_READ_FILE, k->file, k->out + HDR_ROOM,
@@ -455,6 +595,9 @@ static void on_file(const px_completion *c)
 		conn_close(k);  /* cannot happen: we asked for no more */
 		return;
 	}
+	if (k->cacheable && c->bytes == (uint64_t)k->st.st_size)
+		cache_put(k->path, &k->st, k->out + HDR_ROOM);
+	k->cacheable = false;
 	k->hdr_len = 0;
 	k->file_off += c->bytes;
 	k->file_left -= c->bytes;
@@ -589,6 +732,7 @@ static void on_accept(const px_completion *c)
 	k->fd = c->new_fd;
 	k->file = -1;
 	k->req_len = k->req_used = 0;
+	k->cacheable = false;
 	k->keep_alive = true;
 	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	atomic_fetch_add(&s->open, 1);
@@ -601,13 +745,15 @@ static void print_stats(struct server *s, const char *when)
 
 	if (px_stats(s->px, &st) < 0)
 		return;
-	printf("httpd: stats %s: %lu requests on %lu connections; operations "
+	printf("httpd: stats %s: %lu requests on %lu connections, %lu answered "
+	       "from the cache; operations "
 	       "started %llu, deferred %llu, completed %llu, cancelled %llu, "
 	       "timed out %llu, in flight %llu; leader turns %llu, leader "
 	       "interrupts %llu, follower wake-ups %llu; leaders waited %.3f s, "
 	       "followers slept %.3f s, callbacks took %.3f s\n",
 	       when, (unsigned long)atomic_load(&s->requests),
 	       (unsigned long)atomic_load(&s->accepted),
+	       (unsigned long)atomic_load(&s->cache_hits),
 	       (unsigned long long)st.started, (unsigned long long)st.deferred,
 	       (unsigned long long)st.completed, (unsigned long long)st.cancelled,
 	       (unsigned long long)st.timed_out, (unsigned long long)st.in_flight,
@@ -682,7 +828,7 @@ static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
 		"usage: %s -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] "
-		"[-b BIND_ADDR]\n"
+		"[-b BIND_ADDR] [-N]\n"
 		"  -p PORT       TCP port, 0 for any free one\n"
 		"  -r ROOT       directory whose files are served\n"
 		"  -t THREADS    threads running the event loop, 1 to %d (default 2)\n"
@@ -690,6 +836,7 @@ static void usage(FILE *f, const char *prog)
 		"PX_ENGINE overrides it\n"
 		"  -i IDLE_MS    close a connection idle this long (default 30000)\n"
 		"  -b BIND_ADDR  local address to listen on (default: all)\n"
+		"  -N            no cache: read every file with px_read_file\n"
 		"SIGUSR1 prints statistics; SIGINT or SIGTERM stops.\n",
 		prog, MAX_THREADS);
 }
@@ -712,13 +859,13 @@ int main(int argc, char **argv)
 {
 	const char *config = NULL, *port = NULL, *root = NULL, *bind_addr = NULL;
 	long nthreads = 2, idle_ms = 30000;
-	struct server srv = { .lfd = -1, .root = -1 };
+	struct server srv = { .lfd = -1, .root = -1, .cache = true };
 	pthread_t threads[MAX_THREADS];
 	char err[512], where[NI_MAXHOST + NI_MAXSERV + 16];
 	sigset_t stop_set;
 	int opt, rc, sig;
 
-	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:h")) != -1) {
+	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:Nh")) != -1) {
 		switch (opt) {
 		case 'e':
 			config = optarg;
@@ -751,6 +898,9 @@ int main(int argc, char **argv)
 			break;
 		case 'b':
 			bind_addr = optarg;
+			break;
+		case 'N':
+			srv.cache = false;
 			break;
 		case 'h':
 			usage(stdout, argv[0]);
@@ -823,6 +973,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "httpd: px_destroy: %s\n", px_strerror(rc));
 	close(srv.lfd);
 	close(srv.root);
+	cache_free();
 	printf("httpd: stopped; %lu connection%s served, %lu left open\n",
 	       (unsigned long)atomic_load(&srv.accepted),
 	       atomic_load(&srv.accepted) == 1 ? "" : "s",

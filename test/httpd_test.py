@@ -2,11 +2,13 @@
 """examples/httpd answers a scripted set of good and bad requests.
 
     httpd_test.py PATH_OF_HTTPD 'ENGINE CONFIG TEXT' (or '' for the default)
+                  [HTTPD OPTION ...]
 
 Starts the server on a loopback port with a short idle timeout over a
 temporary document root, then checks GET, HEAD, keep-alive (two requests
 on one connection, and two sent together), Connection: close, HTTP/1.0,
-404, 400, 405, 414, 431, path traversal, the Content-Type, and that an
+404, 400, 405, 414, 431, path traversal, the Content-Type, that a file
+changed on disk is served changed (the small-file cache), and that an
 idle connection is closed.  Exit 0 on success, 1 on failure, 77 (skip)
 when the engine is not available here.
 """
@@ -114,7 +116,7 @@ def expect(port, request, status, body=None, closes=False, head=False):
 
 
 def main():
-    httpd, engine = sys.argv[1], sys.argv[2]
+    httpd, engine, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
     with tempfile.TemporaryDirectory() as root:
         small = os.urandom(4096)
         big = os.urandom(200 * 1024 + 17)   # several chunks, odd length
@@ -130,14 +132,14 @@ def main():
         with open(os.path.join(os.path.dirname(root), "outside-%d" % os.getpid()), "wb") as f:
             f.write(b"secret\n")
         try:
-            run(httpd, engine, root, small, big)
+            run(httpd, engine, extra, root, small, big)
         finally:
             os.unlink(os.path.join(os.path.dirname(root), "outside-%d" % os.getpid()))
 
 
-def run(httpd, engine, root, small, big):
+def run(httpd, engine, extra, root, small, big):
     args = [httpd, "-p", "0", "-r", root, "-t", "2", "-i", str(IDLE_MS),
-            "-b", "127.0.0.1"]
+            "-b", "127.0.0.1"] + extra
     if engine:
         args += ["-e", engine]
     env = dict(os.environ, PX_ENGINE="")
@@ -156,7 +158,7 @@ def run(httpd, engine, root, small, big):
         fail("httpd did not start: %r %r" % (line, err))
     port = int(m.group(1))
     try:
-        checks(port, small, big)
+        checks(port, root, small, big)
     except BaseException:
         p.kill()
         raise
@@ -168,12 +170,16 @@ def run(httpd, engine, root, small, big):
         fail("httpd did not stop on SIGTERM")
     if p.returncode != 0:
         fail("httpd exit status %d: %s" % (p.returncode, err))
-    if "stats at exit" not in out or "stopped;" not in out:
+    m = re.search(r"stats at exit: (\d+) requests on \d+ connections, (\d+) "
+                  r"answered from the cache", out)
+    if not m or "stopped;" not in out:
         fail("httpd printed no statistics at exit: %r" % out)
+    if ("-N" in extra) != (m.group(2) == "0"):
+        fail("%s answers from the cache with options %s" % (m.group(2), extra))
     print("httpd_test: engine %r: all checks passed" % (engine or "default"))
 
 
-def checks(port, small, big):
+def checks(port, root, small, big):
     # GET, content types, index, HEAD.
     r = expect(port, get("/small.bin"), 200, small)
     if r[1].get("content-type") != "application/octet-stream":
@@ -187,6 +193,25 @@ def checks(port, small, big):
     r = expect(port, get("/big.bin", method="HEAD"), 200, b"", head=True)
     if r[1]["content-length"] != str(len(big)):
         fail("HEAD Content-Length %r" % r[1]["content-length"])
+
+    # A file changed in place, and replaced, is served as it is now.  (The
+    # server caches only files not modified for a few seconds: the times
+    # are set back so that this one is cached.)
+    a = os.path.join(root, "dir", "a.txt")
+    t = time.time_ns() - 100 * 10**9
+    os.utime(a, ns=(t, t))
+    expect(port, get("/dir/a.txt"), 200, b"a\n")
+    expect(port, get("/dir/a.txt"), 200, b"a\n")
+    with open(a, "wb") as f:
+        f.write(b"b\n")    # same size, same inode
+    os.utime(a, ns=(t + 10**9, t + 10**9))
+    expect(port, get("/dir/a.txt"), 200, b"b\n")
+    with open(os.path.join(root, "dir", "new.txt"), "wb") as f:
+        f.write(b"longer\n")
+    os.rename(os.path.join(root, "dir", "new.txt"), os.path.join(root, "dir", "a.txt"))
+    expect(port, get("/dir/a.txt"), 200, b"longer\n")
+    with open(os.path.join(root, "dir", "a.txt"), "wb") as f:
+        f.write(b"a\n")
 
     # Keep-alive: two requests one after the other, then two sent together
     # (pipelined), then Connection: close.
