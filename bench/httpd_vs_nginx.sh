@@ -10,7 +10,11 @@
 # `wrk -t2 -c100 -dDURATION` in interleaved rounds (nginx, then the engines,
 # the order rotating each round), so that a slow spell of a shared machine
 # hits every server.  Prints each run, then per server the median, min and
-# max requests/s, and the ratio of each engine's median to nginx's.
+# max requests/s, and the ratio of each engine's median to nginx's.  Each
+# run also reports the server's CPU time per request (user + system of
+# the httpd process, or of nginx's master and workers, over the run): on
+# a shared machine that moves less than requests/s, which also depend on
+# how much CPU wrk and the neighbours leave to the server.
 #
 # Environment: BUILD (default build-release, set up with meson if missing),
 # ROUNDS (3), DURATION (5s), CONNS (100), WRK_THREADS (2), WORKERS (2),
@@ -87,21 +91,30 @@ http {
 EOF
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" 2>"$tmp/nginx/stderr" &
 pids="$pids $!"
+nginx_pid=$!
 
-# Servers: name url
-servers="nginx http://127.0.0.1:$NGINX_PORT/file.bin"
+# CPU ticks (user + system) of a process and its children processes.
+cpu_ticks() {
+	for p in $1 $(ps -o pid= --ppid "$1"); do
+		awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null
+	done | awk '{ t += $1 } END { print t + 0 }'
+}
+hz=$(getconf CLK_TCK)
+
+# Servers: name pid url
+servers="nginx $nginx_pid http://127.0.0.1:$NGINX_PORT/file.bin"
 port=$HTTPD_PORT
 for e in "$@"; do
 	"$BUILD/examples/httpd" -p "$port" -b 127.0.0.1 -r "$tmp/root" \
 		-t "$WORKERS" -e "$e" >"$tmp/httpd-$port.out" 2>&1 &
 	pids="$pids $!"
 	servers="$servers
-httpd:$e http://127.0.0.1:$port/file.bin"
+httpd:$e $! http://127.0.0.1:$port/file.bin"
 	port=$((port + 1))
 done
 
 # Wait until each answers.
-echo "$servers" | while read -r name url; do
+echo "$servers" | while read -r name pid url; do
 	i=0
 	until curl -sf -o /dev/null "$url"; do
 		i=$((i + 1))
@@ -127,25 +140,36 @@ while [ $r -le "$ROUNDS" ]; do
 	k=0
 	while [ $k -lt "$nserv" ]; do
 		line=$(echo "$servers" | sed -n "$(( (k + r - 1) % nserv + 1 ))p")
-		name=${line%% *}
-		url=${line#* }
+		set -- $line
+		name=$1 pid=$2 url=$3
+		c0=$(cpu_ticks "$pid")
 		out=$(wrk -t"$WRK_THREADS" -c"$CONNS" -d"$DURATION" "$url")
+		c1=$(cpu_ticks "$pid")
 		rps=$(echo "$out" | awk '/^Requests\/sec:/ { print $2 }')
+		nreq=$(echo "$out" | awk '/requests in/ { print $1 }')
+		us=$(echo "$c0 $c1 $nreq" | awk -v hz="$hz" '{ printf "%.2f", ($2 - $1) / hz / $3 * 1e6 }')
 		errs=$(echo "$out" | awk '/Non-2xx|Socket errors/ { printf "%s ", $0 }')
-		echo "round $r  $name  $rps req/s ${errs:+ ($errs)}"
-		echo "$name $rps" >>"$tmp/results"
+		echo "round $r  $name  $rps req/s  $us us CPU/request ${errs:+ ($errs)}"
+		echo "$name $rps $us" >>"$tmp/results"
 		k=$((k + 1))
 	done
 	r=$((r + 1))
 done
 
 echo
-echo "$servers" | while read -r name url; do
-	grep "^$name " "$tmp/results" | awk '{ print $2 }' | sort -g |
-		awk -v n="$name" '{ v[NR] = $1 } END {
-			m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-			printf "%-24s median %10.0f req/s  (min %.0f, max %.0f, %d runs)\n",
-				n, m, v[1], v[NR], NR }'
-done | tee "$tmp/summary"
-ng=$(awk '$1 == "nginx" { print $3 }' "$tmp/summary")
-awk -v ng="$ng" '$1 != "nginx" { printf "%-24s %.2fx nginx\n", $1, $3 / ng }' "$tmp/summary"
+median() {
+	sort -g | awk '{ v[NR] = $1 } END {
+		m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+		printf "%s %s %s %d\n", m, v[1], v[NR], NR }'
+}
+echo "$servers" | while read -r name pid url; do
+	set -- $(grep "^$name " "$tmp/results" | awk '{ print $2 }' | median)
+	set -- "$@" $(grep "^$name " "$tmp/results" | awk '{ print $3 }' | median)
+	echo "$name $*"
+done >"$tmp/summary"
+awk '{ printf "%-24s median %8.0f req/s (min %.0f, max %.0f, %d runs); CPU %.2f us/request (min %.2f, max %.2f)\n",
+	$1, $2, $3, $4, $5, $6, $7, $8 }' "$tmp/summary"
+ng=$(awk '$1 == "nginx" { print $2 }' "$tmp/summary")
+ngc=$(awk '$1 == "nginx" { print $6 }' "$tmp/summary")
+awk -v ng="$ng" -v ngc="$ngc" '$1 != "nginx" {
+	printf "%-24s %.2fx nginx requests/s, %.2fx nginx CPU per request\n", $1, $2 / ng, $6 / ngc }' "$tmp/summary"
