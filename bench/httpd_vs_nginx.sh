@@ -18,7 +18,8 @@
 #
 # Environment: BUILD (default build-release, set up with meson if missing),
 # ROUNDS (3), DURATION (5s), CONNS (100), WRK_THREADS (2), WORKERS (2),
-# FILE_SIZE (4096), NGINX_PORT (18080), HTTPD_PORT (18081 and up).
+# FILE_SIZE (4096), NGINX_PORT (18080), HTTPD_PORT (18081 and up),
+# HTTPD_OPTS (more httpd options, e.g. -N: no small-file cache).
 # Installs nginx and wrk with apt-get when they are missing.
 set -eu
 
@@ -106,7 +107,7 @@ servers="nginx $nginx_pid http://127.0.0.1:$NGINX_PORT/file.bin"
 port=$HTTPD_PORT
 for e in "$@"; do
 	"$BUILD/examples/httpd" -p "$port" -b 127.0.0.1 -r "$tmp/root" \
-		-t "$WORKERS" -e "$e" >"$tmp/httpd-$port.out" 2>&1 &
+		-t "$WORKERS" -e "$e" ${HTTPD_OPTS:-} >"$tmp/httpd-$port.out" 2>&1 &
 	pids="$pids $!"
 	servers="$servers
 httpd:$e $! http://127.0.0.1:$port/file.bin"
