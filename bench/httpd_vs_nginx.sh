@@ -19,7 +19,9 @@
 # Environment: BUILD (default build-release, set up with meson if missing),
 # ROUNDS (3), DURATION (5s), CONNS (100), WRK_THREADS (2), WORKERS (2),
 # FILE_SIZE (4096), NGINX_PORT (18080), HTTPD_PORT (18081 and up),
-# HTTPD_OPTS (more httpd options, e.g. -N: no small-file cache).
+# HTTPD_OPTS (more httpd options, e.g. -N: no small-file cache),
+# NGINX_EXTRA (more directives for nginx's http block, e.g.
+# "open_file_cache max=1000;", nginx's counterpart of httpd's cache).
 # Installs nginx and wrk with apt-get when they are missing.
 set -eu
 
@@ -79,6 +81,7 @@ http {
     keepalive_requests 100000000;
     keepalive_timeout 65;
     default_type application/octet-stream;
+    ${NGINX_EXTRA:-}
     client_body_temp_path $tmp/nginx/body;
     proxy_temp_path $tmp/nginx/proxy;
     fastcgi_temp_path $tmp/nginx/fastcgi;
