@@ -63,6 +63,7 @@
 #define CACHE_FILE_MAX CHUNK    /* bytes; larger files are always read */
 #define CACHE_RACY_S 2          /* files younger than this are not cached */
 #define LINGER_NS (1000u * 1000u * 1000u) /* draining before a close */
+#define LINGER_READS 64
 
 struct server {
 	px_proactor *px;
@@ -84,6 +85,8 @@ struct conn {
 	size_t req_used;        /* bytes of req belonging to the answered request */
 	size_t hdr_len;         /* response header waiting for the first chunk */
 	bool cacheable;         /* the file being sent may go to the cache */
+	unsigned linger_reads;  /* reads left before a closing connection
+	                           is closed regardless */
 	struct stat st;         /* of that file */
 	char path[PATH_LEN];    /* its path below the root */
 	char req[REQ_MAX];
@@ -171,15 +174,16 @@ static void send_error(struct conn *k, int status, const char *reason)
 /*
  * Closing after an answer: shut our side down so that the peer reads the
  * answer and an end of stream, then read and drop what the peer still
- * sends until it closes too (or for LINGER_NS at most).  Closing with
- * unread request bytes would send a reset, which can destroy the answer
- * in the peer's receive queue before it reads it.
+ * sends until it closes too, falls silent for LINGER_NS, or has sent
+ * LINGER_READS more buffers.  Closing with unread request bytes would
+ * send a reset, which can destroy the answer in the peer's receive queue
+ * before it reads it.
  */
 static void on_linger(const px_completion *c)
 {
 	struct conn *k = c->user;
 
-	if (c->error || c->bytes == 0) {
+	if (c->error || c->bytes == 0 || k->linger_reads-- == 0) {
 		conn_close(k);
 		return;
 	}
@@ -196,6 +200,7 @@ static void linger_close(struct conn *k)
 {
 	px_completion c = { .user = k, .bytes = 1 };
 
+	k->linger_reads = LINGER_READS;
 	if (k->file >= 0) {
 		close(k->file);
 		k->file = -1;
