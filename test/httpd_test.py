@@ -2,14 +2,16 @@
 """examples/httpd answers a scripted set of good and bad requests.
 
     httpd_test.py PATH_OF_HTTPD 'ENGINE CONFIG TEXT' (or '' for the default)
-                  [HTTPD OPTION ...]
+                  [--emfile | HTTPD OPTION ...]
 
 Starts the server on a loopback port with a short idle timeout over a
 temporary document root, then checks GET, HEAD, keep-alive (two requests
 on one connection, and two sent together), Connection: close, HTTP/1.0,
 404, 400, 405, 414, 431, path traversal, the Content-Type, that a file
 changed on disk is served changed (the small-file cache), and that an
-idle connection is closed.  Exit 0 on success, 1 on failure, 77 (skip)
+idle connection is closed.  With --emfile instead: at a low RLIMIT_NOFILE
+the server pauses accepts (saying so once), keeps serving, and once
+connections close accepts and answers the ones that waited.  Exit 0 on success, 1 on failure, 77 (skip)
 when the engine is not available here.
 """
 import os
@@ -137,14 +139,29 @@ def main():
             os.unlink(os.path.join(os.path.dirname(root), "outside-%d" % os.getpid()))
 
 
+NOFILE = 40     # descriptor limit of the server in the --emfile test
+NCONN = 60      # connections it is offered there
+
+
 def run(httpd, engine, extra, root, small, big):
+    emfile = extra == ["--emfile"]
+    if emfile:
+        extra = []
     args = [httpd, "-p", "0", "-r", root, "-t", "2", "-i", str(IDLE_MS),
             "-b", "127.0.0.1"] + extra
+    if emfile:
+        args[args.index("-i") + 1] = "10000"
     if engine:
         args += ["-e", engine]
     env = dict(os.environ, PX_ENGINE="")
+    limit = None
+    if emfile:
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=env, text=True)
+                         env=env, text=True, preexec_fn=limit)
     line = p.stdout.readline()
     m = re.search(r" port (\d+),", line)
     if not m:
@@ -158,7 +175,10 @@ def run(httpd, engine, extra, root, small, big):
         fail("httpd did not start: %r %r" % (line, err))
     port = int(m.group(1))
     try:
-        checks(port, root, small, big)
+        if emfile:
+            emfile_checks(port, root, small)
+        else:
+            checks(port, root, small, big)
     except BaseException:
         p.kill()
         raise
@@ -174,9 +194,58 @@ def run(httpd, engine, extra, root, small, big):
                   r"answered from the cache", out)
     if not m or "stopped;" not in out:
         fail("httpd printed no statistics at exit: %r" % out)
-    if ("-N" in extra) != (m.group(2) == "0"):
+    if emfile:
+        if err.count("pausing accepts") != 1 or "accepting again" not in err:
+            fail("expected one 'pausing accepts' and an 'accepting again' "
+                 "on stderr: %r" % err)
+    elif ("-N" in extra) != (m.group(2) == "0"):
         fail("%s answers from the cache with options %s" % (m.group(2), extra))
     print("httpd_test: engine %r: all checks passed" % (engine or "default"))
+
+
+def emfile_checks(port, root, small):
+    # Cache the file first (its times set back so that it may be), so that
+    # answers at the limit need no descriptor for it.
+    t = time.time_ns() - 100 * 10**9
+    os.utime(os.path.join(root, "small.bin"), ns=(t, t))
+    expect(port, get("/small.bin"), 200, small)
+    conns = []
+    for _ in range(NCONN):
+        c = Conn(port)
+        c.send(get("/small.bin"))
+        conns.append(c)
+    answered, waiting = [], []
+    deadline = time.monotonic() + 1.5
+    for c in conns:
+        c.s.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            r = c.response()
+        except (socket.timeout, ConnectionResetError):
+            r = None
+        if r is not None:
+            if r[0] != 200 or r[2] != small:
+                fail("at the descriptor limit: status %d" % r[0])
+            answered.append(c)
+        else:
+            waiting.append(c)
+    if not answered or not waiting:
+        fail("%d of %d connections answered at RLIMIT_NOFILE %d; expected "
+             "some but not all" % (len(answered), NCONN, NOFILE))
+    for c in answered:
+        c.close()
+    for c in waiting:
+        c.s.settimeout(5.0)
+        c.pending = b""
+        try:
+            r = c.response()
+        except socket.timeout:
+            r = None
+        if r is None or r[0] != 200 or r[2] != small:
+            fail("a connection that waited was not answered after others "
+                 "closed")
+        c.close()
+    print("httpd_test: %d of %d answered at the limit, the rest after"
+          % (len(answered), NCONN))
 
 
 def checks(port, root, small, big):
