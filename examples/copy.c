@@ -1,0 +1,401 @@
+/*
+ * copy.c - copy a file with many reads and writes in flight.
+ *
+ *     copy [-e CONFIG] [-d DEPTH] [-b BLOCK] [--direct] SRC DST
+ *
+ * DEPTH slots (default 16) each own an aligned buffer of BLOCK bytes
+ * (default 1 MiB, a multiple of 4096).  A slot takes the next block of the
+ * source, reads it with px_read_file, writes it at the same offset with
+ * px_write_file, and takes the next block, so that up to DEPTH blocks are
+ * moving at once in whatever order the engine completes them.  Short reads
+ * and writes are resumed where they stopped.
+ *
+ * --direct opens both files with O_DIRECT (the page cache is bypassed);
+ * a file system that refuses it (open fails with EINVAL) gets a message
+ * and a buffered copy of that file.  Under O_DIRECT every transfer must be
+ * a multiple of the alignment, so the last block is read and written
+ * rounded up (the padding is zeros) and DST is then cut to SRC's size.
+ *
+ * A progress line goes to stderr when stderr is a terminal; the rate in
+ * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
+ * success, 1 on any error (DST is then incomplete), 2 for bad usage.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proactor.h"
+
+#define ALIGN 4096u
+#define MAX_DEPTH 1024
+
+struct copy;
+
+struct slot {
+	struct copy *cp;
+	unsigned char *buf;
+	uint64_t off;           /* the block's offset in both files */
+	size_t len;             /* the block's length in the source */
+	size_t done;            /* bytes of the current step done so far */
+	size_t xfer;            /* bytes the current step moves (len, or
+	                           rounded up under O_DIRECT) */
+	bool busy;
+};
+
+struct copy {
+	px_proactor *px;
+	int src, dst;
+	bool src_direct, dst_direct;
+	uint64_t size;          /* of the source, at the start */
+	uint64_t next;          /* offset of the next block to take */
+	uint64_t written;       /* bytes of the source written to DST */
+	size_t block;
+	unsigned busy;          /* slots with an operation in flight */
+	int error;              /* first error (positive errno), or 0 */
+	const char *what;       /* where it happened */
+	struct slot *slots;
+};
+
+static void on_read(const px_completion *c);
+static void on_write(const px_completion *c);
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static size_t round_up(size_t n)
+{
+	return (n + ALIGN - 1) / ALIGN * ALIGN;
+}
+
+static void fail(struct copy *cp, int err, const char *what)
+{
+	if (!cp->error) {
+		cp->error = err;
+		cp->what = what;
+	}
+}
+
+static void slot_idle(struct slot *s)
+{
+	s->busy = false;
+	s->cp->busy--;
+}
+
+static void read_step(struct slot *s)
+{
+	struct copy *cp = s->cp;
+	int rc = px_read_file(cp->px, cp->src, s->buf + s->done, s->xfer - s->done,
+			      s->off + s->done, on_read, s);
+
+	if (rc < 0) {
+		fail(cp, -rc, "read");
+		slot_idle(s);
+	}
+}
+
+static void write_step(struct slot *s)
+{
+	struct copy *cp = s->cp;
+	int rc = px_write_file(cp->px, cp->dst, s->buf + s->done,
+			       s->xfer - s->done, s->off + s->done, on_write, s);
+
+	if (rc < 0) {
+		fail(cp, -rc, "write");
+		slot_idle(s);
+	}
+}
+
+/* Give an idle slot the next block, if there is one and all is well. */
+static void take_block(struct slot *s)
+{
+	struct copy *cp = s->cp;
+	uint64_t left = cp->size - cp->next;
+
+	if (cp->error || left == 0)
+		return;
+	s->off = cp->next;
+	s->len = left < cp->block ? (size_t)left : cp->block;
+	cp->next += s->len;
+	s->done = 0;
+	s->xfer = cp->src_direct ? round_up(s->len) : s->len;
+	s->busy = true;
+	cp->busy++;
+	read_step(s);
+}
+
+static void on_read(const px_completion *c)
+{
+	struct slot *s = c->user;
+	struct copy *cp = s->cp;
+
+	if (c->error) {
+		fail(cp, c->error, "read");
+		slot_idle(s);
+		return;
+	}
+	s->done += c->bytes;
+	if (s->done < s->len) {
+		if (c->bytes == 0) {
+			fail(cp, EIO, "read (the source shrank)");
+			slot_idle(s);
+		} else {
+			read_step(s);   /* a short read: the rest */
+		}
+		return;
+	}
+	/* The block is in (a rounded-up direct read may stop at the end of
+	 * the file, or, if the file grew, read past our size: ignored).  The
+	 * padding of a last block written with O_DIRECT is zeros. */
+	s->done = 0;
+	if (cp->dst_direct) {
+		s->xfer = round_up(s->len);
+		memset(s->buf + s->len, 0, s->xfer - s->len);
+	} else {
+		s->xfer = s->len;
+	}
+	write_step(s);
+}
+
+static void on_write(const px_completion *c)
+{
+	struct slot *s = c->user;
+	struct copy *cp = s->cp;
+
+	if (c->error) {
+		fail(cp, c->error, "write");
+		slot_idle(s);
+		return;
+	}
+	if (c->bytes == 0) {
+		fail(cp, EIO, "write (nothing written)");
+		slot_idle(s);
+		return;
+	}
+	s->done += c->bytes;
+	if (s->done < s->xfer) {
+		write_step(s);
+		return;
+	}
+	cp->written += s->len;
+	slot_idle(s);
+	take_block(s);
+}
+
+static int open_file(const char *path, int flags, bool *direct)
+{
+	int fd;
+
+	if (*direct) {
+		fd = open(path, flags | O_DIRECT, 0666);
+		if (fd >= 0 || errno != EINVAL)
+			return fd;
+		fprintf(stderr, "copy: %s: O_DIRECT refused by the file system; "
+			"copying it through the page cache\n", path);
+		*direct = false;
+	}
+	return open(path, flags, 0666);
+}
+
+static void progress(const struct copy *cp, double t0, bool last)
+{
+	double mb = (double)cp->written / 1e6, t = now_s() - t0;
+
+	fprintf(stderr, "\rcopy: %.0f of %.0f MB (%3.0f%%), %.1f MB/s%s",
+		mb, (double)cp->size / 1e6,
+		cp->size ? 100.0 * (double)cp->written / (double)cp->size : 100.0,
+		t > 0 ? mb / t : 0.0, last ? "\n" : "");
+}
+
+static void usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"usage: %s [-e CONFIG] [-d DEPTH] [-b BLOCK] [--direct] SRC DST\n"
+		"  -e CONFIG  engine configuration text (e.g. \"uring\", "
+		"\"linux-aio\"); PX_ENGINE overrides it\n"
+		"  -d DEPTH   blocks in flight, 1 to %d (default 16)\n"
+		"  -b BLOCK   block size in bytes, K or M suffix, a multiple of "
+		"%u (default 1M)\n"
+		"  --direct   bypass the page cache (O_DIRECT) where the file "
+		"system allows it\n",
+		prog, MAX_DEPTH, ALIGN);
+}
+
+static long long size_arg(const char *s)
+{
+	char *end;
+	long long v;
+
+	if (!*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	v = strtoll(s, &end, 10);
+	if (errno)
+		return -1;
+	if (*end == 'K' || *end == 'k')
+		v *= 1024, end++;
+	else if (*end == 'M' || *end == 'm')
+		v *= 1024 * 1024, end++;
+	return *end ? -1 : v;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "direct", no_argument, NULL, 'D' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct copy cp = { .src = -1, .dst = -1, .block = 1024 * 1024 };
+	const char *config = NULL;
+	long long v;
+	unsigned depth = 16;
+	bool direct = false, tty;
+	char err[512], engine[256];
+	int opt, rc;
+	struct stat sst, dst_st;
+
+	while ((opt = getopt_long(argc, argv, "e:d:b:h", longopts, NULL)) != -1) {
+		switch (opt) {
+		case 'e':
+			config = optarg;
+			break;
+		case 'd':
+			v = size_arg(optarg);
+			if (v < 1 || v > MAX_DEPTH) {
+				fprintf(stderr, "copy: bad depth \"%s\"\n", optarg);
+				return 2;
+			}
+			depth = (unsigned)v;
+			break;
+		case 'b':
+			v = size_arg(optarg);
+			if (v < (long long)ALIGN || v % ALIGN || v > (1LL << 30)) {
+				fprintf(stderr, "copy: bad block size \"%s\" (a multiple "
+					"of %u up to 1G)\n", optarg, ALIGN);
+				return 2;
+			}
+			cp.block = (size_t)v;
+			break;
+		case 'D':
+			direct = true;
+			break;
+		case 'h':
+			usage(stdout, argv[0]);
+			return 0;
+		default:
+			usage(stderr, argv[0]);
+			return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		usage(stderr, argv[0]);
+		return 2;
+	}
+	const char *src = argv[optind], *dst = argv[optind + 1];
+
+	cp.src_direct = cp.dst_direct = direct;
+	cp.src = open_file(src, O_RDONLY | O_CLOEXEC, &cp.src_direct);
+	if (cp.src < 0) {
+		fprintf(stderr, "copy: %s: %s\n", src, strerror(errno));
+		return 1;
+	}
+	if (fstat(cp.src, &sst) < 0 || !S_ISREG(sst.st_mode)) {
+		fprintf(stderr, "copy: %s: not a regular file\n", src);
+		return 1;
+	}
+	if (stat(dst, &dst_st) == 0 && dst_st.st_dev == sst.st_dev &&
+	    dst_st.st_ino == sst.st_ino) {
+		fprintf(stderr, "copy: %s and %s are the same file\n", src, dst);
+		return 1;
+	}
+	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			   &cp.dst_direct);
+	if (cp.dst < 0) {
+		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
+		return 1;
+	}
+	cp.size = (uint64_t)sst.st_size;
+
+	rc = px_create(&cp.px, config, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "copy: cannot create the proactor: %s (%s)\n",
+			err[0] ? err : px_strerror(rc), px_strerror(rc));
+		return 1;
+	}
+	snprintf(engine, sizeof(engine), "%s", px_engine_name(cp.px));
+	cp.slots = calloc(depth, sizeof(*cp.slots));
+	if (!cp.slots) {
+		fprintf(stderr, "copy: out of memory\n");
+		return 1;
+	}
+	for (unsigned i = 0; i < depth; i++) {
+		cp.slots[i].cp = &cp;
+		rc = posix_memalign((void **)&cp.slots[i].buf, ALIGN, cp.block);
+		if (rc) {
+			fprintf(stderr, "copy: %u buffers of %zu bytes: %s\n", depth,
+				cp.block, strerror(rc));
+			return 1;
+		}
+	}
+
+	tty = isatty(STDERR_FILENO);
+	double t0 = now_s(), shown = t0;
+	for (unsigned i = 0; i < depth; i++)
+		take_block(&cp.slots[i]);
+	while (cp.busy) {
+		rc = px_handle_events(cp.px, 250);
+		if (rc < 0) {
+			fail(&cp, -rc, "px_handle_events");
+			break;
+		}
+		if (tty && now_s() - shown >= 0.25) {
+			shown = now_s();
+			progress(&cp, t0, false);
+		}
+	}
+	/* With an error the loop ran on until every operation in flight had
+	 * completed; px_destroy delivers the rest if it stopped early. */
+	if (!cp.error && cp.dst_direct && ftruncate(cp.dst, (off_t)cp.size) < 0)
+		fail(&cp, errno, "truncate");
+	double t = now_s() - t0;
+	if (tty)
+		progress(&cp, t0, true);
+	px_destroy(cp.px);
+	if (close(cp.dst) < 0)
+		fail(&cp, errno, "close");
+	close(cp.src);
+	for (unsigned i = 0; i < depth; i++)
+		free(cp.slots[i].buf);
+	free(cp.slots);
+
+	if (cp.error) {
+		fprintf(stderr, "copy: %s %s to %s: %s\n", cp.what, src, dst,
+			strerror(cp.error));
+		return 1;
+	}
+	printf("copy: %llu bytes in %.3f s, %.1f MB/s (engine \"%s\", depth %u, "
+	       "block %zu%s)\n",
+	       (unsigned long long)cp.size, t, t > 0 ? (double)cp.size / 1e6 / t : 0.0,
+	       engine, depth, cp.block,
+	       cp.src_direct || cp.dst_direct
+		       ? (cp.src_direct && cp.dst_direct ? ", O_DIRECT"
+			  : cp.src_direct ? ", O_DIRECT source" : ", O_DIRECT destination")
+		       : "");
+	return 0;
+}

@@ -1,0 +1,987 @@
+/*
+ * httpd.c - a static-file HTTP/1.1 server on the proactor's public API.
+ *
+ *     httpd -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] [-b ADDR] [-N]
+ *
+ * Serves the files below ROOT to GET and HEAD, with keep-alive (HTTP/1.1
+ * by default, HTTP/1.0 when asked) and "Connection: close".  Each
+ * connection runs one chain of operations: a read of the request (with a
+ * deadline through px_start_op: a connection silent for IDLE_MS is
+ * closed), an open and fstat of the file in the callback, px_read_file of
+ * the next chunk into the connection's buffer, placed right after the
+ * response header so that header and first chunk leave in one
+ * px_write_stream_all (there is no vectored write), and so on until the
+ * file is sent; then the next request.  Requests that arrive together
+ * (pipelining) are answered in order.  Files of up to CHUNK bytes, once
+ * read, are kept in memory and answered from there while fstatat says
+ * they are unchanged (-N turns that off, so that every answer goes
+ * through px_read_file).
+ *
+ * Answers: 200; 400 for a malformed request; 403 for a path with a ".."
+ * segment; 404 for a missing or non-regular file; 405 for methods other
+ * than GET and HEAD; 414 when the request line, 431 when the headers do
+ * not fit in REQ_MAX bytes; 501 for a request body sent chunked; 503 when
+ * the server is out of descriptors.  Errors close the connection after
+ * the answer.
+ *
+ * THREADS threads run px_handle_events().  Out of descriptors, accepts
+ * back off as in echo_server.  SIGUSR1 prints px_stats; SIGINT or SIGTERM
+ * stops: px_stop, join, print the statistics, px_destroy (which cancels
+ * what is pending and so closes the open connections).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proactor.h"
+
+#define REQ_MAX 8192            /* request line and headers */
+#define HDR_ROOM 512            /* room for a response header */
+#define CHUNK (32 * 1024)       /* file bytes per read and write */
+#define MAX_THREADS 256
+#define ACCEPT_RETRY_NS (100u * 1000u * 1000u)
+#define PATH_LEN 1024
+#define CACHE_SLOTS 256         /* small files kept in memory */
+#define CACHE_FILE_MAX CHUNK    /* bytes; larger files are always read */
+#define CACHE_RACY_S 2          /* files younger than this are not cached */
+#define LINGER_NS (1000u * 1000u * 1000u) /* draining before a close */
+#define LINGER_READS 64
+
+struct server {
+	px_proactor *px;
+	int lfd;
+	int root;               /* the document root, O_PATH directory */
+	uint64_t idle_ns;       /* a connection's deadline per operation */
+	bool cache;             /* keep small files in memory (-N: no) */
+	atomic_ulong accepted, open, requests, cache_hits;
+	atomic_bool paused;
+};
+
+struct conn {
+	struct server *srv;
+	int fd;
+	int file;               /* the file being sent, or -1 */
+	uint64_t file_off, file_left;
+	bool keep_alive;        /* after this response */
+	size_t req_len;         /* bytes in req */
+	size_t req_used;        /* bytes of req belonging to the answered request */
+	size_t hdr_len;         /* response header waiting for the first chunk */
+	bool cacheable;         /* the file being sent may go to the cache */
+	unsigned linger_reads;  /* reads left before a closing connection
+	                           is closed regardless */
+	struct stat st;         /* of that file */
+	char path[PATH_LEN];    /* its path below the root */
+	char req[REQ_MAX];
+	char out[HDR_ROOM + CHUNK];
+};
+
+static void on_read(const px_completion *c);
+static void on_accept(const px_completion *c);
+static void on_file(const px_completion *c);
+static void on_sent(const px_completion *c);
+static void on_error_sent(const px_completion *c);
+static void serve(struct conn *k);
+
+/* ------------------------------------------------------------------ */
+
+static void conn_close(struct conn *k)
+{
+	/* Nothing of the proactor is pending on k->fd or k->file here (a
+	 * connection has one operation at a time, and this is called from
+	 * its callback or instead of starting one), so close(2) will do. */
+	if (k->file >= 0)
+		close(k->file);
+	close(k->fd);
+	atomic_fetch_sub(&k->srv->open, 1);
+	free(k);
+}
+
+static int start(struct conn *k, px_op op, int fd, void *buf, size_t len,
+		 uint64_t off, unsigned flags, px_callback *cb)
+{
+	px_op_desc d = {
+		.op = op, .fd = fd, .buf = buf, .len = len, .offset = off,
+		.flags = flags, .cb = cb, .user = k,
+		/* Deadlines only on the socket: a peer that stops reading
+		 * or writing is the idle connection; a file read is ours. */
+		.timeout_ns = op == PX_OP_READ_FILE ? 0 : k->srv->idle_ns,
+	};
+	return px_start_op(k->srv->px, &d);
+}
+
+static void read_more(struct conn *k)
+{
+	if (start(k, PX_OP_READ_STREAM, k->fd, k->req + k->req_len,
+		  sizeof(k->req) - k->req_len, 0, 0, on_read) < 0)
+		conn_close(k);  /* -ESHUTDOWN while stopping */
+}
+
+/* "Date: ..." for the current second, one copy per thread. */
+static const char *http_date(void)
+{
+	static _Thread_local time_t last;
+	static _Thread_local char text[40];
+	time_t now = time(NULL);
+
+	if (now != last) {
+		struct tm tm;
+		gmtime_r(&now, &tm);
+		strftime(text, sizeof(text), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+		last = now;
+	}
+	return text;
+}
+
+/* An error answer; the connection closes once it is sent. */
+static void send_error(struct conn *k, int status, const char *reason)
+{
+	char *p = k->out;
+	int n;
+
+	if (k->file >= 0) {
+		close(k->file);
+		k->file = -1;
+	}
+	n = snprintf(p, HDR_ROOM + CHUNK,
+		     "HTTP/1.1 %d %s\r\nServer: px-httpd\r\nDate: %s\r\n"
+		     "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
+		     "%sConnection: close\r\n\r\n%d %s\n",
+		     status, reason, http_date(), strlen(reason) + 5,
+		     status == 405 ? "Allow: GET, HEAD\r\n" : "", status, reason);
+	if (start(k, PX_OP_WRITE_STREAM, k->fd, p, (size_t)n, 0,
+		  PX_OPF_WRITE_ALL, on_error_sent) < 0)
+		conn_close(k);
+}
+
+/*
+ * Closing after an answer: shut our side down so that the peer reads the
+ * answer and an end of stream, then read and drop what the peer still
+ * sends until it closes too, falls silent for LINGER_NS, or has sent
+ * LINGER_READS more buffers.  Closing with unread request bytes would
+ * send a reset, which can destroy the answer in the peer's receive queue
+ * before it reads it.
+ */
+static void on_linger(const px_completion *c)
+{
+	struct conn *k = c->user;
+
+	if (c->error || c->bytes == 0 || k->linger_reads-- == 0) {
+		conn_close(k);
+		return;
+	}
+	px_op_desc d = {
+		.op = PX_OP_READ_STREAM, .fd = k->fd, .buf = k->req,
+		.len = sizeof(k->req), .timeout_ns = LINGER_NS,
+		.cb = on_linger, .user = k,
+	};
+	if (px_start_op(k->srv->px, &d) < 0)
+		conn_close(k);
+}
+
+static void linger_close(struct conn *k)
+{
+	px_completion c = { .user = k, .bytes = 1 };
+
+	k->linger_reads = LINGER_READS;
+	if (k->file >= 0) {
+		close(k->file);
+		k->file = -1;
+	}
+	if (shutdown(k->fd, SHUT_WR) < 0) {
+		conn_close(k);
+		return;
+	}
+	on_linger(&c);
+}
+
+static void on_error_sent(const px_completion *c)
+{
+	struct conn *k = c->user;
+
+	if (c->error || c->bytes != c->len)
+		conn_close(k);
+	else
+		linger_close(k);
+}
+
+static const char *content_type(const char *path)
+{
+	static const struct { const char *ext, *type; } types[] = {
+		{ "html", "text/html" }, { "htm", "text/html" },
+		{ "css", "text/css" }, { "js", "text/javascript" },
+		{ "json", "application/json" }, { "txt", "text/plain" },
+		{ "xml", "application/xml" }, { "svg", "image/svg+xml" },
+		{ "png", "image/png" }, { "jpg", "image/jpeg" },
+		{ "jpeg", "image/jpeg" }, { "gif", "image/gif" },
+		{ "webp", "image/webp" }, { "ico", "image/x-icon" },
+		{ "pdf", "application/pdf" }, { "wasm", "application/wasm" },
+	};
+	const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+
+	if (dot && (!slash || dot > slash))
+		for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+			if (strcasecmp(dot + 1, types[i].ext) == 0)
+				return types[i].type;
+	return "application/octet-stream";
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c |= 0x20;
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+/*
+ * The request target (origin form) to a path relative to the root, in
+ * place: the query is dropped, %XX decoded, "." segments and repeated
+ * slashes removed.  Returns 0, 400 (malformed) or 403 (a ".." segment or
+ * an encoded NUL or slash).
+ */
+static int target_to_path(char *t, char *out, size_t outlen)
+{
+	size_t o = 0;
+	char *q = strchr(t, '?');
+
+	if (q)
+		*q = '\0';
+	if (t[0] != '/')
+		return 400;
+	while (*t) {
+		char seg[256];
+		size_t n = 0;
+
+		while (*t == '/')
+			t++;
+		while (*t && *t != '/') {
+			int ch = (unsigned char)*t++;
+			if (ch == '%') {
+				int hi = hexval(t[0]), lo = hi < 0 ? -1 : hexval(t[1]);
+				if (lo < 0)
+					return 400;
+				ch = hi * 16 + lo;
+				t += 2;
+				if (ch == 0 || ch == '/')
+					return 403;
+			}
+			if (n + 1 >= sizeof(seg))
+				return 400;
+			seg[n++] = (char)ch;
+		}
+		seg[n] = '\0';
+		if (n == 0 || strcmp(seg, ".") == 0)
+			continue;
+		if (strcmp(seg, "..") == 0)
+			return 403;
+		if (o + n + 2 > outlen)
+			return 400;
+		if (o)
+			out[o++] = '/';
+		memcpy(out + o, seg, n);
+		o += n;
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+static bool token_char(char ch)
+{
+	return ch > ' ' && ch < 127 && !strchr("()<>@,;:\\\"/[]?={}", ch);
+}
+
+/* Header value v (trimmed) contains the word w, comma separated. */
+static bool has_word(const char *v, size_t vlen, const char *w)
+{
+	size_t wl = strlen(w);
+
+	for (size_t i = 0; i + wl <= vlen; i++)
+		if (strncasecmp(v + i, w, wl) == 0 &&
+		    (i == 0 || v[i - 1] == ',' || v[i - 1] == ' ') &&
+		    (i + wl == vlen || v[i + wl] == ',' || v[i + wl] == ' '))
+			return true;
+	return false;
+}
+
+/*
+ * The small-file cache: a direct-mapped table by path.  An entry is used
+ * only while the file's inode, size, modification and change times are
+ * those it was read with, so a file edited (or replaced, or made
+ * unreadable: its ctime changes) is read again.  Timestamps move in
+ * coarse steps, so a file modified within the last CACHE_RACY_S seconds
+ * is not cached: a second write within the same step would leave the
+ * entry looking current.  Its bytes are copied
+ * into the connection's buffer behind the header, so an entry replaced
+ * meanwhile is never referred to after the lock is dropped.
+ */
+struct cache_entry {
+	char *path;
+	char *data;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+};
+
+static struct {
+	pthread_rwlock_t lock;
+	struct cache_entry e[CACHE_SLOTS];
+} cache = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+
+static unsigned cache_slot(const char *path)
+{
+	uint32_t h = 2166136261u;   /* FNV-1a */
+
+	for (; *path; path++)
+		h = (h ^ (unsigned char)*path) * 16777619u;
+	return h % CACHE_SLOTS;
+}
+
+static bool same_file(const struct cache_entry *e, const struct stat *st)
+{
+	return e->dev == st->st_dev && e->ino == st->st_ino &&
+	       e->size == st->st_size &&
+	       e->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       e->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       e->ctime.tv_sec == st->st_ctim.tv_sec &&
+	       e->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* Copy the cached bytes of path (as st describes it) to dst. */
+static bool cache_get(const char *path, const struct stat *st, char *dst)
+{
+	struct cache_entry *e = &cache.e[cache_slot(path)];
+	bool hit;
+
+	pthread_rwlock_rdlock(&cache.lock);
+	hit = e->path && same_file(e, st) && strcmp(e->path, path) == 0;
+	if (hit)
+		memcpy(dst, e->data, (size_t)st->st_size);
+	pthread_rwlock_unlock(&cache.lock);
+	return hit;
+}
+
+static void cache_put(const char *path, const struct stat *st, const char *data)
+{
+	struct cache_entry n = {
+		.path = strdup(path), .data = malloc((size_t)st->st_size + 1),
+		.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size,
+		.mtime = st->st_mtim, .ctime = st->st_ctim,
+	}, old;
+	struct cache_entry *e = &cache.e[cache_slot(path)];
+	struct timespec now;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (st->st_mtim.tv_sec >= now.tv_sec - CACHE_RACY_S) {
+		free(n.path);
+		free(n.data);
+		return;
+	}
+	if (!n.path || !n.data) {
+		free(n.path);
+		free(n.data);
+		return;
+	}
+	memcpy(n.data, data, (size_t)st->st_size);
+	pthread_rwlock_wrlock(&cache.lock);
+	old = *e;
+	*e = n;
+	pthread_rwlock_unlock(&cache.lock);
+	free(old.path);
+	free(old.data);
+}
+
+static void cache_free(void)
+{
+	for (unsigned i = 0; i < CACHE_SLOTS; i++) {
+		free(cache.e[i].path);
+		free(cache.e[i].data);
+	}
+}
+
+/* The response header for a file of size bytes, ending at out + HDR_ROOM;
+ * returns its length, or -1. */
+static int put_header(struct conn *k, const char *path, uint64_t size,
+		      bool http11)
+{
+	char hdr[HDR_ROOM];
+	int n = snprintf(hdr, sizeof(hdr),
+			 "HTTP/1.1 200 OK\r\nServer: px-httpd\r\nDate: %s\r\n"
+			 "Content-Type: %s\r\nContent-Length: %llu\r\n%s\r\n",
+			 http_date(), content_type(path), (unsigned long long)size,
+			 k->keep_alive ? (http11 ? "" : "Connection: keep-alive\r\n")
+				       : "Connection: close\r\n");
+
+	if (n < 0 || n >= (int)sizeof(hdr))
+		return -1;
+	memcpy(k->out + HDR_ROOM - n, hdr, (size_t)n);
+	return n;
+}
+
+/*
+ * Answer the complete request in req[0 .. end) (end is just past the empty
+ * line).  Starts the first operation of the answer.
+ */
+static void answer(struct conn *k, size_t end)
+{
+	char *line = k->req, *eol = memchr(line, '\r', end);
+	char *sp1, *sp2, *method, *target, path[PATH_LEN];
+	bool head, http11, has_host = false, conn_close_hdr = false,
+	     conn_keep = false;
+	int status;
+	struct stat st;
+
+	k->req_used = end;
+	atomic_fetch_add(&k->srv->requests, 1);
+	if (!eol || eol[1] != '\n')
+		return send_error(k, 400, "Bad Request");
+	*eol = '\0';
+	sp1 = strchr(line, ' ');
+	sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+	if (!sp1 || !sp2 || sp1 == line || sp2 == sp1 + 1 || strchr(sp2 + 1, ' '))
+		return send_error(k, 400, "Bad Request");
+	*sp1 = *sp2 = '\0';
+	method = line;
+	target = sp1 + 1;
+	for (char *m = method; *m; m++)
+		if (!token_char(*m))
+			return send_error(k, 400, "Bad Request");
+	if (strcmp(sp2 + 1, "HTTP/1.1") == 0)
+		http11 = true;
+	else if (strcmp(sp2 + 1, "HTTP/1.0") == 0)
+		http11 = false;
+	else
+		return send_error(k, 400, "Bad Request");
+
+	/* The headers: name ":" value CRLF, up to the empty line. */
+	for (char *h = eol + 2; h < k->req + end - 2;) {
+		char *e = memchr(h, '\r', (size_t)(k->req + end - h));
+		char *colon, *v;
+		size_t vlen;
+
+		if (!e || e[1] != '\n')
+			return send_error(k, 400, "Bad Request");
+		colon = memchr(h, ':', (size_t)(e - h));
+		if (!colon || colon == h)
+			return send_error(k, 400, "Bad Request");
+		for (char *n = h; n < colon; n++)
+			if (!token_char(*n))
+				return send_error(k, 400, "Bad Request");
+		for (v = colon + 1; v < e && (*v == ' ' || *v == '\t'); v++)
+			;
+		vlen = (size_t)(e - v);
+		while (vlen && (v[vlen - 1] == ' ' || v[vlen - 1] == '\t'))
+			vlen--;
+		size_t nlen = (size_t)(colon - h);
+		if (nlen == 4 && strncasecmp(h, "host", 4) == 0) {
+			has_host = true;
+		} else if (nlen == 10 && strncasecmp(h, "connection", 10) == 0) {
+			conn_close_hdr |= has_word(v, vlen, "close");
+			conn_keep |= has_word(v, vlen, "keep-alive");
+		} else if (nlen == 17 &&
+			   strncasecmp(h, "transfer-encoding", 17) == 0) {
+			return send_error(k, 501, "Not Implemented");
+		} else if (nlen == 14 && strncasecmp(h, "content-length", 14) == 0) {
+			/* A body we do not read: answer, then close. */
+			if (vlen != 1 || v[0] != '0')
+				conn_close_hdr = true;
+		}
+		h = e + 2;
+	}
+	if (http11 && !has_host)
+		return send_error(k, 400, "Bad Request");
+	k->keep_alive = !conn_close_hdr && (http11 || conn_keep);
+
+	if (strcmp(method, "GET") == 0)
+		head = false;
+	else if (strcmp(method, "HEAD") == 0)
+		head = true;
+	else
+		return send_error(k, 405, "Method Not Allowed");
+
+	status = target_to_path(target, path, sizeof(path) - 16);
+	if (status == 400)
+		return send_error(k, 400, "Bad Request");
+	if (status == 403)
+		return send_error(k, 403, "Forbidden");
+	if (path[0] == '\0' || target[strlen(target) - 1] == '/')
+		strcat(path, path[0] ? "/index.html" : "index.html");
+
+	/* A small file in the cache: answered without opening it. */
+	if (k->srv->cache && fstatat(k->srv->root, path, &st, 0) == 0 &&
+	    S_ISREG(st.st_mode) && st.st_size <= CACHE_FILE_MAX &&
+	    cache_get(path, &st, k->out + HDR_ROOM)) {
+		int n = put_header(k, path, (uint64_t)st.st_size, http11);
+		if (n < 0)
+			return send_error(k, 500, "Internal Server Error");
+		atomic_fetch_add(&k->srv->cache_hits, 1);
+		k->file_left = 0;
+		if (start(k, PX_OP_WRITE_STREAM, k->fd, k->out + HDR_ROOM - n,
+			  (size_t)n + (head ? 0 : (size_t)st.st_size), 0,
+			  PX_OPF_WRITE_ALL, on_sent) < 0)
+			conn_close(k);
+		return;
+	}
+
+	k->file = openat(k->srv->root, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (k->file < 0) {
+		switch (errno) {
+		case EACCES:
+			return send_error(k, 403, "Forbidden");
+		case EMFILE:
+		case ENFILE:
+		case ENOMEM:
+			return send_error(k, 503, "Service Unavailable");
+		default:
+			return send_error(k, 404, "Not Found");
+		}
+	}
+	if (fstat(k->file, &st) < 0 || !S_ISREG(st.st_mode))
+		return send_error(k, 404, "Not Found");
+
+	/* The header ends right where the body's first chunk will go. */
+	int n = put_header(k, path, (uint64_t)st.st_size, http11);
+	if (n < 0)
+		return send_error(k, 500, "Internal Server Error");
+	k->file_off = 0;
+	k->file_left = head ? 0 : (uint64_t)st.st_size;
+	if (k->file_left == 0) {
+		close(k->file);
+		k->file = -1;
+		if (start(k, PX_OP_WRITE_STREAM, k->fd, k->out + HDR_ROOM - n,
+			  (size_t)n, 0, PX_OPF_WRITE_ALL, on_sent) < 0)
+			conn_close(k);
+		return;
+	}
+	k->cacheable = k->srv->cache && st.st_size <= CACHE_FILE_MAX;
+	if (k->cacheable) {
+		k->st = st;
+		strcpy(k->path, path);
+	}
+	k->hdr_len = (size_t)n;
+	if (start(k, PX_OP_READ_FILE, k->file, k->out + HDR_ROOM,
+		  k->file_left < CHUNK ? (size_t)k->file_left : CHUNK, 0, 0,
+		  on_file) < 0)
+		conn_close(k);
+}
+
+static void on_file(const px_completion *c)
+{
+	struct conn *k = c->user;
+	size_t hlen = k->hdr_len;
+
+	if (c->error || c->bytes == 0) {
+		/* The file shrank or failed: the length is promised, so
+		 * all we can do is close. */
+		conn_close(k);
+		return;
+	}
+	if (c->bytes > k->file_left) {
+		conn_close(k);  /* cannot happen: we asked for no more */
+		return;
+	}
+	if (k->cacheable && c->bytes == (uint64_t)k->st.st_size)
+		cache_put(k->path, &k->st, k->out + HDR_ROOM);
+	k->cacheable = false;
+	k->hdr_len = 0;
+	k->file_off += c->bytes;
+	k->file_left -= c->bytes;
+	if (start(k, PX_OP_WRITE_STREAM, k->fd, k->out + HDR_ROOM - hlen,
+		  hlen + c->bytes, 0, PX_OPF_WRITE_ALL, on_sent) < 0)
+		conn_close(k);
+}
+
+static void on_sent(const px_completion *c)
+{
+	struct conn *k = c->user;
+
+	if (c->error || c->bytes != c->len) {
+		conn_close(k);
+		return;
+	}
+	if (k->file_left) {
+		if (start(k, PX_OP_READ_FILE, k->file, k->out + HDR_ROOM,
+			  k->file_left < CHUNK ? (size_t)k->file_left : CHUNK,
+			  k->file_off, 0, on_file) < 0)
+			conn_close(k);
+		return;
+	}
+	if (k->file >= 0) {
+		close(k->file);
+		k->file = -1;
+	}
+	if (!k->keep_alive) {
+		linger_close(k);
+		return;
+	}
+	/* Keep what followed the request (a pipelined next one). */
+	size_t used = k->req_used;
+	memmove(k->req, k->req + used, k->req_len - used);
+	k->req_len -= used;
+	k->req_used = 0;
+	serve(k);
+}
+
+/* Answer the request in req if it is complete, otherwise read more. */
+static void serve(struct conn *k)
+{
+	char *end = k->req_len >= 4 ? memmem(k->req, k->req_len, "\r\n\r\n", 4)
+				    : NULL;
+
+	if (end) {
+		answer(k, (size_t)(end - k->req) + 4);
+		return;
+	}
+	if (k->req_len == sizeof(k->req)) {
+		/* Full without the end of the headers. */
+		if (memmem(k->req, k->req_len, "\r\n", 2))
+			send_error(k, 431, "Request Header Fields Too Large");
+		else
+			send_error(k, 414, "URI Too Long");
+		return;
+	}
+	read_more(k);
+}
+
+static void on_read(const px_completion *c)
+{
+	struct conn *k = c->user;
+
+	if (c->error || c->bytes == 0) {
+		/* ETIMEDOUT: idle; end of stream; ECANCELED while stopping. */
+		conn_close(k);
+		return;
+	}
+	k->req_len += c->bytes;
+	serve(k);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void accept_again(struct server *s)
+{
+	int rc = px_accept(s->px, s->lfd, on_accept, s);
+
+	if (rc < 0 && rc != -ESHUTDOWN)
+		fprintf(stderr, "httpd: accept: %s; no longer accepting\n",
+			px_strerror(rc));
+}
+
+static void on_accept_retry(const px_completion *c)
+{
+	if (c->error == 0)
+		accept_again(c->user);
+}
+
+static void on_accept(const px_completion *c)
+{
+	struct server *s = c->user;
+	struct conn *k;
+	int one = 1;
+
+	switch (c->error) {
+	case 0:
+		break;
+	case ECANCELED:
+	case ESHUTDOWN:
+		return;
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+		/* As echo_server: give open connections time to close. */
+		if (!atomic_exchange(&s->paused, true))
+			fprintf(stderr, "httpd: accept: %s; pausing accepts, "
+				"retrying every %u ms\n", px_strerror(c->error),
+				ACCEPT_RETRY_NS / 1000000u);
+		if (px_timer_start(s->px, ACCEPT_RETRY_NS, on_accept_retry, s) < 0)
+			accept_again(s);
+		return;
+	default:
+		accept_again(s);
+		return;
+	}
+
+	if (atomic_exchange(&s->paused, false))
+		fprintf(stderr, "httpd: accepting again\n");
+	atomic_fetch_add(&s->accepted, 1);
+	/* Accept again first, so that the next connection does not wait
+	 * for this one's setup. */
+	accept_again(s);
+	k = malloc(sizeof(*k));
+	if (!k) {
+		close(c->new_fd);
+		return;
+	}
+	k->srv = s;
+	k->fd = c->new_fd;
+	k->file = -1;
+	k->req_len = k->req_used = 0;
+	k->cacheable = false;
+	k->keep_alive = true;
+	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	atomic_fetch_add(&s->open, 1);
+	read_more(k);
+}
+
+static void print_stats(struct server *s, const char *when)
+{
+	struct px_stats st;
+
+	if (px_stats(s->px, &st) < 0)
+		return;
+	printf("httpd: stats %s: %lu requests on %lu connections, %lu answered "
+	       "from the cache; operations "
+	       "started %llu, deferred %llu, completed %llu, cancelled %llu, "
+	       "timed out %llu, in flight %llu; leader turns %llu, leader "
+	       "interrupts %llu, follower wake-ups %llu; leaders waited %.3f s, "
+	       "followers slept %.3f s, callbacks took %.3f s\n",
+	       when, (unsigned long)atomic_load(&s->requests),
+	       (unsigned long)atomic_load(&s->accepted),
+	       (unsigned long)atomic_load(&s->cache_hits),
+	       (unsigned long long)st.started, (unsigned long long)st.deferred,
+	       (unsigned long long)st.completed, (unsigned long long)st.cancelled,
+	       (unsigned long long)st.timed_out, (unsigned long long)st.in_flight,
+	       (unsigned long long)st.leader_turns,
+	       (unsigned long long)st.leader_interrupts,
+	       (unsigned long long)st.follower_wakeups, (double)st.wait_ns / 1e9,
+	       (double)st.follower_sleep_ns / 1e9, (double)st.dispatch_ns / 1e9);
+	fflush(stdout);
+}
+
+static void *worker(void *arg)
+{
+	struct server *s = arg;
+	int rc;
+
+	while ((rc = px_handle_events(s->px, -1)) >= 0)
+		;
+	if (rc != -ESHUTDOWN) {
+		fprintf(stderr, "httpd: px_handle_events: %s\n", px_strerror(rc));
+		kill(getpid(), SIGTERM);
+	}
+	return NULL;
+}
+
+static int listen_on(const char *addr, const char *port, char *name, size_t len)
+{
+	struct addrinfo hints, *res, *ai;
+	int fd = -1, rc, one = 1;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	rc = getaddrinfo(addr, port, &hints, &res);
+	if (rc) {
+		fprintf(stderr, "httpd: %s port %s: %s\n", addr ? addr : "*", port,
+			gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+			    ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    listen(fd, SOMAXCONN) == 0)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		fprintf(stderr, "httpd: cannot listen on %s port %s: %s\n",
+			addr ? addr : "*", port, strerror(errno));
+		return -1;
+	}
+
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[NI_MAXHOST], serv[NI_MAXSERV];
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv,
+			sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+		snprintf(name, len, "%s port %s", host, serv);
+	else
+		snprintf(name, len, "port %s", port);
+	return fd;
+}
+
+static void usage(FILE *f, const char *prog)
+{
+	fprintf(f,
+		"usage: %s -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] "
+		"[-b BIND_ADDR] [-N]\n"
+		"  -p PORT       TCP port, 0 for any free one\n"
+		"  -r ROOT       directory whose files are served\n"
+		"  -t THREADS    threads running the event loop, 1 to %d (default 2)\n"
+		"  -e CONFIG     engine configuration text (e.g. \"epoll\"); "
+		"PX_ENGINE overrides it\n"
+		"  -i IDLE_MS    close a connection idle this long (default 30000)\n"
+		"  -b BIND_ADDR  local address to listen on (default: all)\n"
+		"  -N            no cache: read every file with px_read_file\n"
+		"SIGUSR1 prints statistics; SIGINT or SIGTERM stops.\n",
+		prog, MAX_THREADS);
+}
+
+static long number(const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	if (!*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -1;
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	const char *config = NULL, *port = NULL, *root = NULL, *bind_addr = NULL;
+	long nthreads = 2, idle_ms = 30000;
+	struct server srv = { .lfd = -1, .root = -1, .cache = true };
+	pthread_t threads[MAX_THREADS];
+	char err[512], where[NI_MAXHOST + NI_MAXSERV + 16];
+	sigset_t stop_set;
+	int opt, rc, sig;
+
+	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:Nh")) != -1) {
+		switch (opt) {
+		case 'e':
+			config = optarg;
+			break;
+		case 'p':
+			if (number(optarg, 0, 65535) < 0) {
+				fprintf(stderr, "%s: bad port \"%s\"\n", argv[0], optarg);
+				return 2;
+			}
+			port = optarg;
+			break;
+		case 'r':
+			root = optarg;
+			break;
+		case 't':
+			nthreads = number(optarg, 1, MAX_THREADS);
+			if (nthreads < 0) {
+				fprintf(stderr, "%s: bad thread count \"%s\"\n", argv[0],
+					optarg);
+				return 2;
+			}
+			break;
+		case 'i':
+			idle_ms = number(optarg, 1, 86400000L);
+			if (idle_ms < 0) {
+				fprintf(stderr, "%s: bad idle time \"%s\"\n", argv[0],
+					optarg);
+				return 2;
+			}
+			break;
+		case 'b':
+			bind_addr = optarg;
+			break;
+		case 'N':
+			srv.cache = false;
+			break;
+		case 'h':
+			usage(stdout, argv[0]);
+			return 0;
+		default:
+			usage(stderr, argv[0]);
+			return 2;
+		}
+	}
+	if (optind < argc || !port || !root) {
+		usage(stderr, argv[0]);
+		return 2;
+	}
+	srv.idle_ns = (uint64_t)idle_ms * 1000000u;
+	srv.root = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (srv.root < 0) {
+		fprintf(stderr, "httpd: %s: %s\n", root, strerror(errno));
+		return 1;
+	}
+
+	sigemptyset(&stop_set);
+	sigaddset(&stop_set, SIGINT);
+	sigaddset(&stop_set, SIGTERM);
+	sigaddset(&stop_set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = px_create(&srv.px, config, err, sizeof(err));
+	if (rc < 0) {
+		fprintf(stderr, "httpd: cannot create the proactor: %s (%s)\n",
+			err[0] ? err : px_strerror(rc), px_strerror(rc));
+		return 1;
+	}
+	srv.lfd = listen_on(bind_addr, port, where, sizeof(where));
+	if (srv.lfd < 0) {
+		px_destroy(srv.px);
+		return 1;
+	}
+	rc = px_accept(srv.px, srv.lfd, on_accept, &srv);
+	if (rc < 0) {
+		fprintf(stderr, "httpd: accept: %s\n", px_strerror(rc));
+		px_destroy(srv.px);
+		close(srv.lfd);
+		return 1;
+	}
+
+	long started = 0;
+	for (; started < nthreads; started++) {
+		rc = pthread_create(&threads[started], NULL, worker, &srv);
+		if (rc) {
+			fprintf(stderr, "httpd: pthread_create: %s\n", strerror(rc));
+			break;
+		}
+	}
+	if (started == nthreads) {
+		printf("httpd: engine \"%s\" serving %s on %s, %ld thread%s\n",
+		       px_engine_name(srv.px), root, where, nthreads,
+		       nthreads == 1 ? "" : "s");
+		fflush(stdout);
+		while (sigwait(&stop_set, &sig) == 0 && sig == SIGUSR1)
+			print_stats(&srv, "now");
+	}
+
+	px_stop(srv.px);
+	for (long i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	print_stats(&srv, "at exit");
+	rc = px_destroy(srv.px);
+	if (rc < 0)
+		fprintf(stderr, "httpd: px_destroy: %s\n", px_strerror(rc));
+	close(srv.lfd);
+	close(srv.root);
+	cache_free();
+	printf("httpd: stopped; %lu connection%s served, %lu left open\n",
+	       (unsigned long)atomic_load(&srv.accepted),
+	       atomic_load(&srv.accepted) == 1 ? "" : "s",
+	       (unsigned long)atomic_load(&srv.open));
+	return started == nthreads && rc == 0 ? 0 : 1;
+}

@@ -1,0 +1,360 @@
+#!/usr/bin/env python3
+"""examples/httpd answers a scripted set of good and bad requests.
+
+    httpd_test.py PATH_OF_HTTPD 'ENGINE CONFIG TEXT' (or '' for the default)
+                  [--emfile | HTTPD OPTION ...]
+
+Starts the server on a loopback port with a short idle timeout over a
+temporary document root, then checks GET, HEAD, keep-alive (two requests
+on one connection, and two sent together), Connection: close, HTTP/1.0,
+404, 400, 405, 414, 431, path traversal, the Content-Type, that a file
+changed on disk is served changed (the small-file cache), and that an
+idle connection is closed.  With --emfile instead: at a low RLIMIT_NOFILE
+the server pauses accepts (saying so once), keeps serving, and once
+connections close accepts and answers the ones that waited.  Exit 0 on success, 1 on failure, 77 (skip)
+when the engine is not available here.
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+IDLE_MS = 300
+
+
+def fail(msg):
+    print("httpd_test: FAIL: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def read_response(sock, head=False):
+    """One response: (status, headers dict, body).  None at end of stream."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            if data:
+                fail("end of stream inside a header: %r" % data)
+            return None
+        data += chunk
+    hdr, _, rest = data.partition(b"\r\n\r\n")
+    lines = hdr.decode("latin-1").split("\r\n")
+    m = re.match(r"HTTP/1\.1 (\d{3}) ", lines[0])
+    if not m:
+        fail("bad status line %r" % lines[0])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" not in headers:
+        fail("no Content-Length in %r" % lines)
+    length = 0 if head else int(headers["content-length"])
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            fail("end of stream inside a body (%d of %d)" % (len(rest), length))
+        rest += chunk
+    sock.pending = rest[length:]
+    return int(m.group(1)), headers, rest[:length]
+
+
+class Conn:
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.pending = b""
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def recv(self, n):
+        if self.pending:
+            d, self.pending = self.pending, b""
+            return d
+        return self.s.recv(n)
+
+    def response(self, head=False):
+        return read_response(self, head)
+
+    def closed(self, timeout=2.0):
+        """True if the server closes the connection within timeout."""
+        self.s.settimeout(timeout)
+        try:
+            while True:
+                d = self.recv(65536)
+                if not d:
+                    return True
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        self.s.close()
+
+
+def get(path, extra="", method="GET", version="HTTP/1.1"):
+    host = "Host: t\r\n" if version == "HTTP/1.1" else ""
+    return ("%s %s %s\r\n%s%s\r\n" % (method, path, version, host, extra)).encode()
+
+
+def expect(port, request, status, body=None, closes=False, head=False):
+    c = Conn(port)
+    c.send(request)
+    r = c.response(head)
+    if r is None:
+        fail("no answer to %r" % request[:80])
+    if r[0] != status:
+        fail("%r: status %d, expected %d" % (request[:80], r[0], status))
+    if body is not None and r[2] != body:
+        fail("%r: wrong body (%d bytes)" % (request[:80], len(r[2])))
+    if closes and not c.closed():
+        fail("%r: connection not closed after %d" % (request[:80], status))
+    c.close()
+    return r
+
+
+def main():
+    httpd, engine, extra = sys.argv[1], sys.argv[2], sys.argv[3:]
+    with tempfile.TemporaryDirectory() as root:
+        small = os.urandom(4096)
+        big = os.urandom(200 * 1024 + 17)   # several chunks, odd length
+        with open(os.path.join(root, "small.bin"), "wb") as f:
+            f.write(small)
+        with open(os.path.join(root, "big.bin"), "wb") as f:
+            f.write(big)
+        with open(os.path.join(root, "index.html"), "wb") as f:
+            f.write(b"<p>index</p>\n")
+        os.mkdir(os.path.join(root, "dir"))
+        with open(os.path.join(root, "dir", "a.txt"), "wb") as f:
+            f.write(b"a\n")
+        with open(os.path.join(os.path.dirname(root), "outside-%d" % os.getpid()), "wb") as f:
+            f.write(b"secret\n")
+        try:
+            run(httpd, engine, extra, root, small, big)
+        finally:
+            os.unlink(os.path.join(os.path.dirname(root), "outside-%d" % os.getpid()))
+
+
+NOFILE = 40     # descriptor limit of the server in the --emfile test
+NCONN = 60      # connections it is offered there
+
+
+def run(httpd, engine, extra, root, small, big):
+    emfile = extra == ["--emfile"]
+    if emfile:
+        extra = []
+    args = [httpd, "-p", "0", "-r", root, "-t", "2", "-i", str(IDLE_MS),
+            "-b", "127.0.0.1"] + extra
+    if emfile:
+        args[args.index("-i") + 1] = "10000"
+    if engine:
+        args += ["-e", engine]
+    env = dict(os.environ, PX_ENGINE="")
+    limit = None
+    if emfile:
+        import resource
+
+        def limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env, text=True, preexec_fn=limit)
+    line = p.stdout.readline()
+    m = re.search(r" port (\d+),", line)
+    if not m:
+        err = p.stderr.read()
+        p.wait()
+        if "cannot create the proactor" in err and (
+                "not supported" in err.lower() or "not implemented" in err.lower()
+                or "Function not implemented" in err):
+            print("httpd_test: engine %r not available here: %s" % (engine, err.strip()))
+            sys.exit(77)
+        fail("httpd did not start: %r %r" % (line, err))
+    port = int(m.group(1))
+    try:
+        if emfile:
+            emfile_checks(port, root, small)
+        else:
+            checks(port, root, small, big)
+    except BaseException:
+        p.kill()
+        raise
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail("httpd did not stop on SIGTERM")
+    if p.returncode != 0:
+        fail("httpd exit status %d: %s" % (p.returncode, err))
+    m = re.search(r"stats at exit: (\d+) requests on \d+ connections, (\d+) "
+                  r"answered from the cache", out)
+    if not m or "stopped;" not in out:
+        fail("httpd printed no statistics at exit: %r" % out)
+    if emfile:
+        if err.count("pausing accepts") != 1 or "accepting again" not in err:
+            fail("expected one 'pausing accepts' and an 'accepting again' "
+                 "on stderr: %r" % err)
+    elif ("-N" in extra) != (m.group(2) == "0"):
+        fail("%s answers from the cache with options %s" % (m.group(2), extra))
+    print("httpd_test: engine %r: all checks passed" % (engine or "default"))
+
+
+def emfile_checks(port, root, small):
+    # Cache the file first (its times set back so that it may be), so that
+    # answers at the limit need no descriptor for it.
+    t = time.time_ns() - 100 * 10**9
+    os.utime(os.path.join(root, "small.bin"), ns=(t, t))
+    expect(port, get("/small.bin"), 200, small)
+    conns = []
+    for _ in range(NCONN):
+        c = Conn(port)
+        c.send(get("/small.bin"))
+        conns.append(c)
+    answered, waiting = [], []
+    deadline = time.monotonic() + 1.5
+    for c in conns:
+        c.s.settimeout(max(0.05, deadline - time.monotonic()))
+        try:
+            r = c.response()
+        except (socket.timeout, ConnectionResetError):
+            r = None
+        if r is not None:
+            if r[0] != 200 or r[2] != small:
+                fail("at the descriptor limit: status %d" % r[0])
+            answered.append(c)
+        else:
+            waiting.append(c)
+    if not answered or not waiting:
+        fail("%d of %d connections answered at RLIMIT_NOFILE %d; expected "
+             "some but not all" % (len(answered), NCONN, NOFILE))
+    for c in answered:
+        c.close()
+    for c in waiting:
+        c.s.settimeout(5.0)
+        c.pending = b""
+        try:
+            r = c.response()
+        except socket.timeout:
+            r = None
+        if r is None or r[0] != 200 or r[2] != small:
+            fail("a connection that waited was not answered after others "
+                 "closed")
+        c.close()
+    print("httpd_test: %d of %d answered at the limit, the rest after"
+          % (len(answered), NCONN))
+
+
+def checks(port, root, small, big):
+    # GET, content types, index, HEAD.
+    r = expect(port, get("/small.bin"), 200, small)
+    if r[1].get("content-type") != "application/octet-stream":
+        fail("Content-Type of .bin: %r" % r[1].get("content-type"))
+    r = expect(port, get("/"), 200, b"<p>index</p>\n")
+    if r[1].get("content-type") != "text/html":
+        fail("Content-Type of index.html: %r" % r[1].get("content-type"))
+    expect(port, get("/dir/a.txt?x=1"), 200, b"a\n")
+    expect(port, get("/dir/%61.txt"), 200, b"a\n")
+    expect(port, get("/big.bin"), 200, big)
+    r = expect(port, get("/big.bin", method="HEAD"), 200, b"", head=True)
+    if r[1]["content-length"] != str(len(big)):
+        fail("HEAD Content-Length %r" % r[1]["content-length"])
+
+    # A file changed in place, and replaced, is served as it is now.  (The
+    # server caches only files not modified for a few seconds: the times
+    # are set back so that this one is cached.)
+    a = os.path.join(root, "dir", "a.txt")
+    t = time.time_ns() - 100 * 10**9
+    os.utime(a, ns=(t, t))
+    expect(port, get("/dir/a.txt"), 200, b"a\n")
+    expect(port, get("/dir/a.txt"), 200, b"a\n")
+    with open(a, "wb") as f:
+        f.write(b"b\n")    # same size, same inode
+    os.utime(a, ns=(t + 10**9, t + 10**9))
+    expect(port, get("/dir/a.txt"), 200, b"b\n")
+    with open(os.path.join(root, "dir", "new.txt"), "wb") as f:
+        f.write(b"longer\n")
+    os.rename(os.path.join(root, "dir", "new.txt"), os.path.join(root, "dir", "a.txt"))
+    expect(port, get("/dir/a.txt"), 200, b"longer\n")
+    with open(os.path.join(root, "dir", "a.txt"), "wb") as f:
+        f.write(b"a\n")
+
+    # Keep-alive: two requests one after the other, then two sent together
+    # (pipelined), then Connection: close.
+    c = Conn(port)
+    for body_path, body in (("/small.bin", small), ("/big.bin", big)):
+        c.send(get(body_path))
+        r = c.response()
+        if not r or r[0] != 200 or r[2] != body:
+            fail("keep-alive request for %s" % body_path)
+    c.send(get("/dir/a.txt") + get("/small.bin", method="HEAD"))
+    r1 = c.response()
+    r2 = c.response(head=True)
+    if not r1 or r1[2] != b"a\n" or not r2 or r2[0] != 200 or r2[2] != b"":
+        fail("pipelined requests")
+    c.send(get("/dir/a.txt", "Connection: close\r\n"))
+    r = c.response()
+    if not r or r[0] != 200 or r[1].get("connection") != "close":
+        fail("Connection: close answer")
+    if not c.closed():
+        fail("connection open after Connection: close")
+    c.close()
+
+    # HTTP/1.0: closes unless asked to keep alive.
+    expect(port, get("/dir/a.txt", version="HTTP/1.0"), 200, b"a\n", closes=True)
+    c = Conn(port)
+    c.send(get("/dir/a.txt", "Connection: keep-alive\r\n", version="HTTP/1.0"))
+    r = c.response()
+    if not r or r[1].get("connection", "").lower() != "keep-alive":
+        fail("HTTP/1.0 keep-alive not kept")
+    c.send(get("/dir/a.txt", version="HTTP/1.0"))
+    if not c.response():
+        fail("second HTTP/1.0 request on a kept connection")
+    c.close()
+
+    # Errors: each answered, then the connection closes.
+    expect(port, get("/missing"), 404, closes=True)
+    expect(port, get("/dir"), 404, closes=True)
+    expect(port, b"GARBAGE\r\n\r\n", 400, closes=True)
+    expect(port, b"GET /small.bin HTTP/9.9\r\nHost: t\r\n\r\n", 400, closes=True)
+    expect(port, b"GET /small.bin HTTP/1.1\r\n\r\n", 400, closes=True)  # no Host
+    expect(port, b"GET /small.bin HTTP/1.1\r\nno colon here\r\n\r\n", 400, closes=True)
+    expect(port, get("small.bin"), 400, closes=True)
+    expect(port, get("/", method="POST"), 405, closes=True)
+    expect(port, get("/", method="DELETE"), 405, closes=True)
+    for path in ("/../outside-%d" % os.getpid(), "/dir/../../outside-%d" % os.getpid(),
+                 "/%2e%2e/outside-" + str(os.getpid()), "/dir/..%2f..%2fsmall.bin"):
+        r = expect(port, get(path), 403, closes=True)
+        if b"secret" in r[2]:
+            fail("traversal served a file outside the root")
+    expect(port, get("/" + "a" * 9000), 414, closes=True)
+    expect(port, get("/small.bin", "X-Long: " + "b" * 9000 + "\r\n"), 431, closes=True)
+
+    # Idle timeout: a silent connection, and one that sent half a request,
+    # are closed after about IDLE_MS; a kept-alive one after its answer too.
+    t0 = time.monotonic()
+    silent = Conn(port)
+    half = Conn(port)
+    half.send(b"GET /small.bin HTTP/1.1\r\n")
+    kept = Conn(port)
+    kept.send(get("/dir/a.txt"))
+    if not kept.response():
+        fail("no answer before the idle test")
+    for name, c in (("silent", silent), ("half a request", half), ("kept-alive", kept)):
+        if not c.closed(timeout=5.0):
+            fail("%s connection not closed within 5 s (idle %d ms)" % (name, IDLE_MS))
+        c.close()
+    took = time.monotonic() - t0
+    if took < IDLE_MS / 1000.0 * 0.9:
+        fail("idle connections closed after %.3f s, before the %d ms timeout"
+             % (took, IDLE_MS))
+
+    # Still serving after all that.
+    expect(port, get("/small.bin"), 200, small)
+
+
+if __name__ == "__main__":
+    main()
