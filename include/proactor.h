@@ -510,6 +510,9 @@ PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 
 /* Flags of px_op_desc.flags. */
 #define PX_OPF_WRITE_ALL 0x1u  /* PX_OP_WRITE_STREAM: as px_write_stream_all */
+#define PX_OPF_VECTORED  0x2u  /* read/write stream/file: the data is in
+                                  iov/iovcnt (buf NULL, len 0), as
+                                  px_readv_stream and the others */
 
 /*
  * One operation to start, for px_start_op: the arguments of the start
@@ -528,9 +531,9 @@ typedef struct px_op_desc {
 	uint64_t timeout_ns;         /* deadline, ns from now; 0: none */
 	px_callback *cb;
 	void *user;
-	const struct iovec *iov;     /* vectored read/write stream/file: the
-	                                buffers (buf NULL, len 0), as
-	                                px_readv_stream and the others */
+	const struct iovec *iov;     /* with PX_OPF_VECTORED only (read only
+	                                then, so a px_op_desc built before
+	                                these fields existed stays valid) */
 	int iovcnt;
 } px_op_desc;
 

@@ -589,13 +589,16 @@ int px_start_op(px_proactor *px, const px_op_desc *d)
 			    .len = d->len, .offset = d->offset, .addr = d->addr,
 			    .addrlen = d->addrlen, .timeout_ns = d->timeout_ns,
 			    .cb = d->cb, .user = d->user };
-	if (d->flags & ~PX_OPF_WRITE_ALL)
+	if (d->flags & ~(PX_OPF_WRITE_ALL | PX_OPF_VECTORED))
 		return -EINVAL;
-	if (d->iov || d->iovcnt) {
-		/* The vectored form of a stream or file read or write. */
-		if ((unsigned)d->op > PX_OP_WRITE_FILE || d->addr)
+	if (d->flags & PX_OPF_VECTORED) {
+		/* The vectored form of a stream or file read or write.  iov
+		 * and iovcnt are read only here: a px_op_desc built with an
+		 * older header, which lacks them, never sets this flag. */
+		if ((unsigned)d->op > PX_OP_WRITE_FILE || d->addr || d->buf ||
+		    d->len)
 			return -EINVAL;
-		if (d->flags && d->op != PX_OP_WRITE_STREAM)
+		if ((d->flags & PX_OPF_WRITE_ALL) && d->op != PX_OP_WRITE_STREAM)
 			return -EINVAL;
 		if (d->op != PX_OP_READ_FILE && d->op != PX_OP_WRITE_FILE && d->offset)
 			return -EINVAL;

@@ -473,17 +473,27 @@ static void bad_iov_refused(void **state)
 	assert_int_equal(px_writev_stream(px, sv[0], odd, 2, h_rec_cb, r), -EINVAL);
 	/* px_start_op: a vectored op with a buffer too, on an operation that
 	 * has no vectored form, an offset on a stream. */
+	const unsigned V = PX_OPF_VECTORED;
 	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
 			.fd = sv[0], .iov = iov, .iovcnt = 1, .buf = buf, .len = 1,
-			.cb = h_rec_cb, .user = r }), -EINVAL);
+			.flags = V, .cb = h_rec_cb, .user = r }), -EINVAL);
 	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_DGRAM,
-			.fd = sv[0], .iov = iov, .iovcnt = 1,
+			.fd = sv[0], .iov = iov, .iovcnt = 1, .flags = V,
 			.cb = h_rec_cb, .user = r }), -EINVAL);
 	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_WRITE_STREAM,
 			.fd = sv[0], .iov = iov, .iovcnt = 1, .offset = 4,
-			.cb = h_rec_cb, .user = r }), -EINVAL);
+			.flags = V, .cb = h_rec_cb, .user = r }), -EINVAL);
 	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
-			.fd = sv[0], .iov = iov, .iovcnt = 0,
+			.fd = sv[0], .iov = iov, .iovcnt = 0, .flags = V,
+			.cb = h_rec_cb, .user = r }), -EINVAL);
+	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_FILE,
+			.fd = sv[0], .iov = iov, .iovcnt = 1,
+			.flags = V | PX_OPF_WRITE_ALL, .cb = h_rec_cb, .user = r }),
+			 -EINVAL);
+	/* Without the flag the fields are not looked at: no buffer, no
+	 * length, so -EINVAL as for any read without one. */
+	assert_int_equal(px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+			.fd = sv[0], .iov = iov, .iovcnt = 1,
 			.cb = h_rec_cb, .user = r }), -EINVAL);
 	/* The largest count is taken (readv on a socket with no data: left
 	 * pending, cancelled). */
@@ -510,7 +520,8 @@ static void start_op_vectored_with_deadline(void **state)
 	h_rec *w = h_rec_new(f);
 	int rc = px_start_op(f->px, &(px_op_desc){ .op = PX_OP_WRITE_STREAM,
 			.fd = sv[0], .iov = iov, .iovcnt = 200,
-			.flags = PX_OPF_WRITE_ALL, .timeout_ns = 5000000000ull,
+			.flags = PX_OPF_WRITE_ALL | PX_OPF_VECTORED,
+			.timeout_ns = 5000000000ull,
 			.cb = h_rec_cb, .user = w });
 	if (!vec_started(f, PX_OP_WRITE_STREAM, rc, "px_start_op writev_all"))
 		return;
@@ -525,7 +536,8 @@ static void start_op_vectored_with_deadline(void **state)
 	h_rec *r = h_rec_new(f);
 	assert_int_equal(px_start_op(f->px, &(px_op_desc){
 			.op = PX_OP_READ_STREAM, .fd = sv[1], .iov = iov,
-			.iovcnt = 3, .timeout_ns = 20000000ull,
+			.iovcnt = 3, .flags = PX_OPF_VECTORED,
+			.timeout_ns = 20000000ull,
 			.cb = h_rec_cb, .user = r }), 0);
 	h_wait_rec(f, r, 5000, "a readv with a 20 ms deadline");
 	assert_int_equal(r->c.error, ETIMEDOUT);
