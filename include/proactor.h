@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -88,6 +89,10 @@ typedef struct px_completion {
 	socklen_t addrlen;      /* length of addr, 0 if none */
 	struct sockaddr_storage addr; /* read_dgram: the sender; accept: the
 	                           peer; write_dgram/connect: the destination */
+	const struct iovec *iov;/* vectored operations: the array given at
+	                           start (buf is then NULL and len the sum of
+	                           the lengths); otherwise NULL */
+	int iovcnt;             /* its number of elements, or 0 */
 } px_completion;
 
 /* A completion callback.  Called exactly once per started operation, from a
@@ -355,6 +360,36 @@ PX_API int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
 PX_API int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
 		  uint64_t offset, px_callback *cb, void *user);
 
+/*
+ * Vectored reads and writes: as the functions above, with the data in the
+ * iovcnt buffers of iov (filled or sent in array order) instead of one.
+ * The array and every buffer it points to stay the caller's and must stay
+ * valid and unchanged until the callback has run; the library never
+ * writes to the array.  c->iov and c->iovcnt give them back, c->buf is
+ * NULL and c->len the sum of the lengths.  px_writev_stream_all resumes
+ * after short writes until every byte of every buffer is written.
+ * Errors as above, and -EINVAL when iovcnt is not in 1..IOV_MAX, iov is
+ * NULL, an element has a NULL base with a length, or the lengths add up
+ * to 0 or to more than SSIZE_MAX.  -EOPNOTSUPP when the processor that
+ * does the operation has no vectored form of it: the POSIX AIO provider
+ * (aio_read/aio_write have none) refuses readv_file/writev_file, and its
+ * streams too when it does them itself; every other provider does all
+ * five (see README.md).
+ */
+PX_API int px_readv_stream(px_proactor *px, int fd, const struct iovec *iov,
+			   int iovcnt, px_callback *cb, void *user);
+PX_API int px_writev_stream(px_proactor *px, int fd, const struct iovec *iov,
+			    int iovcnt, px_callback *cb, void *user);
+PX_API int px_writev_stream_all(px_proactor *px, int fd,
+				const struct iovec *iov, int iovcnt,
+				px_callback *cb, void *user);
+PX_API int px_readv_file(px_proactor *px, int fd, const struct iovec *iov,
+			 int iovcnt, uint64_t offset, px_callback *cb,
+			 void *user);
+PX_API int px_writev_file(px_proactor *px, int fd, const struct iovec *iov,
+			  int iovcnt, uint64_t offset, px_callback *cb,
+			  void *user);
+
 /* Receive one datagram; the sender is in c->addr.  len may be 0. */
 PX_API int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
 		  px_callback *cb, void *user);
@@ -475,6 +510,9 @@ PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 
 /* Flags of px_op_desc.flags. */
 #define PX_OPF_WRITE_ALL 0x1u  /* PX_OP_WRITE_STREAM: as px_write_stream_all */
+#define PX_OPF_VECTORED  0x2u  /* read/write stream/file: the data is in
+                                  iov/iovcnt (buf NULL, len 0), as
+                                  px_readv_stream and the others */
 
 /*
  * One operation to start, for px_start_op: the arguments of the start
@@ -493,6 +531,10 @@ typedef struct px_op_desc {
 	uint64_t timeout_ns;         /* deadline, ns from now; 0: none */
 	px_callback *cb;
 	void *user;
+	const struct iovec *iov;     /* with PX_OPF_VECTORED only (read only
+	                                then, so a px_op_desc built before
+	                                these fields existed stays valid) */
+	int iovcnt;
 } px_op_desc;
 
 /*

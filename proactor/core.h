@@ -49,6 +49,7 @@ typedef struct px_processor {
 	unsigned flags;            /* PX_PF_START_* actually in force */
 	unsigned max_aio;
 	uint32_t ops;              /* operations routed here */
+	uint32_t vec_ops;          /* of those, the ones it does vectored */
 	bool has_leader;           /* nleading > 0 */
 	pthread_t leader;          /* the latest to begin leading, valid while
 	                              has_leader */

@@ -163,6 +163,9 @@ typedef enum px_result_state {
 #define PX_RF_WRITE_ALL  0x01u /* write_stream: keep going until len bytes */
 #define PX_RF_PERIODIC   0x02u /* timer: periodic (timer.c) */
 #define PX_RF_TIMEOUT    0x04u /* timer: an operation's deadline (timer.c) */
+#define PX_RF_VECTORED   0x08u /* read/write stream/file: the data is in
+                                  c.iov/c.iovcnt (c.buf NULL, c.len their
+                                  total) */
 
 struct px_processor;
 
@@ -230,6 +233,37 @@ px_result *px__dispatch_current(bool *moved) PX_HIDDEN;
 struct px_provider;
 /* The provider r was given to, or NULL (a timer, a post). */
 struct px_provider *px__result_provider(const px_result *r) PX_HIDDEN;
+
+/* The part of a vectored operation's buffers after its first skip bytes:
+ * returns the elements to pass and their number in *n (0 when nothing is
+ * left).  When skip ends inside an element, only the rest of that element
+ * is returned, through *tmp, so the caller's array is never changed and
+ * nothing is copied; the next call goes on from the following element. */
+static inline const struct iovec *px_iov_rest(const px_result *r, size_t skip,
+					      struct iovec *tmp, int *n)
+{
+	const struct iovec *iov = r->c.iov;
+	int i = 0;
+
+	while (i < r->c.iovcnt && skip >= iov[i].iov_len) {
+		skip -= iov[i].iov_len;
+		i++;
+	}
+	while (i < r->c.iovcnt && !skip && !iov[i].iov_len)
+		i++;
+	if (i == r->c.iovcnt) {
+		*n = 0;
+		return NULL;
+	}
+	if (!skip) {
+		*n = r->c.iovcnt - i;
+		return iov + i;
+	}
+	tmp->iov_base = (char *)iov[i].iov_base + skip;
+	tmp->iov_len = iov[i].iov_len - skip;
+	*n = 1;
+	return tmp;
+}
 
 /* Set the outputs of a finished operation. */
 static inline void px_result_finish(px_result *r, size_t bytes, int error)
@@ -395,6 +429,9 @@ struct px_provider {
 	const px_provider_ops *ops;
 	px_wait *wait;             /* created by ops->create */
 	uint32_t ops_mask;         /* PX_OP_BIT of operations it does */
+	uint32_t vec_ops;          /* of those, the ones it also does with
+	                              PX_RF_VECTORED (set from its class's
+	                              vectored_ops by the processor) */
 	unsigned flags;            /* PX_PF_START_ANY_THREAD, PX_PF_START_INTERRUPT */
 	unsigned max_aio;          /* in flight at once (> 0) */
 	unsigned max_leaders;      /* threads that may wait on it at once: 0 or
@@ -462,6 +499,10 @@ typedef struct px_provider_class {
 	const char *name;          /* provider=NAME */
 	const char *summary;       /* one line */
 	uint32_t native_ops;       /* PX_OP_BIT of the operations it does */
+	uint32_t vectored_ops;     /* of those, the ones its start also takes
+	                              with PX_RF_VECTORED (iovec arrays); a
+	                              vectored start of another is refused
+	                              with -EOPNOTSUPP before it is made */
 	const px_wait_desc *waits; /* waits[0] is the default */
 	unsigned nwaits;
 	const px_preset_desc *presets;

@@ -7,6 +7,7 @@
  * the proactor mutex.
  */
 #include <fcntl.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -348,7 +349,31 @@ typedef struct px_start_args {
 	uint64_t timeout_ns;       /* 0: no deadline */
 	px_callback *cb;
 	void *user;
+	const struct iovec *iov;   /* with PX_RF_VECTORED in flags */
+	int iovcnt;
 } px_start_args;
+
+/* Check a vectored start's array and set a->len to its total: 0 or
+ * -EINVAL. */
+static int fac_check_iov(px_start_args *a)
+{
+	if (!a->iov || a->iovcnt < 1 || a->iovcnt > IOV_MAX || a->buf || a->len)
+		return -EINVAL;
+	size_t total = 0;
+	for (int i = 0; i < a->iovcnt; i++) {
+		size_t l = a->iov[i].iov_len;
+		if (l && !a->iov[i].iov_base)
+			return -EINVAL;
+		if (l > (size_t)SSIZE_MAX - total)
+			return -EINVAL;
+		total += l;
+	}
+	if (!total)
+		return -EINVAL;
+	a->len = total;
+	a->flags |= PX_RF_VECTORED;
+	return 0;
+}
 
 static int fac_start(struct px_proactor *px, const px_start_args *a)
 {
@@ -358,7 +383,7 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		return -EBADF;
 	if (!a->cb)
 		return -EINVAL;
-	if (!a->buf && a->len)
+	if (!a->buf && a->len && !(a->flags & PX_RF_VECTORED))
 		return -EINVAL;
 	if (!a->addr != !a->addrlen)
 		return -EINVAL;
@@ -384,7 +409,7 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 			break;
 		}
 	}
-	if (!p) {
+	if (!p || ((a->flags & PX_RF_VECTORED) && !(p->vec_ops & PX_OP_BIT(a->op)))) {
 		rc = -EOPNOTSUPP;
 		goto out;
 	}
@@ -400,6 +425,10 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	r->c.buf = a->buf;
 	r->c.len = a->len;
 	r->c.offset = a->offset;
+	if (a->flags & PX_RF_VECTORED) {
+		r->c.iov = a->iov;
+		r->c.iovcnt = a->iovcnt;
+	}
 	if (a->addrlen) {
 		memcpy(&r->c.addr, a->addr, a->addrlen);
 		r->c.addrlen = a->addrlen;
@@ -475,6 +504,52 @@ int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
 			.cb = cb, .user = user });
 }
 
+static int fac_start_vec(struct px_proactor *px, px_start_args *a)
+{
+	int rc = fac_check_iov(a);
+	return rc < 0 ? rc : fac_start(px, a);
+}
+
+int px_readv_stream(px_proactor *px, int fd, const struct iovec *iov,
+		    int iovcnt, px_callback *cb, void *user)
+{
+	return fac_start_vec(px, &(px_start_args){ .op = PX_OP_READ_STREAM,
+			.fd = fd, .iov = iov, .iovcnt = iovcnt, .cb = cb,
+			.user = user });
+}
+
+int px_writev_stream(px_proactor *px, int fd, const struct iovec *iov,
+		     int iovcnt, px_callback *cb, void *user)
+{
+	return fac_start_vec(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM,
+			.fd = fd, .iov = iov, .iovcnt = iovcnt, .cb = cb,
+			.user = user });
+}
+
+int px_writev_stream_all(px_proactor *px, int fd, const struct iovec *iov,
+			 int iovcnt, px_callback *cb, void *user)
+{
+	return fac_start_vec(px, &(px_start_args){ .op = PX_OP_WRITE_STREAM,
+			.fd = fd, .iov = iov, .iovcnt = iovcnt,
+			.flags = PX_RF_WRITE_ALL, .cb = cb, .user = user });
+}
+
+int px_readv_file(px_proactor *px, int fd, const struct iovec *iov, int iovcnt,
+		  uint64_t offset, px_callback *cb, void *user)
+{
+	return fac_start_vec(px, &(px_start_args){ .op = PX_OP_READ_FILE,
+			.fd = fd, .iov = iov, .iovcnt = iovcnt, .offset = offset,
+			.cb = cb, .user = user });
+}
+
+int px_writev_file(px_proactor *px, int fd, const struct iovec *iov,
+		   int iovcnt, uint64_t offset, px_callback *cb, void *user)
+{
+	return fac_start_vec(px, &(px_start_args){ .op = PX_OP_WRITE_FILE,
+			.fd = fd, .iov = iov, .iovcnt = iovcnt, .offset = offset,
+			.cb = cb, .user = user });
+}
+
 int px_read_dgram(px_proactor *px, int fd, void *buf, size_t len,
 		  px_callback *cb, void *user)
 {
@@ -514,8 +589,25 @@ int px_start_op(px_proactor *px, const px_op_desc *d)
 			    .len = d->len, .offset = d->offset, .addr = d->addr,
 			    .addrlen = d->addrlen, .timeout_ns = d->timeout_ns,
 			    .cb = d->cb, .user = d->user };
-	if (d->flags & ~PX_OPF_WRITE_ALL)
+	if (d->flags & ~(PX_OPF_WRITE_ALL | PX_OPF_VECTORED))
 		return -EINVAL;
+	if (d->flags & PX_OPF_VECTORED) {
+		/* The vectored form of a stream or file read or write.  iov
+		 * and iovcnt are read only here: a px_op_desc built with an
+		 * older header, which lacks them, never sets this flag. */
+		if ((unsigned)d->op > PX_OP_WRITE_FILE || d->addr || d->buf ||
+		    d->len)
+			return -EINVAL;
+		if ((d->flags & PX_OPF_WRITE_ALL) && d->op != PX_OP_WRITE_STREAM)
+			return -EINVAL;
+		if (d->op != PX_OP_READ_FILE && d->op != PX_OP_WRITE_FILE && d->offset)
+			return -EINVAL;
+		a.iov = d->iov;
+		a.iovcnt = d->iovcnt;
+		if (d->flags & PX_OPF_WRITE_ALL)
+			a.flags = PX_RF_WRITE_ALL;
+		return fac_start_vec(px, &a);
+	}
 	switch (d->op) {
 	case PX_OP_READ_STREAM:
 	case PX_OP_READ_FILE:

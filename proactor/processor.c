@@ -605,6 +605,8 @@ static int proc_build(const px_processor_config *cfg, px_provider **prov,
 	if (rc < 0)
 		return rc;
 	rc = spec.cls->ops->create(cfg, &spec, prov);
+	if (rc == 0)
+		(*prov)->vec_ops = spec.cls->vectored_ops & (*prov)->ops_mask;
 	if (rc < 0) {
 		char why[256];
 		if (spec.cls->explain && spec.cls->explain(rc, why, sizeof(why)))
@@ -703,6 +705,7 @@ int px__processor_create(struct px_proactor *px, int index,
 	    p->wait->ops->may_lead)
 		p->max_leaders = p->prov->max_leaders;
 	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
+	p->vec_ops = p->prov->vec_ops & p->ops;
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);
 	px_list_init(&p->starting);

@@ -3,7 +3,9 @@
  *
  * Mechanism.  One AIO context (io_setup) per provider.  Files are real
  * asynchronous I/O: read_file and write_file are IO_CMD_PREAD and
- * IO_CMD_PWRITE iocbs.  Everything else (streams, datagrams, accept,
+ * IO_CMD_PWRITE iocbs (IO_CMD_PREADV / PWRITEV for the vectored forms;
+ * vectored stream operations are recvmsg/sendmsg or readv/writev after
+ * the poll).  Everything else (streams, datagrams, accept,
  * connect) is readiness by completion: an IOCB_CMD_POLL (4.18) for the
  * event the operation needs, and when its event arrives the non-blocking
  * system call; EAGAIN arms the poll again.  A start on an idle descriptor
@@ -259,18 +261,18 @@ static int la_poll_now(int fd, short events)
 
 /* One read or write on a stream that is not a socket.  Bytes, or -errno
  * (-EAGAIN: not ready). */
-static ssize_t la_other_io(la_io *io, void *buf, size_t len, bool wr)
+static ssize_t la_other_io(la_io *io, const struct iovec *iov, int cnt, bool wr)
 {
 	int fd = io->fd;
 
 	for (;;) {
-		struct iovec iov = { .iov_base = buf, .iov_len = len };
+		struct iovec one;
 		ssize_t n;
 		int rc;
 
 		if (io->kind == LA_KIND_NOWAIT) {
-			n = wr ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT)
-			       : preadv2(fd, &iov, 1, -1, RWF_NOWAIT);
+			n = wr ? pwritev2(fd, iov, cnt, -1, RWF_NOWAIT)
+			       : preadv2(fd, iov, cnt, -1, RWF_NOWAIT);
 			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
 				io->kind = LA_KIND_PLAIN;
 				continue;
@@ -279,11 +281,15 @@ static ssize_t la_other_io(la_io *io, void *buf, size_t len, bool wr)
 			rc = la_poll_now(fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
-			/* POLLOUT promises room for PIPE_BUF bytes, no more. */
-			n = wr ? write(fd, buf, len > PIPE_BUF ? PIPE_BUF : len)
-			       : read(fd, buf, len);
+			/* POLLOUT promises room for PIPE_BUF bytes, no more:
+			 * so the first buffer only, cut to that (a short
+			 * write). */
+			one = iov[0];
+			if (one.iov_len > PIPE_BUF)
+				one.iov_len = PIPE_BUF;
+			n = wr ? writev(fd, &one, 1) : readv(fd, iov, cnt);
 		} else {
-			n = wr ? write(fd, buf, len) : read(fd, buf, len);
+			n = wr ? writev(fd, iov, cnt) : readv(fd, iov, cnt);
 		}
 		if (n >= 0)
 			return n;
@@ -295,20 +301,20 @@ static ssize_t la_other_io(la_io *io, void *buf, size_t len, bool wr)
 /* A write to a pipe without reader raises SIGPIPE: keep it blocked in this
  * thread for the call, and take it off the pending set again unless it was
  * pending before. */
-static ssize_t la_other_write(la_io *io, const void *buf, size_t len)
+static ssize_t la_other_write(la_io *io, const struct iovec *iov, int cnt)
 {
 	sigset_t pipe_set, old, pend;
 	bool was_pending = false;
 	ssize_t n;
 
 	if (io->kind == LA_KIND_FILE)
-		return la_other_io(io, (void *)buf, len, true);
+		return la_other_io(io, iov, cnt, true);
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
 	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
 		was_pending = sigismember(&pend, SIGPIPE);
-	n = la_other_io(io, (void *)buf, len, true);
+	n = la_other_io(io, iov, cnt, true);
 	if (n == -EPIPE && !was_pending) {
 		const struct timespec zero = { 0, 0 };
 		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
@@ -321,11 +327,26 @@ static ssize_t la_other_write(la_io *io, const void *buf, size_t len)
 static int la_try_read_stream(la_io *io, px_result *r)
 {
 	size_t len = r->c.len > LA_MAX_RW ? LA_MAX_RW : r->c.len;
+	struct iovec one = { .iov_base = r->c.buf, .iov_len = len };
+	const struct iovec *iov = &one;
+	int cnt = 1;
+	bool vec = (r->flags & PX_RF_VECTORED) != 0;
 	ssize_t n;
 
+	/* Vectored: the kernel bounds the total itself (MAX_RW_COUNT). */
+	if (vec) {
+		iov = r->c.iov;
+		cnt = r->c.iovcnt;
+	}
 	if (io->kind <= LA_KIND_SOCKET) {
 		do {
-			n = recv(io->fd, r->c.buf, len, MSG_DONTWAIT);
+			if (!vec) {
+				n = recv(io->fd, r->c.buf, len, MSG_DONTWAIT);
+			} else {
+				struct msghdr m = { .msg_iov = (struct iovec *)iov,
+						    .msg_iovlen = (size_t)cnt };
+				n = recvmsg(io->fd, &m, MSG_DONTWAIT);
+			}
 		} while (n < 0 && errno == EINTR);
 		if (n >= 0 || errno != ENOTSOCK) {
 			io->kind = LA_KIND_SOCKET;
@@ -337,7 +358,7 @@ static int la_try_read_stream(la_io *io, px_result *r)
 		if (n < 0)
 			goto out;
 	}
-	n = la_other_io(io, r->c.buf, len, false);
+	n = la_other_io(io, iov, cnt, false);
 out:
 	if (n == -EAGAIN || n == -EWOULDBLOCK)
 		return LA_TRY_AGAIN;
@@ -351,16 +372,36 @@ out:
 static int la_try_write_stream(la_io *io, px_result *r)
 {
 	for (;;) {
-		const char *buf = (const char *)r->c.buf + r->done;
-		size_t len = r->c.len - r->done;
+		/* What is left; of a vectored write, the caller's buffers
+		 * after the first done bytes (px_iov_rest: the array itself
+		 * is never changed). */
+		struct iovec one;
+		const struct iovec *iov = &one;
+		int cnt = 1;
 		ssize_t n;
 
-		if (len > LA_MAX_RW)
-			len = LA_MAX_RW;
+		if (r->flags & PX_RF_VECTORED) {
+			iov = px_iov_rest(r, r->done, &one, &cnt);
+		} else {
+			one.iov_base = (char *)r->c.buf + r->done;
+			one.iov_len = r->c.len - r->done;
+			if (one.iov_len > LA_MAX_RW)
+				one.iov_len = LA_MAX_RW;
+		}
+		size_t want = cnt == 1 ? iov->iov_len : r->c.len - r->done;
 		if (io->kind <= LA_KIND_SOCKET) {
 			do {
-				n = send(io->fd, buf, len,
-					 MSG_DONTWAIT | MSG_NOSIGNAL);
+				if (cnt == 1) {
+					n = send(io->fd, iov->iov_base, iov->iov_len,
+						 MSG_DONTWAIT | MSG_NOSIGNAL);
+				} else {
+					struct msghdr m = {
+						.msg_iov = (struct iovec *)iov,
+						.msg_iovlen = (size_t)cnt
+					};
+					n = sendmsg(io->fd, &m,
+						    MSG_DONTWAIT | MSG_NOSIGNAL);
+				}
 			} while (n < 0 && errno == EINTR);
 			if (n >= 0 || errno != ENOTSOCK) {
 				io->kind = LA_KIND_SOCKET;
@@ -372,7 +413,7 @@ static int la_try_write_stream(la_io *io, px_result *r)
 			if (n < 0)
 				goto got;
 		}
-		n = la_other_write(io, buf, len);
+		n = la_other_write(io, iov, cnt);
 got:
 		if (n == -EAGAIN || n == -EWOULDBLOCK)
 			return LA_TRY_AGAIN;
@@ -385,7 +426,8 @@ got:
 		if (r->done < r->c.len && la_priv(r)->write_all) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
-			if (io->kind == LA_KIND_SOCKET || n == 0)
+			if ((io->kind == LA_KIND_SOCKET && (size_t)n < want) ||
+			    n == 0)
 				return LA_TRY_AGAIN;
 			continue;
 		}
@@ -584,6 +626,16 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 		io_prep_poll(&pr->cb, c->fd,
 			     px__fdq_dir(c->op) == PX_FDQ_RD ? POLLIN : POLLOUT);
 		pr->phase = LA_POLL;
+	} else if (r->flags & PX_RF_VECTORED) {
+		/* The kernel reads the iovec array at io_submit; the caller
+		 * keeps it valid until the callback in any case. */
+		if (c->op == PX_OP_READ_FILE)
+			io_prep_preadv(&pr->cb, c->fd, c->iov, c->iovcnt,
+				       (long long)c->offset);
+		else
+			io_prep_pwritev(&pr->cb, c->fd, c->iov, c->iovcnt,
+					(long long)c->offset);
+		pr->phase = LA_OP;
 	} else {
 		size_t n = c->len > LA_MAX_RW ? LA_MAX_RW : c->len;
 		if (c->op == PX_OP_READ_FILE)

@@ -170,6 +170,8 @@ static const px_provider_class px_laio_class = {
 	.summary = "Linux native AIO through libaio: files natively, "
 		   "sockets by IOCB_CMD_POLL then the call",
 	.native_ops = PX_OPS_IO,
+	.vectored_ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |
+			PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE),
 	.waits = laioc_waits,
 	.nwaits = sizeof(laioc_waits) / sizeof(laioc_waits[0]),
 	.presets = laioc_presets,

@@ -141,6 +141,8 @@ static const px_provider_class px_posix_class = {
 	.summary = "POSIX AIO (glibc's helper threads): files and streams",
 	.native_ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |
 		      POSIXC_FILE,
+	/* aio_read and aio_write take one buffer: no vectored form (0). */
+	.vectored_ops = 0,
 	.waits = posixc_waits,
 	.nwaits = sizeof(posixc_waits) / sizeof(posixc_waits[0]),
 	.presets = posixc_presets,

@@ -59,6 +59,8 @@ static const px_provider_class px_select_class = {
 	.name = "select",
 	.summary = "completions emulated over readiness (select, poll or epoll)",
 	.native_ops = PX_OPS_IO,
+	.vectored_ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |
+			PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE),
 	.waits = selc_waits,
 	.nwaits = sizeof(selc_waits) / sizeof(selc_waits[0]),
 	.presets = selc_presets,

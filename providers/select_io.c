@@ -26,6 +26,10 @@
  *    the leader.  connect sets O_NONBLOCK only around connect(2) and puts
  *    the saved file status flags back at once, whatever the outcome.
  *  - read_file / write_file: one pread / pwrite, never queued.
+ *  - Vectored forms (PX_RF_VECTORED): recvmsg/sendmsg on sockets,
+ *    readv/writev or preadv2/pwritev2 elsewhere, preadv/pwritev on files.
+ *    A write_all resumed inside a buffer first writes the rest of that
+ *    buffer alone (px_iov_rest), then whole buffers again.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -83,17 +87,17 @@ static int sio_poll_now(int fd, short events)
 	return n > 0;
 }
 
-/* Bytes read, or -errno (-EAGAIN: not ready). */
-static ssize_t sio_other_read(px_sel_io *e, void *buf, size_t len)
+/* Bytes read into the cnt buffers of iov, or -errno (-EAGAIN: not
+ * ready). */
+static ssize_t sio_other_read(px_sel_io *e, const struct iovec *iov, int cnt)
 {
 	for (;;) {
-		struct iovec iov = { .iov_base = buf, .iov_len = len };
 		ssize_t n;
 		int rc;
 
 		switch (e->kind) {
 		case PX_SEL_KIND_NOWAIT:
-			n = preadv2(e->fd, &iov, 1, -1, RWF_NOWAIT);
+			n = preadv2(e->fd, iov, cnt, -1, RWF_NOWAIT);
 			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
 				rc = sio_downgrade(e);
 				if (rc < 0)
@@ -105,10 +109,10 @@ static ssize_t sio_other_read(px_sel_io *e, void *buf, size_t len)
 			rc = sio_poll_now(e->fd, POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
-			n = read(e->fd, buf, len);
+			n = readv(e->fd, iov, cnt);
 			break;
 		default:
-			n = read(e->fd, buf, len);
+			n = readv(e->fd, iov, cnt);
 			break;
 		}
 		if (n >= 0)
@@ -118,16 +122,17 @@ static ssize_t sio_other_read(px_sel_io *e, void *buf, size_t len)
 	}
 }
 
-static ssize_t sio_other_write_raw(px_sel_io *e, const void *buf, size_t len)
+static ssize_t sio_other_write_raw(px_sel_io *e, const struct iovec *iov,
+				   int cnt)
 {
 	for (;;) {
-		struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+		struct iovec one;
 		ssize_t n;
 		int rc;
 
 		switch (e->kind) {
 		case PX_SEL_KIND_NOWAIT:
-			n = pwritev2(e->fd, &iov, 1, -1, RWF_NOWAIT);
+			n = pwritev2(e->fd, iov, cnt, -1, RWF_NOWAIT);
 			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
 				rc = sio_downgrade(e);
 				if (rc < 0)
@@ -140,10 +145,15 @@ static ssize_t sio_other_write_raw(px_sel_io *e, const void *buf, size_t len)
 			rc = sio_poll_now(e->fd, POLLOUT);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
-			n = write(e->fd, buf, len > PIPE_BUF ? PIPE_BUF : len);
+			/* So the first buffer only, cut to PIPE_BUF: a short
+			 * write, which the caller handles. */
+			one = iov[0];
+			if (one.iov_len > PIPE_BUF)
+				one.iov_len = PIPE_BUF;
+			n = writev(e->fd, &one, 1);
 			break;
 		default:
-			n = write(e->fd, buf, len);
+			n = writev(e->fd, iov, cnt);
 			break;
 		}
 		if (n >= 0)
@@ -156,20 +166,20 @@ static ssize_t sio_other_write_raw(px_sel_io *e, const void *buf, size_t len)
 /* Bytes written, or -errno.  A pipe without reader raises SIGPIPE on
  * write(2); keep it blocked in this thread for the call and take it off the
  * pending set again unless it was pending before. */
-static ssize_t sio_other_write(px_sel_io *e, const void *buf, size_t len)
+static ssize_t sio_other_write(px_sel_io *e, const struct iovec *iov, int cnt)
 {
 	sigset_t pipe_set, old, pend;
 	bool was_pending = false;
 	ssize_t n;
 
 	if (e->kind == PX_SEL_KIND_FILE)
-		return sio_other_write_raw(e, buf, len);
+		return sio_other_write_raw(e, iov, cnt);
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
 	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
 		was_pending = sigismember(&pend, SIGPIPE);
-	n = sio_other_write_raw(e, buf, len);
+	n = sio_other_write_raw(e, iov, cnt);
 	if (n == -EPIPE && !was_pending) {
 		const struct timespec zero = { 0, 0 };
 		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
@@ -185,11 +195,24 @@ static ssize_t sio_other_write(px_sel_io *e, const void *buf, size_t len)
 
 static int sio_read_stream(px_sel_io *e, px_result *r)
 {
+	struct iovec one = { .iov_base = r->c.buf, .iov_len = r->c.len };
+	const struct iovec *iov = &one;
+	int cnt = 1;
 	ssize_t n;
 
+	if (r->flags & PX_RF_VECTORED) {
+		iov = r->c.iov;
+		cnt = r->c.iovcnt;
+	}
 	if (e->kind <= PX_SEL_KIND_SOCKET) {
 		do {
-			n = recv(e->fd, r->c.buf, r->c.len, MSG_DONTWAIT);
+			if (cnt == 1 && iov == &one) {
+				n = recv(e->fd, r->c.buf, r->c.len, MSG_DONTWAIT);
+			} else {
+				struct msghdr m = { .msg_iov = (struct iovec *)iov,
+						    .msg_iovlen = (size_t)cnt };
+				n = recvmsg(e->fd, &m, MSG_DONTWAIT);
+			}
 		} while (n < 0 && errno == EINTR);
 		if (n >= 0 || errno != ENOTSOCK) {
 			e->kind = PX_SEL_KIND_SOCKET;
@@ -201,7 +224,7 @@ static int sio_read_stream(px_sel_io *e, px_result *r)
 		if (n < 0)
 			goto out;
 	}
-	n = sio_other_read(e, r->c.buf, r->c.len);
+	n = sio_other_read(e, iov, cnt);
 out:
 	if (n == -EAGAIN || n == -EWOULDBLOCK)
 		return PX_SEL_AGAIN;
@@ -218,13 +241,33 @@ out:
 static int sio_write_stream(px_sel_io *e, px_result *r)
 {
 	for (;;) {
-		const char *buf = (const char *)r->c.buf + r->done;
-		size_t len = r->c.len - r->done;
+		/* What is left: of a vectored write, the buffers after the
+		 * first done bytes (px_iov_rest; the caller's array is not
+		 * touched). */
+		struct iovec one;
+		const struct iovec *iov = &one;
+		int cnt = 1;
 		ssize_t n;
 
+		if (r->flags & PX_RF_VECTORED) {
+			iov = px_iov_rest(r, r->done, &one, &cnt);
+		} else {
+			one.iov_base = (char *)r->c.buf + r->done;
+			one.iov_len = r->c.len - r->done;
+		}
+		size_t want = cnt == 1 ? iov->iov_len : r->c.len - r->done;
 		if (e->kind <= PX_SEL_KIND_SOCKET) {
 			do {
-				n = send(e->fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+				if (cnt == 1) {
+					n = send(e->fd, iov->iov_base, iov->iov_len,
+						 MSG_DONTWAIT | MSG_NOSIGNAL);
+				} else {
+					struct msghdr m = {
+						.msg_iov = (struct iovec *)iov,
+						.msg_iovlen = (size_t)cnt
+					};
+					n = sendmsg(e->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+				}
 			} while (n < 0 && errno == EINTR);
 			if (n >= 0 || errno != ENOTSOCK) {
 				e->kind = PX_SEL_KIND_SOCKET;
@@ -236,7 +279,7 @@ static int sio_write_stream(px_sel_io *e, px_result *r)
 			if (n < 0)
 				goto got;
 		}
-		n = sio_other_write(e, buf, len);
+		n = sio_other_write(e, iov, cnt);
 got:
 		if (n == -EAGAIN || n == -EWOULDBLOCK)
 			return PX_SEL_AGAIN;
@@ -249,7 +292,8 @@ got:
 		if (r->done < r->c.len && px_sel_priv(r)->write_all) {
 			/* A short send means the socket buffer is full; other
 			 * descriptors may just take less per call. */
-			if (e->kind == PX_SEL_KIND_SOCKET || n == 0)
+			if ((e->kind == PX_SEL_KIND_SOCKET && (size_t)n < want) ||
+			    n == 0)
 				return PX_SEL_AGAIN;
 			continue;
 		}
@@ -436,10 +480,18 @@ void px__sel_file_io(px_result *r)
 	ssize_t n;
 
 	do {
-		if (r->c.op == PX_OP_READ_FILE)
+		if (r->flags & PX_RF_VECTORED) {
+			if (r->c.op == PX_OP_READ_FILE)
+				n = preadv(r->c.fd, r->c.iov, r->c.iovcnt,
+					   (off_t)r->c.offset);
+			else
+				n = pwritev(r->c.fd, r->c.iov, r->c.iovcnt,
+					    (off_t)r->c.offset);
+		} else if (r->c.op == PX_OP_READ_FILE) {
 			n = pread(r->c.fd, r->c.buf, r->c.len, (off_t)r->c.offset);
-		else
+		} else {
 			n = pwrite(r->c.fd, r->c.buf, r->c.len, (off_t)r->c.offset);
+		}
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		px_result_finish(r, 0, errno);

@@ -70,6 +70,11 @@
  *     fails with EPIPE instead of raising SIGPIPE; on ENOTSOCK (a pipe) it is
  *     redone as IORING_OP_WRITE at offset -1 and the descriptor remembered
  *     as "not a socket" until one of its stream operations fails.
+ *   - Vectored operations are IORING_OP_READV / WRITEV (offset -1 for
+ *     streams), and IORING_OP_SENDMSG with the iovec array for a vectored
+ *     write_stream on a socket (MSG_NOSIGNAL, as SEND).  A write_all
+ *     resumed inside an element sends the rest of that element alone
+ *     (ur_prep_vec), so no copy of the caller's array is needed.
  *   - On an O_NONBLOCK descriptor a request that ends up in an io-wq worker
  *     (and, on older 5.x kernels, any READ/WRITE or accept) may complete
  *     with -EAGAIN instead of waiting.  The provider then waits for
@@ -362,9 +367,52 @@ px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
 	return rg;
 }
 
+/* Fill sqe with r's vectored read or write, from r->done on.  The
+ * elements handed to the kernel are the caller's own (which stay valid
+ * until the callback) or, when a write_all resumes inside an element, the
+ * rest of it in pr->iov (valid as long as r): px_iov_rest.  So the array
+ * is stable from the prep here to the completion, whether or not the
+ * kernel copies it at submission (IORING_FEAT_SUBMIT_STABLE) and however
+ * late the SQE is submitted. */
+static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
+{
+	struct px_uring_priv *pr = ur_priv(r);
+	px_completion *c = &r->c;
+	int cnt;
+	const struct iovec *iov = px_iov_rest(r, r->done, &pr->iov, &cnt);
+
+	switch (c->op) {
+	case PX_OP_READ_STREAM:
+		io_uring_prep_readv(sqe, c->fd, iov, (unsigned)cnt, (uint64_t)-1);
+		break;
+	case PX_OP_WRITE_STREAM:
+		pr->as_send = !pr->fe->notsock;
+		if (pr->as_send) {
+			memset(&pr->msg, 0, sizeof(pr->msg));
+			pr->msg.msg_iov = (struct iovec *)iov;
+			pr->msg.msg_iovlen = (size_t)cnt;
+			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg, MSG_NOSIGNAL);
+		} else {
+			io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
+					     (uint64_t)-1);
+		}
+		break;
+	case PX_OP_READ_FILE:
+		io_uring_prep_readv(sqe, c->fd, iov, (unsigned)cnt, c->offset);
+		break;
+	default: /* PX_OP_WRITE_FILE: the class allows no other */
+		io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt, c->offset);
+		break;
+	}
+}
+
 /* Fill sqe with r's operation (the part from r->done on). */
 static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 {
+	if (r->flags & PX_RF_VECTORED) {
+		ur_prep_vec(r, sqe);
+		return;
+	}
 	struct px_uring_priv *pr = ur_priv(r);
 	px_completion *c = &r->c;
 	char *buf = (char *)c->buf + r->done;
@@ -840,6 +888,7 @@ static const uint8_t ur_opcodes[] = {
 	IORING_OP_NOP, IORING_OP_READ, IORING_OP_WRITE, IORING_OP_SEND,
 	IORING_OP_RECVMSG, IORING_OP_SENDMSG, IORING_OP_ACCEPT,
 	IORING_OP_CONNECT, IORING_OP_ASYNC_CANCEL, IORING_OP_POLL_ADD,
+	IORING_OP_READV, IORING_OP_WRITEV,
 };
 
 static int ur_probe(struct io_uring *ring)

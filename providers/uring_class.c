@@ -167,6 +167,8 @@ static const px_provider_class px_uring_class = {
 	.name = "uring",
 	.summary = "io_uring through liburing: every operation native",
 	.native_ops = PX_OPS_IO,
+	.vectored_ops = PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_WRITE_STREAM) |
+			PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE),
 	.waits = uringc_waits,
 	.nwaits = sizeof(uringc_waits) / sizeof(uringc_waits[0]),
 	.presets = uringc_presets,

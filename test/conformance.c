@@ -23,6 +23,7 @@
 
 #include "bad_input.h"
 #include "op_timeout.h"
+#include "vectored.h"
 #include "harness.h"
 
 /* A read chain: reads from fd into dst until want bytes, end of stream or
@@ -1291,5 +1292,6 @@ int main(int argc, char **argv)
 						 NULL);
 	failed += bad_input_run();
 	failed += op_timeout_run();
+	failed += vectored_run();
 	return failed ? 1 : 0;
 }

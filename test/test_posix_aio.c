@@ -17,7 +17,8 @@
  *     threads: the posix-aio+epoll team keeps the data flowing, posix-aio
  *     alone refuses a socket at once (EOPNOTSUPP), and with sockets=aio it
  *     moves the data through glibc, writes on a dup of the descriptor so
- *     that the pending read never holds them back.
+ *     that the pending read never holds them back;
+ *   - the vectored starts (pipes and files) are refused with EOPNOTSUPP.
  *
  * Two or four threads run px_handle_events throughout, so starts and
  * cancels come from threads that are not the leader.
@@ -37,6 +38,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -640,6 +642,42 @@ static void posix_alone_refuses_sockets(void **state)
 	close(sv[1]);
 }
 
+/* aio_read and aio_write take one buffer: every vectored start on a
+ * processor of this provider is refused at once, pipes and files alike,
+ * and no callback ever comes. */
+static void posix_refuses_vectored(void **state)
+{
+	static char a[8], b[8];
+	struct iovec iov[2] = { { a, sizeof(a) }, { b, sizeof(b) } };
+	char path[] = "/tmp/px-posix-vec-XXXXXX";
+	fx f = { 0 };
+	rec r = { 0 };
+	int p[2];
+
+	(void)state;
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	int fd = mkostemp(path, O_CLOEXEC);
+	assert_true(fd >= 0);
+	unlink(path);
+	fx_start(&f, "posix-aio", 2);
+	assert_int_equal(px_readv_stream(f.px, p[0], iov, 2, rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_writev_stream(f.px, p[1], iov, 2, rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_writev_stream_all(f.px, p[1], iov, 2, rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_readv_file(f.px, fd, iov, 2, 0, rec_cb, &r),
+			 -EOPNOTSUPP);
+	assert_int_equal(px_writev_file(f.px, fd, iov, 2, 4096, rec_cb, &r),
+			 -EOPNOTSUPP);
+	sleep_ms(20);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	fx_end(&f);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -647,6 +685,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(cancel_all_done),
 		cmocka_unit_test(file_thousand),
 		cmocka_unit_test(posix_alone_refuses_sockets),
+		cmocka_unit_test(posix_refuses_vectored),
 		cmocka_unit_test(duplex_team),
 		cmocka_unit_test(duplex_posix_sockets_aio),
 		cmocka_unit_test(sigwait_queue_overflow),
@@ -664,6 +703,7 @@ int main(int argc, char **argv)
 	       "(glibc's AIO helper threads crash TSan's allocator)\n");
 	const struct CMUnitTest tsan_tests[] = {
 		cmocka_unit_test(posix_alone_refuses_sockets),
+		cmocka_unit_test(posix_refuses_vectored),
 		cmocka_unit_test(duplex_team),
 	};
 	(void)tests;

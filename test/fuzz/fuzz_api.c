@@ -5,7 +5,8 @@
  * (stream read, write or write-all on one of 3 socketpairs and 2 pipes,
  * cancel, post, timer start or cancel, a raw write, read or shutdown by
  * the peer, px_handle_events(px, 0), a read or write-all with a deadline
- * through px_start_op, a periodic timer); the other two pick its descriptor,
+ * through px_start_op, a periodic timer, a vectored read, write or
+ * write-all over 1..4 pieces of its buffer); the other two pick its descriptor,
  * length and delay.  The engine is PX_FUZZ_ENGINE (default "epoll").  At the end
  * px_destroy delivers what is still pending.
  *
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <fcntl.h>
 
@@ -48,6 +50,24 @@ typedef struct rec {
 static rec g_rec[MAX_OPS];
 static uint8_t g_buf[MAX_OPS][MAX_LEN];
 static uint8_t g_big[BIG_LEN];
+static struct iovec g_iov[MAX_OPS][4];
+
+/* Cut g_buf[n] into 1..4 pieces (one may be empty) for a vectored start;
+ * returns how many. */
+static int cut_iov(int n, size_t len, uint8_t a)
+{
+	int cnt = 1 + (a >> 4) % 4;
+	size_t pos = 0;
+	for (int k = 0; k < cnt; k++) {
+		size_t piece = k == cnt - 1 ? len - pos : (len - pos) / 2;
+		if (k == 1 && k < cnt - 1 && (a & 8))
+			piece = 0;
+		g_iov[n][k].iov_base = g_buf[n] + pos;
+		g_iov[n][k].iov_len = piece;
+		pos += piece;
+	}
+	return cnt;
+}
 static const char *g_engine;
 
 static void fail(const char *what, int i)
@@ -143,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		r->fd = fd;
 		r->len = len;
-		switch (op % 15) {
+		switch (op % 17) {
 		case 0:
 			r->op = PX_OP_READ_STREAM;
 			rc = px_read_stream(px, fd, g_buf[n], len, cb, r);
@@ -250,6 +270,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					.timeout_ns = 1 + (uint64_t)b * 10000u,
 					.cb = cb, .user = r });
 			break;
+		case 15:
+			/* A vectored read. */
+			r->op = PX_OP_READ_STREAM;
+			rc = px_readv_stream(px, fd, g_iov[n], cut_iov(n, len, a), cb, r);
+			break;
+		case 16:
+			/* A vectored write or write-all. */
+			r->op = PX_OP_WRITE_STREAM;
+			if (b & 1)
+				rc = px_writev_stream_all(px, fd, g_iov[n],
+							  cut_iov(n, len, a), cb, r);
+			else
+				rc = px_writev_stream(px, fd, g_iov[n],
+						      cut_iov(n, len, a), cb, r);
+			break;
 		case 14: {
 			r->op = PX_OP_TIMER;
 			r->len = 0;
@@ -267,7 +302,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			break;
 		}
 		}
-		if (op % 15 != 5 && op % 15 != 14)
+		if (op % 17 != 5 && op % 17 != 14)
 			r->started = rc == 0;
 		if (rc != 0 && rc != -EBADF && rc != -EMFILE)
 			fail("a start on a valid descriptor failed unexpectedly", n);
