@@ -5,7 +5,7 @@
 # libuv echo peers (bench/peers).  5 rounds per cell, the programs of a row
 # in rotating order; ratios are medians of per-round ratios, with CPU
 # seconds per GB beside throughput.
-#   scripts/bench.sh            default engine vs TP_Reactor, and the echo
+#   scripts/bench.sh            default engine and epoll vs TP_Reactor, and the echo
 #                               servers (~10 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
@@ -26,7 +26,7 @@ if [ "${1:-}" = "--full" ]; then
 	shift
 	exec python3 bench/compare --build "$build" --grid --echo --files "$@"
 elif [ $# -eq 0 ]; then
-	exec python3 bench/compare --build "$build" --engines auto --no-raw --grid --echo
+	exec python3 bench/compare --build "$build" --engines auto,epoll --no-raw --grid --echo
 else
 	exec python3 bench/compare --build "$build" "$@"
 fi
