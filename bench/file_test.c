@@ -245,6 +245,10 @@ static void op_done(const px_completion *c)
 	else
 		s->writes++;
 	r = start_op(s);
+	/* The run may end between the check above and this start: px_stop
+	 * then refuses it with -ESHUTDOWN, which is the end, not an error. */
+	if (r == -ESHUTDOWN && atomic_load(&stopping))
+		return;
 	if (r < 0) {
 		s->errors++;
 		if (!atomic_exchange(&failed_once, true))
