@@ -90,8 +90,12 @@ void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
  * (a timeout); nothing when it has finished already. */
 void px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
- * dispatcher's queue.  Mutex held on entry and exit. */
-void px__processor_handle_aio_events(px_processor *p, int timeout_ms) PX_HIDDEN;
+ * dispatcher's queue.  Mutex held on entry and exit.  now is the caller's
+ * recent px__now_ns() (it starts the wait time of px_stats); returns the
+ * clock read after the wait, for the caller to go on with (a clock read
+ * costs about as much as a lock round trip here). */
+uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
+					 uint64_t now) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;

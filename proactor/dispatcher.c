@@ -376,6 +376,9 @@ static bool disp_spread(const struct px_proactor *px, size_t n)
  * doubles while the checks find nothing to do (an idle proactor with
  * operations pending). */
 #define PX_FOLLOWER_CHECK_NS 20000000u
+/* The most callbacks one px_handle_events runs before it returns, when
+ * its batches keep finding more of its own (see step 1). */
+#define PX_DISPATCH_MORE 64
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
 
 static bool disp_any_work(const struct px_proactor *px)
@@ -455,8 +458,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				batch -= give;
 				disp_tls_gave = px;
 			}
-			uint64_t t0 = px__now_ns();
-			/* A sample counts only if no thread led meanwhile: a
+			/* now is recent: the entry, or the end of the wait
+			 * that collected these.  A sample counts only if no thread led meanwhile: a
 			 * leader holds the mutex while it collects, and a start
 			 * from a callback waits for it, or submits for it.
 			 * That is the cost of handing off, not of the
@@ -473,12 +476,21 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				alone = alone && px->nleaders == 0;
 			}
 			uint64_t t1 = px__now_ns();
-			px->st.dispatch_ns += t1 - t0;
+			px->st.dispatch_ns += t1 - now;
 			if (done && (alone || !px->cb_ns))  /* (or a first guess) */
-				disp_note_cb_time(px, t1 - t0, done);
+				disp_note_cb_time(px, t1 - now, done);
 			n += done;
 			px->nhandlers--;
 			disp_tls_moving = saved_moving;
+			now = t1;
+			/* The callbacks' own starts that finished at once (a
+			 * send with room, a read with data) are this thread's
+			 * next batch: run them in this call, up to a bound,
+			 * rather than return and take the mutex again for
+			 * them. */
+			if (n < PX_DISPATCH_MORE && disp_tls_gave != px &&
+			    !px->stopped && px__dispatch_has_queued(px))
+				continue;
 			break;
 		}
 
@@ -492,7 +504,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_lead_begin(p);
 			if (disp_other_needs_leader(px, p) && (ms < 0 || ms > 1))
 				ms = 1;
-			px__processor_handle_aio_events(p, ms);
+			now = px__processor_handle_aio_events(p, ms, now);
 			px__processor_lead_end(p);
 			px->nleaders--;
 			idle_lead = !px__dispatch_has_queued(px);
@@ -503,7 +515,6 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			if (px__processor_has_work(p) &&
 			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
-			now = px__now_ns();
 			if (!px__dispatch_has_queued(px) &&
 			    !(px__timers_next(px) <= now) && now >= deadline)
 				break;

@@ -360,17 +360,15 @@ static void proc_check(px_processor *p, uint64_t now, bool quiet)
 		proc_unstarve(p);
 }
 
-/* After a wait that collected n results. */
-static void proc_after_wait(px_processor *p, size_t n)
+/* After a wait that collected n results; now: the clock after it. */
+static void proc_after_wait(px_processor *p, size_t n, uint64_t now)
 {
-	uint64_t now;
 	if (n) {
 		p->quiet_since = 0;
 		p->check_gap = PROC_CHECK_MIN_NS;
 		if (++p->busy_rounds < PROC_CHECK_BUSY_ROUNDS)
 			return;
 		p->busy_rounds = 0;
-		now = px__now_ns();
 		if (now - p->last_check >= PROC_CHECK_BUSY_NS)
 			proc_check(p, now, false);
 		return;
@@ -379,7 +377,6 @@ static void proc_after_wait(px_processor *p, size_t n)
 		p->quiet_since = 0;
 		return;
 	}
-	now = px__now_ns();
 	if (!p->quiet_since) {
 		p->quiet_since = now;
 		return;
@@ -409,7 +406,8 @@ static int proc_wait_bound(const px_processor *p, int timeout_ms)
 	return timeout_ms < 0 || timeout_ms > ms ? ms : timeout_ms;
 }
 
-void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
+uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
+					 uint64_t now)
 {
 	struct px_proactor *px = p->px;
 
@@ -427,14 +425,15 @@ void px__processor_handle_aio_events(px_processor *p, int timeout_ms)
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	p->st.leader_turns++;
-	uint64_t t0 = px__now_ns();
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
-	p->st.wait_ns += px__now_ns() - t0;
+	uint64_t end = px__now_ns();
+	p->st.wait_ns += end - now;
 	size_t n = proc_collect(p);
 	proc_start_deferred(p);
-	proc_after_wait(p, n);
+	proc_after_wait(p, n, end);
+	return end;
 }
 
 void px__processor_lead_begin(px_processor *p)
@@ -553,8 +552,9 @@ static void *proc_dedicated_main(void *arg)
 	 * sets what it needs in leader_activated. */
 	pthread_mutex_lock(&px->lock);
 	px__processor_lead_begin(p);
+	uint64_t now = px__now_ns();
 	while (!p->stop)
-		px__processor_handle_aio_events(p, -1);
+		now = px__processor_handle_aio_events(p, -1, now);
 	px__processor_lead_end(p);
 	pthread_mutex_unlock(&px->lock);
 	return NULL;

@@ -252,7 +252,7 @@ static px_result *px_uring_next_completed(px_wait *w)
 				return r;
 	}
 	/* Nothing more: let the rings go. */
-	uint64_t now = px__now_ns();
+	uint64_t now = rg->nextra ? px__now_ns() : 0;
 	for (unsigned i = 0; i < rg->nextra; i++) {
 		rg->extra[i]->led = false;
 		rg->extra[i]->released_ns = now;
