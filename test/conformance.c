@@ -954,6 +954,70 @@ static void timer_callback_starts_posts_cancels(void **state)
 	callback_reenters_without_deadlock(*state, true);
 }
 
+/* A callback that starts a read, makes its data arrive, and then blocks
+ * until that read's own callback has run: with two threads in
+ * px_handle_events the other one must complete it (lead, dispatch), on
+ * every engine.  The promise "no deadlock when callbacks call back in"
+ * includes a callback that waits for its own operation. */
+typedef struct waits_own {
+	int sv[2];
+	char *buf;
+	h_rec *rd;
+	int rc_read;
+	atomic_int outcome;     /* 0 running, 1 its read completed, 2 gave up */
+	atomic_bool finish;     /* the extra loop thread may leave */
+	px_proactor *px;
+} waits_own;
+
+static void waits_own_cb(const px_completion *c)
+{
+	waits_own *w = c->user;
+	w->rc_read = px_read_stream(c->proactor, w->sv[1], w->buf, 1, h_rec_cb,
+				    w->rd);
+	if (w->rc_read != 0 || write(w->sv[0], "x", 1) != 1) {
+		atomic_store(&w->outcome, 2);
+		return;
+	}
+	uint64_t dl = h_deadline(5000);
+	while (!h_rec_done(w->rd) && h_now_ms() < dl)
+		h_sleep_ms(1);
+	atomic_store(&w->outcome, h_rec_done(w->rd) ? 1 : 2);
+}
+
+static void *waits_own_loop(void *arg)
+{
+	waits_own *w = arg;
+	while (!atomic_load(&w->finish))
+		if (px_handle_events(w->px, 10) < 0)
+			break;
+	return NULL;
+}
+
+static void callback_waits_for_its_own_read(void **state)
+{
+	h_fx *f = *state;
+	waits_own *w = h_alloc(f, sizeof *w);
+	pthread_t th;
+
+	h_socketpair(f, w->sv);
+	w->buf = h_alloc(f, 1);
+	w->rd = h_rec_new(f);
+	w->px = f->px;
+	assert_int_equal(pthread_create(&th, NULL, waits_own_loop, w), 0);
+	int rc = px_post(f->px, waits_own_cb, w);
+	uint64_t dl = h_deadline(10000);
+	/* This thread pumps too: either may run the waiting callback. */
+	while (rc == 0 && atomic_load(&w->outcome) == 0 && h_now_ms() < dl)
+		px_handle_events(f->px, 10);
+	atomic_store(&w->finish, true);
+	pthread_join(th, NULL);
+	assert_int_equal(rc, 0);
+	assert_int_equal(w->rc_read, 0);
+	assert_int_equal(atomic_load(&w->outcome), 1);
+	assert_int_equal(w->rd->c.error, 0);
+	assert_int_equal(w->rd->c.bytes, 1);
+}
+
 /* ------------------------------------------------------------------ */
 /* Timers                                                               */
 /* ------------------------------------------------------------------ */
@@ -1282,6 +1346,7 @@ int main(int argc, char **argv)
 		T(start_from_other_thread_wakes_leader),
 		T(callback_starts_posts_cancels),
 		T(timer_callback_starts_posts_cancels),
+		T(callback_waits_for_its_own_read),
 		T(timers_fire_in_order),
 		T(timer_cancel),
 		T(many_posts_two_threads),
