@@ -40,7 +40,7 @@
  * Order.  Stream operations keep the shared per-descriptor queues
  * (proactor/fdq.h): only the head of a direction is in glibc.  File
  * operations carry their offset and go straight in, spread over the
- * file's descriptor and file_lanes-1 dups of it (2 lanes by default), since
+ * file's descriptor and file_lanes-1 dups of it (8 lanes by default), since
  * glibc runs the requests of one descriptor one after another.
  *
  * Locking.  start, cancel and the reaping run under the proactor mutex;
@@ -59,7 +59,7 @@
 
 /* Defaults when the config leaves them 0. */
 #define PX_PAIO_DEFAULT_THREADS 256u
-#define PX_PAIO_DEFAULT_LANES 2u
+#define PX_PAIO_DEFAULT_LANES 8u
 
 
 
@@ -146,7 +146,11 @@ static void paio_fd_idle(px_paio_fd *fe)
  * own descriptor. */
 static int paio_file_fd(px_paio *p, px_paio_fd *fe)
 {
-	unsigned k = fe->next_lane++ % p->lanes;
+	/* As many lanes as the file has requests in glibc (this one
+	 * counted), up to file_lanes: a file read one request at a time
+	 * costs no dup. */
+	unsigned n = fe->files < p->lanes ? fe->files : p->lanes;
+	unsigned k = n > 1 ? fe->next_lane++ % n : 0;
 
 	if (!k)
 		return fe->fq.fd;
