@@ -103,6 +103,26 @@ void h_settle(h_fx *f, int ms);
 void h_assert_usable(h_fx *f);
 
 /* ------------------------------------------------------------------ */
+/* Event-loop threads                                                   */
+/* ------------------------------------------------------------------ */
+
+#define H_MAX_LOOPS 4
+
+/*
+ * Start n threads (at most H_MAX_LOOPS, none running yet) that call
+ * px_handle_events(f->px, 10) until h_loops_stop.  A thread that gets an
+ * error stops and keeps it for h_loops_stop; -ESHUTDOWN (after px_stop)
+ * is not an error when shutdown_ok.
+ */
+void h_loops_start(h_fx *f, int n, bool shutdown_ok);
+/* Stop and join the threads; fail the test if one got an error. */
+void h_loops_stop(void);
+/* Stop and join the threads without a verdict (for teardowns, which must
+ * run before h_teardown: px_destroy refuses while threads are inside
+ * px_handle_events). */
+void h_loops_join(void);
+
+/* ------------------------------------------------------------------ */
 /* Completion records                                                   */
 /* ------------------------------------------------------------------ */
 
