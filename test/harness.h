@@ -1,6 +1,7 @@
 /*
  * harness.h - shared helpers of the per-engine test programs
- * (conformance, bad_input, stress).
+ * (conformance with bad_input, op_timeout and vectored; close; fault).
+ * stress and load, which are not cmocka programs, use only the clock.
  *
  * Every engine test program takes the engine configuration text as argv[1].
  * harness_engine_init() parses it, checks that this kernel offers the engine
