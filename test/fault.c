@@ -476,10 +476,8 @@ static void close_pending_then_cancel(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *buf = h_alloc(f, 64);
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], buf, 64, h_rec_cb, r), 0);
+	char *buf;
+	h_rec *r = h_start_pending_read(f, sv, 64, &buf);
 	h_settle(f, 20);
 	int fd = sv[1];
 	h_close(f, fd);

@@ -372,6 +372,31 @@ int h_port_of(int fd)
 	return ntohs(a.sin_port);
 }
 
+h_rec *h_start_pending_read(h_fx *f, int sv[2], size_t len, char **buf)
+{
+	h_socketpair(f, sv);
+	*buf = h_alloc(f, len);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], *buf, len, h_rec_cb, r), 0);
+	return r;
+}
+
+void h_assert_reads_back(h_fx *f, int wfd, int rfd, char *buf, size_t len,
+			 const char *text, const char *what)
+{
+	size_t n = strlen(text);
+
+	assert_int_equal(write(wfd, text, n), (ssize_t)n);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, rfd, buf, len, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, what);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, n);
+	assert_memory_equal(buf, text, n);
+}
+
+/* ------------------------------------------------------------------ */
+
 static uint64_t h_mix(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;

@@ -161,6 +161,25 @@ int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr);
 /* The port of a bound socket (host order). */
 int h_port_of(int fd);
 
+/* ------------------------------------------------------------------ */
+/* Common steps                                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Start a read of up to len bytes on sv[1] of a new tracked socketpair sv,
+ * into fixture memory (*buf).  Nothing is written, so it stays pending.
+ * Returns its record.
+ */
+h_rec *h_start_pending_read(h_fx *f, int sv[2], size_t len, char **buf);
+
+/*
+ * Write text to wfd, and read it from rfd into buf (room for len bytes)
+ * with a new read: it must come back whole and unchanged -- the descriptor
+ * still works, and no earlier read left behind takes the data.
+ */
+void h_assert_reads_back(h_fx *f, int wfd, int rfd, char *buf, size_t len,
+			 const char *text, const char *what);
+
 /* Fill buf with a pattern depending on seed and position. */
 void h_pattern(uint8_t *buf, size_t len, uint32_t seed, uint64_t pos);
 
