@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "px_bench.h"
 
 typedef struct slot {
 	void *buf;
@@ -256,22 +257,6 @@ static void op_done(const px_completion *c)
 	}
 }
 
-static void *loop_thread(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		int r = px_handle_events(px, 100);
-
-		if (r == -ESHUTDOWN)
-			break;
-		if (r < 0) {
-			fprintf(stderr, "file_test: px_handle_events: %s\n", px_strerror(r));
-			break;
-		}
-	}
-	return NULL;
-}
-
 /* Open (or make) the file and fill it with data up to opt.size.  Sets
  * *direct to whether O_DIRECT is in force.  Returns the fd or -1. */
 static int open_file(bool *direct)
@@ -342,7 +327,7 @@ static int open_file(bool *direct)
 
 int main(int argc, char **argv)
 {
-	char err[256] = "", engine_name[256];
+	char engine_name[256];
 	slot *slots;
 	pthread_t *th;
 	bool direct;
@@ -366,28 +351,17 @@ int main(int argc, char **argv)
 		if (slots[i].rng == 0)
 			slots[i].rng = 1;
 	}
-	r = px_create(&px, opt.engine, err, sizeof err);
-	if (r < 0) {
-		fprintf(stderr, "file_test: engine '%s': %s%s%s\n",
-			opt.engine != NULL ? opt.engine : "auto", px_strerror(r),
-			err[0] != '\0' ? ": " : "", err);
-		return r == -ENOSYS ? BENCH_EXIT_SKIP :
-		       r == -EINVAL ? BENCH_EXIT_USAGE : BENCH_EXIT_CHECK;
-	}
-	snprintf(engine_name, sizeof engine_name, "%s", px_engine_name(px));
-	fprintf(stderr, "file_test: engine: %s\n", engine_name);
+	r = bench_px_create("file_test", opt.engine, &px, engine_name,
+			    sizeof engine_name);
+	if (r != BENCH_EXIT_OK)
+		return r;
 	fd = open_file(&direct);
 	if (fd < 0)
 		return BENCH_EXIT_CHECK;
 
 	bench_signals();
-	for (int i = 0; i < opt.threads; i++) {
-		r = pthread_create(&th[i], NULL, loop_thread, NULL);
-		if (r != 0) {
-			fprintf(stderr, "file_test: pthread_create: %s\n", strerror(r));
-			return BENCH_EXIT_CHECK;
-		}
-	}
+	if (bench_px_start_loops("file_test", px, th, opt.threads) != 0)
+		return BENCH_EXIT_CHECK;
 	t0 = bench_now();
 	for (int i = 0; i < opt.depth; i++) {
 		r = start_op(&slots[i]);
@@ -410,12 +384,7 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&stopping, true);
 	t1 = bench_now();
-	px_stop(px);
-	for (int i = 0; i < opt.threads; i++)
-		pthread_join(th[i], NULL);
-	r = px_destroy(px);
-	if (r < 0)
-		fprintf(stderr, "file_test: px_destroy: %s\n", px_strerror(r));
+	bench_px_finish("file_test", px, th, opt.threads);
 
 	for (int i = 0; i < opt.depth; i++) {
 		reads += slots[i].reads;

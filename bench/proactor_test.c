@@ -17,6 +17,7 @@
  * freed memory.
  */
 #include "common.h"
+#include "px_bench.h"
 
 #include <proactor.h>
 
@@ -311,27 +312,9 @@ static bool wait_setup(void)
 	return ok;
 }
 
-static void *loop_thread(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		int r = px_handle_events(px, 100);
-
-		if (r == -ESHUTDOWN)
-			break;
-		if (r < 0) {
-			fprintf(stderr, "proactor_test: px_handle_events: %s\n",
-				px_strerror(r));
-			break;
-		}
-	}
-	return NULL;
-}
-
 int main(int argc, char **argv)
 {
 	struct sockaddr_in addr;
-	char err[256] = "";
 	char engine_name[256];
 	bench_counts *per;
 	pthread_t *th;
@@ -362,26 +345,14 @@ int main(int argc, char **argv)
 		}
 	}
 
-	r = px_create(&px, opt.engine, err, sizeof err);
-	if (r < 0) {
-		fprintf(stderr, "proactor_test: engine '%s': %s%s%s\n",
-			opt.engine != NULL ? opt.engine : "auto", px_strerror(r),
-			err[0] != '\0' ? ": " : "", err);
-		if (r == -ENOSYS)
-			return BENCH_EXIT_SKIP;
-		return r == -EINVAL ? BENCH_EXIT_USAGE : BENCH_EXIT_CHECK;
-	}
-	snprintf(engine_name, sizeof engine_name, "%s", px_engine_name(px));
-	fprintf(stderr, "proactor_test: engine: %s\n", engine_name);
+	r = bench_px_create("proactor_test", opt.engine, &px, engine_name,
+			    sizeof engine_name);
+	if (r != BENCH_EXIT_OK)
+		return r;
 
 	bench_signals();
-	for (int i = 0; i < opt.threads; i++) {
-		r = pthread_create(&th[i], NULL, loop_thread, NULL);
-		if (r != 0) {
-			fprintf(stderr, "proactor_test: pthread_create: %s\n", strerror(r));
-			return BENCH_EXIT_CHECK;
-		}
-	}
+	if (bench_px_start_loops("proactor_test", px, th, opt.threads) != 0)
+		return BENCH_EXIT_CHECK;
 
 	/* Connect every client while the loop threads accept. */
 	listen_fd = bench_listen(&addr, !opt.blocking);
@@ -426,12 +397,7 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&stopping, true);
 	t1 = bench_now();
-	px_stop(px);
-	for (int i = 0; i < opt.threads; i++)
-		pthread_join(th[i], NULL);
-	r = px_destroy(px);
-	if (r < 0)
-		fprintf(stderr, "proactor_test: px_destroy: %s\n", px_strerror(r));
+	bench_px_finish("proactor_test", px, th, opt.threads);
 
 	if (ok) {
 		for (int i = 0; i < opt.sessions; i++) {

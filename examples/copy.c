@@ -35,7 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proactor.h"
+#include "example_util.h"   /* ex_create */
 
 #define ALIGN 4096u
 #define MAX_DEPTH 1024
@@ -266,7 +266,7 @@ int main(int argc, char **argv)
 	long long v;
 	unsigned depth = 16;
 	bool direct = false, tty;
-	char err[512], engine[256];
+	char engine[256];
 	int opt, rc;
 	struct stat sst, dst_st;
 
@@ -332,12 +332,8 @@ int main(int argc, char **argv)
 	}
 	cp.size = (uint64_t)sst.st_size;
 
-	rc = px_create(&cp.px, config, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "copy: cannot create the proactor: %s (%s)\n",
-			err[0] ? err : px_strerror(rc), px_strerror(rc));
+	if (ex_create(&cp.px, config, "copy") < 0)
 		return 1;
-	}
 	snprintf(engine, sizeof(engine), "%s", px_engine_name(cp.px));
 	cp.slots = calloc(depth, sizeof(*cp.slots));
 	if (!cp.slots) {

@@ -34,30 +34,24 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <limits.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "proactor.h"
+#include "example_util.h"   /* listening, accepting, threads, signals */
 
 #define REQ_MAX 8192            /* request line and headers */
 #define HDR_ROOM 512            /* room for a response header */
 #define CHUNK (32 * 1024)       /* file bytes per read and write */
-#define MAX_THREADS 256
-#define ACCEPT_RETRY_NS (100u * 1000u * 1000u)
 #define PATH_LEN 1024
 #define CACHE_SLOTS 256         /* small files kept in memory */
 #define CACHE_FILE_MAX CHUNK    /* bytes; larger files are always read */
@@ -66,13 +60,11 @@
 #define LINGER_READS 64
 
 struct server {
-	px_proactor *px;
-	int lfd;
+	struct ex_server ex;    /* first: the listening and accepting */
 	int root;               /* the document root, O_PATH directory */
 	uint64_t idle_ns;       /* a connection's deadline per operation */
 	bool cache;             /* keep small files in memory (-N: no) */
-	atomic_ulong accepted, open, requests, cache_hits;
-	atomic_bool paused;
+	atomic_ulong requests, cache_hits;
 };
 
 struct conn {
@@ -94,7 +86,6 @@ struct conn {
 };
 
 static void on_read(const px_completion *c);
-static void on_accept(const px_completion *c);
 static void on_file(const px_completion *c);
 static void on_sent(const px_completion *c);
 static void on_error_sent(const px_completion *c);
@@ -110,7 +101,7 @@ static void conn_close(struct conn *k)
 	if (k->file >= 0)
 		close(k->file);
 	close(k->fd);
-	atomic_fetch_sub(&k->srv->open, 1);
+	atomic_fetch_sub(&k->srv->ex.open, 1);
 	free(k);
 }
 
@@ -124,7 +115,7 @@ static int start(struct conn *k, px_op op, int fd, void *buf, size_t len,
 		 * or writing is the idle connection; a file read is ours. */
 		.timeout_ns = op == PX_OP_READ_FILE ? 0 : k->srv->idle_ns,
 	};
-	return px_start_op(k->srv->px, &d);
+	return px_start_op(k->srv->ex.px, &d);
 }
 
 static void read_more(struct conn *k)
@@ -192,7 +183,7 @@ static void on_linger(const px_completion *c)
 		.len = sizeof(k->req), .timeout_ns = LINGER_NS,
 		.cb = on_linger, .user = k,
 	};
-	if (px_start_op(k->srv->px, &d) < 0)
+	if (px_start_op(k->srv->ex.px, &d) < 0)
 		conn_close(k);
 }
 
@@ -678,155 +669,37 @@ static void on_read(const px_completion *c)
 
 /* ------------------------------------------------------------------ */
 
-static void accept_again(struct server *s)
+/* A new connection (in the accept's callback): read its first request. */
+static void on_conn(struct ex_server *ex, int fd)
 {
-	int rc = px_accept(s->px, s->lfd, on_accept, s);
-
-	if (rc < 0 && rc != -ESHUTDOWN)
-		fprintf(stderr, "httpd: accept: %s; no longer accepting\n",
-			px_strerror(rc));
-}
-
-static void on_accept_retry(const px_completion *c)
-{
-	if (c->error == 0)
-		accept_again(c->user);
-}
-
-static void on_accept(const px_completion *c)
-{
-	struct server *s = c->user;
-	struct conn *k;
+	struct server *s = (struct server *)ex;
+	struct conn *k = malloc(sizeof(*k));
 	int one = 1;
 
-	switch (c->error) {
-	case 0:
-		break;
-	case ECANCELED:
-	case ESHUTDOWN:
-		return;
-	case EMFILE:
-	case ENFILE:
-	case ENOBUFS:
-	case ENOMEM:
-		/* As echo_server: give open connections time to close. */
-		if (!atomic_exchange(&s->paused, true))
-			fprintf(stderr, "httpd: accept: %s; pausing accepts, "
-				"retrying every %u ms\n", px_strerror(c->error),
-				ACCEPT_RETRY_NS / 1000000u);
-		if (px_timer_start(s->px, ACCEPT_RETRY_NS, on_accept_retry, s) < 0)
-			accept_again(s);
-		return;
-	default:
-		accept_again(s);
-		return;
-	}
-
-	if (atomic_exchange(&s->paused, false))
-		fprintf(stderr, "httpd: accepting again\n");
-	atomic_fetch_add(&s->accepted, 1);
-	/* Accept again first, so that the next connection does not wait
-	 * for this one's setup. */
-	accept_again(s);
-	k = malloc(sizeof(*k));
 	if (!k) {
-		close(c->new_fd);
+		close(fd);
 		return;
 	}
 	k->srv = s;
-	k->fd = c->new_fd;
+	k->fd = fd;
 	k->file = -1;
 	k->req_len = k->req_used = 0;
 	k->cacheable = false;
 	k->keep_alive = true;
 	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	atomic_fetch_add(&s->open, 1);
+	atomic_fetch_add(&s->ex.open, 1);
 	read_more(k);
 }
 
-static void print_stats(struct server *s, const char *when)
+/* Our counts, at the head of the statistics line. */
+static void print_counts(struct ex_server *ex)
 {
-	struct px_stats st;
+	struct server *s = (struct server *)ex;
 
-	if (px_stats(s->px, &st) < 0)
-		return;
-	printf("httpd: stats %s: %lu requests on %lu connections, %lu answered "
-	       "from the cache; operations "
-	       "started %llu, deferred %llu, completed %llu, cancelled %llu, "
-	       "timed out %llu, in flight %llu; leader turns %llu, leader "
-	       "interrupts %llu, follower wake-ups %llu; leaders waited %.3f s, "
-	       "followers slept %.3f s, callbacks took %.3f s\n",
-	       when, (unsigned long)atomic_load(&s->requests),
-	       (unsigned long)atomic_load(&s->accepted),
-	       (unsigned long)atomic_load(&s->cache_hits),
-	       (unsigned long long)st.started, (unsigned long long)st.deferred,
-	       (unsigned long long)st.completed, (unsigned long long)st.cancelled,
-	       (unsigned long long)st.timed_out, (unsigned long long)st.in_flight,
-	       (unsigned long long)st.leader_turns,
-	       (unsigned long long)st.leader_interrupts,
-	       (unsigned long long)st.follower_wakeups, (double)st.wait_ns / 1e9,
-	       (double)st.follower_sleep_ns / 1e9, (double)st.dispatch_ns / 1e9);
-	fflush(stdout);
-}
-
-static void *worker(void *arg)
-{
-	struct server *s = arg;
-	int rc;
-
-	while ((rc = px_handle_events(s->px, -1)) >= 0)
-		;
-	if (rc != -ESHUTDOWN) {
-		fprintf(stderr, "httpd: px_handle_events: %s\n", px_strerror(rc));
-		kill(getpid(), SIGTERM);
-	}
-	return NULL;
-}
-
-static int listen_on(const char *addr, const char *port, char *name, size_t len)
-{
-	struct addrinfo hints, *res, *ai;
-	int fd = -1, rc, one = 1;
-
-	memset(&hints, 0, sizeof(hints));
-	hints.ai_family = AF_UNSPEC;
-	hints.ai_socktype = SOCK_STREAM;
-	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-	rc = getaddrinfo(addr, port, &hints, &res);
-	if (rc) {
-		fprintf(stderr, "httpd: %s port %s: %s\n", addr ? addr : "*", port,
-			gai_strerror(rc));
-		return -1;
-	}
-	for (ai = res; ai; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
-			    ai->ai_protocol);
-		if (fd < 0)
-			continue;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-		    listen(fd, SOMAXCONN) == 0)
-			break;
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(res);
-	if (fd < 0) {
-		fprintf(stderr, "httpd: cannot listen on %s port %s: %s\n",
-			addr ? addr : "*", port, strerror(errno));
-		return -1;
-	}
-
-	struct sockaddr_storage ss;
-	socklen_t sl = sizeof(ss);
-	char host[NI_MAXHOST], serv[NI_MAXSERV];
-	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
-	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv,
-			sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
-		snprintf(name, len, "%s port %s", host, serv);
-	else
-		snprintf(name, len, "port %s", port);
-	return fd;
+	printf("%lu requests on %lu connections, %lu answered from the cache; ",
+	       (unsigned long)atomic_load(&s->requests),
+	       (unsigned long)atomic_load(&s->ex.accepted),
+	       (unsigned long)atomic_load(&s->cache_hits));
 }
 
 static void usage(FILE *f, const char *prog)
@@ -843,32 +716,19 @@ static void usage(FILE *f, const char *prog)
 		"  -b BIND_ADDR  local address to listen on (default: all)\n"
 		"  -N            no cache: read every file with px_read_file\n"
 		"SIGUSR1 prints statistics; SIGINT or SIGTERM stops.\n",
-		prog, MAX_THREADS);
-}
-
-static long number(const char *s, long lo, long hi)
-{
-	char *end;
-	long v;
-
-	if (!*s || *s == '-' || *s == '+')
-		return -1;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < lo || v > hi)
-		return -1;
-	return v;
+		prog, EX_MAX_THREADS);
 }
 
 int main(int argc, char **argv)
 {
 	const char *config = NULL, *port = NULL, *root = NULL, *bind_addr = NULL;
 	long nthreads = 2, idle_ms = 30000;
-	struct server srv = { .lfd = -1, .root = -1, .cache = true };
-	pthread_t threads[MAX_THREADS];
-	char err[512], where[NI_MAXHOST + NI_MAXSERV + 16];
-	sigset_t stop_set;
-	int opt, rc, sig;
+	struct server srv = {
+		.ex = { .prog = "httpd", .on_conn = on_conn, .counts = print_counts },
+		.root = -1, .cache = true,
+	};
+	char doing[PATH_MAX + 16];
+	int opt, rc;
 
 	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:Nh")) != -1) {
 		switch (opt) {
@@ -876,7 +736,7 @@ int main(int argc, char **argv)
 			config = optarg;
 			break;
 		case 'p':
-			if (number(optarg, 0, 65535) < 0) {
+			if (ex_number(optarg, 0, 65535) < 0) {
 				fprintf(stderr, "%s: bad port \"%s\"\n", argv[0], optarg);
 				return 2;
 			}
@@ -886,7 +746,7 @@ int main(int argc, char **argv)
 			root = optarg;
 			break;
 		case 't':
-			nthreads = number(optarg, 1, MAX_THREADS);
+			nthreads = ex_number(optarg, 1, EX_MAX_THREADS);
 			if (nthreads < 0) {
 				fprintf(stderr, "%s: bad thread count \"%s\"\n", argv[0],
 					optarg);
@@ -894,7 +754,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'i':
-			idle_ms = number(optarg, 1, 86400000L);
+			idle_ms = ex_number(optarg, 1, 86400000L);
 			if (idle_ms < 0) {
 				fprintf(stderr, "%s: bad idle time \"%s\"\n", argv[0],
 					optarg);
@@ -926,62 +786,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	sigemptyset(&stop_set);
-	sigaddset(&stop_set, SIGINT);
-	sigaddset(&stop_set, SIGTERM);
-	sigaddset(&stop_set, SIGUSR1);
-	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-
-	rc = px_create(&srv.px, config, err, sizeof(err));
-	if (rc < 0) {
-		fprintf(stderr, "httpd: cannot create the proactor: %s (%s)\n",
-			err[0] ? err : px_strerror(rc), px_strerror(rc));
-		return 1;
-	}
-	srv.lfd = listen_on(bind_addr, port, where, sizeof(where));
-	if (srv.lfd < 0) {
-		px_destroy(srv.px);
-		return 1;
-	}
-	rc = px_accept(srv.px, srv.lfd, on_accept, &srv);
-	if (rc < 0) {
-		fprintf(stderr, "httpd: accept: %s\n", px_strerror(rc));
-		px_destroy(srv.px);
-		close(srv.lfd);
-		return 1;
-	}
-
-	long started = 0;
-	for (; started < nthreads; started++) {
-		rc = pthread_create(&threads[started], NULL, worker, &srv);
-		if (rc) {
-			fprintf(stderr, "httpd: pthread_create: %s\n", strerror(rc));
-			break;
-		}
-	}
-	if (started == nthreads) {
-		printf("httpd: engine \"%s\" serving %s on %s, %ld thread%s\n",
-		       px_engine_name(srv.px), root, where, nthreads,
-		       nthreads == 1 ? "" : "s");
-		fflush(stdout);
-		while (sigwait(&stop_set, &sig) == 0 && sig == SIGUSR1)
-			print_stats(&srv, "now");
-	}
-
-	px_stop(srv.px);
-	for (long i = 0; i < started; i++)
-		pthread_join(threads[i], NULL);
-	print_stats(&srv, "at exit");
-	rc = px_destroy(srv.px);
-	if (rc < 0)
-		fprintf(stderr, "httpd: px_destroy: %s\n", px_strerror(rc));
-	close(srv.lfd);
+	snprintf(doing, sizeof(doing), "serving %s", root);
+	rc = ex_serve(&srv.ex, config, bind_addr, port, nthreads, doing);
 	close(srv.root);
 	cache_free();
-	printf("httpd: stopped; %lu connection%s served, %lu left open\n",
-	       (unsigned long)atomic_load(&srv.accepted),
-	       atomic_load(&srv.accepted) == 1 ? "" : "s",
-	       (unsigned long)atomic_load(&srv.open));
-	return started == nthreads && rc == 0 ? 0 : 1;
+	return rc;
 }

@@ -72,63 +72,10 @@ static void expect_once(h_rec *r, px_op op, int fd, int error, const char *what)
 			 strerror(error));
 }
 
-/* ------------------------------------------------------------------ */
-/* Event-loop threads                                                   */
-/* ------------------------------------------------------------------ */
-
-enum { NLOOPS = 2 };
-
-static struct {
-	px_proactor *px;
-	pthread_t th[NLOOPS];
-	int n;
-	atomic_int stop;
-	atomic_int error;
-} g_loops;
-
-static void *loop_main(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&g_loops.stop)) {
-		int rc = px_handle_events(g_loops.px, 10);
-		if (rc < 0) {
-			atomic_store(&g_loops.error, rc);
-			break;
-		}
-	}
-	return NULL;
-}
-
-static void loops_start(h_fx *f)
-{
-	g_loops.px = f->px;
-	atomic_store(&g_loops.stop, 0);
-	atomic_store(&g_loops.error, 0);
-	for (int i = 0; i < NLOOPS; i++) {
-		if (pthread_create(&g_loops.th[i], NULL, loop_main, NULL))
-			fail_msg("pthread_create failed");
-		g_loops.n = i + 1;
-	}
-}
-
-static void loops_stop(void)
-{
-	atomic_store(&g_loops.stop, 1);
-	for (int i = 0; i < g_loops.n; i++)
-		pthread_join(g_loops.th[i], NULL);
-	g_loops.n = 0;
-	int err = atomic_load(&g_loops.error);
-	if (err)
-		fail_msg("px_handle_events returned %d (%s) in a loop thread",
-			 err, px_strerror(err));
-}
-
+/* The harness teardown, after the loop threads are gone. */
 static int fx_teardown(void **state)
 {
-	atomic_store(&g_loops.stop, 1);
-	for (int i = 0; i < g_loops.n; i++)
-		pthread_join(g_loops.th[i], NULL);
-	g_loops.n = 0;
+	h_loops_join();
 	return h_teardown(state);
 }
 
@@ -313,7 +260,7 @@ static void close_pending_ops_reuse(void **state)
 	closer *kl = closer_new(f, l, l2);
 	kl->ops[0] = ac, kl->nops = 1;
 
-	loops_start(f);
+	h_loops_start(f, 2, false);
 	h_sleep_ms(30);
 	assert_int_equal(px_close(f->px, a[1], closer_cb, ka), 0);
 	assert_int_equal(px_close(f->px, b[0], closer_cb, kb), 0);
@@ -325,7 +272,7 @@ static void close_pending_ops_reuse(void **state)
 	 * the harness closes them at teardown; na[0], nb[0] and l2 stay
 	 * tracked too. */
 	h_sleep_ms(50);
-	loops_stop();
+	h_loops_stop();
 	closer_check(ka, "px_close(a)");
 	closer_check(kb, "px_close(b)");
 	closer_check(kl, "px_close(listener)");
@@ -467,11 +414,11 @@ static void close_from_own_callback(void **state)
 	h_rec *second = h_rec_new(f);
 	assert_int_equal(px_read_stream(f->px, a[1], in, 8, own_close_cb, &o->first), 0);
 	assert_int_equal(px_read_stream(f->px, a[1], in + 8, 8, h_rec_cb, second), 0);
-	loops_start(f);
+	h_loops_start(f, 2, false);
 	h_sleep_ms(20);
 	shutdown(a[0], SHUT_WR);
 	wait_done(&o->close, 5000, "px_close made in a callback");
-	loops_stop();
+	h_loops_stop();
 	untrack(f, a[1]);
 	assert_int_equal(o->rc, 0);
 	expect_once(&o->first, PX_OP_READ_STREAM, a[1], 0, "the first read");

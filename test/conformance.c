@@ -622,10 +622,8 @@ static void close_under_pending_read(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *in = h_alloc(f, 64);
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	char *in;
+	h_rec *r = h_start_pending_read(f, sv, 64, &in);
 	h_settle(f, 50);
 	assert_int_equal(atomic_load(&r->calls), 0);
 	h_close(f, sv[1]);
@@ -639,10 +637,8 @@ static void cancel_pending_read(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *in = h_alloc(f, 64);
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	char *in;
+	h_rec *r = h_start_pending_read(f, sv, 64, &in);
 	h_settle(f, 20); /* let a shared leader really start it */
 	assert_int_equal(atomic_load(&r->calls), 0);
 	assert_int_equal(px_cancel(f->px, sv[1]), 1);
@@ -654,13 +650,8 @@ static void cancel_pending_read(void **state)
 
 	/* The descriptor still works, and no stale read steals its data. */
 	assert_int_equal(px_cancel(f->px, sv[1]), 0);
-	assert_int_equal(write(sv[0], "xyz", 3), 3);
-	h_rec *r2 = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r2), 0);
-	h_wait_rec(f, r2, 5000, "a read after the cancel");
-	assert_int_equal(r2->c.error, 0);
-	assert_int_equal(r2->c.bytes, 3);
-	assert_memory_equal(in, "xyz", 3);
+	h_assert_reads_back(f, sv[0], sv[1], in, 64, "xyz",
+			    "a read after the cancel");
 	assert_int_equal(atomic_load(&r->calls), 1);
 }
 
@@ -669,10 +660,8 @@ static void cancel_right_after_start(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *in = h_alloc(f, 64);
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 64, h_rec_cb, r), 0);
+	char *in;
+	h_rec *r = h_start_pending_read(f, sv, 64, &in);
 	assert_int_equal(px_cancel(f->px, sv[1]), 1);
 	h_wait_rec(f, r, 5000, "the cancelled read");
 	h_settle(f, 30);
@@ -819,10 +808,8 @@ static void post_wakes_blocked_thread(void **state)
 
 	/* With a read pending, so the thread waits in the OS as leader. */
 	int sv[2];
-	h_socketpair(f, sv);
-	char *in = h_alloc(f, 8);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 8, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = h_start_pending_read(f, sv, 8, &in);
 	b = blocked_start(f);
 	r = h_rec_new(f);
 	t0 = h_now_ns();
@@ -1286,10 +1273,8 @@ static void stop_wakes_and_refuses(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *in = h_alloc(f, 8);
-	h_rec *rd = h_rec_new(f), *never = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], in, 8, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = h_start_pending_read(f, sv, 8, &in), *never = h_rec_new(f);
 	blocked *b = blocked_start(f);
 	assert_int_equal(px_stop(f->px), 0);
 	blocked_join(b, f->px, WAKE_BOUND_MS, "px_stop");

@@ -29,59 +29,6 @@
 
 #include "harness.h"
 
-/* ------------------------------------------------------------------ */
-/* Event-loop threads                                                   */
-/* ------------------------------------------------------------------ */
-
-enum { MAX_LOOPS = 4 };
-
-static struct {
-	px_proactor *px;
-	pthread_t th[MAX_LOOPS];
-	int n;
-	atomic_int stop;
-	atomic_int error;          /* a px_handle_events error, or 0 */
-} g_loops;
-
-static void *loop_main(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&g_loops.stop)) {
-		int rc = px_handle_events(g_loops.px, 10);
-		if (rc < 0 && rc != -ESHUTDOWN) {
-			atomic_store(&g_loops.error, rc);
-			break;
-		}
-	}
-	return NULL;
-}
-
-/* n threads run px_handle_events until loops_stop. */
-static void loops_start(h_fx *f, int n)
-{
-	assert_true(n <= MAX_LOOPS && g_loops.n == 0);
-	g_loops.px = f->px;
-	atomic_store(&g_loops.stop, 0);
-	atomic_store(&g_loops.error, 0);
-	for (int i = 0; i < n; i++) {
-		if (pthread_create(&g_loops.th[i], NULL, loop_main, NULL))
-			fail_msg("pthread_create failed");
-		g_loops.n = i + 1;
-	}
-}
-
-static void loops_stop(void)
-{
-	atomic_store(&g_loops.stop, 1);
-	for (int i = 0; i < g_loops.n; i++)
-		pthread_join(g_loops.th[i], NULL);
-	g_loops.n = 0;
-	int err = atomic_load(&g_loops.error);
-	if (err)
-		fail_msg("px_handle_events returned %d (%s) in a loop thread",
-			 err, px_strerror(err));
-}
-
 static void storm_stop(void);
 
 /* The harness teardown, after the loop threads are gone (px_destroy
@@ -89,10 +36,7 @@ static void storm_stop(void);
 static int fx_teardown(void **state)
 {
 	storm_stop();
-	atomic_store(&g_loops.stop, 1);
-	for (int i = 0; i < g_loops.n; i++)
-		pthread_join(g_loops.th[i], NULL);
-	g_loops.n = 0;
+	h_loops_join();
 	return h_teardown(state);
 }
 
@@ -181,7 +125,7 @@ static void cancel_races_deferred_start(void **state)
 		assert_int_equal(px_read_stream(f->px, hold[i][1], rbuf + 8, 8,
 						h_rec_cb, &hrec[i]), 0);
 	}
-	loops_start(f, 2);
+	h_loops_start(f, 2, true);
 	for (int i = 0; i < RACE_ROUNDS; i++) {
 		int a[2], b[2];
 		h_rec *rd = &recs[0], *wr = &recs[1];
@@ -215,7 +159,7 @@ static void cancel_races_deferred_start(void **state)
 		close(b[0]);
 		close(b[1]);
 		if (lost || zero) {
-			loops_stop();
+			h_loops_stop();
 			fail_msg("round %d: px_cancel returned %d for a pending "
 				 "deferred write; the write %s (engine '%s')",
 				 i, n, lost ? "never completed" : "completed later",
@@ -234,7 +178,7 @@ static void cancel_races_deferred_start(void **state)
 		assert_int_equal(px_cancel(f->px, hold[i][1]), 1);
 		assert_true(wait_flag(&hrec[i].done, 5000));
 	}
-	loops_stop();
+	h_loops_stop();
 	/* Late duplicate callbacks would land in recs. */
 	h_settle(f, 20);
 	assert_int_equal(atomic_load(&recs[0].calls), 1);
@@ -532,10 +476,8 @@ static void close_pending_then_cancel(void **state)
 {
 	h_fx *f = *state;
 	int sv[2];
-	h_socketpair(f, sv);
-	char *buf = h_alloc(f, 64);
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], buf, 64, h_rec_cb, r), 0);
+	char *buf;
+	h_rec *r = h_start_pending_read(f, sv, 64, &buf);
 	h_settle(f, 20);
 	int fd = sv[1];
 	h_close(f, fd);
@@ -571,7 +513,7 @@ static void cancel_races_completion(void **state)
 	h_rec *r = h_rec_new(f);
 	int cancelled = 0, completed = 0;
 
-	loops_start(f, 2);
+	h_loops_start(f, 2, true);
 	for (int i = 0; i < RACE2_ROUNDS; i++) {
 		int sv[2];
 		memset(r, 0, sizeof *r);
@@ -590,7 +532,7 @@ static void cancel_races_completion(void **state)
 		close(sv[0]);
 		close(sv[1]);
 		if (!ok) {
-			loops_stop();
+			h_loops_stop();
 			fail_msg("round %d: the read never completed (cancel "
 				 "returned %d)", i, n);
 		}
@@ -605,7 +547,7 @@ static void cancel_races_completion(void **state)
 			completed++;
 		}
 	}
-	loops_stop();
+	h_loops_stop();
 	h_settle(f, 20);
 	assert_int_equal(atomic_load(&r->calls), 1);
 	print_message("cancel vs completion: %d cancelled, %d completed\n",
@@ -976,7 +918,7 @@ static void run_echo(h_fx *f, int n, int ms)
 	while (atomic_load(&g_e_done) < atomic_load(&g_e_starts) &&
 	       h_now_ms() < dl)
 		h_sleep_ms(2);
-	loops_stop();
+	h_loops_stop();
 	h_settle(f, 20);
 	uint64_t bytes = 0;
 	for (int i = 0; i < n; i++) {
@@ -1053,7 +995,7 @@ static void eintr_storm(void **state)
 	g_storm.on = true;
 	struct itimerspec its = {{0, 100000}, {0, 100000}}; /* 10 kHz */
 	assert_int_equal(timer_settime(g_storm.tm, 0, &its, NULL), 0);
-	loops_start(f, 2);
+	h_loops_start(f, 2, true);
 	run_echo(f, 8, 700);
 	storm_stop();
 }
@@ -1228,7 +1170,7 @@ static void max_aio_load(void **state)
 		ss[i].qw = b[1];
 		ss[i].seed = 0x10adu * (uint32_t)(i + 1);
 	}
-	loops_start(f, 2);
+	h_loops_start(f, 2, true);
 	for (int i = 0; i < L_SESS; i++) {
 		l_read(f->px, &ss[i]);
 		l_write(f->px, &ss[i]);
@@ -1238,7 +1180,7 @@ static void max_aio_load(void **state)
 	while (atomic_load(&g_l_done) < atomic_load(&g_l_starts) &&
 	       h_now_ms() < dl)
 		h_sleep_ms(2);
-	loops_stop();
+	h_loops_stop();
 	h_settle(f, 20);
 	for (int i = 0; i < L_SESS; i++) {
 		lsess *s = &ss[i];

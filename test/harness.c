@@ -245,6 +245,61 @@ void h_assert_usable(h_fx *f)
 
 /* ------------------------------------------------------------------ */
 
+static struct {
+	px_proactor *px;
+	pthread_t th[H_MAX_LOOPS];
+	int n;
+	bool shutdown_ok;
+	atomic_int stop;
+	atomic_int error;          /* a px_handle_events error, or 0 */
+} h_loops;
+
+static void *h_loop_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&h_loops.stop)) {
+		int rc = px_handle_events(h_loops.px, 10);
+		if (rc < 0 && !(rc == -ESHUTDOWN && h_loops.shutdown_ok)) {
+			atomic_store(&h_loops.error, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+void h_loops_start(h_fx *f, int n, bool shutdown_ok)
+{
+	assert_true(n <= H_MAX_LOOPS && h_loops.n == 0);
+	h_loops.px = f->px;
+	h_loops.shutdown_ok = shutdown_ok;
+	atomic_store(&h_loops.stop, 0);
+	atomic_store(&h_loops.error, 0);
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&h_loops.th[i], NULL, h_loop_main, NULL))
+			fail_msg("pthread_create failed");
+		h_loops.n = i + 1;
+	}
+}
+
+void h_loops_join(void)
+{
+	atomic_store(&h_loops.stop, 1);
+	for (int i = 0; i < h_loops.n; i++)
+		pthread_join(h_loops.th[i], NULL);
+	h_loops.n = 0;
+}
+
+void h_loops_stop(void)
+{
+	h_loops_join();
+	int err = atomic_load(&h_loops.error);
+	if (err)
+		fail_msg("px_handle_events returned %d (%s) in a loop thread",
+			 err, px_strerror(err));
+}
+
+/* ------------------------------------------------------------------ */
+
 h_rec *h_rec_new(h_fx *f) { return h_alloc(f, sizeof(h_rec)); }
 
 void h_rec_cb(const px_completion *c)
@@ -316,6 +371,31 @@ int h_port_of(int fd)
 		return -1;
 	return ntohs(a.sin_port);
 }
+
+h_rec *h_start_pending_read(h_fx *f, int sv[2], size_t len, char **buf)
+{
+	h_socketpair(f, sv);
+	*buf = h_alloc(f, len);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], *buf, len, h_rec_cb, r), 0);
+	return r;
+}
+
+void h_assert_reads_back(h_fx *f, int wfd, int rfd, char *buf, size_t len,
+			 const char *text, const char *what)
+{
+	size_t n = strlen(text);
+
+	assert_int_equal(write(wfd, text, n), (ssize_t)n);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, rfd, buf, len, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, what);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, n);
+	assert_memory_equal(buf, text, n);
+}
+
+/* ------------------------------------------------------------------ */
 
 static uint64_t h_mix(uint64_t x)
 {

@@ -1,6 +1,7 @@
 /*
  * harness.h - shared helpers of the per-engine test programs
- * (conformance, bad_input, stress).
+ * (conformance with bad_input, op_timeout and vectored; close; fault).
+ * stress and load, which are not cmocka programs, use only the clock.
  *
  * Every engine test program takes the engine configuration text as argv[1].
  * harness_engine_init() parses it, checks that this kernel offers the engine
@@ -103,6 +104,26 @@ void h_settle(h_fx *f, int ms);
 void h_assert_usable(h_fx *f);
 
 /* ------------------------------------------------------------------ */
+/* Event-loop threads                                                   */
+/* ------------------------------------------------------------------ */
+
+#define H_MAX_LOOPS 4
+
+/*
+ * Start n threads (at most H_MAX_LOOPS, none running yet) that call
+ * px_handle_events(f->px, 10) until h_loops_stop.  A thread that gets an
+ * error stops and keeps it for h_loops_stop; -ESHUTDOWN (after px_stop)
+ * is not an error when shutdown_ok.
+ */
+void h_loops_start(h_fx *f, int n, bool shutdown_ok);
+/* Stop and join the threads; fail the test if one got an error. */
+void h_loops_stop(void);
+/* Stop and join the threads without a verdict (for teardowns, which must
+ * run before h_teardown: px_destroy refuses while threads are inside
+ * px_handle_events). */
+void h_loops_join(void);
+
+/* ------------------------------------------------------------------ */
 /* Completion records                                                   */
 /* ------------------------------------------------------------------ */
 
@@ -139,6 +160,25 @@ void h_pipe(h_fx *f, int p[2]);
 int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr);
 /* The port of a bound socket (host order). */
 int h_port_of(int fd);
+
+/* ------------------------------------------------------------------ */
+/* Common steps                                                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Start a read of up to len bytes on sv[1] of a new tracked socketpair sv,
+ * into fixture memory (*buf).  Nothing is written, so it stays pending.
+ * Returns its record.
+ */
+h_rec *h_start_pending_read(h_fx *f, int sv[2], size_t len, char **buf);
+
+/*
+ * Write text to wfd, and read it from rfd into buf (room for len bytes)
+ * with a new read: it must come back whole and unchanged -- the descriptor
+ * still works, and no earlier read left behind takes the data.
+ */
+void h_assert_reads_back(h_fx *f, int wfd, int rfd, char *buf, size_t len,
+			 const char *text, const char *what);
 
 /* Fill buf with a pattern depending on seed and position. */
 void h_pattern(uint8_t *buf, size_t len, uint32_t seed, uint64_t pos);

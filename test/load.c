@@ -44,7 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proactor.h"
+#include "harness.h"  /* h_now_ns, h_sleep_ms */
 
 enum { BLOCK = 1024, NTHREADS = 2, PER_SESSION = 3 };
 
@@ -67,20 +67,6 @@ static atomic_int g_stop, g_loop_stop, g_loop_error;
 static atomic_long g_starts, g_done;
 static atomic_int g_ended;
 static const char *g_side = "load";
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 static long rss_kib(void)
 {
@@ -286,11 +272,11 @@ static void *loop_main(void *arg)
 
 static bool wait_done(int ms)
 {
-	uint64_t dl = now_ns() + (uint64_t)ms * 1000000u;
+	uint64_t dl = h_now_ns() + (uint64_t)ms * 1000000u;
 	while (atomic_load(&g_done) < atomic_load(&g_starts)) {
-		if (now_ns() > dl)
+		if (h_now_ns() > dl)
 			return false;
-		sleep_ms(2);
+		h_sleep_ms(2);
 	}
 	return true;
 }
@@ -456,18 +442,18 @@ static int client_main(const char *text, const struct sockaddr_in *a,
 		return 1;
 	if (loops_start() < 0)
 		return 1;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = h_now_ns();
 	for (int i = 0; i < g_n; i++) {
 		client_read(&g_s[i]);
 		client_write(&g_s[i]);
 	}
 	uint64_t run_ns = (uint64_t)(seconds * 1e9);
-	while (now_ns() - t0 < run_ns && !atomic_load(&g_loop_error))
-		sleep_ms(10);
+	while (h_now_ns() - t0 < run_ns && !atomic_load(&g_loop_error))
+		h_sleep_ms(10);
 	atomic_store(&g_stop, 1);
-	double elapsed = (double)(now_ns() - t0) / 1e9;
+	double elapsed = (double)(h_now_ns() - t0) / 1e9;
 	int failures = 0;
-	uint64_t dl = now_ns() + 30ull * 1000000000u;
+	uint64_t dl = h_now_ns() + 30ull * 1000000000u;
 	for (;;) {
 		bool all = true;
 		for (int i = 0; i < g_n && all; i++)
@@ -475,19 +461,19 @@ static int client_main(const char *text, const struct sockaddr_in *a,
 			    atomic_load(&g_s[i].roff) != atomic_load(&g_s[i].woff) ||
 			    atomic_load(&g_s[i].error))
 				all = false;
-		if (all || now_ns() > dl)
+		if (all || h_now_ns() > dl)
 			break;
-		sleep_ms(5);
+		h_sleep_ms(5);
 	}
 	/* Close down: shut the write side; the server shuts its own on end
 	 * of stream, which ends each client's last read. */
 	for (int i = 0; i < g_n; i++)
 		shutdown(g_s[i].cfd, SHUT_WR);
-	dl = now_ns() + 30ull * 1000000000u;
+	dl = h_now_ns() + 30ull * 1000000000u;
 	while ((atomic_load(&g_ended) < g_n ||
 		atomic_load(&g_done) < atomic_load(&g_starts)) &&
-	       now_ns() < dl && !atomic_load(&g_loop_error))
-		sleep_ms(5);
+	       h_now_ns() < dl && !atomic_load(&g_loop_error))
+		h_sleep_ms(5);
 	if (atomic_load(&g_ended) != g_n) {
 		printf("%s: FAIL: %d of %d clients saw the server's end of "
 		       "stream\n", g_side, atomic_load(&g_ended), g_n);
@@ -603,7 +589,7 @@ int main(int argc, char **argv)
 	close(up[1]);
 	close(go[0]);
 	g_side = "load(server)";
-	uint64_t t_setup = now_ns();
+	uint64_t t_setup = h_now_ns();
 	char b;
 	if (accept_all(l) < 0 || read(up[0], &b, 1) != 1) {
 		kill(pid, SIGKILL);
@@ -611,7 +597,7 @@ int main(int argc, char **argv)
 	}
 	close(l);
 	printf("load: %d loopback connections in %.2f s\n", g_n,
-	       (double)(now_ns() - t_setup) / 1e9);
+	       (double)(h_now_ns() - t_setup) / 1e9);
 	if (create_px(argv[1]) < 0 || loops_start() < 0) {
 		kill(pid, SIGKILL);
 		return 1;
@@ -628,7 +614,7 @@ int main(int argc, char **argv)
 			kill(pid, SIGKILL);
 			return 1;
 		}
-	sleep_ms(200);
+	h_sleep_ms(200);
 	long rss1 = rss_kib();
 	long pending1 = atomic_load(&g_starts) - atomic_load(&g_done);
 	double per_op = pending1 > 0 ? (double)(rss1 - rss0) * 1024.0 / (double)pending1 : 0;
@@ -650,11 +636,11 @@ int main(int argc, char **argv)
 		kill(pid, SIGKILL);
 		return 1;
 	}
-	uint64_t dl = now_ns() + (uint64_t)(seconds * 1e9) + 90ull * 1000000000u;
+	uint64_t dl = h_now_ns() + (uint64_t)(seconds * 1e9) + 90ull * 1000000000u;
 	while ((atomic_load(&g_ended) < g_n ||
 		atomic_load(&g_done) < atomic_load(&g_starts)) &&
-	       now_ns() < dl && !atomic_load(&g_loop_error))
-		sleep_ms(10);
+	       h_now_ns() < dl && !atomic_load(&g_loop_error))
+		h_sleep_ms(10);
 	if (atomic_load(&g_ended) != g_n) {
 		printf("%s: FAIL: %d of %d sessions saw the client close\n",
 		       g_side, atomic_load(&g_ended), g_n);

@@ -41,7 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proactor.h"
+#include "harness.h"  /* h_now_ns, h_sleep_ms */
 
 enum { NSESS = 64, NTHREADS = 4, WSLOTS = 2 };
 
@@ -98,20 +98,6 @@ static atomic_int g_stopping, g_done, g_loop_error;
 static atomic_int g_shutting; /* reads are being cancelled on purpose */
 
 /* ------------------------------------------------------------------ */
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 /* The stream of a session: 8 bytes per mixed word. */
 static inline uint64_t pat_word(uint32_t seed, uint64_t w)
@@ -566,7 +552,7 @@ int main(int argc, char **argv)
 		}
 
 	/* Start everything from this thread while the loop threads run. */
-	uint64_t t0 = now_ns();
+	uint64_t t0 = h_now_ns();
 	for (int i = 0; i < NSESS; i++) {
 		session *s = &g_sess[i];
 		if (!counted(px_read_stream(g_px, s->sfd, s->sbuf, s->scap,
@@ -583,29 +569,29 @@ int main(int argc, char **argv)
 		idle_read_start(i);
 	int failures = 0;
 	uint64_t run_ns = (uint64_t)(seconds * 1e9);
-	while (now_ns() - t0 < run_ns && !atomic_load(&g_loop_error)) {
-		sleep_ms(3);
+	while (h_now_ns() - t0 < run_ns && !atomic_load(&g_loop_error)) {
+		h_sleep_ms(3);
 		if (failures < 5)
 			failures += check_stats("under load");
 	}
 	atomic_store(&g_stopping, 1);
-	double elapsed = (double)(now_ns() - t0) / 1e9;
+	double elapsed = (double)(h_now_ns() - t0) / 1e9;
 
 	/* Drain: every block written, echoed and read back. */
-	uint64_t dl = now_ns() + 20ull * 1000000000u;
-	while (!drained() && now_ns() < dl && !atomic_load(&g_loop_error))
-		sleep_ms(5);
+	uint64_t dl = h_now_ns() + 20ull * 1000000000u;
+	while (!drained() && h_now_ns() < dl && !atomic_load(&g_loop_error))
+		h_sleep_ms(5);
 	if (!drained()) {
 		printf("stress: FAIL: the echoes did not drain within 20 s\n");
 		print_sessions();
 		failures++;
 	}
 	/* Now each session has exactly its two reads pending. */
-	dl = now_ns() + 5ull * 1000000000u;
+	dl = h_now_ns() + 5ull * 1000000000u;
 	while (atomic_load(&g_starts) - atomic_load(&g_completions) !=
 		       2 * NSESS &&
-	       now_ns() < dl)
-		sleep_ms(2);
+	       h_now_ns() < dl)
+		h_sleep_ms(2);
 	uint64_t pending =
 		atomic_load(&g_starts) - atomic_load(&g_completions);
 	if (pending != 2 * NSESS) {
@@ -657,10 +643,10 @@ int main(int argc, char **argv)
 		       cancelled, pending);
 		failures++;
 	}
-	dl = now_ns() + 10ull * 1000000000u;
+	dl = h_now_ns() + 10ull * 1000000000u;
 	while (atomic_load(&g_completions) < atomic_load(&g_starts) &&
-	       now_ns() < dl)
-		sleep_ms(2);
+	       h_now_ns() < dl)
+		h_sleep_ms(2);
 	if (atomic_load(&g_completions) != atomic_load(&g_starts)) {
 		printf("stress: FAIL: after cancel, %" PRIu64 " completions for "
 		       "%" PRIu64 " started operations\n",

@@ -34,6 +34,16 @@ static void make_items(item *it, int n)
 	}
 }
 
+/* n items with the values 0 .. n-1, pushed in that order on list, which
+ * is initialised first. */
+static void list_of_items(px_list *list, item *it, int n)
+{
+	make_items(it, n);
+	px_list_init(list);
+	for (int i = 0; i < n; i++)
+		px_list_push_back(list, &it[i].link);
+}
+
 /* The values of the list front to back, checked against want[]; also
  * walks backwards through prev and checks the count. */
 static void assert_list(const px_list *list, const int *want, int n)
@@ -110,11 +120,8 @@ static void pop_front_in_order(void **state)
 {
 	(void)state;
 	item it[5];
-	make_items(it, 5);
 	px_list list;
-	px_list_init(&list);
-	for (int i = 0; i < 5; i++)
-		px_list_push_back(&list, &it[i].link);
+	list_of_items(&list, it, 5);
 	for (int i = 0; i < 5; i++) {
 		px_link *l = px_list_pop_front(&list);
 		assert_non_null(l);
@@ -133,11 +140,8 @@ static void remove_first_middle_last(void **state)
 {
 	(void)state;
 	item it[5];
-	make_items(it, 5);
 	px_list list;
-	px_list_init(&list);
-	for (int i = 0; i < 5; i++)
-		px_list_push_back(&list, &it[i].link);
+	list_of_items(&list, it, 5);
 
 	px_list_remove(&list, &it[2].link);
 	assert_null(it[2].link.next);
@@ -171,11 +175,8 @@ static void remove_while_walking(void **state)
 {
 	(void)state;
 	item it[6];
-	make_items(it, 6);
 	px_list list;
-	px_list_init(&list);
-	for (int i = 0; i < 6; i++)
-		px_list_push_back(&list, &it[i].link);
+	list_of_items(&list, it, 6);
 	for (px_link *l = px_list_first(&list), *nx; l; l = nx) {
 		nx = px_list_next(&list, l);
 		if (item_of(l)->value % 2)
@@ -230,11 +231,8 @@ static void many_elements(void **state)
 	enum { N = 1000 };
 	item *it = calloc(N, sizeof *it);
 	assert_non_null(it);
-	make_items(it, N);
 	px_list list;
-	px_list_init(&list);
-	for (int i = 0; i < N; i++)
-		px_list_push_back(&list, &it[i].link);
+	list_of_items(&list, it, N);
 	assert_int_equal(px_list_count(&list), N);
 	for (int i = 0; i < N; i += 3)
 		px_list_remove(&list, &it[i].link);

@@ -49,10 +49,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "peer_util.h"
 
 #define PERIOD 65521u           /* prime: no block size divides it */
 #define RX_SIZE 65536
@@ -297,7 +298,6 @@ int main(int argc, char **argv)
 	const char *addr = "127.0.0.1";
 	struct sockaddr_in sa;
 	struct conn *conns;
-	struct rlimit rl;
 	uint64_t v, lo = UINT64_MAX, hi = 0;
 	double seconds = 2, t0, t1, end_time, t, warm_start, warmup;
 	long port = -1, nconns = 1;
@@ -366,10 +366,7 @@ int main(int argc, char **argv)
 		bad("-a wants an IPv4 address", addr);
 
 	signal(SIGPIPE, SIG_IGN);
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	peer_raise_nofile();
 	if (make_seq(block > RX_SIZE ? block : RX_SIZE) != 0 ||
 	    (conns = calloc((size_t)nconns, sizeof *conns)) == NULL) {
 		fprintf(stderr, "echo_load: out of memory\n");

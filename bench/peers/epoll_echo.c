@@ -34,10 +34,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "peer_util.h"
 
 #define BUF_SIZE 16384          /* as examples/echo_server.c */
 #define MAX_EVENTS 256
@@ -194,45 +195,15 @@ int main(int argc, char **argv)
 	struct sockaddr_in sa;
 	socklen_t sl = sizeof sa;
 	struct epoll_event ev, evs[MAX_EVENTS];
-	struct rlimit rl;
 	sigset_t set;
-	char *end;
-	int opt, ep, lfd, sfd, one = 1;
+	int ep, lfd, sfd, one = 1;
 	bool running = true;
 
-	while ((opt = getopt(argc, argv, "p:b:h")) != -1) {
-		switch (opt) {
-		case 'p':
-			errno = 0;
-			port = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || port < 0 || port > 65535) {
-				fprintf(stderr, "epoll_echo: bad port '%s'\n", optarg);
-				usage(stderr);
-				return 2;
-			}
-			break;
-		case 'b':
-			bind_addr = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "epoll_echo: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-
+	int status = peer_server_options(argc, argv, "epoll_echo", usage, &bind_addr, &port);
+	if (status >= 0)
+		return status;
 	/* Room for many connections, as far as the hard limit allows. */
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	peer_raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);

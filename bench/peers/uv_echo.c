@@ -22,10 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <uv.h>
+
+#include "peer_util.h"
 
 #define BUF_SIZE 16384          /* as examples/echo_server.c */
 #define NBUF 2
@@ -234,41 +235,13 @@ int main(int argc, char **argv)
 	long port = 7777;
 	struct sockaddr_in sa;
 	int namelen = sizeof sa;
-	struct rlimit rl;
-	char *end;
-	int opt, r;
+	int r;
 
-	while ((opt = getopt(argc, argv, "p:b:h")) != -1) {
-		switch (opt) {
-		case 'p':
-			errno = 0;
-			port = strtol(optarg, &end, 10);
-			if (errno || end == optarg || *end || port < 0 || port > 65535) {
-				fprintf(stderr, "uv_echo: bad port '%s'\n", optarg);
-				usage(stderr);
-				return 2;
-			}
-			break;
-		case 'b':
-			bind_addr = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "uv_echo: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
+	int status = peer_server_options(argc, argv, "uv_echo", usage, &bind_addr, &port);
+	if (status >= 0)
+		return status;
+	/* Room for many connections, as far as the hard limit allows. */
+	peer_raise_nofile();
 	signal(SIGPIPE, SIG_IGN);
 
 	loop = uv_default_loop();

@@ -1,0 +1,80 @@
+/*
+ * px_bench.c - see px_bench.h.
+ */
+#include "px_bench.h"
+
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int bench_px_create(const char *prog, const char *engine, px_proactor **px,
+		    char *name, size_t len)
+{
+	char err[256] = "";
+	int r = px_create(px, engine, err, sizeof err);
+
+	if (r < 0) {
+		fprintf(stderr, "%s: engine '%s': %s%s%s\n", prog,
+			engine != NULL ? engine : "auto", px_strerror(r),
+			err[0] != '\0' ? ": " : "", err);
+		return r == -ENOSYS ? BENCH_EXIT_SKIP :
+		       r == -EINVAL ? BENCH_EXIT_USAGE : BENCH_EXIT_CHECK;
+	}
+	snprintf(name, len, "%s", px_engine_name(*px));
+	fprintf(stderr, "%s: engine: %s\n", prog, name);
+	return BENCH_EXIT_OK;
+}
+
+/* One proactor and one program per process: the loop threads' shared
+ * arguments. */
+static struct {
+	const char *prog;
+	px_proactor *px;
+} bench_px_loop;
+
+static void *bench_px_loop_main(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		int r = px_handle_events(bench_px_loop.px, 100);
+
+		if (r == -ESHUTDOWN)
+			break;
+		if (r < 0) {
+			fprintf(stderr, "%s: px_handle_events: %s\n",
+				bench_px_loop.prog, px_strerror(r));
+			break;
+		}
+	}
+	return NULL;
+}
+
+int bench_px_start_loops(const char *prog, px_proactor *px, pthread_t *th,
+			 int n)
+{
+	bench_px_loop.prog = prog;
+	bench_px_loop.px = px;
+	for (int i = 0; i < n; i++) {
+		int r = pthread_create(&th[i], NULL, bench_px_loop_main, NULL);
+
+		if (r != 0) {
+			fprintf(stderr, "%s: pthread_create: %s\n", prog, strerror(r));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void bench_px_finish(const char *prog, px_proactor *px, pthread_t *th, int n)
+{
+	int r;
+
+	px_stop(px);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	r = px_destroy(px);
+	if (r < 0)
+		fprintf(stderr, "%s: px_destroy: %s\n", prog, px_strerror(r));
+}

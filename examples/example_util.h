@@ -1,0 +1,316 @@
+/*
+ * example_util.h - the plumbing the example programs share, so that each
+ * example's own file shows what it does with the proactor.
+ *
+ * Everything here is static inline: each example compiles its own copy and
+ * needs no extra object.  It uses only the public API (proactor.h).
+ *
+ *   ex_number()       a whole decimal number within bounds (option values)
+ *   ex_create()       px_create() with a message on failure
+ *   ex_listen()       a listening TCP socket on an address and port
+ *   struct ex_server  a TCP server: one accept kept pending on the
+ *                     listening socket, with a back-off when out of
+ *                     descriptors; ex_serve() runs it on THREADS threads
+ *                     until SIGINT or SIGTERM (SIGUSR1 prints statistics)
+ */
+#ifndef EXAMPLE_UTIL_H
+#define EXAMPLE_UTIL_H
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proactor.h"
+
+#define EX_MAX_THREADS 256
+#define EX_ACCEPT_RETRY_NS (100u * 1000u * 1000u) /* after EMFILE and the like */
+
+/* A whole decimal number from lo to hi, or -1. */
+static inline long ex_number(const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+
+	if (!*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || *end || v < lo || v > hi)
+		return -1;
+	return v;
+}
+
+/* px_create(), saying why it failed (as "PROG: cannot create ..."). */
+static inline int ex_create(px_proactor **px, const char *config,
+			    const char *prog)
+{
+	char err[512];
+	int rc = px_create(px, config, err, sizeof(err));
+
+	if (rc < 0)
+		fprintf(stderr, "%s: cannot create the proactor: %s (%s)\n", prog,
+			err[0] ? err : px_strerror(rc), px_strerror(rc));
+	return rc;
+}
+
+/*
+ * A TCP socket listening on addr (NULL: all addresses) and port (0: any
+ * free one), close-on-exec; name receives "ADDRESS port N" as bound.
+ * Returns the descriptor, or -1 after a message on stderr.
+ */
+static inline int ex_listen(const char *prog, const char *addr,
+			    const char *port, char *name, size_t len)
+{
+	struct addrinfo hints, *res, *ai;
+	int fd = -1, rc, one = 1;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+	rc = getaddrinfo(addr, port, &hints, &res);
+	if (rc) {
+		fprintf(stderr, "%s: %s port %s: %s\n", prog, addr ? addr : "*",
+			port, gai_strerror(rc));
+		return -1;
+	}
+	for (ai = res; ai; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC,
+			    ai->ai_protocol);
+		if (fd < 0)
+			continue;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+		    listen(fd, SOMAXCONN) == 0)
+			break;
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(res);
+	if (fd < 0) {
+		fprintf(stderr, "%s: cannot listen on %s port %s: %s\n", prog,
+			addr ? addr : "*", port, strerror(errno));
+		return -1;
+	}
+
+	/* The address and port actually bound (port 0 picks one). */
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[NI_MAXHOST], serv[NI_MAXSERV];
+	if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    getnameinfo((struct sockaddr *)&ss, sl, host, sizeof(host), serv,
+			sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+		snprintf(name, len, "%s port %s", host, serv);
+	else
+		snprintf(name, len, "port %s", port);
+	return fd;
+}
+
+/* ------------------------------------------------------------------ */
+
+/*
+ * A TCP server.  The example fills in prog and on_conn (and counts, if it
+ * has counters of its own to print) and calls ex_serve(); on_conn runs in
+ * a callback for each accepted connection and owns its descriptor.  The
+ * example keeps `open` up to date itself (the connections it holds).
+ */
+struct ex_server {
+	const char *prog;       /* for messages: "PROG: ..." */
+	void (*on_conn)(struct ex_server *s, int fd);
+	void (*counts)(struct ex_server *s); /* optional: printed first in
+	                                        the statistics, ending "; " */
+	px_proactor *px;
+	int lfd;
+	atomic_ulong accepted;  /* connections accepted */
+	atomic_ulong open;      /* connections not yet closed */
+	atomic_bool paused;     /* accepts back off after EMFILE and the like */
+};
+
+static inline void ex_on_accept(const px_completion *c);
+
+static inline void ex_accept_again(struct ex_server *s)
+{
+	int rc = px_accept(s->px, s->lfd, ex_on_accept, s);
+
+	if (rc < 0 && rc != -ESHUTDOWN)
+		fprintf(stderr, "%s: accept: %s; no longer accepting\n", s->prog,
+			px_strerror(rc));
+}
+
+static inline void ex_on_accept_retry(const px_completion *c)
+{
+	if (c->error == 0)
+		ex_accept_again(c->user);
+}
+
+static inline void ex_on_accept(const px_completion *c)
+{
+	struct ex_server *s = c->user;
+
+	switch (c->error) {
+	case 0:
+		break;
+	case ECANCELED:
+	case ESHUTDOWN:
+		return;         /* stopping */
+	case EMFILE:
+	case ENFILE:
+	case ENOBUFS:
+	case ENOMEM:
+		/* Out of descriptors or memory: give the connections being
+		 * served a moment to close some before trying again (an
+		 * accept re-armed at once would fail at once, and spin).
+		 * Said once per episode, not per retry. */
+		if (!atomic_exchange(&s->paused, true))
+			fprintf(stderr, "%s: accept: %s; pausing accepts, "
+				"retrying every %u ms\n", s->prog,
+				px_strerror(c->error), EX_ACCEPT_RETRY_NS / 1000000u);
+		if (px_timer_start(s->px, EX_ACCEPT_RETRY_NS, ex_on_accept_retry,
+				   s) < 0)
+			ex_accept_again(s);
+		return;
+	default:
+		/* ECONNABORTED and friends concern one connection only. */
+		ex_accept_again(s);
+		return;
+	}
+
+	if (atomic_exchange(&s->paused, false))
+		fprintf(stderr, "%s: accepting again\n", s->prog);
+	atomic_fetch_add(&s->accepted, 1);
+	/* Accept again first, so that the next connection does not wait
+	 * for this one's setup. */
+	ex_accept_again(s);
+	s->on_conn(s, c->new_fd);
+}
+
+/* px_stats as one line on stdout, after the example's own counts. */
+static inline void ex_print_stats(struct ex_server *s, const char *when)
+{
+	struct px_stats st;
+
+	if (px_stats(s->px, &st) < 0)
+		return;
+	printf("%s: stats %s: ", s->prog, when);
+	if (s->counts)
+		s->counts(s);
+	printf("operations started %llu, deferred %llu, "
+	       "completed %llu, cancelled %llu, timed out %llu, in flight %llu; "
+	       "leader turns %llu, leader interrupts %llu, follower wake-ups "
+	       "%llu; leaders waited %.3f s, followers slept %.3f s, callbacks "
+	       "took %.3f s\n",
+	       (unsigned long long)st.started,
+	       (unsigned long long)st.deferred, (unsigned long long)st.completed,
+	       (unsigned long long)st.cancelled, (unsigned long long)st.timed_out,
+	       (unsigned long long)st.in_flight,
+	       (unsigned long long)st.leader_turns,
+	       (unsigned long long)st.leader_interrupts,
+	       (unsigned long long)st.follower_wakeups, (double)st.wait_ns / 1e9,
+	       (double)st.follower_sleep_ns / 1e9, (double)st.dispatch_ns / 1e9);
+	fflush(stdout);
+}
+
+/* A thread of the event loop: runs until px_stop(). */
+static inline void *ex_worker(void *arg)
+{
+	struct ex_server *s = arg;
+	int rc;
+
+	while ((rc = px_handle_events(s->px, -1)) >= 0)
+		;
+	if (rc != -ESHUTDOWN) {
+		fprintf(stderr, "%s: px_handle_events: %s\n", s->prog,
+			px_strerror(rc));
+		kill(getpid(), SIGTERM);  /* let main shut everything down */
+	}
+	return NULL;
+}
+
+/*
+ * Run the server: create the proactor from config, listen on bind_addr
+ * and port, keep one accept pending, and run px_handle_events() on
+ * nthreads threads (1 to EX_MAX_THREADS).  Prints "PROG: engine "NAME"
+ * DOING on ADDRESS port N, T threads" once serving.  SIGUSR1 prints the
+ * statistics; SIGINT or SIGTERM stops: px_stop(), join the threads, print
+ * the statistics, and px_destroy() completes (cancels) what is still
+ * pending, which closes the remaining connections.  Returns the exit
+ * status: 0 after a clean stop, 1 on failure.
+ */
+static inline int ex_serve(struct ex_server *s, const char *config,
+			   const char *bind_addr, const char *port,
+			   long nthreads, const char *doing)
+{
+	pthread_t threads[EX_MAX_THREADS];
+	char where[NI_MAXHOST + NI_MAXSERV + 16];
+	sigset_t stop_set;	/* SIGINT, SIGTERM; and SIGUSR1 for statistics */
+	int rc, sig;
+
+	/* Only main takes SIGINT/SIGTERM (with sigwait): block them before
+	 * any thread exists, so every thread inherits the mask.  A peer that
+	 * goes away must not kill us with SIGPIPE. */
+	sigemptyset(&stop_set);
+	sigaddset(&stop_set, SIGINT);
+	sigaddset(&stop_set, SIGTERM);
+	sigaddset(&stop_set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	s->lfd = -1;
+	if (ex_create(&s->px, config, s->prog) < 0)
+		return 1;
+	s->lfd = ex_listen(s->prog, bind_addr, port, where, sizeof(where));
+	if (s->lfd < 0) {
+		px_destroy(s->px);
+		return 1;
+	}
+	rc = px_accept(s->px, s->lfd, ex_on_accept, s);
+	if (rc < 0) {
+		fprintf(stderr, "%s: accept: %s\n", s->prog, px_strerror(rc));
+		px_destroy(s->px);
+		close(s->lfd);
+		return 1;
+	}
+
+	long started = 0;
+	for (; started < nthreads; started++) {
+		rc = pthread_create(&threads[started], NULL, ex_worker, s);
+		if (rc) {
+			fprintf(stderr, "%s: pthread_create: %s\n", s->prog,
+				strerror(rc));
+			break;
+		}
+	}
+	if (started == nthreads) {
+		printf("%s: engine \"%s\" %s on %s, %ld thread%s\n", s->prog,
+		       px_engine_name(s->px), doing, where, nthreads,
+		       nthreads == 1 ? "" : "s");
+		fflush(stdout);
+		while (sigwait(&stop_set, &sig) == 0 && sig == SIGUSR1)
+			ex_print_stats(s, "now");
+	}
+
+	px_stop(s->px);
+	for (long i = 0; i < started; i++)
+		pthread_join(threads[i], NULL);
+	ex_print_stats(s, "at exit");
+	rc = px_destroy(s->px);
+	if (rc < 0)
+		fprintf(stderr, "%s: px_destroy: %s\n", s->prog, px_strerror(rc));
+	close(s->lfd);
+	printf("%s: stopped; %lu connection%s served, %lu left open\n", s->prog,
+	       (unsigned long)atomic_load(&s->accepted),
+	       atomic_load(&s->accepted) == 1 ? "" : "s",
+	       (unsigned long)atomic_load(&s->open));
+	return started == nthreads && rc == 0 ? 0 : 1;
+}
+
+#endif /* EXAMPLE_UTIL_H */
