@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int bench_px_create(const char *prog, const char *engine, px_proactor **px,
@@ -67,10 +68,31 @@ int bench_px_start_loops(const char *prog, px_proactor *px, pthread_t *th,
 	return 0;
 }
 
+/* The engine's own account of the run (px_stats), on stderr. */
+static void bench_px_print_stats(const char *prog, px_proactor *px)
+{
+	struct px_stats st;
+
+	if (px_stats(px, &st) < 0)
+		return;
+	fprintf(stderr,
+		"%s: stats: callbacks=%llu leader_turns=%llu "
+		"leader_interrupts=%llu wait_s=%.3f dispatch_s=%.3f "
+		"follower_wakeups=%llu follower_sleep_s=%.3f deferred=%llu\n",
+		prog, (unsigned long long)st.callbacks,
+		(unsigned long long)st.leader_turns,
+		(unsigned long long)st.leader_interrupts, st.wait_ns / 1e9,
+		st.dispatch_ns / 1e9, (unsigned long long)st.follower_wakeups,
+		st.follower_sleep_ns / 1e9, (unsigned long long)st.deferred);
+}
+
 void bench_px_finish(const char *prog, px_proactor *px, pthread_t *th, int n)
 {
 	int r;
+	const char *s = getenv("PX_BENCH_STATS");
 
+	if (s && *s && strcmp(s, "0") != 0)
+		bench_px_print_stats(prog, px);
 	px_stop(px);
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);

@@ -26,7 +26,9 @@ int bench_px_start_loops(const char *prog, px_proactor *px, pthread_t *th,
 			 int n);
 
 /* px_stop, join the n threads, px_destroy (which delivers what is still
- * pending); a message if px_destroy fails. */
+ * pending); a message if px_destroy fails.  With PX_BENCH_STATS set (and
+ * not "0"), first one line of px_stats on stderr: where the threads' time
+ * went (waiting in the OS, running callbacks, sleeping as followers). */
 void bench_px_finish(const char *prog, px_proactor *px, pthread_t *th, int n);
 
 #endif /* BENCH_PX_BENCH_H */
