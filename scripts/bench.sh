@@ -10,6 +10,9 @@
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
 #                               fio (~30 minutes; add --runs 3 for ~18)
+#   scripts/bench.sh --scaling  20/8192/8192 at 1 and 2 threads, default engine
+#                               and TP_Reactor: scaling, CPUs busy, context
+#                               switches (~1 minute; passed to bench/compare)
 #   scripts/bench.sh ARGS...    anything else is passed to bench/compare
 # Installs missing Debian packages first (as root).  Results (tables, CSV,
 # charts) go to results/DATE/.
