@@ -172,7 +172,10 @@ static ssize_t nb_other_write(const px_nbio_rules *rules, px_nbio *io,
 
 /* One read (wr false) or write of the cnt buffers of iov on a stream: the
  * socket call while it is, or may be, a socket (recv/send when single,
- * else recvmsg/sendmsg), else the calls above.  Bytes, or -errno. */
+ * else recvmsg/sendmsg), else the calls above.  Bytes, or -errno.  This is
+ * the epoll engine's hot path: inlined into the read and the write, each
+ * with its own wr, as when each had its own copy. */
+__attribute__((always_inline))
 static inline ssize_t nb_stream_io(const px_nbio_rules *rules, px_nbio *io,
 				   const struct iovec *iov, int cnt,
 				   bool single, bool wr)
