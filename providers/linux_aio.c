@@ -47,7 +47,7 @@
  * leader claims every operation whose poll fired in one batch of events
  * (la_priv.phase LA_BUSY; a cancel only marks it) and makes their calls
  * under one release of the mutex (la_run).  Each call works on a copy of
- * what is known of the descriptor (la_io), stored back afterwards.
+ * what is known of the descriptor (px_nbio), stored back afterwards.
  *
  * Reaping.  With file iocbs in the kernel a wait takes at most a quarter
  * of them (LA_REAP_SHARE), so their successors go in while the rest are
@@ -71,15 +71,13 @@
  * own result when their event arrives.
  *
  * Quirks:
- *   - Sockets use recv/send/recvfrom/sendto with MSG_DONTWAIT, so a
- *     blocking socket never blocks; sends add MSG_NOSIGNAL.  Other streams
- *     are recognised by ENOTSOCK: regular files are read and written
- *     plainly; pipes and terminals with preadv2/pwritev2 and RWF_NOWAIT
- *     (or, where refused, after a poll(0), writing at most PIPE_BUF), with
- *     SIGPIPE blocked around the write.  What a descriptor is is forgotten
+ *   - The calls after a poll are the shared ones of providers/nbio.c
+ *     (the readiness provider's too; its quirks are listed there), with
+ *     this provider's rules (la_nbio_rules): a single-buffer read or write
+ *     asks for at most LA_MAX_RW bytes, and a pipe or terminal whose kernel
+ *     refuses RWF_NOWAIT is always checked with poll(0) first and written
+ *     at most PIPE_BUF bytes at a time.  What a descriptor is is forgotten
  *     when it goes idle (its number may be reused).
- *   - accept makes a blocking listener O_NONBLOCK (and leaves it so);
- *     connect sets O_NONBLOCK only around connect(2).
  *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
  *     the first time the provider meets the number; afterwards such an
  *     operation fails in its completion.
@@ -87,20 +85,17 @@
  *     used up; create returns -EAGAIN and the class explains it.
  */
 #include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "linux_aio.h"
 #include "linux_aio_class.h"
+#include "nbio.h"
 
 /* The largest transfer one read or write performs (MAX_RW_COUNT). */
 #define LA_MAX_RW 0x7ffff000u
@@ -134,57 +129,36 @@ enum {
 /* Which list la_priv.slink is on. */
 enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL };
 
-/* What a stream descriptor is (la_fd.kind), learnt on first use. */
-enum {
-	LA_KIND_UNKNOWN = 0,
-	LA_KIND_SOCKET,
-	LA_KIND_FILE,      /* regular file or block device: always ready */
-	LA_KIND_NOWAIT,    /* RWF_NOWAIT keeps it from blocking */
-	LA_KIND_PLAIN,     /* no RWF_NOWAIT: poll(0), then read/write */
-};
-
-/* Progress of a connect. */
-enum { LA_CONN_NEW = 0, LA_CONN_PENDING };
-
-/* Outcome of one attempt at a stream operation. */
-enum { LA_TRY_AGAIN = 0, LA_TRY_DONE };
-
 typedef struct px_laio_fd {
 	px_fdq_entry fq;    /* one FIFO per direction */
 	unsigned inflight;  /* started here and not finished, any operation */
-	uint8_t kind;       /* LA_KIND_* */
+	uint8_t kind;       /* PX_NBIO_KIND_* */
+	uint8_t nbflags;    /* PX_NBIO_LISTENER_NB */
 	bool open_seen;     /* known to be open */
-	bool listener_nb;   /* accept: made O_NONBLOCK */
 	uint8_t rd_miss;    /* reads tried at start that found nothing, in a
 	                       row; a hint only, kept while idle */
 	uint8_t rd_skip;    /* read starts since the last such try */
 } la_fd;
 
-/* What the system calls of one operation need to know of its descriptor
- * and may learn: a copy of the entry's fields, taken under the mutex and
- * stored back after, so that a call made without the mutex shares nothing
- * with one on the other direction. */
-typedef struct la_io {
-	int fd;
-	uint8_t kind;
-	bool listener_nb;
-} la_io;
-
-static void la_io_load(la_io *io, const la_fd *fe)
+/* The system calls of one operation work on a copy of what is known of
+ * its descriptor (px_nbio), taken under the mutex and stored back after,
+ * so that a call made without the mutex shares nothing with one on the
+ * other direction. */
+static void la_io_load(px_nbio *io, const la_fd *fe)
 {
 	io->fd = fe->fq.fd;
 	io->kind = fe->kind;
-	io->listener_nb = fe->listener_nb;
+	io->flags = fe->nbflags;
 }
 
 /* Mutex held.  The entry is not idle (the operation is queued), so
  * nothing was forgotten meanwhile; later kinds only refine earlier ones
- * (socket, file, or RWF_NOWAIT downgraded to plain). */
-static void la_io_store(la_fd *fe, const la_io *io)
+ * (socket, file, or RWF_NOWAIT downgraded to blocking). */
+static void la_io_store(la_fd *fe, const px_nbio *io)
 {
 	if (io->kind > fe->kind)
 		fe->kind = io->kind;
-	fe->listener_nb |= io->listener_nb;
+	fe->nbflags |= io->flags;
 }
 
 struct la_priv {
@@ -193,15 +167,12 @@ struct la_priv {
 	la_fd *fe;
 	uint8_t phase;      /* LA_IDLE / LA_OP / LA_POLL */
 	uint8_t slist;      /* LA_NOLIST / LA_ON_PENDING / LA_ON_RECANCEL */
-	uint8_t conn;       /* LA_CONN_* */
+	uint8_t conn;       /* PX_NBIO_CONN_* */
 	bool cancel_req;    /* a cancel was asked for */
 	bool in_start;      /* its start is submitting without the mutex */
 	bool early;         /* ... and it finished meanwhile */
-	bool write_all;     /* PX_RF_WRITE_ALL, copied at start: the calls run
-	                       without the mutex, and r->flags is not theirs
-	                       (the processor marks PX_RF_CANCEL there) */
-	uint8_t tried;      /* LA_BUSY: what the call gave (LA_TRY_*) */
-	la_io io;           /* LA_BUSY: the descriptor, for the call */
+	uint8_t tried;      /* LA_BUSY: what the call gave (PX_NBIO_*) */
+	px_nbio io;         /* LA_BUSY: the descriptor, for the call */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -228,376 +199,22 @@ static bool la_does(px_op op)
 }
 
 /* ------------------------------------------------------------------ */
-/* Stream system calls (mutex held)                                     */
+/* Stream system calls                                                  */
 /* ------------------------------------------------------------------ */
 
-/* io said ENOTSOCK: a file (always ready) or something to wait on? */
-static int la_classify(la_io *io)
+/* What the provider asks of the shared calls (nbio.h): single-buffer reads
+ * and writes of at most LA_MAX_RW bytes, and a stream whose kernel refuses
+ * RWF_NOWAIT is always polled with poll(0) first, O_NONBLOCK or not. */
+static const px_nbio_rules la_nbio_rules = {
+	.max_len = LA_MAX_RW,
+	.trust_nonblock = false,
+};
+
+/* Try r's system call once, on a copy of what is known of its descriptor
+ * (mutex held or not).  PX_NBIO_AGAIN, or finished: outputs set. */
+static int la_try(px_nbio *io, px_result *r)
 {
-	struct stat st;
-
-	if (fstat(io->fd, &st) < 0)
-		return -errno;
-	io->kind = S_ISREG(st.st_mode) || S_ISBLK(st.st_mode) ? LA_KIND_FILE
-							      : LA_KIND_NOWAIT;
-	return 0;
-}
-
-/* 1 if fd shows events (or an error or hang-up) now, 0 if not. */
-static int la_poll_now(int fd, short events)
-{
-	struct pollfd p = { .fd = fd, .events = events };
-	int n;
-
-	do {
-		n = poll(&p, 1, 0);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	if (n && (p.revents & POLLNVAL))
-		return -EBADF;
-	return n > 0;
-}
-
-/* One read or write on a stream that is not a socket.  Bytes, or -errno
- * (-EAGAIN: not ready). */
-static ssize_t la_other_io(la_io *io, const struct iovec *iov, int cnt, bool wr)
-{
-	int fd = io->fd;
-
-	for (;;) {
-		struct iovec one;
-		ssize_t n;
-		int rc;
-
-		if (io->kind == LA_KIND_NOWAIT) {
-			n = wr ? pwritev2(fd, iov, cnt, -1, RWF_NOWAIT)
-			       : preadv2(fd, iov, cnt, -1, RWF_NOWAIT);
-			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
-				io->kind = LA_KIND_PLAIN;
-				continue;
-			}
-		} else if (io->kind == LA_KIND_PLAIN) {
-			rc = la_poll_now(fd, wr ? POLLOUT : POLLIN);
-			if (rc <= 0)
-				return rc ? rc : -EAGAIN;
-			/* POLLOUT promises room for PIPE_BUF bytes, no more:
-			 * so the first buffer only, cut to that (a short
-			 * write). */
-			one = iov[0];
-			if (one.iov_len > PIPE_BUF)
-				one.iov_len = PIPE_BUF;
-			n = wr ? writev(fd, &one, 1) : readv(fd, iov, cnt);
-		} else {
-			n = wr ? writev(fd, iov, cnt) : readv(fd, iov, cnt);
-		}
-		if (n >= 0)
-			return n;
-		if (errno != EINTR)
-			return -errno;
-	}
-}
-
-/* A write to a pipe without reader raises SIGPIPE: keep it blocked in this
- * thread for the call, and take it off the pending set again unless it was
- * pending before. */
-static ssize_t la_other_write(la_io *io, const struct iovec *iov, int cnt)
-{
-	sigset_t pipe_set, old, pend;
-	bool was_pending = false;
-	ssize_t n;
-
-	if (io->kind == LA_KIND_FILE)
-		return la_other_io(io, iov, cnt, true);
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
-		was_pending = sigismember(&pend, SIGPIPE);
-	n = la_other_io(io, iov, cnt, true);
-	if (n == -EPIPE && !was_pending) {
-		const struct timespec zero = { 0, 0 };
-		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
-			;
-	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return n;
-}
-
-static int la_try_read_stream(la_io *io, px_result *r)
-{
-	size_t len = r->c.len > LA_MAX_RW ? LA_MAX_RW : r->c.len;
-	struct iovec one = { .iov_base = r->c.buf, .iov_len = len };
-	const struct iovec *iov = &one;
-	int cnt = 1;
-	bool vec = (r->flags & PX_RF_VECTORED) != 0;
-	ssize_t n;
-
-	/* Vectored: the kernel bounds the total itself (MAX_RW_COUNT). */
-	if (vec) {
-		iov = r->c.iov;
-		cnt = r->c.iovcnt;
-	}
-	if (io->kind <= LA_KIND_SOCKET) {
-		do {
-			if (!vec) {
-				n = recv(io->fd, r->c.buf, len, MSG_DONTWAIT);
-			} else {
-				struct msghdr m = { .msg_iov = (struct iovec *)iov,
-						    .msg_iovlen = (size_t)cnt };
-				n = recvmsg(io->fd, &m, MSG_DONTWAIT);
-			}
-		} while (n < 0 && errno == EINTR);
-		if (n >= 0 || errno != ENOTSOCK) {
-			io->kind = LA_KIND_SOCKET;
-			if (n < 0)
-				n = -errno;
-			goto out;
-		}
-		n = la_classify(io);
-		if (n < 0)
-			goto out;
-	}
-	n = la_other_io(io, iov, cnt, false);
-out:
-	if (n == -EAGAIN || n == -EWOULDBLOCK)
-		return LA_TRY_AGAIN;
-	if (n < 0)
-		px_result_finish(r, 0, (int)-n);
-	else
-		px_result_finish(r, (size_t)n, 0);
-	return LA_TRY_DONE;
-}
-
-static int la_try_write_stream(la_io *io, px_result *r)
-{
-	for (;;) {
-		/* What is left; of a vectored write, the caller's buffers
-		 * after the first done bytes (px_iov_rest: the array itself
-		 * is never changed). */
-		struct iovec one;
-		const struct iovec *iov = &one;
-		int cnt = 1;
-		ssize_t n;
-
-		if (r->flags & PX_RF_VECTORED) {
-			iov = px_iov_rest(r, r->done, &one, &cnt);
-		} else {
-			one.iov_base = (char *)r->c.buf + r->done;
-			one.iov_len = r->c.len - r->done;
-			if (one.iov_len > LA_MAX_RW)
-				one.iov_len = LA_MAX_RW;
-		}
-		size_t want = cnt == 1 ? iov->iov_len : r->c.len - r->done;
-		if (io->kind <= LA_KIND_SOCKET) {
-			do {
-				if (cnt == 1) {
-					n = send(io->fd, iov->iov_base, iov->iov_len,
-						 MSG_DONTWAIT | MSG_NOSIGNAL);
-				} else {
-					struct msghdr m = {
-						.msg_iov = (struct iovec *)iov,
-						.msg_iovlen = (size_t)cnt
-					};
-					n = sendmsg(io->fd, &m,
-						    MSG_DONTWAIT | MSG_NOSIGNAL);
-				}
-			} while (n < 0 && errno == EINTR);
-			if (n >= 0 || errno != ENOTSOCK) {
-				io->kind = LA_KIND_SOCKET;
-				if (n < 0)
-					n = -errno;
-				goto got;
-			}
-			n = la_classify(io);
-			if (n < 0)
-				goto got;
-		}
-		n = la_other_write(io, iov, cnt);
-got:
-		if (n == -EAGAIN || n == -EWOULDBLOCK)
-			return LA_TRY_AGAIN;
-		if (n < 0) {
-			/* After partial progress too: bytes says how much. */
-			px_result_finish(r, r->done, (int)-n);
-			return LA_TRY_DONE;
-		}
-		r->done += (size_t)n;
-		if (r->done < r->c.len && la_priv(r)->write_all) {
-			/* A short send means the socket buffer is full; other
-			 * descriptors may just take less per call. */
-			if ((io->kind == LA_KIND_SOCKET && (size_t)n < want) ||
-			    n == 0)
-				return LA_TRY_AGAIN;
-			continue;
-		}
-		px_result_finish(r, r->done, 0);
-		return LA_TRY_DONE;
-	}
-}
-
-static int la_try_read_dgram(la_io *io, px_result *r)
-{
-	socklen_t alen = sizeof(r->c.addr);
-	ssize_t n;
-
-	do {
-		n = recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
-			     (struct sockaddr *)&r->c.addr, &alen);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return LA_TRY_AGAIN;
-		r->c.addrlen = 0;
-		px_result_finish(r, 0, errno);
-		return LA_TRY_DONE;
-	}
-	r->c.addrlen = alen;
-	px_result_finish(r, (size_t)n, 0);
-	return LA_TRY_DONE;
-}
-
-static int la_try_write_dgram(la_io *io, px_result *r)
-{
-	const struct sockaddr *to =
-		r->c.addrlen ? (const struct sockaddr *)&r->c.addr : NULL;
-	ssize_t n;
-
-	do {
-		n = sendto(io->fd, r->c.buf, r->c.len,
-			   MSG_DONTWAIT | MSG_NOSIGNAL, to, r->c.addrlen);
-	} while (n < 0 && errno == EINTR);
-	if (n < 0) {
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return LA_TRY_AGAIN;
-		px_result_finish(r, 0, errno);
-		return LA_TRY_DONE;
-	}
-	px_result_finish(r, (size_t)n, 0);
-	return LA_TRY_DONE;
-}
-
-static int la_try_accept(la_io *io, px_result *r)
-{
-	if (!io->listener_nb) {
-		/* accept4 has no MSG_DONTWAIT: a connection reset between the
-		 * poll and the call must not block the leader. */
-		int fl = fcntl(io->fd, F_GETFL);
-		if (fl < 0 || (!(fl & O_NONBLOCK) &&
-			       fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
-			r->c.addrlen = 0;
-			px_result_finish(r, 0, errno);
-			return LA_TRY_DONE;
-		}
-		io->listener_nb = true;
-	}
-	for (;;) {
-		socklen_t alen = sizeof(r->c.addr);
-		int nfd = accept4(io->fd, (struct sockaddr *)&r->c.addr,
-				  &alen, SOCK_CLOEXEC);
-
-		if (nfd >= 0) {
-			r->c.new_fd = nfd;
-			r->c.addrlen = alen;
-			px_result_finish(r, 0, 0);
-			return LA_TRY_DONE;
-		}
-		switch (errno) {
-		case EAGAIN:
-#if EWOULDBLOCK != EAGAIN
-		case EWOULDBLOCK:
-#endif
-			return LA_TRY_AGAIN;
-		/* Linux hands pending network errors of the new connection
-		 * to accept(2); that connection is gone, try the next. */
-		case EINTR:
-		case ECONNABORTED:
-		case EPROTO:
-		case ENETDOWN:
-		case ENOPROTOOPT:
-		case EHOSTDOWN:
-		case ENONET:
-		case EHOSTUNREACH:
-		case ENETUNREACH:
-			continue;
-		default:
-			r->c.addrlen = 0;
-			px_result_finish(r, 0, errno);
-			return LA_TRY_DONE;
-		}
-	}
-}
-
-static int la_try_connect(la_io *io, px_result *r)
-{
-	struct la_priv *pr = la_priv(r);
-	int fd = io->fd, err;
-
-	if (pr->conn == LA_CONN_NEW) {
-		int fl = fcntl(fd, F_GETFL);
-
-		if (fl < 0) {
-			err = errno;
-			goto out;
-		}
-		if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-			err = errno;
-			goto out;
-		}
-		err = connect(fd, (const struct sockaddr *)&r->c.addr,
-			      r->c.addrlen) < 0 ? errno : 0;
-		if (!(fl & O_NONBLOCK))
-			fcntl(fd, F_SETFL, fl);
-		/* Interrupted, a non-blocking connect carries on regardless. */
-		if (err == EINPROGRESS || err == EINTR) {
-			pr->conn = LA_CONN_PENDING;
-			return LA_TRY_AGAIN;
-		}
-		goto out;
-	}
-
-	int soerr = 0;
-	socklen_t sl = sizeof(soerr);
-	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0) {
-		err = errno;
-	} else if (soerr) {
-		err = soerr;
-	} else {
-		/* No error: connected, or a stale event while in progress. */
-		struct sockaddr_storage ss;
-		socklen_t al = sizeof(ss);
-		if (getpeername(fd, (struct sockaddr *)&ss, &al) == 0)
-			err = 0;
-		else if (errno == ENOTCONN)
-			return LA_TRY_AGAIN;
-		else
-			err = errno;
-	}
-out:
-	px_result_finish(r, 0, err);
-	return LA_TRY_DONE;
-}
-
-/* Try r's system call once.  LA_TRY_DONE: outputs set. */
-static int la_try(la_io *io, px_result *r)
-{
-	switch (r->c.op) {
-	case PX_OP_READ_STREAM:
-		return la_try_read_stream(io, r);
-	case PX_OP_WRITE_STREAM:
-		return la_try_write_stream(io, r);
-	case PX_OP_READ_DGRAM:
-		return la_try_read_dgram(io, r);
-	case PX_OP_WRITE_DGRAM:
-		return la_try_write_dgram(io, r);
-	case PX_OP_ACCEPT:
-		return la_try_accept(io, r);
-	case PX_OP_CONNECT:
-		return la_try_connect(io, r);
-	default:
-		px_result_finish(r, 0, EOPNOTSUPP);
-		return LA_TRY_DONE;
-	}
+	return px__nbio_try(&la_nbio_rules, io, &la_priv(r)->conn, r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -681,8 +298,8 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 			la_issue(u, next, true);
 	}
 	if (px_fdq_idle(&fe->fq)) {
-		fe->kind = LA_KIND_UNKNOWN;
-		fe->listener_nb = false;
+		fe->kind = PX_NBIO_KIND_UNKNOWN;
+		fe->nbflags = 0;
 	}
 	if (!deliver)
 		return;
@@ -964,7 +581,7 @@ static void la_run(px_laio *u)
 
 		la_io_store(pr->fe, &pr->io);
 		pr->phase = LA_IDLE;
-		if (pr->tried == LA_TRY_DONE)
+		if (pr->tried != PX_NBIO_AGAIN)
 			la_complete(u, r, true);  /* its data, even if cancelled */
 		else if (pr->cancel_req)
 			la_fail(u, r, ECANCELED, true);
@@ -1022,7 +639,7 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
 {
 	if (dir != PX_FDQ_RD)
 		return;
-	if (rc == LA_TRY_DONE)
+	if (rc != PX_NBIO_AGAIN)
 		fe->rd_miss = 0;
 	else if (fe->rd_miss < LA_SPEC_MISSES)
 		fe->rd_miss++;
@@ -1040,7 +657,6 @@ static int la_start(px_provider *p, px_result *r)
 	if (!la_does(r->c.op))
 		return -EOPNOTSUPP;
 	memset(pr, 0, sizeof(*pr));
-	pr->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
 	rc = px__fdq_get(&u->fdq, r->c.fd, &fq);
 	if (rc < 0)
@@ -1060,14 +676,14 @@ static int la_start(px_provider *p, px_result *r)
 		 * on the started list yet (no cancel), has no iocb (no
 		 * event), and a start behind it queues. */
 		if (!la_skip_try(fe, dir)) {
-			la_io io;
+			px_nbio io;
 			la_io_load(&io, fe);
 			pthread_mutex_unlock(u->prov.lock);
 			rc = la_try(&io, r);
 			pthread_mutex_lock(u->prov.lock);
 			la_io_store(fe, &io);
 			la_learn_try(fe, dir, rc);
-			if (rc == LA_TRY_DONE) {
+			if (rc != PX_NBIO_AGAIN) {
 				/* A start that queued behind r meanwhile is now
 				 * the head, its poll pending: submit it. */
 				la_complete(u, r, false);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <linux/aio_abi.h>
 
+#include "class_keys.h"
 #include "linux_aio_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
@@ -48,25 +49,13 @@ static int laioc_parse(void *settings, unsigned key, const char *val,
 		       size_t vlen, char *err, size_t errlen)
 {
 	px_laio_settings *s = settings;
-	unsigned long n = 0;
+	unsigned long n;
 
 	(void)key;  /* depth is the only key */
-	for (size_t i = 0; i < vlen; i++) {
-		if (val[i] < '0' || val[i] > '9')
-			goto bad;
-		n = n * 10 + (unsigned)(val[i] - '0');
-		if (n > PX_LAIO_DEPTH_MAX)
-			goto bad;
-	}
-	if (!vlen)
-		goto bad;
+	if (!px_class_number(val, vlen, PX_LAIO_DEPTH_MAX, &n))
+		return px_class_bad_value(&laioc_keys[0], val, vlen, err, errlen);
 	s->depth = (unsigned)n;
 	return 0;
-bad:
-	if (err && errlen)
-		snprintf(err, errlen, "%s=%.*s: expected %s", laioc_keys[0].name,
-			 (int)vlen, val, laioc_keys[0].choices);
-	return -EINVAL;
 }
 
 static int laioc_format(const void *settings, char *buf, size_t len)

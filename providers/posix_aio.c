@@ -331,6 +331,28 @@ px_result *px__paio_next_failed(px_paio *p)
 	return l ? px_paio_result_of(px_paio_req_of_ilink(l)) : NULL;
 }
 
+px_result *px__paio_scan_next(px_paio *p)
+{
+	px_result *r;
+
+	/* One walk per wait, carried over the calls.  Requests the reaps
+	 * submit go to the back, in progress. */
+	if (!p->scanning) {
+		p->scanning = true;
+		p->scan_pos = px_list_first(&p->inflight);
+	}
+	while (p->scan_pos) {
+		px_link *l = p->scan_pos;
+		px_paio_req *q = px_paio_req_of_ilink(l);
+		p->scan_pos = px_list_next(&p->inflight, l);
+		if (px_paio_done(q) && (r = px__paio_reap(p, q)))
+			return r;
+	}
+	p->scanning = false;
+	p->scan = false;
+	return NULL;
+}
+
 /* ------------------------------------------------------------------ */
 /* Provider ops                                                         */
 /* ------------------------------------------------------------------ */

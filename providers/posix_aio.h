@@ -163,6 +163,12 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q) PX_HIDDEN;
  * wait's next_completed asks this first. */
 px_result *px__paio_next_failed(px_paio *p) PX_HIDDEN;
 
+/* The next finished request of the walk over every started one that
+ * p->scan asks for (begun by the first call, carried over the calls),
+ * reaped; or NULL when the walk is over, which clears p->scan.  Leader,
+ * mutex held: the aiocb and sigwait waits' next_completed. */
+px_result *px__paio_scan_next(px_paio *p) PX_HIDDEN;
+
 /* Is ptr a request of p that glibc has and has finished?  For the
  * notifications that carry a pointer, which may be stale. */
 bool px__paio_is_done_req(px_paio *p, px_paio_req *q) PX_HIDDEN;

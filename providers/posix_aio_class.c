@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "class_keys.h"
 #include "posix_aio_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
@@ -63,10 +64,7 @@ static void posixc_init(void *s)
 static int posixc_bad(char *err, size_t errlen, unsigned key, const char *val,
 		      size_t vlen)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "%s=%.*s: expected %s", posixc_keys[key].name,
-			 (int)vlen, val, posixc_keys[key].choices);
-	return -EINVAL;
+	return px_class_bad_value(&posixc_keys[key], val, vlen, err, errlen);
 }
 
 static int posixc_parse(void *settings, unsigned key, const char *val,
@@ -84,15 +82,9 @@ static int posixc_parse(void *settings, unsigned key, const char *val,
 			return posixc_bad(err, errlen, key, val, vlen);
 		return 0;
 	}
-	if (!vlen)
+	/* The largest bound of the three numbers; each has its own below. */
+	if (!px_class_number(val, vlen, PX_POSIX_THREADS_MAX, &n))
 		return posixc_bad(err, errlen, key, val, vlen);
-	for (size_t i = 0; i < vlen; i++) {
-		if (val[i] < '0' || val[i] > '9')
-			return posixc_bad(err, errlen, key, val, vlen);
-		n = n * 10 + (unsigned)(val[i] - '0');
-		if (n > PX_POSIX_THREADS_MAX)
-			return posixc_bad(err, errlen, key, val, vlen);
-	}
 	if (key == POSIXC_RTSIG) {
 		if ((long)n < SIGRTMIN || (long)n > SIGRTMAX)
 			return posixc_bad(err, errlen, key, val, vlen);
@@ -113,26 +105,19 @@ static int posixc_format(const void *settings, char *buf, size_t len)
 {
 	const px_posix_settings *s = settings;
 	size_t pos = 0;
-	int n;
 
-#define POSIXC_PUT(...)                                                        \
-	do {                                                                   \
-		n = snprintf(pos < len ? buf + pos : NULL,                     \
-			     pos < len ? len - pos : 0, __VA_ARGS__);          \
-		if (n > 0)                                                     \
-			pos += (size_t)n;                                      \
-	} while (0)
 	if (len)
 		buf[0] = '\0';
 	if (s->rtsig)
-		POSIXC_PUT("rtsig=%d", s->rtsig);
+		px_class_put(buf, len, &pos, "rtsig=%d", s->rtsig);
 	if (s->threads)
-		POSIXC_PUT("%saio_threads=%u", pos ? " " : "", s->threads);
+		px_class_put(buf, len, &pos, "%saio_threads=%u", pos ? " " : "",
+			     s->threads);
 	if (s->sockets)
-		POSIXC_PUT("%ssockets=aio", pos ? " " : "");
+		px_class_put(buf, len, &pos, "%ssockets=aio", pos ? " " : "");
 	if (s->lanes)
-		POSIXC_PUT("%sfile_lanes=%u", pos ? " " : "", s->lanes);
-#undef POSIXC_PUT
+		px_class_put(buf, len, &pos, "%sfile_lanes=%u", pos ? " " : "",
+			     s->lanes);
 	return (int)pos;
 }
 

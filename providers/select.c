@@ -2,7 +2,8 @@
  * providers/select.c - the readiness ("select") provider: completion I/O
  * emulated on top of readiness notification (select, poll or epoll, one
  * poller of wait_strategies/poller.h).  This file is the half that runs
- * under the proactor mutex; the system calls are in select_io.c.
+ * under the proactor mutex; the system calls are the shared ones of
+ * nbio.c (also the Linux AIO provider's), with this provider's rules.
  *
  * A start whose direction queue is empty first tries the real call at once,
  * without blocking; most of the time it finishes right there and no wait is
@@ -26,7 +27,7 @@
  *    for it again when letting go.  The other pollers watch it anyway: a
  *    thread letting go of a claim cannot reach their wait in progress.
  *  - The mutex is released around the calls.  The calls use a private copy
- *    of the entry's kind and flags (px_sel_io) and write only the claimed
+ *    of the entry's kind and flags (px_nbio) and write only the claimed
  *    results: nobody else touches those while they are busy.  Entries are
  *    never freed or moved before destroy (fdq.h), so pointers to them
  *    survive the unlock (the table of pointers may grow meanwhile).
@@ -85,9 +86,9 @@ enum { SEL_AT_NONE = 0, SEL_AT_QUEUE, SEL_AT_DONE };
 typedef struct sel_fd {
 	px_fdq_entry fq;   /* queues (through plink) and the number */
 	px_poll_reg reg;   /* the poller's registration */
-	uint8_t kind;      /* PX_SEL_KIND_*, known while queued (forgotten when
+	uint8_t kind;      /* PX_NBIO_KIND_*, known while queued (forgotten when
 	                      idle: the number may be closed and reused) */
-	uint8_t flags;     /* PX_SEL_NONBLOCK_OK */
+	uint8_t flags;     /* PX_NBIO_LISTENER_NB */
 	uint8_t rd_miss;   /* recent reads tried at start that found nothing;
 	                      a hint only, kept while idle */
 	uint8_t rd_skip;   /* starts since the last such try */
@@ -98,7 +99,7 @@ typedef struct sel_fd {
 	uint8_t in_batch;  /* on the batch list */
 	struct sel_fd *bnext;
 	px_result *chain[2]; /* claimed results per direction */
-	px_sel_io bio;     /* the leader's private copy for its I/O */
+	px_nbio bio;       /* the leader's private copy for its I/O */
 	uint32_t bgen[2];  /* gen[] when the leader claimed the direction */
 	/* Edge poller only (see "Edge-triggered watching" below): */
 	uint8_t nready;    /* PX_POLL_IN / _OUT known not ready: EAGAIN seen
@@ -177,7 +178,7 @@ static bool sel_fd_closed(int fd)
 	return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
 }
 
-static void sel_io_load(px_sel_io *io, const sel_fd *e)
+static void sel_io_load(px_nbio *io, const sel_fd *e)
 {
 	io->fd = e->fq.fd;
 	io->kind = e->kind;
@@ -186,11 +187,26 @@ static void sel_io_load(px_sel_io *io, const sel_fd *e)
 
 /* Mutex held.  The entry is not idle (a claimed result is queued), so
  * nothing was forgotten meanwhile; later kinds only refine earlier ones. */
-static void sel_io_store(sel_fd *e, const px_sel_io *io)
+static void sel_io_store(sel_fd *e, const px_nbio *io)
 {
 	if (io->kind > e->kind)
 		e->kind = io->kind;
 	e->flags |= io->flags;
+}
+
+/* What the provider asks of the shared calls (nbio.h): no length limit of
+ * its own, and an O_NONBLOCK stream whose kernel refuses RWF_NOWAIT is
+ * read and written without a poll(0) first. */
+static const px_nbio_rules sel_nbio_rules = {
+	.max_len = SIZE_MAX,
+	.trust_nonblock = true,
+};
+
+/* One attempt at r, a queue head (claimed, or under the mutex), on io's
+ * descriptor: PX_NBIO_*. */
+static inline int sel_try(px_nbio *io, px_result *r)
+{
+	return px__nbio_try(&sel_nbio_rules, io, &sel_priv(r)->conn, r);
 }
 
 /* ------------------------------------------------------------------ */
@@ -332,7 +348,7 @@ static int sel_update(px_sel *sel, sel_fd *e)
 
 	if (!queued && sel->edge) {
 		sel_edge_idle(sel, e);
-		e->kind = PX_SEL_KIND_UNKNOWN;
+		e->kind = PX_NBIO_KIND_UNKNOWN;
 		e->flags = 0;
 		return 0;
 	}
@@ -342,7 +358,7 @@ static int sel_update(px_sel *sel, sel_fd *e)
 		sel->pl->ops->remove(sel->pl, &e->reg);
 		/* Idle: the number may be closed and reused before its next
 		 * use, so forget all we learnt about it. */
-		e->kind = PX_SEL_KIND_UNKNOWN;
+		e->kind = PX_NBIO_KIND_UNKNOWN;
 		e->flags = 0;
 		return 0;
 	}
@@ -414,19 +430,19 @@ static void sel_run_queue_locked(px_sel *sel, sel_fd *e, int dir)
 	px_result *r;
 
 	while ((r = px_fdq_head(&e->fq, dir))) {
-		px_sel_io io;
+		px_nbio io;
 		int rc;
 
 		if (sel_priv(r)->busy)
 			break;
 		sel_io_load(&io, e);
-		rc = px__sel_try(&io, r);
+		rc = sel_try(&io, r);
 		sel_io_store(e, &io);
-		if (rc == PX_SEL_AGAIN)
+		if (rc == PX_NBIO_AGAIN)
 			break;
 		px_fdq_remove(&e->fq, dir, r);
 		sel_to_done(sel, r);
-		if (rc == PX_SEL_DONE_STOP)
+		if (rc == PX_NBIO_DONE_STOP)
 			break;
 	}
 }
@@ -439,7 +455,7 @@ static bool sel_unclaim(sel_fd *e, px_result *r, int rc, bool tried)
 	struct px_sel_priv *pv = sel_priv(r);
 
 	pv->busy = 0;
-	if (tried && rc != PX_SEL_AGAIN) {
+	if (tried && rc != PX_NBIO_AGAIN) {
 		px_fdq_remove(&e->fq, pv->dir, r);
 		pv->at = SEL_AT_NONE;
 		return true;
@@ -562,10 +578,10 @@ static void sel_run(px_sel *sel)
 		for (int dir = 0; dir < 2; dir++) {
 			for (px_result *r = e->chain[dir]; r;
 			     r = sel_priv(r)->cnext) {
-				int rc = px__sel_try(&e->bio, r);
+				int rc = sel_try(&e->bio, r);
 
 				sel_priv(r)->res = (uint8_t)(rc + 1);
-				if (rc != PX_SEL_DONE)
+				if (rc != PX_NBIO_DONE)
 					break;
 			}
 		}
@@ -590,7 +606,7 @@ static void sel_run(px_sel *sel)
 
 				next = pv->cnext;
 				pv->cnext = NULL;
-				if (tried && pv->res - 1 == PX_SEL_AGAIN)
+				if (tried && pv->res - 1 == PX_NBIO_AGAIN)
 					again = true;
 				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried)) {
 					sel_note_done(sel, e, r);
@@ -659,7 +675,7 @@ static bool sel_skip_try(const px_sel *sel, sel_fd *e, int dir)
 
 static void sel_learn_try(sel_fd *e, int rc)
 {
-	if (rc != PX_SEL_AGAIN)
+	if (rc != PX_NBIO_AGAIN)
 		e->rd_miss = 0;
 	else if (e->rd_miss < SEL_SPEC_MISSES)
 		e->rd_miss++;
@@ -667,12 +683,12 @@ static void sel_learn_try(sel_fd *e, int rc)
 
 /* The start's own try of r, the only result in queue dir: claim r at the
  * head so that later starts in that direction queue behind it, do the
- * call unlocked, and let go.  Returns the attempt's PX_SEL_*; r has left
- * the queue unless PX_SEL_AGAIN (a cancel meanwhile counts as finished). */
+ * call unlocked, and let go.  Returns the attempt's PX_NBIO_*; r has left
+ * the queue unless PX_NBIO_AGAIN (a cancel meanwhile counts as finished). */
 static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 {
 	struct px_sel_priv *pv = sel_priv(r);
-	px_sel_io io;
+	px_nbio io;
 	int rc, tries = 0;
 
 	px_fdq_push(&e->fq, dir, r);
@@ -686,10 +702,10 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 
 		if (sel->base.lock)
 			pthread_mutex_unlock(sel->base.lock);
-		rc = px__sel_try(&io, r);
+		rc = sel_try(&io, r);
 		if (sel->base.lock)
 			pthread_mutex_lock(sel->base.lock);
-		if (rc != PX_SEL_AGAIN || !sel->edge)
+		if (rc != PX_NBIO_AGAIN || !sel->edge)
 			break;
 		if (e->gen[dir] == gen) {
 			/* No report since before the call: not ready. */
@@ -707,8 +723,8 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 		sel_learn_try(e, rc);
 	if (sel_unclaim(e, r, rc, true)) {
 		sel_note_done(sel, e, r);
-		if (rc == PX_SEL_AGAIN)
-			rc = PX_SEL_DONE;       /* cancelled meanwhile */
+		if (rc == PX_NBIO_AGAIN)
+			rc = PX_NBIO_DONE;       /* cancelled meanwhile */
 	}
 	return rc;
 }
@@ -755,7 +771,6 @@ static int sel_start(px_provider *p, px_result *r)
 	sel_fd *e;
 
 	memset(pv, 0, sizeof(*pv));
-	pv->write_all = (r->flags & PX_RF_WRITE_ALL) != 0;
 	r->done = 0;
 	if (fd < 0)
 		return -EBADF;
@@ -764,7 +779,7 @@ static int sel_start(px_provider *p, px_result *r)
 		 * disk wait needs no claim and no mutex. */
 		if (sel->base.lock)
 			pthread_mutex_unlock(sel->base.lock);
-		px__sel_file_io(r);
+		px__nbio_file_io(r);
 		if (sel->base.lock)
 			pthread_mutex_lock(sel->base.lock);
 		if (r->c.error == EBADF && sel_fd_closed(fd))
@@ -796,7 +811,7 @@ static int sel_start(px_provider *p, px_result *r)
 	    !(sel->edge && (e->nready & sel_bit(dir)))) {
 		tried = true;
 		rc = sel_try_at_start(sel, e, dir, r);
-		if (rc != PX_SEL_AGAIN)
+		if (rc != PX_NBIO_AGAIN)
 			return sel_done_at_start(sel, e, r);
 		/* Still at the head of its queue. */
 	} else {
@@ -813,13 +828,13 @@ static int sel_start(px_provider *p, px_result *r)
 		 * a socket's number): if it was not tried, and nothing older
 		 * is queued or claimed, try it now. */
 		if (!tried && head) {
-			px_sel_io io;
+			px_nbio io;
 
 			e->rd_miss = 0;
 			sel_io_load(&io, e);
-			rc = px__sel_try(&io, r);
+			rc = sel_try(&io, r);
 			sel_io_store(e, &io);
-			if (rc != PX_SEL_AGAIN)
+			if (rc != PX_NBIO_AGAIN)
 				return sel_done_at_start(sel, e, r);
 		}
 		sel_start_followers(sel, e);

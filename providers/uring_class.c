@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include <linux/io_uring.h>
 
+#include "class_keys.h"
 #include "uring_class.h"
 
 #ifndef PX_CLASS_LIST_ONLY
@@ -52,10 +53,7 @@ static void uringc_init(void *s)
 static int uringc_bad(char *err, size_t errlen, unsigned key, const char *val,
 		      size_t vlen)
 {
-	if (err && errlen)
-		snprintf(err, errlen, "%s=%.*s: expected %s", uringc_keys[key].name,
-			 (int)vlen, val, uringc_keys[key].choices);
-	return -EINVAL;
+	return px_class_bad_value(&uringc_keys[key], val, vlen, err, errlen);
 }
 
 static int uringc_parse(void *settings, unsigned key, const char *val,
@@ -64,18 +62,11 @@ static int uringc_parse(void *settings, unsigned key, const char *val,
 	px_uring_settings *s = settings;
 
 	if (key == URINGC_RING || key == URINGC_RINGS) {
-		unsigned long n = 0;
+		unsigned long n;
 		unsigned long max = key == URINGC_RING ? PX_URING_RING_MAX
 						       : PX_URING_RINGS_KEY_MAX;
-		if (!vlen)
+		if (!px_class_number(val, vlen, max, &n))
 			return uringc_bad(err, errlen, key, val, vlen);
-		for (size_t i = 0; i < vlen; i++) {
-			if (val[i] < '0' || val[i] > '9')
-				return uringc_bad(err, errlen, key, val, vlen);
-			n = n * 10 + (unsigned)(val[i] - '0');
-			if (n > max)
-				return uringc_bad(err, errlen, key, val, vlen);
-		}
 		if (key == URINGC_RING)
 			s->entries = (unsigned)n;
 		else
@@ -108,31 +99,22 @@ static int uringc_format(const void *settings, char *buf, size_t len)
 {
 	const px_uring_settings *s = settings;
 	size_t pos = 0;
-	int n;
 
-#define URINGC_PUT(...)                                                        \
-	do {                                                                   \
-		n = snprintf(pos < len ? buf + pos : NULL,                     \
-			     pos < len ? len - pos : 0, __VA_ARGS__);          \
-		if (n > 0)                                                     \
-			pos += (size_t)n;                                      \
-	} while (0)
 	if (len)
 		buf[0] = '\0';
 	if (s->entries)
-		URINGC_PUT("ring=%u", s->entries);
+		px_class_put(buf, len, &pos, "ring=%u", s->entries);
 	if (s->flags) {
 		const char *sep = pos ? " ring_flags=" : "ring_flags=";
 		for (size_t i = 0; i < sizeof(uringc_flags) / sizeof(uringc_flags[0]); i++) {
 			if (!(s->flags & uringc_flags[i].bit))
 				continue;
-			URINGC_PUT("%s%s", sep, uringc_flags[i].name);
+			px_class_put(buf, len, &pos, "%s%s", sep, uringc_flags[i].name);
 			sep = ",";
 		}
 	}
 	if (s->rings)
-		URINGC_PUT("%srings=%u", pos ? " " : "", s->rings);
-#undef URINGC_PUT
+		px_class_put(buf, len, &pos, "%srings=%u", pos ? " " : "", s->rings);
 	return (int)pos;
 }
 

@@ -122,22 +122,7 @@ static px_result *aiocb_next_completed(px_wait *w)
 	}
 	if (!p->scan)
 		return NULL;
-	/* One walk per wait, carried over the calls.  Requests the reaps
-	 * submit go to the back, in progress. */
-	if (!p->scanning) {
-		p->scanning = true;
-		p->scan_pos = px_list_first(&p->inflight);
-	}
-	while (p->scan_pos) {
-		px_link *l = p->scan_pos;
-		px_paio_req *q = px_paio_req_of_ilink(l);
-		p->scan_pos = px_list_next(&p->inflight, l);
-		if (px_paio_done(q) && (r = px__paio_reap(p, q)))
-			return r;
-	}
-	p->scanning = false;
-	p->scan = false;
-	return NULL;
+	return px__paio_scan_next(p);
 }
 
 static void aiocb_wait_destroy(px_wait *w)

@@ -158,21 +158,11 @@ static px_result *sigw_next_completed(px_wait *w)
 	if (!p->scan)
 		return NULL;
 	if (!p->scanning) {
-		p->scanning = true;
+		/* A walk begins: count it, and it stands for a signal seen. */
 		p->scans++;
 		p->last_seen_ns = px__now_ns();
-		p->scan_pos = px_list_first(&p->inflight);
 	}
-	while (p->scan_pos) {
-		px_link *l = p->scan_pos;
-		px_paio_req *q = px_paio_req_of_ilink(l);
-		p->scan_pos = px_list_next(&p->inflight, l);
-		if (px_paio_done(q) && (r = px__paio_reap(p, q)))
-			return r;
-	}
-	p->scanning = false;
-	p->scan = false;
-	return NULL;
+	return px__paio_scan_next(p);
 }
 
 static void sigw_wait_destroy(px_wait *w)
