@@ -459,12 +459,12 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				disp_tls_gave = px;
 			}
 			/* now is recent: the entry, or the end of the wait
-			 * that collected these.  A sample counts only if no thread led meanwhile: a
-			 * leader holds the mutex while it collects, and a start
-			 * from a callback waits for it, or submits for it.
-			 * That is the cost of handing off, not of the
-			 * callbacks, and counting it would make hand-offs
-			 * breed hand-offs. */
+			 * that collected these.  A sample counts only if no
+			 * thread led meanwhile: a leader holds the mutex while
+			 * it collects, and a start from a callback waits for
+			 * it, or submits for it.  That is the cost of handing
+			 * off, not of the callbacks, and counting it would
+			 * make hand-offs breed hand-offs. */
 			bool alone = px->nleaders == 0;
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = q == &own.items ? disp_own_pop(px, &own)
