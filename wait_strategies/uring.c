@@ -252,7 +252,9 @@ static px_result *px_uring_next_completed(px_wait *w)
 				return r;
 	}
 	/* Nothing more: let the rings go. */
-	uint64_t now = rg->nextra ? px__now_ns() : 0;
+	/* (Every ring, the home one too, gets the time: it is how long
+	 * nobody has led a ring that tells another thread it may.) */
+	uint64_t now = px__now_ns();
 	for (unsigned i = 0; i < rg->nextra; i++) {
 		rg->extra[i]->led = false;
 		rg->extra[i]->released_ns = now;
