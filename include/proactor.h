@@ -303,7 +303,9 @@ PX_API const char *px_engine_name(const px_proactor *px);
  *
  * The thread dispatches completed operations, leads a processor (waits for
  * completions in the OS), or sleeps as a follower, as the dispatcher
- * decides.  Any number of threads may call it at once.
+ * decides.  Any number of threads may call it at once.  Operations that
+ * its callbacks start and that finish at once have their callbacks run in
+ * the same call, up to 64 callbacks in all.
  *
  * timeout_ms < 0 waits without limit; 0 does not block.
  * Returns the number of callbacks run (> 0), 0 if the timeout passed with
