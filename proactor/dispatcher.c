@@ -489,7 +489,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * rather than return and take the mutex again for
 			 * them. */
 			if (n < PX_DISPATCH_MORE && disp_tls_gave != px &&
-			    !px->stopped && px__dispatch_has_queued(px))
+			    !px->stopped && !px->destroying &&
+			    px__dispatch_has_queued(px))
 				continue;
 			break;
 		}
