@@ -232,6 +232,11 @@ px_result *px__dispatch_current(bool *moved)
 	return disp_tls_current;
 }
 
+bool px__dispatch_in_callback(const px_result *r)
+{
+	return r->proc && disp_tls_dispatching == r->proc->px;
+}
+
 int px__dispatch_current_fd(const struct px_proactor *px)
 {
 	return disp_tls_dispatching == px ? disp_tls_fd : -1;

@@ -229,6 +229,11 @@ static inline void *px_result_priv(px_result *r)
  * thread's own completions (proactor/dispatcher.c): its session is moving
  * to the calling thread. */
 px_result *px__dispatch_current(bool *moved) PX_HIDDEN;
+/* Whether the calling thread runs a callback of the proactor r is being
+ * started on (r->proc set): it goes back into px_handle_events afterwards.
+ * A thread that does not (the application's own, or one running another
+ * proactor's callbacks) may not come back for a long time. */
+bool px__dispatch_in_callback(const px_result *r) PX_HIDDEN;
 
 struct px_provider;
 /* The provider r was given to, or NULL (a timer, a post). */

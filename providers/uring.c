@@ -303,21 +303,53 @@ px_uring_ring *px__uring_home(px_uring *u)
 	return &u->rings[u->next_spread++ % u->nrings];
 }
 
+/* The ring for a start made outside this proactor's callbacks.  Such a
+ * thread will not lead soon, so the start goes into a ring a leader waits
+ * on, the next one in turn (its kick submits the SQE at once, and the
+ * leader sees the CQE): put into its own home or another idle ring, it sat
+ * unsubmitted until the leader's wait ended for some other reason (as long
+ * as the processor's idle check, 200 ms; measured at the start of every
+ * one-thread benchmark).  With no leader waiting, as before: its home, or
+ * the rings in turn for a thread that never led. */
+static px_uring_ring *ur_outside_ring(px_uring *u)
+{
+	for (unsigned k = 0; k < u->nrings; k++) {
+		unsigned i = (u->next_spread + k) % u->nrings;
+		if (u->rings[i].waiting) {
+			u->next_spread = i + 1;
+			return &u->rings[i];
+		}
+	}
+	return px__uring_home(u);
+}
+
 /* The ring a start goes into: from a callback, the ring of the operation
  * whose callback runs, so that a session stays in its ring whichever
  * thread collected it (a thread that leads another's ring while that one
  * runs callbacks moves nothing); else, and when the dispatcher moved that
  * completion from another thread (it balances the load), the calling
- * thread's home. */
-static px_uring_ring *ur_start_ring(px_uring *u)
+ * thread's home; from outside the callbacks, ur_outside_ring. */
+static px_uring_ring *ur_start_ring(px_uring *u, const px_result *r)
 {
 	bool moved;
 	px_result *cur = px__dispatch_current(&moved);
 
+	if (u->nrings > 1 && !px__dispatch_in_callback(r))
+		return ur_outside_ring(u);
 	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
 	    ur_priv(cur)->rg)
 		return ur_priv(cur)->rg;
 	return px__uring_home(u);
+}
+
+/* rg got an SQE from a thread outside this proactor's callbacks (a
+ * cancel, which must go into its request's ring), and nobody leads rg:
+ * wake the leaders that wait, so that one of them takes rg (at once when
+ * it is the only thread, else after PX_URING_ORPHAN_MS). */
+static void ur_wake_for(px_uring *u, px_uring_ring *rg, const px_result *r)
+{
+	if (u->nrings > 1 && !rg->led && !px__dispatch_in_callback(r))
+		u->intr.ops->interrupt(&u->intr);
 }
 
 /* The ring the calling thread leads first: its home, or the one it will
@@ -869,7 +901,7 @@ static int ur_start(px_provider *p, px_result *r)
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (!ur_issue(ur_start_ring(u), r, u->sq_reserve))
+	if (!ur_issue(ur_start_ring(u, r), r, u->sq_reserve))
 		return PX_START_AGAIN;
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
@@ -897,6 +929,7 @@ static int ur_cancel(px_provider *p, px_result *r)
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
 			px__uring_kick(pr->rg);
+			ur_wake_for(u, pr->rg, r);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);

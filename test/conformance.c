@@ -1005,6 +1005,96 @@ static void callback_waits_for_its_own_read(void **state)
 	assert_int_equal(w->rd->c.bytes, 1);
 }
 
+/* A thread that never runs the loop starts reads whose data is already
+ * there, one at a time, while the only loop thread waits with no timeout
+ * and has other work pending (so nothing tells it the engine went from
+ * idle to busy).  Each read must complete through that waiting thread, and
+ * promptly: not when the loop's wait ends for some other reason, such as
+ * the processor's idle check 200 ms later.  (On io_uring with several
+ * rings such a start once sat unsubmitted in a ring nobody waited on.)
+ * Scheduling noise may delay one read; the defect delayed every other
+ * one, so more than two slow reads of eight fail. */
+enum { OUTSIDE_N = 8, OUTSIDE_SLOW_MS = 150, OUTSIDE_SLOW_MAX = 2 };
+
+typedef struct outside {
+	px_proactor *px;
+	atomic_bool finish;
+} outside;
+
+static void *outside_loop(void *arg)
+{
+	outside *o = arg;
+	while (!atomic_load(&o->finish))
+		if (px_handle_events(o->px, -1) < 0)
+			break;
+	return NULL;
+}
+
+static void outside_wake(const px_completion *c)
+{
+	(void)c;
+}
+
+static void start_from_outside_reaches_waiting_loop(void **state)
+{
+	h_fx *f = *state;
+	outside *o = h_alloc(f, sizeof *o);
+	int idle[2], sv[OUTSIDE_N][2];
+	char *ibuf, *buf[OUTSIDE_N];
+	h_rec *rd[OUTSIDE_N];
+	pthread_t th;
+
+	o->px = f->px;
+	for (int i = 0; i < OUTSIDE_N; i++) {
+		h_socketpair(f, sv[i]);
+		buf[i] = h_alloc(f, 1);
+		rd[i] = h_rec_new(f);
+	}
+	/* Work that stays pending, then the loop thread, asleep on it. */
+	h_rec *pend = h_start_pending_read(f, idle, 1, &ibuf);
+	assert_int_equal(pthread_create(&th, NULL, outside_loop, o), 0);
+	h_sleep_ms(100);
+	int rc[OUTSIDE_N], done = 0, slow = 0;
+	uint64_t worst = 0;
+	for (int i = 0; i < OUTSIDE_N; i++)
+		rc[i] = -1;
+	for (int i = 0; i < OUTSIDE_N && done == i; i++) {
+		assert_int_equal(write(sv[i][0], "x", 1), 1);
+		uint64_t t0 = h_now_ms();
+		rc[i] = px_read_stream(f->px, sv[i][1], buf[i], 1, h_rec_cb, rd[i]);
+		if (rc[i] != 0)
+			break;
+		/* This thread does not pump: only the loop thread may run it. */
+		uint64_t dl = h_deadline(3000);
+		while (!h_rec_done(rd[i]) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (!h_rec_done(rd[i]))
+			break;
+		done++;
+		uint64_t took = h_now_ms() - t0;
+		slow += took >= OUTSIDE_SLOW_MS;
+		worst = took > worst ? took : worst;
+	}
+	atomic_store(&o->finish, true);
+	assert_int_equal(px_post(f->px, outside_wake, NULL), 0);
+	pthread_join(th, NULL);
+	for (int i = 0; i < OUTSIDE_N && i <= done; i++)
+		if (rc[i] != 0)
+			fail_msg("read %d: px_read_stream returned %d", i, rc[i]);
+	if (done != OUTSIDE_N)
+		fail_msg("read %d, started outside the loop, did not complete "
+			 "in 3 s", done);
+	if (slow > OUTSIDE_SLOW_MAX)
+		fail_msg("%d of %d reads started outside the loop took %d ms or "
+			 "more (the slowest %llu ms)", slow, OUTSIDE_N,
+			 OUTSIDE_SLOW_MS, (unsigned long long)worst);
+	for (int i = 0; i < OUTSIDE_N; i++) {
+		assert_int_equal(rd[i]->c.error, 0);
+		assert_int_equal(rd[i]->c.bytes, 1);
+	}
+	(void)pend;  /* completed by the fixture's teardown */
+}
+
 /* ------------------------------------------------------------------ */
 /* Timers                                                               */
 /* ------------------------------------------------------------------ */
@@ -1332,6 +1422,7 @@ int main(int argc, char **argv)
 		T(callback_starts_posts_cancels),
 		T(timer_callback_starts_posts_cancels),
 		T(callback_waits_for_its_own_read),
+		T(start_from_outside_reaches_waiting_loop),
 		T(timers_fire_in_order),
 		T(timer_cancel),
 		T(many_posts_two_threads),
