@@ -25,11 +25,12 @@
  * Each thread that leads gets a home ring (px__uring_pick) and leads it.
  * A start from a callback goes into the ring of the operation whose
  * callback runs (its home's, if the dispatcher moved that completion to
- * this thread), other starts into the thread's home ring, a resubmission
- * or the next queue head into the ring of the request before it
- * (ur_start_ring, ur_issue_or_stall): so the thread that leads a ring is
- * normally the one that submits to it and runs its task work.  A cancel
- * goes into the ring of the request it aims at.
+ * this thread), a start from outside the callbacks into a ring whose
+ * leader waits (ur_outside_ring), a resubmission or the next queue head
+ * into the ring of the request before it (ur_start_ring,
+ * ur_issue_or_stall): so the thread that leads a ring is normally the one
+ * that submits to it and runs its task work.  A cancel goes into the ring
+ * of the request it aims at (ur_wake_for when nobody leads it).
  *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
