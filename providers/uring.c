@@ -80,7 +80,9 @@
  *     is IORING_OP_SEND with MSG_NOSIGNAL, so a socket whose peer has gone
  *     fails with EPIPE instead of raising SIGPIPE; on ENOTSOCK (a pipe) it is
  *     redone as IORING_OP_WRITE at offset -1 and the descriptor remembered
- *     as "not a socket" until one of its stream operations fails.
+ *     as "not a socket" until one of its stream operations fails, or
+ *     until a write that finds nothing in flight on it sees a socket
+ *     there (fstat: the number was closed and reused).
  *   - Vectored operations are IORING_OP_READV / WRITEV (offset -1 for
  *     streams), and IORING_OP_SENDMSG with the iovec array for a vectored
  *     write_stream on a socket (MSG_NOSIGNAL, as SEND).  A write_all
@@ -125,6 +127,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "uring.h"
@@ -895,6 +898,17 @@ static int ur_start(px_provider *p, px_result *r)
 		if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
 			return -EBADF;
 		pr->fe->open_seen = true;
+	}
+	/* "Not a socket" was learnt about whatever the number was then.  With
+	 * nothing in flight it may have been closed and reused for a socket,
+	 * which a WRITE would raise SIGPIPE on (SEND has MSG_NOSIGNAL): look
+	 * again, once per idle spell, for writes.  (A READ on a socket only
+	 * misses POLL_FIRST.) */
+	if (pr->fe->notsock && !pr->fe->inflight &&
+	    r->c.op == PX_OP_WRITE_STREAM) {
+		struct stat st;
+		if (fstat(r->c.fd, &st) == 0 && S_ISSOCK(st.st_mode))
+			pr->fe->notsock = false;
 	}
 	if (dir >= 0 && !px_list_empty(&fq->q[dir])) {
 		/* Goes in when everything before it is done. */

@@ -269,6 +269,42 @@ static void sigpipe_count(bool on)
 /* Peers that go away                                                   */
 /* ------------------------------------------------------------------ */
 
+/* A descriptor number that was a pipe, closed with close(2) (not
+ * px_close) and reused for a socket whose peer has gone: a write on it
+ * fails with EPIPE, without SIGPIPE.  (io_uring remembers that a number
+ * is not a socket, to write it with WRITE instead of SEND; the reused
+ * number once kept that, and the WRITE on the socket raised SIGPIPE.) */
+static void reused_pipe_number_socket_write(void **state)
+{
+	h_fx *f = *state;
+	int p[2], sv[2];
+	h_pipe(f, p);
+	char *buf = h_alloc(f, 8);
+	h_rec *w1 = h_rec_new(f);
+	assert_int_equal(px_write_stream(f->px, p[1], "ab", 2, h_rec_cb, w1), 0);
+	h_wait_rec(f, w1, 5000, "a write on a pipe");
+	assert_int_equal(w1->c.error, 0);
+	assert_int_equal(w1->c.bytes, 2);
+	/* Same number, now a socket whose peer is closed. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(dup2(sv[0], p[1]), p[1]);
+	close(sv[0]);
+	close(sv[1]);
+	h_rec *w2 = h_rec_new(f);
+	sigpipe_count(true);
+	assert_int_equal(px_write_stream(f->px, p[1], buf, 8, h_rec_cb, w2), 0);
+	h_wait_rec(f, w2, 5000, "a write on the reused number");
+	h_settle(f, 20);
+	int pipes = atomic_load(&g_sigpipes);
+	sigpipe_count(false);
+	assert_once(w2, PX_OP_WRITE_STREAM, p[1]);
+	if (w2->c.error != EPIPE && w2->c.error != ECONNRESET)
+		fail_msg("a write to a socket whose peer closed completed with "
+			 "error %d (%s), expected EPIPE", w2->c.error,
+			 strerror(w2->c.error));
+	assert_int_equal(pipes, 0);
+}
+
 static void peer_reset_during_read(void **state)
 {
 	h_fx *f = *state;
@@ -1284,6 +1320,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		T(peer_reset_during_read),
 		T(peer_reset_during_write),
+		T(reused_pipe_number_socket_write),
 		T(half_close),
 		T(cancel_write_peer_shutdown_late),
 		T(cancel_write_peer_shutdown_early),
