@@ -26,7 +26,8 @@
  * A start from a callback goes into the ring of the operation whose
  * callback runs (its home's, if the dispatcher moved that completion to
  * this thread), a start from outside the callbacks into a ring whose
- * leader waits (ur_outside_ring), a resubmission or the next queue head
+ * leader waits when one thread alone runs the loop (ur_outside_ring), other
+ * starts into the thread's home ring, a resubmission or the next queue head
  * into the ring of the request before it (ur_start_ring,
  * ur_issue_or_stall): so the thread that leads a ring is normally the one
  * that submits to it and runs its task work.  A cancel goes into the ring
@@ -307,14 +308,20 @@ px_uring_ring *px__uring_home(px_uring *u)
 	return &u->rings[u->next_spread++ % u->nrings];
 }
 
-/* The ring for a start made outside this proactor's callbacks.  Such a
- * thread will not lead soon, so the start goes into a ring a leader waits
- * on, the next one in turn (its kick submits the SQE at once, and the
- * leader sees the CQE): put into its own home or another idle ring, it sat
- * unsubmitted until the leader's wait ended for some other reason (as long
- * as the processor's idle check, 200 ms; measured at the start of every
- * one-thread benchmark).  With no leader waiting, as before: its home, or
- * the rings in turn for a thread that never led. */
+/* The ring for a start made outside this proactor's callbacks while one
+ * thread alone runs the loop.  The starting thread will not lead soon, so
+ * the start goes into a ring the lone leader waits on (its kick submits
+ * the SQE at once, and the leader sees the CQE): put into the starting
+ * thread's home or the next ring in turn, it sat unsubmitted until the
+ * leader's wait ended for some other reason (as long as the processor's
+ * idle check, 200 ms; measured at the start of every one-thread
+ * benchmark).  With no leader waiting, as before: its home, or the rings
+ * in turn for a thread that never led; the lone thread takes that ring at
+ * its next prepare.  With several loop threads the rings' own leaders
+ * come back to them, and the starts keep spreading over the rings (sent
+ * all to the waiting ones, 1000 sessions started at once piled into one
+ * ring, each submitted by the starting thread under the mutex: 10% less
+ * throughput on 1000/2/4096/4096). */
 static px_uring_ring *ur_outside_ring(px_uring *u)
 {
 	for (unsigned k = 0; k < u->nrings; k++) {
@@ -338,7 +345,7 @@ static px_uring_ring *ur_start_ring(px_uring *u, const px_result *r)
 	bool moved;
 	px_result *cur = px__dispatch_current(&moved);
 
-	if (u->nrings > 1 && !px__dispatch_in_callback(r))
+	if (u->nrings > 1 && u->alone && !px__dispatch_in_callback(r))
 		return ur_outside_ring(u);
 	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
 	    ur_priv(cur)->rg)
