@@ -1006,7 +1006,7 @@ static void callback_waits_for_its_own_read(void **state)
 }
 
 /* A thread that never runs the loop starts reads whose data is already
- * there, one at a time, while the only loop thread waits with no timeout
+ * there, one at a time, while the only loop thread waits (1 s at a time)
  * and has other work pending (so nothing tells it the engine went from
  * idle to busy).  Each read must complete through that waiting thread, and
  * promptly: not when the loop's wait ends for some other reason, such as
@@ -1019,13 +1019,18 @@ enum { OUTSIDE_N = 8, OUTSIDE_SLOW_MS = 150, OUTSIDE_SLOW_MAX = 2 };
 typedef struct outside {
 	px_proactor *px;
 	atomic_bool finish;
+	atomic_bool blocking;      /* outside_block is running */
+	atomic_bool release;       /* outside_block may return */
 } outside;
 
+/* A wait of 1 s: far longer than a read may take here, and a bound on
+ * how long a loop thread takes to see finish (two wake-up posts at the
+ * end may both be run by one of two threads). */
 static void *outside_loop(void *arg)
 {
 	outside *o = arg;
 	while (!atomic_load(&o->finish))
-		if (px_handle_events(o->px, -1) < 0)
+		if (px_handle_events(o->px, 1000) < 0)
 			break;
 	return NULL;
 }
@@ -1035,14 +1040,26 @@ static void outside_wake(const px_completion *c)
 	(void)c;
 }
 
-static void start_from_outside_reaches_waiting_loop(void **state)
+/* Holds the loop thread that runs it until the test lets it go. */
+static void outside_block(const px_completion *c)
+{
+	outside *o = c->user;
+	atomic_store(&o->blocking, true);
+	uint64_t dl = h_deadline(15000);
+	while (!atomic_load(&o->release) && h_now_ms() < dl)
+		h_sleep_ms(1);
+}
+
+/* loops: loop threads; with two, one of them is held in a callback
+ * meanwhile, so that only the other one can complete the reads. */
+static void outside_reads(void **state, int loops)
 {
 	h_fx *f = *state;
 	outside *o = h_alloc(f, sizeof *o);
 	int idle[2], sv[OUTSIDE_N][2];
 	char *ibuf, *buf[OUTSIDE_N];
 	h_rec *rd[OUTSIDE_N];
-	pthread_t th;
+	pthread_t th[2];
 
 	o->px = f->px;
 	for (int i = 0; i < OUTSIDE_N; i++) {
@@ -1050,10 +1067,19 @@ static void start_from_outside_reaches_waiting_loop(void **state)
 		buf[i] = h_alloc(f, 1);
 		rd[i] = h_rec_new(f);
 	}
-	/* Work that stays pending, then the loop thread, asleep on it. */
+	/* Work that stays pending, then the loop threads, asleep on it. */
 	h_rec *pend = h_start_pending_read(f, idle, 1, &ibuf);
-	assert_int_equal(pthread_create(&th, NULL, outside_loop, o), 0);
+	for (int t = 0; t < loops; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, outside_loop, o), 0);
 	h_sleep_ms(100);
+	if (loops > 1) {
+		assert_int_equal(px_post(f->px, outside_block, o), 0);
+		uint64_t dl = h_deadline(5000);
+		while (!atomic_load(&o->blocking) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		assert_true(atomic_load(&o->blocking));
+		h_sleep_ms(20);
+	}
 	int rc[OUTSIDE_N], done = 0, slow = 0;
 	uint64_t worst = 0;
 	for (int i = 0; i < OUTSIDE_N; i++)
@@ -1064,7 +1090,7 @@ static void start_from_outside_reaches_waiting_loop(void **state)
 		rc[i] = px_read_stream(f->px, sv[i][1], buf[i], 1, h_rec_cb, rd[i]);
 		if (rc[i] != 0)
 			break;
-		/* This thread does not pump: only the loop thread may run it. */
+		/* This thread does not pump: only a loop thread may run it. */
 		uint64_t dl = h_deadline(3000);
 		while (!h_rec_done(rd[i]) && h_now_ms() < dl)
 			h_sleep_ms(1);
@@ -1075,9 +1101,12 @@ static void start_from_outside_reaches_waiting_loop(void **state)
 		slow += took >= OUTSIDE_SLOW_MS;
 		worst = took > worst ? took : worst;
 	}
+	atomic_store(&o->release, true);
 	atomic_store(&o->finish, true);
-	assert_int_equal(px_post(f->px, outside_wake, NULL), 0);
-	pthread_join(th, NULL);
+	for (int t = 0; t < loops; t++)
+		assert_int_equal(px_post(f->px, outside_wake, NULL), 0);
+	for (int t = 0; t < loops; t++)
+		pthread_join(th[t], NULL);
 	for (int i = 0; i < OUTSIDE_N && i <= done; i++)
 		if (rc[i] != 0)
 			fail_msg("read %d: px_read_stream returned %d", i, rc[i]);
@@ -1093,6 +1122,18 @@ static void start_from_outside_reaches_waiting_loop(void **state)
 		assert_int_equal(rd[i]->c.bytes, 1);
 	}
 	(void)pend;  /* completed by the fixture's teardown */
+}
+
+static void start_from_outside_reaches_waiting_loop(void **state)
+{
+	outside_reads(state, 1);
+}
+
+/* The same with two loop threads, one of them held in a callback: the
+ * other must complete the reads, whichever queue they went into. */
+static void start_from_outside_while_a_loop_thread_is_held(void **state)
+{
+	outside_reads(state, 2);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1423,6 +1464,7 @@ int main(int argc, char **argv)
 		T(timer_callback_starts_posts_cancels),
 		T(callback_waits_for_its_own_read),
 		T(start_from_outside_reaches_waiting_loop),
+		T(start_from_outside_while_a_loop_thread_is_held),
 		T(timers_fire_in_order),
 		T(timer_cancel),
 		T(many_posts_two_threads),
