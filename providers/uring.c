@@ -31,7 +31,8 @@
  * into the ring of the request before it (ur_start_ring,
  * ur_issue_or_stall): so the thread that leads a ring is normally the one
  * that submits to it and runs its task work.  A cancel goes into the ring
- * of the request it aims at (ur_wake_for when nobody leads it).
+ * of the request it aims at.  An outside start or cancel that lands in a
+ * ring nobody leads wakes the waiting leaders (ur_wake_for).
  *
  * Kernel features relied on:
  *   - IORING_FEAT_EXT_ARG (5.11, required): a wait with a timeout passes the
