@@ -1017,23 +1017,9 @@ static void callback_waits_for_its_own_read(void **state)
 enum { OUTSIDE_N = 8, OUTSIDE_SLOW_MS = 150, OUTSIDE_SLOW_MAX = 2 };
 
 typedef struct outside {
-	px_proactor *px;
-	atomic_bool finish;
 	atomic_bool blocking;      /* outside_block is running */
 	atomic_bool release;       /* outside_block may return */
 } outside;
-
-/* A wait of 1 s: far longer than a read may take here, and a bound on
- * how long a loop thread takes to see finish (two wake-up posts at the
- * end may both be run by one of two threads). */
-static void *outside_loop(void *arg)
-{
-	outside *o = arg;
-	while (!atomic_load(&o->finish))
-		if (px_handle_events(o->px, 1000) < 0)
-			break;
-	return NULL;
-}
 
 static void outside_wake(const px_completion *c)
 {
@@ -1059,9 +1045,6 @@ static void outside_reads(void **state, int loops)
 	int idle[2], sv[OUTSIDE_N][2];
 	char *ibuf, *buf[OUTSIDE_N];
 	h_rec *rd[OUTSIDE_N];
-	pthread_t th[2];
-
-	o->px = f->px;
 	for (int i = 0; i < OUTSIDE_N; i++) {
 		h_socketpair(f, sv[i]);
 		buf[i] = h_alloc(f, 1);
@@ -1069,8 +1052,8 @@ static void outside_reads(void **state, int loops)
 	}
 	/* Work that stays pending, then the loop threads, asleep on it. */
 	h_rec *pend = h_start_pending_read(f, idle, 1, &ibuf);
-	for (int t = 0; t < loops; t++)
-		assert_int_equal(pthread_create(&th[t], NULL, outside_loop, o), 0);
+	/* Waits of 1 s: far longer than a read may take here. */
+	h_loops_start_ms(f, loops, false, 1000);
 	h_sleep_ms(100);
 	if (loops > 1) {
 		assert_int_equal(px_post(f->px, outside_block, o), 0);
@@ -1102,11 +1085,12 @@ static void outside_reads(void **state, int loops)
 		worst = took > worst ? took : worst;
 	}
 	atomic_store(&o->release, true);
-	atomic_store(&o->finish, true);
+	/* Wake-ups, so that the loop threads need not wait out their 1 s
+	 * (one thread may run both; the other then sees the stop within
+	 * its wait). */
 	for (int t = 0; t < loops; t++)
 		assert_int_equal(px_post(f->px, outside_wake, NULL), 0);
-	for (int t = 0; t < loops; t++)
-		pthread_join(th[t], NULL);
+	h_loops_stop();
 	for (int i = 0; i < OUTSIDE_N && i <= done; i++)
 		if (rc[i] != 0)
 			fail_msg("read %d: px_read_stream returned %d", i, rc[i]);

@@ -250,6 +250,7 @@ static struct {
 	pthread_t th[H_MAX_LOOPS];
 	int n;
 	bool shutdown_ok;
+	int wait_ms;
 	atomic_int stop;
 	atomic_int error;          /* a px_handle_events error, or 0 */
 } h_loops;
@@ -258,7 +259,7 @@ static void *h_loop_main(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&h_loops.stop)) {
-		int rc = px_handle_events(h_loops.px, 10);
+		int rc = px_handle_events(h_loops.px, h_loops.wait_ms);
 		if (rc < 0 && !(rc == -ESHUTDOWN && h_loops.shutdown_ok)) {
 			atomic_store(&h_loops.error, rc);
 			break;
@@ -269,9 +270,15 @@ static void *h_loop_main(void *arg)
 
 void h_loops_start(h_fx *f, int n, bool shutdown_ok)
 {
+	h_loops_start_ms(f, n, shutdown_ok, 10);
+}
+
+void h_loops_start_ms(h_fx *f, int n, bool shutdown_ok, int wait_ms)
+{
 	assert_true(n <= H_MAX_LOOPS && h_loops.n == 0);
 	h_loops.px = f->px;
 	h_loops.shutdown_ok = shutdown_ok;
+	h_loops.wait_ms = wait_ms;
 	atomic_store(&h_loops.stop, 0);
 	atomic_store(&h_loops.error, 0);
 	for (int i = 0; i < n; i++) {

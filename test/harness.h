@@ -116,6 +116,10 @@ void h_assert_usable(h_fx *f);
  * is not an error when shutdown_ok.
  */
 void h_loops_start(h_fx *f, int n, bool shutdown_ok);
+/* The same with px_handle_events(f->px, wait_ms): a test that must see
+ * how long a loop thread's wait lasts (h_loops_stop then takes up to
+ * wait_ms, unless something wakes the threads). */
+void h_loops_start_ms(h_fx *f, int n, bool shutdown_ok, int wait_ms);
 /* Stop and join the threads; fail the test if one got an error. */
 void h_loops_stop(void);
 /* Stop and join the threads without a verdict (for teardowns, which must
