@@ -361,10 +361,12 @@ static px_uring_ring *ur_start_ring(px_uring *u, const px_result *r)
  * rg's own leader has been away PX_URING_ORPHAN_MS, say blocked in a
  * callback).  Without this such a start waited for the end of the other
  * leader's wait: the processor's idle check, 200 ms.  A start wakes them
- * only when rg is orphaned already: a leader that is merely running
- * callbacks comes back to its ring, and waking the others for every start
- * of a burst (1000 sessions started at once) cost 10% of throughput on
- * 1000/2/4096/4096 (226 against 255 MB/s, medians of 8). */
+ * only with several loop threads (a lone one waits on the ring
+ * ur_outside_ring chose, or takes every ring with work at its next
+ * prepare) and only when rg is orphaned already: a leader that is merely
+ * running callbacks comes back to its ring, and waking the others for
+ * every start of a burst (1000 sessions started at once) cost 10% of
+ * throughput on 1000/2/4096/4096 (226 against 255 MB/s, medians of 8). */
 static void ur_wake_for(px_uring *u, px_uring_ring *rg, const px_result *r,
 			bool orphaned_only)
 {
@@ -372,7 +374,7 @@ static void ur_wake_for(px_uring *u, px_uring_ring *rg, const px_result *r,
 
 	if (u->nrings < 2 || rg->led || px__dispatch_in_callback(r))
 		return;
-	if (orphaned_only && !u->alone && !px__uring_orphaned(rg, &now))
+	if (orphaned_only && (u->alone || !px__uring_orphaned(rg, &now)))
 		return;
 	u->intr.ops->interrupt(&u->intr);
 }
