@@ -70,6 +70,14 @@ px_result *px__alloc_get(px_allocator *a)
 void px__alloc_put(px_allocator *a, px_result *r)
 {
 #ifndef NDEBUG
+	/* Still on its descriptor's list (px_proactor.byfd): freeing it
+	 * would leave that list pointing into a reused record. */
+	if (px_link_linked(&r->flink)) {
+		fprintf(stderr, "proactor: an operation record freed while still "
+			"listed under its descriptor (fd %d, op %d)\n",
+			r->c.fd, (int)r->c.op);
+		abort();
+	}
 	/* Poison so a use after free shows up in tests. */
 	memset(r, 0x5a, a->size);
 #endif

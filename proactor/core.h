@@ -84,11 +84,11 @@ int px__processor_create(struct px_proactor *px, int index,
 			char *err, size_t errlen) PX_HIDDEN;
 void px__processor_destroy(px_processor *p) PX_HIDDEN;
 int px__processor_start(px_processor *p, px_result *r) PX_HIDDEN;
-int px__processor_cancel_fd(px_processor *p, int fd) PX_HIDDEN;
 void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
 /* Cancel one operation of p if it is deferred, starting or started
- * (a timeout); nothing when it has finished already. */
-void px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
+ * (px_cancel, px_close, a timeout); nothing when it has finished already.
+ * Returns 1 if it was cancelled (or marked, inside its start), else 0. */
+int px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit.  now is the caller's
  * recent px__now_ns() (it starts the wait time of px_stats); returns the
@@ -121,6 +121,16 @@ typedef struct px_follower {
 	bool woken;
 } px_follower;
 
+/* What the core keeps per descriptor number (px_proactor.byfd). */
+typedef struct px_fdops {
+	/* Operations started on it whose callback has not returned yet
+	 * (px_result.flink), wherever they are: deferred, in the kernel,
+	 * queued or running.  px_close counts them, and it and px_cancel
+	 * cancel them, without walking every pending operation. */
+	px_list ops;
+	px_result *closing;        /* its px_close, waiting for them, or NULL */
+} px_fdops;
+
 struct px_proactor {
 	pthread_mutex_t lock;
 	px_allocator alloc;
@@ -136,6 +146,13 @@ struct px_proactor {
 	px_list closing;           /* px_close results (CLOSING) waiting for
 	                              their descriptor's operations */
 	px_list running;           /* results whose callback runs now */
+	/* Per descriptor number (px_fdops): the operations started on it
+	 * whose callback has not returned yet, and its px_close if one
+	 * waits.  A table of entries made on first use, grown only for a
+	 * number that is open (so a huge bad number costs nothing); freed
+	 * with the proactor. */
+	struct px_fdops **byfd;
+	size_t nbyfd;
 	int64_t next_timer_id;
 	px_list followers;         /* sleeping threads; the newest at the back */
 	px_list owns;              /* threads' own completions, those not
@@ -160,6 +177,9 @@ struct px_proactor {
 /* px_close bookkeeping (proactor.c): a completion on fd was delivered
  * (its callback returned); a px_close waiting for it may now close. */
 void px__close_delivered(struct px_proactor *px, int fd) PX_HIDDEN;
+/* An operation's callback has returned: it leaves its descriptor's list
+ * (px_proactor.byfd).  Mutex held. */
+void px__ops_delivered(struct px_proactor *px, px_result *r) PX_HIDDEN;
 
 /* Queue r for dispatch and notify at the given level. */
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDEN;
@@ -168,8 +188,8 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level) PX_HIDDE
  * takes it (see dispatcher.c).  Elsewhere the same as
  * px__dispatch_post(px, r, PX_NOTIFY_NONE). */
 void px__dispatch_post_own(struct px_proactor *px, px_result *r) PX_HIDDEN;
-/* Call fn for every completion held on a thread's own list (px_close
- * and px_stats count them with the shared queue). */
+/* Call fn for every completion held on a thread's own list (px_stats
+ * counts them with the shared queue). */
 void px__dispatch_visit_own(struct px_proactor *px,
 			    void (*fn)(px_result *r, void *arg), void *arg) PX_HIDDEN;
 /* Completions wait that the calling thread should run before it sleeps:

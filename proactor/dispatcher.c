@@ -276,6 +276,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
 	px_list_remove(&px->running, &r->link);
+	px__ops_delivered(px, r);
 	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
 		px__close_delivered(px, r->c.fd);
 	disp_tls_dispatching = saved;

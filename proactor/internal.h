@@ -173,6 +173,9 @@ typedef struct px_result {
 	px_link link;             /* deferred / started / completed / timers:
 	                             owned by whoever owns the state */
 	px_link plink;            /* for the provider's own queues */
+	px_link flink;            /* core: on px->byfd[c.fd] from its start
+	                             until its callback has returned (stream,
+	                             file, datagram, accept, connect) */
 	px_completion c;          /* inputs (op, fd, buf, len, offset, addr)
 	                             and outputs (bytes, error, new_fd, addr) */
 	px_callback *cb;

@@ -25,6 +25,9 @@ static void fac_free(struct px_proactor *px)
 		px__processor_destroy(px->proc[i]);
 	px__alloc_fini(&px->alloc);
 	px__timers_fini(px);
+	for (size_t i = 0; i < px->nbyfd; i++)
+		free(px->byfd[i]);
+	free(px->byfd);
 	pthread_mutex_destroy(&px->lock);
 	free(px);
 }
@@ -166,54 +169,87 @@ int px_stop(px_proactor *px)
 /* px_close                                                             */
 /* ------------------------------------------------------------------ */
 
-/* The px_close under way for fd, or NULL. */
+/* What the core keeps for fd, or NULL if nothing was ever started or
+ * closed on that number. */
+static px_fdops *fac_ops_of(struct px_proactor *px, int fd)
+{
+	return fd >= 0 && (size_t)fd < px->nbyfd ? px->byfd[fd] : NULL;
+}
+
+/* The entry for fd, made if need be.  The table grows only for a number
+ * that is open: -EBADF for one that is not, as a start on it must fail
+ * anyway, without sizing the table by a bad number. */
+static int fac_ops_get(struct px_proactor *px, int fd, px_fdops **out)
+{
+	if ((size_t)fd >= px->nbyfd) {
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF)
+			return -EBADF;
+		size_t n = px->nbyfd ? px->nbyfd : 64;
+		while (n <= (size_t)fd) {
+			if (n > SIZE_MAX / 2 / sizeof(px_fdops *))
+				return -ENOMEM;
+			n *= 2;
+		}
+		px_fdops **t = realloc(px->byfd, n * sizeof(*t));
+		if (!t)
+			return -ENOMEM;
+		memset(t + px->nbyfd, 0, (n - px->nbyfd) * sizeof(*t));
+		px->byfd = t;
+		px->nbyfd = n;
+	}
+	if (!px->byfd[fd]) {
+		px_fdops *e = malloc(sizeof(*e));
+		if (!e)
+			return -ENOMEM;
+		px_list_init(&e->ops);
+		e->closing = NULL;
+		px->byfd[fd] = e;
+	}
+	*out = px->byfd[fd];
+	return 0;
+}
+
+/* fd's px_close, if one waits for its operations. */
 static px_result *fac_closing_of(struct px_proactor *px, int fd)
 {
-	for (px_link *l = px_list_first(&px->closing); l;
-	     l = px_list_next(&px->closing, l))
-		if (px_result_of(l)->c.fd == fd)
-			return px_result_of(l);
-	return NULL;
+	px_fdops *e = fac_ops_of(px, fd);
+	return e ? e->closing : NULL;
 }
 
 /* Operations on fd not yet delivered: anywhere from deferred to a
  * callback that is running. */
-static size_t fac_count_list(const px_list *list, int fd)
-{
-	size_t n = 0;
-	for (px_link *l = px_list_first(list); l; l = px_list_next(list, l)) {
-		const px_result *r = px_result_of(l);
-		if (r->c.op < PX_OP_POST && r->c.fd == fd)
-			n++;
-	}
-	return n;
-}
-
-struct fac_fd_count {
-	int fd;
-	size_t n;
-};
-
-static void fac_count_own(px_result *r, void *arg)
-{
-	struct fac_fd_count *c = arg;
-	if (r->c.op < PX_OP_POST && r->c.fd == c->fd)
-		c->n++;
-}
-
 static size_t fac_count_fd(struct px_proactor *px, int fd)
 {
-	struct fac_fd_count own = { .fd = fd, .n = 0 };
-	px__dispatch_visit_own(px, fac_count_own, &own);
-	size_t n = own.n + fac_count_list(&px->completed, fd) +
-		   fac_count_list(&px->running, fd);
-	for (int i = 0; i < px->nproc; i++) {
-		px_processor *p = px->proc[i];
-		n += fac_count_list(&p->deferred, fd) +
-		     fac_count_list(&p->starting, fd) +
-		     fac_count_list(&p->started, fd);
+	px_fdops *e = fac_ops_of(px, fd);
+	return e ? px_list_count(&e->ops) : 0;
+}
+
+/* Cancel what of fd is deferred, being started or in the kernel (what has
+ * finished keeps its own result).  Returns how many were cancelled. */
+static int fac_cancel_fd(struct px_proactor *px, int fd)
+{
+	px_fdops *e = fac_ops_of(px, fd);
+	px_list *ops = e ? &e->ops : NULL;
+	int n = 0;
+
+	if (!ops)
+		return 0;
+	/* A cancel only moves results between the processor's lists and
+	 * the completed queue; none leaves ops (that happens after its
+	 * callback), so the walk is safe. */
+	for (px_link *l = px_list_first(ops); l; l = px_list_next(ops, l)) {
+		px_result *r = px_container_of(l, px_result, flink);
+		if (r->proc)
+			n += px__processor_cancel_result(r->proc, r);
 	}
 	return n;
+}
+
+/* Its callback has returned: r leaves fd's list. */
+void px__ops_delivered(struct px_proactor *px, px_result *r)
+{
+	if (px_link_linked(&r->flink))
+		px_list_remove(&px->byfd[r->c.fd]->ops, &r->flink);
 }
 
 /* Close r's descriptor (mutex held, so no start can slip in between the
@@ -221,6 +257,7 @@ static size_t fac_count_fd(struct px_proactor *px, int fd)
 static void fac_close_now(struct px_proactor *px, px_result *r)
 {
 	px_list_remove(&px->closing, &r->link);
+	px->byfd[r->c.fd]->closing = NULL;
 	int err = close(r->c.fd) < 0 ? errno : 0;
 	/* Linux frees the descriptor even when close is interrupted. */
 	if (err == EINTR)
@@ -254,6 +291,10 @@ int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
 		rc = -EBADF;
 		goto out;
 	}
+	px_fdops *e;
+	rc = fac_ops_get(px, fd, &e);
+	if (rc < 0)
+		goto out;
 	px_result *r = px__alloc_get(&px->alloc);
 	if (!r) {
 		rc = -ENOMEM;
@@ -268,11 +309,11 @@ int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
 	r->done = pending;
 	r->state = PX_RS_CLOSING;
 	px_list_push_back(&px->closing, &r->link);
+	e->closing = r;
 	/* From here on starts on fd are refused; cancel what is pending.
 	 * The cancels only move results between lists, so the count above
 	 * holds. */
-	for (int i = 0; i < px->nproc; i++)
-		px__processor_cancel_fd(px->proc[i], fd);
+	fac_cancel_fd(px, fd);
 	if (!pending)
 		fac_close_now(px, r);
 out:
@@ -442,12 +483,21 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		rc = -ENOMEM;
 		goto out;
 	}
-	/* Counted before the start: another thread may deliver it before
-	 * px__processor_start returns. */
+	/* Counted, and on fd's list, before the start: another thread may
+	 * deliver it before px__processor_start returns. */
+	px_fdops *e;
+	rc = fac_ops_get(px, a->fd, &e);
+	if (rc < 0) {
+		px__timeout_detach(px, r);
+		px__alloc_put(&px->alloc, r);
+		goto out;
+	}
+	px_list_push_back(&e->ops, &r->flink);
 	p->st.started++;
 	rc = px__processor_start(p, r);
 	if (rc < 0) {
 		p->st.started--;
+		px_list_remove(&e->ops, &r->flink);
 		px__timeout_detach(px, r);
 		px__alloc_put(&px->alloc, r);
 	}
@@ -681,9 +731,7 @@ int px_cancel(px_proactor *px, int fd)
 	if (fd < 0)
 		return -EBADF;
 	pthread_mutex_lock(&px->lock);
-	int n = 0;
-	for (int i = 0; i < px->nproc; i++)
-		n += px__processor_cancel_fd(px->proc[i], fd);
+	int n = fac_cancel_fd(px, fd);
 	pthread_mutex_unlock(&px->lock);
 	return n;
 }

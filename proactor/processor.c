@@ -309,21 +309,17 @@ static bool proc_fdset_closed(const proc_fdset *set, int fd)
 	return fd >= 0 && *proc_fdset_find(set, fd) == -(fd + 1);
 }
 
-/* Which operations a cancel pass takes: every one (all), those of one
- * descriptor (fd), or those whose descriptor a check found closed. */
+/* Which operations a cancel pass takes: every one (all), or those whose
+ * descriptor a check found closed.  (px_cancel and px_close find a
+ * descriptor's operations through px_proactor.byfd instead.) */
 typedef struct proc_match {
 	bool all;
-	int fd;
 	const proc_fdset *closed;
 } proc_match;
 
 static bool proc_matches(const proc_match *m, const px_result *r)
 {
-	if (m->all)
-		return true;
-	if (m->closed)
-		return proc_fdset_closed(m->closed, r->c.fd);
-	return r->c.fd == m->fd;
+	return m->all || proc_fdset_closed(m->closed, r->c.fd);
 }
 
 static int proc_cancel_matching(px_processor *p, const proc_match *m);
@@ -579,13 +575,7 @@ static int proc_cancel_matching(px_processor *p, const proc_match *m)
 	return n;
 }
 
-int px__processor_cancel_fd(px_processor *p, int fd)
-{
-	proc_match m = { .fd = fd };
-	return proc_cancel_matching(p, &m);
-}
-
-void px__processor_cancel_result(px_processor *p, px_result *r)
+int px__processor_cancel_result(px_processor *p, px_result *r)
 {
 	int n = 0;
 
@@ -593,14 +583,15 @@ void px__processor_cancel_result(px_processor *p, px_result *r)
 	     l = px_list_next(&p->starting, l)) {
 		if (l == &r->link) {
 			r->cancel_pending = 1;
-			return;
+			return 1;
 		}
 	}
 	if (r->state != PX_RS_DEFERRED && r->state != PX_RS_STARTED)
-		return;  /* finished already: its own result stands */
+		return 0;  /* finished already: its own result stands */
 	proc_cancel_one(p, r, &n);
 	if (p->flags & PX_PF_START_INTERRUPT)
 		px__processor_interrupt(p);
+	return n;
 }
 
 void px__processor_cancel_all(px_processor *p)

@@ -1,0 +1,198 @@
+/*
+ * test_byfd.c - the core's per-descriptor list of operations not yet
+ * delivered (px_proactor.byfd, proactor/proactor.c), through which
+ * px_close counts and cancels and px_cancel cancels.
+ *
+ * Checked, on the engine named by argv[1] (default epoll):
+ *  - an operation is listed under its descriptor from its start until its
+ *    callback has returned (still listed while the callback runs), then
+ *    not; a start that fails is not listed;
+ *  - px_cancel of one descriptor among 200 with a read pending cancels
+ *    that read alone; px_close of another with a read pending cancels it,
+ *    then closes the descriptor and calls back; the others stay pending
+ *    and listed, and px_destroy cancels them;
+ *  - a start on a huge number that is not open fails with -EBADF without
+ *    growing the table.
+ * (Before the list, px_close and px_cancel walked every pending operation
+ * of the proactor: 70-80 us per px_close with 8,000 reads pending on
+ * other descriptors, against 4 us now.)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+
+static const char *g_engine;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static px_proactor *make(void)
+{
+	px_proactor *px = NULL;
+	char err[256];
+	int rc = px_create(&px, g_engine, err, sizeof err);
+
+	if (rc == -ENOSYS || rc == -EPERM || rc == -EOPNOTSUPP) {
+		print_message("engine %s unavailable here: %s\n", g_engine, err);
+		exit(77);
+	}
+	assert_int_equal(rc, 0);
+	return px;
+}
+
+static size_t listed(px_proactor *px, int fd)
+{
+	if (fd < 0 || (size_t)fd >= px->nbyfd || !px->byfd[fd])
+		return 0;
+	return px_list_count(&px->byfd[fd]->ops);
+}
+
+struct seen {
+	px_proactor *px;
+	int calls, ecanceled, ok, other, close_calls;
+	size_t listed_in_cb;    /* listed(fd) from inside the last callback */
+	int last_fd;
+};
+
+static void note_cb(const px_completion *c)
+{
+	struct seen *s = c->user;
+
+	s->calls++;
+	s->last_fd = c->fd;
+	s->listed_in_cb = listed(s->px, c->fd);
+	if (c->op == PX_OP_CLOSE)
+		s->close_calls++;
+	else if (c->error == ECANCELED)
+		s->ecanceled++;
+	else if (c->error == 0)
+		s->ok++;
+	else
+		s->other++;
+}
+
+static void pump_until_calls(px_proactor *px, const struct seen *s, int want)
+{
+	uint64_t end = now_ms() + 10000;
+
+	while (s->calls < want && now_ms() < end)
+		assert_true(px_handle_events(px, 20) >= 0);
+	assert_int_equal(s->calls, want);
+}
+
+static void listed_from_start_until_callback_returned(void **state)
+{
+	(void)state;
+	px_proactor *px = make();
+	struct seen s = { .px = px };
+	int sv[2];
+	char in[4], out[4] = "abc";
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	assert_int_equal(px_read_stream(px, sv[0], in, sizeof in, note_cb, &s), 0);
+	assert_int_equal(listed(px, sv[0]), 1);
+	assert_int_equal(px_write_stream(px, sv[1], out, sizeof out, note_cb, &s), 0);
+	assert_true(listed(px, sv[1]) == 1);
+	pump_until_calls(px, &s, 2);
+	assert_int_equal(s.ok, 2);
+	/* Each callback saw its own operation still listed. */
+	assert_int_equal(s.listed_in_cb, 1);
+	assert_int_equal(listed(px, sv[0]), 0);
+	assert_int_equal(listed(px, sv[1]), 0);
+	/* A failed start is not listed. */
+	assert_int_equal(px_read_stream(px, sv[0], NULL, 4, note_cb, &s), -EINVAL);
+	assert_int_equal(listed(px, sv[0]), 0);
+	assert_int_equal(px_destroy(px), 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void cancel_and_close_take_one_descriptor(void **state)
+{
+	(void)state;
+	enum { N = 200 };
+	px_proactor *px = make();
+	struct seen s = { .px = px };
+	int sv[N][2];
+	static char buf[N][8];
+
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][0], buf[i], sizeof buf[i],
+						note_cb, &s), 0);
+	}
+	for (int k = 0; k < 3; k++)
+		assert_true(px_handle_events(px, 0) >= 0);
+	assert_int_equal(s.calls, 0);
+
+	assert_int_equal(px_cancel(px, sv[7][0]), 1);
+	pump_until_calls(px, &s, 1);
+	assert_int_equal(s.ecanceled, 1);
+	assert_int_equal(s.last_fd, sv[7][0]);
+	assert_int_equal(listed(px, sv[7][0]), 0);
+	/* Nothing left to cancel there. */
+	assert_int_equal(px_cancel(px, sv[7][0]), 0);
+
+	assert_int_equal(px_close(px, sv[8][0], note_cb, &s), 0);
+	pump_until_calls(px, &s, 3);
+	assert_int_equal(s.ecanceled, 2);
+	assert_int_equal(s.close_calls, 1);
+	assert_int_equal(fcntl(sv[8][0], F_GETFD), -1);
+	sv[8][0] = -1;
+
+	for (int i = 0; i < N; i++)
+		if (i != 7 && i != 8)
+			assert_int_equal(listed(px, sv[i][0]), 1);
+	assert_int_equal(s.ok + s.other, 0);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(s.ecanceled, 2 + (N - 2));
+	for (int i = 0; i < N; i++) {
+		if (sv[i][0] >= 0)
+			close(sv[i][0]);
+		close(sv[i][1]);
+	}
+}
+
+static void huge_bad_number_does_not_grow_the_table(void **state)
+{
+	(void)state;
+	px_proactor *px = make();
+	struct seen s = { .px = px };
+	char buf[8];
+
+	assert_int_equal(fcntl(1 << 26, F_GETFD), -1);
+	assert_int_equal(px_read_stream(px, 1 << 26, buf, sizeof buf, note_cb, &s), -EBADF);
+	assert_true(px->nbyfd <= 4096);
+	assert_int_equal(px_cancel(px, 1 << 26), 0);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(s.calls, 0);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(listed_from_start_until_callback_returned),
+		cmocka_unit_test(cancel_and_close_take_one_descriptor),
+		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
+	};
+
+	alarm(60);
+	g_engine = argc > 1 ? argv[1] : "epoll";
+	return cmocka_run_group_tests_name(g_engine, tests, NULL, NULL);
+}
