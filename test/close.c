@@ -433,6 +433,150 @@ static void close_from_own_callback(void **state)
 }
 
 /* px_destroy with a px_close waiting: both callbacks run once. */
+/* px_close from a thread outside the loop while two loop threads carry
+ * traffic on the same descriptors.  Sixteen socket pairs; on end a of
+ * each a read is always pending and every read that brings data starts a
+ * write and the next read; end b echoes what it reads.  The test thread
+ * closes every end a with px_close, one after another, while this goes
+ * on.  Then: each px_close called back once; every operation whose start
+ * on end a returned 0 called back exactly once, and none after its
+ * px_close's callback; a start made after the px_close (from a callback
+ * still running) was refused with -EBADF.  This is what px_close keeps
+ * in its per-descriptor list (proactor.c): the count it waits for, and
+ * the refusal. */
+enum { RACE_PAIRS = 16 };
+
+typedef struct race_end {
+	px_proactor *px;
+	int a, b;                    /* a is closed with px_close */
+	atomic_int started;          /* operations on a whose start returned 0 */
+	atomic_int called;           /* their callbacks */
+	atomic_int refused;          /* starts on a refused with -EBADF */
+	atomic_int other_rc;         /* starts on a refused otherwise */
+	atomic_int late;             /* callbacks on a after the close's */
+	atomic_int closed;           /* px_close callbacks */
+	atomic_int close_err;        /* the close's c->error */
+	atomic_bool b_done;          /* b saw the end of its stream */
+	char abuf[64], wbuf[16], bbuf[64];
+} race_end;
+
+static void race_a_read(const px_completion *c);
+static void race_b_read(const px_completion *c);
+
+static void race_count_start(race_end *e, int rc)
+{
+	if (rc == 0)
+		atomic_fetch_add(&e->started, 1);
+	else if (rc == -EBADF)
+		atomic_fetch_add(&e->refused, 1);
+	else
+		atomic_fetch_add(&e->other_rc, 1);
+}
+
+static void race_a_called(race_end *e)
+{
+	if (atomic_load(&e->closed))
+		atomic_fetch_add(&e->late, 1);
+	atomic_fetch_add(&e->called, 1);
+}
+
+static void race_a_write(const px_completion *c)
+{
+	race_a_called(c->user);
+}
+
+static void race_a_read(const px_completion *c)
+{
+	race_end *e = c->user;
+
+	if (c->error == 0 && c->bytes > 0) {
+		race_count_start(e, px_write_stream(e->px, e->a, e->wbuf,
+						    sizeof e->wbuf, race_a_write, e));
+		race_count_start(e, px_read_stream(e->px, e->a, e->abuf,
+						   sizeof e->abuf, race_a_read, e));
+	}
+	race_a_called(e);
+}
+
+static void race_b_write(const px_completion *c)
+{
+	(void)c;
+}
+
+static void race_b_read(const px_completion *c)
+{
+	race_end *e = c->user;
+
+	if (c->error != 0 || c->bytes == 0) {
+		atomic_store(&e->b_done, true);
+		return;
+	}
+	/* Echo (the peer's writes are small: one write takes them), then
+	 * read on; a failure ends b's side quietly. */
+	if (px_write_stream(e->px, e->b, e->bbuf, c->bytes, race_b_write, e) == 0 &&
+	    px_read_stream(e->px, e->b, e->bbuf, sizeof e->bbuf, race_b_read, e) == 0)
+		return;
+	atomic_store(&e->b_done, true);
+}
+
+static void race_close_cb(const px_completion *c)
+{
+	race_end *e = c->user;
+
+	atomic_store(&e->close_err, c->error);
+	atomic_fetch_add(&e->closed, 1);
+}
+
+static void close_races_traffic(void **state)
+{
+	h_fx *f = *state;
+	race_end *ends = h_alloc(f, RACE_PAIRS * sizeof(*ends));
+
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		race_end *e = &ends[i];
+		int sv[2];
+		h_socketpair(f, sv);
+		e->px = f->px;
+		e->a = sv[0];
+		e->b = sv[1];
+		memset(e->wbuf, 'a' + i, sizeof e->wbuf);
+		race_count_start(e, px_read_stream(f->px, e->a, e->abuf, sizeof e->abuf,
+						   race_a_read, e));
+		race_count_start(e, px_write_stream(f->px, e->a, e->wbuf, sizeof e->wbuf,
+						    race_a_write, e));
+		assert_int_equal(px_read_stream(f->px, e->b, e->bbuf, sizeof e->bbuf,
+						race_b_read, e), 0);
+	}
+	h_loops_start(f, 2, false);
+	h_sleep_ms(20);
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		assert_int_equal(px_close(f->px, ends[i].a, race_close_cb, &ends[i]), 0);
+		h_sleep_ms(1);
+	}
+	uint64_t dl = h_deadline(10000);
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		while (!atomic_load(&ends[i].closed) || !atomic_load(&ends[i].b_done)) {
+			if (h_now_ms() > dl)
+				fail_msg("pair %d: px_close %s, b %s (engine '%s')", i,
+					 atomic_load(&ends[i].closed) ? "done" : "not done",
+					 atomic_load(&ends[i].b_done) ? "done" : "not done",
+					 h_engine_text);
+			h_sleep_ms(1);
+		}
+	}
+	h_loops_stop();
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		race_end *e = &ends[i];
+		untrack(f, e->a);
+		assert_int_equal(atomic_load(&e->closed), 1);
+		assert_int_equal(atomic_load(&e->close_err), 0);
+		assert_int_equal(atomic_load(&e->called), atomic_load(&e->started));
+		assert_int_equal(atomic_load(&e->late), 0);
+		assert_int_equal(atomic_load(&e->other_rc), 0);
+		assert_true(atomic_load(&e->started) >= 2);
+	}
+}
+
 static void close_then_destroy(void **state)
 {
 	h_fx *f = *state;
@@ -509,6 +653,7 @@ int main(int argc, char **argv)
 		T(close_twice_and_starts_refused),
 		T(close_from_own_callback),
 		T(close_then_destroy),
+		T(close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
 						setup_aio1, fx_teardown),
 	};
