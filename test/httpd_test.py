@@ -195,9 +195,15 @@ def run(httpd, engine, extra, root, small, big):
     if not m or "stopped;" not in out:
         fail("httpd printed no statistics at exit: %r" % out)
     if emfile:
-        if err.count("pausing accepts") != 1 or "accepting again" not in err:
-            fail("expected one 'pausing accepts' and an 'accepting again' "
-                 "on stderr: %r" % err)
+        # At least one pause, and each one ended.  More than one is right
+        # when the server resumes before it has closed every connection the
+        # client let go (they close as their end of stream arrives), accepts
+        # a few and meets the limit again: seen once under TSan, where
+        # everything is slower.
+        pauses = err.count("pausing accepts")
+        if pauses < 1 or err.count("accepting again") != pauses:
+            fail("expected 'pausing accepts' on stderr, each followed by an "
+                 "'accepting again': %r" % err)
     elif ("-N" in extra) != (m.group(2) == "0"):
         fail("%s answers from the cache with options %s" % (m.group(2), extra))
     print("httpd_test: engine %r: all checks passed" % (engine or "default"))
