@@ -466,6 +466,16 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * if it finished before the cancel could take effect.
  * Returns how many operations the cancel was requested for (0 if none), or
  * -EBADF for a negative fd.
+ * When it returns, no thread of the proactor is inside a read, write,
+ * send, recv, accept or connect on fd for a cancelled operation: if one
+ * was (a readiness engine makes those calls itself, with the proactor's
+ * lock released), px_cancel waited for that call to return, which is
+ * short because the calls do not block.  So the application may close(2)
+ * fd right after px_cancel; the cancelled operations still complete later
+ * as described above, and operations started on fd after px_cancel are
+ * not covered.  The exception is the POSIX AIO provider: a request that
+ * glibc's helper thread is already performing cannot be stopped or waited
+ * for (see px_close, which waits for the callbacks).
  */
 PX_API int px_cancel(px_proactor *px, int fd);
 

@@ -89,6 +89,9 @@ void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
  * (px_cancel, px_close, a timeout); nothing when it has finished already.
  * Returns 1 if it was cancelled (or marked, inside its start), else 0. */
 int px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
+/* After one or more px__processor_cancel_result calls on p that returned 1:
+ * interrupt a dedicated leader so that it stops watching for them. */
+void px__processor_cancelled(px_processor *p) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit.  now is the caller's
  * recent px__now_ns() (it starts the wait time of px_stats); returns the
@@ -133,6 +136,9 @@ typedef struct px_fdops {
 
 struct px_proactor {
 	pthread_mutex_t lock;
+	pthread_cond_t call_cv;    /* px_cancel waits here for a cancelled
+	                              operation's system call to return
+	                              (px_result.in_call, call_waiter) */
 	px_allocator alloc;
 	px_list completed;         /* READY, START_ERROR, POSTED results */
 	/* Timers (timer.c): TIMER results in a binary min-heap by deadline,

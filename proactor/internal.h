@@ -189,6 +189,14 @@ typedef struct px_result {
 	                             the starting list); acted on once start
 	                             has returned.  A byte of its own, apart
 	                             from flags, for that reason. */
+	uint8_t in_call;          /* provider: a thread makes (or is about to
+	                             make) r's system call with the mutex
+	                             released; set and cleared under the mutex
+	                             with px_call_begin / px_call_end */
+	uint8_t call_waiter;      /* core: cancelled while in_call; whoever
+	                             clears in_call wakes px_cancel, which
+	                             waits so that the application may close
+	                             the descriptor once it returns */
 	uint8_t fd_closed;        /* processor: cancelled because its descriptor
 	                             was found closed (px__processor_idle_check);
 	                             an ECANCELED outcome is reported as EBADF */
@@ -207,6 +215,24 @@ typedef struct px_result {
 	                             and it was cancelled for it */
 	/* provider private space follows (px_result_priv) */
 } px_result;
+
+/* Wake px_cancel waiting for r's call (proactor.c). */
+void px__call_end_wake(px_result *r) PX_HIDDEN;
+
+/* A provider claims r for a system call it makes with the mutex released
+ * (mutex held). */
+static inline void px_call_begin(px_result *r)
+{
+	r->in_call = 1;
+}
+
+/* The claim of r is let go (mutex held). */
+static inline void px_call_end(px_result *r)
+{
+	r->in_call = 0;
+	if (r->call_waiter)
+		px__call_end_wake(r);
+}
 
 static inline px_result *px_result_of(px_link *l)
 {

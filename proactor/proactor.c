@@ -28,6 +28,7 @@ static void fac_free(struct px_proactor *px)
 	for (size_t i = 0; i < px->nbyfd; i++)
 		free(px->byfd[i]);
 	free(px->byfd);
+	pthread_cond_destroy(&px->call_cv);
 	pthread_mutex_destroy(&px->lock);
 	free(px);
 }
@@ -47,6 +48,7 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 #endif
 	pthread_mutex_init(&px->lock, &ma);
 	pthread_mutexattr_destroy(&ma);
+	pthread_cond_init(&px->call_cv, NULL);
 	px_list_init(&px->completed);
 	px_list_init(&px->owns);
 	px_list_init(&px->followers);
@@ -230,6 +232,7 @@ static int fac_cancel_fd(struct px_proactor *px, int fd)
 {
 	px_fdops *e = fac_ops_of(px, fd);
 	px_list *ops = e ? &e->ops : NULL;
+	px_processor *told[2] = { NULL, NULL };
 	int n = 0;
 
 	if (!ops)
@@ -239,10 +242,48 @@ static int fac_cancel_fd(struct px_proactor *px, int fd)
 	 * callback), so the walk is safe. */
 	for (px_link *l = px_list_first(ops); l; l = px_list_next(ops, l)) {
 		px_result *r = px_container_of(l, px_result, flink);
-		if (r->proc)
-			n += px__processor_cancel_result(r->proc, r);
+		if (!r->proc)
+			continue;
+		int k = px__processor_cancel_result(r->proc, r);
+		n += k;
+		if (r->in_call)
+			r->call_waiter = 1;
+		if (k && r->proc != told[0] && r->proc != told[1])
+			told[told[0] ? 1 : 0] = r->proc;
 	}
+	/* One interrupt per processor (a dedicated leader re-reads what it
+	 * watches), not one per operation. */
+	for (int i = 0; i < 2 && told[i]; i++)
+		px__processor_cancelled(told[i]);
 	return n;
+}
+
+/* Mutex held.  Return once no system call of a cancelled operation of fd
+ * is under way in another thread (px_result.in_call: a readiness
+ * provider's read or write, made with the mutex released).  The mutex is
+ * released while waiting, so fd's list is walked afresh after each wake;
+ * operations started after the cancel are not waited for. */
+static void fac_wait_calls(struct px_proactor *px, int fd)
+{
+	px_fdops *e;
+again:
+	e = fac_ops_of(px, fd);
+	if (!e)
+		return;
+	for (px_link *l = px_list_first(&e->ops); l;
+	     l = px_list_next(&e->ops, l)) {
+		px_result *r = px_container_of(l, px_result, flink);
+		if (r->in_call && r->call_waiter) {
+			pthread_cond_wait(&px->call_cv, &px->lock);
+			goto again;
+		}
+	}
+}
+
+void px__call_end_wake(px_result *r)
+{
+	r->call_waiter = 0;
+	pthread_cond_broadcast(&r->proc->px->call_cv);
 }
 
 /* Its callback has returned: r leaves fd's list. */
@@ -732,6 +773,8 @@ int px_cancel(px_proactor *px, int fd)
 		return -EBADF;
 	pthread_mutex_lock(&px->lock);
 	int n = fac_cancel_fd(px, fd);
+	if (n > 0)
+		fac_wait_calls(px, fd);
 	pthread_mutex_unlock(&px->lock);
 	return n;
 }

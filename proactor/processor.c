@@ -589,9 +589,13 @@ int px__processor_cancel_result(px_processor *p, px_result *r)
 	if (r->state != PX_RS_DEFERRED && r->state != PX_RS_STARTED)
 		return 0;  /* finished already: its own result stands */
 	proc_cancel_one(p, r, &n);
+	return n;
+}
+
+void px__processor_cancelled(px_processor *p)
+{
 	if (p->flags & PX_PF_START_INTERRUPT)
 		px__processor_interrupt(p);
-	return n;
 }
 
 void px__processor_cancel_all(px_processor *p)

@@ -355,8 +355,8 @@ bool px__timers_expire(struct px_proactor *px, uint64_t now)
 			tm_unreserve(px);
 			px_result *op = r->peer;
 			op->timed_out = 1;
-			if (op->proc)
-				px__processor_cancel_result(op->proc, op);
+			if (op->proc && px__processor_cancel_result(op->proc, op))
+				px__processor_cancelled(op->proc);
 			continue;
 		}
 		r->c.offset = r->deadline_ns;

@@ -554,6 +554,7 @@ static void la_event(px_laio *u, const struct io_event *e)
 	/* Ready: claim it; its call runs after this batch of events, with
 	 * the mutex released (la_run). */
 	pr->phase = LA_BUSY;
+	px_call_begin(r);
 	la_io_load(&pr->io, pr->fe);
 	u->claimed[u->nclaimed++] = r;
 }
@@ -581,6 +582,7 @@ static void la_run(px_laio *u)
 
 		la_io_store(pr->fe, &pr->io);
 		pr->phase = LA_IDLE;
+		px_call_end(r);
 		if (pr->tried != PX_NBIO_AGAIN)
 			la_complete(u, r, true);  /* its data, even if cancelled */
 		else if (pr->cancel_req)
@@ -678,9 +680,11 @@ static int la_start(px_provider *p, px_result *r)
 		if (!la_skip_try(fe, dir)) {
 			px_nbio io;
 			la_io_load(&io, fe);
+			px_call_begin(r);
 			pthread_mutex_unlock(u->prov.lock);
 			rc = la_try(&io, r);
 			pthread_mutex_lock(u->prov.lock);
+			px_call_end(r);
 			la_io_store(fe, &io);
 			la_learn_try(fe, dir, rc);
 			if (rc != PX_NBIO_AGAIN) {

@@ -455,6 +455,7 @@ static bool sel_unclaim(sel_fd *e, px_result *r, int rc, bool tried)
 	struct px_sel_priv *pv = sel_priv(r);
 
 	pv->busy = 0;
+	px_call_end(r);
 	if (tried && rc != PX_NBIO_AGAIN) {
 		px_fdq_remove(&e->fq, pv->dir, r);
 		pv->at = SEL_AT_NONE;
@@ -494,6 +495,7 @@ static void sel_claim_queue(sel_fd *e, int dir)
 		struct px_sel_priv *pv = sel_priv(r);
 
 		pv->busy = 1;
+		px_call_begin(r);
 		pv->res = SEL_UNTRIED;
 		pv->cnext = NULL;
 		*tail = r;
@@ -695,6 +697,7 @@ static int sel_try_at_start(px_sel *sel, sel_fd *e, int dir, px_result *r)
 	pv->at = SEL_AT_QUEUE;
 	pv->dir = (uint8_t)dir;
 	pv->busy = 1;
+	px_call_begin(r);
 	e->busy |= sel_bit(dir);
 	sel_io_load(&io, e);
 	for (;;) {

@@ -1,7 +1,7 @@
 /*
  * test_fdops.c - what the core keeps and checks per descriptor.
  *
- * Linked with --wrap=fcntl64 (test/meson.build): the library's
+ * Linked with --wrap=fcntl64 and --wrap=recv (test/meson.build): the library's
  * fcntl(F_GETFD) calls are counted.  (glibc's <fcntl.h> sends fcntl to
  * fcntl64 when off_t is 64 bits, as meson builds it.)  The test reads the
  * proactor's internals (core.h).
@@ -32,11 +32,19 @@
  *    and listed, and px_destroy cancels them;
  *  - a start on a huge number that is not open fails with -EBADF without
  *    growing the table.
+ *
+ * px_cancel and a call in progress (recv wrapped too, so that the test can
+ * hold it): while a thread is inside recv for a read on fd, in the leader
+ * after a poll event or in a start's own try, px_cancel(fd) from another
+ * thread does not return until that recv has (not on uring, whose calls
+ * the kernel makes).
  * (Before the list, px_close and px_cancel walked every pending operation
  * of the proactor: 70-80 us per px_close with 8,000 reads pending on
  * other descriptors, against 4 us now.)
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -54,6 +62,7 @@
 #include "core.h"
 
 int __real_fcntl64(int fd, int cmd, ...);
+ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
 
 static atomic_long g_getfd;     /* fcntl(F_GETFD) calls */
 
@@ -68,6 +77,21 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 	if (cmd == F_GETFD)
 		atomic_fetch_add(&g_getfd, 1);
 	return __real_fcntl64(fd, cmd, arg);
+}
+
+/* recv on g_hold_fd stops until g_release: the test holds a readiness
+ * engine's call there (it makes the call itself, mutex released). */
+static atomic_int g_hold_fd = -1;
+static atomic_int g_held, g_release;
+
+ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
+{
+	if (fd == atomic_load(&g_hold_fd)) {
+		atomic_store(&g_held, 1);
+		while (!atomic_load(&g_release))
+			usleep(1000);
+	}
+	return __real_recv(fd, buf, len, flags);
 }
 
 static const char *g_engine;
@@ -341,6 +365,145 @@ static void huge_bad_number_does_not_grow_the_table(void **state)
 	assert_int_equal(s.calls, 0);
 }
 
+/* ---- px_cancel and a call in progress ---- */
+
+struct canceller {
+	px_proactor *px;
+	int fd;
+	atomic_int calling, returned;
+	int rc;
+};
+
+static void *cancel_main(void *arg)
+{
+	struct canceller *c = arg;
+
+	atomic_store(&c->calling, 1);
+	c->rc = px_cancel(c->px, c->fd);
+	atomic_store(&c->returned, 1);
+	return NULL;
+}
+
+struct looper {
+	px_proactor *px;
+	atomic_int stop;
+};
+
+static void *loop_main(void *arg)
+{
+	struct looper *l = arg;
+
+	while (!atomic_load(&l->stop))
+		px_handle_events(l->px, 20);
+	return NULL;
+}
+
+struct starter {
+	px_proactor *px;
+	int fd;
+	char *buf;
+	struct seen *s;
+	int rc;
+};
+
+static void *start_main(void *arg)
+{
+	struct starter *st = arg;
+
+	st->rc = px_read_stream(st->px, st->fd, st->buf, 4, note_cb, st->s);
+	return NULL;
+}
+
+/* Wait up to 10 s for the held recv; false if none came. */
+static bool wait_held(void)
+{
+	uint64_t end = now_ms() + 10000;
+
+	while (!atomic_load(&g_held) && now_ms() < end)
+		usleep(1000);
+	return atomic_load(&g_held);
+}
+
+/* A thread is inside recv for a read on fd; px_cancel(fd) from another
+ * thread must not return before that recv has, so that the application
+ * may close fd right after it.  Check that it is still waiting 100 ms
+ * after it was called, then let the recv go. */
+static void cancel_returns_after_the_call(px_proactor *px, int fd)
+{
+	struct canceller c = { .px = px, .fd = fd };
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, cancel_main, &c), 0);
+	while (!atomic_load(&c.calling))
+		usleep(1000);
+	usleep(100000);
+	if (atomic_load(&c.returned))
+		fail_msg("%s: px_cancel returned while a recv of a cancelled "
+			 "read was still under way", g_engine);
+	atomic_store(&g_release, 1);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(c.rc, 1);
+}
+
+static void cancel_waits_for_a_call_in_progress(void **state)
+{
+	(void)state;
+	if (strncmp(g_engine, "uring", 5) == 0)
+		skip();       /* the kernel makes the calls: nothing to hold */
+	px_proactor *px = make();
+	struct seen s = { .px = px };
+	struct looper lp = { .px = px };
+	pthread_t lt, stt;
+	int sv[2];
+	char in[4], in2[4];
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+
+	/* 1. The leader's call: a read waits, data comes, the leader
+	 * (another thread) claims it and is held inside recv. */
+	assert_int_equal(px_read_stream(px, sv[0], in, sizeof in, note_cb, &s), 0);
+	atomic_store(&g_held, 0);
+	atomic_store(&g_release, 0);
+	atomic_store(&g_hold_fd, sv[0]);
+	assert_int_equal(pthread_create(&lt, NULL, loop_main, &lp), 0);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	if (!wait_held())
+		fail_msg("%s: no recv on the descriptor within 10 s", g_engine);
+	cancel_returns_after_the_call(px, sv[0]);
+	atomic_store(&g_hold_fd, -1);
+	atomic_store(&lp.stop, 1);
+	assert_int_equal(pthread_join(lt, NULL), 0);
+	pump_until_calls(px, &s, 1);
+	/* The recv it waited for found the byte: the read's own result. */
+	assert_int_equal(s.ok, 1);
+
+	/* 2. A start's own try: the thread calling px_read_stream is held
+	 * inside recv (nothing to read). */
+	struct starter st = { .px = px, .fd = sv[0], .buf = in2, .s = &s };
+	atomic_store(&g_held, 0);
+	atomic_store(&g_release, 0);
+	atomic_store(&g_hold_fd, sv[0]);
+	assert_int_equal(pthread_create(&stt, NULL, start_main, &st), 0);
+	if (wait_held()) {
+		cancel_returns_after_the_call(px, sv[0]);
+		assert_int_equal(pthread_join(stt, NULL), 0);
+		assert_int_equal(st.rc, 0);
+		pump_until_calls(px, &s, 2);
+		assert_int_equal(s.ecanceled, 1);
+	} else {
+		/* This engine does not try at start (it waits for
+		 * readiness first). */
+		print_message("%s: no recv at start\n", g_engine);
+		atomic_store(&g_release, 1);
+		assert_int_equal(pthread_join(stt, NULL), 0);
+	}
+	atomic_store(&g_hold_fd, -1);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(s.other, 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -349,6 +512,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(listed_from_start_until_callback_returned),
 		cmocka_unit_test(cancel_and_close_take_one_descriptor),
 		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
+		cmocka_unit_test(cancel_waits_for_a_call_in_progress),
 	};
 
 	alarm(120);
