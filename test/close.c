@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -577,6 +578,103 @@ static void close_races_traffic(void **state)
 	}
 }
 
+/* The same traffic, ended the other way: px_cancel, then close(2) at
+ * once.  px_cancel promises that when it returns no thread of the
+ * proactor is inside a system call on the descriptor for a cancelled
+ * operation (a readiness engine makes those itself, with the mutex
+ * released), so the close cannot race with one; TSan checks that on the
+ * dedicated engines, whose leader makes the calls in its own thread.  The
+ * application's part: no start on end a after the cancel, which the
+ * callbacks learn under the end's mutex.  Then: every operation started
+ * on end a called back exactly once, and b saw the end of the stream. */
+typedef struct cancel_end {
+	race_end r;
+	pthread_mutex_t mu;
+	bool ending;                 /* under mu: no more starts on a */
+	atomic_int cancelled;        /* px_cancel's return */
+} cancel_end;
+
+static void cancel_a_write(const px_completion *c)
+{
+	atomic_fetch_add(&((race_end *)c->user)->called, 1);
+}
+
+static void cancel_a_read(const px_completion *c)
+{
+	cancel_end *ce = c->user;
+	race_end *e = &ce->r;
+
+	pthread_mutex_lock(&ce->mu);
+	if (!ce->ending && c->error == 0 && c->bytes > 0) {
+		race_count_start(e, px_write_stream(e->px, e->a, e->wbuf,
+						    sizeof e->wbuf, cancel_a_write, e));
+		race_count_start(e, px_read_stream(e->px, e->a, e->abuf,
+						   sizeof e->abuf, cancel_a_read, ce));
+	}
+	pthread_mutex_unlock(&ce->mu);
+	atomic_fetch_add(&e->called, 1);
+}
+
+static void cancel_then_close_races_traffic(void **state)
+{
+	h_fx *f = *state;
+	cancel_end *ends = h_alloc(f, RACE_PAIRS * sizeof(*ends));
+
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		cancel_end *ce = &ends[i];
+		race_end *e = &ce->r;
+		int sv[2];
+		h_socketpair(f, sv);
+		pthread_mutex_init(&ce->mu, NULL);
+		e->px = f->px;
+		e->a = sv[0];
+		e->b = sv[1];
+		memset(e->wbuf, 'a' + i, sizeof e->wbuf);
+		race_count_start(e, px_read_stream(f->px, e->a, e->abuf, sizeof e->abuf,
+						   cancel_a_read, ce));
+		race_count_start(e, px_write_stream(f->px, e->a, e->wbuf, sizeof e->wbuf,
+						    cancel_a_write, e));
+		assert_int_equal(px_read_stream(f->px, e->b, e->bbuf, sizeof e->bbuf,
+						race_b_read, e), 0);
+	}
+	h_loops_start(f, 2, false);
+	h_sleep_ms(20);
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		cancel_end *ce = &ends[i];
+		pthread_mutex_lock(&ce->mu);
+		ce->ending = true;
+		pthread_mutex_unlock(&ce->mu);
+		atomic_store(&ce->cancelled, px_cancel(f->px, ce->r.a));
+		close(ce->r.a);
+		untrack(f, ce->r.a);
+		h_sleep_ms(1);
+	}
+	uint64_t dl = h_deadline(10000);
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		race_end *e = &ends[i].r;
+		while (atomic_load(&e->called) < atomic_load(&e->started) ||
+		       !atomic_load(&e->b_done)) {
+			if (h_now_ms() > dl)
+				fail_msg("pair %d: %d of %d callbacks on the cancelled "
+					 "end, b %s (engine '%s')", i,
+					 atomic_load(&e->called), atomic_load(&e->started),
+					 atomic_load(&e->b_done) ? "done" : "not done",
+					 h_engine_text);
+			h_sleep_ms(1);
+		}
+	}
+	h_loops_stop();
+	for (int i = 0; i < RACE_PAIRS; i++) {
+		race_end *e = &ends[i].r;
+		assert_int_equal(atomic_load(&e->called), atomic_load(&e->started));
+		assert_int_equal(atomic_load(&e->other_rc), 0);
+		assert_int_equal(atomic_load(&e->refused), 0);
+		assert_true(atomic_load(&ends[i].cancelled) >= 0);
+		assert_true(atomic_load(&e->started) >= 2);
+		pthread_mutex_destroy(&ends[i].mu);
+	}
+}
+
 static void close_then_destroy(void **state)
 {
 	h_fx *f = *state;
@@ -654,6 +752,7 @@ int main(int argc, char **argv)
 		T(close_from_own_callback),
 		T(close_then_destroy),
 		T(close_races_traffic),
+		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
 						setup_aio1, fx_teardown),
 	};
