@@ -528,26 +528,33 @@ static void race_close_cb(const px_completion *c)
 	atomic_fetch_add(&e->closed, 1);
 }
 
+/* Pair i: a socket pair, a read (a_read, with a_user) and a write on end
+ * a, and b's echo loop. */
+static void race_begin(h_fx *f, race_end *e, int i, px_callback *a_read,
+		       void *a_user)
+{
+	int sv[2];
+
+	h_socketpair(f, sv);
+	e->px = f->px;
+	e->a = sv[0];
+	e->b = sv[1];
+	memset(e->wbuf, 'a' + i, sizeof e->wbuf);
+	race_count_start(e, px_read_stream(f->px, e->a, e->abuf, sizeof e->abuf,
+					   a_read, a_user));
+	race_count_start(e, px_write_stream(f->px, e->a, e->wbuf, sizeof e->wbuf,
+					    race_a_write, e));
+	assert_int_equal(px_read_stream(f->px, e->b, e->bbuf, sizeof e->bbuf,
+					race_b_read, e), 0);
+}
+
 static void close_races_traffic(void **state)
 {
 	h_fx *f = *state;
 	race_end *ends = h_alloc(f, RACE_PAIRS * sizeof(*ends));
 
-	for (int i = 0; i < RACE_PAIRS; i++) {
-		race_end *e = &ends[i];
-		int sv[2];
-		h_socketpair(f, sv);
-		e->px = f->px;
-		e->a = sv[0];
-		e->b = sv[1];
-		memset(e->wbuf, 'a' + i, sizeof e->wbuf);
-		race_count_start(e, px_read_stream(f->px, e->a, e->abuf, sizeof e->abuf,
-						   race_a_read, e));
-		race_count_start(e, px_write_stream(f->px, e->a, e->wbuf, sizeof e->wbuf,
-						    race_a_write, e));
-		assert_int_equal(px_read_stream(f->px, e->b, e->bbuf, sizeof e->bbuf,
-						race_b_read, e), 0);
-	}
+	for (int i = 0; i < RACE_PAIRS; i++)
+		race_begin(f, &ends[i], i, race_a_read, &ends[i]);
 	h_loops_start(f, 2, false);
 	h_sleep_ms(20);
 	for (int i = 0; i < RACE_PAIRS; i++) {
@@ -594,11 +601,6 @@ typedef struct cancel_end {
 	atomic_int cancelled;        /* px_cancel's return */
 } cancel_end;
 
-static void cancel_a_write(const px_completion *c)
-{
-	atomic_fetch_add(&((race_end *)c->user)->called, 1);
-}
-
 static void cancel_a_read(const px_completion *c)
 {
 	cancel_end *ce = c->user;
@@ -607,12 +609,12 @@ static void cancel_a_read(const px_completion *c)
 	pthread_mutex_lock(&ce->mu);
 	if (!ce->ending && c->error == 0 && c->bytes > 0) {
 		race_count_start(e, px_write_stream(e->px, e->a, e->wbuf,
-						    sizeof e->wbuf, cancel_a_write, e));
+						    sizeof e->wbuf, race_a_write, e));
 		race_count_start(e, px_read_stream(e->px, e->a, e->abuf,
 						   sizeof e->abuf, cancel_a_read, ce));
 	}
 	pthread_mutex_unlock(&ce->mu);
-	atomic_fetch_add(&e->called, 1);
+	race_a_called(e);
 }
 
 static void cancel_then_close_races_traffic(void **state)
@@ -621,21 +623,8 @@ static void cancel_then_close_races_traffic(void **state)
 	cancel_end *ends = h_alloc(f, RACE_PAIRS * sizeof(*ends));
 
 	for (int i = 0; i < RACE_PAIRS; i++) {
-		cancel_end *ce = &ends[i];
-		race_end *e = &ce->r;
-		int sv[2];
-		h_socketpair(f, sv);
-		pthread_mutex_init(&ce->mu, NULL);
-		e->px = f->px;
-		e->a = sv[0];
-		e->b = sv[1];
-		memset(e->wbuf, 'a' + i, sizeof e->wbuf);
-		race_count_start(e, px_read_stream(f->px, e->a, e->abuf, sizeof e->abuf,
-						   cancel_a_read, ce));
-		race_count_start(e, px_write_stream(f->px, e->a, e->wbuf, sizeof e->wbuf,
-						    cancel_a_write, e));
-		assert_int_equal(px_read_stream(f->px, e->b, e->bbuf, sizeof e->bbuf,
-						race_b_read, e), 0);
+		pthread_mutex_init(&ends[i].mu, NULL);
+		race_begin(f, &ends[i].r, i, cancel_a_read, &ends[i]);
 	}
 	h_loops_start(f, 2, false);
 	h_sleep_ms(20);
