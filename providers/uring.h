@@ -147,6 +147,11 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
  * that thread may be asleep, gone, or blocked in a callback. */
 #define PX_URING_ORPHAN_MS 1
 
+/* Requests in flight in a ring (px_uring_ring.pending) up to which it
+ * counts as lightly loaded, about one echo session's: see
+ * ur_gather_light (uring.c). */
+#define PX_URING_LIGHT 4u
+
 /* rg has work, no leader, and nobody led it for PX_URING_ORPHAN_MS.
  * now: px__now_ns(), or 0 to have it read.  Mutex held. */
 bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now) PX_HIDDEN;
