@@ -164,6 +164,9 @@ struct px_proactor {
 	px_list owns;              /* threads' own completions, those not
 	                              empty (px_own, dispatcher.c) */
 	unsigned nthreads;         /* inside px_handle_events */
+	const void *left_by;       /* the thread that last left it, and when
+	                              (px__dispatch_others_here) */
+	uint64_t left_ns;
 	unsigned nfollowers, nleaders, nhandlers;
 	px_follower_order order;
 	px_processor *proc[2];
@@ -201,6 +204,9 @@ void px__dispatch_visit_own(struct px_proactor *px,
 /* Completions wait that the calling thread should run before it sleeps:
  * in the shared queue or its own. */
 bool px__dispatch_has_queued(const struct px_proactor *px) PX_HIDDEN;
+/* Other threads run the loop (in px_handle_events now, or left it a
+ * moment ago). */
+bool px__dispatch_others_here(const struct px_proactor *px) PX_HIDDEN;
 /* Wake one sleeping follower.  Returns true if there was one. */
 bool px__dispatch_wake_follower(struct px_proactor *px) PX_HIDDEN;
 /* Wake every follower and interrupt every shared leader. */

@@ -226,6 +226,28 @@ static __thread bool disp_tls_moving;
 /* The proactor this thread last gave completions away on (step 1). */
 static __thread struct px_proactor *disp_tls_gave;
 
+/* Whether the calling thread (in px_handle_events) shares the loop with
+ * others.  A thread that left px_handle_events less than PX_OTHERS_GONE_NS
+ * ago still counts: a loop thread leaves and comes back between two calls
+ * (after PX_DISPATCH_MORE callbacks, say), and a thread that believed
+ * itself alone in such a gap gathered the operations its callbacks started
+ * into its own ring (providers/uring.c, u->alone), so that on 100/2/8192/
+ * 8192 every session could end up in one ring, led by one thread, with the
+ * other asleep (1.1 CPUs busy instead of 1.9, in two runs of five).  The
+ * thread that left last is known only by the address of a thread-local,
+ * enough to tell "me" from "another". */
+#define PX_OTHERS_GONE_NS 10000000u
+
+bool px__dispatch_others_here(const struct px_proactor *px)
+{
+	if (px->nthreads > 1)
+		return true;
+	if (px->destroying || !px->left_by ||
+	    px->left_by == (const void *)&disp_tls_gave)
+		return false;
+	return px__now_ns() - px->left_ns < PX_OTHERS_GONE_NS;
+}
+
 px_result *px__dispatch_current(bool *moved)
 {
 	*moved = disp_tls_moving;
@@ -587,6 +609,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		px->st.follower_sleep_ns += now - slept;
 	}
 	px->nthreads--;
+	px->left_by = &disp_tls_gave;  /* see px__dispatch_others_here */
+	px->left_ns = now;
 	disp_own_leave(px, &own);
 	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);

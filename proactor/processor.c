@@ -45,7 +45,7 @@ bool px__processor_may_lead(px_processor *p, bool patient)
 	/* Kept for the prepare() of the lead that may follow.  The calling
 	 * thread neither leads nor runs callbacks here. */
 	p->wait->others_busy = patient && p->px->nleaders + p->px->nhandlers > 0;
-	p->wait->others_here = p->px->nthreads > 1;
+	p->wait->others_here = px__dispatch_others_here(p->px);
 	/* Deferred starts need a leader, whichever part it takes. */
 	if (!p->has_leader && !px_list_empty(&p->deferred))
 		return true;
@@ -480,7 +480,7 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	/* (With several leaders px__processor_may_lead set it, from the
 	 * dispatcher's patience; alone, or in px_destroy, nobody else
 	 * comes.) */
-	if (p->max_leaders <= 1 || px->nthreads <= 1)
+	if (p->max_leaders <= 1 || !px__dispatch_others_here(px))
 		p->wait->others_busy = p->wait->others_here = false;
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
