@@ -417,7 +417,8 @@ struct px_wait {
 	 * leaders only).  others_busy: other threads lead or run callbacks
 	 * and will come back to their own parts, so this one should take its
 	 * own part only (the dispatcher clears it when a follower's sleep ran
-	 * out).  others_here: other threads are in px_handle_events at all. */
+	 * out).  others_here: other threads are in px_handle_events at all,
+	 * or one left it a moment ago (px__dispatch_others_here). */
 	bool others_busy;
 	bool others_here;
 };
