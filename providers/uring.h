@@ -64,6 +64,8 @@ typedef struct px_uring_ring {
 	/* That enter failed with EAGAIN/EBUSY (leader only, read back under
 	 * the mutex in next_completed). */
 	int enter_err;
+	/* CQEs reaped by the current lead (leader only; PX_URING_REAP_MAX). */
+	unsigned reaped;
 
 	/* When this ring is a leader's own (the first it holds), set by
 	 * prepare() for the wait that follows (leader only): */

@@ -58,8 +58,10 @@ static void px_uring_wait_destroy(px_wait *w)
  * finds nothing more (NULL: prepare found every ring led). */
 static __thread px_uring_ring *px_uring_tls_lead;
 
-/* The most CQEs one lead reaps; the rest stay in the CQ for the next lead,
- * whose wait then does not block.  A leader runs the callbacks of what it
+/* The most CQEs one lead reaps from each ring it holds; the rest stay in
+ * the CQ for the next lead, whose wait then does not block.  (Per ring, so
+ * that a lone leader holding several rings serves each of them every
+ * time, however busy the first is.)  A leader runs the callbacks of what it
  * reaped before it submits the operations they start (they go into its
  * ring, unsubmitted until it leads again), so a lead that reaps a thousand
  * CQEs holds a thousand sessions back while it runs their callbacks, and
@@ -71,7 +73,6 @@ static __thread px_uring_ring *px_uring_tls_lead;
  * busy (without it, 1.1-1.4 in two runs of five).  Fewer (16, 32) did not
  * do better. */
 #define PX_URING_REAP_MAX 64u
-static __thread unsigned px_uring_tls_reaped;
 
 /* Make rg's SQEs ready for this leader's wait and mark it waiting. */
 static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
@@ -80,6 +81,7 @@ static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
 
 	*stuck = *stuck || rg->submit_stuck;
 	rg->waiting = true;
+	rg->reaped = 0;
 	return rc;
 }
 
@@ -94,7 +96,6 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	u->alone = !w->others_here;
 	rg = px__uring_pick(u, w->others_busy);
 	px_uring_tls_lead = rg;
-	px_uring_tls_reaped = 0;
 	if (!rg)
 		return 0;  /* the wait returns at once */
 	rg->nextra = 0;
@@ -269,14 +270,14 @@ static px_result *px_uring_next_completed(px_wait *w)
 		return NULL;
 	for (unsigned i = 0; i <= rg->nextra; i++) {
 		px_uring_ring *o = i ? rg->extra[i - 1] : rg;
-		if (px_uring_tls_reaped >= PX_URING_REAP_MAX) {
+		if (o->reaped >= PX_URING_REAP_MAX) {
 			/* Enough for this lead (the rest waits in the CQ). */
 			px_uring_reap_end(o);
 			continue;
 		}
 		while (px_uring_reap(u, o, &r))
 			if (r) {
-				px_uring_tls_reaped++;
+				o->reaped++;
 				return r;
 			}
 	}
