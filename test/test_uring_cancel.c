@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "proactor.h"
+#include "uring_test.h"
 
 #define LOOPERS 2
 
@@ -54,16 +55,6 @@ typedef struct fx {
 } fx;
 
 static const char *engine = "uring";
-
-static void watchdog(int sig)
-{
-	(void)sig;
-	static const char msg[] = "test_uring_cancel: watchdog: a completion "
-				  "never came (or a hang)\n";
-	ssize_t n = write(2, msg, sizeof(msg) - 1);
-	(void)n;
-	_exit(1);
-}
 
 static void rec_cb(const px_completion *c)
 {
@@ -112,11 +103,7 @@ static void assert_once(rec *r, const char *what)
 static void *looper_main(void *arg)
 {
 	fx *f = arg;
-	while (atomic_load(&f->looping)) {
-		int rc = px_handle_events(f->px, 10);
-		if (rc < 0 && rc != -ESHUTDOWN)
-			break;
-	}
+	uring_test_loop(f->px, &f->looping);
 	return NULL;
 }
 
@@ -491,25 +478,11 @@ static void destroy_cancels_pending(void **state)
 
 int main(int argc, char **argv)
 {
-	char err[256];
-	px_proactor *probe;
-
-	unsetenv("PX_ENGINE");
-	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1)
 		engine = argv[1];
-	int rc = px_create(&probe, engine, err, sizeof(err));
-	if (rc == -ENOSYS || rc == -EPERM) {
-		printf("skip: io_uring unavailable here: %s\n", err);
-		return 77;
-	}
-	if (rc) {
-		printf("px_create(%s): %s\n", engine, err);
-		return 1;
-	}
-	px_destroy(probe);
-	signal(SIGALRM, watchdog);
-	alarm(120);
+	int rc = uring_test_begin("test_uring_cancel", engine, 120);
+	if (rc)
+		return rc;
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 	const struct CMUnitTest tests[] = {

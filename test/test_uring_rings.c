@@ -45,6 +45,7 @@
 #include <cmocka.h>
 
 #include "proactor.h"
+#include "uring_test.h"
 
 #define CHAINS 256
 #define READ_LEN 16
@@ -63,16 +64,6 @@ static px_proactor *px;
 static chain chains[CHAINS];
 static atomic_bool stopping, looping;
 static atomic_long started, called;
-
-static void watchdog(int sig)
-{
-	(void)sig;
-	static const char msg[] = "test_uring_rings: watchdog: a completion "
-				  "never came (or a hang)\n";
-	ssize_t n = write(2, msg, sizeof(msg) - 1);
-	(void)n;
-	_exit(1);
-}
 
 static void read_cb(const px_completion *c);
 
@@ -113,11 +104,7 @@ static void read_cb(const px_completion *c)
 static void *looper_main(void *arg)
 {
 	(void)arg;
-	while (atomic_load(&looping)) {
-		int rc = px_handle_events(px, 10);
-		if (rc < 0 && rc != -ESHUTDOWN)
-			break;
-	}
+	uring_test_loop(px, &looping);
 	return NULL;
 }
 
@@ -193,21 +180,9 @@ static void lone_leader_serves_both_rings(void **state)
 
 int main(void)
 {
-	char err[256];
-	px_proactor *probe;
-
-	/* The environment must not pick another engine for us. */
-	unsetenv("PX_ENGINE");
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	int rc = px_create(&probe, "uring", err, sizeof(err));
-	if (rc == -ENOSYS || rc == -EPERM) {
-		printf("skip: io_uring unavailable here: %s\n", err);
-		return 77;
-	}
-	if (rc == 0)
-		px_destroy(probe);
-	signal(SIGALRM, watchdog);
-	alarm(60);
+	int rc = uring_test_begin("test_uring_rings", "uring", 60);
+	if (rc)
+		return rc;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(lone_leader_serves_both_rings),

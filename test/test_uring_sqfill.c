@@ -33,6 +33,7 @@
 #include <cmocka.h>
 
 #include "proactor.h"
+#include "uring_test.h"
 
 #define STARTERS 4
 #define LOOPERS 2
@@ -64,16 +65,6 @@ static chan chans[STARTERS];
 static atomic_int callbacks, extra_calls;
 static atomic_bool looping;
 
-static void watchdog(int sig)
-{
-	(void)sig;
-	static const char msg[] = "test_uring_sqfill: watchdog: a completion "
-				  "never came (or a hang)\n";
-	ssize_t n = write(2, msg, sizeof(msg) - 1);
-	(void)n;
-	_exit(1);
-}
-
 static void op_cb(const px_completion *c)
 {
 	op *o = c->user;
@@ -94,11 +85,7 @@ static uint8_t pattern(int ch, size_t pos)
 static void *looper_main(void *arg)
 {
 	(void)arg;
-	while (atomic_load(&looping)) {
-		int rc = px_handle_events(px, 10);
-		if (rc < 0 && rc != -ESHUTDOWN)
-			break;
-	}
+	uring_test_loop(px, &looping);
 	return NULL;
 }
 
@@ -257,21 +244,9 @@ static void sqfill_ring8_dedicated(void **state)
 
 int main(void)
 {
-	char err[256];
-	px_proactor *probe;
-
-	/* The environment must not pick another engine for us. */
-	unsetenv("PX_ENGINE");
-	setvbuf(stdout, NULL, _IOLBF, 0);
-	int rc = px_create(&probe, "uring", err, sizeof(err));
-	if (rc == -ENOSYS || rc == -EPERM) {
-		printf("skip: io_uring unavailable here: %s\n", err);
-		return 77;
-	}
-	if (rc == 0)
-		px_destroy(probe);
-	signal(SIGALRM, watchdog);
-	alarm(120);
+	int rc = uring_test_begin("test_uring_sqfill", "uring", 120);
+	if (rc)
+		return rc;
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(sqfill_ring8),
