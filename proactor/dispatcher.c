@@ -234,16 +234,17 @@ static __thread struct px_proactor *disp_tls_gave;
  * into its own ring (providers/uring.c, u->alone), so that on 100/2/8192/
  * 8192 every session could end up in one ring, led by one thread, with the
  * other asleep (1.1 CPUs busy instead of 1.9, in two runs of five).  The
- * thread that left last is known only by the address of a thread-local,
- * enough to tell "me" from "another". */
+ * thread that left last is known by the address of disp_tls_me, enough to
+ * tell "me" from "another". */
 #define PX_OTHERS_GONE_NS 10000000u
+static __thread char disp_tls_me;
 
 bool px__dispatch_others_here(const struct px_proactor *px)
 {
 	if (px->nthreads > 1)
 		return true;
 	if (px->destroying || !px->left_by ||
-	    px->left_by == (const void *)&disp_tls_gave)
+	    px->left_by == (const void *)&disp_tls_me)
 		return false;
 	return px__now_ns() - px->left_ns < PX_OTHERS_GONE_NS;
 }
@@ -609,7 +610,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		px->st.follower_sleep_ns += now - slept;
 	}
 	px->nthreads--;
-	px->left_by = &disp_tls_gave;  /* see px__dispatch_others_here */
+	px->left_by = &disp_tls_me;  /* see px__dispatch_others_here */
 	px->left_ns = now;
 	disp_own_leave(px, &own);
 	disp_tls_own = saved_own;
