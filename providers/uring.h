@@ -153,8 +153,8 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
  * counts as lightly loaded, about one echo session's: see
  * ur_gather_light (uring.c). */
 #define PX_URING_LIGHT 4u
-/* ur_balance's margin, in requests (about four echo sessions'). */
-#define PX_URING_BALANCE 8u
+/* ur_balance's margin, in requests (a few echo sessions'). */
+#define PX_URING_BALANCE 16u
 
 /* rg has work, no leader, and nobody led it for PX_URING_ORPHAN_MS.
  * now: px__now_ns(), or 0 to have it read.  Mutex held. */
