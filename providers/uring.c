@@ -376,7 +376,7 @@ static px_uring_ring *ur_gather_light(px_uring *u, px_uring_ring *rg)
  * 40/2/8192/8192 with 10 us of callback work, about one run in four had
  * 50 to 120 requests in one ring and 1 to 10 in the other from its first
  * tenth of a second on, and on 1000/2/4096/4096 one in four had about
- * 2950 against 1 to 50; the second thread idled in the kernel, 1.1 to 1.2
+ * 2950 against 1 to 50; the second thread idled in the kernel, 1.0 to 1.25
  * CPUs were busy, and the throughput fell to about 60%.  An uneven split
  * short of that is no trouble (400 against 2500 requests on the second
  * row kept both CPUs busy at 518 MB/s, among the best), and moving
