@@ -102,6 +102,13 @@ typedef struct px_uring {
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
 
+	/* Socket reads held back by one lead (see "Late reads" in uring.c):
+	 * in the order they were started, each with the lead count it was
+	 * started under; late_gen counts this provider's prepares. */
+	px_list late;
+	unsigned late_gen;
+	bool late_ok;               /* the config allows them (no SQPOLL) */
+
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
 } px_uring;
 
@@ -167,6 +174,10 @@ void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 /* Make rg's SQEs ready for its leader's wait: published for the unlocked
  * enter (to_submit), or submitted now with SQPOLL or after a refused
  * submit.  Returns 0 or -errno.  Mutex held (prepare). */
+/* Issue into rg the socket reads held back since an earlier prepare (the
+ * newer ones wait for the next); true if it issued some or still holds
+ * some: the caller's wait must then not block.  Mutex held (prepare). */
+bool px__uring_late_flush(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 int px__uring_flush(px_uring_ring *rg) PX_HIDDEN;
 
 /* Submit now if rg's leader is blocked in the kernel (else its prepare

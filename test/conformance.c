@@ -941,6 +941,138 @@ static void timer_callback_starts_posts_cancels(void **state)
 	callback_reenters_without_deadlock(*state, true);
 }
 
+/* A ping-pong between the two ends of a socketpair, every operation started
+ * by a callback on the one thread that runs the loop: the pattern in which
+ * the io_uring engine holds reads back by one lead (providers/uring.c,
+ * "Late reads").  Every byte must come back in order; then a read started
+ * by a callback and cancelled in the same callback (a held read, on that
+ * engine) must complete once, with ECANCELED; then one started by a
+ * callback on a descriptor that px_close closes must complete once too. */
+enum { PP_ROUNDS = 3000, PP_LEN = 64 };
+typedef struct ping_pong {
+	int sv[2];
+	px_proactor *px;
+	unsigned char out[PP_LEN], echo[PP_LEN], back[PP_LEN];
+	int rounds;
+	atomic_int errors;      /* a start or a completion that went wrong */
+	atomic_bool done;
+	h_rec *cancelled, *closed, *close_cb;
+} ping_pong;
+
+static void pp_client_read(const px_completion *c);
+static void pp_server_read(const px_completion *c);
+
+static void pp_fail(ping_pong *p) { atomic_fetch_add(&p->errors, 1); }
+
+static void pp_write_done(const px_completion *c)
+{
+	if (c->error || c->bytes != c->len)
+		pp_fail(c->user);
+}
+
+static void pp_send(ping_pong *p)
+{
+	memset(p->out, (unsigned char)p->rounds, PP_LEN);
+	if (px_write_stream_all(p->px, p->sv[0], p->out, PP_LEN, pp_write_done,
+				p) != 0 ||
+	    px_read_stream(p->px, p->sv[0], p->back, PP_LEN, pp_client_read,
+			   p) != 0)
+		pp_fail(p);
+}
+
+static size_t pp_got;
+
+static void pp_server_read(const px_completion *c)
+{
+	ping_pong *p = c->user;
+	if (c->error || c->bytes == 0) {
+		pp_fail(p);
+		return;
+	}
+	if (px_write_stream_all(p->px, p->sv[1], p->echo, c->bytes,
+				pp_write_done, p) != 0 ||
+	    px_read_stream(p->px, p->sv[1], p->echo, PP_LEN, pp_server_read,
+			   p) != 0)
+		pp_fail(p);
+}
+
+static void pp_client_read(const px_completion *c)
+{
+	ping_pong *p = c->user;
+	if (c->error || c->bytes == 0) {
+		pp_fail(p);
+		return;
+	}
+	for (size_t i = 0; i < c->bytes; i++)
+		if (p->back[i] != (unsigned char)p->rounds)
+			pp_fail(p);
+	pp_got += c->bytes;
+	if (pp_got < PP_LEN) {
+		/* The rest of this round's echo. */
+		if (px_read_stream(p->px, p->sv[0], p->back, PP_LEN - pp_got,
+				   pp_client_read, p) != 0)
+			pp_fail(p);
+		return;
+	}
+	pp_got = 0;
+	if (++p->rounds < PP_ROUNDS) {
+		pp_send(p);
+		return;
+	}
+	/* Started and cancelled inside one callback: never in the kernel
+	 * when a read is held back. */
+	if (px_read_stream(p->px, p->sv[0], p->back, PP_LEN, h_rec_cb,
+			   p->cancelled) != 0 ||
+	    px_cancel(p->px, p->sv[0]) < 0)
+		pp_fail(p);
+	/* Started inside the callback, then its descriptor closed. */
+	if (px_read_stream(p->px, p->sv[1], p->echo, PP_LEN, h_rec_cb,
+			   p->closed) != 0)
+		pp_fail(p);
+	atomic_store(&p->done, true);
+}
+
+static void ping_pong_one_thread_cancel_close(void **state)
+{
+	h_fx *f = *state;
+	ping_pong *p = h_alloc(f, sizeof *p);
+
+	h_socketpair(f, p->sv);
+	p->px = f->px;
+	p->cancelled = h_rec_new(f);
+	p->closed = h_rec_new(f);
+	p->close_cb = h_rec_new(f);
+	pp_got = 0;
+	/* The first round from a post, so that every start is a callback's. */
+	assert_int_equal(px_read_stream(f->px, p->sv[1], p->echo, PP_LEN,
+					pp_server_read, p), 0);
+	pp_send(p);
+	uint64_t dl = h_deadline(20000);
+	while (!atomic_load(&p->done) && atomic_load(&p->errors) == 0)
+		h_pump(f, dl, "the ping-pong rounds");
+	assert_int_equal(atomic_load(&p->errors), 0);
+	assert_int_equal(p->rounds, PP_ROUNDS);
+	h_wait_rec(f, p->cancelled, 5000, "a read cancelled in its callback");
+	assert_int_equal(p->cancelled->c.error, ECANCELED);
+	/* The server's last read and the one started for px_close: px_close
+	 * cancels both. */
+	assert_int_equal(px_close(f->px, p->sv[1], h_rec_cb, p->close_cb), 0);
+	h_wait_rec(f, p->close_cb, 5000, "px_close under a callback's read");
+	h_wait_rec(f, p->closed, 5000, "a read whose descriptor px_close closed");
+	assert_int_equal(p->closed->c.error, ECANCELED);
+	h_settle(f, 50);
+	assert_int_equal(atomic_load(&p->cancelled->calls), 1);
+	assert_int_equal(atomic_load(&p->closed->calls), 1);
+	assert_int_equal(atomic_load(&p->close_cb->calls), 1);
+	assert_int_equal(p->close_cb->c.error, 0);
+	/* px_close closed the number: put a file back under it for the
+	 * harness, which closes it at teardown. */
+	int spare[2];
+	h_socketpair(f, spare);
+	assert_int_equal(dup2(spare[0], p->sv[1]), p->sv[1]);
+	h_assert_usable(f);
+}
+
 /* A callback that starts a read, makes its data arrive, and then blocks
  * until that read's own callback has run: with two threads in
  * px_handle_events the other one must complete it (lead, dispatch), on
@@ -1447,6 +1579,7 @@ int main(int argc, char **argv)
 		T(callback_starts_posts_cancels),
 		T(timer_callback_starts_posts_cancels),
 		T(callback_waits_for_its_own_read),
+		T(ping_pong_one_thread_cancel_close),
 		T(start_from_outside_reaches_waiting_loop),
 		T(start_from_outside_while_a_loop_thread_is_held),
 		T(timers_fire_in_order),

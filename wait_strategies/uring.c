@@ -118,6 +118,10 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 		rg->extra[rg->nextra++] = o;
 	}
 	px__uring_flush_stalled(u, rg);
+	/* After the sends the callbacks started, so a read held since the
+	 * last prepare finds what those sends carried (see "Late reads" in
+	 * providers/uring.c). */
+	bool held = px__uring_late_flush(u, rg);
 	rc = px_uring_prepare_ring(rg, &stuck);
 	for (unsigned i = 0; i < rg->nextra; i++) {
 		rc2 = px_uring_prepare_ring(rg->extra[i], &stuck);
@@ -125,7 +129,10 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 			rc = rc2;
 	}
 	rg->wait_short = stuck;
-	rg->skip_wait = false;
+	/* Reads still held are issued by the next prepare, and whether the
+	 * ones just issued found their data is read off this lead: either
+	 * way this wait must not block. */
+	rg->skip_wait = held;
 	if (u->intr_deferred) {
 		u->intr_deferred = false;
 		rg->skip_wait = true;
