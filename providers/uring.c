@@ -139,9 +139,10 @@
  *   the prepare after its start leaves it out, the one after that puts it
  *   in the ring behind the sends the callbacks of the previous lead
  *   started, as a plain RECV, and it finds the answer at once.  Measured
- *   on 1/1/8192/8192: 1.04-1.08 of TP_Reactor instead of 0.88-0.94, and
- *   20/1/8192/8192 +17% (see BENCHMARKS.md).  Held back are only reads
- *   that
+ *   on 1/1/8192/8192: 1.04 of TP_Reactor, in six paired rounds and in a
+ *   run of the README's command, instead of 0.88-0.98; 20/1/8192/8192
+ *   +17% in six paired rounds (see BENCHMARKS.md).  Held back are only
+ *   reads that
  *     - are started by a callback of this proactor while its thread was
  *       the only one in px_handle_events (so it leads next, and no ring is
  *       led meanwhile: a held read never waits on another thread's wait);
