@@ -954,6 +954,7 @@ typedef struct ping_pong {
 	px_proactor *px;
 	unsigned char out[PP_LEN], echo[PP_LEN], back[PP_LEN];
 	int rounds;
+	size_t got;             /* of this round's echo */
 	atomic_int errors;      /* a start or a completion that went wrong */
 	atomic_bool done;
 	h_rec *cancelled, *closed, *close_cb;
@@ -980,8 +981,6 @@ static void pp_send(ping_pong *p)
 		pp_fail(p);
 }
 
-static size_t pp_got;
-
 static void pp_server_read(const px_completion *c)
 {
 	ping_pong *p = c->user;
@@ -1006,15 +1005,15 @@ static void pp_client_read(const px_completion *c)
 	for (size_t i = 0; i < c->bytes; i++)
 		if (p->back[i] != (unsigned char)p->rounds)
 			pp_fail(p);
-	pp_got += c->bytes;
-	if (pp_got < PP_LEN) {
+	p->got += c->bytes;
+	if (p->got < PP_LEN) {
 		/* The rest of this round's echo. */
-		if (px_read_stream(p->px, p->sv[0], p->back, PP_LEN - pp_got,
+		if (px_read_stream(p->px, p->sv[0], p->back, PP_LEN - p->got,
 				   pp_client_read, p) != 0)
 			pp_fail(p);
 		return;
 	}
-	pp_got = 0;
+	p->got = 0;
 	if (++p->rounds < PP_ROUNDS) {
 		pp_send(p);
 		return;
@@ -1042,7 +1041,6 @@ static void ping_pong_one_thread_cancel_close(void **state)
 	p->cancelled = h_rec_new(f);
 	p->closed = h_rec_new(f);
 	p->close_cb = h_rec_new(f);
-	pp_got = 0;
 	/* The first round from a post, so that every start is a callback's. */
 	assert_int_equal(px_read_stream(f->px, p->sv[1], p->echo, PP_LEN,
 					pp_server_read, p), 0);
