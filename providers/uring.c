@@ -151,6 +151,9 @@
  *       lead found data there, or waited for a remote peer: holding it
  *       back would only add a lead (on 1/1/512/1024, held reads doubled
  *       the enters per round trip).
+ *   Held reads feed no such verdict, so for 8 prepares in every 1,024
+ *   nothing is held, and the ordinary reads of those prepares decide
+ *   afresh for every socket (ur_late_probing).
  *   A prepare that issues held reads, or still holds some, does not block
  *   in its wait.  A held read that does not end in the lead that issued it
  *   had to wait after all: its descriptor starts its next 64 reads at
@@ -767,11 +770,30 @@ void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg)
 	}
 }
 
+/* The first PX_URING_LATE_PROBE prepares of every PX_URING_LATE_PERIOD
+ * hold nothing back.  Whether a read pays for holding is learnt from
+ * ordinary reads only (late_pays), and once every socket of a
+ * one-thread exchange holds, none has ordinary reads left to learn from:
+ * a start-up hiccup that made a few reads end a lead late would keep the
+ * engine holding for good, at two leads per round trip where ordinary
+ * reads take one (1/1/512/1024: 2.0 enters per round trip instead of
+ * 1.0).  One socket alone cannot find out, because its peer's held
+ * reads set the pace; so for a few leads no socket holds, and the
+ * ordinary reads of those leads decide afresh. */
+#define PX_URING_LATE_PERIOD 1024u
+#define PX_URING_LATE_PROBE 8u
+_Static_assert((PX_URING_LATE_PERIOD & (PX_URING_LATE_PERIOD - 1)) == 0,
+	       "the probe period is a power of two");
+static bool ur_late_probing(const px_uring *u)
+{
+	return (u->late_gen & (PX_URING_LATE_PERIOD - 1)) < PX_URING_LATE_PROBE;
+}
+
 /* Late reads: see the opening comment.  Should r, a new head, be held
  * back?  A read on a socket, started by a callback of this proactor while
  * its thread was the only one in px_handle_events (so that thread leads
- * next, and flushes it), on a descriptor whose last late read did not
- * end up waiting. */
+ * next, and flushes it), on a descriptor whose last ordinary read ended
+ * in the lead after its submission, outside a probe. */
 static bool ur_hold_late(px_uring *u, px_result *r)
 {
 	struct px_uring_priv *pr = ur_priv(r);
@@ -782,7 +804,7 @@ static bool ur_hold_late(px_uring *u, px_result *r)
 	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed) ||
 	    !px__dispatch_in_callback(r))
 		return false;
-	if (!pr->fe->late_pays)
+	if (!pr->fe->late_pays || ur_late_probing(u))
 		return false;
 	if (pr->fe->late_skip) {
 		pr->fe->late_skip--;
