@@ -131,21 +131,25 @@
  * Late reads (ur_hold_late, px__uring_late_flush):
  *   A socket read in the kernel before its data comes costs a poll arm,
  *   a wake-up and a round of task work when the data arrives.  In a
- *   ping-pong inside one thread (a request/response exchange over
- *   loopback, both ends in this process) every read is like that: the
- *   callback that starts it also starts the send to the peer, the peer's
- *   callback answers in the next batch, and the answer reaches a read that
- *   has been armed for a whole batch.  Such a read is held back one lead:
- *   the prepare after its start leaves it out, the one after that puts it
- *   in the ring behind the sends the callbacks of the previous lead
- *   started, as a plain RECV, and it finds the answer at once.  Measured
- *   on 1/1/8192/8192: 1.04 of TP_Reactor, in six paired rounds and in a
- *   run of the README's command, instead of 0.88-0.98; 20/1/8192/8192
- *   +17% in six paired rounds (see BENCHMARKS.md).  Held back are only
- *   reads that
- *     - are started by a callback of this proactor while its thread was
- *       the only one in px_handle_events (so it leads next, and no ring is
- *       led meanwhile: a held read never waits on another thread's wait);
+ *   ping-pong within one ring (a request/response exchange over
+ *   loopback, both ends in this process, their operations in the same
+ *   ring) every read is like that: the callback that starts it also
+ *   starts the send to the peer, the peer's callback answers in the next
+ *   batch, and the answer reaches a read that has been armed for a whole
+ *   batch.  Such a read is held back one lead of its ring: the ring's
+ *   prepare after its start leaves it out, the one after that puts it in
+ *   the ring behind the sends the callbacks of the previous lead started,
+ *   as a plain RECV, and it finds the answer at once.  Measured on
+ *   1/1/8192/8192: 1.04 of TP_Reactor, in six paired rounds and in a run
+ *   of the README's command, instead of 0.88-0.98; 20/1/8192/8192 +17%
+ *   in six paired rounds; with two threads, 1/2/8192/8192 +17% and
+ *   20/2/8192/8192 +9% (see BENCHMARKS.md).  Held back are only reads
+ *   that
+ *     - are started by a callback of this proactor, into a ring that no
+ *       thread leads at that moment (so no wait on it is under way that
+ *       the held read would have to end; the read counts as the ring's
+ *       pending work, so a thread comes to lead it, and that thread's
+ *       prepare deals with it before its wait);
  *     - are on a socket whose last read, submitted as usual, ended in the
  *       lead after the one that submitted it.  A read that ends in its own
  *       lead found data there, or waited for a remote peer: holding it
@@ -154,12 +158,14 @@
  *   Held reads feed no such verdict, so for 8 prepares in every 1,024
  *   nothing is held, and the ordinary reads of those prepares decide
  *   afresh for every socket (ur_late_probing).
- *   A prepare that issues held reads, or still holds some, does not block
- *   in its wait.  A held read that does not end in the lead that issued it
- *   had to wait after all: its descriptor starts its next 64 reads at
- *   once.  Held reads are counted as work for the leader (may_lead), are
- *   cancelled like any read not yet in the kernel, and have no SQE until
- *   they are issued.  Not with SQPOLL.
+ *   A prepare that issues held reads, or still holds some, in any ring it
+ *   leads does not block in its wait.  A held read that does not end in
+ *   the lead that issued it had to wait after all (with two threads: its
+ *   data came from a send in the other ring, say): its descriptor starts
+ *   its next 64 reads at once.  Held reads are on their ring's list
+ *   (rg->late) and in its pending count, are cancelled like any read not
+ *   yet in the kernel, and have no SQE until they are issued.  Not with
+ *   SQPOLL.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -219,7 +225,7 @@ struct px_uring_fd {
 
 /* The provider's private space in every result. */
 struct px_uring_priv {
-	px_link slink;      /* u->stalled, u->cancel_stalled or u->late */
+	px_link slink;      /* u->stalled, u->cancel_stalled or rg->late */
 	struct msghdr msg;  /* datagrams */
 	struct iovec iov;
 	px_uring_fd *fe;    /* the descriptor's entry */
@@ -237,8 +243,8 @@ struct px_uring_priv {
 	bool reissued;      /* submitted again after the kernel dropped it */
 	bool late;          /* a socket read held back by one prepare */
 	bool late_issued;   /* ... and issued by a later one */
-	unsigned late_gen;  /* u->late_gen when it was held, then issued */
-	unsigned issue_gen; /* u->late_gen when a read was started */
+	unsigned late_gen;  /* its ring's late_gen when it was held, then issued */
+	unsigned issue_gen; /* its ring's late_gen when a read was started */
 };
 
 static struct px_uring_priv *ur_priv(px_result *r)
@@ -511,8 +517,8 @@ bool px__uring_may_lead(px_uring *u, bool others_busy)
 	px_uring_ring *home = ur_lead_home(u);
 	uint64_t now = 0;
 
-	if (!home->led && (home->pending || !px_list_empty(&u->late)))
-		return true;  /* (held reads go into the ring of whoever leads) */
+	if (!home->led && home->pending)
+		return true;
 	/* Another thread's ring, while other threads are about: the one that
 	 * led it last comes back to it (unless it stays away too long), and
 	 * the sessions would move between threads. */
@@ -718,8 +724,10 @@ static void ur_unstall(px_uring *u, px_result *r)
 		px_list_remove(&u->stalled, &pr->slink);
 	else if (pr->slist == PX_URING_CANCEL_STALLED)
 		px_list_remove(&u->cancel_stalled, &pr->slink);
-	else if (pr->slist == PX_URING_LATE)
-		px_list_remove(&u->late, &pr->slink);
+	else if (pr->slist == PX_URING_LATE) {
+		px_list_remove(&pr->rg->late, &pr->slink);
+		pr->rg->pending--;
+	}
 	pr->slist = PX_URING_NOLIST;
 }
 
@@ -770,56 +778,53 @@ void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg)
 	}
 }
 
-/* The first PX_URING_LATE_PROBE prepares of every PX_URING_LATE_PERIOD
- * hold nothing back.  Whether a read pays for holding is learnt from
- * ordinary reads only (late_pays), and once every socket of a
- * one-thread exchange holds, none has ordinary reads left to learn from:
- * a start-up hiccup that made a few reads end a lead late would keep the
- * engine holding for good, at two leads per round trip where ordinary
- * reads take one (1/1/512/1024: 2.0 enters per round trip instead of
- * 1.0).  One socket alone cannot find out, because its peer's held
- * reads set the pace; so for a few leads no socket holds, and the
- * ordinary reads of those leads decide afresh. */
+/* The first PX_URING_LATE_PROBE prepares of a ring in every
+ * PX_URING_LATE_PERIOD hold nothing back for it.  Whether a read pays
+ * for holding is learnt from ordinary reads only (late_pays), and once
+ * every socket of an exchange within one ring holds, none has ordinary
+ * reads left to learn from: a start-up hiccup that made a few reads end a
+ * lead late would keep the engine holding for good, at two leads per
+ * round trip where ordinary reads take one (1/1/512/1024: 2.0 enters per
+ * round trip instead of 1.0).  One socket alone cannot find out, because
+ * its peer's held reads set the pace; so for a few leads no socket of
+ * the ring holds, and the ordinary reads of those leads decide afresh. */
 #define PX_URING_LATE_PERIOD 1024u
 #define PX_URING_LATE_PROBE 8u
 _Static_assert((PX_URING_LATE_PERIOD & (PX_URING_LATE_PERIOD - 1)) == 0,
 	       "the probe period is a power of two");
-static bool ur_late_probing(const px_uring *u)
+static bool ur_late_probing(const px_uring_ring *rg)
 {
-	return (u->late_gen & (PX_URING_LATE_PERIOD - 1)) < PX_URING_LATE_PROBE;
+	return (rg->late_gen & (PX_URING_LATE_PERIOD - 1)) < PX_URING_LATE_PROBE;
 }
 
-/* Late reads: see the opening comment.  Should r, a new head, be held
- * back?  A read on a socket, started by a callback of this proactor while
- * its thread was the only one in px_handle_events (so that thread leads
- * next, and flushes it), on a descriptor whose last ordinary read ended
- * in the lead after its submission, outside a probe. */
-static bool ur_hold_late(px_uring *u, px_result *r)
+/* Late reads: see the opening comment.  Should r, a new head bound for
+ * rg, be held back?  A read on a socket, started by a callback of this
+ * proactor while nobody leads rg (whoever leads it next flushes it), on a
+ * descriptor whose last ordinary read ended in the lead after its
+ * submission, outside a probe of rg. */
+static bool ur_hold_late(px_uring *u, px_result *r, px_uring_ring *rg)
 {
 	struct px_uring_priv *pr = ur_priv(r);
 
-	pr->issue_gen = u->late_gen;
-	if (!u->late_ok || !u->alone || r->c.op != PX_OP_READ_STREAM ||
+	pr->issue_gen = rg->late_gen;
+	if (!u->late_ok || rg->led || r->c.op != PX_OP_READ_STREAM ||
 	    pr->fe->notsock || (r->flags & PX_RF_VECTORED) ||
 	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed) ||
 	    !px__dispatch_in_callback(r))
 		return false;
-	if (!pr->fe->late_pays || ur_late_probing(u))
+	if (!pr->fe->late_pays || ur_late_probing(rg))
 		return false;
 	if (pr->fe->late_skip) {
 		pr->fe->late_skip--;
 		return false;
 	}
-	/* A ring led meanwhile (by a thread that came in since) may be in a
-	 * wait that nothing held here would end. */
-	for (unsigned i = 0; i < u->nrings; i++)
-		if (u->rings[i].led)
-			return false;
 	pr->late = true;
-	pr->late_gen = u->late_gen;
+	pr->late_gen = rg->late_gen;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_LATE;
-	px_list_push_back(&u->late, &pr->slink);
+	pr->rg = rg;
+	rg->pending++;  /* work for its ring: somebody leads it */
+	px_list_push_back(&rg->late, &pr->slink);
 	return true;
 }
 
@@ -829,17 +834,17 @@ static bool ur_hold_late(px_uring *u, px_result *r)
  * for a peer after all, and holding it back only cost a lead: start the
  * next PX_URING_LATE_SKIP reads on its descriptor at once. */
 #define PX_URING_LATE_SKIP 64u
-static void ur_late_done(px_uring *u, px_result *r, struct px_uring_priv *pr)
+static void ur_late_done(px_result *r, struct px_uring_priv *pr)
 {
 	if (pr->late_issued) {
-		if (pr->late_gen != u->late_gen) {
+		if (pr->late_gen != pr->rg->late_gen) {
 			pr->fe->late_skip = PX_URING_LATE_SKIP;
 			pr->fe->late_pays = false;
 		}
-	} else if (r->c.op == PX_OP_READ_STREAM && !pr->late) {
+	} else if (r->c.op == PX_OP_READ_STREAM && !pr->late && pr->rg) {
 		/* Submitted by the prepare after its start: ended in that
 		 * lead (data there, or a wait for a peer) or in the next. */
-		pr->fe->late_pays = u->late_gen - pr->issue_gen == 2;
+		pr->fe->late_pays = pr->rg->late_gen - pr->issue_gen == 2;
 	}
 }
 
@@ -848,12 +853,13 @@ bool px__uring_late_flush(px_uring *u, px_uring_ring *rg)
 	px_link *l;
 	bool issued = false;
 
-	while ((l = px_list_first(&u->late))) {
+	while ((l = px_list_first(&rg->late))) {
 		px_result *r = ur_result_of_slink(l);
 		struct px_uring_priv *pr = ur_priv(r);
-		if (pr->late_gen == u->late_gen)
+		if (pr->late_gen == rg->late_gen)
 			break;  /* held by the callbacks since the last prepare */
-		px_list_remove(&u->late, l);
+		px_list_remove(&rg->late, l);
+		rg->pending--;
 		pr->slist = PX_URING_NOLIST;
 		if (!ur_issue(rg, r, 0)) {
 			/* No SQE: like any other start, it waits for one. */
@@ -862,11 +868,11 @@ bool px__uring_late_flush(px_uring *u, px_uring_ring *rg)
 			continue;
 		}
 		pr->late_issued = true;
-		pr->late_gen = u->late_gen + 1;  /* this lead's */
+		pr->late_gen = rg->late_gen + 1;  /* this lead's */
 		issued = true;
 	}
-	u->late_gen++;
-	return issued || !px_list_empty(&u->late);
+	rg->late_gen++;
+	return issued || !px_list_empty(&rg->late);
 }
 
 int px__uring_flush(px_uring_ring *rg)
@@ -918,7 +924,7 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	px_completion *c = &r->c;
 
 	ur_unstall(u, r);
-	ur_late_done(u, r, pr);
+	ur_late_done(r, pr);
 	pr->phase = PX_URING_IDLE;
 	pr->fe->inflight--;
 	pr->fe->open_seen = res != -EBADF;
@@ -1151,12 +1157,13 @@ static int ur_start(px_provider *p, px_result *r)
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (ur_hold_late(u, r)) {
+	px_uring_ring *rg = ur_start_ring(u, r);
+	if (ur_hold_late(u, r, rg)) {
 		px_fdq_push(fq, dir, r);
 		pr->fe->inflight++;
 		return PX_START_STARTED;
 	}
-	if (!ur_issue(ur_start_ring(u, r), r, u->sq_reserve))
+	if (!ur_issue(rg, r, u->sq_reserve))
 		return PX_START_AGAIN;
 	if (dir >= 0)
 		px_fdq_push(fq, dir, r);
@@ -1363,14 +1370,15 @@ static int ur_create(const px_processor_config *cfg,
 		}
 		u->nrings++;
 	}
-	for (unsigned i = 0; i < u->nrings; i++)
+	for (unsigned i = 0; i < u->nrings; i++) {
 		u->rings[i].index = i;
+		px_list_init(&u->rings[i].late);
+	}
 
 	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
 	u->cancel_cap = sq;
 	px_list_init(&u->stalled);
 	px_list_init(&u->cancel_stalled);
-	px_list_init(&u->late);
 	u->late_ok = !(u->rings[0].ring.flags & IORING_SETUP_SQPOLL);
 	px__fdq_init(&u->fdq, sizeof(px_uring_fd));
 

@@ -52,7 +52,8 @@ typedef struct px_uring_ring {
 	/* The last submit failed with EAGAIN/EBUSY: SQEs are still pending,
 	 * so the leader waits with a short timeout and retries. */
 	bool submit_stuck;
-	/* SQEs filled whose CQE is not reaped yet: the ring has work. */
+	/* SQEs filled whose CQE is not reaped yet, and reads held back for
+	 * this ring (late): the ring has work. */
 	unsigned pending;
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
 	/* When its last leader let it go (px__now_ns). */
@@ -74,6 +75,13 @@ typedef struct px_uring_ring {
 	bool orphans;               /* another ring has work and no leader */
 	unsigned nextra;            /* other rings held by the same leader */
 	struct px_uring_ring *extra[PX_URING_RINGS_MAX];
+
+	/* Socket reads held back by one lead of this ring (see "Late reads"
+	 * in uring.c), in the order they were started, each with the
+	 * late_gen it was held under; late_gen counts this ring's
+	 * prepares. */
+	px_list late;
+	unsigned late_gen;
 } px_uring_ring;
 
 /* The provider: its rings and the three objects the core sees. */
@@ -102,11 +110,6 @@ typedef struct px_uring {
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
 
-	/* Socket reads held back by one lead (see "Late reads" in uring.c):
-	 * in the order they were started, each with the lead count it was
-	 * started under; late_gen counts this provider's prepares. */
-	px_list late;
-	unsigned late_gen;
 	bool late_ok;               /* the config allows them (no SQPOLL) */
 
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */

@@ -1071,6 +1071,93 @@ static void ping_pong_one_thread_cancel_close(void **state)
 	h_assert_usable(f);
 }
 
+/* The same exchange over PP_PAIRS socketpairs at once, with two threads in
+ * px_handle_events, where the io_uring engine holds reads back per ring
+ * while that ring has no leader.  Every byte of every pair must come back
+ * in order, and each pair's cancelled and closed reads must complete
+ * exactly once. */
+enum { PP_PAIRS = 6 };
+typedef struct pp_loop {
+	px_proactor *px;
+	atomic_bool finish;
+} pp_loop;
+
+static void *pp_loop_thread(void *arg)
+{
+	pp_loop *l = arg;
+	while (!atomic_load(&l->finish))
+		if (px_handle_events(l->px, 10) < 0)
+			break;
+	return NULL;
+}
+
+static void ping_pong_two_threads_cancel_close(void **state)
+{
+	h_fx *f = *state;
+	ping_pong *p[PP_PAIRS];
+	pp_loop *l = h_alloc(f, sizeof *l);
+	pthread_t th;
+
+	l->px = f->px;
+	for (int i = 0; i < PP_PAIRS; i++) {
+		p[i] = h_alloc(f, sizeof *p[i]);
+		h_socketpair(f, p[i]->sv);
+		p[i]->px = f->px;
+		p[i]->cancelled = h_rec_new(f);
+		p[i]->closed = h_rec_new(f);
+		p[i]->close_cb = h_rec_new(f);
+	}
+	assert_int_equal(pthread_create(&th, NULL, pp_loop_thread, l), 0);
+	for (int i = 0; i < PP_PAIRS; i++) {
+		assert_int_equal(px_read_stream(f->px, p[i]->sv[1], p[i]->echo,
+						PP_LEN, pp_server_read, p[i]), 0);
+		pp_send(p[i]);
+	}
+	/* This thread runs the loop too; the other thread is joined before
+	 * anything is asserted. */
+	uint64_t dl = h_deadline(30000);
+	for (int i = 0; i < PP_PAIRS; i++)
+		while (!atomic_load(&p[i]->done) &&
+		       atomic_load(&p[i]->errors) == 0 && h_now_ms() < dl)
+			px_handle_events(f->px, 10);
+	int close_rc[PP_PAIRS], errors[PP_PAIRS];
+	for (int i = 0; i < PP_PAIRS; i++)  /* (px_close fails the server's read) */
+		errors[i] = atomic_load(&p[i]->errors);
+	for (int i = 0; i < PP_PAIRS; i++)
+		close_rc[i] = atomic_load(&p[i]->done)
+			? px_close(f->px, p[i]->sv[1], h_rec_cb, p[i]->close_cb)
+			: -1;
+	dl = h_deadline(10000);
+	for (int i = 0; i < PP_PAIRS; i++)
+		while (close_rc[i] == 0 &&
+		       !(h_rec_done(p[i]->cancelled) && h_rec_done(p[i]->closed) &&
+			 h_rec_done(p[i]->close_cb)) && h_now_ms() < dl)
+			px_handle_events(f->px, 10);
+	dl = h_deadline(50);
+	while (h_now_ms() < dl)  /* a second completion would come now */
+		px_handle_events(f->px, 10);
+	atomic_store(&l->finish, true);
+	pthread_join(th, NULL);
+	for (int i = 0; i < PP_PAIRS; i++) {
+		assert_int_equal(errors[i], 0);
+		assert_int_equal(p[i]->rounds, PP_ROUNDS);
+		assert_int_equal(close_rc[i], 0);
+		assert_true(h_rec_done(p[i]->cancelled));
+		assert_true(h_rec_done(p[i]->closed));
+		assert_true(h_rec_done(p[i]->close_cb));
+		assert_int_equal(p[i]->cancelled->c.error, ECANCELED);
+		assert_int_equal(p[i]->closed->c.error, ECANCELED);
+		assert_int_equal(p[i]->close_cb->c.error, 0);
+		assert_int_equal(atomic_load(&p[i]->cancelled->calls), 1);
+		assert_int_equal(atomic_load(&p[i]->closed->calls), 1);
+		assert_int_equal(atomic_load(&p[i]->close_cb->calls), 1);
+		int spare[2];
+		h_socketpair(f, spare);
+		assert_int_equal(dup2(spare[0], p[i]->sv[1]), p[i]->sv[1]);
+	}
+	h_assert_usable(f);
+}
+
 /* A callback that starts a read, makes its data arrive, and then blocks
  * until that read's own callback has run: with two threads in
  * px_handle_events the other one must complete it (lead, dispatch), on
@@ -1578,6 +1665,7 @@ int main(int argc, char **argv)
 		T(timer_callback_starts_posts_cancels),
 		T(callback_waits_for_its_own_read),
 		T(ping_pong_one_thread_cancel_close),
+		T(ping_pong_two_threads_cancel_close),
 		T(start_from_outside_reaches_waiting_loop),
 		T(start_from_outside_while_a_loop_thread_is_held),
 		T(timers_fire_in_order),

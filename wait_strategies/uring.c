@@ -122,6 +122,8 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	 * last prepare finds what those sends carried (see "Late reads" in
 	 * providers/uring.c). */
 	bool held = px__uring_late_flush(u, rg);
+	for (unsigned i = 0; i < rg->nextra; i++)
+		held = px__uring_late_flush(u, rg->extra[i]) || held;
 	rc = px_uring_prepare_ring(rg, &stuck);
 	for (unsigned i = 0; i < rg->nextra; i++) {
 		rc2 = px_uring_prepare_ring(rg->extra[i], &stuck);
