@@ -174,13 +174,15 @@ bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now) PX_HIDDEN;
  * caller's ring, and into their own rings).  Mutex held (prepare). */
 void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 
+/* Issue into rg the socket reads held back for it since one of its
+ * earlier prepares (those held since its last one wait for the next),
+ * and count this prepare; true if it issued some or still holds some:
+ * the leader's wait must then not block.  Mutex held (prepare). */
+bool px__uring_late_flush(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
+
 /* Make rg's SQEs ready for its leader's wait: published for the unlocked
  * enter (to_submit), or submitted now with SQPOLL or after a refused
  * submit.  Returns 0 or -errno.  Mutex held (prepare). */
-/* Issue into rg the socket reads held back since an earlier prepare (the
- * newer ones wait for the next); true if it issued some or still holds
- * some: the caller's wait must then not block.  Mutex held (prepare). */
-bool px__uring_late_flush(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 int px__uring_flush(px_uring_ring *rg) PX_HIDDEN;
 
 /* Submit now if rg's leader is blocked in the kernel (else its prepare
