@@ -1077,14 +1077,15 @@ static void ping_pong_one_thread_cancel_close(void **state)
  * in order, and each pair's cancelled and closed reads must complete
  * exactly once. */
 enum { PP_PAIRS = 6 };
-typedef struct pp_loop {
+/* An extra thread in px_handle_events until finish is set. */
+typedef struct loop_thread {
 	px_proactor *px;
 	atomic_bool finish;
-} pp_loop;
+} loop_thread;
 
-static void *pp_loop_thread(void *arg)
+static void *loop_thread_run(void *arg)
 {
-	pp_loop *l = arg;
+	loop_thread *l = arg;
 	while (!atomic_load(&l->finish))
 		if (px_handle_events(l->px, 10) < 0)
 			break;
@@ -1095,7 +1096,7 @@ static void ping_pong_two_threads_cancel_close(void **state)
 {
 	h_fx *f = *state;
 	ping_pong *p[PP_PAIRS];
-	pp_loop *l = h_alloc(f, sizeof *l);
+	loop_thread *l = h_alloc(f, sizeof *l);
 	pthread_t th;
 
 	l->px = f->px;
@@ -1107,7 +1108,7 @@ static void ping_pong_two_threads_cancel_close(void **state)
 		p[i]->closed = h_rec_new(f);
 		p[i]->close_cb = h_rec_new(f);
 	}
-	assert_int_equal(pthread_create(&th, NULL, pp_loop_thread, l), 0);
+	assert_int_equal(pthread_create(&th, NULL, loop_thread_run, l), 0);
 	for (int i = 0; i < PP_PAIRS; i++) {
 		assert_int_equal(px_read_stream(f->px, p[i]->sv[1], p[i]->echo,
 						PP_LEN, pp_server_read, p[i]), 0);
@@ -1169,8 +1170,7 @@ typedef struct waits_own {
 	h_rec *rd;
 	int rc_read;
 	atomic_int outcome;     /* 0 running, 1 its read completed, 2 gave up */
-	atomic_bool finish;     /* the extra loop thread may leave */
-	px_proactor *px;
+	loop_thread loop;       /* the extra loop thread */
 } waits_own;
 
 static void waits_own_cb(const px_completion *c)
@@ -1188,15 +1188,6 @@ static void waits_own_cb(const px_completion *c)
 	atomic_store(&w->outcome, h_rec_done(w->rd) ? 1 : 2);
 }
 
-static void *waits_own_loop(void *arg)
-{
-	waits_own *w = arg;
-	while (!atomic_load(&w->finish))
-		if (px_handle_events(w->px, 10) < 0)
-			break;
-	return NULL;
-}
-
 static void callback_waits_for_its_own_read(void **state)
 {
 	h_fx *f = *state;
@@ -1206,14 +1197,14 @@ static void callback_waits_for_its_own_read(void **state)
 	h_socketpair(f, w->sv);
 	w->buf = h_alloc(f, 1);
 	w->rd = h_rec_new(f);
-	w->px = f->px;
-	assert_int_equal(pthread_create(&th, NULL, waits_own_loop, w), 0);
+	w->loop.px = f->px;
+	assert_int_equal(pthread_create(&th, NULL, loop_thread_run, &w->loop), 0);
 	int rc = px_post(f->px, waits_own_cb, w);
 	uint64_t dl = h_deadline(10000);
 	/* This thread pumps too: either may run the waiting callback. */
 	while (rc == 0 && atomic_load(&w->outcome) == 0 && h_now_ms() < dl)
 		px_handle_events(f->px, 10);
-	atomic_store(&w->finish, true);
+	atomic_store(&w->loop.finish, true);
 	pthread_join(th, NULL);
 	assert_int_equal(rc, 0);
 	assert_int_equal(w->rc_read, 0);
