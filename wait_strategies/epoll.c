@@ -26,8 +26,12 @@
  * is registered at that number already), collect() leaves reg->armed
  * alone, forget() clears it without a system call, and refresh() is an
  * EPOLL_CTL_MOD with the same events, which makes the kernel look at the
- * file again and queue an edge if it is ready, or an ADD when MOD says
- * ENOENT (the number names a file that is not registered).
+ * file again and queue an edge if it is ready, or an ADD (which looks at
+ * the file too) when the number is not registered.  refresh() starts with
+ * the call the registration most likely needs: ADD when this poller never
+ * registered the number (reg->armed clear: a connect socket, a number
+ * just accepted), else MOD; ENOENT from MOD or EEXIST from ADD sends it to
+ * the other, so a new descriptor costs one epoll_ctl, not two.
  *
  * Quirks: a descriptor closed while registered leaves the interest list
  * silently (no event ever comes, no PX_POLL_NVAL).  Regular files cannot
@@ -127,17 +131,22 @@ static int ep_edge_refresh(px_poller *pl, px_poll_reg *reg)
 {
 	struct ep *w = ep_of(pl);
 	struct epoll_event ev = { .events = EP_EDGE_EVENTS, .data.ptr = reg };
+	/* Guess which call the number needs first: a registration this
+	 * poller never made (a new connection, a number just accepted) is
+	 * most likely absent, so ADD; one it made is most likely still
+	 * there, so MOD.  A wrong guess costs the other call. */
+	int first = reg->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+	int rc = epoll_ctl(w->epfd, first, reg->fd, &ev);
 
-	if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, reg->fd, &ev) < 0) {
-		if (errno != ENOENT) {
-			reg->armed = 0;
-			return -errno;
-		}
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, reg->fd, &ev) < 0 &&
-		    errno != EEXIST) {
-			reg->armed = 0;
-			return -errno;
-		}
+	if (rc < 0 && errno == (first == EPOLL_CTL_MOD ? ENOENT : EEXIST))
+		rc = epoll_ctl(w->epfd,
+			       first == EPOLL_CTL_MOD ? EPOLL_CTL_ADD : EPOLL_CTL_MOD,
+			       reg->fd, &ev);
+	/* EEXIST from the ADD after a MOD said ENOENT: another thread's
+	 * ADD came between the two; it is registered, which is all we want. */
+	if (rc < 0 && errno != EEXIST) {
+		reg->armed = 0;
+		return -errno;
 	}
 	reg->armed = PX_POLL_IN | PX_POLL_OUT;
 	return 0;
@@ -222,7 +231,7 @@ static const px_poller_ops ep_edge_ops = {
 	.wait = ep_wait,
 	.collect = ep_collect,        /* nothing disarmed */
 	.forget = ep_edge_forget,     /* no system call */
-	.refresh = ep_edge_refresh,   /* MOD, ADD on ENOENT */
+	.refresh = ep_edge_refresh,   /* MOD or ADD, the other on failure */
 };
 
 static int ep_create(px_intr *in, bool edge, px_poller **out)
