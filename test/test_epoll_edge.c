@@ -213,6 +213,61 @@ static void edge_poller_reports_changes(void **state)
 	in->ops->destroy(in);
 }
 
+/* refresh() picks its first call by reg->armed: ADD for a number it never
+ * registered, MOD for one it did; the other call follows only when the
+ * guess was wrong.  Each way the file's readiness comes back as an edge. */
+static void edge_refresh_guesses_add_or_mod(void **state)
+{
+	px_processor_config c;
+	px_intr *in;
+	px_poller *pl;
+	int p[2];
+	long ctl0;
+
+	(void)state;
+	memset(&c, 0, sizeof(c));
+	c.processor = PX_PROCESSOR_SHARED;
+	strcpy(c.provider, "select");
+	strcpy(c.wait, "epoll");
+	strcpy(c.interrupt, "eventfd");
+	assert_int_equal(px__intr_create(&c, &in), 0);
+	assert_int_equal(px__poller_epoll_edge_create(in, &pl), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	assert_int_equal(write(p[1], "x", 1), 1);
+
+	/* Never registered: one ADD, and the data there is reported. */
+	px_poll_reg reg = { .fd = p[0] };
+	ctl0 = atomic_load(&g_ctl);
+	assert_int_equal(pl->ops->refresh(pl, &reg), 0);
+	assert_int_equal(atomic_load(&g_ctl) - ctl0, 1);
+	assert_int_not_equal(reg.armed, 0);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+
+	/* Registered: one MOD, which reports it again. */
+	ctl0 = atomic_load(&g_ctl);
+	assert_int_equal(pl->ops->refresh(pl, &reg), 0);
+	assert_int_equal(atomic_load(&g_ctl) - ctl0, 1);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+
+	/* Forgotten but still registered in the kernel: the ADD says
+	 * EEXIST and the MOD that follows still reports the data. */
+	pl->ops->forget(pl, &reg);
+	ctl0 = atomic_load(&g_ctl);
+	assert_int_equal(pl->ops->refresh(pl, &reg), 0);
+	assert_int_equal(atomic_load(&g_ctl) - ctl0, 2);
+	assert_int_not_equal(reg.armed, 0);
+	assert_true(wait_for(pl, p[0], 1000) & PX_POLL_IN);
+
+	/* Closed, either guess: -EBADF and the registration is cleared. */
+	close(p[0]);
+	assert_int_equal(pl->ops->refresh(pl, &reg), -EBADF);
+	assert_int_equal(reg.armed, 0);
+	assert_int_equal(pl->ops->refresh(pl, &reg), -EBADF);
+	close(p[1]);
+	pl->ops->destroy(pl);
+	in->ops->destroy(in);
+}
+
 /* ------------------------------------------------------------------ */
 /* The provider over it                                                 */
 /* ------------------------------------------------------------------ */
@@ -385,6 +440,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(edge_poller_reports_changes),
+		cmocka_unit_test(edge_refresh_guesses_add_or_mod),
 		cmocka_unit_test(no_epoll_ctl_per_operation),
 		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
 	};
