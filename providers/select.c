@@ -242,8 +242,8 @@ static inline int sel_try(px_nbio *io, px_result *r)
  * closed and reused for another file is silently not watched.  What
  * reveals that costs a system call (refresh: EPOLL_CTL_MOD, or ADD for a
  * number never registered, the other one on ENOENT / EEXIST; both report
- * the file's readiness again), so it is paid only where
- * a reuse is plausible.  The application can close a number only while
+ * the file's readiness again), so it is paid only where a reuse is
+ * plausible.  The application can close a number only while
  * its entry is idle (else its operations would be lost with it), so a
  * registration counts as unverified from then on, and the first wait after
  * that is checked at once (recheck) when:
