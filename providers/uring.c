@@ -156,8 +156,18 @@
  *       back would only add a lead (on 1/1/512/1024, held reads doubled
  *       the enters per round trip).
  *   Held reads feed no such verdict, so for 8 prepares in every 1,024
- *   nothing is held, and the ordinary reads of those prepares decide
+ *   nothing is held late, and the ordinary reads of those prepares decide
  *   afresh for every socket (ur_late_probing).
+ *   The other socket reads such callbacks start (not late, or in a probe)
+ *   are held too, but only until the ring's next prepare: "soon" reads.
+ *   That prepare issues them after the sends the same callbacks started,
+ *   still with POLL_FIRST, so a read whose data one of those sends
+ *   carries finds it when the poll is armed instead of waiting for it
+ *   (1/1/512/1024, where every read ends in its own lead: 1.0 poll arms
+ *   per round trip before, none after).  Otherwise a soon read is an
+ *   ordinary read: it goes into the kernel by the same prepare that would
+ *   have submitted it, gives the verdict, and does not stop the wait from
+ *   blocking.
  *   A prepare that issues held reads, or still holds some, in any ring it
  *   leads does not block in its wait.  A held read that does not end in
  *   the lead that issued it had to wait after all (with two threads: its
@@ -243,6 +253,8 @@ struct px_uring_priv {
 	bool reissued;      /* submitted again after the kernel dropped it */
 	bool late;          /* a socket read held back by one prepare */
 	bool late_issued;   /* ... and issued by a later one */
+	bool soon;          /* a socket read held until its ring's next
+	                       prepare only (not late: "Late reads") */
 	unsigned late_gen;  /* its ring's late_gen when it was held, then issued */
 	unsigned issue_gen; /* its ring's late_gen when a read was started */
 };
@@ -799,12 +811,15 @@ static bool ur_late_probing(const px_uring_ring *rg)
 
 /* Late reads: see the opening comment.  Should r, a new head bound for
  * rg, be held back?  A read on a socket, started by a callback of this
- * proactor while nobody leads rg (whoever leads it next flushes it), on a
- * descriptor whose last ordinary read ended in the lead after its
- * submission, outside a probe of rg. */
+ * proactor while nobody leads rg (whoever leads it next flushes it).  It
+ * is held one lead (late) on a descriptor whose last ordinary read ended
+ * in the lead after its submission, outside a probe of rg; else only
+ * until rg's next prepare (soon), which issues it after the sends the
+ * same callbacks started. */
 static bool ur_hold_late(px_uring *u, px_result *r, px_uring_ring *rg)
 {
 	struct px_uring_priv *pr = ur_priv(r);
+	bool late = true;
 
 	pr->issue_gen = rg->late_gen;
 	if (!u->late_ok || rg->led || r->c.op != PX_OP_READ_STREAM ||
@@ -812,14 +827,17 @@ static bool ur_hold_late(px_uring *u, px_result *r, px_uring_ring *rg)
 	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed) ||
 	    !px__dispatch_in_callback(r))
 		return false;
-	if (!pr->fe->late_pays || ur_late_probing(rg))
-		return false;
-	if (pr->fe->late_skip) {
+	if (!pr->fe->late_pays || ur_late_probing(rg)) {
+		late = false;
+	} else if (pr->fe->late_skip) {
 		pr->fe->late_skip--;
-		return false;
+		late = false;
 	}
-	pr->late = true;
-	pr->late_gen = rg->late_gen;
+	pr->late = late;
+	pr->soon = !late;
+	/* A soon read counts as held by an earlier lead: the next flush
+	 * takes it. */
+	pr->late_gen = late ? rg->late_gen : rg->late_gen - 1;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_LATE;
 	pr->rg = rg;
@@ -850,23 +868,30 @@ static void ur_late_done(px_result *r, struct px_uring_priv *pr)
 
 bool px__uring_late_flush(px_uring *u, px_uring_ring *rg)
 {
-	px_link *l;
+	px_link *l, *next;
 	bool issued = false;
 
-	while ((l = px_list_first(&rg->late))) {
+	for (l = px_list_first(&rg->late); l; l = next) {
 		px_result *r = ur_result_of_slink(l);
 		struct px_uring_priv *pr = ur_priv(r);
+		bool soon = pr->soon;
+
+		next = px_list_next(&rg->late, l);
 		if (pr->late_gen == rg->late_gen)
-			break;  /* held by the callbacks since the last prepare */
+			continue;  /* late, held by the callbacks since the last
+			              prepare */
 		px_list_remove(&rg->late, l);
 		rg->pending--;
 		pr->slist = PX_URING_NOLIST;
+		pr->soon = false;
 		if (!ur_issue(rg, r, 0)) {
 			/* No SQE: like any other start, it waits for one. */
 			pr->slist = PX_URING_STALLED;
 			px_list_push_back(&u->stalled, &pr->slink);
 			continue;
 		}
+		if (soon)
+			continue;  /* an ordinary read from here on */
 		pr->late_issued = true;
 		pr->late_gen = rg->late_gen + 1;  /* this lead's */
 		issued = true;
