@@ -146,22 +146,29 @@ static unsigned wait_for(px_poller *pl, int fd, int timeout_ms)
 	return got;
 }
 
-static void edge_poller_reports_changes(void **state)
+/* An edge poller over an eventfd interrupt, as the epoll engine makes it. */
+static void make_edge_poller(px_intr **in, px_poller **pl)
 {
 	px_processor_config c;
+
+	memset(&c, 0, sizeof(c));
+	c.processor = PX_PROCESSOR_SHARED;
+	strcpy(c.provider, "select");
+	strcpy(c.wait, "epoll");
+	strcpy(c.interrupt, "eventfd");
+	assert_int_equal(px__intr_create(&c, in), 0);
+	assert_int_equal(px__poller_epoll_edge_create(*in, pl), 0);
+}
+
+static void edge_poller_reports_changes(void **state)
+{
 	px_intr *in;
 	px_poller *pl;
 	int p[2], q[2];
 	char b[8];
 
 	(void)state;
-	memset(&c, 0, sizeof(c));
-	c.processor = PX_PROCESSOR_SHARED;
-	strcpy(c.provider, "select");
-	strcpy(c.wait, "epoll");
-	strcpy(c.interrupt, "eventfd");
-	assert_int_equal(px__intr_create(&c, &in), 0);
-	assert_int_equal(px__poller_epoll_edge_create(in, &pl), 0);
+	make_edge_poller(&in, &pl);
 	assert_true(pl->flags & PX_POLLER_EDGE);
 	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 
@@ -218,20 +225,13 @@ static void edge_poller_reports_changes(void **state)
  * guess was wrong.  Each way the file's readiness comes back as an edge. */
 static void edge_refresh_guesses_add_or_mod(void **state)
 {
-	px_processor_config c;
 	px_intr *in;
 	px_poller *pl;
 	int p[2];
 	long ctl0;
 
 	(void)state;
-	memset(&c, 0, sizeof(c));
-	c.processor = PX_PROCESSOR_SHARED;
-	strcpy(c.provider, "select");
-	strcpy(c.wait, "epoll");
-	strcpy(c.interrupt, "eventfd");
-	assert_int_equal(px__intr_create(&c, &in), 0);
-	assert_int_equal(px__poller_epoll_edge_create(in, &pl), 0);
+	make_edge_poller(&in, &pl);
 	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
 	assert_int_equal(write(p[1], "x", 1), 1);
 
