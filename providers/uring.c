@@ -835,9 +835,7 @@ static bool ur_hold_late(px_uring *u, px_result *r, px_uring_ring *rg)
 	}
 	pr->late = late;
 	pr->soon = !late;
-	/* A soon read counts as held by an earlier lead: the next flush
-	 * takes it. */
-	pr->late_gen = late ? rg->late_gen : rg->late_gen - 1;
+	pr->late_gen = rg->late_gen;
 	pr->phase = PX_URING_IDLE;
 	pr->slist = PX_URING_LATE;
 	pr->rg = rg;
@@ -877,9 +875,9 @@ bool px__uring_late_flush(px_uring *u, px_uring_ring *rg)
 		bool soon = pr->soon;
 
 		next = px_list_next(&rg->late, l);
-		if (pr->late_gen == rg->late_gen)
+		if (!soon && pr->late_gen == rg->late_gen)
 			continue;  /* late, held by the callbacks since the last
-			              prepare */
+			              prepare: the next prepare issues it */
 		px_list_remove(&rg->late, l);
 		rg->pending--;
 		pr->slist = PX_URING_NOLIST;

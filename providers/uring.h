@@ -53,7 +53,7 @@ typedef struct px_uring_ring {
 	 * so the leader waits with a short timeout and retries. */
 	bool submit_stuck;
 	/* SQEs filled whose CQE is not reaped yet, and reads held back for
-	 * this ring (late): the ring has work. */
+	 * this ring (late or soon): the ring has work. */
 	unsigned pending;
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
 	/* When its last leader let it go (px__now_ns). */
@@ -76,10 +76,10 @@ typedef struct px_uring_ring {
 	unsigned nextra;            /* other rings held by the same leader */
 	struct px_uring_ring *extra[PX_URING_RINGS_MAX];
 
-	/* Socket reads held back by one lead of this ring (see "Late reads"
-	 * in uring.c), in the order they were started, each with the
-	 * late_gen it was held under; late_gen counts this ring's
-	 * prepares. */
+	/* Socket reads held back for this ring (see "Late reads" in
+	 * uring.c), in the order they were started: late ones for one lead,
+	 * each with the late_gen it was held under, soon ones until the next
+	 * prepare; late_gen counts this ring's prepares. */
 	px_list late;
 	unsigned late_gen;
 } px_uring_ring;
@@ -174,10 +174,11 @@ bool px__uring_orphaned(px_uring_ring *rg, uint64_t *now) PX_HIDDEN;
  * caller's ring, and into their own rings).  Mutex held (prepare). */
 void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 
-/* Issue into rg the socket reads held back for it since one of its
- * earlier prepares (those held since its last one wait for the next),
- * and count this prepare; true if it issued some or still holds some:
- * the leader's wait must then not block.  Mutex held (prepare). */
+/* Issue into rg the socket reads held back for it: the soon ones, and
+ * the late ones held since one of its earlier prepares (late ones held
+ * since its last one wait for the next); count this prepare.  True if it
+ * issued late reads or still holds some: the leader's wait must then not
+ * block (soon reads are ordinary once issued).  Mutex held (prepare). */
 bool px__uring_late_flush(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
 
 /* Make rg's SQEs ready for its leader's wait: published for the unlocked
