@@ -96,9 +96,17 @@ void px__processor_cancelled(px_processor *p) PX_HIDDEN;
  * dispatcher's queue.  Mutex held on entry and exit.  now is the caller's
  * recent px__now_ns() (it starts the wait time of px_stats); returns the
  * clock read after the wait, for the caller to go on with (a clock read
- * costs about as much as a lock round trip here). */
+ * costs about as much as a lock round trip here).
+ * release_min: 0, or how many descriptors must have work that the calling
+ * thread can do without leading (px_wait_ops.claim) for this call to stop
+ * there and set *claimed.  Then nothing was collected yet: the caller ends
+ * its lead (another thread may lead meanwhile) and calls
+ * px__processor_collect_claimed(p, the returned clock), which does that
+ * work, collects and ends what this call began. */
 uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
-					 uint64_t now) PX_HIDDEN;
+					 uint64_t now, size_t release_min,
+					 bool *claimed) PX_HIDDEN;
+void px__processor_collect_claimed(px_processor *p, uint64_t end) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;

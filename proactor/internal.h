@@ -400,8 +400,20 @@ typedef struct px_wait_ops {
 	int (*wait)(px_wait *w, int timeout_ms);
 	/* Leader only, mutex held, after wait(): the next finished operation
 	 * (outputs set, forgotten by the provider), or NULL when there are no
-	 * more.  Drains the interrupt when it fired. */
+	 * more.  Drains the interrupt when it fired.  With claim (below) it
+	 * is the thread that claimed that calls it, and it need not lead any
+	 * more. */
 	px_result *(*next_completed)(px_wait *w);
+	/* Optional (NULL: next_completed does it all).  Leader only, mutex
+	 * held, right after wait() and before next_completed: take in what
+	 * the wait reported and claim the work it makes possible (the
+	 * readiness provider's system calls).  Returns how many descriptors
+	 * have work that the calling thread is to do without the mutex in
+	 * its next_completed calls, which need not lead: the processor may
+	 * then end the lead first, so that another thread waits meanwhile
+	 * (px__processor_handle_aio_events).  Only a wait whose changes reach
+	 * a wait in progress (a LIVE poller) may return more than 0. */
+	size_t (*claim)(px_wait *w);
 	/* Mutex held, while at least one thread leads the processor: whether
 	 * one more thread could lead it now (a part of the wait has work and
 	 * nobody waiting on it).  Only for a provider with max_leaders > 1;

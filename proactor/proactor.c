@@ -384,7 +384,7 @@ int px_destroy(px_proactor *px)
 		px_processor *p = px->proc[i];
 		while (!px_list_empty(&p->started) || !px_list_empty(&p->deferred)) {
 			px__processor_lead_begin(p);
-			px__processor_handle_aio_events(p, 100, px__now_ns());
+			px__processor_handle_aio_events(p, 100, px__now_ns(), 0, NULL);
 			px__processor_lead_end(p);
 			/* Anything started meanwhile (deferred before the
 			 * cancel) is cancelled too. */

@@ -467,7 +467,8 @@ static int proc_wait_bound(const px_processor *p, int timeout_ms)
 }
 
 uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
-					 uint64_t now)
+					 uint64_t now, size_t release_min,
+					 bool *claimed)
 {
 	struct px_proactor *px = p->px;
 
@@ -490,10 +491,24 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	pthread_mutex_lock(&px->lock);
 	uint64_t end = px__now_ns();
 	p->st.wait_ns += end - now;
+	if (p->wait->ops->claim) {
+		size_t n = p->wait->ops->claim(p->wait);
+
+		if (release_min && n >= release_min) {
+			/* The caller ends the lead, then collects. */
+			*claimed = true;
+			return end;
+		}
+	}
+	px__processor_collect_claimed(p, end);
+	return end;
+}
+
+void px__processor_collect_claimed(px_processor *p, uint64_t end)
+{
 	size_t n = proc_collect(p);
 	proc_start_deferred(p);
 	proc_after_wait(p, n, end);
-	return end;
 }
 
 void px__processor_lead_begin(px_processor *p)
@@ -621,7 +636,7 @@ static void *proc_dedicated_main(void *arg)
 	px__processor_lead_begin(p);
 	uint64_t now = px__now_ns();
 	while (!p->stop)
-		now = px__processor_handle_aio_events(p, -1, now);
+		now = px__processor_handle_aio_events(p, -1, now, 0, NULL);
 	px__processor_lead_end(p);
 	pthread_mutex_unlock(&px->lock);
 	return NULL;

@@ -42,9 +42,13 @@
  *    If it finishes and starts queued behind it meanwhile, the descriptor
  *    is watched for them (or, where it cannot be watched, they are done
  *    there and the leader is interrupted to hand them out).
- *  - The leader (next_completed, the only caller of sel_claim/sel_run)
+ *  - The leader (claim, the only caller of sel_claim/sel_edge_claim)
  *    claims the ready heads of every descriptor reported by one wait, up to
- *    CLAIM_MAX a queue, then one unlock for all of their calls.
+ *    CLAIM_MAX a queue; then one unlock for all of their calls (sel_run, in
+ *    next_completed).  With the edge poller the claimed batch becomes the
+ *    claiming thread's (sel_tls_run), and the processor may end its lead
+ *    before the calls, so that another thread waits and claims meanwhile
+ *    (docs/ARCHITECTURE.md, "Giving up the lead before the calls").
  *
  * The processor sees this provider's own px_wait (the end of this file):
  * prepare, wait and collect of the poller, plus the claims and the run.
@@ -80,6 +84,12 @@
 /* Where a started result is (px_sel_priv.at). */
 enum { SEL_AT_NONE = 0, SEL_AT_QUEUE, SEL_AT_DONE };
 
+/* Which batch an entry is on (sel_fd.in_batch): none, the one the leader is
+ * claiming (px_sel.batch), or one a thread took away to run (sel_tls_run):
+ * an entry on such a batch is not claimed again until that thread lets it
+ * go (which puts it on the retry list if a report came meanwhile). */
+enum { SEL_BATCH_NONE = 0, SEL_BATCH_CLAIMING, SEL_BATCH_RUNNING };
+
 #define SEL_UNTRIED 0     /* px_sel_priv.res before the batch tried it */
 
 /* One descriptor: the shared queues, then what this provider keeps. */
@@ -94,9 +104,9 @@ typedef struct sel_fd {
 	uint8_t rd_skip;   /* starts since the last such try */
 	uint8_t busy;      /* PX_POLL_IN / _OUT whose queue head is claimed by
 	                      a thread working without the mutex */
-	/* Leader only (its batch; used while the mutex is released, so
-	 * nobody else may touch these): */
-	uint8_t in_batch;  /* on the batch list */
+	/* The batch's (used while the mutex is released, so nobody else may
+	 * touch these while in_batch is set): */
+	uint8_t in_batch;  /* SEL_BATCH_*: on a batch list, and which */
 	struct sel_fd *bnext;
 	px_result *chain[2]; /* claimed results per direction */
 	px_nbio bio;       /* the leader's private copy for its I/O */
@@ -120,7 +130,8 @@ typedef struct px_sel {
 	px_poller *pl;
 	px_fdq fdq;           /* sel_fd entries */
 	px_list done;         /* finished, for next_completed (plink) */
-	sel_fd *batch;        /* leader: entries claimed from one wait (bnext) */
+	sel_fd *batch;        /* leader: entries claimed from one wait (bnext),
+	                         until the edge poller's claim takes them */
 	bool no_block;        /* leader: results are waiting, do not block */
 	bool edge;            /* the poller is PX_POLLER_EDGE */
 	bool in_wait;         /* leader between prepare and next_completed */
@@ -535,7 +546,7 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 		return;
 	}
 	sel_io_load(&e->bio, e);
-	e->in_batch = 1;
+	e->in_batch = SEL_BATCH_CLAIMING;
 	e->bnext = sel->batch;
 	sel->batch = e;
 }
@@ -549,12 +560,14 @@ static void sel_edge_claim(px_sel *sel, sel_fd *e)
 
 	if (px_link_linked(&e->rlink))
 		px_list_remove(&sel->retry, &e->rlink);
-	if (!can)
+	/* On another thread's batch, running: that thread puts e back on the
+	 * retry list when it lets go, if this report left work to try. */
+	if (!can || e->in_batch == SEL_BATCH_RUNNING)
 		return;
 	if (!e->in_batch) {
 		e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;
 		sel_io_load(&e->bio, e);
-		e->in_batch = 1;
+		e->in_batch = SEL_BATCH_CLAIMING;
 		e->bnext = sel->batch;
 		sel->batch = e;
 	}
@@ -564,20 +577,21 @@ static void sel_edge_claim(px_sel *sel, sel_fd *e)
 		sel_claim_queue(e, PX_FDQ_WR);
 }
 
-/* Perform the I/O of everything claimed since the last run, with the mutex
+/* Perform the I/O of the batch that starts at *batch, with the mutex
  * released around the system calls (re-taken before returning), then move
- * what finished to the done list and watch again what still waits.
- * Leader only. */
-static void sel_run(px_sel *sel)
+ * what finished to the done list and watch again what still waits.  Only
+ * the thread that holds the batch: the leader that claimed it, or the
+ * thread that took it away to run (sel_tls_run). */
+static void sel_run(px_sel *sel, sel_fd **batch)
 {
 	sel_fd *e;
 
-	if (!sel->batch)
+	if (!*batch)
 		return;
 	if (sel->base.lock)
 		pthread_mutex_unlock(sel->base.lock);
 	/* Unlocked: only the claimed results and e's batch fields are ours. */
-	for (e = sel->batch; e; e = e->bnext) {
+	for (e = *batch; e; e = e->bnext) {
 		for (int dir = 0; dir < 2; dir++) {
 			for (px_result *r = e->chain[dir]; r;
 			     r = sel_priv(r)->cnext) {
@@ -591,11 +605,11 @@ static void sel_run(px_sel *sel)
 	}
 	if (sel->base.lock)
 		pthread_mutex_lock(sel->base.lock);
-	while ((e = sel->batch)) {
+	while ((e = *batch)) {
 		int rc;
 
-		sel->batch = e->bnext;
-		e->in_batch = 0;
+		*batch = e->bnext;
+		e->in_batch = SEL_BATCH_NONE;
 		sel_io_store(e, &e->bio);
 		for (int dir = 0; dir < 2; dir++) {
 			px_result *r = e->chain[dir], *next;
@@ -946,20 +960,27 @@ static void sel_edge_check_suspects(px_sel *sel)
 	}
 }
 
-static px_result *sel_wait_next_completed(px_wait *w)
+/* The batch an edge poller's claim took away from px_sel.batch, for the
+ * calling thread to run in its next_completed calls, which may come after
+ * it stopped leading while another thread leads and claims (so the batch
+ * cannot stay in px_sel).  Set and used by one thread only. */
+static __thread struct {
+	px_sel *sel;
+	sel_fd *batch;
+} sel_tls_run;
+
+/* Claim every descriptor the last wait reported, for one unlock for all
+ * of their calls.  With an edge poller (LIVE: what the calls leave to wait
+ * for reaches a wait in progress at once), the batch becomes the calling
+ * thread's, and it need not lead to run it: true. */
+static size_t sel_wait_claim(px_wait *w)
 {
 	px_sel *sel = sel_of_wait(w);
 	px_poller *pl = sel->pl;
-	px_result *r;
 	size_t n;
 
 	px_poller_drain(pl);
 	sel->in_wait = false;
-	r = sel_pop_done(sel);
-	if (r)
-		return r;
-	/* Claim every descriptor the last wait reported, then one unlock
-	 * for all of their calls. */
 	while ((n = pl->ops->collect(pl, sel->ev, SEL_EVENTS)) > 0) {
 		for (size_t i = 0; i < n; i++) {
 			px_fdq_entry *fq = px_fdq_lookup(&sel->fdq, sel->ev[i].fd);
@@ -984,7 +1005,34 @@ static px_result *sel_wait_next_completed(px_wait *w)
 		while ((l = px_list_first(&sel->retry)))
 			sel_edge_claim(sel, px_container_of(l, sel_fd, rlink));
 	}
-	sel_run(sel);
+	if (!sel->edge || !sel->batch)
+		return 0;
+	n = 0;
+	for (sel_fd *e = sel->batch; e; e = e->bnext, n++)
+		e->in_batch = SEL_BATCH_RUNNING;
+	sel_tls_run.sel = sel;
+	sel_tls_run.batch = sel->batch;
+	sel->batch = NULL;
+	return n;
+}
+
+/* After claim: the finished operations, after running the caller's batch
+ * when there is nothing else to hand out.  (No drain of the interrupt: the
+ * caller may have stopped leading, and the poller's fired flag is then the
+ * new leader's; the next prepare drains it.) */
+static px_result *sel_wait_next_completed(px_wait *w)
+{
+	px_sel *sel = sel_of_wait(w);
+	px_result *r;
+
+	r = sel_pop_done(sel);
+	if (r)
+		return r;
+	sel_run(sel, &sel->batch);
+	if (sel_tls_run.sel == sel) {
+		sel_tls_run.sel = NULL;
+		sel_run(sel, &sel_tls_run.batch);
+	}
 	return sel_pop_done(sel);
 }
 
@@ -999,7 +1047,8 @@ static const px_wait_ops sel_wait_ops = {
 	.on_start = NULL,                  /* start watches for itself */
 	.prepare = sel_wait_prepare,       /* the poller's interest set */
 	.wait = sel_wait_wait,             /* the poller's wait, unlocked */
-	.next_completed = sel_wait_next_completed, /* claim all, one unlock */
+	.next_completed = sel_wait_next_completed, /* one unlock for all */
+	.claim = sel_wait_claim,           /* what the wait reported */
 };
 
 /* ------------------------------------------------------------------ */
