@@ -400,9 +400,9 @@ typedef struct px_wait_ops {
 	int (*wait)(px_wait *w, int timeout_ms);
 	/* Leader only, mutex held, after wait(): the next finished operation
 	 * (outputs set, forgotten by the provider), or NULL when there are no
-	 * more.  Drains the interrupt when it fired.  With claim (below) it
-	 * is the thread that claimed that calls it, and it need not lead any
-	 * more. */
+	 * more.  Drains the interrupt when it fired (a wait with claim, below,
+	 * drains it in claim instead: then it is the thread that claimed that
+	 * calls next_completed, and it need not lead any more). */
 	px_result *(*next_completed)(px_wait *w);
 	/* Optional (NULL: next_completed does it all).  Leader only, mutex
 	 * held, right after wait() and before next_completed: take in what

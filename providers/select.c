@@ -972,7 +972,8 @@ static __thread struct {
 /* Claim every descriptor the last wait reported, for one unlock for all
  * of their calls.  With an edge poller (LIVE: what the calls leave to wait
  * for reaches a wait in progress at once), the batch becomes the calling
- * thread's, and it need not lead to run it: true. */
+ * thread's, which need not lead to run it: returns how many descriptors
+ * it holds (0 with the other pollers, whose batch stays the leader's). */
 static size_t sel_wait_claim(px_wait *w)
 {
 	px_sel *sel = sel_of_wait(w);
