@@ -561,8 +561,9 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			patient = true;
 			/* Leadership released: if the processor still has
 			 * work, a sleeping thread may take it over while we
-			 * dispatch what we collected. */
-			if (px__processor_has_work(p) &&
+			 * dispatch what we collected (after a claim, one was
+			 * woken for that already). */
+			if (!claimed && px__processor_has_work(p) &&
 			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
 			if (!px__dispatch_has_queued(px) &&
