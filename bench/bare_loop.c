@@ -22,6 +22,12 @@
  *                io_uring engine does), at most one send in flight per
  *                socket, submit and wait in one io_uring_enter.
  *   uring-coop   the same with IORING_SETUP_COOP_TASKRUN.
+ *   uring-mshot  uring, but each socket has one multishot receive armed
+ *                for the whole run (5.19), into blocks the loop hands the
+ *                kernel through a buffer ring; every completion's bytes
+ *                are copied out to where uring would have received them,
+ *                as a library serving reads into its callers' buffers
+ *                would have to.
  *   uring-defer  the same with IORING_SETUP_SINGLE_ISSUER and
  *                IORING_SETUP_DEFER_TASKRUN (6.1), which a loop that is the
  *                only thread ever to touch its ring may use.
@@ -39,6 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -218,6 +225,7 @@ static void run_epoll(void)
 
 static struct io_uring uring;
 static bool csend_busy, ssend_busy, srecv_busy;
+static bool mshot;                    /* mode uring-mshot */
 
 static struct io_uring_sqe *sqe_get(void)
 {
@@ -264,7 +272,7 @@ static void ur_server_io(void)
 	size_t len;
 	unsigned char *p;
 
-	if (!srecv_busy) {
+	if (!srecv_busy && !mshot) {
 		p = bench_ring_space(&ring, opt.block, &len);
 		if (len > 0) {
 			ur_recv(sfd, p, len, TAG_SRECV);
@@ -278,6 +286,103 @@ static void ur_server_io(void)
 			ssend_busy = true;
 		}
 	}
+}
+
+/* uring-mshot: one multishot receive per socket, filling buffers the loop
+ * provides through a buffer ring (group 0), each copied out on completion
+ * to where the single-shot modes would have received it. */
+enum { MS_BUFS = 32 };
+static struct io_uring_buf_ring *ms_br;
+static unsigned char *ms_mem;
+static bool ms_armed[2];              /* client, server */
+
+static void ms_arm(int fd, int tag)
+{
+	struct io_uring_sqe *sqe = sqe_get();
+
+	if (!sqe)
+		return;
+	io_uring_prep_recv_multishot(sqe, fd, NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = 0;
+	io_uring_sqe_set_data64(sqe, (uint64_t)tag);
+	ms_armed[tag == TAG_CRECV ? 0 : 1] = true;
+}
+
+static void ms_give_back(unsigned bid)
+{
+	io_uring_buf_ring_add(ms_br, ms_mem + (size_t)bid * opt.block,
+			      (unsigned)opt.block, (unsigned short)bid,
+			      io_uring_buf_ring_mask(MS_BUFS), 0);
+	io_uring_buf_ring_advance(ms_br, 1);
+}
+
+static int ms_setup(void)
+{
+	struct io_uring_buf_reg reg;
+	size_t sz = MS_BUFS * sizeof(struct io_uring_buf);
+	int rc;
+
+	ms_br = mmap(NULL, sz < 4096 ? 4096 : sz, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	ms_mem = malloc((size_t)MS_BUFS * opt.block);
+	if (ms_br == MAP_FAILED || !ms_mem)
+		return -ENOMEM;
+	memset(&reg, 0, sizeof(reg));
+	reg.ring_addr = (unsigned long)(uintptr_t)ms_br;
+	reg.ring_entries = MS_BUFS;
+	reg.bgid = 0;
+	rc = io_uring_register_buf_ring(&uring, &reg, 0);
+	if (rc < 0)
+		return rc;
+	io_uring_buf_ring_init(ms_br);
+	for (unsigned i = 0; i < MS_BUFS; i++)
+		ms_give_back(i);
+	return 0;
+}
+
+static void ms_complete(uint64_t tag, int res, unsigned flags)
+{
+	const unsigned char *src;
+	size_t left;
+
+	if (!(flags & IORING_CQE_F_MORE))
+		ms_armed[tag == TAG_CRECV ? 0 : 1] = false;
+	if (res == -ENOBUFS && !stopped()) {
+		ms_arm(tag == TAG_CRECV ? cfd : sfd, (int)tag);
+		return;
+	}
+	if (res <= 0 || !(flags & IORING_CQE_F_BUFFER)) {
+		fail("recv (multishot)", res < 0 ? -res : ECONNRESET);
+		return;
+	}
+	src = ms_mem + (size_t)(flags >> IORING_CQE_BUFFER_SHIFT) * opt.block;
+	left = (size_t)res;
+	if (tag == TAG_CRECV) {
+		memcpy(rx, src, left);
+		client_got(left);
+		ur_client_send();
+	} else {
+		while (left > 0) {
+			size_t room;
+			unsigned char *p = bench_ring_space(&ring, left, &room);
+
+			if (room == 0) {
+				fail("server ring", ENOSPC);
+				return;
+			}
+			memcpy(p, src, room);
+			bench_ring_filled(&ring, room);
+			src += room;
+			left -= room;
+		}
+		n.server_recv += (uint64_t)res;
+		bench_delay(&opt);
+		ur_server_io();
+	}
+	ms_give_back(flags >> IORING_CQE_BUFFER_SHIFT);
+	if (!ms_armed[tag == TAG_CRECV ? 0 : 1] && !stopped())
+		ms_arm(tag == TAG_CRECV ? cfd : sfd, (int)tag);
 }
 
 static void ur_complete(uint64_t tag, int res)
@@ -321,6 +426,7 @@ static int run_uring(void)
 	int rc;
 
 	memset(&p, 0, sizeof(p));
+	mshot = strcmp(mode, "uring-mshot") == 0;
 	if (strcmp(mode, "uring-coop") == 0)
 		p.flags = IORING_SETUP_COOP_TASKRUN;
 	else if (strcmp(mode, "uring-defer") == 0)
@@ -330,7 +436,15 @@ static int run_uring(void)
 	rc = io_uring_queue_init_params(8, &uring, &p);
 	if (rc < 0)
 		return rc;
-	ur_recv(cfd, rx, opt.block, TAG_CRECV);
+	if (mshot) {
+		rc = ms_setup();
+		if (rc < 0)
+			return rc;
+		ms_arm(cfd, TAG_CRECV);
+		ms_arm(sfd, TAG_SRECV);
+	} else {
+		ur_recv(cfd, rx, opt.block, TAG_CRECV);
+	}
 	ur_server_io();
 	ur_client_send();
 	while (!stopped()) {
@@ -346,7 +460,12 @@ static int run_uring(void)
 		}
 		io_uring_for_each_cqe(&uring, head, cqe) {
 			seen++;
-			ur_complete(cqe->user_data, cqe->res);
+			if (mshot && (cqe->user_data == TAG_CRECV ||
+				      cqe->user_data == TAG_SRECV))
+				ms_complete(cqe->user_data, cqe->res,
+					    cqe->flags);
+			else
+				ur_complete(cqe->user_data, cqe->res);
 		}
 		io_uring_cq_advance(&uring, seen);
 	}
@@ -379,9 +498,9 @@ static void usage(FILE *f)
 		"usage: bare_loop MODE [-k BLOCK] [-w WINDOW] [-d USEC] [-z] "
 		"[-i SECONDS]\n"
 		"                  [--check] [--verify]\n"
-		"MODE: epoll, uring, uring-coop or uring-defer.  One session on "
-		"one thread,\nwith nothing but the kernel interface in the "
-		"loop; see the source's opening\ncomment.\n");
+		"MODE: epoll, uring, uring-coop, uring-mshot or uring-defer.  "
+		"One session\non one thread, with nothing but the kernel "
+		"interface in the loop; see the\nsource's opening comment.\n");
 }
 
 int main(int argc, char **argv)
@@ -399,6 +518,7 @@ int main(int argc, char **argv)
 	mode = argv[1];
 	if (strcmp(mode, "epoll") != 0 && strcmp(mode, "uring") != 0 &&
 	    strcmp(mode, "uring-coop") != 0 &&
+	    strcmp(mode, "uring-mshot") != 0 &&
 	    strcmp(mode, "uring-defer") != 0) {
 		fprintf(stderr, "bare_loop: unknown mode '%s'\n", mode);
 		usage(stderr);

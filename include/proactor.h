@@ -202,7 +202,9 @@ typedef struct px_config {
  *               processor=dedicated only and interrupt=pipe|signal; its
  *               leader thread keeps SIGRTMIN+3 and SIGIO blocked)
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
- *               ring_flags=LIST (coop_taskrun, sqpoll)
+ *               ring_flags=LIST (coop_taskrun, sqpoll; sqpoll adds a
+ *               polling kernel thread per ring, which pays only where a
+ *               CPU can be spared for it)
  *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
  *               depth=N (iocbs in the context, default 1024)
  *       posix   POSIX AIO (glibc); files, and streams on pipes;

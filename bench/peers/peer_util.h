@@ -14,19 +14,30 @@
 #include <unistd.h>
 
 /*
- * A server's options: [-p PORT] (0 to 65535) [-b BIND_ADDR] [-h].
- * *port and *bind_addr keep their defaults unless given.  Returns -1 to
- * go on, else the exit status (0 after -h, 2 after a bad option, with
- * usage printed).
+ * A server's options: [-p PORT] (0 to 65535) [-b BIND_ADDR] [-h], and
+ * when extra is not 0, one more option letter taking an argument, stored
+ * in *extra_arg (checked by the caller).  *port and *bind_addr keep their
+ * defaults unless given.  Returns -1 to go on, else the exit status (0
+ * after -h, 2 after a bad option, with usage printed).
  */
-static inline int peer_server_options(int argc, char **argv, const char *prog,
-				      void (*usage)(FILE *f),
-				      const char **bind_addr, long *port)
+static inline int peer_server_options_x(int argc, char **argv, const char *prog,
+					void (*usage)(FILE *f),
+					const char **bind_addr, long *port,
+					int extra, const char **extra_arg)
 {
+	char spec[8] = "p:b:h";
 	char *end;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "p:b:h")) != -1) {
+	if (extra) {
+		spec[5] = (char)extra;
+		spec[6] = ':';
+	}
+	while ((opt = getopt(argc, argv, spec)) != -1) {
+		if (extra && opt == extra) {
+			*extra_arg = optarg;
+			continue;
+		}
 		switch (opt) {
 		case 'p':
 			errno = 0;
@@ -55,6 +66,14 @@ static inline int peer_server_options(int argc, char **argv, const char *prog,
 		return 2;
 	}
 	return -1;
+}
+
+static inline int peer_server_options(int argc, char **argv, const char *prog,
+				      void (*usage)(FILE *f),
+				      const char **bind_addr, long *port)
+{
+	return peer_server_options_x(argc, argv, prog, usage, bind_addr, port,
+				     0, NULL);
 }
 
 /* Room for many connections: the soft RLIMIT_NOFILE up to the hard one. */
