@@ -192,11 +192,8 @@ int main(int argc, char **argv)
 {
 	const char *bind_addr = "127.0.0.1";
 	long port = 7777;
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof sa;
 	struct epoll_event ev, evs[MAX_EVENTS];
-	sigset_t set;
-	int ep, lfd, sfd, one = 1;
+	int ep, lfd, sfd;
 	bool running = true;
 
 	int status = peer_server_options(argc, argv, "epoll_echo", usage, &bind_addr, &port);
@@ -204,42 +201,12 @@ int main(int argc, char **argv)
 		return status;
 	/* Room for many connections, as far as the hard limit allows. */
 	peer_raise_nofile();
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	sfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
-
-	memset(&sa, 0, sizeof sa);
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((unsigned short)port);
-	if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
-		fprintf(stderr, "epoll_echo: '%s' is not an IPv4 address\n", bind_addr);
-		return 2;
-	}
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || sfd < 0) {
-		perror("epoll_echo: socket/signalfd");
+	sfd = peer_stop_signals("epoll_echo", SFD_NONBLOCK);
+	if (sfd < 0)
 		return 1;
-	}
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-	    listen(lfd, SOMAXCONN) != 0 ||
-	    getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0) {
-		fprintf(stderr, "epoll_echo: cannot listen on %s port %ld: %s\n",
-			bind_addr, port, strerror(errno));
-		return 1;
-	}
 	ep = epoll_create1(EPOLL_CLOEXEC);
 	if (ep < 0) {
 		perror("epoll_echo: epoll_create1");
-		return 1;
-	}
-	ev.events = EPOLLIN;
-	ev.data.ptr = &listen_tag;
-	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) != 0) {
-		perror("epoll_echo: epoll_ctl");
 		return 1;
 	}
 	ev.events = EPOLLIN;
@@ -248,9 +215,16 @@ int main(int argc, char **argv)
 		perror("epoll_echo: epoll_ctl");
 		return 1;
 	}
-	printf("epoll_echo: listening on %s port %u\n", bind_addr,
-	       (unsigned)ntohs(sa.sin_port));
-	fflush(stdout);
+	/* Listening is the last step: the port printed means ready. */
+	lfd = peer_listen("epoll_echo", bind_addr, port, SOCK_NONBLOCK, &status);
+	if (lfd < 0)
+		return status;
+	ev.events = EPOLLIN;
+	ev.data.ptr = &listen_tag;
+	if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) != 0) {
+		perror("epoll_echo: epoll_ctl");
+		return 1;
+	}
 
 	while (running) {
 		int n = epoll_wait(ep, evs, MAX_EVENTS, -1);

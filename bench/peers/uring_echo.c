@@ -57,7 +57,7 @@
 enum { K_ACCEPT = 1, K_SIGNAL = 2, K_RECV = 3, K_SEND = 4, K_MASK = 7 };
 
 struct conn {
-	struct conn *prev, *next;       /* every open connection, for the stop */
+	struct conn *next, **pprev;     /* every open connection, for the stop */
 	int fd;
 	size_t off, len;                /* sent so far, received */
 	unsigned char buf[BUF_SIZE];
@@ -126,12 +126,9 @@ static void queue_accept(int lfd)
  * flight at a time, so nothing in the ring refers to it any more. */
 static void conn_close(struct conn *c)
 {
-	if (c->prev != NULL)
-		c->prev->next = c->next;
-	else
-		conns = c->next;
+	*c->pprev = c->next;
 	if (c->next != NULL)
-		c->next->prev = c->prev;
+		c->next->pprev = c->pprev;
 	close(c->fd);
 	free(c);
 	open_conns--;
@@ -156,10 +153,10 @@ static void accepted(int lfd, int res, unsigned flags)
 	}
 	c->fd = res;
 	c->off = c->len = 0;
-	c->prev = NULL;
 	c->next = conns;
+	c->pprev = &conns;
 	if (conns != NULL)
-		conns->prev = c;
+		conns->pprev = &c->next;
 	conns = c;
 	served++;
 	open_conns++;
@@ -197,10 +194,7 @@ int main(int argc, char **argv)
 	const char *bind_addr = "127.0.0.1", *mode = "coop";
 	struct io_uring_params params;
 	long port = 7777;
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof sa;
-	sigset_t set;
-	int lfd, sfd, one = 1, rc;
+	int lfd, sfd, rc;
 	bool running = true;
 	struct io_uring_sqe *sqe;
 
@@ -220,33 +214,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	peer_raise_nofile();
-	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	sfd = signalfd(-1, &set, SFD_CLOEXEC);
-
-	memset(&sa, 0, sizeof sa);
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((unsigned short)port);
-	if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
-		fprintf(stderr, "uring_echo: '%s' is not an IPv4 address\n", bind_addr);
-		return 2;
-	}
-	lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (lfd < 0 || sfd < 0) {
-		perror("uring_echo: socket/signalfd");
+	sfd = peer_stop_signals("uring_echo", 0);
+	if (sfd < 0)
 		return 1;
-	}
-	setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-	    listen(lfd, SOMAXCONN) != 0 ||
-	    getsockname(lfd, (struct sockaddr *)&sa, &sl) != 0) {
-		fprintf(stderr, "uring_echo: cannot listen on %s port %ld: %s\n",
-			bind_addr, port, strerror(errno));
-		return 1;
-	}
 	/* Made in this thread, the one submitter that SINGLE_ISSUER asks for. */
 	rc = io_uring_queue_init_params(RING_SIZE, &ring, &params);
 	if (rc < 0) {
@@ -254,13 +224,14 @@ int main(int argc, char **argv)
 			"here: %s\n", mode, strerror(-rc));
 		return 77;
 	}
+	/* Listening is the last step: the port printed means ready. */
+	lfd = peer_listen("uring_echo", bind_addr, port, 0, &status);
+	if (lfd < 0)
+		return status;
 	queue_accept(lfd);
 	sqe = get_sqe();
 	io_uring_prep_read(sqe, sfd, &sig_info, sizeof sig_info, 0);
 	io_uring_sqe_set_data64(sqe, K_SIGNAL);
-	printf("uring_echo: listening on %s port %u\n", bind_addr,
-	       (unsigned)ntohs(sa.sin_port));
-	fflush(stdout);
 
 	while (running) {
 		struct io_uring_cqe *cqe;
