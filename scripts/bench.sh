@@ -2,11 +2,12 @@
 # The main job: build an optimised library and run the headline comparison,
 # proactor_test (default engine, "auto") against tp_reactor_test over the
 # source document's grid, then examples/echo_server against the epoll and
-# libuv echo peers (bench/peers).  5 rounds per cell, the programs of a row
+# libuv echo peers (bench/peers).  5 rounds per cell (7 on the rows of two
+# threads, whose runs meet the two states of the vCPUs), the programs of a row
 # in rotating order; ratios are medians of per-round ratios, with CPU
 # seconds per GB beside throughput.
 #   scripts/bench.sh            default engine and epoll vs TP_Reactor, and the echo
-#                               servers (~10 minutes on 2 cores)
+#                               servers (~17 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
 #                               fio (~30 minutes; add --runs 3 for ~18)
