@@ -143,7 +143,7 @@
  *   1/1/8192/8192: 1.04 of TP_Reactor, in six paired rounds and in a run
  *   of the README's command, instead of 0.88-0.98; 20/1/8192/8192 +17%
  *   in six paired rounds; with two threads, 1/2/8192/8192 +17% and
- *   20/2/8192/8192 +9% (see BENCHMARKS.md).  Held back are only reads
+ *   20/2/8192/8192 +9% (see docs/PERFORMANCE.md).  Held back are only reads
  *   that
  *     - are started by a callback of this proactor, into a ring that no
  *       thread leads at that moment (so no wait on it is under way that

@@ -10,7 +10,7 @@
 #                               servers (~17 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
-#                               fio (~30 minutes; add --runs 3 for ~18)
+#                               fio (~45 minutes; add --runs 3 for ~23)
 #   scripts/bench.sh --scaling  20/8192/8192 at 1 and 2 threads, default engine
 #                               and TP_Reactor: scaling, CPUs busy, context
 #                               switches (~1 minute; passed to bench/compare)

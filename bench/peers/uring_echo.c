@@ -4,7 +4,7 @@
  * engine costs for the echo service with nothing of the library in
  * between.  A reference for examples/echo_server beside epoll_echo and
  * uv_echo; bench/compare does not run it (the performance goal names the
- * other two), BENCHMARKS.md says where it was measured.
+ * other two), docs/PERFORMANCE.md says where it was measured.
  *
  *     uring_echo [-p PORT] [-b BIND_ADDR] [-m coop|defer|plain]
  *
