@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +79,20 @@ static void fail(const char *what, int err)
 		return;  /* a socket torn down at the end is no failure */
 	fprintf(stderr, "bare_loop: %s: %s\n", what, strerror(err));
 	atomic_store(&failed, err ? err : EIO);
+}
+
+/* The start of the measured interval.  The loop thread sets loop_ready
+ * once its ring or epoll set is made, then waits for go; main takes the
+ * clock when it sees loop_ready and sets go.  On a loaded machine a new
+ * thread can start a second late (seen in CI under the sanitizers), and
+ * that second is not the loop's. */
+static atomic_bool loop_ready, go;
+
+static void wait_for_go(void)
+{
+	atomic_store(&loop_ready, true);
+	while (!atomic_load(&go) && !stopped())
+		sched_yield();
 }
 
 /* The echo of n bytes came back to the client. */
@@ -202,6 +217,7 @@ static void run_epoll(void)
 	ev.data.fd = cfd;
 	if (epoll_ctl(ep, EPOLL_CTL_ADD, cfd, &ev) != 0)
 		fail("epoll_ctl", errno);
+	wait_for_go();
 	ep_client();  /* the first block */
 	while (!stopped()) {
 		struct epoll_event evs[4];
@@ -440,6 +456,9 @@ static int run_uring(void)
 		rc = ms_setup();
 		if (rc < 0)
 			return rc;
+	}
+	wait_for_go();
+	if (mshot) {
 		ms_arm(cfd, TAG_CRECV);
 		ms_arm(sfd, TAG_SRECV);
 	} else {
@@ -544,11 +563,14 @@ int main(int argc, char **argv)
 		return BENCH_EXIT_CHECK;
 	close(lfd);
 
-	t0 = bench_now();
 	if (pthread_create(&th, NULL, loop_main, NULL) != 0) {
 		fprintf(stderr, "bare_loop: pthread_create failed\n");
 		return BENCH_EXIT_CHECK;
 	}
+	while (!atomic_load(&loop_ready) && !atomic_load(&failed))
+		usleep(1000);
+	t0 = bench_now();
+	atomic_store(&go, true);
 	while (!atomic_load(&failed) && bench_now() - t0 < opt.seconds) {
 		bench_opts slice = opt;
 

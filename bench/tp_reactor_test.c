@@ -140,8 +140,15 @@ static void server_fn(tp_handler *h, uint32_t ev)
 	}
 }
 
+/* Every loop thread and main meet here before the clock starts: on a
+ * loaded machine a new thread can start late, and that time is not the
+ * reactor's (proactor_test, likewise, starts its clock once its loop
+ * threads have connected every session). */
+static pthread_barrier_t started;
+
 static void *loop_thread(void *arg)
 {
+	pthread_barrier_wait(&started);
 	int err = tp_reactor_run(arg);
 
 	if (err != 0)
@@ -207,7 +214,7 @@ int main(int argc, char **argv)
 			return BENCH_EXIT_CHECK;
 		}
 	}
-	t0 = bench_now();
+	pthread_barrier_init(&started, NULL, (unsigned)opt.threads + 1);
 	for (int i = 0; i < opt.threads; i++) {
 		err = pthread_create(&th[i], NULL, loop_thread, reactor);
 		if (err != 0) {
@@ -215,6 +222,8 @@ int main(int argc, char **argv)
 			return BENCH_EXIT_CHECK;
 		}
 	}
+	pthread_barrier_wait(&started);
+	t0 = bench_now();
 	if (bench_wait_run(&opt))
 		fprintf(stderr, "tp_reactor_test: interrupted\n");
 	atomic_store(&stopping, true);
