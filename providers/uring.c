@@ -26,8 +26,12 @@
  * A start from a callback goes into the ring of the operation whose
  * callback runs (its home's, if the dispatcher moved that completion to
  * this thread), a start from outside the callbacks into a ring whose
- * leader waits when one thread alone runs the loop (ur_outside_ring), other
- * starts into the thread's home ring, a resubmission or the next queue head
+ * leader waits when one thread alone runs the loop (ur_outside_ring), a
+ * start from outside the callbacks of a thread that never led into the
+ * ring of its descriptor's last start, the first start on a descriptor an
+ * accept returned into the home ring with the fewest requests
+ * (ur_place_fresh), other starts into the thread's home ring, a
+ * resubmission or the next queue head
  * into the ring of the request before it (ur_start_ring,
  * ur_issue_or_stall): so the thread that leads a ring is normally the one
  * that submits to it and runs its task work.  A cancel goes into the ring
@@ -231,6 +235,9 @@ struct px_uring_fd {
 	                       that submitted it */
 	bool open_seen;     /* known to be open: checked, or an operation on it
 	                       ended with something other than EBADF */
+	bool fresh;         /* returned by an accept of this provider, and
+	                       not started on since (ur_place_fresh) */
+	struct px_uring_ring *rg;  /* the ring of its last start, or NULL */
 };
 
 /* The provider's private space in every result. */
@@ -365,9 +372,14 @@ void px__uring_kick(px_uring_ring *rg)
 static __thread px_uring *ur_tls_u;
 static __thread unsigned ur_tls_home;
 
+static bool ur_has_home(px_uring *u)
+{
+	return ur_tls_u == u && ur_tls_home < u->nrings;
+}
+
 px_uring_ring *px__uring_home(px_uring *u)
 {
-	if (ur_tls_u == u && ur_tls_home < u->nrings)
+	if (ur_has_home(u))
 		return &u->rings[ur_tls_home];
 	/* A thread that has never led (say, the one setting up before the
 	 * loop threads run): its starts take the rings in turn, from ring 0,
@@ -459,13 +471,59 @@ static px_uring_ring *ur_balance(px_uring *u, px_uring_ring *rg)
 	return rg;
 }
 
+/* New connections.  A descriptor that an accept of this provider returned
+ * is marked fresh when the accept's CQE is reaped (ur_mark_fresh), and the
+ * first start on it goes into the home ring (a ring some thread has been
+ * given to lead) that holds the fewest requests, instead of the ring of
+ * the accept whose callback made it.  Without this every connection of a
+ * server began in its accept's ring, and only ur_balance's wide margin
+ * sent later starts elsewhere: echo_server on two threads with 1,000
+ * connections had 247 requests in one ring and 754 in the other; with it,
+ * 513 and 488.  Nothing of the descriptor is in flight then, so it moves
+ * whole, and its later starts follow it from its callbacks. */
+static void ur_mark_fresh(px_uring *u, int fd)
+{
+	px_fdq_entry *fq;
+
+	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
+		return;  /* (no memory for the entry: it is placed as before) */
+	px_container_of(fq, px_uring_fd, fq)->fresh = true;
+}
+
+static px_uring_ring *ur_place_fresh(px_uring *u, px_result *r,
+				     px_uring_ring *rg)
+{
+	struct px_uring_fd *fe = ur_priv(r)->fe;
+	unsigned homes = u->next_home < u->nrings ? u->next_home : u->nrings;
+
+	if (!fe->fresh)
+		return rg;
+	fe->fresh = false;
+	if (u->alone || fe->inflight)
+		return rg;
+	for (unsigned i = 0; i < homes; i++)
+		if (u->rings[i].pending < rg->pending)
+			rg = &u->rings[i];
+	return rg;
+}
+
 /* The ring a start goes into: from a callback, the ring of the operation
  * whose callback runs, so that a session stays in its ring whichever
  * thread collected it (a thread that leads another's ring while that one
  * runs callbacks moves nothing); else, and when the dispatcher moved that
  * completion from another thread (it balances the load), the calling
- * thread's home; from outside the callbacks, ur_outside_ring. */
-static px_uring_ring *ur_start_ring(px_uring *u, const px_result *r)
+ * thread's home; from outside the callbacks, while one thread alone runs
+ * the loop, ur_outside_ring; from outside the callbacks of a thread that
+ * has never led (one that sets up connections and leaves the loop to
+ * others), the ring of the descriptor's last start.  That thread used to
+ * take the rings in turn start by start, which put a connection's read in
+ * one ring and its write in the other: in 1000/2/4096/4096, where the
+ * main thread starts every client's first read and write, one ring ended
+ * up with three times the requests of the other, and the slowest session
+ * moved half of what the mean one did (0.45-0.58 in the README's runs;
+ * about 0.85-0.95 with the descriptor's ring kept).  Then ur_place_fresh,
+ * ur_balance and ur_gather_light. */
+static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 {
 	bool moved;
 	px_result *cur = px__dispatch_current(&moved);
@@ -476,9 +534,11 @@ static px_uring_ring *ur_start_ring(px_uring *u, const px_result *r)
 	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
 	    ur_priv(cur)->rg)
 		rg = ur_priv(cur)->rg;
+	else if (!cur && ur_priv(r)->fe->rg && !ur_has_home(u))
+		rg = ur_priv(r)->fe->rg;
 	else
 		rg = px__uring_home(u);
-	return ur_gather_light(u, ur_balance(u, rg));
+	return ur_gather_light(u, ur_balance(u, ur_place_fresh(u, r, rg)));
 }
 
 /* rg got an SQE from a thread outside this proactor's callbacks (a start
@@ -958,6 +1018,7 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		case PX_OP_ACCEPT:
 			c->new_fd = res;
 			bytes = 0;
+			ur_mark_fresh(u, res);
 			break;
 		case PX_OP_CONNECT:
 			bytes = 0;
@@ -1181,6 +1242,7 @@ static int ur_start(px_provider *p, px_result *r)
 		return PX_START_STARTED;
 	}
 	px_uring_ring *rg = ur_start_ring(u, r);
+	pr->fe->rg = rg;
 	if (ur_hold_late(u, r, rg)) {
 		px_fdq_push(fq, dir, r);
 		pr->fe->inflight++;
