@@ -520,9 +520,9 @@ static px_uring_ring *ur_place_fresh(px_uring *u, px_result *r,
  * one ring and its write in the other: in 1000/2/4096/4096, where the
  * main thread starts every client's first read and write, one ring ended
  * up with three times the requests of the other, and the slowest session
- * moved half of what the mean one did (0.45-0.58 in the README's runs;
- * about 0.85-0.95 with the descriptor's ring kept).  Then ur_place_fresh,
- * ur_balance and ur_gather_light. */
+ * moved half of what the mean one did (medians of 0.50 and 0.53 in two
+ * README runs; 0.97 in the first run with the descriptor's ring kept).
+ * Then ur_place_fresh, ur_balance and ur_gather_light. */
 static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 {
 	bool moved;
