@@ -29,10 +29,10 @@
  * leader waits when one thread alone runs the loop (ur_outside_ring), a
  * start from outside the callbacks of a thread that never led into the
  * ring of its descriptor's last start, the first start on a descriptor an
- * accept returned into the home ring with the fewest requests
- * (ur_place_fresh), other starts into the thread's home ring, a
- * resubmission or the next queue head
- * into the ring of the request before it (ur_start_ring,
+ * accept returned, or by a thread that never led, into the ring with the
+ * fewest descriptors (ur_place_new), other starts into the thread's home
+ * ring, a resubmission or the next queue head into the ring of the
+ * request before it (ur_start_ring,
  * ur_issue_or_stall): so the thread that leads a ring is normally the one
  * that submits to it and runs its task work.  A cancel goes into the ring
  * of the request it aims at.  An outside start or cancel that lands in a
@@ -236,7 +236,7 @@ struct px_uring_fd {
 	bool open_seen;     /* known to be open: checked, or an operation on it
 	                       ended with something other than EBADF */
 	bool fresh;         /* returned by an accept of this provider, and
-	                       not started on since (ur_place_fresh) */
+	                       not started on since (ur_place_new) */
 	struct px_uring_ring *rg;  /* the ring of its last start, or NULL */
 };
 
@@ -471,16 +471,25 @@ static px_uring_ring *ur_balance(px_uring *u, px_uring_ring *rg)
 	return rg;
 }
 
-/* New connections.  A descriptor that an accept of this provider returned
- * is marked fresh when the accept's CQE is reaped (ur_mark_fresh), and the
- * first start on it goes into the home ring (a ring some thread has been
- * given to lead) that holds the fewest requests, instead of the ring of
- * the accept whose callback made it.  Without this every connection of a
- * server began in its accept's ring, and only ur_balance's wide margin
- * sent later starts elsewhere: echo_server on two threads with 1,000
- * connections had 247 requests in one ring and 754 in the other; with it,
- * 513 and 488.  Nothing of the descriptor is in flight then, so it moves
- * whole, and its later starts follow it from its callbacks. */
+/* New descriptors.  A descriptor that an accept of this provider returned
+ * is marked fresh when the accept's CQE is reaped (ur_mark_fresh); its
+ * first start, and the first start on a descriptor by a thread that never
+ * led (one that connects and leaves the loop to others), go into the
+ * ring that holds the fewest descriptors (nfd) among the rings threads
+ * lead or are about to lead (ur_place_new).  Without the first rule every
+ * connection of a server began in its accept's ring, and only
+ * ur_balance's wide margin sent later starts elsewhere: echo_server on two
+ * threads with 1,000 connections had 247 requests in one ring and 754 in
+ * the other.  Counting descriptors rather than requests, and counting a
+ * second ring as soon as a second thread is in the loop (it leads that
+ * ring when the ring has work: px__uring_may_lead), matters where the
+ * descriptors come at set-up, before the second thread has led and while
+ * the request counts say little: proactor_test at 100 sessions on two
+ * threads began with every server end in ring 0, the rings settled at
+ * about 120 and 80 descriptors, and the sessions of the fuller ring moved
+ * 0.6-0.8 of what the mean one did (docs/PERFORMANCE.md, "How evenly the
+ * sessions are served").  Nothing of a new descriptor is in flight, so it
+ * moves whole, and its later starts follow it from its callbacks. */
 static void ur_mark_fresh(px_uring *u, int fd)
 {
 	px_fdq_entry *fq;
@@ -490,21 +499,31 @@ static void ur_mark_fresh(px_uring *u, int fd)
 	px_container_of(fq, px_uring_fd, fq)->fresh = true;
 }
 
-static px_uring_ring *ur_place_fresh(px_uring *u, px_result *r,
-				     px_uring_ring *rg)
+static px_uring_ring *ur_fewest_fds(px_uring *u, px_uring_ring *rg)
+{
+	unsigned homes = u->next_home;
+
+	if (!u->alone && homes < 2)
+		homes = 2;
+	if (homes > u->nrings)
+		homes = u->nrings;
+	for (unsigned i = 0; i < homes; i++)
+		if (!rg || u->rings[i].nfd < rg->nfd)
+			rg = &u->rings[i];
+	return rg;
+}
+
+static px_uring_ring *ur_place_new(px_uring *u, px_result *r,
+				   px_uring_ring *rg)
 {
 	struct px_uring_fd *fe = ur_priv(r)->fe;
-	unsigned homes = u->next_home < u->nrings ? u->next_home : u->nrings;
 
 	if (!fe->fresh)
 		return rg;
 	fe->fresh = false;
 	if (u->alone || fe->inflight)
 		return rg;
-	for (unsigned i = 0; i < homes; i++)
-		if (u->rings[i].pending < rg->pending)
-			rg = &u->rings[i];
-	return rg;
+	return ur_fewest_fds(u, rg);
 }
 
 /* The ring a start goes into: from a callback, the ring of the operation
@@ -515,14 +534,15 @@ static px_uring_ring *ur_place_fresh(px_uring *u, px_result *r,
  * thread's home; from outside the callbacks, while one thread alone runs
  * the loop, ur_outside_ring; from outside the callbacks of a thread that
  * has never led (one that sets up connections and leaves the loop to
- * others), the ring of the descriptor's last start.  That thread used to
+ * others), the ring of the descriptor's last start (for its first, the
+ * ring with the fewest descriptors: ur_place_new).  That thread used to
  * take the rings in turn start by start, which put a connection's read in
  * one ring and its write in the other: in 1000/2/4096/4096, where the
  * main thread starts every client's first read and write, one ring ended
  * up with three times the requests of the other, and the slowest session
  * moved half of what the mean one did (medians of 0.50 and 0.53 in two
  * README runs; 0.97 in the first run with the descriptor's ring kept).
- * Then ur_place_fresh, ur_balance and ur_gather_light. */
+ * Then ur_place_new, ur_balance and ur_gather_light. */
 static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 {
 	bool moved;
@@ -534,11 +554,12 @@ static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 	if (cur && !moved && !u->alone && px__result_provider(cur) == &u->prov &&
 	    ur_priv(cur)->rg)
 		rg = ur_priv(cur)->rg;
-	else if (!cur && ur_priv(r)->fe->rg && !ur_has_home(u))
-		rg = ur_priv(r)->fe->rg;
+	else if (!cur && !ur_has_home(u))
+		rg = ur_priv(r)->fe->rg ? ur_priv(r)->fe->rg
+					: ur_fewest_fds(u, NULL);
 	else
 		rg = px__uring_home(u);
-	return ur_gather_light(u, ur_balance(u, ur_place_fresh(u, r, rg)));
+	return ur_gather_light(u, ur_balance(u, ur_place_new(u, r, rg)));
 }
 
 /* rg got an SQE from a thread outside this proactor's callbacks (a start
@@ -1242,7 +1263,12 @@ static int ur_start(px_provider *p, px_result *r)
 		return PX_START_STARTED;
 	}
 	px_uring_ring *rg = ur_start_ring(u, r);
-	pr->fe->rg = rg;
+	if (pr->fe->rg != rg) {
+		if (pr->fe->rg)
+			pr->fe->rg->nfd--;
+		rg->nfd++;
+		pr->fe->rg = rg;
+	}
 	if (ur_hold_late(u, r, rg)) {
 		px_fdq_push(fq, dir, r);
 		pr->fe->inflight++;

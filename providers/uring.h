@@ -56,6 +56,10 @@ typedef struct px_uring_ring {
 	 * this ring (late or soon): the ring has work. */
 	unsigned pending;
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
+	/* Descriptors whose last start went into this ring (ur_place_new).
+	 * One the application closed counts until its number is started on
+	 * again: the provider does not see the close. */
+	unsigned nfd;
 	/* When its last leader let it go (px__now_ns). */
 	uint64_t released_ns;
 
