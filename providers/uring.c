@@ -499,12 +499,15 @@ static void ur_mark_fresh(px_uring *u, int fd)
 	px_container_of(fq, px_uring_fd, fq)->fresh = true;
 }
 
+/* The ring with the fewest descriptors among the rings given to a thread
+ * (at least the first, and the first two once a second thread is in the
+ * loop); rg, if not NULL, unless one holds fewer. */
 static px_uring_ring *ur_fewest_fds(px_uring *u, px_uring_ring *rg)
 {
-	unsigned homes = u->next_home;
+	unsigned homes = u->next_home, least = u->alone ? 1 : 2;
 
-	if (!u->alone && homes < 2)
-		homes = 2;
+	if (homes < least)
+		homes = least;
 	if (homes > u->nrings)
 		homes = u->nrings;
 	for (unsigned i = 0; i < homes; i++)
