@@ -529,12 +529,38 @@ static px_uring_ring *ur_place_new(px_uring *u, px_result *r,
 	return ur_fewest_fds(u, rg);
 }
 
+/* The calling thread's home ring, for a start from a callback whose
+ * completion the dispatcher moved to this thread: the session follows the
+ * thread that now serves it.  But a descriptor of the callback's own ring
+ * moves only when that leaves the two rings' descriptor counts closer
+ * (nfd): the dispatcher moves completions to whichever follower sleeps,
+ * which as often as not is the thread of the fuller ring: in one run of
+ * 100/2/8192/8192 with 10 us of callback work those moves took the rings
+ * from 102 and 98 descriptors after set-up to 117 and 83.  With the rule,
+ * the slowest session of rows 6-14 moved 0.91-0.99 of the mean one
+ * instead of 0.77-0.91, at 0.97-1.08 of the throughput (paired rounds,
+ * docs/PERFORMANCE.md, "How evenly the sessions are served"). */
+static px_uring_ring *ur_home_unless_fuller(px_uring *u, px_result *r,
+					    px_result *cur)
+{
+	px_uring_ring *home = px__uring_home(u), *own;
+
+	if (!cur || u->alone || px__result_provider(cur) != &u->prov)
+		return home;
+	own = ur_priv(cur)->rg;
+	if (own && own != home && ur_priv(r)->fe->rg == own &&
+	    own->nfd <= home->nfd + 1)
+		return own;
+	return home;
+}
+
 /* The ring a start goes into: from a callback, the ring of the operation
  * whose callback runs, so that a session stays in its ring whichever
  * thread collected it (a thread that leads another's ring while that one
  * runs callbacks moves nothing); else, and when the dispatcher moved that
  * completion from another thread (it balances the load), the calling
- * thread's home; from outside the callbacks, while one thread alone runs
+ * thread's home (unless the descriptor's ring holds no more descriptors
+ * than the home: ur_home_unless_fuller); from outside the callbacks, while one thread alone runs
  * the loop, ur_outside_ring; from outside the callbacks of a thread that
  * has never led (one that sets up connections and leaves the loop to
  * others), the ring of the descriptor's last start (for its first, the
@@ -561,7 +587,7 @@ static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 		rg = ur_priv(r)->fe->rg ? ur_priv(r)->fe->rg
 					: ur_fewest_fds(u, NULL);
 	else
-		rg = px__uring_home(u);
+		rg = ur_home_unless_fuller(u, r, cur);
 	return ur_gather_light(u, ur_balance(u, ur_place_new(u, r, rg)));
 }
 
