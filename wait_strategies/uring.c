@@ -271,6 +271,7 @@ static bool px_uring_reap(px_uring *u, px_uring_ring *o, px_result **r)
 	int res = cqe->res;
 
 	io_uring_cqe_seen(&o->ring, cqe);
+	px__uring_prefetch(o);
 	*r = px__uring_complete(u, o, ud, res);
 	return true;
 }
