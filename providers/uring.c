@@ -538,8 +538,9 @@ static px_uring_ring *ur_place_new(px_uring *u, px_result *r,
  * 100/2/8192/8192 with 10 us of callback work those moves took the rings
  * from 102 and 98 descriptors after set-up to 117 and 83.  With the rule,
  * the slowest session of rows 6-14 moved 0.91-0.99 of the mean one
- * instead of 0.77-0.91, at 0.97-1.08 of the throughput (paired rounds,
- * docs/PERFORMANCE.md, "How evenly the sessions are served"). */
+ * instead of 0.77-0.91, at 0.97-1.08 of the throughput in one set of
+ * paired rounds; in a second set row 12 moved 0.95 of the bytes
+ * (docs/PERFORMANCE.md, "How evenly the sessions are served"). */
 static px_uring_ring *ur_home_unless_fuller(px_uring *u, px_result *r,
 					    px_result *cur)
 {
@@ -559,9 +560,10 @@ static px_uring_ring *ur_home_unless_fuller(px_uring *u, px_result *r,
  * thread collected it (a thread that leads another's ring while that one
  * runs callbacks moves nothing); else, and when the dispatcher moved that
  * completion from another thread (it balances the load), the calling
- * thread's home (unless the descriptor's ring holds no more descriptors
- * than the home: ur_home_unless_fuller); from outside the callbacks, while one thread alone runs
- * the loop, ur_outside_ring; from outside the callbacks of a thread that
+ * thread's home (unless the descriptor's ring holds at most one
+ * descriptor more than the home: ur_home_unless_fuller); from outside the
+ * callbacks, while one thread alone runs the loop, ur_outside_ring; from
+ * outside the callbacks of a thread that
  * has never led (one that sets up connections and leaves the loop to
  * others), the ring of the descriptor's last start (for its first, the
  * ring with the fewest descriptors: ur_place_new).  That thread used to
