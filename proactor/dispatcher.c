@@ -219,7 +219,7 @@ static void disp_count_delivery(struct px_proactor *px, const px_result *r)
 /* The proactor whose callback this thread is running, if any, the result,
  * its descriptor, and whether it was taken from another thread
  * (disp_own_steal). */
-static __thread struct px_proactor *disp_tls_dispatching;
+__thread struct px_proactor *px__tls_dispatching;
 static __thread px_result *disp_tls_current;
 static __thread int disp_tls_fd = -1;
 static __thread bool disp_tls_moving;
@@ -255,14 +255,9 @@ px_result *px__dispatch_current(bool *moved)
 	return disp_tls_current;
 }
 
-bool px__dispatch_in_callback(const px_result *r)
-{
-	return r->proc && disp_tls_dispatching == r->proc->px;
-}
-
 int px__dispatch_current_fd(const struct px_proactor *px)
 {
-	return disp_tls_dispatching == px ? disp_tls_fd : -1;
+	return px__tls_dispatching == px ? disp_tls_fd : -1;
 }
 
 int px__dispatch_level_for_caller(struct px_proactor *px)
@@ -270,7 +265,7 @@ int px__dispatch_level_for_caller(struct px_proactor *px)
 	/* A thread running a callback goes back to the queue by itself, so a
 	 * result it queues needs no interrupt of a leader; a sleeping
 	 * follower may still help. */
-	return disp_tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
+	return px__tls_dispatching == px ? PX_NOTIFY_FOLLOWER : PX_NOTIFY_STRONG;
 }
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
@@ -286,10 +281,10 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	disp_count_delivery(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;
-	struct px_proactor *saved = disp_tls_dispatching;
+	struct px_proactor *saved = px__tls_dispatching;
 	px_result *saved_r = disp_tls_current;
 	int saved_fd = disp_tls_fd;
-	disp_tls_dispatching = px;
+	px__tls_dispatching = px;
 	disp_tls_fd = r->c.fd;
 	/* On the running list while its callback runs, so that a px_close
 	 * of its descriptor waits for the callback to return. */
@@ -302,7 +297,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	px__ops_delivered(px, r);
 	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
 		px__close_delivered(px, r->c.fd);
-	disp_tls_dispatching = saved;
+	px__tls_dispatching = saved;
 	disp_tls_current = saved_r;
 	disp_tls_fd = saved_fd;
 	/* A periodic timer goes back to the heap instead (timer.c). */

@@ -49,7 +49,7 @@ static int fdq_grow(px_fdq *t, int fd)
 	return 0;
 }
 
-int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
+int px__fdq_get_slow(px_fdq *t, int fd, px_fdq_entry **out)
 {
 	px_fdq_entry *e;
 	int rc;
@@ -70,20 +70,4 @@ int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
 	}
 	*out = e;
 	return 0;
-}
-
-int px__fdq_dir(px_op op)
-{
-	switch (op) {
-	case PX_OP_READ_STREAM:
-	case PX_OP_READ_DGRAM:
-	case PX_OP_ACCEPT:
-		return PX_FDQ_RD;
-	case PX_OP_WRITE_STREAM:
-	case PX_OP_WRITE_DGRAM:
-	case PX_OP_CONNECT:
-		return PX_FDQ_WR;
-	default:
-		return -1;
-	}
 }

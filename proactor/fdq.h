@@ -62,9 +62,33 @@ void px__fdq_init(px_fdq *t, size_t entry_size) PX_HIDDEN;
 void px__fdq_fini(px_fdq *t) PX_HIDDEN;
 /* The entry of fd, created (zeroed) on first use.  Returns 0, -EBADF when
  * fd is negative or lies beyond the table and is not open, or -ENOMEM. */
-int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
-/* The queue direction of op, or -1 for an operation that is not queued. */
-int px__fdq_dir(px_op op) PX_HIDDEN;
+int px__fdq_get_slow(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
+static inline int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
+{
+	/* Inline for the common case: an entry that exists. */
+	if (fd >= 0 && (size_t)fd < t->n && t->tab[fd]) {
+		*out = t->tab[fd];
+		return 0;
+	}
+	return px__fdq_get_slow(t, fd, out);
+}
+/* The queue direction of op, or -1 for an operation that is not queued.
+ * Inline: a start and its completion ask it several times each. */
+static inline int px__fdq_dir(px_op op)
+{
+	switch (op) {
+	case PX_OP_READ_STREAM:
+	case PX_OP_READ_DGRAM:
+	case PX_OP_ACCEPT:
+		return PX_FDQ_RD;
+	case PX_OP_WRITE_STREAM:
+	case PX_OP_WRITE_DGRAM:
+	case PX_OP_CONNECT:
+		return PX_FDQ_WR;
+	default:
+		return -1;
+	}
+}
 
 /* The entry of fd if it was ever created, else NULL. */
 static inline px_fdq_entry *px_fdq_lookup(const px_fdq *t, int fd)

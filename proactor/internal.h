@@ -262,7 +262,13 @@ px_result *px__dispatch_current(bool *moved) PX_HIDDEN;
  * started on (r->proc set): it goes back into px_handle_events afterwards.
  * A thread that does not (the application's own, or one running another
  * proactor's callbacks) may not come back for a long time. */
-bool px__dispatch_in_callback(const px_result *r) PX_HIDDEN;
+extern __thread struct px_proactor *px__tls_dispatching PX_HIDDEN;
+static inline bool px__dispatch_in_callback(const px_result *r)
+{
+	/* r->c.proactor is set with r->proc (inline: asked several times
+	 * per start). */
+	return r->proc && px__tls_dispatching == r->c.proactor;
+}
 
 struct px_provider;
 /* The provider r was given to, or NULL (a timer, a post). */
@@ -433,6 +439,10 @@ struct px_wait {
 	 * or one left it a moment ago (px__dispatch_others_here). */
 	bool others_busy;
 	bool others_here;
+	/* Set by the processor while it calls next_completed(): its clock
+	 * reading at the end of the wait (px__now_ns), for a wait that
+	 * stamps what it lets go; 0 otherwise. */
+	uint64_t now_ns;
 };
 
 /* ------------------------------------------------------------------ */

@@ -222,7 +222,7 @@ static bool proc_start_deferred(px_processor *p)
 	return finished;
 }
 
-static size_t proc_collect(px_processor *p)
+static size_t proc_collect(px_processor *p, uint64_t now)
 {
 	px_result *r;
 	size_t n = 0;
@@ -230,6 +230,7 @@ static size_t proc_collect(px_processor *p)
 	/* With several leaders each keeps what it collected (its starts then
 	 * go back into the part of the wait it leads). */
 	bool own = p->max_leaders > 1;
+	p->wait->now_ns = now;
 	while ((r = p->wait->ops->next_completed(p->wait))) {
 		px_list_remove(&p->started, &r->link);
 		r->state = PX_RS_READY;
@@ -239,6 +240,7 @@ static size_t proc_collect(px_processor *p)
 			px__dispatch_post(p->px, r, level);
 		n++;
 	}
+	p->wait->now_ns = 0;
 	return n;
 }
 
@@ -506,7 +508,7 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 
 void px__processor_collect_claimed(px_processor *p, uint64_t end)
 {
-	size_t n = proc_collect(p);
+	size_t n = proc_collect(p, end);
 	proc_start_deferred(p);
 	proc_after_wait(p, n, end);
 }
