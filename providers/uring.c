@@ -194,6 +194,42 @@
 #include "uring.h"
 #include "uring_class.h"
 
+#ifdef PX_HAVE_MEMCHECK_H
+#include <valgrind/memcheck.h>
+/* The kernel wrote the n bytes of r's buffer(s) from offset from: say so
+ * to valgrind's memcheck, which sees the system calls a program makes
+ * but not what the kernel does for an io_uring request, and would take
+ * the bytes read for uninitialised.  Outside valgrind the request is a
+ * few instructions that do nothing. */
+static void ur_mark_filled(const px_result *r, size_t from, size_t n)
+{
+	if (!RUNNING_ON_VALGRIND || !n)
+		return;
+	if (!(r->flags & PX_RF_VECTORED)) {
+		VALGRIND_MAKE_MEM_DEFINED((char *)r->c.buf + from, n);
+		return;
+	}
+	for (int i = 0; i < r->c.iovcnt && n; i++) {
+		size_t len = r->c.iov[i].iov_len;
+		if (from >= len) {
+			from -= len;
+			continue;
+		}
+		size_t k = len - from < n ? len - from : n;
+		VALGRIND_MAKE_MEM_DEFINED((char *)r->c.iov[i].iov_base + from, k);
+		n -= k;
+		from = 0;
+	}
+}
+#else
+static void ur_mark_filled(const px_result *r, size_t from, size_t n)
+{
+	(void)r;
+	(void)from;
+	(void)n;
+}
+#endif
+
 _Static_assert(PX_URING_RINGS_MAX == PX_URING_RINGS_KEY_MAX,
 	       "rings= and the ring array agree");
 
@@ -1066,6 +1102,9 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	if (res >= 0) {
 		size_t bytes = r->done + (size_t)res;
 		int error = 0;
+		if (c->op == PX_OP_READ_STREAM || c->op == PX_OP_READ_FILE ||
+		    c->op == PX_OP_READ_DGRAM)
+			ur_mark_filled(r, r->done, (size_t)res);
 		switch (c->op) {
 		case PX_OP_ACCEPT:
 			c->new_fd = res;
@@ -1440,6 +1479,15 @@ static int ur_setup(struct io_uring *ring, unsigned entries,
 	}
 }
 
+/* Whether the process runs under valgrind, which preloads its own
+ * library into the program it runs (vgpreload_core-ARCH.so). */
+static bool ur_under_valgrind(void)
+{
+	const char *pre = getenv("LD_PRELOAD");
+
+	return pre && strstr(pre, "vgpreload_");
+}
+
 static int ur_create(const px_processor_config *cfg,
 			   const px_proc_spec *spec, px_provider **out)
 {
@@ -1545,6 +1593,7 @@ static int ur_create(const px_processor_config *cfg,
 	px_list_init(&u->stalled);
 	px_list_init(&u->cancel_stalled);
 	u->late_ok = !(u->rings[0].ring.flags & IORING_SETUP_SQPOLL);
+	u->valgrind = ur_under_valgrind();
 	px__fdq_init(&u->fdq, sizeof(px_uring_fd));
 
 	u->intr.ops = &px__intr_uring_ops;

@@ -115,6 +115,9 @@ typedef struct px_uring {
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
 
 	bool late_ok;               /* the config allows them (no SQPOLL) */
+	/* The process runs under valgrind: every wait is bounded by
+	 * PX_URING_VALGRIND_MS (see there). */
+	bool valgrind;
 
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
 } px_uring;
@@ -162,6 +165,18 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
  * thread that led it last to come back, before another thread takes it:
  * that thread may be asleep, gone, or blocked in a callback. */
 #define PX_URING_ORPHAN_MS 1
+
+/* valgrind (3.19, Debian 12's) runs one thread of the program at a time
+ * and lets the others run while one blocks only in system calls it knows
+ * may block; io_uring_enter is not among them.  A loop thread waiting in
+ * it would hold up every other thread of the program: the one that would
+ * start the work it waits for, or call px_stop (proactor_test never got
+ * past connecting its sessions, an echo server did not stop on SIGTERM).
+ * So under valgrind a leader calls sched_yield(2) before each wait, which
+ * valgrind does treat as a point to switch threads, and waits at most
+ * this long, so that a thread that needs to run waits that long at most.
+ * proactor_test then runs under valgrind as it does without. */
+#define PX_URING_VALGRIND_MS 10
 
 /* Requests in flight in a ring (px_uring_ring.pending) up to which it
  * counts as lightly loaded, about one echo session's: see

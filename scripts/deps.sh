@@ -2,7 +2,7 @@
 # Install the Debian packages the build, tests and benchmarks need, if missing.
 # Safe to run repeatedly; does nothing when everything is present.
 set -eu
-pkgs="meson ninja-build pkg-config gcc clang libc6-dev liburing-dev libaio-dev libcmocka-dev libuv1-dev python3 fio gnuplot-nox netcat-openbsd strace"
+pkgs="meson ninja-build pkg-config gcc clang libc6-dev liburing-dev libaio-dev libcmocka-dev libuv1-dev python3 fio gnuplot-nox netcat-openbsd strace valgrind"
 # clang's sanitizer and libFuzzer runtimes are only a recommendation of
 # clang in Debian: name the package of the clang version the distribution
 # ships (Debian 12: 14).
