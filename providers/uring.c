@@ -180,9 +180,29 @@
  *   (rg->late) and in its pending count, are cancelled like any read not
  *   yet in the kernel, and have no SQE until they are issued.  Not with
  *   SQPOLL.
+ *   The order of the held reads decides how many acknowledgments TCP
+ *   sends of its own, when both ends of a connection exchange through one
+ *   ring.  TCP acknowledges at once a socket that has more than one
+ *   segment unacknowledged when it is read (and, when the data comes,
+ *   one whose window has not shrunk since it last told the peer), and
+ *   otherwise lets the next send carry the acknowledgment.  Reads of up
+ *   to a segment are issued oldest first: on 1/1/512/1024 no
+ *   acknowledgment goes out alone (2.0 segments per round trip; 3.0 with
+ *   newest first, and for TP_Reactor and the bare loop), and newest first
+ *   lost 13% there.  Reads of more than a segment (TCP_MAXSEG, asked once
+ *   per socket) are issued newest first: oldest first, one end always
+ *   sent while it still held its peer's unread block, advertised the
+ *   smaller window, and drew an immediate acknowledgment for the next
+ *   block (6.0 segments per round trip on 1/1/65536/131072, where
+ *   TP_Reactor makes 5.0); newest first, the ends take turns and only
+ *   the acknowledgment of the read that comes last remains (5.0):
+ *   1.10 of TP_Reactor instead of 1.04, at 0.92 of its CPU per byte
+ *   instead of 0.96 (10 paired rounds of 2 s).
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -273,6 +293,8 @@ struct px_uring_fd {
 	                       ended with something other than EBADF */
 	bool fresh;         /* returned by an accept of this provider, and
 	                       not started on since (ur_place_new) */
+	uint32_t seg;       /* its TCP segment size (TCP_MAXSEG), asked once:
+	                       0 not asked yet, UINT32_MAX none (ur_seg) */
 	struct px_uring_ring *rg;  /* the ring of its last start, or NULL */
 };
 
@@ -532,7 +554,9 @@ static void ur_mark_fresh(px_uring *u, int fd)
 
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
 		return;  /* (no memory for the entry: it is placed as before) */
-	px_container_of(fq, px_uring_fd, fq)->fresh = true;
+	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
+	fe->fresh = true;
+	fe->seg = 0;  /* another socket under this number */
 }
 
 /* The ring with the fewest descriptors among the rings given to a thread
@@ -957,6 +981,24 @@ static bool ur_late_probing(const px_uring_ring *rg)
 	return (rg->late_gen & (PX_URING_LATE_PERIOD - 1)) < PX_URING_LATE_PROBE;
 }
 
+/* The TCP segment size of fe's socket, asked the first time one of its
+ * reads is held (once per socket: the answer only orders held reads, so
+ * an old one costs no more than an order that is not the best);
+ * UINT32_MAX for a socket that is not TCP. */
+static uint32_t ur_seg(px_uring_fd *fe, int fd)
+{
+	if (fe->seg == 0) {
+		int v = 0;
+		socklen_t len = sizeof(v);
+
+		if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &v, &len) == 0 && v > 0)
+			fe->seg = (uint32_t)v;
+		else
+			fe->seg = UINT32_MAX;
+	}
+	return fe->seg;
+}
+
 /* Late reads: see the opening comment.  Should r, a new head bound for
  * rg, be held back?  A read on a socket, started by a callback of this
  * proactor while nobody leads rg (whoever leads it next flushes it).  It
@@ -988,7 +1030,10 @@ static bool ur_hold_late(px_uring *u, px_result *r, px_uring_ring *rg)
 	pr->slist = PX_URING_LATE;
 	pr->rg = rg;
 	rg->pending++;  /* work for its ring: somebody leads it */
-	px_list_push_back(&rg->late, &pr->slink);
+	if (r->c.len > ur_seg(pr->fe, r->c.fd))
+		px_list_push_front(&rg->late, &pr->slink);
+	else
+		px_list_push_back(&rg->late, &pr->slink);
 	return true;
 }
 
@@ -1099,6 +1144,8 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	pr->phase = PX_URING_IDLE;
 	pr->fe->inflight--;
 	pr->fe->open_seen = res != -EBADF;
+	if (res == -EBADF)
+		pr->fe->seg = 0;
 	if (res >= 0) {
 		size_t bytes = r->done + (size_t)res;
 		int error = 0;
