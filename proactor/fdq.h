@@ -60,14 +60,24 @@ typedef struct px_fdq {
 void px__fdq_init(px_fdq *t, size_t entry_size) PX_HIDDEN;
 /* Free every entry and the table. */
 void px__fdq_fini(px_fdq *t) PX_HIDDEN;
+/* The entry of fd if it was ever created, else NULL. */
+static inline px_fdq_entry *px_fdq_lookup(const px_fdq *t, int fd)
+{
+	if (fd < 0 || (size_t)fd >= t->n)
+		return NULL;
+	return t->tab[fd];
+}
+
 /* The entry of fd, created (zeroed) on first use.  Returns 0, -EBADF when
  * fd is negative or lies beyond the table and is not open, or -ENOMEM. */
 int px__fdq_get_slow(px_fdq *t, int fd, px_fdq_entry **out) PX_HIDDEN;
 static inline int px__fdq_get(px_fdq *t, int fd, px_fdq_entry **out)
 {
 	/* Inline for the common case: an entry that exists. */
-	if (fd >= 0 && (size_t)fd < t->n && t->tab[fd]) {
-		*out = t->tab[fd];
+	px_fdq_entry *e = px_fdq_lookup(t, fd);
+
+	if (e) {
+		*out = e;
 		return 0;
 	}
 	return px__fdq_get_slow(t, fd, out);
@@ -88,14 +98,6 @@ static inline int px__fdq_dir(px_op op)
 	default:
 		return -1;
 	}
-}
-
-/* The entry of fd if it was ever created, else NULL. */
-static inline px_fdq_entry *px_fdq_lookup(const px_fdq *t, int fd)
-{
-	if (fd < 0 || (size_t)fd >= t->n)
-		return NULL;
-	return t->tab[fd];
 }
 
 /* (1u << PX_FDQ_RD) | (1u << PX_FDQ_WR) for the non-empty queues. */
