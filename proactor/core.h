@@ -176,6 +176,8 @@ struct px_proactor {
 	                              (px__dispatch_others_here) */
 	uint64_t left_ns;
 	unsigned nfollowers, nleaders, nhandlers;
+	unsigned nfollowers_long;  /* of them, asleep with no bound of at most
+	                              PX_FOLLOWER_CHECK_MAX_NS (dispatcher.c) */
 	px_follower_order order;
 	px_processor *proc[2];
 	int nproc;
@@ -226,6 +228,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 /* PX_NOTIFY_FOLLOWER when the calling thread is running one of px's
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
 int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
+void px__dispatch_needs_leader(struct px_proactor *px) PX_HIDDEN;
 /* Interrupt the leader of one shared processor other than the caller.
  * Returns true if there was one. */
 bool px__dispatch_interrupt_shared_leader(struct px_proactor *px) PX_HIDDEN;

@@ -68,11 +68,11 @@ void px__processor_interrupt(px_processor *p)
 }
 
 /* The processor just went from idle to having work.  A shared one without a
- * leader needs a thread to lead it. */
+ * leader needs a thread to lead it; the dispatcher decides which. */
 static void proc_became_busy(px_processor *p)
 {
 	if (p->type == PX_PROCESSOR_SHARED && !p->has_leader)
-		px__dispatch_wake_follower(p->px);
+		px__dispatch_needs_leader(p->px);
 }
 
 static int proc_post_level(const px_processor *p)

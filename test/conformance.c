@@ -1213,6 +1213,100 @@ static void callback_waits_for_its_own_read(void **state)
 	assert_int_equal(w->rd->c.bytes, 1);
 }
 
+/* The same wait with both loop threads in px_handle_events(px, -1), so
+ * that no timeout of the loop call ends a sleep: the thread that runs the
+ * waiting callback holds the only lead the engine would give, and the
+ * other sleeps as a follower.  In the first round that follower went to
+ * sleep with nothing pending, so the start must wake it; in the second the
+ * callback first posts a completion of no interest, which the other
+ * thread runs and then sleeps again while the callback still runs, so
+ * that it is a follower asleep beside a running callback: the engine may
+ * leave the waking to that follower's own bounded sleep
+ * (px__dispatch_needs_leader), which must then end. */
+typedef struct unbounded_loop {
+	px_proactor *px;
+	atomic_bool finish;
+	atomic_int exited;
+} unbounded_loop;
+
+typedef struct waits_own2 {
+	waits_own w;
+	bool nudge;             /* post a completion first (second round) */
+} waits_own2;
+
+static void *unbounded_loop_run(void *arg)
+{
+	unbounded_loop *l = arg;
+	while (!atomic_load(&l->finish))
+		if (px_handle_events(l->px, -1) < 0)
+			break;
+	atomic_fetch_add(&l->exited, 1);
+	return NULL;
+}
+
+static void nothing_cb(const px_completion *c)
+{
+	(void)c;
+}
+
+static void waits_own2_cb(const px_completion *c)
+{
+	waits_own2 *w2 = c->user;
+	if (w2->nudge) {
+		if (px_post(c->proactor, nothing_cb, NULL) != 0) {
+			atomic_store(&w2->w.outcome, 2);
+			return;
+		}
+		h_sleep_ms(50);   /* the other thread runs it and sleeps again */
+	}
+	waits_own_cb(c);
+}
+
+static void callback_waits_for_its_own_read_no_timeout(void **state)
+{
+	h_fx *f = *state;
+	unbounded_loop *l = h_alloc(f, sizeof *l);
+	pthread_t th[2];
+
+	l->px = f->px;
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, unbounded_loop_run,
+						l), 0);
+	int outcome[2] = { 0, 0 };
+	for (int round = 0; round < 2; round++) {
+		waits_own2 *w2 = h_alloc(f, sizeof *w2);
+		waits_own *w = &w2->w;
+		w2->nudge = round == 1;
+		h_socketpair(f, w->sv);
+		w->buf = h_alloc(f, 1);
+		w->rd = h_rec_new(f);
+		h_sleep_ms(50);   /* both loop threads asleep */
+		if (px_post(f->px, waits_own2_cb, w2) != 0)
+			break;
+		uint64_t dl = h_deadline(10000);
+		while (atomic_load(&w->outcome) == 0 && h_now_ms() < dl)
+			h_sleep_ms(1);
+		outcome[round] = atomic_load(&w->outcome);
+		if (outcome[round] != 1)
+			break;
+		assert_int_equal(w->rd->c.error, 0);
+		assert_int_equal(w->rd->c.bytes, 1);
+	}
+	/* Each post wakes a sleeping loop thread, which then sees finish. */
+	atomic_store(&l->finish, true);
+	uint64_t dl = h_deadline(10000);
+	while (atomic_load(&l->exited) < 2 && h_now_ms() < dl) {
+		px_post(f->px, nothing_cb, NULL);
+		h_sleep_ms(5);
+	}
+	if (atomic_load(&l->exited) < 2)
+		px_stop(f->px);   /* so that the threads can be joined */
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(outcome[0], 1);
+	assert_int_equal(outcome[1], 1);
+}
+
 /* A thread that never runs the loop starts reads whose data is already
  * there, one at a time, while the only loop thread waits (1 s at a time)
  * and has other work pending (so nothing tells it the engine went from
@@ -1655,6 +1749,7 @@ int main(int argc, char **argv)
 		T(callback_starts_posts_cancels),
 		T(timer_callback_starts_posts_cancels),
 		T(callback_waits_for_its_own_read),
+		T(callback_waits_for_its_own_read_no_timeout),
 		T(ping_pong_one_thread_cancel_close),
 		T(ping_pong_two_threads_cancel_close),
 		T(start_from_outside_reaches_waiting_loop),
