@@ -229,6 +229,7 @@ void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
  * callbacks (it will come back to the queue), else PX_NOTIFY_STRONG. */
 int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
 void px__dispatch_needs_leader(struct px_proactor *px) PX_HIDDEN;
+int px__dispatch_level_for_done(struct px_proactor *px) PX_HIDDEN;
 /* Interrupt the leader of one shared processor other than the caller.
  * Returns true if there was one. */
 bool px__dispatch_interrupt_shared_leader(struct px_proactor *px) PX_HIDDEN;

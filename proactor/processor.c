@@ -169,7 +169,7 @@ int px__processor_start(px_processor *p, px_result *r)
 		return 0;
 	case PX_START_DONE:
 		r->state = PX_RS_READY;
-		px__dispatch_post(p->px, r, px__dispatch_level_for_caller(p->px));
+		px__dispatch_post(p->px, r, px__dispatch_level_for_done(p->px));
 		return 0;
 	case PX_START_AGAIN:
 		if (proc_cancelled_again(p, r))

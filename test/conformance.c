@@ -1171,14 +1171,20 @@ typedef struct waits_own {
 	int rc_read;
 	atomic_int outcome;     /* 0 running, 1 its read completed, 2 gave up */
 	loop_thread loop;       /* the extra loop thread */
+	bool data_first;        /* the data is there before the read starts,
+	                           so a readiness engine finishes it at once */
 } waits_own;
 
 static void waits_own_cb(const px_completion *c)
 {
 	waits_own *w = c->user;
+	if (w->data_first && write(w->sv[0], "x", 1) != 1) {
+		atomic_store(&w->outcome, 2);
+		return;
+	}
 	w->rc_read = px_read_stream(c->proactor, w->sv[1], w->buf, 1, h_rec_cb,
 				    w->rd);
-	if (w->rc_read != 0 || write(w->sv[0], "x", 1) != 1) {
+	if (w->rc_read != 0 || (!w->data_first && write(w->sv[0], "x", 1) != 1)) {
 		atomic_store(&w->outcome, 2);
 		return;
 	}
@@ -1222,7 +1228,10 @@ static void callback_waits_for_its_own_read(void **state)
  * thread runs and then sleeps again while the callback still runs, so
  * that it is a follower asleep beside a running callback: the engine may
  * leave the waking to that follower's own bounded sleep
- * (px__dispatch_needs_leader), which must then end. */
+ * (px__dispatch_needs_leader), which must then end.  Rounds three and
+ * four do the same with the data written before the read starts, so that
+ * a readiness engine finishes the read within its start and only queues
+ * its callback (px__dispatch_level_for_done). */
 typedef struct unbounded_loop {
 	px_proactor *px;
 	atomic_bool finish;
@@ -1272,11 +1281,12 @@ static void callback_waits_for_its_own_read_no_timeout(void **state)
 	for (int i = 0; i < 2; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, unbounded_loop_run,
 						l), 0);
-	int outcome[2] = { 0, 0 };
-	for (int round = 0; round < 2; round++) {
+	int outcome[4] = { 0, 0, 0, 0 };
+	for (int round = 0; round < 4; round++) {
 		waits_own2 *w2 = h_alloc(f, sizeof *w2);
 		waits_own *w = &w2->w;
-		w2->nudge = round == 1;
+		w2->nudge = round % 2 == 1;
+		w->data_first = round >= 2;
 		h_socketpair(f, w->sv);
 		w->buf = h_alloc(f, 1);
 		w->rd = h_rec_new(f);
@@ -1303,8 +1313,8 @@ static void callback_waits_for_its_own_read_no_timeout(void **state)
 		px_stop(f->px);   /* so that the threads can be joined */
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
-	assert_int_equal(outcome[0], 1);
-	assert_int_equal(outcome[1], 1);
+	for (int round = 0; round < 4; round++)
+		assert_int_equal(outcome[round], 1);
 }
 
 /* A thread that never runs the loop starts reads whose data is already
