@@ -376,17 +376,21 @@ static bool disp_worth_help(const struct px_proactor *px, size_t n)
  * engine's send with room, read with data waiting).  Made by a thread
  * running one of px's callbacks, it is that thread's next batch (step 1
  * runs what its callbacks finished, up to PX_DISPATCH_MORE), so a
- * follower is woken for it only as for the callbacks already queued: when
- * there is enough of them to share (disp_worth_help), or when a follower
- * sleeps without the bound that would make it look by itself should this
- * thread block in a callback (px__dispatch_needs_leader).  Waking one for
- * every such start, as before, handed one session on two threads of the
- * epoll engine back and forth at every message: 1/2/8192/8192 ran
+ * follower is woken for it only when that batch is worth sharing: the
+ * thread still has the rest of its current callback to run, so the new
+ * result and those queued before it wait for about one callback and
+ * more, and with callbacks of PX_HANDOFF_NS or more on average, or enough
+ * results queued, a follower runs them sooner (disp_worth_help, counting
+ * the current callback as one of the batch).  A follower that sleeps
+ * without the bound that would make it look by itself should this thread
+ * block in a callback is woken too (px__dispatch_needs_leader).  Waking
+ * one for every such start, as before, handed one session on two threads
+ * of the epoll engine back and forth at every message: 1/2/8192/8192 ran
  * 0.64-0.73 of the round trips it runs without those wake-ups. */
 int px__dispatch_level_for_done(struct px_proactor *px)
 {
 	if (px__tls_dispatching == px && !px->nfollowers_long &&
-	    !disp_worth_help(px, px_list_count(&px->completed) + 1))
+	    !disp_worth_help(px, px_list_count(&px->completed) + 2))
 		return PX_NOTIFY_NONE;
 	return px__dispatch_level_for_caller(px);
 }
