@@ -107,6 +107,12 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 					 uint64_t now, size_t release_min,
 					 bool *claimed) PX_HIDDEN;
 void px__processor_collect_claimed(px_processor *p, uint64_t end) PX_HIDDEN;
+/* After a lead that ended with claimed calls: put about half of them up for
+ * another thread (px_wait_ops.share); returns how many descriptors moved. */
+size_t px__processor_share_claimed(px_processor *p) PX_HIDDEN;
+/* Whether calls another thread shared wait to be made; any thread may then
+ * make them with px__processor_collect_claimed. */
+bool px__processor_has_shared(const px_processor *p) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;

@@ -456,6 +456,20 @@ static bool disp_spread(const struct px_proactor *px, size_t n)
 #define PX_RELEASE_MIN 2
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
 
+static bool disp_run_shared(struct px_proactor *px, uint64_t now)
+{
+	bool ran = false;
+
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && px__processor_has_shared(p)) {
+			px__processor_collect_claimed(p, now);
+			ran = true;
+		}
+	}
+	return ran;
+}
+
 static bool disp_any_work(const struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
@@ -570,6 +584,14 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			break;
 		}
 
+		/* Step 1c: calls that a thread's wait claimed and shared
+		 * (the readiness provider on epoll): make them before
+		 * leading, as the woken follower they were meant for. */
+		if (disp_run_shared(px, now)) {
+			now = px__now_ns();
+			continue;
+		}
+
 		/* Step 2: lead a processor that has work and no leader. */
 		px_processor *p = disp_pick_processor(px, patient);
 		if (p) {
@@ -591,7 +613,13 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			px__processor_lead_end(p);
 			px->nleaders--;
 			if (claimed) {
-				if (px__processor_may_lead(p, false))
+				/* A sleeping follower makes half of the
+				 * calls (and leads after, if this thread
+				 * has not by then); without one, it is woken
+				 * to lead, if the processor wants a leader. */
+				if ((px->nfollowers &&
+				     px__processor_share_claimed(p)) ||
+				    px__processor_may_lead(p, false))
 					px__dispatch_wake_follower(px);
 				px__processor_collect_claimed(p, now);
 			}

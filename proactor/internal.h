@@ -420,6 +420,16 @@ typedef struct px_wait_ops {
 	 * (px__processor_handle_aio_events).  Only a wait whose changes reach
 	 * a wait in progress (a LIVE poller) may return more than 0. */
 	size_t (*claim)(px_wait *w);
+	/* Optional, with claim.  Mutex held, by the thread whose claim just
+	 * returned more than 0: move about half of the descriptors it
+	 * claimed to a place where any thread's next_completed runs them, so
+	 * that a follower woken for them makes those calls while the
+	 * claiming thread makes the rest.  Returns how many it moved (0:
+	 * nothing to share). */
+	size_t (*share)(px_wait *w);
+	/* Optional, with share.  Mutex held: whether shared descriptors wait
+	 * for a thread to run them (px__processor_collect_claimed does). */
+	bool (*has_shared)(px_wait *w);
 	/* Mutex held, while at least one thread leads the processor: whether
 	 * one more thread could lead it now (a part of the wait has work and
 	 * nobody waiting on it).  Only for a provider with max_leaders > 1;

@@ -506,6 +506,16 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	return end;
 }
 
+size_t px__processor_share_claimed(px_processor *p)
+{
+	return p->wait->ops->share ? p->wait->ops->share(p->wait) : 0;
+}
+
+bool px__processor_has_shared(const px_processor *p)
+{
+	return p->wait->ops->has_shared && p->wait->ops->has_shared(p->wait);
+}
+
 void px__processor_collect_claimed(px_processor *p, uint64_t end)
 {
 	size_t n = proc_collect(p, end);

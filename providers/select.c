@@ -85,9 +85,10 @@
 enum { SEL_AT_NONE = 0, SEL_AT_QUEUE, SEL_AT_DONE };
 
 /* Which batch an entry is on (sel_fd.in_batch): none, the one the leader is
- * claiming (px_sel.batch), or one a thread took away to run (sel_tls_run):
- * an entry on such a batch is not claimed again until that thread lets it
- * go (which puts it on the retry list if a report came meanwhile). */
+ * claiming (px_sel.batch), or one a thread took away to run (sel_tls_run, or
+ * px_sel.shared until a thread takes it from there): an entry on such a
+ * batch is not claimed again until the thread that runs it lets it go
+ * (which puts it on the retry list if a report came meanwhile). */
 enum { SEL_BATCH_NONE = 0, SEL_BATCH_CLAIMING, SEL_BATCH_RUNNING };
 
 #define SEL_UNTRIED 0     /* px_sel_priv.res before the batch tried it */
@@ -132,6 +133,8 @@ typedef struct px_sel {
 	px_list done;         /* finished, for next_completed (plink) */
 	sel_fd *batch;        /* leader: entries claimed from one wait (bnext),
 	                         until the edge poller's claim takes them */
+	sel_fd *shared;       /* edge: claimed entries put up for any thread
+	                         (bnext, SEL_BATCH_RUNNING): sel_wait_share */
 	bool no_block;        /* leader: results are waiting, do not block */
 	bool edge;            /* the poller is PX_POLLER_EDGE */
 	bool in_wait;         /* leader between prepare and next_completed */
@@ -1034,7 +1037,52 @@ static px_result *sel_wait_next_completed(px_wait *w)
 		sel_tls_run.sel = NULL;
 		sel_run(sel, &sel_tls_run.batch);
 	}
+	/* Shared calls nobody took yet: this thread makes them (the one that
+	 * shared them always gets here, so they never stay behind). */
+	if (sel->shared) {
+		sel_fd *b = sel->shared;
+
+		sel->shared = NULL;
+		sel_run(sel, &b);
+	}
 	return sel_pop_done(sel);
+}
+
+/* Split the calling thread's claimed batch: the second half goes to
+ * px_sel.shared, where the next thread to collect (a follower the
+ * dispatcher wakes for it, or this thread when it is done with its own
+ * half) runs it.  A thread-pool reactor does the same with its ready
+ * handlers: whoever is free takes the next one, and the first thread out
+ * of work leads.  With one thread leading and one making all the calls,
+ * the leader mostly blocked in epoll_pwait for reports the other thread's
+ * sends had not caused yet (docs/PERFORMANCE.md, "Sharing a wait's
+ * calls"). */
+static size_t sel_wait_share(px_wait *w)
+{
+	px_sel *sel = sel_of_wait(w);
+	size_t total = 0, give;
+	sel_fd **pp, **tail;
+
+	if (sel_tls_run.sel != sel)
+		return 0;
+	for (sel_fd *e = sel_tls_run.batch; e; e = e->bnext)
+		total++;
+	give = total / 2;
+	if (!give)
+		return 0;
+	pp = &sel_tls_run.batch;
+	for (size_t i = 0; i < total - give; i++)
+		pp = &(*pp)->bnext;
+	for (tail = &sel->shared; *tail; tail = &(*tail)->bnext)
+		;
+	*tail = *pp;
+	*pp = NULL;
+	return give;
+}
+
+static bool sel_wait_has_shared(px_wait *w)
+{
+	return sel_of_wait(w)->shared != NULL;
 }
 
 static void sel_wait_destroy(px_wait *w)
@@ -1050,6 +1098,8 @@ static const px_wait_ops sel_wait_ops = {
 	.wait = sel_wait_wait,             /* the poller's wait, unlocked */
 	.next_completed = sel_wait_next_completed, /* one unlock for all */
 	.claim = sel_wait_claim,           /* what the wait reported */
+	.share = sel_wait_share,           /* half of a claim, for a follower */
+	.has_shared = sel_wait_has_shared,
 };
 
 /* ------------------------------------------------------------------ */

@@ -17,7 +17,11 @@
  *    before the provider took that in, and another loop thread's wait
  *    reports it while the read is still claimed.  The read must complete
  *    from that report, without a later epoll_ctl check (which would only
- *    rescue it after a second or so).
+ *    rescue it after a second or so);
+ *  - a wait that reports several descriptors at once while another loop
+ *    thread sleeps as a follower: the claiming thread shares half of the
+ *    calls, and the follower makes them (the recvs of that batch run on
+ *    both threads), each read completing once with its own byte.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -53,6 +57,17 @@ static atomic_long g_enter_at_report;/* g_enter when the last one did */
 static atomic_int g_race_fd = -1;    /* recv on it saying EAGAIN: act, once */
 static int g_race_peer = -1;         /* where to write meanwhile */
 static atomic_bool g_race_done, g_race_timeout;
+/* The sharing test: the wait that enters while g_hold is set waits for
+ * g_go before it looks; recvs that got data on a descriptor in
+ * [g_share_lo, g_share_hi] are counted per thread, the first of them
+ * napping a while so that the other half's thread has time to wake. */
+static atomic_bool g_hold, g_go, g_held;
+static atomic_int g_share_lo = -1, g_share_hi = -1;
+static atomic_bool g_share_napped;
+static atomic_int g_share_recvs[2];
+static pthread_t g_share_thread[2];
+static atomic_int g_share_nthreads;
+static pthread_mutex_t g_share_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t now_ms(void)
 {
@@ -81,6 +96,17 @@ int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
 	int n;
 
 	atomic_fetch_add(&g_enter, 1);
+	if (atomic_load(&g_hold)) {
+		bool want = true;
+
+		if (atomic_compare_exchange_strong(&g_hold, &want, false)) {
+			uint64_t dl = now_ms() + 5000;
+
+			atomic_store(&g_held, true);
+			while (!atomic_load(&g_go) && now_ms() < dl)
+				nap_us(200);
+		}
+	}
 	n = __real_epoll_pwait(epfd, ev, max, timeout, mask);
 	for (int i = 0; i < n; i++) {
 		/* Not the interrupt (its data is all ones). */
@@ -103,6 +129,29 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
 	ssize_t n = __real_recv(fd, buf, len, flags);
 	int err = errno;
 	int want = atomic_load(&g_race_fd);
+
+	if (n > 0 && fd >= atomic_load(&g_share_lo) &&
+	    fd <= atomic_load(&g_share_hi)) {
+		pthread_t me = pthread_self();
+		int k;
+		bool first = false;
+
+		pthread_mutex_lock(&g_share_lock);
+		for (k = 0; k < atomic_load(&g_share_nthreads); k++)
+			if (pthread_equal(g_share_thread[k], me))
+				break;
+		if (k == atomic_load(&g_share_nthreads) && k < 2) {
+			g_share_thread[k] = me;
+			atomic_store(&g_share_nthreads, k + 1);
+		}
+		if (k < 2)
+			atomic_fetch_add(&g_share_recvs[k], 1);
+		pthread_mutex_unlock(&g_share_lock);
+		if (atomic_compare_exchange_strong(&g_share_napped, &first, true))
+			nap_us(50000);
+		errno = err;
+		return n;
+	}
 
 	if (want < 0 || fd != want || n >= 0 || err != EAGAIN ||
 	    !atomic_compare_exchange_strong(&g_race_fd, &want, -1)) {
@@ -436,6 +485,112 @@ static void edge_during_claimed_try_is_not_lost(void **state)
 	close(keep[1]);
 }
 
+/* Eight reads waiting on eight socket pairs; a wait is held until every
+ * peer has written, so that it reports all eight while the other loop
+ * thread sleeps as a follower.  The claiming thread must share about half
+ * of the calls with it. */
+enum { SHARE_N = 8 };
+static int g_sh[SHARE_N][2];
+static char g_shbuf[SHARE_N][4];
+static atomic_int g_sh_calls[SHARE_N];
+
+static void share_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+
+	assert_int_equal(c->error, 0);
+	assert_int_equal(c->bytes, 1);
+	assert_int_equal(g_shbuf[i][0], 'a' + i);
+	atomic_fetch_add(&g_sh_calls[i], 1);
+}
+
+static void *loop_long(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_stop))
+		px_handle_events(g_px, 2000);
+	return NULL;
+}
+
+static void a_wait_s_calls_are_shared(void **state)
+{
+	pthread_t t[2];
+	uint64_t dl;
+	int lo = 1 << 30, hi = -1, all;
+
+	(void)state;
+	make_px();
+	for (int i = 0; i < SHARE_N; i++) {
+		socket_pair(g_sh[i]);
+		lo = g_sh[i][1] < lo ? g_sh[i][1] : lo;
+		hi = g_sh[i][1] > hi ? g_sh[i][1] : hi;
+		atomic_store(&g_sh_calls[i], 0);
+	}
+	/* Other numbers in [lo, hi] are the peers, which nobody reads. */
+	atomic_store(&g_share_nthreads, 0);
+	atomic_store(&g_share_recvs[0], 0);
+	atomic_store(&g_share_recvs[1], 0);
+	atomic_store(&g_share_napped, false);
+	atomic_store(&g_go, false);
+	atomic_store(&g_held, false);
+	for (int i = 0; i < SHARE_N; i++)
+		assert_int_equal(px_read_stream(g_px, g_sh[i][1], g_shbuf[i], 1,
+						share_cb, (void *)(intptr_t)i), 0);
+	/* The first thread leads; once the second is in px_handle_events
+	 * too (a leader lets the lead go before its calls only when another
+	 * thread is there when its turn begins), the first thread's next
+	 * turn (its waits are bounded while reads are pending) is held
+	 * before it waits, and the second sleeps as a follower meanwhile
+	 * (its px_handle_events calls last 2 s). */
+	assert_int_equal(pthread_create(&t[0], NULL, loop_long, NULL), 0);
+	nap_us(100000);
+	assert_int_equal(pthread_create(&t[1], NULL, loop_long, NULL), 0);
+	nap_us(50000);
+	atomic_store(&g_hold, true);
+	dl = now_ms() + 5000;
+	while (!atomic_load(&g_held) && now_ms() < dl)
+		nap_us(1000);
+	assert_true(atomic_load(&g_held));
+	nap_us(50000);
+	atomic_store(&g_share_lo, lo);
+	atomic_store(&g_share_hi, hi);
+	for (int i = 0; i < SHARE_N; i++) {
+		char b = (char)('a' + i);
+		assert_int_equal(write(g_sh[i][0], &b, 1), 1);
+	}
+	atomic_store(&g_go, true);
+	dl = now_ms() + 10000;
+	do {
+		all = 0;
+		for (int i = 0; i < SHARE_N; i++)
+			all += atomic_load(&g_sh_calls[i]) > 0;
+		if (all < SHARE_N)
+			nap_us(1000);
+	} while (all < SHARE_N && now_ms() < dl);
+	nap_us(20000);   /* a second completion would show by now */
+	atomic_store(&g_stop, true);
+	px_stop(g_px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	atomic_store(&g_share_lo, -1);
+	atomic_store(&g_share_hi, -1);
+	for (int i = 0; i < SHARE_N; i++)
+		assert_int_equal(atomic_load(&g_sh_calls[i]), 1);
+	print_message("recvs by thread: %d and %d\n",
+		      atomic_load(&g_share_recvs[0]),
+		      atomic_load(&g_share_recvs[1]));
+	if (atomic_load(&g_share_nthreads) != 2)
+		fail_msg("all %d reads of one wait's report ran on one thread: "
+			 "the claimed calls were not shared", SHARE_N);
+	assert_int_equal(atomic_load(&g_share_recvs[0]) +
+			 atomic_load(&g_share_recvs[1]), SHARE_N);
+	px_destroy(g_px);
+	for (int i = 0; i < SHARE_N; i++) {
+		close(g_sh[i][0]);
+		close(g_sh[i][1]);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -443,6 +598,7 @@ int main(void)
 		cmocka_unit_test(edge_refresh_guesses_add_or_mod),
 		cmocka_unit_test(no_epoll_ctl_per_operation),
 		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
+		cmocka_unit_test(a_wait_s_calls_are_shared),
 	};
 
 	alarm(60);
