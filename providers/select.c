@@ -48,7 +48,10 @@
  *    next_completed).  With the edge poller the claimed batch becomes the
  *    claiming thread's (sel_tls_run), and the processor may end its lead
  *    before the calls, so that another thread waits and claims meanwhile
- *    (docs/ARCHITECTURE.md, "Giving up the lead before the calls").
+ *    (docs/ARCHITECTURE.md, "Giving up the lead before the calls"), or
+ *    share half of the batch with a sleeping follower (px_sel.shared,
+ *    sel_wait_share), which makes those calls while this thread makes the
+ *    rest.
  *
  * The processor sees this provider's own px_wait (the end of this file):
  * prepare, wait and collect of the poller, plus the claims and the run.
