@@ -148,7 +148,7 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
 			atomic_fetch_add(&g_share_recvs[k], 1);
 		pthread_mutex_unlock(&g_share_lock);
 		if (atomic_compare_exchange_strong(&g_share_napped, &first, true))
-			nap_us(50000);
+			nap_us(200000);   /* time enough for a wake-up under load */
 		errno = err;
 		return n;
 	}
