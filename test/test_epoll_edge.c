@@ -21,7 +21,10 @@
  *  - a wait that reports several descriptors at once while another loop
  *    thread sleeps as a follower: the claiming thread shares half of the
  *    calls, and the follower makes them (the recvs of that batch run on
- *    both threads), each read completing once with its own byte.
+ *    both threads), each read completing once with its own byte; and the
+ *    same with px_cancel of every read, or px_stop and px_destroy, while
+ *    those calls are under way: each read still completes exactly once,
+ *    with its byte or with ECANCELED and the byte left in the socket.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -64,6 +67,7 @@ static atomic_bool g_race_done, g_race_timeout;
 static atomic_bool g_hold, g_go, g_held;
 static atomic_int g_share_lo = -1, g_share_hi = -1;
 static atomic_bool g_share_napped;
+static atomic_int g_share_nap_fd = -1;  /* the descriptor of that recv */
 static atomic_int g_share_recvs[2];
 static pthread_t g_share_thread[2];
 static atomic_int g_share_nthreads;
@@ -147,8 +151,10 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
 		if (k < 2)
 			atomic_fetch_add(&g_share_recvs[k], 1);
 		pthread_mutex_unlock(&g_share_lock);
-		if (atomic_compare_exchange_strong(&g_share_napped, &first, true))
+		if (atomic_compare_exchange_strong(&g_share_napped, &first, true)) {
+			atomic_store(&g_share_nap_fd, fd);
 			nap_us(200000);   /* time enough for a wake-up under load */
+		}
 		errno = err;
 		return n;
 	}
@@ -488,19 +494,28 @@ static void edge_during_claimed_try_is_not_lost(void **state)
 /* Eight reads waiting on eight socket pairs; a wait is held until every
  * peer has written, so that it reports all eight while the other loop
  * thread sleeps as a follower.  The claiming thread must share about half
- * of the calls with it. */
+ * of the calls with it.  The first recv that gets data naps 200 ms, so
+ * that the calls of the batch are still under way, or still waiting on the
+ * shared list, when the main thread acts (SHARE_CANCEL, SHARE_STOP). */
 enum { SHARE_N = 8 };
+enum share_mode {
+	SHARE_PLAIN,     /* let the calls finish */
+	SHARE_CANCEL,    /* px_cancel every read meanwhile */
+	SHARE_STOP,      /* px_stop meanwhile, then px_destroy */
+};
 static int g_sh[SHARE_N][2];
 static char g_shbuf[SHARE_N][4];
 static atomic_int g_sh_calls[SHARE_N];
+static atomic_int g_sh_error[SHARE_N];
+static atomic_size_t g_sh_bytes[SHARE_N];
 
 static void share_cb(const px_completion *c)
 {
 	int i = (int)(intptr_t)c->user;
 
-	assert_int_equal(c->error, 0);
-	assert_int_equal(c->bytes, 1);
-	assert_int_equal(g_shbuf[i][0], 'a' + i);
+	/* Checked by the main thread, which can fail the test. */
+	atomic_store(&g_sh_error[i], c->error);
+	atomic_store(&g_sh_bytes[i], c->bytes);
 	atomic_fetch_add(&g_sh_calls[i], 1);
 }
 
@@ -508,23 +523,51 @@ static void *loop_long(void *arg)
 {
 	(void)arg;
 	while (!atomic_load(&g_stop))
-		px_handle_events(g_px, 2000);
+		if (px_handle_events(g_px, 2000) == -ESHUTDOWN)
+			break;
 	return NULL;
 }
 
-static void a_wait_s_calls_are_shared(void **state)
+/* Every read completed once: with its byte, or (cancelled, stopped) with
+ * ECANCELED and nothing read, the byte still waiting in the socket. */
+static void share_check_outcomes(bool may_cancel)
+{
+	for (int i = 0; i < SHARE_N; i++) {
+		int err = atomic_load(&g_sh_error[i]);
+		size_t bytes = atomic_load(&g_sh_bytes[i]);
+
+		if (atomic_load(&g_sh_calls[i]) != 1)
+			fail_msg("read %d: %d completions", i,
+				 atomic_load(&g_sh_calls[i]));
+		if (err == 0) {
+			assert_int_equal(bytes, 1);
+			assert_int_equal(g_shbuf[i][0], 'a' + i);
+			continue;
+		}
+		if (!may_cancel || err != ECANCELED)
+			fail_msg("read %d: error %d", i, err);
+		char b = 0;
+		assert_int_equal(bytes, 0);
+		assert_int_equal(recv(g_sh[i][1], &b, 1, MSG_DONTWAIT), 1);
+		assert_int_equal(b, 'a' + i);
+	}
+}
+
+static void share_run(enum share_mode mode)
 {
 	pthread_t t[2];
 	uint64_t dl;
-	int lo = 1 << 30, hi = -1, all;
+	int lo = 1 << 30, hi = -1, all, cancelled = 0;
 
-	(void)state;
 	make_px();
 	for (int i = 0; i < SHARE_N; i++) {
 		socket_pair(g_sh[i]);
 		lo = g_sh[i][1] < lo ? g_sh[i][1] : lo;
 		hi = g_sh[i][1] > hi ? g_sh[i][1] : hi;
 		atomic_store(&g_sh_calls[i], 0);
+		atomic_store(&g_sh_error[i], -1);
+		atomic_store(&g_sh_bytes[i], 0);
+		memset(g_shbuf[i], 0, sizeof(g_shbuf[i]));
 	}
 	/* Other numbers in [lo, hi] are the peers, which nobody reads. */
 	atomic_store(&g_share_nthreads, 0);
@@ -559,36 +602,95 @@ static void a_wait_s_calls_are_shared(void **state)
 		assert_int_equal(write(g_sh[i][0], &b, 1), 1);
 	}
 	atomic_store(&g_go, true);
-	dl = now_ms() + 10000;
-	do {
-		all = 0;
-		for (int i = 0; i < SHARE_N; i++)
-			all += atomic_load(&g_sh_calls[i]) > 0;
-		if (all < SHARE_N)
-			nap_us(1000);
-	} while (all < SHARE_N && now_ms() < dl);
-	nap_us(20000);   /* a second completion would show by now */
+	if (mode != SHARE_PLAIN) {
+		/* Act while the first recv with data naps: the batch's
+		 * calls are claimed, some made, some to come. */
+		dl = now_ms() + 5000;
+		while (!atomic_load(&g_share_napped) && now_ms() < dl)
+			nap_us(200);
+		assert_true(atomic_load(&g_share_napped));
+		if (mode == SHARE_CANCEL) {
+			/* The napping call's descriptor last: the others'
+			 * reads may still be claimed and not yet called. */
+			int nap_fd = atomic_load(&g_share_nap_fd);
+
+			for (int k = 0; k <= SHARE_N; k++) {
+				int fd = k < SHARE_N ? g_sh[k][1] : nap_fd;
+				int n;
+
+				if ((k < SHARE_N) == (fd == nap_fd))
+					continue;
+				n = px_cancel(g_px, fd);
+				assert_true(n >= 0 && n <= 1);
+				cancelled += n;
+			}
+		} else {
+			assert_int_equal(px_stop(g_px), 0);
+		}
+	}
+	if (mode != SHARE_STOP) {
+		dl = now_ms() + 10000;
+		do {
+			all = 0;
+			for (int i = 0; i < SHARE_N; i++)
+				all += atomic_load(&g_sh_calls[i]) > 0;
+			if (all < SHARE_N)
+				nap_us(1000);
+		} while (all < SHARE_N && now_ms() < dl);
+		nap_us(20000);   /* a second completion would show by now */
+	}
 	atomic_store(&g_stop, true);
 	px_stop(g_px);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 	atomic_store(&g_share_lo, -1);
 	atomic_store(&g_share_hi, -1);
+	/* Whatever the threads left undelivered, destroy delivers. */
+	assert_int_equal(px_destroy(g_px), 0);
+	share_check_outcomes(mode != SHARE_PLAIN);
+	int ncancelled = 0;
 	for (int i = 0; i < SHARE_N; i++)
-		assert_int_equal(atomic_load(&g_sh_calls[i]), 1);
-	print_message("recvs by thread: %d and %d\n",
+		ncancelled += atomic_load(&g_sh_error[i]) == ECANCELED;
+	print_message("recvs by thread: %d and %d; cancels requested: %d, "
+		      "completed with ECANCELED: %d\n",
 		      atomic_load(&g_share_recvs[0]),
-		      atomic_load(&g_share_recvs[1]));
-	if (atomic_load(&g_share_nthreads) != 2)
-		fail_msg("all %d reads of one wait's report ran on one thread: "
-			 "the claimed calls were not shared", SHARE_N);
-	assert_int_equal(atomic_load(&g_share_recvs[0]) +
-			 atomic_load(&g_share_recvs[1]), SHARE_N);
-	px_destroy(g_px);
+		      atomic_load(&g_share_recvs[1]), cancelled, ncancelled);
+	/* (A stop may come before the woken follower took its half; then
+	 * the sharing thread makes those calls itself.) */
+	if (mode != SHARE_STOP && atomic_load(&g_share_nthreads) != 2)
+		fail_msg("all reads of one wait's report ran on one thread: "
+			 "the claimed calls were not shared");
+	if (mode == SHARE_PLAIN)
+		assert_int_equal(atomic_load(&g_share_recvs[0]) +
+				 atomic_load(&g_share_recvs[1]), SHARE_N);
 	for (int i = 0; i < SHARE_N; i++) {
 		close(g_sh[i][0]);
 		close(g_sh[i][1]);
 	}
+}
+
+static void a_wait_s_calls_are_shared(void **state)
+{
+	(void)state;
+	share_run(SHARE_PLAIN);
+}
+
+/* px_cancel of every read while the shared calls are under way or still
+ * on the shared list: each returns only when no call on its descriptor is
+ * under way, and each read completes once, with its byte or with
+ * ECANCELED and its byte left in the socket. */
+static void cancel_during_shared_calls(void **state)
+{
+	(void)state;
+	share_run(SHARE_CANCEL);
+}
+
+/* px_stop while the shared calls are under way: both threads leave, and
+ * px_destroy delivers what they did not, each read exactly once. */
+static void stop_during_shared_calls(void **state)
+{
+	(void)state;
+	share_run(SHARE_STOP);
 }
 
 int main(void)
@@ -599,6 +701,8 @@ int main(void)
 		cmocka_unit_test(no_epoll_ctl_per_operation),
 		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
 		cmocka_unit_test(a_wait_s_calls_are_shared),
+		cmocka_unit_test(cancel_during_shared_calls),
+		cmocka_unit_test(stop_during_shared_calls),
 	};
 
 	alarm(60);
