@@ -67,7 +67,8 @@ static atomic_bool g_race_done, g_race_timeout;
 static atomic_bool g_hold, g_go, g_held;
 static atomic_int g_share_lo = -1, g_share_hi = -1;
 static atomic_bool g_share_napped;
-static atomic_int g_share_nap_fd = -1;  /* the descriptor of that recv */
+static atomic_int g_share_nap_fd = -1;  /* the descriptor of that recv
+                                           (set before g_share_napped) */
 static atomic_int g_share_recvs[2];
 static pthread_t g_share_thread[2];
 static atomic_int g_share_nthreads;
@@ -138,7 +139,7 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
 	    fd <= atomic_load(&g_share_hi)) {
 		pthread_t me = pthread_self();
 		int k;
-		bool first = false;
+		int no_fd = -1;
 
 		pthread_mutex_lock(&g_share_lock);
 		for (k = 0; k < atomic_load(&g_share_nthreads); k++)
@@ -151,8 +152,10 @@ ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
 		if (k < 2)
 			atomic_fetch_add(&g_share_recvs[k], 1);
 		pthread_mutex_unlock(&g_share_lock);
-		if (atomic_compare_exchange_strong(&g_share_napped, &first, true)) {
-			atomic_store(&g_share_nap_fd, fd);
+		if (atomic_compare_exchange_strong(&g_share_nap_fd, &no_fd, fd)) {
+			/* The descriptor first: whoever sees the flag
+			 * reads it. */
+			atomic_store(&g_share_napped, true);
 			nap_us(200000);   /* time enough for a wake-up under load */
 		}
 		errno = err;
@@ -574,6 +577,7 @@ static void share_run(enum share_mode mode)
 	atomic_store(&g_share_recvs[0], 0);
 	atomic_store(&g_share_recvs[1], 0);
 	atomic_store(&g_share_napped, false);
+	atomic_store(&g_share_nap_fd, -1);
 	atomic_store(&g_go, false);
 	atomic_store(&g_held, false);
 	for (int i = 0; i < SHARE_N; i++)
@@ -613,17 +617,19 @@ static void share_run(enum share_mode mode)
 			/* The napping call's descriptor last: the others'
 			 * reads may still be claimed and not yet called. */
 			int nap_fd = atomic_load(&g_share_nap_fd);
+			int n;
 
-			for (int k = 0; k <= SHARE_N; k++) {
-				int fd = k < SHARE_N ? g_sh[k][1] : nap_fd;
-				int n;
-
-				if ((k < SHARE_N) == (fd == nap_fd))
+			assert_true(nap_fd >= lo && nap_fd <= hi);
+			for (int i = 0; i < SHARE_N; i++) {
+				if (g_sh[i][1] == nap_fd)
 					continue;
-				n = px_cancel(g_px, fd);
+				n = px_cancel(g_px, g_sh[i][1]);
 				assert_true(n >= 0 && n <= 1);
 				cancelled += n;
 			}
+			n = px_cancel(g_px, nap_fd);
+			assert_true(n >= 0 && n <= 1);
+			cancelled += n;
 		} else {
 			assert_int_equal(px_stop(g_px), 0);
 		}
