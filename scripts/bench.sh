@@ -2,15 +2,15 @@
 # The main job: build an optimised library and run the headline comparison,
 # proactor_test (default engine, "auto") against tp_reactor_test over the
 # source document's grid, then examples/echo_server against the epoll and
-# libuv echo peers (bench/peers).  5 rounds per cell (7 on the rows of two
-# threads, whose runs meet the two states of the vCPUs), the programs of a row
+# libuv echo peers (bench/peers).  7 rounds per grid row, 5 per echo
+# cell, the programs of a row
 # in rotating order; ratios are medians of per-round ratios, with CPU
 # seconds per GB beside throughput.
 #   scripts/bench.sh            default engine and epoll vs TP_Reactor, and the echo
-#                               servers (~17 minutes on 2 cores)
+#                               servers (~18 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
-#                               fio (~45 minutes; add --runs 3 for ~23)
+#                               fio (~47 minutes; add --runs 3 for ~23)
 #   scripts/bench.sh --scaling  20/8192/8192 at 1 and 2 threads, default engine
 #                               and TP_Reactor: scaling, CPUs busy, context
 #                               switches (~1 minute; passed to bench/compare)
