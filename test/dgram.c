@@ -1,0 +1,1874 @@
+/*
+ * dgram.c - datagram operations (px_read_dgram, px_write_dgram) under
+ * adversarial conditions, per engine (suite 'fault'):
+ *
+ *  - many datagrams between two loopback UDP sockets with three loop
+ *    threads, reads and writes started from callbacks and from two outside
+ *    threads at once; the sender is throttled to the datagrams the
+ *    receiver can hold, so none may be lost: every one arrives exactly
+ *    once, whole and unchanged;
+ *  - several threads starting reads on one socket at once;
+ *  - px_cancel racing arrivals (each read once: data or ECANCELED, and no
+ *    datagram lost: what the reads took plus what is left in the socket is
+ *    what was sent); px_close under reads and writes kept going by
+ *    callbacks; close(2) behind the library's back (EBADF once);
+ *    px_destroy with reads pending whose callbacks try to start more;
+ *  - edge inputs: zero-length datagrams (sent, received, and a read of
+ *    length 0 that drops a datagram), a datagram longer than the read
+ *    buffer (truncated to the buffer, nothing written past it, the rest
+ *    dropped), ECONNREFUSED on a connected socket, IPv6 loopback, the
+ *    largest UDP datagram and one byte more (EMSGSIZE), a read on a pipe,
+ *    AF_UNIX datagram sockets, and max_aio=4 with many operations.
+ *
+ * Every started operation must call back exactly once with its op and
+ * descriptor; that is counted in an op record per start, and checked after
+ * px_destroy (which must deliver whatever is still pending).  Callbacks
+ * never assert (cmocka longjmps): they note the first problem for the test
+ * thread.
+ *
+ *   dgram 'ENGINE CONFIG TEXT' [TEST FILTER]
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* ------------------------------------------------------------------ */
+/* Problems seen inside callbacks and helper threads                    */
+/* ------------------------------------------------------------------ */
+
+static atomic_int g_bad;
+static char g_bad_msg[512];
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...)
+{
+	if (atomic_fetch_add(&g_bad, 1) != 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
+	va_end(ap);
+}
+
+static void assert_no_bad(const char *where)
+{
+	int n = atomic_load(&g_bad);
+	if (n)
+		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
+			 "the first: %s",
+			 where, n, g_bad_msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Operation records: one per start, checked after px_destroy           */
+/* ------------------------------------------------------------------ */
+
+typedef struct op {
+	atomic_int calls;
+	int started;          /* the start returned 0 (set before it returns
+	                         to the starter only: read after destroy) */
+	px_op op;
+	int fd;
+	int slot;             /* the test's own index (read slot, seq) */
+	int tag;              /* the test's own mark */
+	/* The first completion, for the test thread. */
+	atomic_int done;
+	int error;
+	size_t bytes;
+	socklen_t addrlen;
+	struct sockaddr_storage addr;
+	int order;            /* global order of the first call */
+} op;
+
+typedef struct pool {
+	op *v;
+	int cap;
+	atomic_int n;
+} pool;
+
+static atomic_int g_order;
+
+static void pool_init(h_fx *f, pool *p, int cap)
+{
+	p->v = h_alloc(f, sizeof(op) * (size_t)cap);
+	p->cap = cap;
+	atomic_store(&p->n, 0);
+}
+
+static op *pool_take(pool *p, px_op what, int fd, int slot)
+{
+	int i = atomic_fetch_add(&p->n, 1);
+	if (i >= p->cap) {
+		bad("op pool of %d records exhausted", p->cap);
+		return NULL;
+	}
+	op *o = &p->v[i];
+	o->op = what;
+	o->fd = fd;
+	o->slot = slot;
+	return o;
+}
+
+/* Note the first call of o's completion c (common checks); false when it
+ * is not the first (already reported). */
+static bool op_note(const px_completion *c)
+{
+	op *o = c->user;
+	if (atomic_fetch_add(&o->calls, 1) != 0) {
+		bad("%s on fd %d (slot %d) called back a second time (error %d)",
+		    px_op_name(c->op), c->fd, o->slot, c->error);
+		return false;
+	}
+	if (c->op != o->op || c->fd != o->fd)
+		bad("completion of %s on fd %d arrived as %s on fd %d",
+		    px_op_name(o->op), o->fd, px_op_name(c->op), c->fd);
+	o->error = c->error;
+	o->bytes = c->bytes;
+	o->addrlen = c->addrlen;
+	if (c->addrlen <= sizeof o->addr)
+		memcpy(&o->addr, &c->addr, c->addrlen);
+	o->order = atomic_fetch_add(&g_order, 1);
+	return true;
+}
+
+static void op_done(op *o)
+{
+	atomic_store_explicit(&o->done, 1, memory_order_release);
+}
+
+static bool op_is_done(op *o)
+{
+	return atomic_load_explicit(&o->done, memory_order_acquire) != 0;
+}
+
+/* Every record taken: once if its start returned 0, never otherwise. */
+static void pool_check(pool *p, const char *what)
+{
+	int n = atomic_load(&p->n);
+	if (n > p->cap)
+		n = p->cap;
+	for (int i = 0; i < n; i++) {
+		op *o = &p->v[i];
+		int calls = atomic_load(&o->calls);
+		int want = o->started ? 1 : 0;
+		if (calls != want)
+			fail_msg("%s: %s on fd %d (record %d, slot %d, start %s) "
+				 "called back %d times, expected %d",
+				 what, px_op_name(o->op), o->fd, i, o->slot,
+				 o->started ? "returned 0" : "failed", calls,
+				 want);
+	}
+}
+
+/* A plain callback: note and mark done. */
+static void op_cb(const px_completion *c)
+{
+	op *o = c->user;
+	if (op_note(c))
+		op_done(o);
+}
+
+/* Wait, pumping with the test thread, until o is done. */
+static void pump_until(h_fx *f, op *o, int ms, const char *what)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!op_is_done(o))
+		h_pump(f, dl, what);
+}
+
+/* Wait without pumping (loop threads do) until *v >= want. */
+static bool wait_count(atomic_int *v, int want, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (atomic_load(v) < want) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+static bool wait_op(op *o, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!op_is_done(o)) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 200000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Datagrams with a header and a pattern                                */
+/* ------------------------------------------------------------------ */
+
+#define DG_MAGIC 0x44475231u /* "DGR1" */
+#define DG_HDR 16
+#define DG_MAX 1200          /* most of the datagrams of the tests */
+
+typedef struct dg_hdr {
+	uint32_t magic;
+	uint32_t seq;
+	uint32_t len;  /* whole datagram, header included */
+	uint32_t sum;  /* of the header's first three words */
+} dg_hdr;
+
+/* The length of datagram seq: 16 .. DG_MAX bytes. */
+static size_t dg_len(uint32_t seq)
+{
+	return DG_HDR + (size_t)((seq * 7919u) % (DG_MAX - DG_HDR + 1));
+}
+
+static uint32_t dg_sum(const dg_hdr *h)
+{
+	return (h->magic ^ (h->seq * 2654435761u) ^ (h->len << 7)) + 0x9e37u;
+}
+
+static void dg_fill(uint8_t *buf, uint32_t seq, size_t len)
+{
+	dg_hdr h = {DG_MAGIC, seq, (uint32_t)len, 0};
+	h.sum = dg_sum(&h);
+	memcpy(buf, &h, sizeof h);
+	h_pattern(buf + DG_HDR, len - DG_HDR, seq, 0);
+}
+
+/*
+ * Check a received datagram of n bytes; on success its seq in *seq.
+ * Returns NULL or what is wrong.
+ */
+static const char *dg_check(const uint8_t *buf, size_t n, uint32_t *seq)
+{
+	static _Thread_local uint8_t want[65536];
+	dg_hdr h;
+	if (n < DG_HDR)
+		return "shorter than its header";
+	memcpy(&h, buf, sizeof h);
+	if (h.magic != DG_MAGIC || h.sum != dg_sum(&h))
+		return "header corrupt";
+	if (h.len != n)
+		return "length differs from the one sent";
+	h_pattern(want, n - DG_HDR, h.seq, 0);
+	if (memcmp(want, buf + DG_HDR, n - DG_HDR) != 0)
+		return "payload differs from what was sent";
+	*seq = h.seq;
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sockets                                                              */
+/* ------------------------------------------------------------------ */
+
+/* Forget a tracked descriptor without closing it. */
+static void untrack(h_fx *f, int fd)
+{
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] == fd)
+			f->fds[i] = -1;
+}
+
+static void big_rcvbuf(int fd)
+{
+	int bytes = 4 << 20;
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof bytes) < 0)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+/* A UDP socket on 127.0.0.1, tracked, with a large receive buffer. */
+static int udp(h_fx *f, struct sockaddr_in *addr)
+{
+	int fd = h_bound_socket(f, SOCK_DGRAM, addr);
+	big_rcvbuf(fd);
+	return fd;
+}
+
+static bool same_sender(const op *o, const struct sockaddr_in *from)
+{
+	const struct sockaddr_in *a = (const struct sockaddr_in *)&o->addr;
+	return o->addrlen == sizeof(struct sockaddr_in) &&
+	       a->sin_family == AF_INET && a->sin_port == from->sin_port &&
+	       a->sin_addr.s_addr == from->sin_addr.s_addr;
+}
+
+/* Receive what is left in fd (non-blocking), counting datagrams and
+ * checking each; marks seen[seq] (dups reported).  Waits up to ms for
+ * more while fewer than want were found in total. */
+static int drain(int fd, atomic_int *seen, int nseen, int found, int want,
+		 int ms)
+{
+	static uint8_t buf[65536];
+	uint64_t dl = h_deadline(ms);
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+		if (n >= 0) {
+			uint32_t seq;
+			const char *why = dg_check(buf, (size_t)n, &seq);
+			if (why)
+				fail_msg("a datagram left in the socket: %s", why);
+			if ((int)seq >= nseen)
+				fail_msg("a datagram left in the socket has seq "
+					 "%u, beyond %d", seq, nseen);
+			if (atomic_fetch_add(&seen[seq], 1) != 0)
+				fail_msg("datagram %u was delivered twice (once "
+					 "to a read, then found in the socket)",
+					 seq);
+			found++;
+			continue;
+		}
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			fail_msg("recv while draining: %s", strerror(errno));
+		if (found >= want || h_now_ms() > dl)
+			return found;
+		struct pollfd p = {fd, POLLIN, 0};
+		poll(&p, 1, 10);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Fixture                                                              */
+/* ------------------------------------------------------------------ */
+
+static int fx_setup(void **state)
+{
+	atomic_store(&g_bad, 0);
+	g_bad_msg[0] = '\0';
+	return h_setup(state);
+}
+
+static int fx_setup_aio4(void **state)
+{
+	px_config save = h_cfg;
+	h_cfg.primary.max_aio = 4;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = 4;
+	int rc = fx_setup(state);
+	h_cfg = save;
+	return rc;
+}
+
+static int fx_teardown(void **state)
+{
+	h_loops_join();
+	return h_teardown(state);
+}
+
+/* Destroy the proactor now (the callbacks of everything pending run
+ * here); the fixture's memory stays until the teardown. */
+static void destroy_now(h_fx *f)
+{
+	alarm(H_TEARDOWN_S + 5);
+	int rc = px_destroy(f->px);
+	alarm(H_WATCHDOG_S);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. Many datagrams, three loop threads, starts from everywhere        */
+/* ------------------------------------------------------------------ */
+
+#define MANY_N      3000   /* datagrams */
+#define MANY_READS  16     /* reads kept pending on the receiver */
+#define MANY_WINDOW 16     /* datagrams sent and not yet received */
+#define MANY_OUTSIDE 2     /* outside threads starting reads and writes */
+
+typedef struct many {
+	h_fx *f;
+	px_proactor *px;
+	int a, b;                  /* receiver, sender */
+	struct sockaddr_in aa, ba;
+	pool ops;
+	uint8_t *out;              /* MANY_N * DG_MAX: datagram seq at seq*DG_MAX */
+	uint8_t *in;               /* MANY_READS * DG_MAX + slack */
+	atomic_int *seen;          /* per seq: times received */
+	atomic_int *wrote;         /* per seq: write callbacks */
+	atomic_int next_seq, inflight, received, writes_done;
+	atomic_int stopping;
+	atomic_int from_cb_reads, from_cb_writes, from_out_reads, from_out_writes;
+	/* Read slots handed to the outside threads to restart. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int queue[MANY_READS];
+	int nqueue;
+} many;
+
+static many *g_many;
+
+static void many_read_cb(const px_completion *c);
+static void many_write_cb(const px_completion *c);
+
+static void many_start_read(many *m, int slot, bool from_cb)
+{
+	op *o = pool_take(&m->ops, PX_OP_READ_DGRAM, m->a, slot);
+	if (!o)
+		return;
+	int rc = px_read_dgram(m->px, m->a, m->in + (size_t)slot * DG_MAX,
+			       DG_MAX, many_read_cb, o);
+	if (rc == 0) {
+		o->started = 1;
+		atomic_fetch_add(from_cb ? &m->from_cb_reads : &m->from_out_reads, 1);
+	} else if (!(atomic_load(&m->stopping) && rc == -ESHUTDOWN)) {
+		bad("px_read_dgram (slot %d) returned %d (%s)", slot, rc,
+		    px_strerror(rc));
+	}
+}
+
+/* Send one more datagram if the window has room and any is left. */
+static bool many_try_send(many *m, bool from_cb)
+{
+	int cur = atomic_load(&m->inflight);
+	do {
+		if (cur >= MANY_WINDOW)
+			return false;
+	} while (!atomic_compare_exchange_weak(&m->inflight, &cur, cur + 1));
+	int seq = atomic_fetch_add(&m->next_seq, 1);
+	if (seq >= MANY_N) {
+		atomic_fetch_sub(&m->inflight, 1);
+		return false;
+	}
+	op *o = pool_take(&m->ops, PX_OP_WRITE_DGRAM, m->b, seq);
+	if (!o)
+		return false;
+	int rc = px_write_dgram(m->px, m->b, m->out + (size_t)seq * DG_MAX,
+				dg_len((uint32_t)seq),
+				(const struct sockaddr *)&m->aa, sizeof m->aa,
+				many_write_cb, o);
+	if (rc != 0) {
+		bad("px_write_dgram of seq %d returned %d (%s)", seq, rc,
+		    px_strerror(rc));
+		return false;
+	}
+	o->started = 1;
+	atomic_fetch_add(from_cb ? &m->from_cb_writes : &m->from_out_writes, 1);
+	return true;
+}
+
+static void many_write_cb(const px_completion *c)
+{
+	many *m = g_many;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	if (c->error != 0 || c->bytes != dg_len((uint32_t)o->slot))
+		bad("write_dgram of seq %d: error %d (%s), bytes %zu of %zu",
+		    o->slot, c->error, strerror(c->error), c->bytes,
+		    dg_len((uint32_t)o->slot));
+	if (atomic_fetch_add(&m->wrote[o->slot], 1) != 0)
+		bad("seq %d: two write callbacks", o->slot);
+	atomic_fetch_add(&m->writes_done, 1);
+	op_done(o);
+}
+
+static void many_read_cb(const px_completion *c)
+{
+	many *m = g_many;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	int slot = o->slot;
+	if (c->error == ECANCELED && atomic_load(&m->stopping)) {
+		op_done(o);
+		return;
+	}
+	if (c->error != 0) {
+		bad("read_dgram (slot %d): error %d (%s)", slot, c->error,
+		    strerror(c->error));
+		op_done(o);
+		return;
+	}
+	if (c->buf != m->in + (size_t)slot * DG_MAX || c->len != DG_MAX)
+		bad("read_dgram (slot %d): buf/len not the ones given", slot);
+	uint32_t seq = 0;
+	const char *why = dg_check(m->in + (size_t)slot * DG_MAX, c->bytes, &seq);
+	if (why) {
+		bad("read_dgram (slot %d) of %zu bytes: %s", slot, c->bytes, why);
+	} else if (seq >= MANY_N) {
+		bad("read_dgram: seq %u beyond %d", seq, MANY_N);
+	} else {
+		if (atomic_fetch_add(&m->seen[seq], 1) != 0)
+			bad("datagram %u delivered twice", seq);
+		if (!same_sender(o, &m->ba))
+			bad("read_dgram of seq %u: sender address wrong "
+			    "(addrlen %u)", seq, (unsigned)c->addrlen);
+		atomic_fetch_sub(&m->inflight, 1);
+		atomic_fetch_add(&m->received, 1);
+	}
+	op_done(o);
+	if (!atomic_load(&m->stopping)) {
+		/* Even slots go again from here, odd ones from an outside
+		 * thread. */
+		if (slot % 2 == 0) {
+			many_start_read(m, slot, true);
+		} else {
+			pthread_mutex_lock(&m->mu);
+			m->queue[m->nqueue++] = slot;
+			pthread_cond_signal(&m->cv);
+			pthread_mutex_unlock(&m->mu);
+		}
+	}
+	/* And writes from callbacks too: one per read, while the window
+	 * allows. */
+	many_try_send(m, true);
+}
+
+static void *many_outside(void *arg)
+{
+	many *m = arg;
+	uint64_t dl = h_deadline(20000);
+	while (!atomic_load(&m->stopping) && h_now_ms() < dl) {
+		int slot = -1;
+		pthread_mutex_lock(&m->mu);
+		if (m->nqueue == 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+		}
+		if (m->nqueue > 0 && !atomic_load(&m->stopping))
+			slot = m->queue[--m->nqueue];
+		pthread_mutex_unlock(&m->mu);
+		if (slot >= 0)
+			many_start_read(m, slot, false);
+		while (many_try_send(m, false))
+			;
+	}
+	return NULL;
+}
+
+static void dgram_many_threads(void **state)
+{
+	h_fx *f = *state;
+	many *m = h_alloc(f, sizeof *m);
+	g_many = m;
+	m->f = f;
+	m->px = f->px;
+	m->a = udp(f, &m->aa);
+	m->b = udp(f, &m->ba);
+	pool_init(f, &m->ops, 2 * MANY_N + 4 * MANY_READS);
+	m->out = h_alloc(f, (size_t)MANY_N * DG_MAX);
+	m->in = h_alloc(f, (size_t)MANY_READS * DG_MAX);
+	m->seen = h_alloc(f, sizeof(atomic_int) * MANY_N);
+	m->wrote = h_alloc(f, sizeof(atomic_int) * MANY_N);
+	for (int i = 0; i < MANY_N; i++)
+		dg_fill(m->out + (size_t)i * DG_MAX, (uint32_t)i,
+			dg_len((uint32_t)i));
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->cv, NULL);
+
+	h_loops_start(f, 3, false);
+	/* Half the reads from here, half from the outside threads. */
+	for (int i = 0; i < MANY_READS; i += 2)
+		many_start_read(m, i, false);
+	pthread_mutex_lock(&m->mu);
+	for (int i = 1; i < MANY_READS; i += 2)
+		m->queue[m->nqueue++] = i;
+	pthread_mutex_unlock(&m->mu);
+	pthread_t th[MANY_OUTSIDE];
+	for (int i = 0; i < MANY_OUTSIDE; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, many_outside, m), 0);
+
+	bool all = wait_count(&m->received, MANY_N, 15000) &&
+		   wait_count(&m->writes_done, MANY_N, 5000);
+	atomic_store(&m->stopping, 1);
+	for (int i = 0; i < MANY_OUTSIDE; i++)
+		pthread_join(th[i], NULL);
+	int n = px_cancel(f->px, m->a);
+	h_loops_stop();
+	destroy_now(f);
+	pthread_cond_destroy(&m->cv);
+	pthread_mutex_destroy(&m->mu);
+
+	pool_check(&m->ops, "many datagrams");
+	assert_no_bad("many datagrams");
+	if (!all)
+		fail_msg("only %d of %d datagrams received, %d of %d writes "
+			 "completed (next seq %d, window %d)",
+			 atomic_load(&m->received), MANY_N,
+			 atomic_load(&m->writes_done), MANY_N,
+			 atomic_load(&m->next_seq), atomic_load(&m->inflight));
+	for (int i = 0; i < MANY_N; i++) {
+		assert_int_equal(atomic_load(&m->seen[i]), 1);
+		assert_int_equal(atomic_load(&m->wrote[i]), 1);
+	}
+	/* Nothing left over in the socket, nothing more came. */
+	assert_int_equal(drain(m->a, m->seen, MANY_N, 0, 0, 0), 0);
+	assert_true(n >= 0 && n <= MANY_READS);
+	print_message("many: %d datagrams; reads started from callbacks %d, "
+		      "outside %d; writes from callbacks %d, outside %d; "
+		      "cancel took %d\n",
+		      MANY_N, atomic_load(&m->from_cb_reads),
+		      atomic_load(&m->from_out_reads),
+		      atomic_load(&m->from_cb_writes),
+		      atomic_load(&m->from_out_writes), n);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. Several threads start reads on one socket at once                 */
+/* ------------------------------------------------------------------ */
+
+#define SAME_THREADS 4
+#define SAME_PER     48
+#define SAME_N       (SAME_THREADS * SAME_PER)
+#define SAME_WINDOW  24
+
+typedef struct same {
+	px_proactor *px;
+	int a, b;
+	struct sockaddr_in aa, ba;
+	pool ops;
+	uint8_t *in;             /* SAME_N * DG_MAX */
+	atomic_int *seen;
+	atomic_int go, received, sent;
+} same;
+
+static same *g_same;
+
+static void same_read_cb(const px_completion *c)
+{
+	same *s = g_same;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	uint32_t seq = 0;
+	const char *why = c->error ? "an error"
+		: dg_check(s->in + (size_t)o->slot * DG_MAX, c->bytes, &seq);
+	if (why)
+		bad("read %d on the shared socket: %s (error %d, %zu bytes)",
+		    o->slot, why, c->error, c->bytes);
+	else if (seq >= SAME_N || atomic_fetch_add(&s->seen[seq], 1) != 0)
+		bad("read %d: datagram %u out of range or delivered twice",
+		    o->slot, seq);
+	else if (!same_sender(o, &s->ba))
+		bad("read %d: wrong sender", o->slot);
+	atomic_fetch_add(&s->received, 1);
+	op_done(o);
+}
+
+typedef struct same_arg {
+	same *s;
+	int t;
+} same_arg;
+
+static void *same_starter(void *arg)
+{
+	same_arg *sa = arg;
+	same *s = sa->s;
+	while (!atomic_load(&s->go))
+		sched_yield();
+	for (int i = 0; i < SAME_PER; i++) {
+		int slot = sa->t * SAME_PER + i;
+		op *o = pool_take(&s->ops, PX_OP_READ_DGRAM, s->a, slot);
+		if (!o)
+			break;
+		int rc = px_read_dgram(s->px, s->a, s->in + (size_t)slot * DG_MAX,
+				       DG_MAX, same_read_cb, o);
+		if (rc != 0)
+			bad("px_read_dgram from thread %d returned %d (%s)",
+			    sa->t, rc, px_strerror(rc));
+		else
+			o->started = 1;
+	}
+	return NULL;
+}
+
+/* Plain sendto, throttled so the receiver's buffer never overflows. */
+static void *same_sender_main(void *arg)
+{
+	same *s = arg;
+	static uint8_t buf[DG_MAX];
+	uint64_t dl = h_deadline(15000);
+	for (int seq = 0; seq < SAME_N; seq++) {
+		while (seq - atomic_load(&s->received) >= SAME_WINDOW) {
+			if (h_now_ms() > dl) {
+				bad("sender: the reads stopped taking datagrams "
+				    "(%d received of %d sent)",
+				    atomic_load(&s->received), seq);
+				return NULL;
+			}
+			sched_yield();
+		}
+		size_t len = dg_len((uint32_t)seq);
+		dg_fill(buf, (uint32_t)seq, len);
+		if (sendto(s->b, buf, len, 0, (struct sockaddr *)&s->aa,
+			   sizeof s->aa) != (ssize_t)len) {
+			bad("sendto: %s", strerror(errno));
+			return NULL;
+		}
+		atomic_fetch_add(&s->sent, 1);
+	}
+	return NULL;
+}
+
+static void dgram_same_socket_threads(void **state)
+{
+	h_fx *f = *state;
+	same *s = h_alloc(f, sizeof *s);
+	g_same = s;
+	s->px = f->px;
+	s->a = udp(f, &s->aa);
+	s->b = udp(f, &s->ba);
+	pool_init(f, &s->ops, SAME_N);
+	s->in = h_alloc(f, (size_t)SAME_N * DG_MAX);
+	s->seen = h_alloc(f, sizeof(atomic_int) * SAME_N);
+
+	h_loops_start(f, 2, false);
+	pthread_t th[SAME_THREADS], snd;
+	same_arg args[SAME_THREADS];
+	for (int t = 0; t < SAME_THREADS; t++) {
+		args[t] = (same_arg){s, t};
+		assert_int_equal(pthread_create(&th[t], NULL, same_starter,
+						&args[t]), 0);
+	}
+	assert_int_equal(pthread_create(&snd, NULL, same_sender_main, s), 0);
+	atomic_store(&s->go, 1);
+	for (int t = 0; t < SAME_THREADS; t++)
+		pthread_join(th[t], NULL);
+	bool all = wait_count(&s->received, SAME_N, 15000);
+	pthread_join(snd, NULL);
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&s->ops, "reads from several threads");
+	assert_no_bad("reads from several threads");
+	if (!all)
+		fail_msg("%d of %d reads completed (%d sent)",
+			 atomic_load(&s->received), SAME_N,
+			 atomic_load(&s->sent));
+	for (int i = 0; i < SAME_N; i++)
+		assert_int_equal(atomic_load(&s->seen[i]), 1);
+	assert_int_equal(drain(s->a, s->seen, SAME_N, 0, 0, 0), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2a. px_cancel racing arrivals                                        */
+/* ------------------------------------------------------------------ */
+
+#define CR_ROUNDS 120
+#define CR_READS  4
+
+typedef struct cr {
+	int a, b;
+	struct sockaddr_in aa, ba;
+	pool ops;
+	uint8_t *in;                 /* CR_READS * DG_MAX */
+	atomic_int *seen;            /* per seq */
+	atomic_int round;            /* the sender's order: send for round r */
+	atomic_int sent_round;       /* the last round the sender finished */
+	atomic_int next_seq;
+	atomic_int quit;
+} cr;
+
+static cr *g_cr;
+
+static void cr_read_cb(const px_completion *c)
+{
+	cr *x = g_cr;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	if (c->error == 0) {
+		uint32_t seq = 0;
+		const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
+					   c->bytes, &seq);
+		if (why)
+			bad("read (slot %d) racing a cancel: %s", o->slot, why);
+		else if (atomic_fetch_add(&x->seen[seq], 1) != 0)
+			bad("datagram %u delivered twice", seq);
+	} else if (c->error != ECANCELED) {
+		bad("read racing a cancel: error %d (%s)", c->error,
+		    strerror(c->error));
+	}
+	op_done(o);
+}
+
+/* Sends (round % (CR_READS + 2)) datagrams each round: from none to more
+ * than the reads pending. */
+static void *cr_sender(void *arg)
+{
+	cr *x = arg;
+	static uint8_t buf[DG_MAX];
+	int done = 0;
+	while (!atomic_load(&x->quit)) {
+		int r = atomic_load(&x->round);
+		if (r == done) {
+			sched_yield();
+			continue;
+		}
+		int k = r % (CR_READS + 2);
+		for (int i = 0; i < k; i++) {
+			int seq = atomic_fetch_add(&x->next_seq, 1);
+			size_t len = dg_len((uint32_t)seq);
+			dg_fill(buf, (uint32_t)seq, len);
+			if (sendto(x->b, buf, len, 0, (struct sockaddr *)&x->aa,
+				   sizeof x->aa) != (ssize_t)len)
+				bad("sendto: %s", strerror(errno));
+		}
+		done = r;
+		atomic_store(&x->sent_round, r);
+	}
+	return NULL;
+}
+
+static void dgram_cancel_races_arrivals(void **state)
+{
+	h_fx *f = *state;
+	cr *x = h_alloc(f, sizeof *x);
+	g_cr = x;
+	x->a = udp(f, &x->aa);
+	x->b = udp(f, &x->ba);
+	pool_init(f, &x->ops, CR_ROUNDS * CR_READS);
+	x->in = h_alloc(f, (size_t)CR_READS * DG_MAX);
+	int maxseq = CR_ROUNDS * (CR_READS + 2);
+	x->seen = h_alloc(f, sizeof(atomic_int) * (size_t)maxseq);
+	int taken = 0, cancelled = 0, found_after = 0, cancel_sum = 0;
+
+	h_loops_start(f, 2, false);
+	pthread_t snd;
+	assert_int_equal(pthread_create(&snd, NULL, cr_sender, x), 0);
+	for (int r = 1; r <= CR_ROUNDS; r++) {
+		op *o[CR_READS];
+		for (int i = 0; i < CR_READS; i++) {
+			o[i] = pool_take(&x->ops, PX_OP_READ_DGRAM, x->a, i);
+			assert_non_null(o[i]);
+			int rc = px_read_dgram(f->px, x->a,
+					       x->in + (size_t)i * DG_MAX, DG_MAX,
+					       cr_read_cb, o[i]);
+			assert_int_equal(rc, 0);
+			o[i]->started = 1;
+		}
+		int before = atomic_load(&x->next_seq);
+		atomic_store(&x->round, r);
+		/* Cancel at a point that moves through the sends. */
+		uint64_t end = h_now_ns() + (uint64_t)(r % 13) * 4000;
+		while (h_now_ns() < end)
+			;
+		int n = px_cancel(f->px, x->a);
+		bool ok = true;
+		for (int i = 0; i < CR_READS && ok; i++)
+			ok = wait_op(o[i], 5000);
+		ok = ok && wait_count(&x->sent_round, r, 5000);
+		if (!ok) {
+			atomic_store(&x->quit, 1);
+			pthread_join(snd, NULL);
+			h_loops_stop();
+			fail_msg("round %d: a read never completed (px_cancel "
+				 "returned %d)", r, n);
+		}
+		int sent = atomic_load(&x->next_seq) - before;
+		int data = 0, canc = 0;
+		for (int i = 0; i < CR_READS; i++) {
+			if (o[i]->error == ECANCELED)
+				canc++;
+			else if (o[i]->error == 0)
+				data++;
+		}
+		if (n < canc || n > CR_READS)
+			fail_msg("round %d: px_cancel returned %d, but %d reads "
+				 "ended with ECANCELED", r, n, canc);
+		/* What the reads did not take is still in the socket. */
+		int left = drain(x->a, x->seen, maxseq, 0, sent - data, 2000);
+		if (data + left != sent)
+			fail_msg("round %d: %d datagrams sent, %d taken by reads "
+				 "and %d left in the socket: %s",
+				 r, sent, data, left,
+				 data + left < sent ? "lost" : "extra");
+		taken += data;
+		cancelled += canc;
+		found_after += left;
+		cancel_sum += n;
+		assert_no_bad("cancel racing arrivals");
+	}
+	atomic_store(&x->quit, 1);
+	pthread_join(snd, NULL);
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&x->ops, "cancel racing arrivals");
+	assert_no_bad("cancel racing arrivals");
+	print_message("cancel vs arrivals: %d reads took data, %d cancelled, "
+		      "%d datagrams left for the drain, cancel counted %d\n",
+		      taken, cancelled, found_after, cancel_sum);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2b. px_close under reads and writes kept going by callbacks          */
+/* ------------------------------------------------------------------ */
+
+#define CL_ROUNDS 8
+#define CL_READS  6
+
+typedef struct cl {
+	px_proactor *px;
+	int a, b;                   /* a: the one closed; b: its peer */
+	struct sockaddr_in aa, ba;
+	pool ops;
+	uint8_t *in;                /* CL_READS * DG_MAX, a's reads */
+	uint8_t *bin;               /* CL_READS * DG_MAX, b's reads */
+	uint8_t *out;               /* one datagram, seq 7 */
+	atomic_int closing;         /* px_close of a called */
+	atomic_int closed;          /* its callback ran */
+	atomic_int close_order;
+	atomic_int close_calls;
+	int close_error;
+	atomic_int refused;         /* starts on a refused with -EBADF */
+	atomic_int traffic;         /* reads on a that took data */
+	atomic_int late_accepted;   /* the test's start after px_close
+	                               returned 0 */
+	pthread_mutex_t mu;
+	bool b_ending;              /* no more starts on b */
+} cl;
+
+static cl *g_cl;
+
+static void cl_start(cl *x, px_op what, int fd, int slot);
+
+static void cl_cb(const px_completion *c)
+{
+	cl *x = g_cl;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	/* Started before px_close was called: delivered before its
+	 * callback.  Started while it was under way (from a callback) and
+	 * delivered after it: only as EBADF (uring may accept a start on a
+	 * number it has seen open, and fail it in the completion). */
+	if (atomic_load(&x->closed) && o->fd == x->a &&
+	    (o->tag == 0 || c->error != EBADF))
+		bad("%s on the closed descriptor (started %s px_close) called "
+		    "back after the close's callback, error %d",
+		    px_op_name(c->op), o->tag ? "during" : "before", c->error);
+	bool ok = c->error == 0 ||
+		  ((c->error == ECANCELED || c->error == EBADF) &&
+		   atomic_load(&x->closing));
+	if (!ok)
+		bad("%s on fd %d: error %d (%s)", px_op_name(c->op), c->fd,
+		    c->error, strerror(c->error));
+	if (c->error == 0 && c->op == PX_OP_READ_DGRAM) {
+		uint8_t *buf = (o->fd == x->a ? x->in : x->bin) +
+			       (size_t)o->slot * DG_MAX;
+		uint32_t seq;
+		const char *why = dg_check(buf, c->bytes, &seq);
+		if (why)
+			bad("read on fd %d: %s", o->fd, why);
+		if (o->fd == x->a)
+			atomic_fetch_add(&x->traffic, 1);
+	}
+	op_done(o);
+	if (c->error != 0)
+		return;
+	/* Keep it going: a read on a starts the next read and a write back
+	 * to b; a read on b writes to a again.  Writes start nothing. */
+	if (c->op == PX_OP_READ_DGRAM) {
+		cl_start(x, PX_OP_READ_DGRAM, o->fd, o->slot);
+		cl_start(x, PX_OP_WRITE_DGRAM, o->fd, 0);
+	}
+}
+
+static void cl_start_locked(cl *x, px_op what, int fd, int slot);
+
+static void cl_start(cl *x, px_op what, int fd, int slot)
+{
+	if (fd == x->a && atomic_load(&x->closed))
+		return; /* the number may be someone else's now */
+	/* b's starts end under the mutex, before b's px_cancel: a start
+	 * either comes before the cancel (and is cancelled) or not at all. */
+	pthread_mutex_lock(&x->mu);
+	if (!(fd == x->b && x->b_ending))
+		cl_start_locked(x, what, fd, slot);
+	pthread_mutex_unlock(&x->mu);
+}
+
+static void cl_start_locked(cl *x, px_op what, int fd, int slot)
+{
+	op *o = pool_take(&x->ops, what, fd, slot);
+	if (!o)
+		return;
+	o->tag = atomic_load(&x->closing);
+	int rc;
+	if (what == PX_OP_READ_DGRAM)
+		rc = px_read_dgram(x->px, fd,
+				   (fd == x->a ? x->in : x->bin) +
+					   (size_t)slot * DG_MAX,
+				   DG_MAX, cl_cb, o);
+	else
+		rc = px_write_dgram(x->px, fd, x->out, dg_len(7),
+				    (const struct sockaddr *)(fd == x->a ? &x->ba
+									 : &x->aa),
+				    sizeof x->aa, cl_cb, o);
+	if (rc == 0) {
+		o->started = 1;
+	} else if (rc == -EBADF && fd == x->a && atomic_load(&x->closing)) {
+		atomic_fetch_add(&x->refused, 1);
+	} else {
+		bad("starting %s on fd %d returned %d (%s)", px_op_name(what), fd,
+		    rc, px_strerror(rc));
+	}
+}
+
+static void cl_close_cb(const px_completion *c)
+{
+	cl *x = g_cl;
+	if (atomic_fetch_add(&x->close_calls, 1) != 0) {
+		bad("the close called back twice");
+		return;
+	}
+	if (c->op != PX_OP_CLOSE || c->fd != x->a)
+		bad("the close's completion: op %d fd %d", c->op, c->fd);
+	x->close_error = c->error;
+	atomic_store(&x->close_order, atomic_fetch_add(&g_order, 1));
+	atomic_store(&x->closed, 1);
+}
+
+static void dgram_close_races_traffic(void **state)
+{
+	h_fx *f = *state;
+	int total_refused = 0, total_traffic = 0, total_late = 0;
+	h_loops_start(f, 2, false);
+	for (int round = 0; round < CL_ROUNDS; round++) {
+		cl *x = h_alloc(f, sizeof *x);
+		g_cl = x;
+		x->px = f->px;
+		x->a = udp(f, &x->aa);
+		x->b = udp(f, &x->ba);
+		pool_init(f, &x->ops, 4000);
+		x->in = h_alloc(f, (size_t)CL_READS * DG_MAX);
+		x->bin = h_alloc(f, (size_t)CL_READS * DG_MAX);
+		x->out = h_alloc(f, DG_MAX);
+		dg_fill(x->out, 7, dg_len(7));
+		pthread_mutex_init(&x->mu, NULL);
+		for (int i = 0; i < CL_READS; i++) {
+			cl_start(x, PX_OP_READ_DGRAM, x->a, i);
+			cl_start(x, PX_OP_READ_DGRAM, x->b, i);
+		}
+		/* Two datagrams each way: each read answers with one more,
+		 * so they circulate. */
+		for (int i = 0; i < 2; i++) {
+			cl_start(x, PX_OP_WRITE_DGRAM, x->a, 0);
+			cl_start(x, PX_OP_WRITE_DGRAM, x->b, 0);
+		}
+		if (!wait_count(&x->traffic, 20 + round * 10, 5000))
+			fail_msg("round %d: no traffic (%d reads on a)", round,
+				 atomic_load(&x->traffic));
+		atomic_store(&x->closing, 1);
+		int rc = px_close(f->px, x->a, cl_close_cb, NULL);
+		assert_int_equal(rc, 0);
+		untrack(f, x->a);
+		/* A start after px_close returned is refused (or, on uring,
+		 * fails in its completion: see cl_cb). */
+		op *lo = pool_take(&x->ops, PX_OP_READ_DGRAM, x->a, 0);
+		assert_non_null(lo);
+		lo->tag = 1;
+		int late = px_read_dgram(f->px, x->a, x->in, DG_MAX, cl_cb, lo);
+		lo->started = late == 0;
+		if (!wait_count(&x->close_calls, 1, 5000))
+			fail_msg("round %d: px_close never called back", round);
+		assert_int_equal(x->close_error, 0);
+		/* Every operation of a came before the close's callback. */
+		int n = atomic_load(&x->ops.n);
+		for (int i = 0; i < n && i < x->ops.cap; i++) {
+			op *o = &x->ops.v[i];
+			if (o->fd != x->a || !o->started)
+				continue;
+			if (o->tag)
+				continue;
+			if (!op_is_done(o))
+				fail_msg("round %d: %s on the closed descriptor "
+					 "not delivered before the close's "
+					 "callback", round, px_op_name(o->op));
+			if (o->order > atomic_load(&x->close_order))
+				fail_msg("round %d: %s delivered after the "
+					 "close's callback", round,
+					 px_op_name(o->op));
+		}
+		if (late != -EBADF && late != 0)
+			fail_msg("round %d: a read started after px_close "
+				 "returned %d, expected -EBADF", round, late);
+		if (late == 0) {
+			atomic_fetch_add(&x->late_accepted, 1);
+			if (!wait_op(lo, 5000))
+				fail_msg("round %d: the read started after "
+					 "px_close never completed", round);
+			if (lo->error != EBADF)
+				fail_msg("round %d: the read started after "
+					 "px_close ended with %d (%s), expected "
+					 "EBADF", round, lo->error,
+					 strerror(lo->error));
+		}
+		/* b: its reads still pending, cancel them. */
+		pthread_mutex_lock(&x->mu);
+		x->b_ending = true;
+		pthread_mutex_unlock(&x->mu);
+		px_cancel(f->px, x->b);
+		uint64_t dl = h_deadline(5000);
+		for (;;) {
+			int pending = 0;
+			n = atomic_load(&x->ops.n);
+			for (int i = 0; i < n && i < x->ops.cap; i++)
+				if (x->ops.v[i].started && !op_is_done(&x->ops.v[i]))
+					pending++;
+			if (!pending)
+				break;
+			if (h_now_ms() > dl) {
+				for (int i = 0; i < n && i < x->ops.cap; i++) {
+					op *o = &x->ops.v[i];
+					if (o->started && !op_is_done(o))
+						print_message(
+							"never completed: record %d "
+							"%s on %s (slot %d), started "
+							"%s px_close\n", i,
+							px_op_name(o->op),
+							o->fd == x->a ? "a" : "b",
+							o->slot,
+							o->tag ? "during/after"
+							       : "before");
+				}
+				fail_msg("round %d: %d operations never completed "
+					 "(px_close called back %d times)",
+					 round, pending,
+					 atomic_load(&x->close_calls));
+			}
+			h_sleep_ms(1);
+		}
+		assert_no_bad("px_close racing traffic");
+		total_refused += atomic_load(&x->refused);
+		total_traffic += atomic_load(&x->traffic);
+		total_late += atomic_load(&x->late_accepted);
+		pthread_mutex_destroy(&x->mu);
+	}
+	h_loops_stop();
+	destroy_now(f);
+	assert_no_bad("px_close racing traffic");
+	print_message("px_close vs traffic: %d reads with data, %d starts "
+		      "refused with EBADF during the closes, %d of %d starts "
+		      "after px_close accepted (then EBADF)\n",
+		      total_traffic, total_refused, total_late, CL_ROUNDS);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2c. close(2) behind the library's back                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Three reads pending on a UDP socket that is then closed with close(2),
+ * no px_cancel, no descriptor opened meanwhile: each completes once with
+ * EBADF within 5 s (proactor.h, "Closed descriptors"); the proactor still
+ * works, and a write on another socket goes through.
+ */
+static void dgram_closed_behind_back(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa);
+	int b = udp(f, &ba);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 8);
+	uint8_t *in = h_alloc(f, 3 * DG_MAX);
+	op *r[3];
+	for (int i = 0; i < 3; i++) {
+		r[i] = pool_take(p, PX_OP_READ_DGRAM, a, i);
+		assert_int_equal(px_read_dgram(f->px, a, in + i * DG_MAX, DG_MAX,
+					       op_cb, r[i]), 0);
+		r[i]->started = 1;
+	}
+	h_settle(f, 20);
+	for (int i = 0; i < 3; i++)
+		assert_false(op_is_done(r[i]));
+	uint64_t t0 = h_now_ms();
+	h_close(f, a);
+	for (int i = 0; i < 3; i++)
+		pump_until(f, r[i], 5000, "a read on a closed UDP socket");
+	uint64_t took = h_now_ms() - t0;
+	h_settle(f, 20);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(atomic_load(&r[i]->calls), 1);
+		if (r[i]->error != EBADF)
+			fail_msg("read %d on the closed socket: error %d (%s), "
+				 "expected EBADF", i, r[i]->error,
+				 strerror(r[i]->error));
+		assert_int_equal(r[i]->bytes, 0);
+	}
+	/* Still works. */
+	op *w = pool_take(p, PX_OP_WRITE_DGRAM, b, 0);
+	uint8_t *out = h_alloc(f, 64);
+	assert_int_equal(px_write_dgram(f->px, b, out, 64,
+					(struct sockaddr *)&ba, sizeof ba, op_cb,
+					w), 0);
+	w->started = 1;
+	pump_until(f, w, 5000, "a write after the close");
+	assert_int_equal(w->error, 0);
+	assert_int_equal(w->bytes, 64);
+	destroy_now(f);
+	pool_check(p, "closed behind the back");
+	print_message("closed behind the back: EBADF after %llu ms\n",
+		      (unsigned long long)took);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2d. px_destroy with datagram reads pending                           */
+/* ------------------------------------------------------------------ */
+
+#define DS_SOCKS 4
+#define DS_READS 16
+
+typedef struct ds {
+	pool ops;
+	int fd[DS_SOCKS];
+	uint8_t *in;                /* DS_SOCKS * DS_READS * DG_MAX */
+	atomic_int *seen;
+	atomic_int restarts_refused, data, destroying;
+} ds;
+
+static ds *g_ds;
+
+static void ds_cb(const px_completion *c)
+{
+	ds *x = g_ds;
+	op *o = c->user;
+	if (!op_note(c))
+		return;
+	if (c->op == PX_OP_READ_DGRAM) {
+		if (c->error == 0) {
+			uint32_t seq;
+			const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
+						   c->bytes, &seq);
+			if (why)
+				bad("read during destroy: %s", why);
+			else if (atomic_fetch_add(&x->seen[seq], 1) != 0)
+				bad("datagram %u delivered twice", seq);
+			atomic_fetch_add(&x->data, 1);
+		} else if (c->error != ECANCELED) {
+			bad("read during destroy: error %d (%s)", c->error,
+			    strerror(c->error));
+		}
+		/* Start another read: refused during destroy (a read that
+		 * completed before, in px_handle_events, starts none). */
+		if (atomic_load(&x->destroying)) {
+			op *n = pool_take(&x->ops, PX_OP_READ_DGRAM, c->fd,
+					  o->slot);
+			int rc = n ? px_read_dgram(c->proactor, c->fd, c->buf,
+						   c->len, ds_cb, n)
+				   : -ENOMEM;
+			if (rc == 0)
+				n->started = 1;
+			if (rc == -ESHUTDOWN)
+				atomic_fetch_add(&x->restarts_refused, 1);
+			else
+				bad("a start from a callback during px_destroy "
+				    "returned %d (%s), expected -ESHUTDOWN", rc,
+				    px_strerror(rc));
+		}
+	} else if (c->error != 0 && c->error != ECANCELED) {
+		bad("write during destroy: error %d (%s)", c->error,
+		    strerror(c->error));
+	}
+	op_done(o);
+}
+
+static void dgram_destroy_pending(void **state)
+{
+	h_fx *f = *state;
+	ds *x = h_alloc(f, sizeof *x);
+	g_ds = x;
+	struct sockaddr_in addr[DS_SOCKS], sa;
+	int s = udp(f, &sa);
+	pool_init(f, &x->ops, 2 * DS_SOCKS * DS_READS + 64);
+	x->in = h_alloc(f, (size_t)DS_SOCKS * DS_READS * DG_MAX);
+	x->seen = h_alloc(f, sizeof(atomic_int) * 256);
+	for (int k = 0; k < DS_SOCKS; k++)
+		x->fd[k] = udp(f, &addr[k]);
+	for (int k = 0; k < DS_SOCKS; k++)
+		for (int i = 0; i < DS_READS; i++) {
+			int slot = k * DS_READS + i;
+			op *o = pool_take(&x->ops, PX_OP_READ_DGRAM, x->fd[k],
+					  slot);
+			assert_int_equal(px_read_dgram(f->px, x->fd[k],
+						       x->in + (size_t)slot * DG_MAX,
+						       DG_MAX, ds_cb, o), 0);
+			o->started = 1;
+		}
+	/* Some datagrams for sockets 0 and 1 (fewer than their reads),
+	 * sent with sendto, and some writes from the proactor itself to
+	 * socket 2, started right before the destroy. */
+	static uint8_t buf[DG_MAX];
+	int seq = 0;
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 5 + 4 * k; i++, seq++) {
+			size_t len = dg_len((uint32_t)seq);
+			dg_fill(buf, (uint32_t)seq, len);
+			assert_int_equal(sendto(s, buf, len, 0,
+						(struct sockaddr *)&addr[k],
+						sizeof addr[k]), (ssize_t)len);
+		}
+	uint8_t *out = h_alloc(f, 32 * DG_MAX);
+	for (int i = 0; i < 32; i++, seq++) {
+		size_t len = dg_len((uint32_t)seq);
+		dg_fill(out + (size_t)i * DG_MAX, (uint32_t)seq, len);
+		op *o = pool_take(&x->ops, PX_OP_WRITE_DGRAM, s, seq);
+		assert_int_equal(px_write_dgram(f->px, s, out + (size_t)i * DG_MAX,
+						len, (struct sockaddr *)&addr[2],
+						sizeof addr[2], ds_cb, o), 0);
+		o->started = 1;
+	}
+	int sent = seq;
+	/* One turn of the loop, then destroy with everything in between. */
+	assert_true(px_handle_events(f->px, 0) >= 0);
+	int before = 0;
+	for (int i = 0; i < DS_SOCKS * DS_READS; i++)
+		before += op_is_done(&x->ops.v[i]);
+	atomic_store(&x->destroying, 1);
+	destroy_now(f);
+	pool_check(&x->ops, "px_destroy with datagram reads pending");
+	assert_no_bad("px_destroy with datagram reads pending");
+	/* Every datagram sent: taken by a read, or still in its socket, or
+	 * (the writes) never sent because the destroy cancelled them. */
+	int writes_ok = 0;
+	for (int i = 0; i < atomic_load(&x->ops.n); i++)
+		if (x->ops.v[i].op == PX_OP_WRITE_DGRAM &&
+		    x->ops.v[i].error == 0)
+			writes_ok++;
+	int expect = sent - 32 + writes_ok;
+	int want = expect - atomic_load(&x->data), left = 0;
+	uint64_t dl = h_deadline(2000);
+	do {
+		for (int k = 0; k < DS_SOCKS; k++)
+			left = drain(x->fd[k], x->seen, 256, left, 0, 0);
+		if (left < want)
+			h_sleep_ms(5);
+	} while (left < want && h_now_ms() < dl);
+	assert_int_equal(atomic_load(&x->data) + left, expect);
+	assert_int_equal(atomic_load(&x->restarts_refused),
+			 DS_SOCKS * DS_READS - before);
+	print_message("destroy: %d reads took data, %d datagrams left in the "
+		      "sockets, %d of 32 writes went out first\n",
+		      atomic_load(&x->data), left, writes_ok);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. Edge inputs                                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct edge {
+	h_fx *f;
+	pool ops;
+} edge;
+
+static edge *edge_new(h_fx *f)
+{
+	edge *e = h_alloc(f, sizeof *e);
+	e->f = f;
+	pool_init(f, &e->ops, 64);
+	return e;
+}
+
+static op *e_read(edge *e, int fd, void *buf, size_t len)
+{
+	op *o = pool_take(&e->ops, PX_OP_READ_DGRAM, fd, 0);
+	assert_non_null(o);
+	int rc = px_read_dgram(e->f->px, fd, buf, len, op_cb, o);
+	if (rc != 0)
+		fail_msg("px_read_dgram(fd %d, len %zu) returned %d (%s)", fd,
+			 len, rc, px_strerror(rc));
+	o->started = 1;
+	return o;
+}
+
+static op *e_write(edge *e, int fd, const void *buf, size_t len,
+		   const void *to, socklen_t tolen)
+{
+	op *o = pool_take(&e->ops, PX_OP_WRITE_DGRAM, fd, 0);
+	assert_non_null(o);
+	int rc = px_write_dgram(e->f->px, fd, buf, len,
+				(const struct sockaddr *)to, tolen, op_cb, o);
+	if (rc != 0)
+		fail_msg("px_write_dgram(fd %d, len %zu) returned %d (%s)", fd,
+			 len, rc, px_strerror(rc));
+	o->started = 1;
+	return o;
+}
+
+static void expect(op *o, int error, size_t bytes, const char *what)
+{
+	if (atomic_load(&o->calls) != 1)
+		fail_msg("%s: %d callbacks, expected one", what,
+			 atomic_load(&o->calls));
+	if (o->error != error)
+		fail_msg("%s: error %d (%s), expected %d (%s)", what, o->error,
+			 strerror(o->error), error, strerror(error));
+	if (o->bytes != bytes)
+		fail_msg("%s: %zu bytes, expected %zu", what, o->bytes, bytes);
+}
+
+/* The end of every edge test: nothing called back twice, nothing lost. */
+static void edge_end(edge *e, const char *what)
+{
+	h_settle(e->f, 10);
+	destroy_now(e->f);
+	pool_check(&e->ops, what);
+	assert_no_bad(what);
+}
+
+/*
+ * Zero-length datagrams: sent (with a buffer, and with buf NULL) and
+ * received as 0 bytes, error 0, with the sender's address; a read of
+ * length 0 takes a whole datagram (bytes 0) and the next read gets the
+ * next one.
+ */
+static void dgram_zero_length(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	uint8_t *in = h_alloc(f, 256), *out = h_alloc(f, 64);
+	memset(in, 0xa5, 256);
+
+	op *r1 = e_read(e, a, in, 64);
+	op *r2 = e_read(e, a, in + 64, 64);
+	op *w1 = e_write(e, b, out, 0, &aa, sizeof aa);
+	op *w2 = e_write(e, b, NULL, 0, &aa, sizeof aa);
+	pump_until(f, w1, 5000, "a zero-length write_dgram");
+	pump_until(f, w2, 5000, "a zero-length write_dgram without buffer");
+	pump_until(f, r1, 5000, "a zero-length datagram");
+	pump_until(f, r2, 5000, "a second zero-length datagram");
+	expect(w1, 0, 0, "zero-length write");
+	expect(w2, 0, 0, "zero-length write, buf NULL");
+	expect(r1, 0, 0, "read of a zero-length datagram");
+	expect(r2, 0, 0, "read of a second zero-length datagram");
+	assert_true(same_sender(r1, &ba));
+	assert_true(same_sender(r2, &ba));
+	for (int i = 0; i < 128; i++)
+		assert_int_equal(in[i], 0xa5);
+
+	/* A read of length 0 takes a datagram whole. */
+	assert_int_equal(sendto(b, "hello", 5, 0, (struct sockaddr *)&aa,
+				sizeof aa), 5);
+	op *r3 = e_read(e, a, in, 0);
+	pump_until(f, r3, 5000, "a read of length 0");
+	expect(r3, 0, 0, "read of length 0 of a 5-byte datagram");
+	assert_int_equal(in[0], 0xa5);
+	assert_true(same_sender(r3, &ba));
+	assert_int_equal(sendto(b, "again", 5, 0, (struct sockaddr *)&aa,
+				sizeof aa), 5);
+	op *r4 = e_read(e, a, NULL, 0);
+	pump_until(f, r4, 5000, "a read of length 0 without buffer");
+	expect(r4, 0, 0, "read of length 0, buf NULL");
+	assert_int_equal(sendto(b, "world!", 6, 0, (struct sockaddr *)&aa,
+				sizeof aa), 6);
+	op *r5 = e_read(e, a, in, 64);
+	pump_until(f, r5, 5000, "the read after the zero-length ones");
+	expect(r5, 0, 6, "read after reads of length 0");
+	assert_memory_equal(in, "world!", 6);
+	edge_end(e, "zero-length datagrams");
+}
+
+/*
+ * A datagram longer than the read: the read gets its first len bytes
+ * (bytes == len: the manual says the rest is dropped), nothing is written
+ * past len, and the next read gets the next datagram.
+ */
+static void dgram_truncated(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	uint8_t *in = h_alloc(f, 256), *out = h_alloc(f, 1000);
+	memset(in, 0x5a, 256);
+	dg_fill(out, 1, 1000);
+
+	op *r1 = e_read(e, a, in, 10);
+	op *w1 = e_write(e, b, out, 1000, &aa, sizeof aa);
+	pump_until(f, w1, 5000, "a 1000-byte datagram");
+	pump_until(f, r1, 5000, "a 10-byte read of a 1000-byte datagram");
+	expect(w1, 0, 1000, "1000-byte write");
+	if (r1->error == 0 && r1->bytes != 10)
+		fail_msg("a 10-byte read of a 1000-byte datagram reported %zu "
+			 "bytes", r1->bytes);
+	expect(r1, 0, 10, "10-byte read of a 1000-byte datagram");
+	assert_memory_equal(in, out, 10);
+	for (int i = 10; i < 256; i++)
+		if (in[i] != 0x5a)
+			fail_msg("the read wrote byte %d, past its length 10", i);
+	assert_true(same_sender(r1, &ba));
+
+	op *r2 = e_read(e, a, in, 256);
+	op *w2 = e_write(e, b, "next", 4, &aa, sizeof aa);
+	pump_until(f, w2, 5000, "the next datagram");
+	pump_until(f, r2, 5000, "the read of the next datagram");
+	expect(r2, 0, 4, "the read after a truncated one");
+	assert_memory_equal(in, "next", 4);
+	edge_end(e, "truncated datagram");
+}
+
+/* Port of a UDP socket just closed: nobody listens there. */
+static void closed_port(h_fx *f, struct sockaddr_in *to)
+{
+	int p = h_bound_socket(f, SOCK_DGRAM, to);
+	h_close(f, p);
+}
+
+/* Wait (poll, no proactor) until fd has an error pending. */
+static bool wait_pollerr(int fd, int ms)
+{
+	struct pollfd p = {fd, 0, 0};
+	return poll(&p, 1, ms) == 1 && (p.revents & POLLERR);
+}
+
+/*
+ * A connected UDP socket whose peer port is closed: the first write goes
+ * out (bytes), the ICMP port unreachable that comes back makes a pending
+ * read complete with ECONNREFUSED, once.  With no read pending, the error
+ * goes to the next write instead (ECONNREFUSED, bytes 0), once: the write
+ * after it goes out again.
+ */
+static void dgram_connected_refused(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in to, ba;
+	closed_port(f, &to);
+	int b = udp(f, &ba);
+	assert_int_equal(connect(b, (struct sockaddr *)&to, sizeof to), 0);
+	uint8_t *in = h_alloc(f, 64);
+
+	op *r = e_read(e, b, in, 64);
+	op *w1 = e_write(e, b, "ping1234", 8, NULL, 0);
+	pump_until(f, w1, 5000, "a write to a closed port");
+	expect(w1, 0, 8, "first write to a closed port");
+	pump_until(f, r, 5000, "the read that gets ECONNREFUSED");
+	expect(r, ECONNREFUSED, 0, "read on a socket connected to a closed port");
+	assert_int_equal(r->addrlen, 0);
+
+	op *w2 = e_write(e, b, "ping1234", 8, NULL, 0);
+	pump_until(f, w2, 5000, "a second write to a closed port");
+	expect(w2, 0, 8, "second write to a closed port");
+	if (!wait_pollerr(b, 3000))
+		fail_msg("no ICMP error came back for the second write");
+	op *w3 = e_write(e, b, "ping1234", 8, NULL, 0);
+	pump_until(f, w3, 5000, "a write with an error pending");
+	expect(w3, ECONNREFUSED, 0, "write with ECONNREFUSED pending");
+	/* The error was taken by w3: nothing pending now. */
+	struct pollfd p = {b, 0, 0};
+	assert_int_equal(poll(&p, 1, 0), 0);
+	op *w4 = e_write(e, b, "ping1234", 8, NULL, 0);
+	pump_until(f, w4, 5000, "a write after the error was taken");
+	expect(w4, 0, 8, "write after ECONNREFUSED was reported");
+	edge_end(e, "connected to a closed port");
+}
+
+/* IPv6 loopback, when this machine has it. */
+static int udp6(h_fx *f, struct sockaddr_in6 *a)
+{
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	memset(a, 0, sizeof *a);
+	a->sin6_family = AF_INET6;
+	a->sin6_addr = in6addr_loopback;
+	socklen_t len = sizeof *a;
+	if (bind(fd, (struct sockaddr *)a, sizeof *a) < 0 ||
+	    getsockname(fd, (struct sockaddr *)a, &len) < 0) {
+		close(fd);
+		return -1;
+	}
+	return h_track(f, fd);
+}
+
+static void dgram_ipv6_loopback(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in6 aa, ba;
+	int a = udp6(f, &aa), b = a >= 0 ? udp6(f, &ba) : -1;
+	if (a < 0 || b < 0) {
+		print_message("no IPv6 loopback here: skipped\n");
+		destroy_now(f);
+		skip();
+	}
+	uint8_t *in = h_alloc(f, 2 * DG_MAX), *out = h_alloc(f, 2 * DG_MAX);
+	op *r[2], *w[2];
+	for (int i = 0; i < 2; i++) {
+		dg_fill(out + i * DG_MAX, (uint32_t)i, dg_len((uint32_t)i + 40));
+		r[i] = e_read(e, a, in + i * DG_MAX, DG_MAX);
+	}
+	for (int i = 0; i < 2; i++)
+		w[i] = e_write(e, b, out + i * DG_MAX, dg_len((uint32_t)i + 40),
+			       &aa, sizeof aa);
+	for (int i = 0; i < 2; i++) {
+		pump_until(f, w[i], 5000, "an IPv6 write");
+		pump_until(f, r[i], 5000, "an IPv6 read");
+		expect(w[i], 0, dg_len((uint32_t)i + 40), "IPv6 write");
+		expect(r[i], 0, dg_len((uint32_t)i + 40), "IPv6 read");
+		uint32_t seq;
+		assert_null(dg_check(in + i * DG_MAX, r[i]->bytes, &seq));
+		assert_int_equal(seq, i);
+		const struct sockaddr_in6 *from =
+			(const struct sockaddr_in6 *)&r[i]->addr;
+		assert_int_equal(r[i]->addrlen, sizeof(struct sockaddr_in6));
+		assert_int_equal(from->sin6_family, AF_INET6);
+		assert_int_equal(from->sin6_port, ba.sin6_port);
+		assert_memory_equal(&from->sin6_addr, &in6addr_loopback,
+				    sizeof in6addr_loopback);
+	}
+	/* An IPv6 destination on an IPv4 socket: refused at the start, or
+	 * an error in the one completion. */
+	struct sockaddr_in v4;
+	int s4 = udp(f, &v4);
+	op *bad6 = pool_take(&e->ops, PX_OP_WRITE_DGRAM, s4, 0);
+	int rc = px_write_dgram(f->px, s4, "x", 1, (struct sockaddr *)&aa,
+				sizeof aa, op_cb, bad6);
+	if (rc == 0) {
+		bad6->started = 1;
+		pump_until(f, bad6, 5000, "an IPv6 destination on an IPv4 socket");
+		if (bad6->error == 0)
+			fail_msg("an IPv6 destination on an IPv4 socket was "
+				 "sent (%zu bytes)", bad6->bytes);
+		print_message("IPv6 destination on an IPv4 socket: completion "
+			      "with %s\n", strerror(bad6->error));
+	} else {
+		print_message("IPv6 destination on an IPv4 socket: start "
+			      "refused with %s\n", px_strerror(rc));
+	}
+	edge_end(e, "IPv6 loopback");
+}
+
+/* The largest IPv4 UDP datagram round-trips whole; one byte more fails
+ * with EMSGSIZE, once, and sends nothing. */
+#define UDP_MAX 65507
+static void dgram_largest_and_too_large(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	uint8_t *in = h_alloc(f, 65536 + 64), *out = h_alloc(f, UDP_MAX + 1);
+	dg_fill(out, 9, UDP_MAX);
+	op *r = e_read(e, a, in, 65536);
+	op *w = e_write(e, b, out, UDP_MAX, &aa, sizeof aa);
+	pump_until(f, w, 5000, "a 65507-byte write_dgram");
+	pump_until(f, r, 5000, "a 65507-byte read_dgram");
+	expect(w, 0, UDP_MAX, "65507-byte write");
+	expect(r, 0, UDP_MAX, "65507-byte read");
+	uint32_t seq;
+	assert_null(dg_check(in, r->bytes, &seq));
+	assert_int_equal(seq, 9);
+
+	op *r2 = e_read(e, a, in, 65536);
+	op *w2 = e_write(e, b, out, UDP_MAX + 1, &aa, sizeof aa);
+	pump_until(f, w2, 5000, "a 65508-byte write_dgram");
+	expect(w2, EMSGSIZE, 0, "65508-byte write");
+	h_settle(f, 50);
+	assert_false(op_is_done(r2));
+	assert_int_equal(px_cancel(f->px, a), 1);
+	pump_until(f, r2, 5000, "the cancelled read");
+	expect(r2, ECANCELED, 0, "read with nothing sent");
+	edge_end(e, "largest datagram");
+}
+
+/*
+ * Datagram operations on what is not a datagram socket: a pipe (ENOTSOCK
+ * in the one completion, or refused at the start; the pipe still works
+ * as a stream afterwards), and AF_UNIX datagram sockets, which work (an
+ * unnamed sender: no address, or just a family).
+ */
+static void dgram_other_descriptors(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	int p[2];
+	h_pipe(f, p);
+	uint8_t *in = h_alloc(f, 64);
+	const char *how[2];
+	for (int i = 0; i < 2; i++) {
+		op *o = pool_take(&e->ops, i ? PX_OP_WRITE_DGRAM : PX_OP_READ_DGRAM,
+				  p[i], 0);
+		int rc = i ? px_write_dgram(f->px, p[1], "x", 1, NULL, 0, op_cb, o)
+			   : px_read_dgram(f->px, p[0], in, 64, op_cb, o);
+		if (rc == 0) {
+			o->started = 1;
+			pump_until(f, o, 5000, "a datagram operation on a pipe");
+			expect(o, ENOTSOCK, 0, "a datagram operation on a pipe");
+			how[i] = "ENOTSOCK in the completion";
+		} else {
+			if (rc != -ENOTSOCK)
+				fail_msg("a datagram operation on a pipe: start "
+					 "returned %d (%s)", rc, px_strerror(rc));
+			how[i] = "ENOTSOCK at the start";
+		}
+	}
+	h_assert_reads_back(f, p[1], p[0], (char *)in, 64, "still a pipe",
+			    "a stream read on the pipe afterwards");
+
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	op *r = e_read(e, u[1], in, 64);
+	op *w = e_write(e, u[0], "unix!", 5, NULL, 0);
+	pump_until(f, w, 5000, "a write_dgram on AF_UNIX");
+	pump_until(f, r, 5000, "a read_dgram on AF_UNIX");
+	expect(w, 0, 5, "AF_UNIX write_dgram");
+	expect(r, 0, 5, "AF_UNIX read_dgram");
+	assert_memory_equal(in, "unix!", 5);
+	if (r->addrlen > sizeof(sa_family_t))
+		fail_msg("AF_UNIX datagram from an unnamed socket: addrlen %u",
+			 (unsigned)r->addrlen);
+	print_message("pipe: read %s, write %s; AF_UNIX unnamed sender: "
+		      "addrlen %u\n", how[0], how[1], (unsigned)r->addrlen);
+	edge_end(e, "other descriptors");
+}
+
+/*
+ * max_aio=4: 64 reads on one socket (60 deferred), fed in bursts of 8
+ * with sendto; each completes once with its own datagram.  Then 64
+ * write_dgrams at once (with no read holding a slot): each goes out once.
+ * The statistics balance.
+ */
+static void dgram_max_aio_4(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in aa, ba, ca;
+	int a = udp(f, &aa), b = udp(f, &ba), c = udp(f, &ca);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 128);
+	uint8_t *in = h_alloc(f, 64 * DG_MAX), *out = h_alloc(f, 64 * DG_MAX);
+	atomic_int *seen = h_alloc(f, sizeof(atomic_int) * 128);
+	op *r[64], *w[64];
+	for (int i = 0; i < 64; i++) {
+		r[i] = pool_take(p, PX_OP_READ_DGRAM, a, i);
+		assert_int_equal(px_read_dgram(f->px, a, in + i * DG_MAX, DG_MAX,
+					       op_cb, r[i]), 0);
+		r[i]->started = 1;
+	}
+	static uint8_t buf[DG_MAX];
+	for (int burst = 0; burst < 8; burst++) {
+		for (int i = 0; i < 8; i++) {
+			uint32_t seq = (uint32_t)(burst * 8 + i);
+			dg_fill(buf, seq, dg_len(seq));
+			assert_int_equal(sendto(b, buf, dg_len(seq), 0,
+						(struct sockaddr *)&aa, sizeof aa),
+					 (ssize_t)dg_len(seq));
+		}
+		uint64_t dl = h_deadline(5000);
+		for (;;) {
+			int done = 0;
+			for (int i = 0; i < 64; i++)
+				done += op_is_done(r[i]);
+			if (done >= (burst + 1) * 8)
+				break;
+			h_pump(f, dl, "reads at max_aio=4");
+		}
+	}
+	h_settle(f, 10);
+	for (int i = 0; i < 64; i++) {
+		expect(r[i], 0, r[i]->bytes, "read at max_aio=4");
+		uint32_t seq;
+		const char *why = dg_check(in + i * DG_MAX, r[i]->bytes, &seq);
+		if (why)
+			fail_msg("read %d at max_aio=4: %s", i, why);
+		if (seq >= 64 || atomic_fetch_add(&seen[seq], 1) != 0)
+			fail_msg("read %d at max_aio=4: datagram %u twice or "
+				 "out of range", i, seq);
+	}
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	if (st.deferred == 0)
+		fail_msg("64 reads at max_aio=4 and none deferred");
+
+	for (int i = 0; i < 64; i++) {
+		uint32_t seq = 64u + (uint32_t)i;
+		dg_fill(out + i * DG_MAX, seq, dg_len(seq));
+		w[i] = pool_take(p, PX_OP_WRITE_DGRAM, b, i);
+		assert_int_equal(px_write_dgram(f->px, b, out + i * DG_MAX,
+						dg_len(seq),
+						(struct sockaddr *)&ca, sizeof ca,
+						op_cb, w[i]), 0);
+		w[i]->started = 1;
+	}
+	uint64_t t0 = h_now_ms();
+	for (int i = 0; i < 64; i++)
+		pump_until(f, w[i], 5000, "writes at max_aio=4");
+	uint64_t took = h_now_ms() - t0;
+	for (int i = 0; i < 64; i++)
+		expect(w[i], 0, dg_len(64u + (uint32_t)i), "write at max_aio=4");
+	assert_int_equal(drain(c, seen, 128, 0, 64, 3000), 64);
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_int_equal(st.started,
+			 st.completed + st.cancelled + st.timed_out + st.in_flight);
+	assert_int_equal(st.in_flight, 0);
+	assert_int_equal(st.started, 128);
+	destroy_now(f);
+	pool_check(p, "max_aio=4");
+	print_message("max_aio=4: %llu of 128 starts deferred; 64 writes "
+		      "took %llu ms\n", (unsigned long long)st.deferred,
+		      (unsigned long long)took);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+/* Does this engine do datagrams at all?  (A POSIX AIO engine without a
+ * secondary does not: -EOPNOTSUPP, and then there is nothing to test.) */
+static void need_datagrams(void)
+{
+	px_proactor *px;
+	char err[256];
+	if (px_create_config(&px, &h_cfg, err, sizeof err) != 0) {
+		fprintf(stderr, "dgram: px_create_config: %s\n", err);
+		exit(1);
+	}
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	static char buf[8];
+	static h_rec r;
+	int rc = px_read_dgram(px, fd, buf, sizeof buf, h_rec_cb, &r);
+	px_destroy(px); /* delivers it, ECANCELED */
+	close(fd);
+	if (rc == -EOPNOTSUPP) {
+		printf("dgram: engine '%s' does no datagram operations: "
+		       "skipped\n", h_engine_text);
+		exit(77);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "dgram");
+	need_datagrams();
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	const struct CMUnitTest tests[] = {
+		T(dgram_many_threads),
+		T(dgram_same_socket_threads),
+		T(dgram_cancel_races_arrivals),
+		T(dgram_close_races_traffic),
+		T(dgram_closed_behind_back),
+		T(dgram_destroy_pending),
+		T(dgram_zero_length),
+		T(dgram_truncated),
+		T(dgram_connected_refused),
+		T(dgram_ipv6_loopback),
+		T(dgram_largest_and_too_large),
+		T(dgram_other_descriptors),
+		cmocka_unit_test_setup_teardown(dgram_max_aio_4, fx_setup_aio4,
+						fx_teardown),
+	};
+	return cmocka_run_group_tests_name("dgram", tests, NULL, NULL) ? 1 : 0;
+}
