@@ -795,6 +795,9 @@ static void cr_read_cb(const px_completion *c)
 	} else if (c->error != ECANCELED) {
 		bad("read racing a cancel: error %d (%s)", c->error,
 		    strerror(c->error));
+	} else if (c->addrlen != 0) {
+		bad("a cancelled read_dgram reports a sender (addrlen %u)",
+		    (unsigned)c->addrlen);
 	}
 	op_done(o);
 }
@@ -843,8 +846,12 @@ static void dgram_cancel_races_arrivals(void **state)
 	h_loops_start(f, 2, false);
 	pthread_t snd;
 	assert_int_equal(pthread_create(&snd, NULL, cr_sender, x), 0);
+	int fl = fcntl(x->a, F_GETFL);
 	for (int r = 1; r <= CR_ROUNDS; r++) {
 		op *o[CR_READS];
+		/* Every other round the socket is non-blocking. */
+		assert_int_equal(fcntl(x->a, F_SETFL, r % 2 ? fl | O_NONBLOCK
+							   : fl), 0);
 		for (int i = 0; i < CR_READS; i++) {
 			o[i] = pool_take(&x->ops, PX_OP_READ_DGRAM, x->a, i);
 			assert_non_null(o[i]);
@@ -1792,22 +1799,35 @@ static void dgram_max_aio_4(void **state)
 	if (st.deferred == 0)
 		fail_msg("64 reads at max_aio=4 and none deferred");
 
+	/* The address is copied at the start (px_write_dgram(3)): each
+	 * write's own copy is scribbled over right after it, while most of
+	 * them are still deferred. */
+	struct sockaddr_in *to = h_alloc(f, 64 * sizeof *to);
 	for (int i = 0; i < 64; i++) {
 		uint32_t seq = 64u + (uint32_t)i;
 		dg_fill(out + i * DG_MAX, seq, dg_len(seq));
 		w[i] = pool_take(p, PX_OP_WRITE_DGRAM, b, i);
+		to[i] = ca;
 		assert_int_equal(px_write_dgram(f->px, b, out + i * DG_MAX,
 						dg_len(seq),
-						(struct sockaddr *)&ca, sizeof ca,
-						op_cb, w[i]), 0);
+						(struct sockaddr *)&to[i],
+						sizeof to[i], op_cb, w[i]), 0);
 		w[i]->started = 1;
+		memset(&to[i], 0xff, sizeof to[i]);
+		to[i].sin_family = AF_INET;
 	}
 	uint64_t t0 = h_now_ms();
 	for (int i = 0; i < 64; i++)
 		pump_until(f, w[i], 5000, "writes at max_aio=4");
 	uint64_t took = h_now_ms() - t0;
-	for (int i = 0; i < 64; i++)
+	for (int i = 0; i < 64; i++) {
 		expect(w[i], 0, dg_len(64u + (uint32_t)i), "write at max_aio=4");
+		/* The completion carries the destination. */
+		if (!same_sender(w[i], &ca))
+			fail_msg("write %d at max_aio=4: the completion's addr "
+				 "is not the destination (addrlen %u)", i,
+				 (unsigned)w[i]->addrlen);
+	}
 	assert_int_equal(drain(c, seen, 128, 0, 64, 3000), 64);
 	assert_int_equal(px_stats(f->px, &st), 0);
 	assert_int_equal(st.started,
@@ -1819,6 +1839,177 @@ static void dgram_max_aio_4(void **state)
 	print_message("max_aio=4: %llu of 128 starts deferred; 64 writes "
 		      "took %llu ms\n", (unsigned long long)st.deferred,
 		      (unsigned long long)took);
+}
+
+/*
+ * max_aio=4, nothing arriving: 4 reads on c hold every slot, then 4 reads
+ * and 8 write_dgrams on b wait deferred (their addresses scribbled over
+ * after the start).  px_close(b) delivers each of b's twelve once (ECANCELED,
+ * or a write's own result if it went out), then its own callback; px_cancel(c)
+ * the four reads; nothing the cancelled writes carried was sent.
+ */
+static void dgram_close_deferred(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in ba, ca, da;
+	int b = udp(f, &ba), c = udp(f, &ca), d = udp(f, &da);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 32);
+	uint8_t *in = h_alloc(f, 8 * DG_MAX), *out = h_alloc(f, 8 * DG_MAX);
+	struct sockaddr_in *to = h_alloc(f, 8 * sizeof *to);
+	op *rc_[4], *rb[4], *w[8];
+	for (int i = 0; i < 4; i++) {
+		rc_[i] = pool_take(p, PX_OP_READ_DGRAM, c, i);
+		assert_int_equal(px_read_dgram(f->px, c, in + i * DG_MAX, DG_MAX,
+					       op_cb, rc_[i]), 0);
+		rc_[i]->started = 1;
+	}
+	for (int i = 0; i < 4; i++) {
+		rb[i] = pool_take(p, PX_OP_READ_DGRAM, b, i);
+		assert_int_equal(px_read_dgram(f->px, b, in + (4 + i) * DG_MAX,
+					       DG_MAX, op_cb, rb[i]), 0);
+		rb[i]->started = 1;
+	}
+	for (int i = 0; i < 8; i++) {
+		dg_fill(out + i * DG_MAX, (uint32_t)i, dg_len((uint32_t)i));
+		to[i] = da;
+		w[i] = pool_take(p, PX_OP_WRITE_DGRAM, b, i);
+		assert_int_equal(px_write_dgram(f->px, b, out + i * DG_MAX,
+						dg_len((uint32_t)i),
+						(struct sockaddr *)&to[i],
+						sizeof to[i], op_cb, w[i]), 0);
+		w[i]->started = 1;
+		memset(&to[i], 0, sizeof to[i]);
+	}
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_true(px_handle_events(f->px, 0) >= 0);
+	op *cl = pool_take(p, PX_OP_CLOSE, b, 0);
+	assert_int_equal(px_close(f->px, b, op_cb, cl), 0);
+	cl->started = 1;
+	untrack(f, b);
+	pump_until(f, cl, 5000, "px_close of a socket with deferred operations");
+	expect(cl, 0, 0, "px_close");
+	int sent = 0;
+	for (int i = 0; i < 12; i++) {
+		op *o = i < 4 ? rb[i] : w[i - 4];
+		if (!op_is_done(o) || o->order > cl->order)
+			fail_msg("%s %d on the closed socket delivered after "
+				 "the close's callback", px_op_name(o->op), i);
+		if (i < 4) {
+			expect(o, ECANCELED, 0, "a deferred read at px_close");
+		} else if (o->error == 0) {
+			expect(o, 0, dg_len((uint32_t)(i - 4)),
+			       "a write at px_close");
+			sent++;
+		} else {
+			expect(o, ECANCELED, 0, "a deferred write at px_close");
+		}
+	}
+	assert_int_equal(px_cancel(f->px, c), 4);
+	for (int i = 0; i < 4; i++) {
+		pump_until(f, rc_[i], 5000, "a read cancelled after the close");
+		expect(rc_[i], ECANCELED, 0, "a read holding a slot, cancelled");
+	}
+	atomic_int *seen = h_alloc(f, sizeof(atomic_int) * 8);
+	int got = drain(d, seen, 8, 0, sent, 1000);
+	assert_int_equal(got, sent);
+	assert_int_equal(drain(d, seen, 8, got, 0, 50), sent);
+	destroy_now(f);
+	pool_check(p, "px_close with deferred operations");
+	print_message("close with deferred: %llu starts deferred, %d of 8 "
+		      "writes went out before the close\n",
+		      (unsigned long long)st.deferred, sent);
+}
+
+/* ------------------------------------------------------------------ */
+/* Deadlines (px_start_op) racing arrivals                              */
+/* ------------------------------------------------------------------ */
+
+#define DL_ROUNDS 150
+
+/*
+ * A read_dgram with a deadline of 20-400 us while a datagram is sent:
+ * once, with the datagram or with ETIMEDOUT; a datagram that the read did
+ * not take is still in the socket (proactor.h, px_start_op).  Every third
+ * round a px_cancel joins the race (ECANCELED too).
+ */
+static void dgram_deadline_races_arrivals(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, DL_ROUNDS);
+	uint8_t *in = h_alloc(f, DG_MAX);
+	atomic_int *seen = h_alloc(f, sizeof(atomic_int) * DL_ROUNDS);
+	static uint8_t buf[DG_MAX];
+	int data = 0, timed = 0, canc = 0, left = 0;
+	h_loops_start(f, 2, false);
+	for (int r = 0; r < DL_ROUNDS; r++) {
+		op *o = pool_take(p, PX_OP_READ_DGRAM, a, r);
+		px_op_desc d;
+		memset(&d, 0, sizeof d);
+		d.op = PX_OP_READ_DGRAM;
+		d.fd = a;
+		d.buf = in;
+		d.len = DG_MAX;
+		d.timeout_ns = 20000u + (uint64_t)(r % 20) * 20000u;
+		d.cb = op_cb;
+		d.user = o;
+		assert_int_equal(px_start_op(f->px, &d), 0);
+		o->started = 1;
+		size_t len = dg_len((uint32_t)r);
+		dg_fill(buf, (uint32_t)r, len);
+		uint64_t end = h_now_ns() + (uint64_t)(r % 17) * 25000;
+		while (h_now_ns() < end)
+			;
+		assert_int_equal(sendto(b, buf, len, 0, (struct sockaddr *)&aa,
+					sizeof aa), (ssize_t)len);
+		if (r % 3 == 2)
+			px_cancel(f->px, a);
+		if (!wait_op(o, 5000)) {
+			h_loops_stop();
+			fail_msg("round %d: a read with a deadline never "
+				 "completed", r);
+		}
+		if (o->error == 0) {
+			uint32_t seq;
+			const char *why = dg_check(in, o->bytes, &seq);
+			if (why || seq != (uint32_t)r)
+				fail_msg("round %d: the read got %s", r,
+					 why ? why : "another round's datagram");
+			data++;
+			assert_int_equal(seen[r], 0);
+			seen[r] = 1;
+		} else if (o->error == ETIMEDOUT || o->error == ECANCELED) {
+			if (o->error == ETIMEDOUT)
+				timed++;
+			else
+				canc++;
+			if (o->addrlen != 0)
+				fail_msg("round %d: a read ended with %s reports "
+					 "a sender", r, strerror(o->error));
+			/* Its datagram is still there. */
+			left += drain(a, seen, DL_ROUNDS, 0, 1, 2000) ;
+			if (atomic_load(&seen[r]) != 1)
+				fail_msg("round %d: the read ended with %s and "
+					 "the datagram is gone", r,
+					 strerror(o->error));
+		} else {
+			fail_msg("round %d: error %d (%s)", r, o->error,
+				 strerror(o->error));
+		}
+		assert_no_bad("deadlines racing arrivals");
+	}
+	h_loops_stop();
+	assert_int_equal(drain(a, seen, DL_ROUNDS, 0, 0, 20), 0);
+	destroy_now(f);
+	pool_check(p, "deadlines racing arrivals");
+	assert_no_bad("deadlines racing arrivals");
+	print_message("deadline vs arrival: %d data, %d ETIMEDOUT, %d "
+		      "ECANCELED, %d left for the drain\n",
+		      data, timed, canc, left);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1867,8 +2058,11 @@ int main(int argc, char **argv)
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
 		T(dgram_other_descriptors),
+		T(dgram_deadline_races_arrivals),
 		cmocka_unit_test_setup_teardown(dgram_max_aio_4, fx_setup_aio4,
 						fx_teardown),
+		cmocka_unit_test_setup_teardown(dgram_close_deferred,
+						fx_setup_aio4, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("dgram", tests, NULL, NULL) ? 1 : 0;
 }
