@@ -84,6 +84,7 @@ typedef struct op {
 	int fd;
 	int slot;             /* the test's own index (read slot, seq) */
 	int tag;              /* the test's own mark */
+	void *ctx;            /* the test's own context */
 	/* The first completion, for the test thread. */
 	atomic_int done;
 	int error;
@@ -942,14 +943,12 @@ typedef struct cl {
 	bool b_ending;              /* no more starts on b */
 } cl;
 
-static cl *g_cl;
-
 static void cl_start(cl *x, px_op what, int fd, int slot);
 
 static void cl_cb(const px_completion *c)
 {
-	cl *x = g_cl;
 	op *o = c->user;
+	cl *x = o->ctx;
 	if (!op_note(c))
 		return;
 	/* Started before px_close was called: delivered before its
@@ -1007,6 +1006,7 @@ static void cl_start_locked(cl *x, px_op what, int fd, int slot)
 	op *o = pool_take(&x->ops, what, fd, slot);
 	if (!o)
 		return;
+	o->ctx = x;
 	o->tag = atomic_load(&x->closing);
 	int rc;
 	if (what == PX_OP_READ_DGRAM)
@@ -1031,7 +1031,7 @@ static void cl_start_locked(cl *x, px_op what, int fd, int slot)
 
 static void cl_close_cb(const px_completion *c)
 {
-	cl *x = g_cl;
+	cl *x = c->user;
 	if (atomic_fetch_add(&x->close_calls, 1) != 0) {
 		bad("the close called back twice");
 		return;
@@ -1047,10 +1047,13 @@ static void dgram_close_races_traffic(void **state)
 {
 	h_fx *f = *state;
 	int total_refused = 0, total_traffic = 0, total_late = 0;
+	/* The rounds' contexts: a callback's tail (after its record is
+	 * marked done) may still run in the next round. */
+	cl *xs[CL_ROUNDS];
 	h_loops_start(f, 2, false);
 	for (int round = 0; round < CL_ROUNDS; round++) {
 		cl *x = h_alloc(f, sizeof *x);
-		g_cl = x;
+		xs[round] = x;
 		x->px = f->px;
 		x->a = udp(f, &x->aa);
 		x->b = udp(f, &x->ba);
@@ -1074,7 +1077,7 @@ static void dgram_close_races_traffic(void **state)
 			fail_msg("round %d: no traffic (%d reads on a)", round,
 				 atomic_load(&x->traffic));
 		atomic_store(&x->closing, 1);
-		int rc = px_close(f->px, x->a, cl_close_cb, NULL);
+		int rc = px_close(f->px, x->a, cl_close_cb, x);
 		assert_int_equal(rc, 0);
 		untrack(f, x->a);
 		/* A start after px_close returned is refused (or, on uring,
@@ -1082,13 +1085,20 @@ static void dgram_close_races_traffic(void **state)
 		op *lo = pool_take(&x->ops, PX_OP_READ_DGRAM, x->a, 0);
 		assert_non_null(lo);
 		lo->tag = 1;
+		lo->ctx = x;
 		int late = px_read_dgram(f->px, x->a, x->in, DG_MAX, cl_cb, lo);
 		lo->started = late == 0;
-		if (!wait_count(&x->close_calls, 1, 5000))
+		if (!wait_count(&x->closed, 1, 5000))
 			fail_msg("round %d: px_close never called back", round);
 		assert_int_equal(x->close_error, 0);
+		/* Stop b's starts (a's ended with its close), and hold the
+		 * starts' mutex while looking at the records: none is being
+		 * filled in meanwhile. */
+		pthread_mutex_lock(&x->mu);
+		x->b_ending = true;
 		/* Every operation of a came before the close's callback. */
 		int n = atomic_load(&x->ops.n);
+		const char *late_problem = NULL, *late_what = "";
 		for (int i = 0; i < n && i < x->ops.cap; i++) {
 			op *o = &x->ops.v[i];
 			if (o->fd != x->a || !o->started)
@@ -1096,14 +1106,19 @@ static void dgram_close_races_traffic(void **state)
 			if (o->tag)
 				continue;
 			if (!op_is_done(o))
-				fail_msg("round %d: %s on the closed descriptor "
-					 "not delivered before the close's "
-					 "callback", round, px_op_name(o->op));
-			if (o->order > atomic_load(&x->close_order))
-				fail_msg("round %d: %s delivered after the "
-					 "close's callback", round,
-					 px_op_name(o->op));
+				late_problem = "not delivered before";
+			else if (o->order > atomic_load(&x->close_order))
+				late_problem = "delivered after";
+			if (late_problem) {
+				late_what = px_op_name(o->op);
+				break;
+			}
 		}
+		pthread_mutex_unlock(&x->mu);
+		if (late_problem)
+			fail_msg("round %d: %s on the closed descriptor %s the "
+				 "close's callback", round, late_what,
+				 late_problem);
 		if (late != -EBADF && late != 0)
 			fail_msg("round %d: a read started after px_close "
 				 "returned %d, expected -EBADF", round, late);
@@ -1119,9 +1134,6 @@ static void dgram_close_races_traffic(void **state)
 					 strerror(lo->error));
 		}
 		/* b: its reads still pending, cancel them. */
-		pthread_mutex_lock(&x->mu);
-		x->b_ending = true;
-		pthread_mutex_unlock(&x->mu);
 		px_cancel(f->px, x->b);
 		uint64_t dl = h_deadline(5000);
 		for (;;) {
@@ -1157,9 +1169,10 @@ static void dgram_close_races_traffic(void **state)
 		total_refused += atomic_load(&x->refused);
 		total_traffic += atomic_load(&x->traffic);
 		total_late += atomic_load(&x->late_accepted);
-		pthread_mutex_destroy(&x->mu);
 	}
 	h_loops_stop();
+	for (int round = 0; round < CL_ROUNDS; round++)
+		pthread_mutex_destroy(&xs[round]->mu);
 	destroy_now(f);
 	assert_no_bad("px_close racing traffic");
 	print_message("px_close vs traffic: %d reads with data, %d starts "
