@@ -759,6 +759,122 @@ static void dgram_same_socket_threads(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Reads started by a thread that has exited                            */
+/* ------------------------------------------------------------------ */
+
+#define OT_SOCKS 32
+#define OT_ROUNDS 3
+
+typedef struct ot {
+	px_proactor *px;
+	int fd[OT_SOCKS];
+	struct sockaddr_in addr[OT_SOCKS];
+	pool ops;
+	uint8_t *in;          /* OT_ROUNDS * OT_SOCKS * 2 * DG_MAX */
+	int round;
+	op *r[OT_SOCKS][2];
+} ot;
+
+static void *ot_starter(void *arg)
+{
+	ot *x = arg;
+	for (int k = 0; k < OT_SOCKS; k++)
+		for (int j = 0; j < 2; j++) {
+			int slot = (x->round * OT_SOCKS + k) * 2 + j;
+			op *o = pool_take(&x->ops, PX_OP_READ_DGRAM, x->fd[k], slot);
+			if (!o)
+				return NULL;
+			x->r[k][j] = o;
+			int rc = px_read_dgram(x->px, x->fd[k],
+					       x->in + (size_t)slot * DG_MAX,
+					       DG_MAX, op_cb, o);
+			if (rc != 0)
+				bad("px_read_dgram from the short-lived thread: "
+				    "%d (%s)", rc, px_strerror(rc));
+			else
+				o->started = 1;
+		}
+	return NULL;	/* and the thread is gone */
+}
+
+/*
+ * A thread starts two reads on each of 32 sockets and exits before any
+ * datagram comes (io_uring ties a request to the thread that submitted
+ * it, and cancels it when that thread exits: the provider must submit it
+ * again).  Then each socket gets two datagrams: every read completes
+ * once with one of them.  Two loop threads, three rounds.
+ */
+static void dgram_reads_outlive_their_thread(void **state)
+{
+	h_fx *f = *state;
+	ot *x = h_alloc(f, sizeof *x);
+	x->px = f->px;
+	pool_init(f, &x->ops, OT_ROUNDS * OT_SOCKS * 2);
+	x->in = h_alloc(f, (size_t)OT_ROUNDS * OT_SOCKS * 2 * DG_MAX);
+	struct sockaddr_in sa;
+	int s = udp(f, &sa);
+	for (int k = 0; k < OT_SOCKS; k++)
+		x->fd[k] = udp(f, &x->addr[k]);
+	atomic_int *seen = h_alloc(f, sizeof(atomic_int) * OT_ROUNDS * OT_SOCKS * 2);
+	static uint8_t buf[DG_MAX];
+	h_loops_start(f, 2, false);
+	for (int round = 0; round < OT_ROUNDS; round++) {
+		x->round = round;
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, ot_starter, x), 0);
+		pthread_join(th, NULL);
+		assert_no_bad("reads started by a thread that exited");
+		/* Let the loop threads see whatever the exit did. */
+		h_sleep_ms(5);
+		for (int k = 0; k < OT_SOCKS; k++)
+			for (int j = 0; j < 2; j++)
+				if (op_is_done(x->r[k][j]))
+					fail_msg("round %d: a read on socket %d "
+						 "completed (error %d) with nothing "
+						 "sent", round, k, x->r[k][j]->error);
+		for (int k = 0; k < OT_SOCKS; k++)
+			for (int j = 0; j < 2; j++) {
+				uint32_t seq = (uint32_t)((round * OT_SOCKS + k) * 2 + j);
+				dg_fill(buf, seq, dg_len(seq));
+				assert_int_equal(sendto(s, buf, dg_len(seq), 0,
+							(struct sockaddr *)&x->addr[k],
+							sizeof x->addr[k]),
+						 (ssize_t)dg_len(seq));
+			}
+		for (int k = 0; k < OT_SOCKS; k++)
+			for (int j = 0; j < 2; j++) {
+				op *o = x->r[k][j];
+				if (!wait_op(o, 5000)) {
+					h_loops_stop();
+					fail_msg("round %d: a read on socket %d, "
+						 "started by a thread that exited, "
+						 "never completed", round, k);
+				}
+				if (o->error != 0)
+					fail_msg("round %d: a read on socket %d "
+						 "started by a thread that exited: "
+						 "error %d (%s)", round, k, o->error,
+						 strerror(o->error));
+				uint32_t seq;
+				const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
+							   o->bytes, &seq);
+				if (why)
+					fail_msg("round %d: socket %d: %s", round,
+						 k, why);
+				if ((int)seq / 2 != round * OT_SOCKS + k ||
+				    atomic_fetch_add(&seen[seq], 1) != 0)
+					fail_msg("round %d: socket %d got datagram "
+						 "%u (twice, or another socket's)",
+						 round, k, seq);
+			}
+	}
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&x->ops, "reads started by a thread that exited");
+	assert_no_bad("reads started by a thread that exited");
+}
+
+/* ------------------------------------------------------------------ */
 /* 2a. px_cancel racing arrivals                                        */
 /* ------------------------------------------------------------------ */
 
@@ -1569,12 +1685,47 @@ static void dgram_connected_refused(void **state)
 	uint8_t *in = h_alloc(f, 64);
 
 	op *r = e_read(e, b, in, 64);
+	op *r2 = e_read(e, b, in + 16, 16);
+	op *r3 = e_read(e, b, in + 32, 16);
 	op *w1 = e_write(e, b, "ping1234", 8, NULL, 0);
 	pump_until(f, w1, 5000, "a write to a closed port");
 	expect(w1, 0, 8, "first write to a closed port");
 	pump_until(f, r, 5000, "the read that gets ECONNREFUSED");
 	expect(r, ECONNREFUSED, 0, "read on a socket connected to a closed port");
 	assert_int_equal(r->addrlen, 0);
+	/* One error, one read: the reads queued behind it stay pending, and
+	 * get the datagrams that come once something listens there. */
+	h_settle(f, 30);
+	if (op_is_done(r2) || op_is_done(r3))
+		fail_msg("one ECONNREFUSED ended more than one read (second: "
+			 "%s, third: %s)",
+			 op_is_done(r2) ? strerror(r2->error) : "pending",
+			 op_is_done(r3) ? strerror(r3->error) : "pending");
+	int p2 = h_track(f, socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	if (bind(p2, (struct sockaddr *)&to, sizeof to) == 0) {
+		assert_int_equal(sendto(p2, "reply-1", 7, 0, (struct sockaddr *)&ba,
+					sizeof ba), 7);
+		assert_int_equal(sendto(p2, "reply-2", 7, 0, (struct sockaddr *)&ba,
+					sizeof ba), 7);
+		pump_until(f, r2, 5000, "a read queued behind the ECONNREFUSED");
+		pump_until(f, r3, 5000, "the next read queued behind it");
+		expect(r2, 0, 7, "a read queued behind the ECONNREFUSED");
+		expect(r3, 0, 7, "the next read");
+		assert_true(same_sender(r2, &to));
+		assert_true(same_sender(r3, &to));
+		assert_memory_equal(in + 16, "reply-1", 7);
+		assert_memory_equal(in + 32, "reply-2", 7);
+	} else {
+		print_message("the closed port was taken meanwhile (%s): the "
+			      "queued reads are cancelled instead\n",
+			      strerror(errno));
+		assert_int_equal(px_cancel(f->px, b), 2);
+		pump_until(f, r2, 5000, "a cancelled read");
+		pump_until(f, r3, 5000, "a cancelled read");
+		expect(r2, ECANCELED, 0, "a cancelled read");
+		expect(r3, ECANCELED, 0, "a cancelled read");
+	}
+	h_close(f, p2);
 
 	op *w2 = e_write(e, b, "ping1234", 8, NULL, 0);
 	pump_until(f, w2, 5000, "a second write to a closed port");
@@ -2061,6 +2212,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		T(dgram_many_threads),
 		T(dgram_same_socket_threads),
+		T(dgram_reads_outlive_their_thread),
 		T(dgram_cancel_races_arrivals),
 		T(dgram_close_races_traffic),
 		T(dgram_closed_behind_back),
