@@ -355,7 +355,11 @@ int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr)
 {
 	int fd = h_track(f, socket(AF_INET, type | SOCK_CLOEXEC, 0));
 	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	/* Not for UDP: there it lets port 0 give a new socket a port that
+	 * another SO_REUSEADDR socket holds, and one of them then gets the
+	 * other's datagrams. */
+	if (type == SOCK_STREAM)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	struct sockaddr_in a;
 	memset(&a, 0, sizeof a);
 	a.sin_family = AF_INET;
