@@ -913,6 +913,230 @@ static void dgram_reads_outlive_their_thread(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* AF_UNIX datagrams: writes that really wait for room                  */
+/* ------------------------------------------------------------------ */
+
+/*
+ * An AF_UNIX datagram socket takes at most net.unix.max_dgram_qlen
+ * datagrams (10 by default) into its peer's queue; further sends block
+ * (EAGAIN), so write_dgrams stay pending, unlike UDP on loopback.
+ */
+#define UX_N 240
+
+typedef struct ux {
+	pool ops;
+	int u[2];
+	uint8_t *out;          /* UX_N * DG_MAX */
+	op *w[UX_N];
+	atomic_int done, ok;
+	atomic_int reader_go;
+	/* The reader's findings. */
+	int got, last, problems;
+	char why[160];
+} ux;
+
+static void ux_write_cb(const px_completion *c)
+{
+	op *o = c->user;
+	ux *x = o->ctx;
+	if (!op_note(c))
+		return;
+	if (c->error == 0) {
+		if (c->bytes != dg_len((uint32_t)o->slot))
+			bad("AF_UNIX write_dgram %d: %zu bytes of %zu", o->slot,
+			    c->bytes, dg_len((uint32_t)o->slot));
+		atomic_fetch_add(&x->ok, 1);
+	} else if (c->error != ECANCELED) {
+		bad("AF_UNIX write_dgram %d: error %d (%s)", o->slot, c->error,
+		    strerror(c->error));
+	}
+	atomic_fetch_add(&x->done, 1);
+	op_done(o);
+}
+
+/* Read datagrams from u[1] until every write has completed and the queue
+ * is empty: each must be whole, and their numbers strictly increasing
+ * (one descriptor's writes go out in start order). */
+static void *ux_reader(void *arg)
+{
+	ux *x = arg;
+	static _Thread_local uint8_t buf[DG_MAX + 16];
+	while (!atomic_load(&x->reader_go))
+		sched_yield();
+	x->last = -1;
+	uint64_t dl = h_deadline(15000);
+	for (;;) {
+		/* Every write has completed: what went out is in the queue
+		 * (AF_UNIX delivers in the send), so empty it and stop. */
+		bool last = atomic_load(&x->done) == UX_N;
+		ssize_t n = recv(x->u[1], buf, sizeof buf, MSG_DONTWAIT);
+		if (n < 0) {
+			if (last || h_now_ms() > dl)
+				break;
+			struct pollfd p = {x->u[1], POLLIN, 0};
+			poll(&p, 1, 5);
+			continue;
+		}
+		uint32_t seq;
+		const char *why = dg_check(buf, (size_t)n, &seq);
+		if (why || (int)seq <= x->last || seq >= UX_N) {
+			if (!x->problems++)
+				snprintf(x->why, sizeof x->why,
+					 "datagram %d after %d: %s", why ? -1 : (int)seq,
+					 x->last, why ? why : "out of order");
+			continue;
+		}
+		x->last = (int)seq;
+		x->got++;
+	}
+	return NULL;
+}
+
+static ux *ux_new(h_fx *f)
+{
+	ux *x = h_alloc(f, sizeof *x);
+	pool_init(f, &x->ops, UX_N + 8);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, x->u), 0);
+	h_track(f, x->u[0]);
+	h_track(f, x->u[1]);
+	x->out = h_alloc(f, (size_t)UX_N * DG_MAX);
+	return x;
+}
+
+static void ux_start_writes(h_fx *f, ux *x)
+{
+	for (int i = 0; i < UX_N; i++) {
+		dg_fill(x->out + (size_t)i * DG_MAX, (uint32_t)i,
+			dg_len((uint32_t)i));
+		op *o = pool_take(&x->ops, PX_OP_WRITE_DGRAM, x->u[0], i);
+		assert_non_null(o);
+		o->ctx = x;
+		x->w[i] = o;
+		int rc = px_write_dgram(f->px, x->u[0], x->out + (size_t)i * DG_MAX,
+					dg_len((uint32_t)i), NULL, 0, ux_write_cb, o);
+		if (rc != 0)
+			fail_msg("AF_UNIX write_dgram %d: start returned %d (%s)",
+				 i, rc, px_strerror(rc));
+		o->started = 1;
+	}
+}
+
+/* The datagrams that went out are exactly the writes that say so. */
+static void ux_check(ux *x, const char *what)
+{
+	if (x->problems)
+		fail_msg("%s: %d bad datagrams; the first: %s", what, x->problems,
+			 x->why);
+	int ok = atomic_load(&x->ok);
+	if (x->got != ok)
+		fail_msg("%s: %d datagrams arrived, %d writes reported success",
+			 what, x->got, ok);
+	/* In start order, so the successful writes are the first ok ones. */
+	for (int i = 0; i < UX_N; i++)
+		if ((x->w[i]->error == 0) != (i < ok))
+			fail_msg("%s: write %d ended with %s, but %d of %d "
+				 "succeeded: not a prefix of the start order",
+				 what, i, strerror(x->w[i]->error), ok, UX_N);
+}
+
+/*
+ * 240 writes on a socket whose peer's queue takes 10: most wait.  A
+ * reader then takes them all: each write completes once, with all its
+ * bytes, and the datagrams arrive whole and in start order.
+ */
+static void dgram_unix_writes_wait_for_room(void **state)
+{
+	h_fx *f = *state;
+	ux *x = ux_new(f);
+	h_loops_start(f, 2, false);
+	ux_start_writes(f, x);
+	h_sleep_ms(20);
+	int waiting = UX_N - atomic_load(&x->done);
+	pthread_t rd;
+	assert_int_equal(pthread_create(&rd, NULL, ux_reader, x), 0);
+	atomic_store(&x->reader_go, 1);
+	bool all = wait_count(&x->done, UX_N, 10000);
+	pthread_join(rd, NULL);
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&x->ops, "AF_UNIX writes waiting for room");
+	assert_no_bad("AF_UNIX writes waiting for room");
+	if (!all)
+		fail_msg("%d of %d AF_UNIX writes completed (%d datagrams read)",
+			 atomic_load(&x->done), UX_N, x->got);
+	assert_int_equal(atomic_load(&x->ok), UX_N);
+	ux_check(x, "AF_UNIX writes waiting for room");
+	print_message("AF_UNIX: %d of %d writes were waiting for room\n",
+		      waiting, UX_N);
+}
+
+/*
+ * The same writes, mostly waiting, ended by px_cancel (rounds 0, 2, ...)
+ * or px_close (1, 3, ...) while a reader drains the socket: each write
+ * once, with its bytes or ECANCELED; the datagrams that arrive are
+ * exactly those of the writes that succeeded, in order.  Then once more
+ * with px_destroy.
+ */
+#define UX_ROUNDS 6
+static void dgram_unix_cancel_close_destroy_pending_writes(void **state)
+{
+	h_fx *f = *state;
+	int cancelled = 0, succeeded = 0;
+	h_loops_start(f, 2, false);
+	for (int round = 0; round <= UX_ROUNDS; round++) {
+		bool destroy = round == UX_ROUNDS;
+		ux *x = ux_new(f);
+		if (destroy)
+			h_loops_stop();
+		ux_start_writes(f, x);
+		pthread_t rd;
+		assert_int_equal(pthread_create(&rd, NULL, ux_reader, x), 0);
+		atomic_store(&x->reader_go, 1);
+		/* Let the reader free some room, a little more each round. */
+		uint64_t end = h_now_ns() + (uint64_t)round * 300000;
+		while (h_now_ns() < end)
+			;
+		op *cl = NULL;
+		if (destroy) {
+			destroy_now(f);
+		} else if (round % 2 == 0) {
+			int n = px_cancel(f->px, x->u[0]);
+			if (n < 0 || n > UX_N)
+				fail_msg("px_cancel returned %d", n);
+		} else {
+			cl = pool_take(&x->ops, PX_OP_CLOSE, x->u[0], -1);
+			cl->ctx = x;
+			assert_int_equal(px_close(f->px, x->u[0], op_cb, cl), 0);
+			cl->started = 1;
+			untrack(f, x->u[0]);
+		}
+		bool all = wait_count(&x->done, UX_N, 10000);
+		if (cl && !wait_op(cl, 5000))
+			fail_msg("round %d: px_close never called back", round);
+		pthread_join(rd, NULL);
+		if (!all)
+			fail_msg("round %d: %d of %d writes completed", round,
+				 atomic_load(&x->done), UX_N);
+		if (cl) {
+			assert_int_equal(cl->error, 0);
+			for (int i = 0; i < UX_N; i++)
+				if (x->w[i]->order > cl->order)
+					fail_msg("round %d: write %d delivered after "
+						 "its descriptor's close", round, i);
+		}
+		pool_check(&x->ops, "AF_UNIX writes ended early");
+		assert_no_bad("AF_UNIX writes ended early");
+		ux_check(x, destroy ? "px_destroy of waiting AF_UNIX writes"
+			 : round % 2 ? "px_close of waiting AF_UNIX writes"
+				     : "px_cancel of waiting AF_UNIX writes");
+		succeeded += atomic_load(&x->ok);
+		cancelled += UX_N - atomic_load(&x->ok);
+	}
+	print_message("AF_UNIX cancel/close/destroy: %d writes went out, %d "
+		      "cancelled\n", succeeded, cancelled);
+}
+
+/* ------------------------------------------------------------------ */
 /* 2a. px_cancel racing arrivals                                        */
 /* ------------------------------------------------------------------ */
 
@@ -2251,6 +2475,8 @@ int main(int argc, char **argv)
 		T(dgram_many_threads),
 		T(dgram_same_socket_threads),
 		T(dgram_reads_outlive_their_thread),
+		T(dgram_unix_writes_wait_for_room),
+		T(dgram_unix_cancel_close_destroy_pending_writes),
 		T(dgram_cancel_races_arrivals),
 		T(dgram_close_races_traffic),
 		T(dgram_closed_behind_back),
