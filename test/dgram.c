@@ -174,6 +174,18 @@ static void pool_check(pool *p, const char *what)
 	}
 }
 
+static void expect(op *o, int error, size_t bytes, const char *what)
+{
+	if (atomic_load(&o->calls) != 1)
+		fail_msg("%s: %d callbacks, expected one", what,
+			 atomic_load(&o->calls));
+	if (o->error != error)
+		fail_msg("%s: error %d (%s), expected %d (%s)", what, o->error,
+			 strerror(o->error), error, strerror(error));
+	if (o->bytes != bytes)
+		fail_msg("%s: %zu bytes, expected %zu", what, o->bytes, bytes);
+}
+
 /* A plain callback: note and mark done. */
 static void op_cb(const px_completion *c)
 {
@@ -924,6 +936,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 #define UX_N 240
 
 typedef struct ux {
+	px_proactor *px;
 	pool ops;
 	int u[2];
 	uint8_t *out;          /* UX_N * DG_MAX */
@@ -931,7 +944,7 @@ typedef struct ux {
 	atomic_int done, ok;
 	atomic_int reader_go;
 	/* The reader's findings. */
-	int got, last, problems;
+	int got, last, problems, pre;
 	char why[160];
 } ux;
 
@@ -975,6 +988,10 @@ static void *ux_reader(void *arg)
 				break;
 			struct pollfd p = {x->u[1], POLLIN, 0};
 			poll(&p, 1, 5);
+			continue;
+		}
+		if (n == 3 && !memcmp(buf, "pre", 3)) {
+			x->pre++;  /* filler sent before the writes */
 			continue;
 		}
 		uint32_t seq;
@@ -1021,6 +1038,30 @@ static void ux_start_writes(h_fx *f, ux *x)
 	}
 }
 
+static void *ux_starter(void *arg)
+{
+	ux *x = arg;
+	for (int i = 0; i < UX_N; i++) {
+		dg_fill(x->out + (size_t)i * DG_MAX, (uint32_t)i,
+			dg_len((uint32_t)i));
+		op *o = pool_take(&x->ops, PX_OP_WRITE_DGRAM, x->u[0], i);
+		if (!o)
+			return NULL;
+		o->ctx = x;
+		x->w[i] = o;
+		int rc = px_write_dgram(x->px, x->u[0],
+					x->out + (size_t)i * DG_MAX,
+					dg_len((uint32_t)i), NULL, 0, ux_write_cb, o);
+		if (rc != 0) {
+			bad("AF_UNIX write_dgram %d: start returned %d (%s)", i,
+			    rc, px_strerror(rc));
+			return NULL;
+		}
+		o->started = 1;
+	}
+	return NULL;
+}
+
 /* The datagrams that went out are exactly the writes that say so. */
 static void ux_check(ux *x, const char *what)
 {
@@ -1049,7 +1090,21 @@ static void dgram_unix_writes_wait_for_room(void **state)
 	h_fx *f = *state;
 	ux *x = ux_new(f);
 	h_loops_start(f, 2, false);
-	ux_start_writes(f, x);
+	/* Started by a thread that exits while most of them wait (io_uring
+	 * cancels what a thread that exits submitted: the provider must
+	 * submit it again, and send nothing twice). */
+	x->px = f->px;
+	/* The peer's queue full first, so that the first write already
+	 * waits in the kernel when its thread exits. */
+	int fl = fcntl(x->u[0], F_GETFL), filled = 0;
+	fcntl(x->u[0], F_SETFL, fl | O_NONBLOCK);
+	while (send(x->u[0], "pre", 3, 0) == 3)
+		filled++;
+	fcntl(x->u[0], F_SETFL, fl);
+	pthread_t st;
+	assert_int_equal(pthread_create(&st, NULL, ux_starter, x), 0);
+	pthread_join(st, NULL);
+	assert_no_bad("AF_UNIX writes from a thread that exited");
 	h_sleep_ms(20);
 	int waiting = UX_N - atomic_load(&x->done);
 	pthread_t rd;
@@ -1065,6 +1120,7 @@ static void dgram_unix_writes_wait_for_room(void **state)
 		fail_msg("%d of %d AF_UNIX writes completed (%d datagrams read)",
 			 atomic_load(&x->done), UX_N, x->got);
 	assert_int_equal(atomic_load(&x->ok), UX_N);
+	assert_int_equal(x->pre, filled);
 	ux_check(x, "AF_UNIX writes waiting for room");
 	print_message("AF_UNIX: %d of %d writes were waiting for room\n",
 		      waiting, UX_N);
@@ -1134,6 +1190,68 @@ static void dgram_unix_cancel_close_destroy_pending_writes(void **state)
 	}
 	print_message("AF_UNIX cancel/close/destroy: %d writes went out, %d "
 		      "cancelled\n", succeeded, cancelled);
+}
+
+/*
+ * Reads of one descriptor complete in start order (proactor.h): on an
+ * AF_UNIX datagram socket (which keeps the order of its datagrams), 96
+ * reads started by one thread, read_dgram and read_stream alternating
+ * (recv on a datagram socket takes one datagram too), with three loop
+ * threads; a plain thread then sends 96 datagrams: read i gets datagram
+ * i, whole.
+ */
+#define MX_N 96
+static void dgram_mixed_reads_keep_order(void **state)
+{
+	h_fx *f = *state;
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, MX_N);
+	uint8_t *in = h_alloc(f, (size_t)MX_N * DG_MAX);
+	op *r[MX_N];
+	h_loops_start(f, 3, false);
+	for (int i = 0; i < MX_N; i++) {
+		bool dg = i % 3 != 1;
+		r[i] = pool_take(p, dg ? PX_OP_READ_DGRAM : PX_OP_READ_STREAM,
+				 u[1], i);
+		int rc = dg ? px_read_dgram(f->px, u[1], in + (size_t)i * DG_MAX,
+					    DG_MAX, op_cb, r[i])
+			    : px_read_stream(f->px, u[1], in + (size_t)i * DG_MAX,
+					     DG_MAX, op_cb, r[i]);
+		assert_int_equal(rc, 0);
+		r[i]->started = 1;
+	}
+	static uint8_t buf[DG_MAX];
+	for (int i = 0; i < MX_N; i++) {
+		size_t len = dg_len((uint32_t)i);
+		dg_fill(buf, (uint32_t)i, len);
+		/* Blocks while the peer's queue is full (the reads empty it). */
+		struct pollfd pw = {u[0], POLLOUT, 0};
+		if (poll(&pw, 1, 5000) != 1)
+			fail_msg("datagram %d: the reads stopped taking datagrams",
+				 i);
+		assert_int_equal(send(u[0], buf, len, 0), (ssize_t)len);
+	}
+	for (int i = 0; i < MX_N; i++)
+		if (!wait_op(r[i], 5000))
+			fail_msg("read %d (%s) never completed", i,
+				 px_op_name(r[i]->op));
+	h_loops_stop();
+	for (int i = 0; i < MX_N; i++) {
+		expect(r[i], 0, dg_len((uint32_t)i), px_op_name(r[i]->op));
+		uint32_t seq;
+		const char *why = dg_check(in + (size_t)i * DG_MAX, r[i]->bytes,
+					   &seq);
+		if (why || seq != (uint32_t)i)
+			fail_msg("read %d (%s) got %s", i, px_op_name(r[i]->op),
+				 why ? why : "another datagram: out of order");
+	}
+	destroy_now(f);
+	pool_check(p, "mixed reads in order");
+	assert_no_bad("mixed reads in order");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1801,17 +1919,6 @@ static op *e_write(edge *e, int fd, const void *buf, size_t len,
 	return o;
 }
 
-static void expect(op *o, int error, size_t bytes, const char *what)
-{
-	if (atomic_load(&o->calls) != 1)
-		fail_msg("%s: %d callbacks, expected one", what,
-			 atomic_load(&o->calls));
-	if (o->error != error)
-		fail_msg("%s: error %d (%s), expected %d (%s)", what, o->error,
-			 strerror(o->error), error, strerror(error));
-	if (o->bytes != bytes)
-		fail_msg("%s: %zu bytes, expected %zu", what, o->bytes, bytes);
-}
 
 /* The end of every edge test: nothing called back twice, nothing lost. */
 static void edge_end(edge *e, const char *what)
@@ -2438,6 +2545,61 @@ static void dgram_deadline_races_arrivals(void **state)
 		      data, timed, canc, left);
 }
 
+/*
+ * max_aio=4 with every slot held by reads on c: eight reads on a, with a
+ * 30 ms deadline, wait deferred; each ends once with ETIMEDOUT (never
+ * started, so nothing taken), and the datagrams sent to a afterwards are
+ * all still there for a later read.
+ */
+static void dgram_deferred_deadlines(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in aa, ca;
+	int a = udp(f, &aa), c = udp(f, &ca);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 16);
+	uint8_t *in = h_alloc(f, 12 * DG_MAX);
+	op *rc_[4], *ra[8];
+	for (int i = 0; i < 4; i++) {
+		rc_[i] = pool_take(p, PX_OP_READ_DGRAM, c, i);
+		assert_int_equal(px_read_dgram(f->px, c, in + i * DG_MAX, DG_MAX,
+					       op_cb, rc_[i]), 0);
+		rc_[i]->started = 1;
+	}
+	for (int i = 0; i < 8; i++) {
+		ra[i] = pool_take(p, PX_OP_READ_DGRAM, a, i);
+		px_op_desc d = {.op = PX_OP_READ_DGRAM, .fd = a,
+				.buf = in + (4 + i) * DG_MAX, .len = DG_MAX,
+				.timeout_ns = 30000000u, .cb = op_cb,
+				.user = ra[i]};
+		assert_int_equal(px_start_op(f->px, &d), 0);
+		ra[i]->started = 1;
+	}
+	for (int i = 0; i < 8; i++)
+		pump_until(f, ra[i], 5000, "a deferred read with a deadline");
+	for (int i = 0; i < 8; i++)
+		expect(ra[i], ETIMEDOUT, 0, "a deferred read with a deadline");
+	/* Nothing of a was read: two datagrams sent now are both there. */
+	int s = h_track(f, socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(sendto(s, "one", 3, 0, (struct sockaddr *)&aa, sizeof aa), 3);
+	assert_int_equal(sendto(s, "two", 3, 0, (struct sockaddr *)&aa, sizeof aa), 3);
+	h_settle(f, 20);
+	assert_int_equal(px_cancel(f->px, c), 4);
+	for (int i = 0; i < 4; i++) {
+		pump_until(f, rc_[i], 5000, "a read cancelled");
+		expect(rc_[i], ECANCELED, 0, "a read holding a slot");
+	}
+	char buf[8];
+	assert_int_equal(recv(a, buf, sizeof buf, MSG_DONTWAIT), 3);
+	assert_int_equal(recv(a, buf, sizeof buf, MSG_DONTWAIT), 3);
+	assert_int_equal(recv(a, buf, sizeof buf, MSG_DONTWAIT), -1);
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_int_equal(st.timed_out, 8);
+	destroy_now(f);
+	pool_check(p, "deferred reads with deadlines");
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -2476,6 +2638,7 @@ int main(int argc, char **argv)
 		T(dgram_same_socket_threads),
 		T(dgram_reads_outlive_their_thread),
 		T(dgram_unix_writes_wait_for_room),
+		T(dgram_mixed_reads_keep_order),
 		T(dgram_unix_cancel_close_destroy_pending_writes),
 		T(dgram_cancel_races_arrivals),
 		T(dgram_close_races_traffic),
@@ -2491,6 +2654,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(dgram_max_aio_4, fx_setup_aio4,
 						fx_teardown),
 		cmocka_unit_test_setup_teardown(dgram_close_deferred,
+						fx_setup_aio4, fx_teardown),
+		cmocka_unit_test_setup_teardown(dgram_deferred_deadlines,
 						fx_setup_aio4, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("dgram", tests, NULL, NULL) ? 1 : 0;
