@@ -1254,6 +1254,62 @@ static void dgram_mixed_reads_keep_order(void **state)
 	assert_no_bad("mixed reads in order");
 }
 
+/*
+ * close(2) behind the library's back under AF_UNIX writes that wait for
+ * room (the peer's queue is full and nobody reads): each completes once
+ * with EBADF within 5 s (proactor.h, "Closed descriptors"), and none of
+ * them was sent.  One loop thread, the test's own.
+ */
+static void dgram_unix_writes_closed_behind_back(void **state)
+{
+	h_fx *f = *state;
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	int fl = fcntl(u[0], F_GETFL), filled = 0;
+	fcntl(u[0], F_SETFL, fl | O_NONBLOCK);
+	while (send(u[0], "pre", 3, 0) == 3)
+		filled++;
+	fcntl(u[0], F_SETFL, fl);
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 8);
+	op *w[4];
+	for (int i = 0; i < 4; i++) {
+		w[i] = pool_take(p, PX_OP_WRITE_DGRAM, u[0], i);
+		assert_int_equal(px_write_dgram(f->px, u[0], "data", 4, NULL, 0,
+						op_cb, w[i]), 0);
+		w[i]->started = 1;
+	}
+	h_settle(f, 20);
+	for (int i = 0; i < 4; i++)
+		if (op_is_done(w[i]))
+			fail_msg("write %d to a full AF_UNIX socket completed: %s",
+				 i, strerror(w[i]->error));
+	uint64_t t0 = h_now_ms();
+	h_close(f, u[0]);
+	for (int i = 0; i < 4; i++)
+		pump_until(f, w[i], 5000, "a waiting write on a closed socket");
+	uint64_t took = h_now_ms() - t0;
+	h_settle(f, 20);
+	for (int i = 0; i < 4; i++)
+		expect(w[i], EBADF, 0, "a waiting write whose socket was closed");
+	/* Nothing but the filler reached the peer. */
+	char buf[16];
+	int got = 0;
+	ssize_t n;
+	while ((n = recv(u[1], buf, sizeof buf, MSG_DONTWAIT)) >= 0) {
+		if (n != 3)
+			fail_msg("a write on the closed socket was sent anyway");
+		got++;
+	}
+	assert_int_equal(got, filled);
+	destroy_now(f);
+	pool_check(p, "AF_UNIX writes closed behind the back");
+	print_message("AF_UNIX writes closed behind the back: EBADF after "
+		      "%llu ms\n", (unsigned long long)took);
+}
+
 /* ------------------------------------------------------------------ */
 /* 2a. px_cancel racing arrivals                                        */
 /* ------------------------------------------------------------------ */
@@ -2110,6 +2166,25 @@ static void dgram_connected_refused(void **state)
 	op *w4 = e_write(e, b, "ping1234", 8, NULL, 0);
 	pump_until(f, w4, 5000, "a write after the error was taken");
 	expect(w4, 0, 8, "write after ECONNREFUSED was reported");
+
+	/* Unconnected, the socket hears of no ICMP error: the write goes
+	 * out, and a pending read gets the next datagram, not an error. */
+	struct sockaddr_in ca;
+	int c = udp(f, &ca);
+	op *rc_ = e_read(e, c, in, 64);
+	op *w5 = e_write(e, c, "lost", 4, &to, sizeof to);
+	pump_until(f, w5, 5000, "a write to a closed port, unconnected");
+	expect(w5, 0, 4, "write to a closed port from an unconnected socket");
+	assert_true(same_sender(w5, &to));
+	h_settle(f, 30);
+	assert_false(op_is_done(rc_));
+	struct sockaddr_in da;
+	int d = udp(f, &da);
+	assert_int_equal(sendto(d, "after", 5, 0, (struct sockaddr *)&ca,
+				sizeof ca), 5);
+	pump_until(f, rc_, 5000, "a read on an unconnected socket");
+	expect(rc_, 0, 5, "read after a write to a closed port, unconnected");
+	assert_true(same_sender(rc_, &da));
 	edge_end(e, "connected to a closed port");
 }
 
@@ -2639,6 +2714,7 @@ int main(int argc, char **argv)
 		T(dgram_reads_outlive_their_thread),
 		T(dgram_unix_writes_wait_for_room),
 		T(dgram_mixed_reads_keep_order),
+		T(dgram_unix_writes_closed_behind_back),
 		T(dgram_unix_cancel_close_destroy_pending_writes),
 		T(dgram_cancel_races_arrivals),
 		T(dgram_close_races_traffic),
