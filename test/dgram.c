@@ -7,18 +7,26 @@
  *    threads at once; the sender is throttled to the datagrams the
  *    receiver can hold, so none may be lost: every one arrives exactly
  *    once, whole and unchanged;
- *  - several threads starting reads on one socket at once;
+ *  - several threads starting reads on one socket at once; reads started
+ *    by a thread that then exits; reads of mixed kinds keeping start
+ *    order on an AF_UNIX datagram socket;
+ *  - AF_UNIX datagram writes that really wait for room (the peer's queue
+ *    is full), completed by a reader or ended by px_cancel, px_close,
+ *    px_destroy or close(2): the datagrams that arrive are exactly those
+ *    of the writes that reported success, in start order;
  *  - px_cancel racing arrivals (each read once: data or ECANCELED, and no
  *    datagram lost: what the reads took plus what is left in the socket is
- *    what was sent); px_close under reads and writes kept going by
- *    callbacks; close(2) behind the library's back (EBADF once);
- *    px_destroy with reads pending whose callbacks try to start more;
+ *    what was sent); deadlines (px_start_op) racing arrivals likewise;
+ *    px_close under reads and writes kept going by callbacks; close(2)
+ *    behind the library's back (EBADF once); px_destroy with reads pending
+ *    whose callbacks try to start more;
  *  - edge inputs: zero-length datagrams (sent, received, and a read of
  *    length 0 that drops a datagram), a datagram longer than the read
  *    buffer (truncated to the buffer, nothing written past it, the rest
- *    dropped), ECONNREFUSED on a connected socket, IPv6 loopback, the
- *    largest UDP datagram and one byte more (EMSGSIZE), a read on a pipe,
- *    AF_UNIX datagram sockets, and max_aio=4 with many operations.
+ *    dropped), ECONNREFUSED on a connected socket (one read, or the next
+ *    write), IPv6 loopback, the largest UDP datagram and one byte more
+ *    (EMSGSIZE), a read on a pipe, AF_UNIX datagram sockets, and
+ *    max_aio=4 with many operations, deferred ones closed or timed out.
  *
  * Every started operation must call back exactly once with its op and
  * descriptor; that is counted in an op record per start, and checked after
