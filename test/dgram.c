@@ -310,25 +310,12 @@ static void big_rcvbuf(int fd)
 		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
 }
 
-/*
- * A UDP socket on 127.0.0.1, tracked, with a large receive buffer.  Not
- * h_bound_socket: its SO_REUSEADDR lets the kernel give two UDP sockets
- * the same port when both are bound to port 0 (then one of them gets the
- * other's datagrams; seen about once in a hundred runs of 33 sockets).
- */
+/* A UDP socket on 127.0.0.1, tracked, with a large receive buffer
+ * (h_bound_socket leaves SO_REUSEADDR off for UDP: with it, two sockets
+ * bound to port 0 could get one port, and one the other's datagrams). */
 static int udp(h_fx *f, struct sockaddr_in *addr)
 {
-	int fd = h_track(f, socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-	struct sockaddr_in a;
-	memset(&a, 0, sizeof a);
-	a.sin_family = AF_INET;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
-		fail_msg("bind 127.0.0.1:0: %s", strerror(errno));
-	socklen_t len = sizeof a;
-	if (getsockname(fd, (struct sockaddr *)&a, &len) < 0)
-		fail_msg("getsockname: %s", strerror(errno));
-	*addr = a;
+	int fd = h_bound_socket(f, SOCK_DGRAM, addr);
 	big_rcvbuf(fd);
 	return fd;
 }
