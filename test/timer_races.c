@@ -1,0 +1,1487 @@
+/*
+ * timer_races.c - timers (px_timer_start, px_timer_periodic,
+ * px_timer_cancel) under adversarial conditions, per engine (suite
+ * 'fault'):
+ *
+ *  - never early: hundreds of one-shot timers (0 ms, 1 ms, up to 50 ms)
+ *    started from two outside threads and from callbacks while three
+ *    threads run the loop: each fires no earlier than its delay after the
+ *    clock read just before its start (no tolerance at all: the library
+ *    reads the same CLOCK_MONOTONIC later), with its deadline in
+ *    c->offset, and not absurdly late;
+ *  - no lost wake-up: a 20 ms timer started from outside while the only
+ *    loop thread sleeps in px_handle_events(px, -1) (idle, behind a far
+ *    timer, or leading a processor with a read pending) fires promptly;
+ *  - px_timer_cancel racing the expiry from another thread and from a
+ *    callback: one callback, and 0 from the cancel exactly when it says
+ *    ECANCELED (-ENOENT exactly when it fired);
+ *  - periodic timers: cancelled from another thread while a callback runs
+ *    (no overlap, at most the running callback and then one ECANCELED,
+ *    last), cancelled from their own callback and from another timer's
+ *    callback while their expiry is queued, a callback slower than the
+ *    period (missed periods reported in c->bytes with contiguous
+ *    c->offset, never a burst), a period of 1 ns;
+ *  - px_destroy and px_stop with timers pending whose callbacks try to
+ *    start more (-ESHUTDOWN); bad input (huge delays and periods, unknown
+ *    ids, double cancel, cancel after fire, the id of an operation's
+ *    deadline); timers while max_aio=1 is full of waiting reads and
+ *    further starts are deferred.
+ *
+ * Every start is counted in a record of its own and checked after
+ * px_destroy: one callback, with op PX_OP_TIMER, fd -1 and its own
+ * timer_id, when the start returned an id, none otherwise (a periodic
+ * timer: its ticks, then exactly one ECANCELED, last).  Callbacks never
+ * assert (cmocka longjmps): they note the first problem for the test
+ * thread.
+ *
+ *   timer_races 'ENGINE CONFIG TEXT' [TEST FILTER]
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MS 1000000ull
+
+/* ------------------------------------------------------------------ */
+/* Problems seen inside callbacks and helper threads                    */
+/* ------------------------------------------------------------------ */
+
+static atomic_int g_bad;
+static char g_bad_msg[512];
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...)
+{
+	if (atomic_fetch_add(&g_bad, 1) != 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
+	va_end(ap);
+}
+
+static void assert_no_bad(const char *where)
+{
+	int n = atomic_load(&g_bad);
+	if (n)
+		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
+			 "the first: %s",
+			 where, n, g_bad_msg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Timer records: one per start, checked after px_destroy               */
+/* ------------------------------------------------------------------ */
+
+#define TM_MAX_CALLS 4096  /* callbacks a periodic record keeps */
+
+typedef struct tmr {
+	/* Set before the start (read by callbacks). */
+	uint64_t delay;        /* ns (a periodic: its first_ns) */
+	uint64_t period;       /* 0: one-shot */
+	uint64_t t0;           /* CLOCK_MONOTONIC just before the start */
+	int tag;               /* the test's own */
+	void *ctx;
+	/* Set by the starter after the start returned (read after
+	 * destroy or by the starter itself). */
+	uint64_t t1;           /* just after the start */
+	int64_t id;            /* what the start returned */
+	int started;
+	/* By the callbacks. */
+	atomic_int calls;
+	atomic_int in_cb;      /* callbacks of this timer running now */
+	atomic_int done;       /* the last callback (one-shot: the only one;
+	                          periodic: the ECANCELED one) has run */
+	atomic_int ticks;      /* periodic: callbacks with error 0 */
+	atomic_int cancelled;  /* the test's cancel returned 0 (set by it) */
+	atomic_int after_cancel; /* error-0 callbacks begun after that */
+	atomic_int ended;      /* the ECANCELED callback has run */
+	int error;             /* of the last callback */
+	int64_t cid;           /* c->timer_id of the first callback */
+	int id_mismatch;       /* a later callback carried another id */
+	uint64_t offset;       /* of the first callback */
+	uint64_t at;           /* when the first callback began */
+	/* Periodic: every callback (error, bytes, offset, time). */
+	int ncalls;
+	struct tmr_call { int error; uint64_t bytes, offset, at; } *log;
+} tm;
+
+typedef struct pool {
+	tm *v;
+	int cap;
+	atomic_int n;
+} pool;
+
+static void pool_init(h_fx *f, pool *p, int cap)
+{
+	p->v = h_alloc(f, sizeof(tm) * (size_t)cap);
+	p->cap = cap;
+	atomic_store(&p->n, 0);
+}
+
+static tm *pool_take(pool *p)
+{
+	int i = atomic_fetch_add(&p->n, 1);
+	if (i >= p->cap) {
+		bad("timer pool of %d records exhausted", p->cap);
+		return NULL;
+	}
+	return &p->v[i];
+}
+
+static int pool_count(pool *p)
+{
+	int n = atomic_load(&p->n);
+	return n > p->cap ? p->cap : n;
+}
+
+/* Start a one-shot timer for t (t0/t1/id/started filled in). */
+static int64_t tm_start(px_proactor *px, tm *t, uint64_t delay,
+			px_callback *cb)
+{
+	t->delay = delay;
+	t->period = 0;
+	t->t0 = h_now_ns();
+	int64_t id = px_timer_start(px, delay, cb, t);
+	t->t1 = h_now_ns();
+	t->id = id;
+	t->started = id > 0;
+	return id;
+}
+
+static int64_t tm_start_periodic(px_proactor *px, tm *t, uint64_t first,
+				 uint64_t period, px_callback *cb)
+{
+	t->delay = first;
+	t->period = period;
+	t->t0 = h_now_ns();
+	int64_t id = px_timer_periodic(px, first, period, cb, t);
+	t->t1 = h_now_ns();
+	t->id = id;
+	t->started = id > 0;
+	return id;
+}
+
+/*
+ * The checks every callback makes.  Returns false on a call that must not
+ * happen (reported).  One-shot: once, error 0 no earlier than its delay
+ * after t0, or ECANCELED.  Periodic: no overlap, nothing after the
+ * ECANCELED one, each tick no earlier than the last expiry it reports.
+ */
+static bool tm_note(const px_completion *c)
+{
+	uint64_t now = h_now_ns();
+	tm *t = c->user;
+	int n = atomic_fetch_add(&t->calls, 1);
+	if (c->op != PX_OP_TIMER || c->fd != -1)
+		bad("a timer's completion came as %s on fd %d",
+		    px_op_name(c->op), c->fd);
+	if (c->error != 0 && c->error != ECANCELED)
+		bad("a timer's completion with error %d (%s)", c->error,
+		    strerror(c->error));
+	if (n == 0) {
+		t->cid = c->timer_id;
+		t->offset = c->offset;
+		t->at = now;
+	} else if (c->timer_id != t->cid) {
+		t->id_mismatch = 1;
+	}
+	if (!t->period) {
+		if (n != 0) {
+			bad("one-shot timer %lld called back a second time "
+			    "(error %d)", (long long)c->timer_id, c->error);
+			return false;
+		}
+		if (c->error == 0) {
+			if (now < t->t0 + t->delay)
+				bad("timer %lld of %llu us fired %llu ns early",
+				    (long long)c->timer_id,
+				    (unsigned long long)(t->delay / 1000),
+				    (unsigned long long)(t->t0 + t->delay - now));
+			if (c->offset < t->t0 + t->delay || c->offset > now)
+				bad("timer %lld: c->offset %llu is not its "
+				    "deadline (t0 + delay %llu, fired %llu)",
+				    (long long)c->timer_id,
+				    (unsigned long long)c->offset,
+				    (unsigned long long)(t->t0 + t->delay),
+				    (unsigned long long)now);
+		}
+		t->error = c->error;
+		return true;
+	}
+	/* Periodic. */
+	if (atomic_fetch_add(&t->in_cb, 1) != 0)
+		bad("periodic timer %lld: two callbacks overlap",
+		    (long long)c->timer_id);
+	if (atomic_load(&t->ended))
+		bad("periodic timer %lld called back after its ECANCELED "
+		    "callback", (long long)c->timer_id);
+	if (c->error == 0) {
+		atomic_fetch_add(&t->ticks, 1);
+		if (atomic_load(&t->cancelled))
+			atomic_fetch_add(&t->after_cancel, 1);
+		if (c->bytes < 1)
+			bad("periodic timer %lld: a tick reports %zu expiries",
+			    (long long)c->timer_id, c->bytes);
+		/* The last expiry it reports has passed. */
+		uint64_t last = c->offset + (c->bytes - 1) * t->period;
+		if (c->bytes >= 1 && c->bytes < (1ull << 40) && now < last)
+			bad("periodic timer %lld: a tick reporting %zu expiries "
+			    "up to %llu ran %llu ns before that",
+			    (long long)c->timer_id, c->bytes,
+			    (unsigned long long)last,
+			    (unsigned long long)(last - now));
+	}
+	if (t->log && t->ncalls < TM_MAX_CALLS)
+		t->log[t->ncalls++] = (struct tmr_call){c->error, c->bytes,
+						       c->offset, now};
+	t->error = c->error;
+	return true;
+}
+
+/* End of a periodic callback (after the test's own work in it). */
+static void tm_leave(const px_completion *c)
+{
+	tm *t = c->user;
+	if (!t->period)
+		return;
+	if (c->error == ECANCELED)
+		atomic_store(&t->ended, 1);
+	atomic_fetch_sub(&t->in_cb, 1);
+}
+
+static void tm_mark_done(tm *t)
+{
+	atomic_store_explicit(&t->done, 1, memory_order_release);
+}
+
+static bool tm_is_done(tm *t)
+{
+	return atomic_load_explicit(&t->done, memory_order_acquire) != 0;
+}
+
+/* A plain callback. */
+static void tm_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	if (!tm_note(c))
+		return;
+	bool last = !t->period || c->error == ECANCELED;
+	tm_leave(c);
+	if (last)
+		tm_mark_done(t);
+}
+
+static void tm_log_alloc(h_fx *f, tm *t)
+{
+	t->log = h_alloc(f, sizeof(*t->log) * TM_MAX_CALLS);
+}
+
+/*
+ * After px_destroy: every record once if started (a periodic: its ticks
+ * and one ECANCELED, last), never otherwise, with its own id.
+ */
+static void pool_check(pool *p, const char *what)
+{
+	int n = pool_count(p);
+	for (int i = 0; i < n; i++) {
+		tm *t = &p->v[i];
+		int calls = atomic_load(&t->calls);
+		if (!t->started) {
+			if (calls)
+				fail_msg("%s: record %d: the start failed (%lld) "
+					 "and yet %d callbacks came",
+					 what, i, (long long)t->id, calls);
+			continue;
+		}
+		if (!t->period && calls != 1)
+			fail_msg("%s: one-shot timer %lld (record %d, %llu us) "
+				 "called back %d times, expected once",
+				 what, (long long)t->id, i,
+				 (unsigned long long)(t->delay / 1000), calls);
+		if (t->period && (calls < 1 || !atomic_load(&t->ended) ||
+				  t->error != ECANCELED ||
+				  calls != atomic_load(&t->ticks) + 1))
+			fail_msg("%s: periodic timer %lld (record %d): %d "
+				 "callbacks, %d ticks, ended %d, last error %d; "
+				 "expected its ticks and one ECANCELED, last",
+				 what, (long long)t->id, i, calls,
+				 atomic_load(&t->ticks), atomic_load(&t->ended),
+				 t->error);
+		if (t->cid != t->id || t->id_mismatch)
+			fail_msg("%s: timer %lld (record %d) called back with "
+				 "timer_id %lld", what, (long long)t->id, i,
+				 (long long)t->cid);
+	}
+}
+
+/* A periodic timer's log: the first tick reports its first deadline
+ * (fixed between t0 and t1), each tick starts where the one before
+ * ended (offset + bytes * period), and ECANCELED comes once, last. */
+static void periodic_log_check(tm *t, const char *what)
+{
+	uint64_t next = 0;
+	for (int i = 0; i < t->ncalls; i++) {
+		struct tmr_call *k = &t->log[i];
+		if (k->error == ECANCELED) {
+			if (i != t->ncalls - 1)
+				fail_msg("%s: ECANCELED callback %d of %d is not "
+					 "the last", what, i + 1, t->ncalls);
+			continue;
+		}
+		if (!next) {
+			if (k->offset < t->t0 + t->delay ||
+			    k->offset > t->t1 + t->delay)
+				fail_msg("%s: the first tick reports deadline "
+					 "%llu, outside [t0 + first %llu, t1 + "
+					 "first %llu]", what,
+					 (unsigned long long)k->offset,
+					 (unsigned long long)(t->t0 + t->delay),
+					 (unsigned long long)(t->t1 + t->delay));
+		} else if (k->offset != next) {
+			fail_msg("%s: tick %d reports deadline %llu, the one "
+				 "before ended at %llu (%lld ns apart): periods "
+				 "%s", what, i + 1,
+				 (unsigned long long)k->offset,
+				 (unsigned long long)next,
+				 (long long)(k->offset - next),
+				 k->offset > next ? "lost" : "reported twice");
+		}
+		next = k->offset + k->bytes * t->period;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Fixture and loop threads                                             */
+/* ------------------------------------------------------------------ */
+
+static int fx_setup(void **state)
+{
+	atomic_store(&g_bad, 0);
+	g_bad_msg[0] = '\0';
+	return h_setup(state);
+}
+
+static int fx_setup_aio1(void **state)
+{
+	px_config save = h_cfg;
+	h_cfg.primary.max_aio = 1;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = 1;
+	int rc = fx_setup(state);
+	h_cfg = save;
+	return rc;
+}
+
+/* Loop threads of the test's own that wait without a bound
+ * (px_handle_events(px, -1)); stopped by a flag and a post. */
+static struct {
+	px_proactor *px;
+	pthread_t th[H_MAX_LOOPS];
+	int n;
+	atomic_int stop;
+	atomic_int error;
+	bool shutdown_ok;
+} g_lp;
+
+static void *lp_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_lp.stop)) {
+		int rc = px_handle_events(g_lp.px, -1);
+		if (rc < 0) {
+			if (!(rc == -ESHUTDOWN && g_lp.shutdown_ok))
+				atomic_store(&g_lp.error, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void lp_start(h_fx *f, int n, bool shutdown_ok)
+{
+	assert_true(g_lp.n == 0 && n <= H_MAX_LOOPS);
+	g_lp.px = f->px;
+	g_lp.shutdown_ok = shutdown_ok;
+	atomic_store(&g_lp.stop, 0);
+	atomic_store(&g_lp.error, 0);
+	for (int i = 0; i < n; i++) {
+		if (pthread_create(&g_lp.th[i], NULL, lp_main, NULL))
+			fail_msg("pthread_create failed");
+		g_lp.n = i + 1;
+	}
+}
+
+static void noop_cb(const px_completion *c) { (void)c; }
+
+static void lp_join(void)
+{
+	if (!g_lp.n)
+		return;
+	atomic_store(&g_lp.stop, 1);
+	/* One post per thread wakes each (fails harmlessly after a stop). */
+	for (int i = 0; i < g_lp.n; i++)
+		px_post(g_lp.px, noop_cb, NULL);
+	for (int i = 0; i < g_lp.n; i++)
+		pthread_join(g_lp.th[i], NULL);
+	g_lp.n = 0;
+}
+
+static void lp_stop(void)
+{
+	lp_join();
+	int err = atomic_load(&g_lp.error);
+	if (err)
+		fail_msg("px_handle_events(px, -1) returned %d (%s) in a loop "
+			 "thread", err, px_strerror(err));
+}
+
+static int fx_teardown(void **state)
+{
+	h_loops_join();
+	lp_join();
+	return h_teardown(state);
+}
+
+/* Destroy the proactor now (the callbacks of everything pending run
+ * here); the fixture's memory stays until the teardown. */
+static void destroy_now(h_fx *f)
+{
+	alarm(H_TEARDOWN_S + 5);
+	int rc = px_destroy(f->px);
+	alarm(H_WATCHDOG_S);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+}
+
+static bool wait_flag(atomic_int *v, int want, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (atomic_load(v) < want) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+static bool wait_done(tm *t, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!tm_is_done(t)) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
+static void sleep_until_ns(uint64_t when)
+{
+	for (;;) {
+		uint64_t now = h_now_ns();
+		if (now >= when)
+			return;
+		uint64_t d = when - now;
+		struct timespec ts = {(time_t)(d / 1000000000u),
+				      (long)(d % 1000000000u)};
+		nanosleep(&ts, NULL);
+	}
+}
+
+static uint32_t rnd(uint32_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. Never early, many threads                                         */
+/* ------------------------------------------------------------------ */
+
+#define EARLY_OUTSIDE 2      /* outside starter threads */
+#define EARLY_PER     150    /* timers each starts */
+#define EARLY_CHILD   2      /* depth of timers started from callbacks */
+#define EARLY_CAP     (EARLY_OUTSIDE * EARLY_PER * 3)
+/* The latest a timer may fire after its deadline: generous (a loaded
+ * machine under TSan), but a lost wake-up shows as far more. */
+#define LATE_NS (2000 * MS)
+
+typedef struct early {
+	px_proactor *px;
+	pool p;
+	atomic_int started, fired;
+	atomic_int go;
+} early;
+
+static early *g_early;
+
+static uint64_t early_delay(uint32_t *s, int i)
+{
+	switch (i % 5) {
+	case 0: return 0;
+	case 1: return 1 * MS;
+	case 2: return rnd(s) % (50 * MS);
+	case 3: return rnd(s) % (2 * MS);
+	default: return rnd(s) % 20000; /* under 20 us */
+	}
+}
+
+static void early_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	early *e = g_early;
+	if (!tm_note(c))
+		return;
+	if (c->error)
+		bad("timer %lld: error %d, nobody cancelled it",
+		    (long long)c->timer_id, c->error);
+	/* Every other one starts a child from its callback. */
+	if (t->tag < EARLY_CHILD && (c->timer_id & 1)) {
+		tm *k = pool_take(&e->p);
+		if (k) {
+			uint32_t s = (uint32_t)c->timer_id * 2654435761u | 1;
+			k->tag = t->tag + 1;
+			atomic_fetch_add(&e->started, 1);
+			if (tm_start(e->px, k, early_delay(&s, (int)c->timer_id),
+				     early_cb) <= 0) {
+				bad("a start from a callback: %lld",
+				    (long long)k->id);
+				atomic_fetch_sub(&e->started, 1);
+			}
+		}
+	}
+	tm_mark_done(t);
+	atomic_fetch_add(&e->fired, 1);
+}
+
+static void *early_starter(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	early *e = g_early;
+	uint32_t s = 0x9e3779b9u * (uint32_t)(me + 1);
+	while (!atomic_load(&e->go))
+		sched_yield();
+	for (int i = 0; i < EARLY_PER; i++) {
+		tm *t = pool_take(&e->p);
+		if (!t)
+			break;
+		atomic_fetch_add(&e->started, 1);
+		if (tm_start(e->px, t, early_delay(&s, i + me), early_cb) <= 0) {
+			bad("px_timer_start from an outside thread: %lld",
+			    (long long)t->id);
+			atomic_fetch_sub(&e->started, 1);
+		}
+		if (rnd(&s) % 4 == 0) {
+			struct timespec ts = {0, (long)(rnd(&s) % 1000000)};
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+static void late_check(pool *p, const char *what)
+{
+	int n = pool_count(p);
+	uint64_t worst = 0;
+	for (int i = 0; i < n; i++) {
+		tm *t = &p->v[i];
+		if (!t->started || t->error)
+			continue;
+		uint64_t due = t->t0 + t->delay;
+		if (t->at < due)
+			fail_msg("%s: timer %lld of %llu us fired %llu ns early",
+				 what, (long long)t->id,
+				 (unsigned long long)(t->delay / 1000),
+				 (unsigned long long)(due - t->at));
+		if (t->offset < due || t->offset > t->t1 + t->delay)
+			fail_msg("%s: timer %lld: c->offset %llu outside "
+				 "[t0 + delay %llu, t1 + delay %llu]", what,
+				 (long long)t->id,
+				 (unsigned long long)t->offset,
+				 (unsigned long long)due,
+				 (unsigned long long)(t->t1 + t->delay));
+		if (t->at - due > worst)
+			worst = t->at - due;
+		if (t->at - due > LATE_NS)
+			fail_msg("%s: timer %lld of %llu us fired %llu ms late",
+				 what, (long long)t->id,
+				 (unsigned long long)(t->delay / 1000),
+				 (unsigned long long)((t->at - due) / MS));
+	}
+	printf("%s: %d timers, the latest %.2f ms after its deadline\n", what,
+	       n, (double)worst / 1e6);
+}
+
+static void timers_never_early(void **state)
+{
+	h_fx *f = *state;
+	early *e = h_alloc(f, sizeof *e);
+	g_early = e;
+	e->px = f->px;
+	pool_init(f, &e->p, EARLY_CAP);
+	h_loops_start(f, 3, false);
+	pthread_t th[EARLY_OUTSIDE];
+	for (int i = 0; i < EARLY_OUTSIDE; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, early_starter,
+						(void *)(intptr_t)i), 0);
+	atomic_store(&e->go, 1);
+	for (int i = 0; i < EARLY_OUTSIDE; i++)
+		pthread_join(th[i], NULL);
+	/* Children are started before their parent counts as fired, so
+	 * fired == started means none is left. */
+	uint64_t dl = h_deadline(10000);
+	while (atomic_load(&e->fired) < atomic_load(&e->started) &&
+	       h_now_ms() < dl)
+		h_sleep_ms(1);
+	int fired = atomic_load(&e->fired), started = atomic_load(&e->started);
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&e->p, "never early");
+	assert_no_bad("never early");
+	if (fired != started)
+		fail_msg("%d of %d timers fired within 10 s", fired, started);
+	late_check(&e->p, "never early");
+}
+
+/* ------------------------------------------------------------------ */
+/* 1b. A timer started from outside wakes the loop thread               */
+/* ------------------------------------------------------------------ */
+
+/* A 20 ms timer must fire within WAKE_LATE_MS of its deadline.  A lost
+ * wake-up leaves it to the end of the sleeping thread's wait: never (idle),
+ * the far timer (10 s), or the processor's idle check (200 ms after the
+ * read started, so about 170 ms late here).  A timer late by more than the
+ * bound is tried again (twice): a lost wake-up is late every time, a
+ * loaded machine only now and then. */
+#define WAKE_DELAY_MS 20
+#define WAKE_LATE_MS 100
+
+static const char *wake_case_name[] = {
+	"idle loop thread", "loop thread behind a 10 s timer",
+	"loop thread leading a processor with a read pending",
+	"loop thread re-armed for a 40 ms timer",
+};
+
+/* Returns how late (ns) the 20 ms timer fired; fails on a wrong
+ * completion. */
+static uint64_t wake_once(h_fx *f, pool *p, int kind)
+{
+	int sv[2] = {-1, -1};
+	char *buf = NULL;
+	h_rec *rd = NULL;
+	tm *far = NULL, *t40 = NULL;
+	if (kind >= 1) {
+		far = pool_take(p);
+		assert_true(tm_start(f->px, far, 10000 * MS, tm_cb) > 0);
+	}
+	if (kind >= 2)
+		rd = h_start_pending_read(f, sv, 16, &buf);
+	lp_start(f, 1, false);
+	h_sleep_ms(30);  /* the loop thread is asleep by now */
+	if (kind == 3) {
+		t40 = pool_take(p);
+		assert_true(tm_start(f->px, t40, 40 * MS, tm_cb) > 0);
+		h_sleep_ms(5);
+	}
+	tm *t = pool_take(p);
+	assert_non_null(t);
+	assert_true(tm_start(f->px, t, WAKE_DELAY_MS * MS, tm_cb) > 0);
+	bool ok = wait_done(t, 3000);
+	if (t40 && ok)
+		ok = wait_done(t40, 3000);
+	lp_stop();
+	if (!ok)
+		fail_msg("%s: a %d ms timer started from outside did not fire "
+			 "within 3 s", wake_case_name[kind], WAKE_DELAY_MS);
+	if (far)
+		assert_int_equal(px_timer_cancel(f->px, far->id), 0);
+	if (rd)
+		px_cancel(f->px, sv[1]);
+	h_settle(f, 2);
+	if (far && !tm_is_done(far))
+		h_settle(f, 20);
+	if (rd) {
+		h_wait_rec(f, rd, 2000, "the cancelled read");
+		assert_int_equal(rd->c.error, ECANCELED);
+	}
+	assert_int_equal(t->error, 0);
+	uint64_t late = t->at - (t->t0 + t->delay);
+	if (t40) {
+		uint64_t l40 = t40->at - (t40->t0 + t40->delay);
+		if (l40 > late)
+			late = l40;
+	}
+	return late;
+}
+
+static void timer_wakes_sleeping_loop(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 64);
+	for (int kind = 0; kind < 4; kind++) {
+		uint64_t late = 0;
+		for (int attempt = 0; attempt < 3; attempt++) {
+			late = wake_once(f, p, kind);
+			if (late <= WAKE_LATE_MS * MS)
+				break;
+			printf("%s: %.1f ms late, again\n", wake_case_name[kind],
+			       (double)late / 1e6);
+		}
+		if (late > WAKE_LATE_MS * MS)
+			fail_msg("%s: a %d ms timer started from outside fired "
+				 "%.1f ms late three times in a row (a lost "
+				 "wake-up?)", wake_case_name[kind],
+				 WAKE_DELAY_MS, (double)late / 1e6);
+	}
+	destroy_now(f);
+	pool_check(p, "wake-up");
+	assert_no_bad("wake-up");
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. px_timer_cancel racing the expiry                                 */
+/* ------------------------------------------------------------------ */
+
+#define RACE_ROUNDS 100
+#define RACE_K 4
+
+typedef struct race_pair {
+	tm *victim;
+	atomic_int rc;       /* the cancel's return, + 1000 once set */
+} race_pair;
+
+static void race_cb(const px_completion *c)
+{
+	if (!tm_note(c))
+		return;
+	tm_mark_done(c->user);
+}
+
+/* Timer A's callback cancels timer B, due at about the same time. */
+static void race_killer_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	race_pair *rp = t->ctx;
+	if (!tm_note(c))
+		return;
+	if (c->error == 0)
+		atomic_store(&rp->rc,
+			     1000 + px_timer_cancel(c->proactor, rp->victim->id));
+	tm_mark_done(t);
+}
+
+static void check_cancel_outcome(tm *t, int rc, const char *what)
+{
+	if (atomic_load(&t->calls) != 1)
+		fail_msg("%s: timer %lld: %d callbacks", what, (long long)t->id,
+			 atomic_load(&t->calls));
+	if (rc == 0 && t->error != ECANCELED)
+		fail_msg("%s: px_timer_cancel returned 0 for timer %lld, yet "
+			 "its callback said error %d", what, (long long)t->id,
+			 t->error);
+	if (rc == -ENOENT && t->error != 0)
+		fail_msg("%s: px_timer_cancel returned -ENOENT (fired) for "
+			 "timer %lld, yet its callback said error %d", what,
+			 (long long)t->id, t->error);
+	if (rc != 0 && rc != -ENOENT)
+		fail_msg("%s: px_timer_cancel returned %d", what, rc);
+}
+
+static void cancel_races_fire(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, RACE_ROUNDS * (RACE_K + 2));
+	race_pair *pairs = h_alloc(f, sizeof(race_pair) * RACE_ROUNDS);
+	int *rcs = h_alloc(f, sizeof(int) * RACE_ROUNDS * RACE_K);
+	tm **vic = h_alloc(f, sizeof(tm *) * RACE_ROUNDS * RACE_K);
+	uint32_t s = 12345;
+	int n_cancelled = 0, n_fired = 0, k_cancelled = 0, k_fired = 0;
+	h_loops_start(f, 2, false);
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		/* RACE_K timers due 1.0 to 1.6 ms from now; the cancels
+		 * come from this thread around that time. */
+		uint64_t base = 1000000 + rnd(&s) % 300000;
+		for (int k = 0; k < RACE_K; k++) {
+			tm *t = pool_take(p);
+			vic[r * RACE_K + k] = t;
+			assert_true(tm_start(f->px, t, base + (uint64_t)k * 100000,
+					     race_cb) > 0);
+		}
+		/* And a pair of the loop's own: A cancels B. */
+		race_pair *rp = &pairs[r];
+		tm *b = pool_take(p), *a = pool_take(p);
+		rp->victim = b;
+		a->ctx = rp;
+		uint64_t d = 500000 + rnd(&s) % 200000;
+		assert_true(tm_start(f->px, b, d + rnd(&s) % 400000, race_cb) > 0);
+		assert_true(tm_start(f->px, a, d, race_killer_cb) > 0);
+
+		tm *t0 = vic[r * RACE_K];
+		int64_t jitter = (int64_t)(rnd(&s) % 500000) - 200000;
+		sleep_until_ns(t0->t0 + base + (uint64_t)jitter);
+		for (int k = 0; k < RACE_K; k++) {
+			tm *t = vic[r * RACE_K + k];
+			rcs[r * RACE_K + k] = px_timer_cancel(f->px, t->id);
+		}
+		for (int k = 0; k < RACE_K; k++) {
+			tm *t = vic[r * RACE_K + k];
+			if (!wait_done(t, 2000))
+				fail_msg("round %d: timer %lld: no callback "
+					 "within 2 s of its cancel (%d)", r,
+					 (long long)t->id, rcs[r * RACE_K + k]);
+			assert_int_equal(px_timer_cancel(f->px, t->id), -ENOENT);
+		}
+		if (!wait_done(a, 2000) || !wait_done(b, 2000))
+			fail_msg("round %d: the pair's timers did not fire", r);
+	}
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(p, "cancel races fire");
+	assert_no_bad("cancel races fire");
+	for (int i = 0; i < RACE_ROUNDS * RACE_K; i++) {
+		check_cancel_outcome(vic[i], rcs[i], "outside cancel");
+		if (rcs[i] == 0)
+			n_cancelled++;
+		else
+			n_fired++;
+	}
+	for (int r = 0; r < RACE_ROUNDS; r++) {
+		int rc = atomic_load(&pairs[r].rc) - 1000;
+		check_cancel_outcome(pairs[r].victim, rc, "cancel from a callback");
+		if (rc == 0)
+			k_cancelled++;
+		else
+			k_fired++;
+	}
+	printf("outside cancels: %d cancelled, %d too late; from a callback: "
+	       "%d cancelled, %d too late\n",
+	       n_cancelled, n_fired, k_cancelled, k_fired);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. Periodic timers                                                   */
+/* ------------------------------------------------------------------ */
+
+/* A periodic callback that takes sleep_us (t->tag) each tick. */
+static void slow_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	if (!tm_note(c))
+		return;
+	if (c->error == 0 && t->tag > 0) {
+		struct timespec ts = {0, (long)t->tag * 1000};
+		nanosleep(&ts, NULL);
+	}
+	bool last = c->error == ECANCELED;
+	tm_leave(c);
+	if (last)
+		tm_mark_done(t);
+}
+
+#define PCANCEL_ROUNDS 12
+
+static void periodic_cancel_while_running(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, PCANCEL_ROUNDS);
+	h_loops_start(f, 3, false);
+	uint32_t s = 777;
+	int during = 0;
+	for (int r = 0; r < PCANCEL_ROUNDS; r++) {
+		tm *t = pool_take(p);
+		tm_log_alloc(f, t);
+		/* 2 ms period, callbacks of 1 to 3 ms (missed periods). */
+		t->tag = 1000 + (int)(rnd(&s) % 2000);
+		assert_true(tm_start_periodic(f->px, t, 0, 2 * MS, slow_cb) > 0);
+		if (r % 3 != 2) {
+			/* Cancel while a callback runs (the test waits for
+			 * one to be inside; it may just have left). */
+			if (!wait_flag(&t->ticks, 1 + r % 3, 2000))
+				fail_msg("round %d: no tick within 2 s", r);
+			uint64_t dl = h_deadline(2000);
+			while (!atomic_load(&t->in_cb) && h_now_ms() < dl)
+				;
+			during += atomic_load(&t->in_cb) != 0;
+		} else {
+			h_sleep_ms((int)(rnd(&s) % 5));
+		}
+		int rc = px_timer_cancel(f->px, t->id);
+		atomic_store(&t->cancelled, 1);
+		if (rc != 0)
+			fail_msg("round %d: px_timer_cancel of a live periodic "
+				 "timer returned %d", r, rc);
+		if (px_timer_cancel(f->px, t->id) != -ENOENT)
+			fail_msg("round %d: a second px_timer_cancel did not "
+				 "return -ENOENT", r);
+		if (!wait_done(t, 2000))
+			fail_msg("round %d: no ECANCELED callback within 2 s of "
+				 "the cancel", r);
+	}
+	h_sleep_ms(10);  /* anything after the end would show now */
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(p, "periodic cancelled while running");
+	assert_no_bad("periodic cancelled while running");
+	for (int r = 0; r < PCANCEL_ROUNDS; r++) {
+		tm *t = &p->v[r];
+		if (atomic_load(&t->after_cancel) > 1)
+			fail_msg("round %d: %d ticks began after px_timer_cancel "
+				 "returned 0 (at most the one running may)", r,
+				 atomic_load(&t->after_cancel));
+		periodic_log_check(t, "periodic cancelled while running");
+	}
+	printf("%d of %d cancels came while a callback ran\n", during,
+	       PCANCEL_ROUNDS - PCANCEL_ROUNDS / 3);
+}
+
+/* Periodic A cancels itself on its third tick, and periodic B, of the
+ * same phase, on its second (B's expiry is then queued or running). */
+typedef struct selfc {
+	tm *a, *b, *after;
+	px_proactor *px;
+	atomic_int rc_self, rc_twice, rc_b, rc_final, rc_after;
+} selfc;
+
+static void self_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	selfc *x = t->ctx;
+	if (!tm_note(c))
+		return;
+	if (c->error == 0) {
+		int n = atomic_load(&t->ticks);
+		if (n == 2)
+			atomic_store(&x->rc_b,
+				     1000 + px_timer_cancel(c->proactor, x->b->id));
+		if (n == 3) {
+			atomic_store(&x->rc_self,
+				     1000 + px_timer_cancel(c->proactor, t->id));
+			atomic_store(&t->cancelled, 1);
+			atomic_store(&x->rc_twice,
+				     1000 + px_timer_cancel(c->proactor, t->id));
+		}
+	} else {
+		atomic_store(&x->rc_final,
+			     1000 + px_timer_cancel(c->proactor, t->id));
+		/* The proactor goes on: a timer from the last callback. */
+		tm *k = x->after;
+		atomic_store(&x->rc_after,
+			     tm_start(c->proactor, k, 1 * MS, tm_cb) > 0 ? 1 : -1);
+	}
+	tm_leave(c);
+}
+
+static void b_cb(const px_completion *c)
+{
+	if (!tm_note(c))
+		return;
+	tm_leave(c);
+}
+
+static void periodic_cancelled_from_callbacks(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 8);
+	selfc *x = h_alloc(f, sizeof *x);
+	x->a = pool_take(p);
+	x->b = pool_take(p);
+	x->after = pool_take(p);
+	x->a->ctx = x;
+	tm_log_alloc(f, x->a);
+	tm_log_alloc(f, x->b);
+	/* One thread (this one) runs the loop: A and B, due microseconds
+	 * apart, often expire in one pass, and A's callback then runs while
+	 * B's expiry is queued. */
+	assert_true(tm_start_periodic(f->px, x->a, 2 * MS, 3 * MS, self_cb) > 0);
+	x->b->t0 = x->a->t0;
+	x->b->delay = x->a->delay;
+	x->b->period = 3 * MS;
+	int64_t idb = px_timer_periodic(f->px, 2 * MS, 3 * MS, b_cb, x->b);
+	x->b->t1 = h_now_ns();
+	x->b->id = idb;
+	x->b->started = idb > 0;
+	assert_true(idb > 0);
+	uint64_t dl = h_deadline(3000);
+	while (!atomic_load(&x->a->ended) || !atomic_load(&x->b->ended) ||
+	       atomic_load(&x->rc_after) == 0 || !tm_is_done(x->after))
+		h_pump(f, dl, "periodic timers cancelled from callbacks");
+	h_settle(f, 10);
+	destroy_now(f);
+	pool_check(p, "periodic cancelled from callbacks");
+	assert_no_bad("periodic cancelled from callbacks");
+	assert_int_equal(atomic_load(&x->rc_b) - 1000, 0);
+	assert_int_equal(atomic_load(&x->rc_self) - 1000, 0);
+	assert_int_equal(atomic_load(&x->rc_twice) - 1000, -ENOENT);
+	assert_int_equal(atomic_load(&x->rc_final) - 1000, -ENOENT);
+	assert_int_equal(atomic_load(&x->rc_after), 1);
+	assert_int_equal(atomic_load(&x->a->ticks), 3);
+	/* B was cancelled from A's second tick, in the same pass as its own
+	 * second expiry (one loop thread): that expiry became its last
+	 * callback, ECANCELED. */
+	if (atomic_load(&x->b->ticks) > 2)
+		fail_msg("periodic B ticked %d times; cancelled (0) from A's "
+			 "second tick", atomic_load(&x->b->ticks));
+	periodic_log_check(x->a, "self-cancelled periodic");
+	periodic_log_check(x->b, "periodic cancelled by another's callback");
+}
+
+/* A callback of 12 ms on a 5 ms period: every tick after the first
+ * reports at least two expiries, the deadlines are contiguous (none lost,
+ * none twice), and the ticks are not a burst. */
+static void periodic_slow_callback_reports_missed(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 2);
+	tm *t = pool_take(p);
+	tm_log_alloc(f, t);
+	t->tag = 12000;
+	h_loops_start(f, 3, false);
+	assert_true(tm_start_periodic(f->px, t, 1 * MS, 5 * MS, slow_cb) > 0);
+	h_sleep_ms(150);
+	uint64_t t_cancel = h_now_ns();
+	assert_int_equal(px_timer_cancel(f->px, t->id), 0);
+	atomic_store(&t->cancelled, 1);
+	if (!wait_done(t, 2000))
+		fail_msg("no ECANCELED callback within 2 s of the cancel");
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(p, "slow periodic");
+	assert_no_bad("slow periodic");
+	periodic_log_check(t, "slow periodic");
+	int ticks = 0;
+	uint64_t sum = 0;
+	for (int i = 0; i < t->ncalls; i++) {
+		struct tmr_call *k = &t->log[i];
+		if (k->error)
+			continue;
+		ticks++;
+		sum += k->bytes;
+		if (i > 0 && k->bytes < 2)
+			fail_msg("tick %d reports %llu expiry after a 12 ms "
+				 "callback on a 5 ms period (a burst)", i + 1,
+				 (unsigned long long)k->bytes);
+	}
+	uint64_t span = t_cancel - t->t0;
+	/* At most one tick per 12 ms callback (plus the first, and one
+	 * running at the cancel). */
+	if ((uint64_t)ticks > span / (12 * MS) + 2)
+		fail_msg("%d ticks in %.0f ms of 12 ms callbacks", ticks,
+			 (double)span / 1e6);
+	if (ticks < 3)
+		fail_msg("only %d ticks in %.0f ms", ticks, (double)span / 1e6);
+	printf("slow periodic: %d ticks reporting %llu expiries in %.0f ms\n",
+	       ticks, (unsigned long long)sum, (double)span / 1e6);
+}
+
+/* A period of 1 ns: each tick reports everything since the last (a huge
+ * c->bytes), the offsets stay contiguous; another tick-less periodic of
+ * a huge period fires once.  One thread runs the loop. */
+static void periodic_extreme_periods(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 4);
+	tm *ns1 = pool_take(p), *huge = pool_take(p), *huge2 = pool_take(p);
+	tm_log_alloc(f, ns1);
+	tm_log_alloc(f, huge);
+	assert_true(tm_start_periodic(f->px, ns1, 0, 1, tm_cb) > 0);
+	assert_true(tm_start_periodic(f->px, huge, 0, UINT64_MAX, tm_cb) > 0);
+	assert_true(tm_start_periodic(f->px, huge2, UINT64_MAX, UINT64_MAX,
+				      tm_cb) > 0);
+	uint64_t dl = h_deadline(3000);
+	while (atomic_load(&ns1->ticks) < 20 || atomic_load(&huge->ticks) < 1)
+		h_pump(f, dl, "ticks of a 1 ns periodic timer");
+	h_settle(f, 20);
+	assert_int_equal(px_timer_cancel(f->px, ns1->id), 0);
+	assert_int_equal(px_timer_cancel(f->px, huge->id), 0);
+	assert_int_equal(px_timer_cancel(f->px, huge2->id), 0);
+	dl = h_deadline(2000);
+	while (!tm_is_done(ns1) || !tm_is_done(huge) || !tm_is_done(huge2))
+		h_pump(f, dl, "the ECANCELED callbacks");
+	destroy_now(f);
+	pool_check(p, "extreme periods");
+	assert_no_bad("extreme periods");
+	periodic_log_check(ns1, "1 ns period");
+	assert_int_equal(atomic_load(&huge->ticks), 1);
+	assert_int_equal(huge->log[0].bytes, 1);
+	assert_int_equal(atomic_load(&huge2->ticks), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3d. px_destroy with timers pending                                   */
+/* ------------------------------------------------------------------ */
+
+#define DESTROY_ONESHOT 60
+#define DESTROY_PERIODIC 8
+
+typedef struct dstr {
+	atomic_int destroying;  /* set just before px_destroy */
+	atomic_int in_destroy;  /* callbacks during it */
+	atomic_int refused, accepted, other;
+} dstr;
+
+static dstr *g_dstr;
+
+/* Every callback tries a new timer, a periodic one and a post. */
+static void destroy_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	dstr *d = g_dstr;
+	if (!tm_note(c))
+		return;
+	bool during = atomic_load(&d->destroying);
+	if (during) {
+		atomic_fetch_add(&d->in_destroy, 1);
+		int64_t a = px_timer_start(c->proactor, 0, noop_cb, NULL);
+		int64_t b = px_timer_periodic(c->proactor, 0, MS, noop_cb, NULL);
+		int e = px_post(c->proactor, noop_cb, NULL);
+		if (a == -ESHUTDOWN && b == -ESHUTDOWN && e == -ESHUTDOWN)
+			atomic_fetch_add(&d->refused, 1);
+		else if (a > 0 || b > 0 || e == 0)
+			atomic_fetch_add(&d->accepted, 1);
+		else
+			atomic_fetch_add(&d->other, 1);
+		/* And a cancel of itself: nothing left to cancel. */
+		int rc = px_timer_cancel(c->proactor, c->timer_id);
+		if (rc != -ENOENT && !(rc == 0 && t->period && c->error == 0))
+			bad("px_timer_cancel of itself during px_destroy: %d",
+			    rc);
+	}
+	bool last = !t->period || c->error == ECANCELED;
+	tm_leave(c);
+	if (last)
+		tm_mark_done(t);
+}
+
+static void destroy_with_timers_pending(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, DESTROY_ONESHOT + DESTROY_PERIODIC + 4);
+	dstr *d = h_alloc(f, sizeof *d);
+	g_dstr = d;
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < DESTROY_ONESHOT; i++) {
+		tm *t = pool_take(p);
+		uint64_t delay = i % 3 == 0 ? 0 : i % 3 == 1 ? 3 * MS : 3600000 * MS;
+		assert_true(tm_start(f->px, t, delay, destroy_cb) > 0);
+	}
+	for (int i = 0; i < DESTROY_PERIODIC; i++) {
+		tm *t = pool_take(p);
+		tm_log_alloc(f, t);
+		assert_true(tm_start_periodic(f->px, t, i % 2 ? 0 : 3600000 * MS,
+					      1 * MS, destroy_cb) > 0);
+	}
+	h_sleep_ms(5);
+	h_loops_stop();
+	/* Some expired meanwhile without being run: due in the heap, or
+	 * queued. */
+	for (int i = 0; i < 4; i++) {
+		tm *t = pool_take(p);
+		if (t) {
+			assert_true(tm_start(f->px, t, 0, destroy_cb) > 0);
+		}
+	}
+	h_sleep_ms(2);
+	atomic_store(&d->destroying, 1);
+	destroy_now(f);
+	pool_check(p, "destroy with timers pending");
+	assert_no_bad("destroy with timers pending");
+	int n = pool_count(p);
+	for (int i = 0; i < n; i++) {
+		tm *t = &p->v[i];
+		if (!t->period && t->delay > 1000 * MS && t->error != ECANCELED)
+			fail_msg("a 1 h timer ended with error %d", t->error);
+		if (t->period)
+			periodic_log_check(t, "periodic at destroy");
+	}
+	if (atomic_load(&d->accepted) || atomic_load(&d->other))
+		fail_msg("starts from callbacks during px_destroy: %d accepted, "
+			 "%d failed otherwise than -ESHUTDOWN, %d refused",
+			 atomic_load(&d->accepted), atomic_load(&d->other),
+			 atomic_load(&d->refused));
+	if (atomic_load(&d->in_destroy) < DESTROY_ONESHOT / 3 + DESTROY_PERIODIC)
+		fail_msg("only %d callbacks ran inside px_destroy",
+			 atomic_load(&d->in_destroy));
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. Bad input                                                         */
+/* ------------------------------------------------------------------ */
+
+static void timer_bad_input(void **state)
+{
+	h_fx *f = *state;
+	px_proactor *px = f->px;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 16);
+	/* Refused starts: no id, no callback. */
+	tm *r1 = pool_take(p), *r2 = pool_take(p), *r3 = pool_take(p);
+	assert_int_equal(px_timer_start(NULL, MS, tm_cb, r1), -EINVAL);
+	assert_int_equal(px_timer_start(px, MS, NULL, r1), -EINVAL);
+	assert_int_equal(px_timer_periodic(px, MS, 0, tm_cb, r2), -EINVAL);
+	assert_int_equal(px_timer_periodic(NULL, MS, MS, tm_cb, r2), -EINVAL);
+	assert_int_equal(px_timer_periodic(px, MS, MS, NULL, r3), -EINVAL);
+	assert_int_equal(px_timer_cancel(NULL, 1), -EINVAL);
+	/* Unknown ids. */
+	assert_int_equal(px_timer_cancel(px, 0), -ENOENT);
+	assert_int_equal(px_timer_cancel(px, -1), -ENOENT);
+	assert_int_equal(px_timer_cancel(px, INT64_MIN), -ENOENT);
+	assert_int_equal(px_timer_cancel(px, INT64_MAX), -ENOENT);
+
+	/* Huge delays ("negative" ones are huge: the delay is unsigned):
+	 * accepted, pending, never fire here, cancelled once. */
+	uint64_t huge[] = {UINT64_MAX, (uint64_t)-1000, (uint64_t)INT64_MAX,
+			   (uint64_t)INT64_MAX + 1, UINT64_MAX - h_now_ns() + 1};
+	enum { NH = sizeof huge / sizeof huge[0] };
+	tm *h[NH];
+	for (int i = 0; i < NH; i++) {
+		h[i] = pool_take(p);
+		assert_true(tm_start(px, h[i], huge[i], tm_cb) > 0);
+	}
+	tm *small = pool_take(p);
+	assert_true(tm_start(px, small, 1 * MS, tm_cb) > 0);
+	uint64_t dl = h_deadline(2000);
+	while (!tm_is_done(small))
+		h_pump(f, dl, "a 1 ms timer behind huge ones");
+	h_settle(f, 20);
+	for (int i = 0; i < NH; i++)
+		if (atomic_load(&h[i]->calls))
+			fail_msg("a timer of %llu ns fired (error %d)",
+				 (unsigned long long)huge[i], h[i]->error);
+	/* Distinct ids. */
+	for (int i = 0; i < NH; i++)
+		for (int j = 0; j < i; j++)
+			assert_true(h[i]->id != h[j]->id);
+	/* Cancel after fire, double cancel. */
+	assert_int_equal(px_timer_cancel(px, small->id), -ENOENT);
+	for (int i = 0; i < NH; i++) {
+		assert_int_equal(px_timer_cancel(px, h[i]->id), 0);
+		assert_int_equal(px_timer_cancel(px, h[i]->id), -ENOENT);
+	}
+	dl = h_deadline(2000);
+	for (int i = 0; i < NH; i++)
+		while (!tm_is_done(h[i]))
+			h_pump(f, dl, "cancelled huge timers");
+	for (int i = 0; i < NH; i++)
+		assert_int_equal(h[i]->error, ECANCELED);
+	/* An operation's deadline takes a timer id of its own (the ids
+	 * count on), which is not a timer the user may cancel. */
+	int sv[2];
+	h_socketpair(f, sv);
+	static char buf[8];
+	h_rec *rd = h_rec_new(f);
+	tm *before = pool_take(p), *after = pool_take(p);
+	assert_true(tm_start(px, before, 3600000 * MS, tm_cb) > 0);
+	px_op_desc desc = {.op = PX_OP_READ_STREAM, .fd = sv[1], .buf = buf,
+			   .len = sizeof buf, .timeout_ns = 3600000 * MS,
+			   .cb = h_rec_cb, .user = rd};
+	assert_int_equal(px_start_op(px, &desc), 0);
+	assert_true(tm_start(px, after, 3600000 * MS, tm_cb) > 0);
+	for (int64_t id = before->id + 1; id < after->id; id++)
+		assert_int_equal(px_timer_cancel(px, id), -ENOENT);
+	h_settle(f, 5);
+	assert_false(h_rec_done(rd));
+	assert_int_equal(write(sv[0], "x", 1), 1);
+	h_wait_rec(f, rd, 2000, "the read with a deadline");
+	assert_int_equal(rd->c.error, 0);
+	assert_int_equal(rd->c.bytes, 1);
+	assert_int_equal(px_timer_cancel(px, before->id), 0);
+	/* after stays pending for px_destroy: ECANCELED there. */
+	/* After px_stop: refused, no callback. */
+	assert_int_equal(px_stop(px), 0);
+	tm *st = pool_take(p);
+	assert_int_equal(tm_start(px, st, MS, tm_cb), -ESHUTDOWN);
+	tm *st2 = pool_take(p);
+	assert_int_equal(tm_start_periodic(px, st2, MS, MS, tm_cb), -ESHUTDOWN);
+	destroy_now(f);
+	pool_check(p, "bad input");
+	assert_no_bad("bad input");
+	assert_int_equal(after->error, ECANCELED);
+	assert_int_equal(before->error, ECANCELED);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. Timers while max_aio=1 is full and starts are deferred            */
+/* ------------------------------------------------------------------ */
+
+#define AIO_READS 4
+
+static void timers_with_full_max_aio(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 16);
+	int sv[AIO_READS][2];
+	char *buf[AIO_READS];
+	h_rec *rd[AIO_READS];
+	/* One read holds the slot, the others wait deferred. */
+	for (int i = 0; i < AIO_READS; i++)
+		rd[i] = h_start_pending_read(f, sv[i], 8, &buf[i]);
+	lp_start(f, 1, false);
+	h_sleep_ms(20);
+	uint64_t delays[] = {0, 5 * MS, 20 * MS, 40 * MS};
+	enum { ND = sizeof delays / sizeof delays[0] };
+	tm *t[ND];
+	for (int i = 0; i < ND; i++) {
+		t[i] = pool_take(p);
+		assert_true(tm_start(f->px, t[i], delays[i], tm_cb) > 0);
+	}
+	tm *per = pool_take(p);
+	tm_log_alloc(f, per);
+	assert_true(tm_start_periodic(f->px, per, 2 * MS, 10 * MS, tm_cb) > 0);
+	for (int i = 0; i < ND; i++)
+		if (!wait_done(t[i], 2000))
+			fail_msg("a %llu ms timer did not fire within 2 s while "
+				 "max_aio=1 was full", (unsigned long long)
+				 (delays[i] / MS));
+	if (!wait_flag(&per->ticks, 3, 2000))
+		fail_msg("a 10 ms periodic timer ticked %d times in 2 s while "
+			 "max_aio=1 was full", atomic_load(&per->ticks));
+	/* Now the reads: each gets its byte (the deferred ones start as
+	 * slots free up). */
+	for (int i = 0; i < AIO_READS; i++)
+		assert_int_equal(write(sv[i][0], "abcdefgh", 1), 1);
+	for (int i = 0; i < AIO_READS; i++) {
+		uint64_t dl = h_deadline(3000);
+		while (!h_rec_done(rd[i]) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (!h_rec_done(rd[i]))
+			fail_msg("read %d did not complete within 3 s", i);
+		assert_int_equal(rd[i]->c.error, 0);
+		assert_int_equal(rd[i]->c.bytes, 1);
+	}
+	assert_int_equal(px_timer_cancel(f->px, per->id), 0);
+	atomic_store(&per->cancelled, 1);
+	if (!wait_done(per, 2000))
+		fail_msg("no ECANCELED callback of the periodic timer");
+	lp_stop();
+	destroy_now(f);
+	pool_check(p, "timers with max_aio=1 full");
+	assert_no_bad("timers with max_aio=1 full");
+	late_check(p, "timers with max_aio=1 full");
+	periodic_log_check(per, "periodic with max_aio=1 full");
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. px_stop with timers pending                                       */
+/* ------------------------------------------------------------------ */
+
+typedef struct stp {
+	atomic_int stopped;     /* px_stop has returned */
+	atomic_int after_stop;  /* callbacks begun after that, before destroy */
+	atomic_int destroying;
+} stp;
+
+static stp *g_stp;
+
+static void stop_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	if (!tm_note(c))
+		return;
+	if (atomic_load(&g_stp->stopped) && !atomic_load(&g_stp->destroying))
+		atomic_fetch_add(&g_stp->after_stop, 1);
+	bool last = !t->period || c->error == ECANCELED;
+	tm_leave(c);
+	if (last)
+		tm_mark_done(t);
+}
+
+static void stop_with_timers_pending(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 64);
+	stp *s = h_alloc(f, sizeof *s);
+	g_stp = s;
+	lp_start(f, 2, true);
+	for (int i = 0; i < 40; i++) {
+		tm *t = pool_take(p);
+		uint64_t delay = (uint64_t)(i % 4) * 2 * MS + (i % 4 == 3 ? 3600000 * MS : 0);
+		assert_true(tm_start(f->px, t, delay, stop_cb) > 0);
+	}
+	tm *per[2];
+	for (int i = 0; i < 2; i++) {
+		per[i] = pool_take(p);
+		tm_log_alloc(f, per[i]);
+		assert_true(tm_start_periodic(f->px, per[i], 0, 1 * MS, stop_cb) > 0);
+	}
+	h_sleep_ms(3);
+	assert_int_equal(px_stop(f->px), 0);
+	atomic_store(&s->stopped, 1);
+	lp_stop();
+	/* Stopped for good: no callback, no start. */
+	assert_int_equal(px_handle_events(f->px, 0), -ESHUTDOWN);
+	assert_int_equal(px_handle_events(f->px, 20), -ESHUTDOWN);
+	tm *late = pool_take(p);
+	assert_int_equal(tm_start(f->px, late, 0, stop_cb), -ESHUTDOWN);
+	/* A cancel still works: its callback waits for px_destroy. */
+	tm *c = NULL;
+	for (int i = 0; i < 40 && !c; i++)
+		if (p->v[i].delay > 1000 * MS)
+			c = &p->v[i];
+	assert_non_null(c);
+	assert_int_equal(px_timer_cancel(f->px, c->id), 0);
+	h_sleep_ms(10);  /* the 2-6 ms timers are due now, unrun */
+	int before = atomic_load(&s->after_stop);
+	atomic_store(&s->destroying, 1);
+	destroy_now(f);
+	pool_check(p, "stop with timers pending");
+	assert_no_bad("stop with timers pending");
+	/* px_stop lets the callbacks being run finish, no more: one per
+	 * loop thread may have been handed out just before. */
+	if (before > 2)
+		fail_msg("%d timer callbacks began after px_stop returned", before);
+	assert_int_equal(c->error, ECANCELED);
+	for (int i = 0; i < 2; i++)
+		periodic_log_check(per[i], "periodic at stop");
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "timer_races");
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	const struct CMUnitTest tests[] = {
+		T(timers_never_early),
+		T(timer_wakes_sleeping_loop),
+		T(cancel_races_fire),
+		T(periodic_cancel_while_running),
+		T(periodic_cancelled_from_callbacks),
+		T(periodic_slow_callback_reports_missed),
+		T(periodic_extreme_periods),
+		T(destroy_with_timers_pending),
+		T(timer_bad_input),
+		cmocka_unit_test_setup_teardown(timers_with_full_max_aio,
+						fx_setup_aio1, fx_teardown),
+		T(stop_with_timers_pending),
+	};
+	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
+		       ? 1 : 0;
+}
