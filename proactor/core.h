@@ -66,6 +66,9 @@ typedef struct px_processor {
 	uint64_t last_check;       /* when the last check ran */
 	unsigned busy_rounds;      /* waits that collected since then */
 	bool starve_warned;        /* the max_aio warning was printed */
+	uint64_t led_ns;           /* shared: when a lead of it last ended
+	                              (px__dispatch_handle_events); 0: not
+	                              yet seen with work */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 

@@ -470,6 +470,37 @@ static bool disp_run_shared(struct px_proactor *px, uint64_t now)
 	return ran;
 }
 
+/* A thread whose callbacks queue new work at every turn (a chain of posts
+ * or of 0 ms timers, a periodic timer whose period is shorter than a turn
+ * of the loop) always finds something queued in step 1 and never reaches
+ * step 2: alone in the loop, it never led a shared processor again, and
+ * the I/O of that processor starved for good (test/timer_races.c,
+ * io_not_starved_by_due_timers).  So a shared processor with work and no
+ * leader that nobody has led for PX_LEAD_OVERDUE_NS is led before the
+ * queue is dispatched; with work queued its wait does not block
+ * (px__processor_handle_aio_events), so this costs one non-blocking poll
+ * per PX_LEAD_OVERDUE_NS at most, and nothing while leads come anyway. */
+#define PX_LEAD_OVERDUE_NS 1000000u
+
+static px_processor *disp_overdue_processor(struct px_proactor *px,
+					    uint64_t now)
+{
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		if (p->type != PX_PROCESSOR_SHARED || p->has_leader ||
+		    !px__processor_has_work(p))
+			continue;
+		if (!p->led_ns || p->led_ns > now) {
+			p->led_ns = now;  /* the clock starts now */
+			continue;
+		}
+		if (now - p->led_ns >= PX_LEAD_OVERDUE_NS &&
+		    px__processor_may_lead(p, false))
+			return p;
+	}
+	return NULL;
+}
+
 static bool disp_any_work(const struct px_proactor *px)
 {
 	for (int i = 0; i < px->nproc; i++)
@@ -517,6 +548,13 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		/* Step 1: dispatch what is queued now. */
 		if (px->ntheap)
 			px__timers_expire(px, now);
+		/* Step 0: unless a processor has waited too long for a
+		 * leader (disp_overdue_processor). */
+		px_processor *p = NULL;
+		if (px__dispatch_has_queued(px) || !px_list_empty(&px->owns))
+			p = disp_overdue_processor(px, now);
+		if (p)
+			goto lead;
 		/* Step 1b: nothing of its own, none shared, and nothing came
 		 * in its last wait: take some of another thread's. */
 		if (idle_lead && px_list_empty(&own.items) &&
@@ -593,7 +631,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 		}
 
 		/* Step 2: lead a processor that has work and no leader. */
-		px_processor *p = disp_pick_processor(px, patient);
+		p = disp_pick_processor(px, patient);
+lead:
 		if (p) {
 			uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 			int ms = px__ms_until(until, now);
@@ -612,6 +651,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 				&claimed);
 			px__processor_lead_end(p);
 			px->nleaders--;
+			p->led_ns = now;
 			if (claimed) {
 				/* A sleeping follower makes half of the
 				 * calls (and leads after, if this thread
