@@ -1385,6 +1385,95 @@ static void timers_with_full_max_aio(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 5b. Timers that are always due do not starve I/O                     */
+/* ------------------------------------------------------------------ */
+
+/* A chain of 0 ms timers, each started from the callback of the one
+ * before (a common way to yield), or a periodic timer whose period is
+ * shorter than a turn of the loop, keeps a timer due at every look.  With
+ * one thread in the loop, a read whose data is waiting must still
+ * complete, promptly. */
+typedef struct busy {
+	atomic_int stop;
+	atomic_long ticks;
+	pool p;
+} busy;
+
+static busy *g_busy;
+
+static void chain_cb(const px_completion *c)
+{
+	busy *b = g_busy;
+	if (!tm_note(c))
+		return;
+	atomic_fetch_add(&b->ticks, 1);
+	if (c->error == 0 && !atomic_load(&b->stop)) {
+		tm *k = pool_take(&b->p);
+		if (k && tm_start(c->proactor, k, 0, chain_cb) <= 0)
+			bad("a 0 ms timer from a callback: %lld", (long long)k->id);
+	}
+	tm_mark_done(c->user);
+}
+
+static void busy_tick_cb(const px_completion *c)
+{
+	atomic_fetch_add(&g_busy->ticks, 1);
+	tm_cb(c);
+}
+
+#define BUSY_CHAIN_MAX 60000
+
+static void io_not_starved_by_due_timers(void **state)
+{
+	h_fx *f = *state;
+	busy *b = h_alloc(f, sizeof *b);
+	g_busy = b;
+	pool_init(f, &b->p, BUSY_CHAIN_MAX);
+	for (int kind = 0; kind < 2; kind++) {
+		int sv[2];
+		char *buf;
+		h_rec *rd = h_start_pending_read(f, sv, 8, &buf);
+		tm *per = NULL;
+		atomic_store(&b->stop, 0);
+		if (kind == 0) {
+			tm *t = pool_take(&b->p);
+			assert_true(tm_start(f->px, t, 0, chain_cb) > 0);
+		} else {
+			per = pool_take(&b->p);
+			assert_true(tm_start_periodic(f->px, per, 0, 1,
+						      busy_tick_cb) > 0);
+		}
+		assert_int_equal(write(sv[0], "x", 1), 1);
+		uint64_t t0 = h_now_ms(), dl = t0 + 1000;
+		long ticks0 = atomic_load(&b->ticks);
+		while (!h_rec_done(rd) && h_now_ms() < dl &&
+		       pool_count(&b->p) < BUSY_CHAIN_MAX - 10) {
+			int rc = px_handle_events(f->px, 10);
+			if (rc < 0)
+				fail_msg("px_handle_events: %d", rc);
+		}
+		atomic_store(&b->stop, 1);
+		if (per)
+			assert_int_equal(px_timer_cancel(f->px, per->id), 0);
+		bool done = h_rec_done(rd);
+		long ticks = atomic_load(&b->ticks) - ticks0;
+		h_settle(f, 5);
+		if (!done)
+			fail_msg("%s: a read with its data waiting did not complete "
+				 "in %llu ms of one loop thread (%ld timer callbacks "
+				 "meanwhile): I/O starved by timers that are always "
+				 "due", kind ? "a periodic timer of 1 ns" :
+				 "a chain of 0 ms timers",
+				 (unsigned long long)(h_now_ms() - t0), ticks);
+		assert_int_equal(rd->c.error, 0);
+		assert_int_equal(rd->c.bytes, 1);
+	}
+	destroy_now(f);
+	pool_check(&b->p, "always-due timers");
+	assert_no_bad("always-due timers");
+}
+
+/* ------------------------------------------------------------------ */
 /* 6. px_stop with timers pending                                       */
 /* ------------------------------------------------------------------ */
 
@@ -1480,6 +1569,7 @@ int main(int argc, char **argv)
 		T(timer_bad_input),
 		cmocka_unit_test_setup_teardown(timers_with_full_max_aio,
 						fx_setup_aio1, fx_teardown),
+		T(io_not_starved_by_due_timers),
 		T(stop_with_timers_pending),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
