@@ -210,19 +210,6 @@ static void pump_until(h_fx *f, op *o, int ms, const char *what)
 		h_pump(f, dl, what);
 }
 
-/* Wait without pumping (loop threads do) until *v >= want. */
-static bool wait_count(atomic_int *v, int want, int ms)
-{
-	uint64_t dl = h_deadline(ms);
-	while (atomic_load(v) < want) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
-}
-
 static bool wait_op(op *o, int ms)
 {
 	uint64_t dl = h_deadline(ms);
@@ -609,8 +596,8 @@ static void dgram_many_threads(void **state)
 	for (int i = 0; i < MANY_OUTSIDE; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, many_outside, m), 0);
 
-	bool all = wait_count(&m->received, MANY_N, 15000) &&
-		   wait_count(&m->writes_done, MANY_N, 5000);
+	bool all = h_wait_at_least(&m->received, MANY_N, 15000) &&
+		   h_wait_at_least(&m->writes_done, MANY_N, 5000);
 	atomic_store(&m->stopping, 1);
 	for (int i = 0; i < MANY_OUTSIDE; i++)
 		pthread_join(th[i], NULL);
@@ -765,7 +752,7 @@ static void dgram_same_socket_threads(void **state)
 	atomic_store(&s->go, 1);
 	for (int t = 0; t < SAME_THREADS; t++)
 		pthread_join(th[t], NULL);
-	bool all = wait_count(&s->received, SAME_N, 15000);
+	bool all = h_wait_at_least(&s->received, SAME_N, 15000);
 	pthread_join(snd, NULL);
 	h_loops_stop();
 	destroy_now(f);
@@ -1105,7 +1092,7 @@ static void dgram_unix_writes_wait_for_room(void **state)
 	pthread_t rd;
 	assert_int_equal(pthread_create(&rd, NULL, ux_reader, x), 0);
 	atomic_store(&x->reader_go, 1);
-	bool all = wait_count(&x->done, UX_N, 10000);
+	bool all = h_wait_at_least(&x->done, UX_N, 10000);
 	pthread_join(rd, NULL);
 	h_loops_stop();
 	destroy_now(f);
@@ -1161,7 +1148,7 @@ static void dgram_unix_cancel_close_destroy_pending_writes(void **state)
 			cl->started = 1;
 			untrack(f, x->u[0]);
 		}
-		bool all = wait_count(&x->done, UX_N, 10000);
+		bool all = h_wait_at_least(&x->done, UX_N, 10000);
 		if (cl && !wait_op(cl, 5000))
 			fail_msg("round %d: px_close never called back", round);
 		pthread_join(rd, NULL);
@@ -1419,7 +1406,7 @@ static void dgram_cancel_races_arrivals(void **state)
 		bool ok = true;
 		for (int i = 0; i < CR_READS && ok; i++)
 			ok = wait_op(o[i], 5000);
-		ok = ok && wait_count(&x->sent_round, r, 5000);
+		ok = ok && h_wait_at_least(&x->sent_round, r, 5000);
 		if (!ok) {
 			atomic_store(&x->quit, 1);
 			pthread_join(snd, NULL);
@@ -1620,7 +1607,7 @@ static void dgram_close_races_traffic(void **state)
 			cl_start(x, PX_OP_WRITE_DGRAM, x->a, 0);
 			cl_start(x, PX_OP_WRITE_DGRAM, x->b, 0);
 		}
-		if (!wait_count(&x->traffic, 20 + round * 10, 5000))
+		if (!h_wait_at_least(&x->traffic, 20 + round * 10, 5000))
 			fail_msg("round %d: no traffic (%d reads on a)", round,
 				 atomic_load(&x->traffic));
 		atomic_store(&x->closing, 1);
@@ -1635,7 +1622,7 @@ static void dgram_close_races_traffic(void **state)
 		lo->ctx = x;
 		int late = px_read_dgram(f->px, x->a, x->in, DG_MAX, cl_cb, lo);
 		lo->started = late == 0;
-		if (!wait_count(&x->closed, 1, 5000))
+		if (!h_wait_at_least(&x->closed, 1, 5000))
 			fail_msg("round %d: px_close never called back", round);
 		assert_int_equal(x->close_error, 0);
 		/* Stop b's starts (a's ended with its close), and hold the

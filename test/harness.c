@@ -36,6 +36,18 @@ uint64_t h_now_ms(void) { return h_now_ns() / 1000000u; }
 
 uint64_t h_deadline(int ms) { return h_now_ms() + (uint64_t)ms; }
 
+bool h_wait_at_least(atomic_int *v, int want, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (atomic_load(v) < want) {
+		if (h_now_ms() > dl)
+			return false;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+	return true;
+}
+
 void h_sleep_ms(int ms)
 {
 	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};

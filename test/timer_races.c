@@ -465,18 +465,6 @@ static void destroy_now(h_fx *f)
 	assert_int_equal(rc, 0);
 }
 
-static bool wait_flag(atomic_int *v, int want, int ms)
-{
-	uint64_t dl = h_deadline(ms);
-	while (atomic_load(v) < want) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
-}
-
 static bool wait_done(tm *t, int ms)
 {
 	uint64_t dl = h_deadline(ms);
@@ -915,7 +903,7 @@ static void periodic_cancel_while_running(void **state)
 		if (r % 3 != 2) {
 			/* Cancel while a callback runs (the test waits for
 			 * one to be inside; it may just have left). */
-			if (!wait_flag(&t->ticks, 1 + r % 3, 2000))
+			if (!h_wait_at_least(&t->ticks, 1 + r % 3, 2000))
 				fail_msg("round %d: no tick within 2 s", r);
 			uint64_t dl = h_deadline(2000);
 			while (!atomic_load(&t->in_cb) && h_now_ms() < dl)
@@ -1356,7 +1344,7 @@ static void timers_with_full_max_aio(void **state)
 			fail_msg("a %llu ms timer did not fire within 2 s while "
 				 "max_aio=1 was full", (unsigned long long)
 				 (delays[i] / MS));
-	if (!wait_flag(&per->ticks, 3, 2000))
+	if (!h_wait_at_least(&per->ticks, 3, 2000))
 		fail_msg("a 10 ms periodic timer ticked %d times in 2 s while "
 			 "max_aio=1 was full", atomic_load(&per->ticks));
 	/* Now the reads: each gets its byte (the deferred ones start as
