@@ -1019,13 +1019,28 @@ static void close_cb(const px_completion *c)
  * accepted and kept shows in the descriptor count at the end.  Returns
  * true for a reset, false for silence.
  */
-static bool expect_not_accepted(int fd, int port, int round)
+static void close_race_report(rec **a, int na, rec *cr, conns *cs)
+{
+	for (int i = 0; i < na; i++)
+		print_message("  accept %d: error %d, new_fd %d, peer port %d, "
+			      "order %d\n", i, a[i]->error, a[i]->new_fd,
+			      a[i]->peer_port, a[i]->order);
+	print_message("  close of fd %d: order %d\n", cr->fd, cr->order);
+	for (int i = 0; i < cs->n; i++)
+		print_message("  client fd %d port %d %s\n", cs->fd[i],
+			      cs->port[i], cs->seen[i] ? "delivered" : "");
+}
+
+static bool expect_not_accepted(int fd, int port, int round, rec **a,
+				int na, rec *cr, conns *cs)
 {
 	struct pollfd p = {fd, POLLIN, 0};
 	if (poll(&p, 1, 100) == 0)
 		return false;
 	char b;
 	ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+	if (n == 0)
+		close_race_report(a, na, cr, cs);
 	if (n == 0)
 		fail_msg("round %d: the connection from port %d was not "
 			 "delivered and its server end was closed (end of "
@@ -1091,7 +1106,8 @@ static void accept_close_races_arrivals(void **state)
 		int got = collect_accepted(&cs, l, "close racing arrivals");
 		for (int i = 0; i < cs.n; i++)
 			if (!cs.seen[i]) {
-				if (expect_not_accepted(cs.fd[i], cs.port[i], round))
+				if (expect_not_accepted(cs.fd[i], cs.port[i], round,
+							a, RACE_ACCEPTS, cr, &cs))
 					total_reset++;
 				else
 					total_silent++;
