@@ -348,7 +348,9 @@ static rec *start_accept(px_proactor *px, int l, int slot, px_callback *cb)
 /* ------------------------------------------------------------------ */
 
 /* A listening TCP socket on 127.0.0.1:0 (SO_REUSEADDR), kept. */
-static int listener(struct sockaddr_in *addr, int backlog)
+/* A TCP socket with SO_REUSEADDR bound to loopback port `port` (0: any),
+ * kept for the teardown. */
+static int bound_tcp(struct sockaddr_in *a, uint16_t port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
@@ -356,12 +358,44 @@ static int listener(struct sockaddr_in *addr, int backlog)
 	fd_keep(fd);
 	int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	if (bind(fd, (struct sockaddr *)&a, sizeof a) < 0)
+	*a = (struct sockaddr_in){.sin_family = AF_INET,
+				  .sin_port = port,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	if (bind(fd, (struct sockaddr *)a, sizeof *a) < 0)
 		fail_msg("bind: %s", strerror(errno));
-	socklen_t len = sizeof a;
-	getsockname(fd, (struct sockaddr *)&a, &len);
+	socklen_t len = sizeof *a;
+	getsockname(fd, (struct sockaddr *)a, &len);
+	return fd;
+}
+
+/*
+ * A listener whose port stays taken after it is closed: *guard is bound
+ * to the same port and never listens.  The close race connects to the
+ * port after the listener's close on purpose (and expects a refusal);
+ * without the guard the port is free for the next program that binds
+ * port 0, and on a machine running several test programs at once one of
+ * them got it within the race: our clients then reached its listener,
+ * which accepted and closed them (end of stream here, "a connection no
+ * client made" there).  A bound socket that does not listen keeps port 0
+ * binds off the port, and a SYN to it is still refused.
+ */
+static int listener_guarded(struct sockaddr_in *addr, int backlog, int *guard)
+{
+	struct sockaddr_in g;
+	*guard = bound_tcp(&g, 0);
+	struct sockaddr_in a;
+	int fd = bound_tcp(&a, g.sin_port);
+	if (listen(fd, backlog) < 0)
+		fail_msg("listen: %s", strerror(errno));
+	if (addr)
+		*addr = a;
+	return fd;
+}
+
+static int listener(struct sockaddr_in *addr, int backlog)
+{
+	struct sockaddr_in a;
+	int fd = bound_tcp(&a, 0);
 	if (listen(fd, backlog) < 0)
 		fail_msg("listen: %s", strerror(errno));
 	if (addr)
@@ -1069,7 +1103,8 @@ static void accept_close_races_arrivals(void **state)
 		conns_init(&cs, 8);
 		racer rc = {.cs = &cs, .want = 6, .delay_us = 30,
 			    .stop_refused = true};
-		int l = listener(&rc.to, 16);
+		int guard;
+		int l = listener_guarded(&rc.to, 16, &guard);
 		rec *a[RACE_ACCEPTS];
 		for (int i = 0; i < RACE_ACCEPTS; i++) {
 			a[i] = start_accept(f->px, l, i, rec_cb);
@@ -1117,6 +1152,7 @@ static void accept_close_races_arrivals(void **state)
 		(void)got;
 		for (int i = 0; i < cs.n; i++)
 			fd_drop(cs.fd[i]);
+		fd_drop(guard);
 		conns_free(&cs);
 	}
 	h_loops_stop();
@@ -1357,16 +1393,12 @@ static void connect_with_deadline(void **state)
 		int fd = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
 					(k % 2 ? SOCK_NONBLOCK : 0), 0));
 		struct sockaddr_in to = open_la;
+		int idle = -1;
 		if (k >= 2) {
-			/* A port nobody listens on: bind one and close it. */
-			int tmp = socket(AF_INET, SOCK_STREAM, 0);
-			struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-			bind(tmp, (struct sockaddr *)&a, sizeof a);
-			socklen_t len = sizeof a;
-			getsockname(tmp, (struct sockaddr *)&a, &len);
-			close(tmp);
-			to = a;
+			/* A port nobody listens on: bound by a socket that
+			 * does not listen, kept until the connect ended (a
+			 * closed one could be another program's by then). */
+			idle = bound_tcp(&to, 0);
 		}
 		rec *r = rec_new(PX_OP_CONNECT, fd, 10 + k);
 		px_op_desc d = {.op = PX_OP_CONNECT, .fd = fd,
@@ -1381,6 +1413,8 @@ static void connect_with_deadline(void **state)
 			fail_msg("connect %d with a 5 s deadline: error %d (%s), "
 				 "expected %d (%s)", k, r->error,
 				 strerror(r->error), want, strerror(want));
+		if (idle >= 0)
+			fd_drop(idle);
 	}
 	h_loops_stop();
 	destroy_now(f);
