@@ -387,6 +387,38 @@ static int nb_accept(px_nbio *io, px_result *r)
 	}
 }
 
+/*
+ * A connect found finished (the peer known): call connect(2) once more.
+ * Linux keeps a socket whose non-blocking connect has finished marked as
+ * connecting until its next connect(2), which returns 0 and marks it
+ * connected; without this call a second px_connect on the socket would
+ * complete with 0, where a socket connected any other way (and the
+ * io_uring engine) gives EISCONN.  The call must not block: on a socket
+ * that was blocking it is made with O_NONBLOCK set for its length (a
+ * handshake still under way, as in a simultaneous open, would wait).
+ * Returns 0, EALREADY (still under way) or the connection's error.
+ */
+static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
+{
+	int fl = 0;
+
+	if (conn == PX_NBIO_CONN_PENDING_BLOCKING) {
+		fl = fcntl(io->fd, F_GETFL);
+		if (fl < 0)
+			return errno;
+		if (!(fl & O_NONBLOCK) &&
+		    fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+			return errno;
+	}
+	int err = connect(io->fd, (const struct sockaddr *)&r->c.addr,
+			  r->c.addrlen) < 0 ? errno : 0;
+	if (conn == PX_NBIO_CONN_PENDING_BLOCKING && !(fl & O_NONBLOCK))
+		fcntl(io->fd, F_SETFL, fl);
+	/* Marked connected by someone else meanwhile: connected all the
+	 * same. */
+	return err == EISCONN ? 0 : err;
+}
+
 static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 {
 	int err;
@@ -409,7 +441,8 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 			fcntl(io->fd, F_SETFL, fl);
 		/* Interrupted, a non-blocking connect carries on regardless. */
 		if (err == EINPROGRESS || err == EINTR) {
-			*conn = PX_NBIO_CONN_PENDING;
+			*conn = fl & O_NONBLOCK ? PX_NBIO_CONN_PENDING
+						: PX_NBIO_CONN_PENDING_BLOCKING;
 			return PX_NBIO_AGAIN;
 		}
 		goto out;
@@ -426,12 +459,15 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 		 * progress. */
 		struct sockaddr_storage ss;
 		socklen_t al = sizeof(ss);
-		if (getpeername(io->fd, (struct sockaddr *)&ss, &al) == 0)
-			err = 0;
-		else if (errno == ENOTCONN)
+		if (getpeername(io->fd, (struct sockaddr *)&ss, &al) == 0) {
+			err = nb_connect_finish(io, *conn, r);
+			if (err == EALREADY)
+				return PX_NBIO_AGAIN;
+		} else if (errno == ENOTCONN) {
 			return PX_NBIO_AGAIN;
-		else
+		} else {
 			err = errno;
+		}
 	}
 out:
 	px_result_finish(r, 0, err);

@@ -42,8 +42,9 @@ enum {
 	                           tries the next operation at once may stop */
 };
 
-/* Progress of a connect: the byte px__nbio_try is given for it. */
-enum { PX_NBIO_CONN_NEW = 0, PX_NBIO_CONN_PENDING };
+/* Progress of a connect: the byte px__nbio_try is given for it (pending:
+ * on a socket that was non-blocking at the start, or blocking). */
+enum { PX_NBIO_CONN_NEW = 0, PX_NBIO_CONN_PENDING, PX_NBIO_CONN_PENDING_BLOCKING };
 
 /* What the calls of one descriptor need to know and may learn: the
  * provider's copy of its entry (see the opening comment). */
