@@ -608,9 +608,11 @@ int main(int argc, char **argv)
 		return BENCH_EXIT_SKIP;
 	}
 	code = bench_report(&opt, "bare_loop", mode, &n, t1 - t0);
-	/* A run that moved nothing (seen once in CI, under TSan, not
-	 * reproduced): say what the loop did, to tell a thread that never
-	 * ran from a lost wake-up. */
+	/* A run that moved nothing (seen once under TSan while other test
+	 * programs ran beside it; the likely cause, a stranger's connection
+	 * accepted as the server end, bench_connect_pair now refuses): say
+	 * what the loop did, to tell a thread that never ran from a lost
+	 * wake-up. */
 	if (n.client_recv == 0 && strcmp(mode, "epoll") == 0)
 		fprintf(stderr,
 			"bare_loop: epoll loop: first wait %.3f s after go, %lu "

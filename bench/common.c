@@ -435,10 +435,34 @@ int bench_connect_pair(const char *prog, int lfd, const struct sockaddr_in *addr
 		fprintf(stderr, "%s: connect: %s\n", prog, strerror(errno));
 		return -1;
 	}
-	*sfd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-	if (*sfd < 0) {
-		fprintf(stderr, "%s: accept: %s\n", prog, strerror(errno));
+	/* The accepted end must be our client's: a listener on port 0 may
+	 * get a port another program has just let go of while one of its
+	 * clients still connects to it (seen with test programs running
+	 * beside the benchmarks), and pairing that stranger with our client
+	 * would leave the session without a byte.  Strangers are closed. */
+	struct sockaddr_in mine, peer;
+	socklen_t ml = sizeof mine;
+	if (getsockname(*cfd, (struct sockaddr *)&mine, &ml) != 0) {
+		fprintf(stderr, "%s: getsockname: %s\n", prog, strerror(errno));
 		return -1;
+	}
+	for (int strangers = 0;; strangers++) {
+		socklen_t pl = sizeof peer;
+		*sfd = accept4(lfd, (struct sockaddr *)&peer, &pl, SOCK_CLOEXEC);
+		if (*sfd < 0) {
+			fprintf(stderr, "%s: accept: %s\n", prog, strerror(errno));
+			return -1;
+		}
+		if (peer.sin_port == mine.sin_port &&
+		    peer.sin_addr.s_addr == mine.sin_addr.s_addr)
+			break;
+		close(*sfd);
+		*sfd = -1;
+		if (strangers == 100) {
+			fprintf(stderr, "%s: accept: only connections from other "
+					"programs\n", prog);
+			return -1;
+		}
 	}
 	if (bench_tune(*sfd, nonblock) != 0 || bench_tune(*cfd, nonblock) != 0)
 		return -1;
