@@ -49,32 +49,6 @@
 #include "harness.h"
 
 /* ------------------------------------------------------------------ */
-/* Problems seen where cmocka may not assert                            */
-/* ------------------------------------------------------------------ */
-
-static atomic_int g_bad;
-static char g_bad_msg[512];
-
-static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void bad(const char *fmt, ...)
-{
-	if (atomic_fetch_add(&g_bad, 1) != 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
-	va_end(ap);
-}
-
-static void assert_no_bad(const char *where)
-{
-	int n = atomic_load(&g_bad);
-	if (n)
-		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
-			 "the first: %s", where, n, g_bad_msg);
-}
-
-/* ------------------------------------------------------------------ */
 /* Records, one per start, in a registry that grows                      */
 /* ------------------------------------------------------------------ */
 
@@ -115,7 +89,7 @@ static rec *rec_new(px_op op, int fd, int slot)
 {
 	rec *r = calloc(1, sizeof *r);
 	if (!r) {
-		bad("out of memory for a record");
+		h_bad("out of memory for a record");
 		return NULL;
 	}
 	r->magic = REC_MAGIC;
@@ -131,7 +105,7 @@ static rec *rec_new(px_op op, int fd, int slot)
 		if (!v) {
 			pthread_mutex_unlock(&g_reg.mu);
 			free(r);
-			bad("out of memory for the record registry");
+			h_bad("out of memory for the record registry");
 			return NULL;
 		}
 		g_reg.v = v;
@@ -153,7 +127,7 @@ static int fd_keep(int fd)
 		int *v = realloc(g_reg.fds, sizeof *v * (size_t)cap);
 		if (!v) {
 			pthread_mutex_unlock(&g_reg.mu);
-			bad("out of memory for the descriptor list");
+			h_bad("out of memory for the descriptor list");
 			close(fd);
 			return -1;
 		}
@@ -246,17 +220,17 @@ static bool rec_note(const px_completion *c)
 {
 	rec *r = c->user;
 	if (!r || r->magic != REC_MAGIC) {
-		bad("a completion (%s on fd %d) carries a user pointer that is "
+		h_bad("a completion (%s on fd %d) carries a user pointer that is "
 		    "no record of the test", px_op_name(c->op), c->fd);
 		return false;
 	}
 	if (atomic_fetch_add(&r->calls, 1) != 0) {
-		bad("%s on fd %d (slot %d) called back a second time (error %d)",
+		h_bad("%s on fd %d (slot %d) called back a second time (error %d)",
 		    px_op_name(c->op), c->fd, r->slot, c->error);
 		return false;
 	}
 	if (c->op != r->op || c->fd != r->fd)
-		bad("completion of %s on fd %d arrived as %s on fd %d",
+		h_bad("completion of %s on fd %d arrived as %s on fd %d",
 		    px_op_name(r->op), r->fd, px_op_name(c->op), c->fd);
 	r->error = c->error;
 	r->new_fd = c->new_fd;
@@ -266,17 +240,17 @@ static bool rec_note(const px_completion *c)
 			int pp = peer_port(c->new_fd);
 			r->peer_port = port_of_sa(&c->addr, c->addrlen);
 			if (c->new_fd < 0 || fl < 0)
-				bad("accept delivered new_fd %d, which is not open",
+				h_bad("accept delivered new_fd %d, which is not open",
 				    c->new_fd);
 			else if (!(fl & FD_CLOEXEC))
-				bad("accepted descriptor %d is not close-on-exec",
+				h_bad("accepted descriptor %d is not close-on-exec",
 				    c->new_fd);
 			if (pp < 0 || pp != r->peer_port)
-				bad("accepted descriptor %d: peer port %d, but "
+				h_bad("accepted descriptor %d: peer port %d, but "
 				    "c->addr says %d (addrlen %u)", c->new_fd, pp,
 				    r->peer_port, (unsigned)c->addrlen);
 		} else if (c->new_fd != -1) {
-			bad("accept failed (error %d) but new_fd is %d", c->error,
+			h_bad("accept failed (error %d) but new_fd is %d", c->error,
 			    c->new_fd);
 		}
 	} else if (c->op == PX_OP_CONNECT && c->error == 0) {
@@ -478,7 +452,7 @@ static void conns_add_late(conns *cs, int fd, int port, int late)
 		cs->late[cs->n] = late;
 		cs->n++;
 	} else {
-		bad("more connections than the %d expected", cs->cap);
+		h_bad("more connections than the %d expected", cs->cap);
 	}
 	pthread_mutex_unlock(&cs->mu);
 }
@@ -607,10 +581,8 @@ static int g_fds_before;   /* open descriptors before the proactor */
 
 static int fx_setup(void **state)
 {
-	atomic_store(&g_bad, 0);
 	atomic_store(&g_close_calls, 0);
 	atomic_store(&g_refused_starts, 0);
-	g_bad_msg[0] = '\0';
 	g_fds_before = count_fds();
 	return h_setup(state);
 }
@@ -742,7 +714,7 @@ static void storm_start(storm *s, int slot, bool from_cb)
 	if (atomic_load(&r->started))
 		atomic_fetch_add(from_cb ? &s->from_cb : &s->from_out, 1);
 	else
-		bad("px_accept (slot %d) returned %d (%s)", slot, r->error,
+		h_bad("px_accept (slot %d) returned %d (%s)", slot, r->error,
 		    px_strerror(r->error));
 }
 
@@ -757,7 +729,7 @@ static void storm_accept_cb(const px_completion *c)
 	if (c->error == 0)
 		atomic_fetch_add(&s->delivered, 1);
 	else if (!(c->error == ECANCELED && stopping))
-		bad("accept (slot %d): error %d (%s)", slot, c->error,
+		h_bad("accept (slot %d): error %d (%s)", slot, c->error,
 		    strerror(c->error));
 	rec_done(r);
 	if (stopping)
@@ -782,7 +754,7 @@ static void storm_px_connect(storm *s)
 	int fd = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
 				(i % 2 ? SOCK_NONBLOCK : 0), 0));
 	if (fd < 0) {
-		bad("socket: %s", strerror(errno));
+		h_bad("socket: %s", strerror(errno));
 		return;
 	}
 	rec *r = rec_new(PX_OP_CONNECT, fd, i);
@@ -793,7 +765,7 @@ static void storm_px_connect(storm *s)
 	if (rc == 0)
 		atomic_store(&r->started, 1);
 	else
-		bad("px_connect %d returned %d (%s)", i, rc, px_strerror(rc));
+		h_bad("px_connect %d returned %d (%s)", i, rc, px_strerror(rc));
 }
 
 static void storm_connect_cb(const px_completion *c)
@@ -803,7 +775,7 @@ static void storm_connect_cb(const px_completion *c)
 	if (!rec_note(c))
 		return;
 	if (c->error != 0 || r->peer_port < 0)
-		bad("px_connect %d to the listener: error %d (%s)", r->slot,
+		h_bad("px_connect %d to the listener: error %d (%s)", r->slot,
 		    c->error, strerror(c->error));
 	else
 		conns_add(&s->cs, c->fd, r->peer_port);
@@ -845,7 +817,7 @@ static void *storm_plain(void *arg)
 		while (conns_count(&s->cs) - atomic_load(&s->delivered) >=
 		       ST_WINDOW) {
 			if (h_now_ms() > dl) {
-				bad("plain client: accepts stopped taking "
+				h_bad("plain client: accepts stopped taking "
 				    "connections (%d delivered)",
 				    atomic_load(&s->delivered));
 				return NULL;
@@ -855,7 +827,7 @@ static void *storm_plain(void *arg)
 		int port;
 		int fd = client(&s->la, &port);
 		if (fd < 0) {
-			bad("plain client connect %d: %s", i, strerror(errno));
+			h_bad("plain client connect %d: %s", i, strerror(errno));
 			return NULL;
 		}
 		conns_add(&s->cs, fd, port);
@@ -900,7 +872,7 @@ static void accept_storm(void **state)
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	reg_check("accept storm");
-	assert_no_bad("accept storm");
+	h_assert_no_bad("accept storm");
 	int made = s->cs.n;
 	if (!all || made != ST_N)
 		fail_msg("%d of %d connections delivered (%d made)",
@@ -951,7 +923,7 @@ static void *racer_main(void *arg)
 				break;
 		}
 		else
-			bad("racing client connect: %s", strerror(errno));
+			h_bad("racing client connect: %s", strerror(errno));
 		if (rc->delay_us) {
 			struct timespec ts = {0, rc->delay_us * 1000L};
 			nanosleep(&ts, NULL);
@@ -1015,7 +987,7 @@ static void accept_cancel_races_arrivals(void **state)
 		if (n < 0 || n > RACE_ACCEPTS || cancelled > n)
 			fail_msg("round %d: px_cancel returned %d, %d accepts "
 				 "said ECANCELED", round, n, cancelled);
-		assert_no_bad("cancel racing arrivals");
+		h_assert_no_bad("cancel racing arrivals");
 		int made = cs.n;
 		int got = collect_accepted(&cs, l, "cancel racing arrivals");
 		int left = drain_backlog(l, &cs, made, 2000);
@@ -1035,7 +1007,7 @@ static void accept_cancel_races_arrivals(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	reg_check("cancel racing arrivals");
-	assert_no_bad("cancel racing arrivals");
+	h_assert_no_bad("cancel racing arrivals");
 	assert_no_fd_leak("cancel racing arrivals");
 	print_message("cancel races: %d rounds, %d connections, %d accepts "
 		      "cancelled, %d connections left in the backlog\n", round,
@@ -1049,7 +1021,7 @@ static void close_cb(const px_completion *c)
 		return;
 	atomic_fetch_add(&g_close_calls, 1);
 	if (c->error != 0)
-		bad("close callback of fd %d: error %d (%s)", c->fd, c->error,
+		h_bad("close callback of fd %d: error %d (%s)", c->fd, c->error,
 		    strerror(c->error));
 	rec_done(r);
 }
@@ -1165,7 +1137,7 @@ static void accept_close_races_arrivals(void **state)
 					 round, i, a[i]->error,
 					 strerror(a[i]->error));
 		}
-		assert_no_bad("close racing arrivals");
+		h_assert_no_bad("close racing arrivals");
 		int got = collect_accepted(&cs, l, "close racing arrivals");
 		for (int i = 0; i < cs.n; i++)
 			if (!cs.seen[i]) {
@@ -1190,7 +1162,7 @@ static void accept_close_races_arrivals(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	reg_check("close racing arrivals");
-	assert_no_bad("close racing arrivals");
+	h_assert_no_bad("close racing arrivals");
 	assert_int_equal(atomic_load(&g_close_calls), round);
 	atomic_store(&g_close_calls, 0);
 	assert_no_fd_leak("close racing arrivals");
@@ -1211,14 +1183,14 @@ static void destroy_accept_cb(const px_completion *c)
 	if (!rec_note(c))
 		return;
 	if (c->error != 0 && c->error != ECANCELED)
-		bad("accept during destroy: error %d (%s)", c->error,
+		h_bad("accept during destroy: error %d (%s)", c->error,
 		    strerror(c->error));
 	if (atomic_load(&g_destroying)) {
 		int rc = px_accept(c->proactor, c->fd, rec_cb, NULL);
 		if (rc == -ESHUTDOWN)
 			atomic_fetch_add(&g_refused_starts, 1);
 		else
-			bad("px_accept from a callback inside px_destroy "
+			h_bad("px_accept from a callback inside px_destroy "
 			    "returned %d (%s), expected -ESHUTDOWN", rc,
 			    px_strerror(rc));
 	}
@@ -1267,7 +1239,7 @@ static void accept_destroy_races_arrivals(void **state)
 					 "px_destroy returned", round, i);
 			cancelled += a[i]->error == ECANCELED;
 		}
-		assert_no_bad("destroy racing arrivals");
+		h_assert_no_bad("destroy racing arrivals");
 		int made = cs.n;
 		int got = collect_accepted(&cs, l, "destroy racing arrivals");
 		int left = drain_backlog(l, &cs, made, 2000);
@@ -1361,7 +1333,7 @@ static void connect_pending_cancel_close_destroy(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	reg_check("pending connects");
-	assert_no_bad("pending connects");
+	h_assert_no_bad("pending connects");
 	int cancelled = 0;
 	for (int i = 0; i < PC_N; i++) {
 		if (r[i]->error == ECANCELED)
@@ -1453,7 +1425,7 @@ static void connect_with_deadline(void **state)
 	destroy_now(f);
 	(void)l;
 	reg_check("connects with deadlines");
-	assert_no_bad("connects with deadlines");
+	h_assert_no_bad("connects with deadlines");
 	assert_no_fd_leak("connects with deadlines");
 }
 
@@ -1520,7 +1492,7 @@ static void accept_deadline_races_arrivals(void **state)
 		else
 			fail_msg("round %d: accept with a deadline: error %d "
 				 "(%s)", round, a->error, strerror(a->error));
-		assert_no_bad("accept deadlines");
+		h_assert_no_bad("accept deadlines");
 		int got = collect_accepted(&cs, l, "accept deadlines");
 		int left = drain_backlog(l, &cs, 1, 2000);
 		if (got + left != 1)
@@ -1533,7 +1505,7 @@ static void accept_deadline_races_arrivals(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	reg_check("accept deadlines");
-	assert_no_bad("accept deadlines");
+	h_assert_no_bad("accept deadlines");
 	assert_no_fd_leak("accept deadlines");
 	print_message("accept deadlines: %d rounds: %d delivered, %d timed out, "
 		      "%d cancelled\n", AD_ROUNDS, delivered, timed_out,
@@ -1751,7 +1723,7 @@ static void accept_connect_bad_input(void **state)
 	h_settle(f, 20);
 	destroy_now(f);
 	reg_check("bad input");
-	assert_no_bad("bad input");
+	h_assert_no_bad("bad input");
 	assert_no_fd_leak("bad input");
 }
 
@@ -1841,7 +1813,7 @@ static void accept_connect_max_aio_4(void **state)
 			 (unsigned long long)st.in_flight);
 	destroy_now(f);
 	reg_check("max_aio=4");
-	assert_no_bad("max_aio=4");
+	h_assert_no_bad("max_aio=4");
 	int made = cs.n;
 	int got = collect_accepted(&cs, l, "max_aio=4");
 	int left = drain_backlog(l, &cs, made, 2000);
@@ -1897,7 +1869,7 @@ static void accept_closed_behind_back(void **state)
 	close(b->new_fd);
 	destroy_now(f);
 	reg_check("closed behind the back");
-	assert_no_bad("closed behind the back");
+	h_assert_no_bad("closed behind the back");
 	assert_no_fd_leak("closed behind the back");
 	print_message("closed behind the back: EBADF after %llu ms\n",
 		      (unsigned long long)took);

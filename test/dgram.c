@@ -54,33 +54,6 @@
 #include "harness.h"
 
 /* ------------------------------------------------------------------ */
-/* Problems seen inside callbacks and helper threads                    */
-/* ------------------------------------------------------------------ */
-
-static atomic_int g_bad;
-static char g_bad_msg[512];
-
-static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void bad(const char *fmt, ...)
-{
-	if (atomic_fetch_add(&g_bad, 1) != 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
-	va_end(ap);
-}
-
-static void assert_no_bad(const char *where)
-{
-	int n = atomic_load(&g_bad);
-	if (n)
-		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
-			 "the first: %s",
-			 where, n, g_bad_msg);
-}
-
-/* ------------------------------------------------------------------ */
 /* Operation records: one per start, checked after px_destroy           */
 /* ------------------------------------------------------------------ */
 
@@ -121,7 +94,7 @@ static op *pool_take(pool *p, px_op what, int fd, int slot)
 {
 	int i = atomic_fetch_add(&p->n, 1);
 	if (i >= p->cap) {
-		bad("op pool of %d records exhausted", p->cap);
+		h_bad("op pool of %d records exhausted", p->cap);
 		return NULL;
 	}
 	op *o = &p->v[i];
@@ -137,12 +110,12 @@ static bool op_note(const px_completion *c)
 {
 	op *o = c->user;
 	if (atomic_fetch_add(&o->calls, 1) != 0) {
-		bad("%s on fd %d (slot %d) called back a second time (error %d)",
+		h_bad("%s on fd %d (slot %d) called back a second time (error %d)",
 		    px_op_name(c->op), c->fd, o->slot, c->error);
 		return false;
 	}
 	if (c->op != o->op || c->fd != o->fd)
-		bad("completion of %s on fd %d arrived as %s on fd %d",
+		h_bad("completion of %s on fd %d arrived as %s on fd %d",
 		    px_op_name(o->op), o->fd, px_op_name(c->op), c->fd);
 	o->error = c->error;
 	o->bytes = c->bytes;
@@ -355,8 +328,6 @@ static int drain(int fd, atomic_int *seen, int nseen, int found, int want,
 
 static int fx_setup(void **state)
 {
-	atomic_store(&g_bad, 0);
-	g_bad_msg[0] = '\0';
 	return h_setup(state);
 }
 
@@ -433,7 +404,7 @@ static void many_start_read(many *m, int slot, bool from_cb)
 		o->started = 1;
 		atomic_fetch_add(from_cb ? &m->from_cb_reads : &m->from_out_reads, 1);
 	} else if (!(atomic_load(&m->stopping) && rc == -ESHUTDOWN)) {
-		bad("px_read_dgram (slot %d) returned %d (%s)", slot, rc,
+		h_bad("px_read_dgram (slot %d) returned %d (%s)", slot, rc,
 		    px_strerror(rc));
 	}
 }
@@ -459,7 +430,7 @@ static bool many_try_send(many *m, bool from_cb)
 				(const struct sockaddr *)&m->aa, sizeof m->aa,
 				many_write_cb, o);
 	if (rc != 0) {
-		bad("px_write_dgram of seq %d returned %d (%s)", seq, rc,
+		h_bad("px_write_dgram of seq %d returned %d (%s)", seq, rc,
 		    px_strerror(rc));
 		return false;
 	}
@@ -475,11 +446,11 @@ static void many_write_cb(const px_completion *c)
 	if (!op_note(c))
 		return;
 	if (c->error != 0 || c->bytes != dg_len((uint32_t)o->slot))
-		bad("write_dgram of seq %d: error %d (%s), bytes %zu of %zu",
+		h_bad("write_dgram of seq %d: error %d (%s), bytes %zu of %zu",
 		    o->slot, c->error, strerror(c->error), c->bytes,
 		    dg_len((uint32_t)o->slot));
 	if (atomic_fetch_add(&m->wrote[o->slot], 1) != 0)
-		bad("seq %d: two write callbacks", o->slot);
+		h_bad("seq %d: two write callbacks", o->slot);
 	atomic_fetch_add(&m->writes_done, 1);
 	op_done(o);
 }
@@ -496,24 +467,24 @@ static void many_read_cb(const px_completion *c)
 		return;
 	}
 	if (c->error != 0) {
-		bad("read_dgram (slot %d): error %d (%s)", slot, c->error,
+		h_bad("read_dgram (slot %d): error %d (%s)", slot, c->error,
 		    strerror(c->error));
 		op_done(o);
 		return;
 	}
 	if (c->buf != m->in + (size_t)slot * DG_MAX || c->len != DG_MAX)
-		bad("read_dgram (slot %d): buf/len not the ones given", slot);
+		h_bad("read_dgram (slot %d): buf/len not the ones given", slot);
 	uint32_t seq = 0;
 	const char *why = dg_check(m->in + (size_t)slot * DG_MAX, c->bytes, &seq);
 	if (why) {
-		bad("read_dgram (slot %d) of %zu bytes: %s", slot, c->bytes, why);
+		h_bad("read_dgram (slot %d) of %zu bytes: %s", slot, c->bytes, why);
 	} else if (seq >= MANY_N) {
-		bad("read_dgram: seq %u beyond %d", seq, MANY_N);
+		h_bad("read_dgram: seq %u beyond %d", seq, MANY_N);
 	} else {
 		if (atomic_fetch_add(&m->seen[seq], 1) != 0)
-			bad("datagram %u delivered twice", seq);
+			h_bad("datagram %u delivered twice", seq);
 		if (!same_sender(o, &m->ba))
-			bad("read_dgram of seq %u: sender address wrong "
+			h_bad("read_dgram of seq %u: sender address wrong "
 			    "(addrlen %u)", seq, (unsigned)c->addrlen);
 		atomic_fetch_sub(&m->inflight, 1);
 		atomic_fetch_add(&m->received, 1);
@@ -608,7 +579,7 @@ static void dgram_many_threads(void **state)
 	pthread_mutex_destroy(&m->mu);
 
 	pool_check(&m->ops, "many datagrams");
-	assert_no_bad("many datagrams");
+	h_assert_no_bad("many datagrams");
 	if (!all)
 		fail_msg("only %d of %d datagrams received, %d of %d writes "
 			 "completed (next seq %d, window %d)",
@@ -662,13 +633,13 @@ static void same_read_cb(const px_completion *c)
 	const char *why = c->error ? "an error"
 		: dg_check(s->in + (size_t)o->slot * DG_MAX, c->bytes, &seq);
 	if (why)
-		bad("read %d on the shared socket: %s (error %d, %zu bytes)",
+		h_bad("read %d on the shared socket: %s (error %d, %zu bytes)",
 		    o->slot, why, c->error, c->bytes);
 	else if (seq >= SAME_N || atomic_fetch_add(&s->seen[seq], 1) != 0)
-		bad("read %d: datagram %u out of range or delivered twice",
+		h_bad("read %d: datagram %u out of range or delivered twice",
 		    o->slot, seq);
 	else if (!same_sender(o, &s->ba))
-		bad("read %d: wrong sender", o->slot);
+		h_bad("read %d: wrong sender", o->slot);
 	atomic_fetch_add(&s->received, 1);
 	op_done(o);
 }
@@ -692,7 +663,7 @@ static void *same_starter(void *arg)
 		int rc = px_read_dgram(s->px, s->a, s->in + (size_t)slot * DG_MAX,
 				       DG_MAX, same_read_cb, o);
 		if (rc != 0)
-			bad("px_read_dgram from thread %d returned %d (%s)",
+			h_bad("px_read_dgram from thread %d returned %d (%s)",
 			    sa->t, rc, px_strerror(rc));
 		else
 			o->started = 1;
@@ -709,7 +680,7 @@ static void *same_sender_main(void *arg)
 	for (int seq = 0; seq < SAME_N; seq++) {
 		while (seq - atomic_load(&s->received) >= SAME_WINDOW) {
 			if (h_now_ms() > dl) {
-				bad("sender: the reads stopped taking datagrams "
+				h_bad("sender: the reads stopped taking datagrams "
 				    "(%d received of %d sent)",
 				    atomic_load(&s->received), seq);
 				return NULL;
@@ -720,7 +691,7 @@ static void *same_sender_main(void *arg)
 		dg_fill(buf, (uint32_t)seq, len);
 		if (sendto(s->b, buf, len, 0, (struct sockaddr *)&s->aa,
 			   sizeof s->aa) != (ssize_t)len) {
-			bad("sendto: %s", strerror(errno));
+			h_bad("sendto: %s", strerror(errno));
 			return NULL;
 		}
 		atomic_fetch_add(&s->sent, 1);
@@ -757,7 +728,7 @@ static void dgram_same_socket_threads(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(&s->ops, "reads from several threads");
-	assert_no_bad("reads from several threads");
+	h_assert_no_bad("reads from several threads");
 	if (!all)
 		fail_msg("%d of %d reads completed (%d sent)",
 			 atomic_load(&s->received), SAME_N,
@@ -798,7 +769,7 @@ static void *ot_starter(void *arg)
 					       x->in + (size_t)slot * DG_MAX,
 					       DG_MAX, op_cb, o);
 			if (rc != 0)
-				bad("px_read_dgram from the short-lived thread: "
+				h_bad("px_read_dgram from the short-lived thread: "
 				    "%d (%s)", rc, px_strerror(rc));
 			else
 				o->started = 1;
@@ -832,7 +803,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 		pthread_t th;
 		assert_int_equal(pthread_create(&th, NULL, ot_starter, x), 0);
 		pthread_join(th, NULL);
-		assert_no_bad("reads started by a thread that exited");
+		h_assert_no_bad("reads started by a thread that exited");
 		/* Let the loop threads see whatever the exit did. */
 		h_sleep_ms(5);
 		for (int k = 0; k < OT_SOCKS; k++)
@@ -871,7 +842,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 						      "called twice, %d sockets with data "
 						      "waiting; problems: %d (%s)\n",
 						      round, ndone, 2 * OT_SOCKS, twice,
-						      nwait, atomic_load(&g_bad), g_bad_msg);
+						      nwait, h_bad_count(), h_bad_first());
 					fail_msg("round %d: read %d of 2 on socket %d "
 						 "(fd %d), started by a thread that "
 						 "exited, never completed; the other "
@@ -903,7 +874,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(&x->ops, "reads started by a thread that exited");
-	assert_no_bad("reads started by a thread that exited");
+	h_assert_no_bad("reads started by a thread that exited");
 }
 
 /* ------------------------------------------------------------------ */
@@ -938,11 +909,11 @@ static void ux_write_cb(const px_completion *c)
 		return;
 	if (c->error == 0) {
 		if (c->bytes != dg_len((uint32_t)o->slot))
-			bad("AF_UNIX write_dgram %d: %zu bytes of %zu", o->slot,
+			h_bad("AF_UNIX write_dgram %d: %zu bytes of %zu", o->slot,
 			    c->bytes, dg_len((uint32_t)o->slot));
 		atomic_fetch_add(&x->ok, 1);
 	} else if (c->error != ECANCELED) {
-		bad("AF_UNIX write_dgram %d: error %d (%s)", o->slot, c->error,
+		h_bad("AF_UNIX write_dgram %d: error %d (%s)", o->slot, c->error,
 		    strerror(c->error));
 	}
 	atomic_fetch_add(&x->done, 1);
@@ -1035,7 +1006,7 @@ static void *ux_starter(void *arg)
 					x->out + (size_t)i * DG_MAX,
 					dg_len((uint32_t)i), NULL, 0, ux_write_cb, o);
 		if (rc != 0) {
-			bad("AF_UNIX write_dgram %d: start returned %d (%s)", i,
+			h_bad("AF_UNIX write_dgram %d: start returned %d (%s)", i,
 			    rc, px_strerror(rc));
 			return NULL;
 		}
@@ -1086,7 +1057,7 @@ static void dgram_unix_writes_wait_for_room(void **state)
 	pthread_t st;
 	assert_int_equal(pthread_create(&st, NULL, ux_starter, x), 0);
 	pthread_join(st, NULL);
-	assert_no_bad("AF_UNIX writes from a thread that exited");
+	h_assert_no_bad("AF_UNIX writes from a thread that exited");
 	h_sleep_ms(20);
 	int waiting = UX_N - atomic_load(&x->done);
 	pthread_t rd;
@@ -1097,7 +1068,7 @@ static void dgram_unix_writes_wait_for_room(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(&x->ops, "AF_UNIX writes waiting for room");
-	assert_no_bad("AF_UNIX writes waiting for room");
+	h_assert_no_bad("AF_UNIX writes waiting for room");
 	if (!all)
 		fail_msg("%d of %d AF_UNIX writes completed (%d datagrams read)",
 			 atomic_load(&x->done), UX_N, x->got);
@@ -1163,7 +1134,7 @@ static void dgram_unix_cancel_close_destroy_pending_writes(void **state)
 						 "its descriptor's close", round, i);
 		}
 		pool_check(&x->ops, "AF_UNIX writes ended early");
-		assert_no_bad("AF_UNIX writes ended early");
+		h_assert_no_bad("AF_UNIX writes ended early");
 		ux_check(x, destroy ? "px_destroy of waiting AF_UNIX writes"
 			 : round % 2 ? "px_close of waiting AF_UNIX writes"
 				     : "px_cancel of waiting AF_UNIX writes");
@@ -1233,7 +1204,7 @@ static void dgram_mixed_reads_keep_order(void **state)
 	}
 	destroy_now(f);
 	pool_check(p, "mixed reads in order");
-	assert_no_bad("mixed reads in order");
+	h_assert_no_bad("mixed reads in order");
 }
 
 /*
@@ -1324,14 +1295,14 @@ static void cr_read_cb(const px_completion *c)
 		const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
 					   c->bytes, &seq);
 		if (why)
-			bad("read (slot %d) racing a cancel: %s", o->slot, why);
+			h_bad("read (slot %d) racing a cancel: %s", o->slot, why);
 		else if (atomic_fetch_add(&x->seen[seq], 1) != 0)
-			bad("datagram %u delivered twice", seq);
+			h_bad("datagram %u delivered twice", seq);
 	} else if (c->error != ECANCELED) {
-		bad("read racing a cancel: error %d (%s)", c->error,
+		h_bad("read racing a cancel: error %d (%s)", c->error,
 		    strerror(c->error));
 	} else if (c->addrlen != 0) {
-		bad("a cancelled read_dgram reports a sender (addrlen %u)",
+		h_bad("a cancelled read_dgram reports a sender (addrlen %u)",
 		    (unsigned)c->addrlen);
 	}
 	op_done(o);
@@ -1357,7 +1328,7 @@ static void *cr_sender(void *arg)
 			dg_fill(buf, (uint32_t)seq, len);
 			if (sendto(x->b, buf, len, 0, (struct sockaddr *)&x->aa,
 				   sizeof x->aa) != (ssize_t)len)
-				bad("sendto: %s", strerror(errno));
+				h_bad("sendto: %s", strerror(errno));
 		}
 		done = r;
 		atomic_store(&x->sent_round, r);
@@ -1436,14 +1407,14 @@ static void dgram_cancel_races_arrivals(void **state)
 		cancelled += canc;
 		found_after += left;
 		cancel_sum += n;
-		assert_no_bad("cancel racing arrivals");
+		h_assert_no_bad("cancel racing arrivals");
 	}
 	atomic_store(&x->quit, 1);
 	pthread_join(snd, NULL);
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(&x->ops, "cancel racing arrivals");
-	assert_no_bad("cancel racing arrivals");
+	h_assert_no_bad("cancel racing arrivals");
 	print_message("cancel vs arrivals: %d reads took data, %d cancelled, "
 		      "%d datagrams left for the drain, cancel counted %d\n",
 		      taken, cancelled, found_after, cancel_sum);
@@ -1499,14 +1470,14 @@ static void cl_cb(const px_completion *c)
 	 * number it has seen open, and fail it in the completion). */
 	if (atomic_load(&x->closed) && o->fd == x->a &&
 	    (o->tag == 0 || c->error != EBADF))
-		bad("%s on the closed descriptor (started %s px_close) called "
+		h_bad("%s on the closed descriptor (started %s px_close) called "
 		    "back after the close's callback, error %d",
 		    px_op_name(c->op), o->tag ? "during" : "before", c->error);
 	bool ok = c->error == 0 ||
 		  ((c->error == ECANCELED || c->error == EBADF) &&
 		   atomic_load(&x->closing));
 	if (!ok)
-		bad("%s on fd %d: error %d (%s)", px_op_name(c->op), c->fd,
+		h_bad("%s on fd %d: error %d (%s)", px_op_name(c->op), c->fd,
 		    c->error, strerror(c->error));
 	if (c->error == 0 && c->op == PX_OP_READ_DGRAM) {
 		uint8_t *buf = (o->fd == x->a ? x->in : x->bin) +
@@ -1514,7 +1485,7 @@ static void cl_cb(const px_completion *c)
 		uint32_t seq;
 		const char *why = dg_check(buf, c->bytes, &seq);
 		if (why)
-			bad("read on fd %d: %s", o->fd, why);
+			h_bad("read on fd %d: %s", o->fd, why);
 		if (o->fd == x->a)
 			atomic_fetch_add(&x->traffic, 1);
 	}
@@ -1570,7 +1541,7 @@ static void cl_start_locked(cl *x, px_op what, int fd, int slot)
 	} else if (rc == -EBADF && fd == x->a && atomic_load(&x->closing)) {
 		atomic_fetch_add(&x->refused, 1);
 	} else {
-		bad("starting %s on fd %d returned %d (%s)", px_op_name(what), fd,
+		h_bad("starting %s on fd %d returned %d (%s)", px_op_name(what), fd,
 		    rc, px_strerror(rc));
 	}
 }
@@ -1579,11 +1550,11 @@ static void cl_close_cb(const px_completion *c)
 {
 	cl *x = c->user;
 	if (atomic_fetch_add(&x->close_calls, 1) != 0) {
-		bad("the close called back twice");
+		h_bad("the close called back twice");
 		return;
 	}
 	if (c->op != PX_OP_CLOSE || c->fd != x->a)
-		bad("the close's completion: op %d fd %d", c->op, c->fd);
+		h_bad("the close's completion: op %d fd %d", c->op, c->fd);
 	x->close_error = c->error;
 	atomic_store(&x->close_order, atomic_fetch_add(&g_order, 1));
 	atomic_store(&x->closed, 1);
@@ -1712,7 +1683,7 @@ static void dgram_close_races_traffic(void **state)
 			}
 			h_sleep_ms(1);
 		}
-		assert_no_bad("px_close racing traffic");
+		h_assert_no_bad("px_close racing traffic");
 		total_refused += atomic_load(&x->refused);
 		total_traffic += atomic_load(&x->traffic);
 		total_late += atomic_load(&x->late_accepted);
@@ -1722,7 +1693,7 @@ static void dgram_close_races_traffic(void **state)
 	for (int round = 0; round < CL_ROUNDS; round++)
 		pthread_mutex_destroy(&xs[round]->mu);
 	destroy_now(f);
-	assert_no_bad("px_close racing traffic");
+	h_assert_no_bad("px_close racing traffic");
 	print_message("px_close vs traffic: %d reads with data, %d starts "
 		      "refused with EBADF during the closes, %d of %d starts "
 		      "after px_close accepted (then EBADF); traffic paused "
@@ -1819,12 +1790,12 @@ static void ds_cb(const px_completion *c)
 			const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
 						   c->bytes, &seq);
 			if (why)
-				bad("read during destroy: %s", why);
+				h_bad("read during destroy: %s", why);
 			else if (atomic_fetch_add(&x->seen[seq], 1) != 0)
-				bad("datagram %u delivered twice", seq);
+				h_bad("datagram %u delivered twice", seq);
 			atomic_fetch_add(&x->data, 1);
 		} else if (c->error != ECANCELED) {
-			bad("read during destroy: error %d (%s)", c->error,
+			h_bad("read during destroy: error %d (%s)", c->error,
 			    strerror(c->error));
 		}
 		/* Start another read: refused during destroy (a read that
@@ -1840,12 +1811,12 @@ static void ds_cb(const px_completion *c)
 			if (rc == -ESHUTDOWN)
 				atomic_fetch_add(&x->restarts_refused, 1);
 			else
-				bad("a start from a callback during px_destroy "
+				h_bad("a start from a callback during px_destroy "
 				    "returned %d (%s), expected -ESHUTDOWN", rc,
 				    px_strerror(rc));
 		}
 	} else if (c->error != 0 && c->error != ECANCELED) {
-		bad("write during destroy: error %d (%s)", c->error,
+		h_bad("write during destroy: error %d (%s)", c->error,
 		    strerror(c->error));
 	}
 	op_done(o);
@@ -1905,7 +1876,7 @@ static void dgram_destroy_pending(void **state)
 	atomic_store(&x->destroying, 1);
 	destroy_now(f);
 	pool_check(&x->ops, "px_destroy with datagram reads pending");
-	assert_no_bad("px_destroy with datagram reads pending");
+	h_assert_no_bad("px_destroy with datagram reads pending");
 	/* Every datagram sent: taken by a read, or still in its socket, or
 	 * (the writes) never sent because the destroy cancelled them. */
 	int writes_ok = 0;
@@ -1980,7 +1951,7 @@ static void edge_end(edge *e, const char *what)
 	h_settle(e->f, 10);
 	destroy_now(e->f);
 	pool_check(&e->ops, what);
-	assert_no_bad(what);
+	h_assert_no_bad(what);
 }
 
 /*
@@ -2606,13 +2577,13 @@ static void dgram_deadline_races_arrivals(void **state)
 			fail_msg("round %d: error %d (%s)", r, o->error,
 				 strerror(o->error));
 		}
-		assert_no_bad("deadlines racing arrivals");
+		h_assert_no_bad("deadlines racing arrivals");
 	}
 	h_loops_stop();
 	assert_int_equal(drain(a, seen, DL_ROUNDS, 0, 0, 20), 0);
 	destroy_now(f);
 	pool_check(p, "deadlines racing arrivals");
-	assert_no_bad("deadlines racing arrivals");
+	h_assert_no_bad("deadlines racing arrivals");
 	print_message("deadline vs arrival: %d data, %d ETIMEDOUT, %d "
 		      "ECANCELED, %d left for the drain\n",
 		      data, timed, canc, left);

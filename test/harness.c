@@ -145,8 +145,34 @@ void harness_engine_init(int argc, char **argv, const char *prog)
 
 /* ------------------------------------------------------------------ */
 
+static atomic_int g_bad;
+static char g_bad_msg[512];
+
+void h_bad(const char *fmt, ...)
+{
+	if (atomic_fetch_add(&g_bad, 1) != 0)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
+	va_end(ap);
+}
+
+void h_assert_no_bad(const char *where)
+{
+	int n = atomic_load(&g_bad);
+	if (n)
+		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
+			 "the first: %s", where, n, g_bad_msg);
+}
+
+int h_bad_count(void) { return atomic_load(&g_bad); }
+const char *h_bad_first(void) { return g_bad_msg; }
+
 int h_setup(void **state)
 {
+	atomic_store(&g_bad, 0);
+	g_bad_msg[0] = '\0';
 	h_fx *f = calloc(1, sizeof *f);
 	if (!f)
 		return -1;

@@ -65,6 +65,14 @@ void h_sleep_ms(int ms);
  * false if ms pass first. */
 bool h_wait_at_least(atomic_int *v, int want, int ms);
 
+/* Problems seen where cmocka may not assert (callbacks, helper threads):
+ * h_bad counts them and keeps the first message; h_assert_no_bad fails the
+ * test when there was any.  h_setup clears them for each test. */
+void h_bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void h_assert_no_bad(const char *where);
+int h_bad_count(void);
+const char *h_bad_first(void);
+
 /* ------------------------------------------------------------------ */
 /* Fixture                                                              */
 /* ------------------------------------------------------------------ */

@@ -54,33 +54,6 @@
 #define MS 1000000ull
 
 /* ------------------------------------------------------------------ */
-/* Problems seen inside callbacks and helper threads                    */
-/* ------------------------------------------------------------------ */
-
-static atomic_int g_bad;
-static char g_bad_msg[512];
-
-static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void bad(const char *fmt, ...)
-{
-	if (atomic_fetch_add(&g_bad, 1) != 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(g_bad_msg, sizeof g_bad_msg, fmt, ap);
-	va_end(ap);
-}
-
-static void assert_no_bad(const char *where)
-{
-	int n = atomic_load(&g_bad);
-	if (n)
-		fail_msg("%s: %d problem(s) seen in callbacks or helper threads; "
-			 "the first: %s",
-			 where, n, g_bad_msg);
-}
-
-/* ------------------------------------------------------------------ */
 /* Timer records: one per start, checked after px_destroy               */
 /* ------------------------------------------------------------------ */
 
@@ -134,7 +107,7 @@ static tm *pool_take(pool *p)
 {
 	int i = atomic_fetch_add(&p->n, 1);
 	if (i >= p->cap) {
-		bad("timer pool of %d records exhausted", p->cap);
+		h_bad("timer pool of %d records exhausted", p->cap);
 		return NULL;
 	}
 	return &p->v[i];
@@ -185,10 +158,10 @@ static bool tm_note(const px_completion *c)
 	tm *t = c->user;
 	int n = atomic_fetch_add(&t->calls, 1);
 	if (c->op != PX_OP_TIMER || c->fd != -1)
-		bad("a timer's completion came as %s on fd %d",
+		h_bad("a timer's completion came as %s on fd %d",
 		    px_op_name(c->op), c->fd);
 	if (c->error != 0 && c->error != ECANCELED)
-		bad("a timer's completion with error %d (%s)", c->error,
+		h_bad("a timer's completion with error %d (%s)", c->error,
 		    strerror(c->error));
 	if (n == 0) {
 		t->cid = c->timer_id;
@@ -199,18 +172,18 @@ static bool tm_note(const px_completion *c)
 	}
 	if (!t->period) {
 		if (n != 0) {
-			bad("one-shot timer %lld called back a second time "
+			h_bad("one-shot timer %lld called back a second time "
 			    "(error %d)", (long long)c->timer_id, c->error);
 			return false;
 		}
 		if (c->error == 0) {
 			if (now < t->t0 + t->delay)
-				bad("timer %lld of %llu us fired %llu ns early",
+				h_bad("timer %lld of %llu us fired %llu ns early",
 				    (long long)c->timer_id,
 				    (unsigned long long)(t->delay / 1000),
 				    (unsigned long long)(t->t0 + t->delay - now));
 			if (c->offset < t->t0 + t->delay || c->offset > now)
-				bad("timer %lld: c->offset %llu is not its "
+				h_bad("timer %lld: c->offset %llu is not its "
 				    "deadline (t0 + delay %llu, fired %llu)",
 				    (long long)c->timer_id,
 				    (unsigned long long)c->offset,
@@ -222,22 +195,22 @@ static bool tm_note(const px_completion *c)
 	}
 	/* Periodic. */
 	if (atomic_fetch_add(&t->in_cb, 1) != 0)
-		bad("periodic timer %lld: two callbacks overlap",
+		h_bad("periodic timer %lld: two callbacks overlap",
 		    (long long)c->timer_id);
 	if (atomic_load(&t->ended))
-		bad("periodic timer %lld called back after its ECANCELED "
+		h_bad("periodic timer %lld called back after its ECANCELED "
 		    "callback", (long long)c->timer_id);
 	if (c->error == 0) {
 		atomic_fetch_add(&t->ticks, 1);
 		if (atomic_load(&t->cancelled))
 			atomic_fetch_add(&t->after_cancel, 1);
 		if (c->bytes < 1)
-			bad("periodic timer %lld: a tick reports %zu expiries",
+			h_bad("periodic timer %lld: a tick reports %zu expiries",
 			    (long long)c->timer_id, c->bytes);
 		/* The last expiry it reports has passed. */
 		uint64_t last = c->offset + (c->bytes - 1) * t->period;
 		if (c->bytes >= 1 && c->bytes < (1ull << 40) && now < last)
-			bad("periodic timer %lld: a tick reporting %zu expiries "
+			h_bad("periodic timer %lld: a tick reporting %zu expiries "
 			    "up to %llu ran %llu ns before that",
 			    (long long)c->timer_id, c->bytes,
 			    (unsigned long long)last,
@@ -368,8 +341,6 @@ static void periodic_log_check(tm *t, const char *what)
 
 static int fx_setup(void **state)
 {
-	atomic_store(&g_bad, 0);
-	g_bad_msg[0] = '\0';
 	return h_setup(state);
 }
 
@@ -537,7 +508,7 @@ static void early_cb(const px_completion *c)
 	if (!tm_note(c))
 		return;
 	if (c->error)
-		bad("timer %lld: error %d, nobody cancelled it",
+		h_bad("timer %lld: error %d, nobody cancelled it",
 		    (long long)c->timer_id, c->error);
 	/* Every other one starts a child from its callback. */
 	if (t->tag < EARLY_CHILD && (c->timer_id & 1)) {
@@ -548,7 +519,7 @@ static void early_cb(const px_completion *c)
 			atomic_fetch_add(&e->started, 1);
 			if (tm_start(e->px, k, early_delay(&s, (int)c->timer_id),
 				     early_cb) <= 0) {
-				bad("a start from a callback: %lld",
+				h_bad("a start from a callback: %lld",
 				    (long long)k->id);
 				atomic_fetch_sub(&e->started, 1);
 			}
@@ -571,7 +542,7 @@ static void *early_starter(void *arg)
 			break;
 		atomic_fetch_add(&e->started, 1);
 		if (tm_start(e->px, t, early_delay(&s, i + me), early_cb) <= 0) {
-			bad("px_timer_start from an outside thread: %lld",
+			h_bad("px_timer_start from an outside thread: %lld",
 			    (long long)t->id);
 			atomic_fetch_sub(&e->started, 1);
 		}
@@ -641,7 +612,7 @@ static void timers_never_early(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(&e->p, "never early");
-	assert_no_bad("never early");
+	h_assert_no_bad("never early");
 	if (fired != started)
 		fail_msg("%d of %d timers fired within 10 s", fired, started);
 	late_check(&e->p, "never early");
@@ -740,7 +711,7 @@ static void timer_wakes_sleeping_loop(void **state)
 	}
 	destroy_now(f);
 	pool_check(p, "wake-up");
-	assert_no_bad("wake-up");
+	h_assert_no_bad("wake-up");
 }
 
 /* ------------------------------------------------------------------ */
@@ -843,7 +814,7 @@ static void cancel_races_fire(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(p, "cancel races fire");
-	assert_no_bad("cancel races fire");
+	h_assert_no_bad("cancel races fire");
 	for (int i = 0; i < RACE_ROUNDS * RACE_K; i++) {
 		check_cancel_outcome(vic[i], rcs[i], "outside cancel");
 		if (rcs[i] == 0)
@@ -928,7 +899,7 @@ static void periodic_cancel_while_running(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(p, "periodic cancelled while running");
-	assert_no_bad("periodic cancelled while running");
+	h_assert_no_bad("periodic cancelled while running");
 	for (int r = 0; r < PCANCEL_ROUNDS; r++) {
 		tm *t = &p->v[r];
 		if (atomic_load(&t->after_cancel) > 1)
@@ -1016,7 +987,7 @@ static void periodic_cancelled_from_callbacks(void **state)
 	h_settle(f, 10);
 	destroy_now(f);
 	pool_check(p, "periodic cancelled from callbacks");
-	assert_no_bad("periodic cancelled from callbacks");
+	h_assert_no_bad("periodic cancelled from callbacks");
 	assert_int_equal(atomic_load(&x->rc_b) - 1000, 0);
 	assert_int_equal(atomic_load(&x->rc_self) - 1000, 0);
 	assert_int_equal(atomic_load(&x->rc_twice) - 1000, -ENOENT);
@@ -1055,7 +1026,7 @@ static void periodic_slow_callback_reports_missed(void **state)
 	h_loops_stop();
 	destroy_now(f);
 	pool_check(p, "slow periodic");
-	assert_no_bad("slow periodic");
+	h_assert_no_bad("slow periodic");
 	periodic_log_check(t, "slow periodic");
 	int ticks = 0;
 	uint64_t sum = 0;
@@ -1109,7 +1080,7 @@ static void periodic_extreme_periods(void **state)
 		h_pump(f, dl, "the ECANCELED callbacks");
 	destroy_now(f);
 	pool_check(p, "extreme periods");
-	assert_no_bad("extreme periods");
+	h_assert_no_bad("extreme periods");
 	periodic_log_check(ns1, "1 ns period");
 	assert_int_equal(atomic_load(&huge->ticks), 1);
 	assert_int_equal(huge->log[0].bytes, 1);
@@ -1153,7 +1124,7 @@ static void destroy_cb(const px_completion *c)
 		/* And a cancel of itself: nothing left to cancel. */
 		int rc = px_timer_cancel(c->proactor, c->timer_id);
 		if (rc != -ENOENT && !(rc == 0 && t->period && c->error == 0))
-			bad("px_timer_cancel of itself during px_destroy: %d",
+			h_bad("px_timer_cancel of itself during px_destroy: %d",
 			    rc);
 	}
 	bool last = !t->period || c->error == ECANCELED;
@@ -1195,7 +1166,7 @@ static void destroy_with_timers_pending(void **state)
 	atomic_store(&d->destroying, 1);
 	destroy_now(f);
 	pool_check(p, "destroy with timers pending");
-	assert_no_bad("destroy with timers pending");
+	h_assert_no_bad("destroy with timers pending");
 	int n = pool_count(p);
 	for (int i = 0; i < n; i++) {
 		tm *t = &p->v[i];
@@ -1305,7 +1276,7 @@ static void timer_bad_input(void **state)
 	assert_int_equal(tm_start_periodic(px, st2, MS, MS, tm_cb), -ESHUTDOWN);
 	destroy_now(f);
 	pool_check(p, "bad input");
-	assert_no_bad("bad input");
+	h_assert_no_bad("bad input");
 	assert_int_equal(after->error, ECANCELED);
 	assert_int_equal(before->error, ECANCELED);
 }
@@ -1367,7 +1338,7 @@ static void timers_with_full_max_aio(void **state)
 	lp_stop();
 	destroy_now(f);
 	pool_check(p, "timers with max_aio=1 full");
-	assert_no_bad("timers with max_aio=1 full");
+	h_assert_no_bad("timers with max_aio=1 full");
 	late_check(p, "timers with max_aio=1 full");
 	periodic_log_check(per, "periodic with max_aio=1 full");
 }
@@ -1398,7 +1369,7 @@ static void chain_cb(const px_completion *c)
 	if (c->error == 0 && !atomic_load(&b->stop)) {
 		tm *k = pool_take(&b->p);
 		if (k && tm_start(c->proactor, k, 0, chain_cb) <= 0)
-			bad("a 0 ms timer from a callback: %lld", (long long)k->id);
+			h_bad("a 0 ms timer from a callback: %lld", (long long)k->id);
 	}
 	tm_mark_done(c->user);
 }
@@ -1458,7 +1429,7 @@ static void io_not_starved_by_due_timers(void **state)
 	}
 	destroy_now(f);
 	pool_check(&b->p, "always-due timers");
-	assert_no_bad("always-due timers");
+	h_assert_no_bad("always-due timers");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1526,7 +1497,7 @@ static void stop_with_timers_pending(void **state)
 	atomic_store(&s->destroying, 1);
 	destroy_now(f);
 	pool_check(p, "stop with timers pending");
-	assert_no_bad("stop with timers pending");
+	h_assert_no_bad("stop with timers pending");
 	/* px_stop lets the callbacks being run finish, no more: one per
 	 * loop thread may have been handed out just before. */
 	if (before > 2)
