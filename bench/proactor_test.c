@@ -21,18 +21,23 @@
 
 #include <proactor.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 typedef struct client {
 	pthread_mutex_t lock;
 	int fd;
+	in_port_t port;                 /* local port, bound before the connect */
+	bool paired;                    /* its server end was accepted (setup_lock) */
 	uint64_t started;               /* bytes of the blocks whose write began */
 	bool writing;
 	unsigned char *rx;
@@ -59,6 +64,7 @@ static server *servers;
 static pthread_mutex_t setup_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t setup_cond = PTHREAD_COND_INITIALIZER;
 static int connected, accepted, setup_errors;
+static int clients_bound;               /* clients[0..n) have their port */
 static int listen_fd = -1;
 
 static bool stopped(void)
@@ -238,6 +244,21 @@ static void setup_error(const char *what, int err)
 	pthread_mutex_unlock(&setup_lock);
 }
 
+/* The client not yet accepted whose local address is the peer of an
+ * accepted connection, or NULL.  Called with setup_lock held. */
+static client *find_client(const px_completion *c)
+{
+	const struct sockaddr_in *peer = (const struct sockaddr_in *)&c->addr;
+
+	if (c->addrlen < sizeof *peer || peer->sin_family != AF_INET ||
+	    peer->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+		return NULL;
+	for (int i = 0; i < clients_bound; i++)
+		if (clients[i].port == peer->sin_port && !clients[i].paired)
+			return &clients[i];
+	return NULL;
+}
+
 static void accept_done(const px_completion *c)
 {
 	server *sv;
@@ -248,7 +269,22 @@ static void accept_done(const px_completion *c)
 			setup_error("accept", c->error);
 		return;
 	}
+	/* The accepted end must come from one of our clients: a listener on
+	 * port 0 may get a port another program has just let go of while
+	 * one of its clients still connects to it, and counting that
+	 * stranger would leave one of our sessions without a server.
+	 * Strangers are closed and the accept goes on. */
 	pthread_mutex_lock(&setup_lock);
+	client *own = find_client(c);
+	if (own == NULL) {
+		pthread_mutex_unlock(&setup_lock);
+		close(c->new_fd);
+		r = px_accept(px, listen_fd, accept_done, NULL);
+		if (r < 0)
+			setup_error("px_accept", r);
+		return;
+	}
+	own->paired = true;
 	sv = &servers[accepted];
 	more = ++accepted < opt.sessions;
 	pthread_cond_broadcast(&setup_cond);
@@ -370,6 +406,23 @@ int main(int argc, char **argv)
 			ok = false;
 			break;
 		}
+		/* Bound first, so that its port is known before the server
+		 * end can be accepted (find_client). */
+		struct sockaddr_in local = {
+			.sin_family = AF_INET,
+			.sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+		};
+		socklen_t ll = sizeof local;
+		if (bind(clients[i].fd, (struct sockaddr *)&local, sizeof local) != 0 ||
+		    getsockname(clients[i].fd, (struct sockaddr *)&local, &ll) != 0) {
+			perror("proactor_test: bind the client to 127.0.0.1");
+			ok = false;
+			break;
+		}
+		pthread_mutex_lock(&setup_lock);
+		clients[i].port = local.sin_port;
+		clients_bound = i + 1;
+		pthread_mutex_unlock(&setup_lock);
 		r = px_connect(px, clients[i].fd, (struct sockaddr *)&addr,
 			       sizeof addr, connect_done, &clients[i]);
 		if (r < 0) {
