@@ -744,6 +744,18 @@ px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
 	return rg;
 }
 
+/* The offset to give the kernel for r's file operation.  io_uring takes
+ * an offset of -1 (UINT64_MAX) on a READ or WRITE to mean "the file
+ * position", which it then uses and advances, where px_read_file(3)
+ * promises that the position is neither used nor changed and every other
+ * engine fails such an offset (negative as an off_t) with EINVAL, as
+ * pread(2) does.  Any other negative offset fails with EINVAL in the
+ * kernel already, so -1 becomes the most negative one. */
+static uint64_t ur_file_offset(const px_completion *c)
+{
+	return c->offset == UINT64_MAX ? (uint64_t)INT64_MIN : c->offset;
+}
+
 /* Fill sqe with r's vectored read or write, from r->done on.  The
  * elements handed to the kernel are the caller's own (which stay valid
  * until the callback) or, when a write_all resumes inside an element, the
@@ -776,10 +788,12 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 		}
 		break;
 	case PX_OP_READ_FILE:
-		io_uring_prep_readv(sqe, c->fd, iov, (unsigned)cnt, c->offset);
+		io_uring_prep_readv(sqe, c->fd, iov, (unsigned)cnt,
+				    ur_file_offset(c));
 		break;
 	default: /* PX_OP_WRITE_FILE: the class allows no other */
-		io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt, c->offset);
+		io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
+				     ur_file_offset(c));
 		break;
 	}
 }
@@ -822,10 +836,10 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 			io_uring_prep_write(sqe, c->fd, buf, n, (uint64_t)-1);
 		break;
 	case PX_OP_READ_FILE:
-		io_uring_prep_read(sqe, c->fd, buf, n, c->offset);
+		io_uring_prep_read(sqe, c->fd, buf, n, ur_file_offset(c));
 		break;
 	case PX_OP_WRITE_FILE:
-		io_uring_prep_write(sqe, c->fd, buf, n, c->offset);
+		io_uring_prep_write(sqe, c->fd, buf, n, ur_file_offset(c));
 		break;
 	case PX_OP_READ_DGRAM:
 	case PX_OP_WRITE_DGRAM:
