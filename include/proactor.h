@@ -330,10 +330,10 @@ PX_API int px_stop(px_proactor *px);
  * callback will run exactly once), or a negative errno, in which case the
  * callback will never run:
  *   -EBADF      fd is negative or not open, or px_close is closing it.
- *               (uring checks a descriptor number only until it has seen
- *               it open, to keep a syscall off every start; a descriptor
- *               closed after it was used there fails with EBADF in the
- *               completion instead.)
+ *               (uring and linux_aio check a descriptor number only until
+ *               they have seen it open, to keep a syscall off every start;
+ *               a descriptor closed after it was used there fails with
+ *               EBADF in the completion instead.)
  *   -EINVAL     cb is NULL, or len is 0 where data must move, buf is NULL
  *               with a length, or an address length is shorter than a
  *               family field or longer than struct sockaddr_storage;
@@ -360,7 +360,9 @@ PX_API int px_write_stream(px_proactor *px, int fd, const void *buf, size_t len,
 PX_API int px_write_stream_all(px_proactor *px, int fd, const void *buf, size_t len,
 			px_callback *cb, void *user);
 
-/* Read or write a file at an offset. */
+/* Read or write a file at an offset (as pread/pwrite: the descriptor's
+ * own position is neither used nor changed; an offset beyond INT64_MAX
+ * fails with EINVAL in the completion). */
 PX_API int px_read_file(px_proactor *px, int fd, void *buf, size_t len,
 		 uint64_t offset, px_callback *cb, void *user);
 PX_API int px_write_file(px_proactor *px, int fd, const void *buf, size_t len,
