@@ -12,13 +12,16 @@
  *    descriptor neither used nor moved);
  *  - px_cancel racing file operations, px_close with them pending (also
  *    from one of their callbacks), px_destroy with hundreds pending, and
- *    close(2) behind the library's back: each completes exactly once, and a
- *    write that says it completed is in the file;
+ *    close(2) behind the library's back: each completes exactly once, a
+ *    write that says it completed is in the file, and one that ended
+ *    ECANCELED, ETIMEDOUT or EBADF moved exactly the bytes it reports;
  *  - max_aio=4 with chains of operations started from callbacks;
  *  - deadlines (px_start_op): a result or ETIMEDOUT once, and a write that
  *    timed out while deferred never reaches the file;
  *  - bad input: start-time refusals, and the errors of the transfer itself
- *    (a directory, the wrong access mode, O_DIRECT misaligned).
+ *    (a directory, the wrong access mode, O_DIRECT misaligned);
+ *  - file operations on a pipe and a socket, which have no offset (the
+ *    engines differ; only cases that cannot block).
  *
  * Every start is counted in a record of its own (allocated per start) and
  * checked after px_destroy or once everything has settled: one callback,
@@ -30,6 +33,7 @@
  *
  *   file_races 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -260,6 +264,21 @@ static rec *start_rwv(px_proactor *px, bool wr, int fd,
 /* Files, the engine, the fixture                                       */
 /* ------------------------------------------------------------------ */
 
+/* A new unlinked temporary file, not tracked (px_close or the test
+ * closes it): its descriptor. */
+static int temp_file_untracked(void)
+{
+	const char *dir = getenv("TMPDIR");
+	char path[512];
+	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
+		 dir && *dir ? dir : "/tmp");
+	int fd = mkostemp(path, O_CLOEXEC);
+	if (fd < 0)
+		fail_msg("mkostemp(%s): %s", path, strerror(errno));
+	unlink(path);
+	return fd;
+}
+
 /* A new unlinked temporary file (tracked), opened O_RDWR, or opened
  * again with flags when reopen (-1 then, with errno, if that fails). */
 static int temp_file_as(h_fx *f, bool reopen, int flags)
@@ -440,6 +459,19 @@ static void assert_zero(int fd, uint64_t off, size_t len, const char *what)
 				 what, (unsigned long long)(off + (uint64_t)i), v);
 		}
 	free(got);
+}
+
+/* Descriptors open in this process. */
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+	if (!d)
+		fail_msg("opendir /proc/self/fd: %s", strerror(errno));
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
 }
 
 /* ------------------------------------------------------------------ */
@@ -985,15 +1017,13 @@ static void file_close_pending(void **state)
 	g_cl_px = f->px;
 	cl_round *rounds = h_alloc(f, sizeof(cl_round) * CL_ROUNDS);
 	uint8_t *buf = h_alloc(f, (size_t)CL_OPS * CL_LEN);
+	int fds_before = count_fds();
 	int total_ecanceled = 0, after_close_refused = 0;
 	for (int round = 0; round < CL_ROUNDS; round++) {
 		cl_round *cr = &rounds[round];
 		/* Not tracked: px_close closes it.  A dup keeps the file to
 		 * look at afterwards. */
-		char path[] = "/tmp/px-file-races-close-XXXXXX";
-		cr->fd = mkostemp(path, O_CLOEXEC);
-		assert_true(cr->fd >= 0);
-		unlink(path);
+		cr->fd = temp_file_untracked();
 		int keep = h_track(f, dup(cr->fd));
 		cr->closer = round & 1 ? (round * 7) % CL_OPS : -1;
 		cr->close_rec = rec_new(PX_OP_CLOSE, cr->fd, 0, -1);
@@ -1132,6 +1162,13 @@ static void file_close_pending(void **state)
 			h_loops_stop();
 	}
 	reg_check("px_close with file operations pending");
+	/* Each round leaves its dup of the file open, nothing else: the
+	 * closed files are not held by the library (POSIX AIO's dups of
+	 * them are closed once they are idle). */
+	if (count_fds() > fds_before + CL_ROUNDS)
+		fail_msg("%d descriptors open after the rounds, %d before plus "
+			 "%d dups: the library holds closed files", count_fds(),
+			 fds_before, CL_ROUNDS);
 	print_message("px_close: %d of %d operations ECANCELED, %d starts "
 		      "refused during a callback's close\n", total_ecanceled,
 		      CL_ROUNDS * CL_OPS, after_close_refused);
@@ -1165,6 +1202,7 @@ static void ds_cb(const px_completion *c)
 static void file_destroy_pending(void **state)
 {
 	h_fx *f = *state;
+	int fds_before = count_fds();
 	int fds[DS_FILES];
 	for (int k = 0; k < DS_FILES; k++)
 		fds[k] = temp_file(f);
@@ -1194,6 +1232,13 @@ static void file_destroy_pending(void **state)
 		assert_int_equal(r[i]->start_rc, 0);
 	}
 	destroy_now(f);
+	/* The proactor's own descriptors are gone now, ours are open: no
+	 * more than before plus ours (a dup of a file the library kept, as
+	 * POSIX AIO makes them, would show). */
+	if (count_fds() > fds_before + DS_FILES)
+		fail_msg("%d descriptors open after px_destroy, %d before the "
+			 "proactor's operations plus %d files: the library kept "
+			 "some", count_fds(), fds_before, DS_FILES);
 	reg_check("px_destroy with file operations pending");
 	h_assert_no_bad("px_destroy with file operations pending");
 	if (atomic_load(&g_ds_other))
@@ -1735,10 +1780,7 @@ static void file_ops_on_pipe_and_socket(void **state)
 static void file_closed_behind_back(void **state)
 {
 	h_fx *f = *state;
-	char path[] = "/tmp/px-file-races-bb-XXXXXX";
-	int fd = mkostemp(path, O_CLOEXEC);
-	assert_true(fd >= 0);
-	unlink(path);
+	int fd = temp_file_untracked();
 	int keep = h_track(f, dup(fd));
 	uint8_t *buf = h_alloc(f, (size_t)BB_OPS * BB_LEN);
 	rec *r[BB_OPS];
