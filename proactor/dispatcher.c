@@ -742,6 +742,15 @@ lead:
 		now = px__now_ns();
 		px->st.follower_sleep_ns += now - slept;
 	}
+	/* px_stop came while this call ran callbacks or waited: the call
+	 * returns -ESHUTDOWN, as px_handle_events(3) says ("as soon as it
+	 * has finished the callback it runs"), not the number it ran.  The
+	 * batch loop above already stops at the callback that was running;
+	 * without this, the call that ran it returned its count (or 0 at a
+	 * timeout that coincided), and only the next call said -ESHUTDOWN
+	 * (test/lifecycle_races.c). */
+	if (px->stopped || px->destroying)
+		n = -ESHUTDOWN;
 	px->nthreads--;
 	px->left_by = &disp_tls_me;  /* see px__dispatch_others_here */
 	px->left_ns = now;
