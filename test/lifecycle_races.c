@@ -1,0 +1,1793 @@
+/*
+ * lifecycle_races.c - the life cycle of a proactor under threads, per
+ * engine (suite 'fault'): px_stop and px_destroy racing starts, posts,
+ * timers, deadlines and completions.
+ *
+ *  - px_stop while outside threads start posts, reads, writes, timers
+ *    and reads with deadlines on socketpairs as fast as they can: every
+ *    start that returned 0 gets one callback (from a loop thread or from
+ *    px_destroy), every refused one returned -ESHUTDOWN and gets none; a
+ *    start made after px_stop returned, or after a refusal, is refused;
+ *    the loop threads (waiting without a bound) all return -ESHUTDOWN;
+ *    the bytes the writes say they moved are the bytes the reads say
+ *    they got, in order, plus what is left in the socket; the same with
+ *    max_aio=2, so that most starts are deferred when the stop comes;
+ *  - px_stop from inside a callback (a post, a timer, a read) and from
+ *    outside while a callback runs long, with three loop threads waiting
+ *    without a bound (a leader in the OS wait, followers asleep): all of
+ *    them return -ESHUTDOWN promptly, the call that ran the stopping
+ *    callback included, and the callback's own starts are refused;
+ *  - px_destroy while threads are inside px_handle_events (from outside
+ *    and from a callback): -EBUSY, and nothing is stopped or freed (the
+ *    proactor still runs operations, a dedicated leader included);
+ *  - callbacks run by px_destroy that call back in: every start
+ *    -ESHUTDOWN, px_handle_events -ESHUTDOWN, px_stop 0, px_cancel and
+ *    px_timer_cancel without deadlock, px_close of a descriptor with
+ *    operations pending and of an idle one (its callback once, before
+ *    px_destroy returns, and the descriptor closed -- or -ESHUTDOWN and
+ *    no callback);
+ *  - px_handle_events return values: the number of callbacks, 0 after a
+ *    timeout that is not cut short while another thread leads,
+ *    -ESHUTDOWN;
+ *  - px_stop with periodic timers ticking and reads with deadlines
+ *    expiring around it, then px_destroy after the deadlines passed:
+ *    px_stats balances after the stop, each read once (ECANCELED or
+ *    ETIMEDOUT), each periodic timer one final ECANCELED;
+ *  - px_destroy racing data that a plain thread keeps writing, reads
+ *    restarted from their callbacks (a dedicated leader busy collecting):
+ *    no byte lost or read twice;
+ *  - hundreds of proactors created and destroyed (idle, with operations
+ *    pending, after a stop with a loop thread, after a px_close): no
+ *    descriptor or thread left behind.
+ *
+ * Every start is counted in a record of its own, checked after
+ * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
+ * first problem for the test thread (h_bad).
+ *
+ *   lifecycle_races 'ENGINE CONFIG TEXT' [TEST FILTER]
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MS 1000000ull
+/* "Promptly", for a thread that must leave px_handle_events after
+ * px_stop: generous, since a loaded machine may keep a thread off the
+ * CPU for a while; a lost wake-up never returns at all. */
+#define PROMPT_MS 3000
+
+/* ------------------------------------------------------------------ */
+/* Records, one per start                                               */
+/* ------------------------------------------------------------------ */
+
+#define REC_MAGIC 0x4c494645u
+#define REC_BUF 16
+
+typedef struct rec {
+	uint32_t magic;
+	px_op op;
+	int fd;
+	int rc;               /* what the start returned (timers: 0 or -err) */
+	int started;          /* the start returned 0 (a timer: an id) */
+	int64_t id;           /* a timer's id */
+	atomic_int calls;
+	atomic_int done;
+	int error;
+	size_t bytes;
+	int64_t cid;          /* c->timer_id */
+	int in_destroy;       /* the first callback ran inside px_destroy */
+	int order;            /* global order of the first callback */
+	size_t len;
+	unsigned char buf[REC_BUF];
+	void *ctx;            /* the test's own */
+	struct rec *next;     /* every record, for the teardown */
+} rec;
+
+static _Atomic(rec *) g_recs;
+/* Set just after px_stop returned / just before px_destroy is called. */
+static atomic_int g_stop_done, g_destroying;
+/* Callbacks begun after g_stop_done and before g_destroying. */
+static atomic_int g_after_stop;
+static atomic_int g_order;
+
+static rec *rec_new(px_op op, int fd)
+{
+	rec *r = calloc(1, sizeof *r);
+	if (!r) {
+		h_bad("out of memory for a record");
+		return NULL;
+	}
+	r->magic = REC_MAGIC;
+	r->op = op;
+	r->fd = fd;
+	r->rc = 1;   /* not started yet */
+	r->next = atomic_load(&g_recs);
+	while (!atomic_compare_exchange_weak(&g_recs, &r->next, r))
+		;
+	return r;
+}
+
+static void recs_free(void)
+{
+	rec *r = atomic_exchange(&g_recs, NULL);
+	while (r) {
+		rec *n = r->next;
+		free(r);
+		r = n;
+	}
+}
+
+static void note_entry(void)
+{
+	if (atomic_load(&g_stop_done) && !atomic_load(&g_destroying))
+		atomic_fetch_add(&g_after_stop, 1);
+}
+
+/* The first callback of a record: checked and copied.  Returns r, or
+ * NULL on a call that must not happen (noted). */
+static rec *rec_note(const px_completion *c)
+{
+	rec *r = c->user;
+	if (!r || r->magic != REC_MAGIC) {
+		h_bad("a callback (%s) with a user pointer that is no record",
+		      px_op_name(c->op));
+		return NULL;
+	}
+	int n = atomic_fetch_add(&r->calls, 1);
+	if (n) {
+		h_bad("%s on fd %d called back %d times (error %d)",
+		      px_op_name(r->op), r->fd, n + 1, c->error);
+		return NULL;
+	}
+	if (c->op != r->op || c->fd != r->fd)
+		h_bad("a record of %s on fd %d completed as %s on fd %d",
+		      px_op_name(r->op), r->fd, px_op_name(c->op), c->fd);
+	r->error = c->error;
+	r->bytes = c->bytes;
+	r->cid = c->timer_id;
+	r->in_destroy = atomic_load(&g_destroying);
+	r->order = atomic_fetch_add(&g_order, 1);
+	atomic_store_explicit(&r->done, 1, memory_order_release);
+	return r;
+}
+
+/* At the end of a callback run by a loop thread: if px_stop has returned
+ * by now, the px_handle_events call running this callback must return
+ * -ESHUTDOWN ("as soon as it has finished the callback it runs"). */
+static void note_exit(void);
+
+static void rec_cb(const px_completion *c)
+{
+	note_entry();
+	rec_note(c);
+	note_exit();
+}
+
+/* After px_destroy: every record once if started, never if not. */
+static int recs_check(const char *what)
+{
+	int n = 0;
+	for (rec *r = atomic_load(&g_recs); r; r = r->next, n++) {
+		int calls = atomic_load(&r->calls);
+		if (r->started && calls != 1)
+			fail_msg("%s: %s on fd %d was started and had %d "
+				 "callbacks after px_destroy", what,
+				 px_op_name(r->op), r->fd, calls);
+		if (!r->started && calls != 0)
+			fail_msg("%s: %s on fd %d was refused (%d) and had %d "
+				 "callbacks", what, px_op_name(r->op), r->fd,
+				 r->rc, calls);
+		if (r->started && r->op == PX_OP_TIMER && r->cid != r->id)
+			fail_msg("%s: timer %lld completed with id %lld", what,
+				 (long long)r->id, (long long)r->cid);
+	}
+	return n;
+}
+
+/* Start functions on records (rc and started filled in). */
+static int r_post(px_proactor *px, rec *r)
+{
+	r->rc = px_post(px, rec_cb, r);
+	r->started = r->rc == 0;
+	return r->rc;
+}
+
+static int r_read(px_proactor *px, rec *r, size_t len, uint64_t timeout_ns)
+{
+	r->len = len;
+	px_op_desc d = {.op = PX_OP_READ_STREAM, .fd = r->fd, .buf = r->buf,
+			.len = len, .timeout_ns = timeout_ns, .cb = rec_cb,
+			.user = r};
+	r->rc = timeout_ns ? px_start_op(px, &d)
+			   : px_read_stream(px, r->fd, r->buf, len, rec_cb, r);
+	r->started = r->rc == 0;
+	return r->rc;
+}
+
+static int r_write(px_proactor *px, rec *r, size_t len)
+{
+	r->len = len;
+	r->rc = px_write_stream(px, r->fd, r->buf, len, rec_cb, r);
+	r->started = r->rc == 0;
+	return r->rc;
+}
+
+static int r_timer(px_proactor *px, rec *r, uint64_t delay)
+{
+	int64_t id = px_timer_start(px, delay, rec_cb, r);
+	r->id = id;
+	r->rc = id > 0 ? 0 : (int)id;
+	r->started = id > 0;
+	return r->rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Loop threads that wait without a bound and leave on an error          */
+/* ------------------------------------------------------------------ */
+
+typedef struct loop {
+	pthread_t th;
+	px_proactor *px;
+	int wait_ms;
+	atomic_int running;
+	atomic_int exited;
+	int last_rc;          /* the call that ended the loop */
+	uint64_t exit_ns;
+	int calls;
+	/* Set by a callback of this thread that ended after px_stop had
+	 * returned (or called it); the call that ran it must return
+	 * -ESHUTDOWN. */
+	atomic_int stopped_here;
+	int stop_call_rc;     /* what such a call returned instead */
+} loop;
+
+/* stop_call_rc of a thread that ran no px_stop. */
+#define NOT_STOPPED_HERE (-100000)
+
+static __thread loop *t_loop;
+
+static void note_exit(void)
+{
+	if (t_loop && atomic_load(&g_stop_done) && !atomic_load(&g_destroying))
+		atomic_store(&t_loop->stopped_here, 1);
+}
+
+static void *loop_main(void *arg)
+{
+	loop *l = arg;
+	t_loop = l;
+	atomic_store(&l->running, 1);
+	for (;;) {
+		atomic_store(&l->stopped_here, 0);
+		int rc = px_handle_events(l->px, l->wait_ms);
+		l->calls++;
+		if (atomic_load(&l->stopped_here) && rc != -ESHUTDOWN)
+			l->stop_call_rc = rc;
+		if (rc < 0) {
+			l->last_rc = rc;
+			break;
+		}
+	}
+	l->exit_ns = h_now_ns();
+	atomic_store(&l->exited, 1);
+	return NULL;
+}
+
+#define MAX_LOOPS 3
+static loop g_loops[MAX_LOOPS];
+static int g_nloops;
+
+static void loops_start(px_proactor *px, int n, int wait_ms)
+{
+	assert_true(n <= MAX_LOOPS && g_nloops == 0);
+	for (int i = 0; i < n; i++) {
+		loop *l = &g_loops[i];
+		memset(l, 0, sizeof *l);
+		l->px = px;
+		l->wait_ms = wait_ms;
+		l->stop_call_rc = NOT_STOPPED_HERE;
+		if (pthread_create(&l->th, NULL, loop_main, l))
+			fail_msg("pthread_create failed");
+		g_nloops = i + 1;
+	}
+	for (int i = 0; i < n; i++)
+		while (!atomic_load(&g_loops[i].running))
+			sched_yield();
+}
+
+/* Wait (bounded) for every loop thread to leave after a px_stop made at
+ * stop_ns; each must have returned -ESHUTDOWN.  A thread that never
+ * leaves was not woken: the watchdog then ends the program. */
+static void loops_expect_shutdown(uint64_t stop_ns, const char *what)
+{
+	uint64_t dl = h_deadline(PROMPT_MS);
+	for (int i = 0; i < g_nloops; i++)
+		while (!atomic_load(&g_loops[i].exited)) {
+			if (h_now_ms() > dl) {
+				print_error("%s: loop thread %d still in "
+					    "px_handle_events %d ms after "
+					    "px_stop: not woken\n", what, i,
+					    PROMPT_MS);
+				_exit(1);  /* it cannot be joined */
+			}
+			h_sleep_ms(1);
+		}
+	for (int i = 0; i < g_nloops; i++)
+		pthread_join(g_loops[i].th, NULL);
+	int n = g_nloops;
+	g_nloops = 0;
+	for (int i = 0; i < n; i++) {
+		loop *l = &g_loops[i];
+		if (l->last_rc != -ESHUTDOWN)
+			fail_msg("%s: loop thread %d left px_handle_events "
+				 "with %d (%s), expected -ESHUTDOWN", what, i,
+				 l->last_rc, px_strerror(l->last_rc));
+		if (l->stop_call_rc != NOT_STOPPED_HERE)
+			fail_msg("%s: loop thread %d ran a callback that ended "
+				 "after px_stop had returned (or called it), and "
+				 "that px_handle_events call returned %d, not "
+				 "-ESHUTDOWN", what, i, l->stop_call_rc);
+		(void)stop_ns;
+	}
+}
+
+/* For the teardown: make sure no loop thread is left. */
+static void loops_rescue(px_proactor *px)
+{
+	if (!g_nloops)
+		return;
+	if (px)
+		px_stop(px);
+	for (int i = 0; i < g_nloops; i++)
+		pthread_join(g_loops[i].th, NULL);
+	g_nloops = 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Fixture                                                              */
+/* ------------------------------------------------------------------ */
+
+static h_fx *g_fx;
+/* The config of a test's own proactors (rounds): the fixture's. */
+static px_config g_round_cfg;
+static unsigned g_fx_max_aio;   /* the fixture's, 0: the default */
+
+static void flags_reset(void)
+{
+	atomic_store(&g_stop_done, 0);
+	atomic_store(&g_destroying, 0);
+	atomic_store(&g_after_stop, 0);
+}
+
+static int fx_setup(void **state)
+{
+	flags_reset();
+	g_fx_max_aio = 0;
+	int rc = h_setup(state);
+	g_fx = rc == 0 ? *state : NULL;
+	return rc;
+}
+
+static int fx_setup_aio2(void **state)
+{
+	px_config save = h_cfg;
+	h_cfg.primary.max_aio = 2;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = 2;
+	int rc = fx_setup(state);
+	g_fx_max_aio = 2;
+	h_cfg = save;
+	return rc;
+}
+
+static int fx_teardown(void **state)
+{
+	h_fx *f = *state;
+	loops_rescue(f ? f->px : NULL);
+	atomic_store(&g_destroying, 1);
+	int rc = h_teardown(state);
+	recs_free();
+	g_fx = NULL;
+	return rc;
+}
+
+/* A fresh proactor for a round, in the fixture (so that the teardown
+ * destroys it should the round fail), with the fixture's config (max_aio
+ * included). */
+
+static void round_cfg_of_fixture(void)
+{
+	g_round_cfg = h_cfg;
+	if (g_fx_max_aio) {
+		g_round_cfg.primary.max_aio = g_fx_max_aio;
+		if (g_round_cfg.secondary.processor != PX_PROCESSOR_NONE)
+			g_round_cfg.secondary.max_aio = g_fx_max_aio;
+	}
+}
+
+static void round_new(h_fx *f)
+{
+	assert_null(f->px);
+	char err[256] = "";
+	int rc = px_create_config(&f->px, &g_round_cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config: %d %s: %s", rc, px_strerror(rc), err);
+	flags_reset();
+}
+
+static void stop_now(h_fx *f)
+{
+	assert_int_equal(px_stop(f->px), 0);
+	atomic_store(&g_stop_done, 1);
+}
+
+static void destroy_now(h_fx *f)
+{
+	atomic_store(&g_destroying, 1);
+	alarm(H_TEARDOWN_S + 5);
+	int rc = px_destroy(f->px);
+	alarm(H_WATCHDOG_S);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+}
+
+/* Bytes waiting in fd, appended to out (nonblocking reads). */
+static size_t drain(int fd, unsigned char *out, size_t cap)
+{
+	size_t n = 0;
+	for (;;) {
+		ssize_t k = recv(fd, out + n, cap - n, MSG_DONTWAIT);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+		if (n == cap)
+			break;
+	}
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. px_stop racing starts from outside threads                        */
+/* ------------------------------------------------------------------ */
+
+#define HAM_THREADS 3
+#define HAM_MAX 2500          /* starts per thread before the stop */
+#define HAM_AFTER 5           /* refused starts of each kind after it */
+
+typedef struct ham {
+	pthread_t th;
+	px_proactor *px;
+	int sv[2];            /* reads on sv[1], writes on sv[0] */
+	uint32_t seed;
+	atomic_int *total;    /* starts of every thread */
+	/* In start order, for the stream check. */
+	rec **rd, **wr;
+	int nrd, nwr, caprd, capwr;
+	unsigned char next_byte;
+	int refused;          /* a start was refused */
+	char problem[160];
+} ham;
+
+static uint32_t rnd(uint32_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+static void ham_push(rec ***v, int *n, int *cap, rec *r)
+{
+	if (*n == *cap) {
+		int c = *cap ? 2 * *cap : 256;
+		rec **nv = realloc(*v, sizeof *nv * (size_t)c);
+		if (!nv) {
+			h_bad("out of memory");
+			return;
+		}
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[(*n)++] = r;
+}
+
+static void *ham_main(void *arg)
+{
+	ham *h = arg;
+	int after[5] = {0};
+	for (int i = 0;; i++) {
+		int stop_seen = atomic_load(&g_stop_done);
+		if (!stop_seen && i >= HAM_MAX) {
+			h_sleep_ms(1);
+			continue;
+		}
+		if (stop_seen) {
+			int k;
+			for (k = 0; k < 5 && after[k] >= HAM_AFTER; k++)
+				;
+			if (k == 5)
+				break;
+		}
+		int kind = (int)(rnd(&h->seed) % 5);
+		rec *r;
+		int rc;
+		if (rnd(&h->seed) % 64 == 0) {
+			/* Now and then a px_cancel of the pending reads: they
+			 * end with ECANCELED (or their data), and a cancelled
+			 * read must not have taken any (the stream check).
+			 * After px_stop too: a cancel is not refused. */
+			rc = px_cancel(h->px, h->sv[1]);
+			if (rc < 0 && !h->problem[0])
+				snprintf(h->problem, sizeof h->problem,
+					 "px_cancel: %d (%s)", rc, px_strerror(rc));
+			continue;
+		}
+		switch (kind) {
+		case 0:
+			r = rec_new(PX_OP_POST, -1);
+			if (!r)
+				return NULL;
+			rc = r_post(h->px, r);
+			break;
+		case 1:
+		case 2: {
+			r = rec_new(PX_OP_READ_STREAM, h->sv[1]);
+			if (!r)
+				return NULL;
+			uint64_t to = kind == 2 ? 50000 + rnd(&h->seed) % (3 * MS)
+						: 0;
+			rc = r_read(h->px, r, 1 + rnd(&h->seed) % REC_BUF, to);
+			if (rc == 0)
+				ham_push(&h->rd, &h->nrd, &h->caprd, r);
+			break;
+		}
+		case 3: {
+			r = rec_new(PX_OP_WRITE_STREAM, h->sv[0]);
+			if (!r)
+				return NULL;
+			size_t len = 1 + rnd(&h->seed) % 8;
+			unsigned char b = h->next_byte;
+			for (size_t j = 0; j < len; j++)
+				r->buf[j] = b++;
+			rc = r_write(h->px, r, len);
+			if (rc == 0) {
+				ham_push(&h->wr, &h->nwr, &h->capwr, r);
+				/* The stream goes on from what this write
+				 * moves, known only at its completion: the
+				 * check rebuilds it from the records. */
+				h->next_byte = b;
+			}
+			break;
+		}
+		default:
+			r = rec_new(PX_OP_TIMER, -1);
+			if (!r)
+				return NULL;
+			rc = r_timer(h->px, r, rnd(&h->seed) % (2 * MS));
+			break;
+		}
+		atomic_fetch_add(h->total, 1);
+		if (rc == 0) {
+			if (h->refused && !h->problem[0])
+				snprintf(h->problem, sizeof h->problem,
+					 "%s accepted after an earlier start "
+					 "was refused", px_op_name(r->op));
+			if (stop_seen && !h->problem[0])
+				snprintf(h->problem, sizeof h->problem,
+					 "%s accepted after px_stop returned",
+					 px_op_name(r->op));
+		} else if (rc == -ESHUTDOWN) {
+			h->refused = 1;
+			if (stop_seen)
+				after[kind]++;
+		} else if (!h->problem[0]) {
+			snprintf(h->problem, sizeof h->problem,
+				 "%s refused with %d (%s), expected 0 or "
+				 "-ESHUTDOWN", px_op_name(r->op), rc,
+				 px_strerror(rc));
+			if (stop_seen)
+				after[kind]++;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * A thread that makes a socketpair, starts two reads on one end and
+ * px_close of that end, again and again, through the stop: px_close is
+ * not refused after px_stop (nothing says it is), and whatever it
+ * returned, its callback runs once if it returned 0, after the reads',
+ * and the descriptor is closed then; it stays open if it was refused.
+ */
+#define CLOSER_MAX 400
+
+typedef struct closer {
+	pthread_t th;
+	px_proactor *px;
+	int n;
+	int accepted_after_stop;  /* px_close returned 0 after px_stop */
+	int fds[CLOSER_MAX][2];
+	rec *rd[CLOSER_MAX][2], *cl[CLOSER_MAX];
+	char problem[160];
+} closer;
+
+static void *closer_main(void *arg)
+{
+	closer *c = arg;
+	int after = 0;
+	while (c->n < CLOSER_MAX && after < 3) {
+		int stopped = atomic_load(&g_stop_done);
+		after += stopped;
+		int i = c->n;
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+			       c->fds[i]) < 0) {
+			snprintf(c->problem, sizeof c->problem, "socketpair: %s",
+				 strerror(errno));
+			break;
+		}
+		c->n++;
+		for (int k = 0; k < 2; k++) {
+			rec *r = rec_new(PX_OP_READ_STREAM, c->fds[i][1]);
+			c->rd[i][k] = r;
+			if (!r)
+				return NULL;
+			int rc = r_read(c->px, r, 2, 0);
+			if (rc != 0 && rc != -ESHUTDOWN && !c->problem[0])
+				snprintf(c->problem, sizeof c->problem,
+					 "a read before px_close: %d", rc);
+		}
+		if (i % 3 == 0)   /* data for one of them, sometimes */
+			(void)!write(c->fds[i][0], "cl", 2);
+		rec *r = rec_new(PX_OP_CLOSE, c->fds[i][1]);
+		c->cl[i] = r;
+		if (!r)
+			return NULL;
+		r->rc = px_close(c->px, c->fds[i][1], rec_cb, r);
+		r->started = r->rc == 0;
+		c->accepted_after_stop += stopped && r->rc == 0;
+		if (r->rc != 0 && r->rc != -ESHUTDOWN && !c->problem[0])
+			snprintf(c->problem, sizeof c->problem,
+				 "px_close: %d (%s)", r->rc, px_strerror(r->rc));
+		if (i % 4 == 0)
+			h_sleep_ms(1);
+	}
+	return NULL;
+}
+
+/* After px_destroy. */
+static void closer_check(closer *c, const char *what)
+{
+	if (c->problem[0])
+		fail_msg("%s: %s", what, c->problem);
+	for (int i = 0; i < c->n; i++) {
+		rec *cl = c->cl[i];
+		int open = fcntl(c->fds[i][1], F_GETFD) >= 0;
+		close(c->fds[i][0]);
+		if (!cl)
+			continue;
+		if (!cl->started) {
+			if (!open)
+				fail_msg("%s: px_close refused (%d) but the "
+					 "descriptor was closed", what, cl->rc);
+			close(c->fds[i][1]);
+			continue;
+		}
+		if (cl->error)
+			fail_msg("%s: px_close's callback with error %d", what,
+				 cl->error);
+		for (int k = 0; k < 2; k++) {
+			rec *r = c->rd[i][k];
+			if (r && r->started && r->order > cl->order)
+				fail_msg("%s: a read's callback ran after its "
+					 "descriptor's px_close callback", what);
+		}
+	}
+}
+
+/*
+ * The stream check: the writes moved their first c->bytes bytes each, in
+ * start order; the reads got their first c->bytes bytes each, in start
+ * order; what is left is still in the socket.  Reads + left must be the
+ * writes' bytes exactly.
+ */
+static void ham_stream_check(ham *h, const char *what)
+{
+	size_t cap = 0;
+	for (int i = 0; i < h->nwr; i++)
+		cap += h->wr[i]->len;
+	unsigned char *w = malloc(cap + 1), *r = malloc(cap + 2);
+	assert_non_null(w);
+	assert_non_null(r);
+	size_t nw = 0, nr = 0;
+	for (int i = 0; i < h->nwr; i++) {
+		rec *x = h->wr[i];
+		if (x->bytes > x->len)
+			fail_msg("%s: a write of %zu bytes says %zu", what,
+				 x->len, x->bytes);
+		memcpy(w + nw, x->buf, x->bytes);
+		nw += x->bytes;
+	}
+	for (int i = 0; i < h->nrd; i++) {
+		rec *x = h->rd[i];
+		if (x->bytes > x->len || nr + x->bytes > cap) {
+			free(w);
+			free(r);
+			fail_msg("%s: reads got more bytes than the writes "
+				 "moved (%zu of %zu)", what, nr + x->bytes, nw);
+		}
+		if (x->error && x->bytes)
+			fail_msg("%s: a read ended with error %d and %zu bytes",
+				 what, x->error, x->bytes);
+		memcpy(r + nr, x->buf, x->bytes);
+		nr += x->bytes;
+	}
+	size_t left = drain(h->sv[1], r + nr, cap + 1 - nr);
+	size_t total = nr + left;
+	int ok = total == nw && !memcmp(w, r, nw);
+	free(w);
+	free(r);
+	if (!ok)
+		fail_msg("%s: the writes moved %zu bytes; the reads got %zu and "
+			 "%zu were left in the socket, %s", what, nw, nr, left,
+			 total == nw ? "but not the same bytes in order"
+				     : "which is not the same count");
+}
+
+static void stop_races_outside_starts(void **state)
+{
+	h_fx *f = *state;
+	round_cfg_of_fixture();
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+
+	uint32_t seed = (uint32_t)h_now_ns() | 1;
+	int total_recs = 0, total_after = 0, closes = 0, closes_after = 0;
+	for (int round = 0; round < 4; round++) {
+		round_new(f);
+		ham *hs = h_alloc(f, sizeof(ham) * HAM_THREADS);
+		atomic_int *total = h_alloc(f, sizeof *total);
+		loops_start(f->px, 2, -1);
+		for (int i = 0; i < HAM_THREADS; i++) {
+			ham *h = &hs[i];
+			h->px = f->px;
+			h->seed = rnd(&seed) | 1;
+			h->total = total;
+			h_socketpair(f, h->sv);
+			if (pthread_create(&h->th, NULL, ham_main, h))
+				fail_msg("pthread_create failed");
+		}
+		closer *cl = h_alloc(f, sizeof *cl);
+		cl->px = f->px;
+		if (pthread_create(&cl->th, NULL, closer_main, cl))
+			fail_msg("pthread_create failed");
+		/* Stop at a random point of the storm (or after a while). */
+		int target = 100 + (int)(rnd(&seed) % (HAM_THREADS * HAM_MAX - 200));
+		uint64_t dl = h_deadline(400);
+		while (atomic_load(total) < target && h_now_ms() < dl)
+			sched_yield();
+		uint64_t t_stop = h_now_ns();
+		stop_now(f);
+		loops_expect_shutdown(t_stop, "px_stop racing outside starts");
+		for (int i = 0; i < HAM_THREADS; i++)
+			pthread_join(hs[i].th, NULL);
+		pthread_join(cl->th, NULL);
+		/* Stopped for good, from any thread. */
+		assert_int_equal(px_handle_events(f->px, 0), -ESHUTDOWN);
+		assert_int_equal(px_handle_events(f->px, 5), -ESHUTDOWN);
+		int after = atomic_load(&g_after_stop);
+		destroy_now(f);
+		for (int i = 0; i < HAM_THREADS; i++)
+			if (hs[i].problem[0])
+				fail_msg("round %d, thread %d: %s", round, i,
+					 hs[i].problem);
+		h_assert_no_bad("px_stop racing outside starts");
+		/* The callbacks being run when px_stop came may finish; at
+		 * most one per loop thread may have been handed out just
+		 * before it and begin after. */
+		if (after > 2)
+			fail_msg("round %d: %d callbacks began after px_stop "
+				 "returned, with two loop threads", round, after);
+		total_after += after;
+		for (int i = 0; i < HAM_THREADS; i++) {
+			char what[64];
+			snprintf(what, sizeof what, "round %d, socketpair %d",
+				 round, i);
+			ham_stream_check(&hs[i], what);
+			free(hs[i].rd);
+			free(hs[i].wr);
+			hs[i].rd = hs[i].wr = NULL;
+		}
+		closer_check(cl, "px_close racing px_stop");
+		closes += cl->n;
+		closes_after += cl->accepted_after_stop;
+		total_recs += recs_check("px_stop racing outside starts");
+		recs_free();
+	}
+	printf("px_stop racing outside starts: %d starts checked over 4 "
+	       "rounds, %d callbacks began after a stop; %d px_close, %d "
+	       "accepted after the stop\n", total_recs, total_after, closes,
+	       closes_after);
+}
+
+/* The same with max_aio=2: most starts are deferred when the stop comes. */
+static void stop_races_outside_starts_max_aio_2(void **state)
+{
+	stop_races_outside_starts(state);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. px_stop from a callback, or while one runs long                   */
+/* ------------------------------------------------------------------ */
+
+typedef struct stopper {
+	h_fx *f;
+	rec *r;               /* the callback's own record */
+	int rc_stop, rc_post, rc_read, rc_timer, rc_op;
+	int rc_cancel;
+	int fd;               /* a descriptor with a read pending */
+	unsigned char buf[8];
+	int sleep_ms;         /* the long callback of the outside variant */
+	atomic_int ran;
+	atomic_int running;
+} stopper;
+
+static stopper *g_stopper;
+
+static void stopping_cb(const px_completion *c)
+{
+	stopper *s = g_stopper;
+	rec_note(c);
+	if (atomic_fetch_add(&s->ran, 1))
+		return;
+	s->rc_stop = px_stop(c->proactor);
+	if (t_loop)
+		atomic_store(&t_loop->stopped_here, 1);
+	atomic_store(&g_stop_done, 1);
+	/* Refused from here on, also from the stopping callback itself. */
+	s->rc_post = px_post(c->proactor, rec_cb, NULL);
+	s->rc_read = px_read_stream(c->proactor, s->fd, s->buf, sizeof s->buf,
+				    rec_cb, NULL);
+	s->rc_timer = (int)px_timer_start(c->proactor, 0, rec_cb, NULL);
+	px_op_desc d = {.op = PX_OP_READ_STREAM, .fd = s->fd, .buf = s->buf,
+			.len = sizeof s->buf, .timeout_ns = MS, .cb = rec_cb};
+	s->rc_op = px_start_op(c->proactor, &d);
+	/* A cancel still works: the read ends in px_destroy. */
+	s->rc_cancel = px_cancel(c->proactor, s->fd);
+	note_exit();
+}
+
+static void long_cb(const px_completion *c)
+{
+	stopper *s = g_stopper;
+	rec_note(c);
+	atomic_store(&s->running, 1);
+	h_sleep_ms(s->sleep_ms);
+	note_exit();
+}
+
+enum { ST_POST, ST_TIMER, ST_READ, ST_OUTSIDE, ST_KINDS };
+static const char *st_name[] = {"a post's callback", "a timer's callback",
+				"a read's callback",
+				"outside, while a callback runs long"};
+
+static void stop_from_callback_wakes_every_loop(void **state)
+{
+	h_fx *f = *state;
+	round_cfg_of_fixture();
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	for (int kind = 0; kind < ST_KINDS; kind++) {
+		round_new(f);
+		stopper *s = h_alloc(f, sizeof *s);
+		g_stopper = s;
+		s->f = f;
+		s->rc_stop = s->rc_post = s->rc_read = s->rc_timer = 1;
+		s->rc_op = s->rc_cancel = 1;
+		s->sleep_ms = 60;
+		int sv[2], dv[2];
+		h_socketpair(f, sv);
+		h_socketpair(f, dv);
+		s->fd = sv[1];
+		/* A read pending (a shared processor's leader waits in the
+		 * OS for it) and a far timer (the followers' sleep). */
+		rec *pend = rec_new(PX_OP_READ_STREAM, sv[1]);
+		assert_int_equal(r_read(f->px, pend, 4, 0), 0);
+		rec *far = rec_new(PX_OP_TIMER, -1);
+		assert_int_equal(r_timer(f->px, far, 3600000 * MS), 0);
+		loops_start(f->px, MAX_LOOPS, -1);
+		h_sleep_ms(20);   /* everyone inside and asleep */
+		uint64_t t_stop = h_now_ns();
+		rec *trig = NULL;
+		switch (kind) {
+		case ST_POST:
+			trig = rec_new(PX_OP_POST, -1);
+			trig->rc = px_post(f->px, stopping_cb, trig);
+			break;
+		case ST_TIMER:
+			trig = rec_new(PX_OP_TIMER, -1);
+			trig->id = px_timer_start(f->px, 3 * MS, stopping_cb, trig);
+			trig->rc = trig->id > 0 ? 0 : (int)trig->id;
+			break;
+		case ST_READ:
+			trig = rec_new(PX_OP_READ_STREAM, dv[1]);
+			trig->len = 4;
+			trig->rc = px_read_stream(f->px, dv[1], trig->buf, 4,
+						  stopping_cb, trig);
+			h_sleep_ms(5);
+			assert_int_equal(write(dv[0], "stop", 4), 4);
+			break;
+		default:
+			trig = rec_new(PX_OP_POST, -1);
+			trig->rc = px_post(f->px, long_cb, trig);
+			break;
+		}
+		assert_int_equal(trig->rc, 0);
+		trig->started = 1;
+		if (kind == ST_OUTSIDE) {
+			uint64_t dl = h_deadline(PROMPT_MS);
+			while (!atomic_load(&s->running) && h_now_ms() < dl)
+				h_sleep_ms(1);
+			assert_true(atomic_load(&s->running));
+			h_sleep_ms(5);
+			t_stop = h_now_ns();
+			stop_now(f);
+		}
+		loops_expect_shutdown(t_stop, st_name[kind]);
+		int after = atomic_load(&g_after_stop);
+		assert_int_equal(px_handle_events(f->px, -1), -ESHUTDOWN);
+		destroy_now(f);
+		h_assert_no_bad(st_name[kind]);
+		recs_check(st_name[kind]);
+		if (after > MAX_LOOPS)
+			fail_msg("%s: %d callbacks began after px_stop returned",
+				 st_name[kind], after);
+		assert_int_equal(pend->error, ECANCELED);
+		assert_true(pend->in_destroy);
+		assert_int_equal(far->error, ECANCELED);
+		if (kind != ST_OUTSIDE) {
+			assert_int_equal(atomic_load(&s->ran), 1);
+			assert_int_equal(s->rc_stop, 0);
+			assert_int_equal(s->rc_post, -ESHUTDOWN);
+			assert_int_equal(s->rc_read, -ESHUTDOWN);
+			assert_int_equal(s->rc_timer, -ESHUTDOWN);
+			assert_int_equal(s->rc_op, -ESHUTDOWN);
+			assert_int_equal(s->rc_cancel, 1);
+		}
+		recs_free();
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* 3. px_destroy while threads are inside px_handle_events              */
+/* ------------------------------------------------------------------ */
+
+typedef struct busy_destroy {
+	int rc;
+	atomic_int ran;
+} busy_destroy;
+
+static void destroy_from_callback_cb(const px_completion *c)
+{
+	busy_destroy *b = c->user;
+	b->rc = px_destroy(c->proactor);
+	atomic_store(&b->ran, 1);
+}
+
+static void destroy_busy_frees_nothing(void **state)
+{
+	h_fx *f = *state;
+	int sv[2], sv2[2];
+	h_socketpair(f, sv);
+	h_socketpair(f, sv2);
+	rec *pend = rec_new(PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r_read(f->px, pend, 4, 0), 0);
+	rec *tick = rec_new(PX_OP_TIMER, -1);
+	assert_int_equal(r_timer(f->px, tick, 3600000 * MS), 0);
+	loops_start(f->px, 2, -1);
+	h_sleep_ms(10);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(px_destroy(f->px), -EBUSY);
+		/* From a callback too (the calling thread is inside). */
+		busy_destroy *b = h_alloc(f, sizeof *b);
+		assert_int_equal(px_post(f->px, destroy_from_callback_cb, b), 0);
+		assert_true(h_wait_at_least(&b->ran, 1, PROMPT_MS));
+		assert_int_equal(b->rc, -EBUSY);
+	}
+	/* Nothing was stopped, cancelled or freed: a read still completes
+	 * with its data (a dedicated leader still leads), a timer fires,
+	 * the pending read is still pending. */
+	rec *rd = rec_new(PX_OP_READ_STREAM, sv2[1]);
+	assert_int_equal(r_read(f->px, rd, 4, 0), 0);
+	h_sleep_ms(2);
+	assert_int_equal(write(sv2[0], "busy", 4), 4);
+	rec *soon = rec_new(PX_OP_TIMER, -1);
+	assert_int_equal(r_timer(f->px, soon, 2 * MS), 0);
+	assert_true(h_wait_at_least(&rd->done, 1, PROMPT_MS));
+	assert_true(h_wait_at_least(&soon->done, 1, PROMPT_MS));
+	assert_int_equal(rd->error, 0);
+	assert_int_equal(rd->bytes, 4);
+	assert_memory_equal(rd->buf, "busy", 4);
+	assert_int_equal(soon->error, 0);
+	assert_int_equal(atomic_load(&pend->calls), 0);
+	assert_int_equal(atomic_load(&tick->calls), 0);
+	/* One loop thread left: still -EBUSY. */
+	uint64_t t_stop = h_now_ns();
+	stop_now(f);
+	loops_expect_shutdown(t_stop, "px_destroy refused");
+	/* Then it succeeds, and delivers what was pending. */
+	destroy_now(f);
+	h_assert_no_bad("px_destroy while threads are inside");
+	recs_check("px_destroy while threads are inside");
+	assert_int_equal(pend->error, ECANCELED);
+	assert_true(pend->in_destroy);
+	assert_int_equal(tick->error, ECANCELED);
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. Callbacks run by px_destroy that call back in                     */
+/* ------------------------------------------------------------------ */
+
+typedef struct callin {
+	rec r;                /* first: rec_cb's view */
+	px_proactor *px;
+	int kind;
+	int fd;               /* the descriptor it works on */
+	int64_t tid;          /* a timer to cancel */
+	rec *close_rec;       /* its px_close's record */
+	int rc, rc2;
+	int64_t rc64;
+	unsigned char b[8];
+} callin;
+
+enum {
+	CI_POST, CI_READ, CI_START_OP, CI_TIMER, CI_PERIODIC, CI_HANDLE,
+	CI_STOP, CI_CANCEL, CI_TIMER_CANCEL, CI_CLOSE_BUSY, CI_CLOSE_IDLE,
+	CI_STATS, CI_KINDS
+};
+
+static atomic_int g_close_calls;
+
+static void close_cb(const px_completion *c)
+{
+	rec *r = rec_note(c);
+	atomic_fetch_add(&g_close_calls, 1);
+	if (r && c->error)
+		h_bad("px_close from a callback in px_destroy: error %d",
+		      c->error);
+}
+
+static void callin_cb(const px_completion *c)
+{
+	callin *ci = c->user;
+	rec_note(c);
+	px_proactor *px = c->proactor;
+	switch (ci->kind) {
+	case CI_POST:
+		ci->rc = px_post(px, rec_cb, NULL);
+		break;
+	case CI_READ:
+		ci->rc = px_read_stream(px, ci->fd, ci->b, 1, rec_cb, NULL);
+		ci->rc2 = px_write_stream(px, ci->fd, "x", 1, rec_cb, NULL);
+		break;
+	case CI_START_OP: {
+		px_op_desc d = {.op = PX_OP_READ_STREAM, .fd = ci->fd,
+				.buf = ci->b, .len = 1, .timeout_ns = MS,
+				.cb = rec_cb};
+		ci->rc = px_start_op(px, &d);
+		break;
+	}
+	case CI_TIMER:
+		ci->rc64 = px_timer_start(px, 0, rec_cb, NULL);
+		break;
+	case CI_PERIODIC:
+		ci->rc64 = px_timer_periodic(px, 0, MS, rec_cb, NULL);
+		break;
+	case CI_HANDLE:
+		ci->rc = px_handle_events(px, 0);
+		ci->rc2 = px_handle_events(px, -1);
+		break;
+	case CI_STOP:
+		ci->rc = px_stop(px);
+		break;
+	case CI_CANCEL:
+		ci->rc = px_cancel(px, ci->fd);
+		break;
+	case CI_TIMER_CANCEL:
+		ci->rc = px_timer_cancel(px, ci->tid);
+		break;
+	case CI_CLOSE_BUSY:
+	case CI_CLOSE_IDLE:
+		ci->close_rec = rec_new(PX_OP_CLOSE, ci->fd);
+		ci->rc = px_close(px, ci->fd, close_cb, ci->close_rec);
+		if (ci->close_rec) {
+			ci->close_rec->rc = ci->rc;
+			ci->close_rec->started = ci->rc == 0;
+		}
+		break;
+	case CI_STATS: {
+		struct px_stats st;
+		ci->rc = px_stats(px, &st);
+		break;
+	}
+	}
+}
+
+static void destroy_callbacks_call_back_in(void **state)
+{
+	h_fx *f = *state;
+	atomic_store(&g_close_calls, 0);
+	callin *ci = h_alloc(f, sizeof(callin) * CI_KINDS);
+	int sv[2], busy[2], idle[2], other[2];
+	h_socketpair(f, sv);
+	/* Descriptors closed by the callbacks are not the fixture's. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    busy), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    idle), 0);
+	h_track(f, busy[0]);
+	h_track(f, idle[0]);
+	h_socketpair(f, other);
+	/* Reads pending on busy[1] and other[1], a far timer. */
+	rec *busy_rd[3], *other_rd[2];
+	for (int i = 0; i < 3; i++) {
+		busy_rd[i] = rec_new(PX_OP_READ_STREAM, busy[1]);
+		assert_int_equal(r_read(f->px, busy_rd[i], 2, 0), 0);
+	}
+	for (int i = 0; i < 2; i++) {
+		other_rd[i] = rec_new(PX_OP_READ_STREAM, other[1]);
+		assert_int_equal(r_read(f->px, other_rd[i], 2, 0), 0);
+	}
+	rec *far = rec_new(PX_OP_TIMER, -1);
+	assert_int_equal(r_timer(f->px, far, 3600000 * MS), 0);
+	/* A read with a long deadline, and one whose deadline passes with
+	 * nobody in px_handle_events. */
+	rec *dl_long = rec_new(PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r_read(f->px, dl_long, 2, 3600000 * MS), 0);
+	rec *dl_short = rec_new(PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r_read(f->px, dl_short, 2, 1 * MS), 0);
+	h_settle(f, 5);   /* started for real; the short deadline may fire */
+	/* The callers: every third a post, a pending read on sv[1], a
+	 * timer due in an hour. */
+	for (int k = 0; k < CI_KINDS; k++) {
+		callin *c = &ci[k];
+		c->kind = k;
+		c->r.magic = REC_MAGIC;
+		c->rc = c->rc2 = 7;
+		c->rc64 = 7;
+		c->fd = k == CI_CLOSE_BUSY ? busy[1]
+			: k == CI_CLOSE_IDLE ? idle[1]
+			: k == CI_CANCEL ? other[1] : sv[0];
+		c->tid = far->id;
+		switch (k % 3) {
+		case 0:
+			c->r.op = PX_OP_POST;
+			c->r.fd = -1;
+			assert_int_equal(px_post(f->px, callin_cb, c), 0);
+			break;
+		case 1:
+			c->r.op = PX_OP_READ_STREAM;
+			c->r.fd = sv[1];
+			c->r.len = 2;
+			assert_int_equal(px_read_stream(f->px, sv[1], c->r.buf,
+							2, callin_cb, c), 0);
+			break;
+		default:
+			c->r.op = PX_OP_TIMER;
+			c->r.fd = -1;
+			c->r.id = px_timer_start(f->px, 3600000 * MS, callin_cb, c);
+			assert_true(c->r.id > 0);
+			break;
+		}
+		c->r.started = 1;
+	}
+	destroy_now(f);
+	/* Every caller ran once, in px_destroy. */
+	for (int k = 0; k < CI_KINDS; k++) {
+		callin *c = &ci[k];
+		if (atomic_load(&c->r.calls) != 1)
+			fail_msg("caller %d: %d callbacks", k,
+				 atomic_load(&c->r.calls));
+		assert_true(c->r.in_destroy);
+	}
+	h_assert_no_bad("callbacks in px_destroy calling back in");
+	recs_check("callbacks in px_destroy calling back in");
+	assert_int_equal(ci[CI_POST].rc, -ESHUTDOWN);
+	assert_int_equal(ci[CI_READ].rc, -ESHUTDOWN);
+	assert_int_equal(ci[CI_READ].rc2, -ESHUTDOWN);
+	assert_int_equal(ci[CI_START_OP].rc, -ESHUTDOWN);
+	assert_int_equal(ci[CI_TIMER].rc64, -ESHUTDOWN);
+	assert_int_equal(ci[CI_PERIODIC].rc64, -ESHUTDOWN);
+	assert_int_equal(ci[CI_HANDLE].rc, -ESHUTDOWN);
+	assert_int_equal(ci[CI_HANDLE].rc2, -ESHUTDOWN);
+	assert_int_equal(ci[CI_STOP].rc, 0);
+	assert_int_equal(ci[CI_STATS].rc, 0);
+	/* Cancels during px_destroy: the pending ones are all being
+	 * cancelled already; whatever the count, no deadlock, and each
+	 * completed once (above). */
+	assert_true(ci[CI_CANCEL].rc >= 0 && ci[CI_CANCEL].rc <= 2);
+	assert_true(ci[CI_TIMER_CANCEL].rc == 0 ||
+		    ci[CI_TIMER_CANCEL].rc == -ENOENT);
+	/* px_close from a callback in px_destroy: either refused, and the
+	 * descriptor stays open, or accepted, and then its callback ran
+	 * (once, checked above) after those of the descriptor's
+	 * operations, and the descriptor is closed. */
+	int closes = 0;
+	for (int k = CI_CLOSE_BUSY; k <= CI_CLOSE_IDLE; k++) {
+		callin *c = &ci[k];
+		int fd = c->fd;
+		int open = fcntl(fd, F_GETFD) >= 0;
+		if (c->rc == 0) {
+			closes++;
+			if (open)
+				fail_msg("px_close(%d) from a callback in "
+					 "px_destroy returned 0 but left it open",
+					 fd);
+		} else if (c->rc == -ESHUTDOWN) {
+			if (!open)
+				fail_msg("px_close(%d) refused (-ESHUTDOWN) but "
+					 "closed it", fd);
+			close(fd);
+		} else {
+			fail_msg("px_close(%d) from a callback in px_destroy: "
+				 "%d (%s)", fd, c->rc, px_strerror(c->rc));
+		}
+	}
+	assert_int_equal(atomic_load(&g_close_calls), closes);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(busy_rd[i]->error, ECANCELED);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(other_rd[i]->error, ECANCELED);
+	assert_int_equal(far->error, ECANCELED);
+	assert_int_equal(dl_long->error, ECANCELED);
+	if (dl_short->error != ECANCELED && dl_short->error != ETIMEDOUT)
+		fail_msg("a read whose deadline passed before px_destroy: "
+			 "error %d", dl_short->error);
+	printf("px_close from callbacks in px_destroy: %d of 2 accepted\n",
+	       closes);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. px_handle_events return values                                    */
+/* ------------------------------------------------------------------ */
+
+static void handle_events_return_values(void **state)
+{
+	h_fx *f = *state;
+	/* Posts queued before the call: the calls return how many ran. */
+	enum { NPOST = 40 };
+	rec *p[NPOST];
+	for (int i = 0; i < NPOST; i++) {
+		p[i] = rec_new(PX_OP_POST, -1);
+		assert_int_equal(r_post(f->px, p[i]), 0);
+	}
+	int sum = 0;
+	uint64_t dl = h_deadline(PROMPT_MS);
+	while (sum < NPOST) {
+		int rc = px_handle_events(f->px, 10);
+		if (rc < 0)
+			fail_msg("px_handle_events: %d", rc);
+		sum += rc;
+		int ran = 0;
+		for (int i = 0; i < NPOST; i++)
+			ran += atomic_load(&p[i]->calls);
+		if (ran != sum)
+			fail_msg("px_handle_events returned counts summing to "
+				 "%d, %d callbacks ran", sum, ran);
+		if (h_now_ms() > dl)
+			fail_msg("%d of %d posts ran", sum, NPOST);
+	}
+	assert_int_equal(px_handle_events(f->px, 0), 0);
+
+	/* A timeout is honoured, not cut short, while another thread leads
+	 * (a read pending) or sleeps as a follower. */
+	int sv[2];
+	h_socketpair(f, sv);
+	rec *pend = rec_new(PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r_read(f->px, pend, 4, 0), 0);
+	loops_start(f->px, 1, -1);
+	h_sleep_ms(5);
+	for (int i = 0; i < 3; i++) {
+		uint64_t t0 = h_now_ns();
+		int rc = px_handle_events(f->px, 30);
+		uint64_t el = (h_now_ns() - t0) / 1000;
+		if (rc != 0)
+			fail_msg("px_handle_events(px, 30) beside a leader with "
+				 "nothing to do returned %d", rc);
+		if (el < 30000 || el > 30000 + PROMPT_MS * 1000ull)
+			fail_msg("px_handle_events(px, 30) beside a leader "
+				 "returned after %llu us",
+				 (unsigned long long)el);
+	}
+	/* A callback that this thread may run: positive. */
+	rec *q = rec_new(PX_OP_POST, -1);
+	int got = 0;
+	for (int i = 0; i < 3 && !got; i++) {
+		assert_int_equal(r_post(f->px, q), 0);
+		/* Either thread may run it. */
+		int rc = px_handle_events(f->px, 50);
+		if (rc < 0)
+			fail_msg("px_handle_events: %d", rc);
+		assert_true(h_wait_at_least(&q->done, 1, PROMPT_MS));
+		got = rc;
+		if (rc != 0 && rc != 1)
+			fail_msg("px_handle_events ran one post, returned %d", rc);
+		q = rec_new(PX_OP_POST, -1);
+	}
+	(void)got;
+	uint64_t t_stop = h_now_ns();
+	stop_now(f);
+	loops_expect_shutdown(t_stop, "return values");
+	assert_int_equal(px_handle_events(f->px, 0), -ESHUTDOWN);
+	assert_int_equal(px_handle_events(f->px, 20), -ESHUTDOWN);
+	assert_int_equal(px_handle_events(f->px, -1), -ESHUTDOWN);
+	assert_int_equal(px_handle_events(NULL, 0), -EINVAL);
+	assert_int_equal(px_stop(NULL), -EINVAL);
+	assert_int_equal(px_stop(f->px), 0);   /* twice is fine */
+	destroy_now(f);
+	h_assert_no_bad("return values");
+	recs_check("return values");
+	assert_int_equal(pend->error, ECANCELED);
+	assert_int_equal(px_destroy(NULL), 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. px_stop with periodic timers and deadlines, px_stats after it     */
+/* ------------------------------------------------------------------ */
+
+typedef struct per {
+	rec r;
+	atomic_int ticks;
+	atomic_int ended;     /* the ECANCELED one ran */
+	atomic_int late;      /* a callback after the final one */
+} per;
+
+static void per_cb(const px_completion *c)
+{
+	per *p = c->user;
+	note_entry();
+	if (atomic_load(&p->ended)) {
+		atomic_fetch_add(&p->late, 1);
+		h_bad("periodic timer %lld called back after its last callback",
+		      (long long)c->timer_id);
+		return;
+	}
+	if (c->error == ECANCELED) {
+		atomic_store(&p->ended, 1);
+		p->r.in_destroy = atomic_load(&g_destroying);
+		atomic_fetch_add(&p->r.calls, 1);
+	} else if (c->error == 0) {
+		atomic_fetch_add(&p->ticks, 1);
+	} else {
+		h_bad("periodic timer: error %d", c->error);
+	}
+	p->r.cid = c->timer_id;
+	note_exit();
+}
+
+static void stop_with_deadlines_and_periodic(void **state)
+{
+	h_fx *f = *state;
+	enum { NPER = 4, NRD = 24 };
+	per *ps = h_alloc(f, sizeof(per) * NPER);
+	int (*sv)[2] = h_alloc(f, sizeof(int[2]) * NRD);
+	rec *rd[NRD];
+	loops_start(f->px, 2, -1);
+	for (int i = 0; i < NPER; i++) {
+		ps[i].r.magic = REC_MAGIC;
+		ps[i].r.op = PX_OP_TIMER;
+		ps[i].r.fd = -1;
+		ps[i].r.id = px_timer_periodic(f->px, 0, (uint64_t)(i + 1) * MS,
+					       per_cb, &ps[i]);
+		assert_true(ps[i].r.id > 0);
+		ps[i].r.started = 1;
+	}
+	/* Reads with deadlines from 1 ms to an hour: some expire before
+	 * the stop, some around it, some after it with nobody to notice.
+	 * A third of them get data just before the stop. */
+	for (int i = 0; i < NRD; i++) {
+		h_socketpair(f, sv[i]);
+		rd[i] = rec_new(PX_OP_READ_STREAM, sv[i][1]);
+		uint64_t to = i % 4 == 3 ? 3600000 * MS : (uint64_t)(1 + i) * MS;
+		assert_int_equal(r_read(f->px, rd[i], 4, to), 0);
+	}
+	h_sleep_ms(8);
+	for (int i = 0; i < NRD; i += 3)
+		assert_int_equal(write(sv[i][0], "data", 4), 4);
+	uint64_t t_stop = h_now_ns();
+	stop_now(f);
+	loops_expect_shutdown(t_stop, "stop with deadlines and periodic timers");
+	/* The counters still balance, and nothing more is delivered while
+	 * deadlines and periods pass. */
+	struct px_stats a, b;
+	assert_int_equal(px_stats(f->px, &a), 0);
+	if (a.started != a.completed + a.cancelled + a.timed_out + a.in_flight)
+		fail_msg("px_stats after px_stop: started %llu != completed "
+			 "%llu + cancelled %llu + timed out %llu + in flight "
+			 "%llu", (unsigned long long)a.started,
+			 (unsigned long long)a.completed,
+			 (unsigned long long)a.cancelled,
+			 (unsigned long long)a.timed_out,
+			 (unsigned long long)a.in_flight);
+	h_sleep_ms(30);
+	assert_int_equal(px_handle_events(f->px, 5), -ESHUTDOWN);
+	assert_int_equal(px_stats(f->px, &b), 0);
+	if (b.callbacks != a.callbacks)
+		fail_msg("%llu callbacks ran after px_stop with no thread in "
+			 "px_handle_events",
+			 (unsigned long long)(b.callbacks - a.callbacks));
+	int after = atomic_load(&g_after_stop);
+	destroy_now(f);
+	h_assert_no_bad("stop with deadlines and periodic timers");
+	recs_check("stop with deadlines and periodic timers");
+	if (after > 2)
+		fail_msg("%d callbacks began after px_stop returned", after);
+	for (int i = 0; i < NPER; i++) {
+		if (atomic_load(&ps[i].ended) != 1 || atomic_load(&ps[i].r.calls) != 1)
+			fail_msg("periodic timer %d: no final ECANCELED callback",
+				 i);
+		assert_true(ps[i].r.in_destroy);
+		assert_int_equal(ps[i].r.cid, ps[i].r.id);
+	}
+	for (int i = 0; i < NRD; i++) {
+		rec *r = rd[i];
+		int e = r->error;
+		if (e == 0) {
+			if (i % 3 != 0 || r->bytes != 4 ||
+			    memcmp(r->buf, "data", 4))
+				fail_msg("read %d: error 0 with %zu bytes", i,
+					 r->bytes);
+		} else if (e != ECANCELED && e != ETIMEDOUT) {
+			fail_msg("read %d: error %d", i, e);
+		} else if (r->bytes) {
+			fail_msg("read %d: error %d with %zu bytes", i, e,
+				 r->bytes);
+		}
+		if (i % 4 == 3 && e == ETIMEDOUT)
+			fail_msg("read %d with an hour's deadline: ETIMEDOUT", i);
+		/* Data not taken is still in the socket. */
+		if (i % 3 == 0 && e != 0) {
+			char b[8];
+			if (recv(sv[i][1], b, sizeof b, MSG_DONTWAIT) != 4)
+				fail_msg("read %d ended with %d and its data is "
+					 "gone", i, e);
+		}
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* 7. px_destroy racing arriving data                                   */
+/* ------------------------------------------------------------------ */
+
+#define AR_PAIRS 6
+#define AR_MAXREADS 4096
+
+typedef struct arr {
+	int sv[2];
+	px_proactor *px;
+	rec *rd[AR_MAXREADS];
+	atomic_int nrd;
+	atomic_int refused;   /* restarts refused with -ESHUTDOWN */
+	size_t written;
+	unsigned char *wbuf;  /* what the writer wrote, in order */
+	size_t wcap;
+} arr;
+
+static void arr_read_cb(const px_completion *c);
+
+static void arr_start(arr *a)
+{
+	int n = atomic_load(&a->nrd);
+	if (n >= AR_MAXREADS)
+		return;
+	rec *r = rec_new(PX_OP_READ_STREAM, a->sv[1]);
+	if (!r)
+		return;
+	r->len = REC_BUF;
+	r->ctx = a;
+	/* In the list before the start: its callback may start the next
+	 * read before this start has returned. */
+	a->rd[n] = r;
+	atomic_store(&a->nrd, n + 1);
+	r->rc = px_read_stream(a->px, a->sv[1], r->buf, REC_BUF, arr_read_cb, r);
+	r->started = r->rc == 0;
+	if (r->rc == -ESHUTDOWN)
+		atomic_fetch_add(&a->refused, 1);
+	else if (r->rc != 0)
+		h_bad("restarting a read: %d", r->rc);
+}
+
+/* One read at a time per pair, each started by the callback of the one
+ * before, so the list is in start order. */
+static void arr_read_cb(const px_completion *c)
+{
+	note_entry();
+	rec *r = rec_note(c);
+	if (r && !(c->error == 0 && c->bytes == 0))  /* not end of stream */
+		arr_start(r->ctx);
+	note_exit();
+}
+
+typedef struct writer {
+	arr *a;
+	atomic_int stop;
+	uint32_t seed;
+} writer;
+
+static void *writer_main(void *arg)
+{
+	writer *w = arg;
+	while (!atomic_load(&w->stop)) {
+		for (int i = 0; i < AR_PAIRS; i++) {
+			arr *a = &w->a[i];
+			size_t len = 1 + rnd(&w->seed) % 24;
+			if (a->written + len > a->wcap)
+				continue;
+			unsigned char *p = a->wbuf + a->written;
+			for (size_t j = 0; j < len; j++)
+				p[j] = (unsigned char)(rnd(&w->seed) >> 7);
+			ssize_t k = send(a->sv[0], p, len, MSG_DONTWAIT);
+			if (k > 0)
+				a->written += (size_t)k;
+		}
+		if (rnd(&w->seed) % 8 == 0)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void destroy_races_arriving_data(void **state)
+{
+	h_fx *f = *state;
+	round_cfg_of_fixture();
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	uint32_t seed = (uint32_t)h_now_ns() | 1;
+	long total_reads = 0, total_in_destroy = 0;
+	for (int round = 0; round < 5; round++) {
+		round_new(f);
+		arr *as = h_alloc(f, sizeof(arr) * AR_PAIRS);
+		for (int i = 0; i < AR_PAIRS; i++) {
+			arr *a = &as[i];
+			h_socketpair(f, a->sv);
+			a->px = f->px;
+			a->wcap = 1 << 18;
+			a->wbuf = h_alloc(f, a->wcap);
+			arr_start(a);
+			assert_int_equal(atomic_load(&a->nrd), 1);
+		}
+		loops_start(f->px, 2, -1);
+		writer *w = h_alloc(f, sizeof *w);
+		w->a = as;
+		w->seed = rnd(&seed) | 1;
+		pthread_t wt;
+		assert_int_equal(pthread_create(&wt, NULL, writer_main, w), 0);
+		h_sleep_ms(3 + (int)(rnd(&seed) % 20));
+		uint64_t t_stop = h_now_ns();
+		stop_now(f);
+		loops_expect_shutdown(t_stop, "px_destroy racing arriving data");
+		/* The writer keeps writing through px_destroy (it uses the
+		 * sockets, not the proactor). */
+		destroy_now(f);
+		atomic_store(&w->stop, 1);
+		pthread_join(wt, NULL);
+		h_assert_no_bad("px_destroy racing arriving data");
+		recs_check("px_destroy racing arriving data");
+		for (int i = 0; i < AR_PAIRS; i++) {
+			arr *a = &as[i];
+			int n = atomic_load(&a->nrd);
+			unsigned char *got = malloc(a->written + 1);
+			assert_non_null(got);
+			size_t nr = 0;
+			int in_destroy = 0;
+			for (int k = 0; k < n; k++) {
+				rec *r = a->rd[k];
+				if (!r->started)
+					continue;
+				if (r->error && r->bytes)
+					fail_msg("a read with error %d and %zu "
+						 "bytes", r->error, r->bytes);
+				if (r->error && r->error != ECANCELED)
+					fail_msg("a read ended with error %d",
+						 r->error);
+				if (nr + r->bytes > a->written) {
+					free(got);
+					fail_msg("pair %d: reads got more than "
+						 "was written", i);
+				}
+				memcpy(got + nr, r->buf, r->bytes);
+				nr += r->bytes;
+				in_destroy += r->in_destroy;
+			}
+			size_t left = drain(a->sv[1], got + nr, a->written + 1 - nr);
+			int ok = nr + left == a->written &&
+				 !memcmp(got, a->wbuf, a->written);
+			free(got);
+			if (!ok)
+				fail_msg("round %d, pair %d: %zu bytes written, "
+					 "%zu read and %zu left in the socket "
+					 "(or not the same bytes)", round, i,
+					 a->written, nr, left);
+			/* Each read completed in px_destroy tried to start
+			 * the next one there: refused. */
+			if (atomic_load(&a->refused) < 1)
+				fail_msg("pair %d: the last read's restart was "
+					 "not refused", i);
+			total_reads += n;
+			total_in_destroy += in_destroy;
+		}
+		recs_free();
+	}
+	printf("px_destroy racing arriving data: %ld reads, %ld of them "
+	       "completed in px_destroy\n", total_reads, total_in_destroy);
+}
+
+/* ------------------------------------------------------------------ */
+/* 8. Many proactors created and destroyed                              */
+/* ------------------------------------------------------------------ */
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void *one_loop_main(void *arg)
+{
+	px_proactor *px = arg;
+	int rc;
+	while ((rc = px_handle_events(px, -1)) >= 0)
+		;
+	return (void *)(intptr_t)rc;
+}
+
+static void create_destroy_cycles_leave_nothing(void **state)
+{
+	h_fx *f = *state;
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	int fds0 = count_dir("/proc/self/fd");
+	int tasks0 = count_dir("/proc/self/task");
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+			 0);
+	/* Up to 80 cycles, or as many as fit in 400 ms, at least two of
+	 * each kind (a Linux AIO context takes milliseconds to go). */
+	enum { CYCLES = 80 };
+	uint64_t budget = h_deadline(400);
+	int i;
+	for (i = 0; i < CYCLES && (i < 8 || h_now_ms() < budget); i++) {
+		px_proactor *px;
+		char err[256] = "";
+		int rc = px_create_config(&px, &h_cfg, err, sizeof err);
+		if (rc != 0)
+			fail_msg("cycle %d: px_create_config: %d %s: %s", i, rc,
+				 px_strerror(rc), err);
+		f->px = px;
+		flags_reset();
+		rec *rs[6] = {0};
+		switch (i % 4) {
+		case 0:   /* idle: a dedicated leader just started */
+			break;
+		case 1: { /* operations of every kind pending */
+			rs[0] = rec_new(PX_OP_READ_STREAM, sv[1]);
+			assert_int_equal(r_read(px, rs[0], 4, 0), 0);
+			rs[1] = rec_new(PX_OP_READ_STREAM, sv[1]);
+			assert_int_equal(r_read(px, rs[1], 4, 3600000 * MS), 0);
+			rs[2] = rec_new(PX_OP_POST, -1);
+			assert_int_equal(r_post(px, rs[2]), 0);
+			rs[3] = rec_new(PX_OP_TIMER, -1);
+			assert_int_equal(r_timer(px, rs[3], 3600000 * MS), 0);
+			rs[4] = rec_new(PX_OP_TIMER, -1);
+			assert_int_equal(r_timer(px, rs[4], 0), 0);
+			break;
+		}
+		case 2: { /* a loop thread, a round trip, then px_stop */
+			pthread_t th;
+			rs[0] = rec_new(PX_OP_READ_STREAM, sv[1]);
+			assert_int_equal(r_read(px, rs[0], 1, 0), 0);
+			assert_int_equal(pthread_create(&th, NULL, one_loop_main,
+							px), 0);
+			assert_int_equal(write(sv[0], "r", 1), 1);
+			assert_true(h_wait_at_least(&rs[0]->done, 1, PROMPT_MS));
+			rs[1] = rec_new(PX_OP_READ_STREAM, sv[1]);
+			assert_int_equal(r_read(px, rs[1], 4, 0), 0);
+			assert_int_equal(px_stop(px), 0);
+			void *ret;
+			pthread_join(th, &ret);
+			assert_int_equal((int)(intptr_t)ret, -ESHUTDOWN);
+			break;
+		}
+		default: { /* a px_close of a descriptor with a read pending */
+			int cv[2];
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+						    SOCK_CLOEXEC, 0, cv), 0);
+			rs[0] = rec_new(PX_OP_READ_STREAM, cv[1]);
+			assert_int_equal(r_read(px, rs[0], 4, 0), 0);
+			rs[1] = rec_new(PX_OP_CLOSE, cv[1]);
+			rs[1]->rc = px_close(px, cv[1], rec_cb, rs[1]);
+			assert_int_equal(rs[1]->rc, 0);
+			rs[1]->started = 1;
+			uint64_t dl = h_deadline(PROMPT_MS);
+			while (!atomic_load(&rs[1]->done))
+				h_pump(f, dl, "px_close of a descriptor with a "
+				       "read pending");
+			close(cv[0]);
+			break;
+		}
+		}
+		destroy_now(f);
+		for (int k = 0; k < 6; k++)
+			if (rs[k] && rs[k]->started &&
+			    atomic_load(&rs[k]->calls) != 1)
+				fail_msg("cycle %d: %s had %d callbacks", i,
+					 px_op_name(rs[k]->op),
+					 atomic_load(&rs[k]->calls));
+		recs_check("create and destroy cycles");
+		recs_free();
+		/* Leave no byte for the next cycle's reads. */
+		unsigned char junk[64];
+		drain(sv[1], junk, sizeof junk);
+	}
+	close(sv[0]);
+	close(sv[1]);
+	h_assert_no_bad("create and destroy cycles");
+	int fds1 = count_dir("/proc/self/fd");
+	if (fds1 != fds0)
+		fail_msg("%d descriptors open after %d proactors were created "
+			 "and destroyed, %d before", fds1, i, fds0);
+	/* Threads: a dedicated leader is joined by px_destroy; helper
+	 * threads of the kernel or of glibc (io_uring workers, POSIX AIO
+	 * helpers) may take a moment to leave. */
+	uint64_t dl = h_deadline(PROMPT_MS);
+	int tasks1;
+	while ((tasks1 = count_dir("/proc/self/task")) > tasks0 &&
+	       h_now_ms() < dl)
+		h_sleep_ms(5);
+	if (tasks1 > tasks0)
+		fail_msg("%d threads after %d proactors were created and "
+			 "destroyed, %d before", tasks1, i, tasks0);
+	printf("create and destroy: %d cycles\n", i);
+}
+
+/* ------------------------------------------------------------------ */
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "lifecycle_races");
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	const struct CMUnitTest tests[] = {
+		T(stop_races_outside_starts),
+		cmocka_unit_test_setup_teardown(stop_races_outside_starts_max_aio_2,
+						fx_setup_aio2, fx_teardown),
+		T(stop_from_callback_wakes_every_loop),
+		T(destroy_busy_frees_nothing),
+		T(destroy_callbacks_call_back_in),
+		T(handle_events_return_values),
+		T(stop_with_deadlines_and_periodic),
+		T(destroy_races_arriving_data),
+		T(create_destroy_cycles_leave_nothing),
+	};
+	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
+		       ? 1 : 0;
+}
