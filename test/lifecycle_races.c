@@ -844,7 +844,7 @@ typedef struct stopper {
 	int fd;               /* a descriptor with a read pending */
 	unsigned char buf[8];
 	int sleep_ms;         /* the long callback of the outside variant */
-	uint64_t stop_ns;     /* just before px_stop */
+	_Atomic uint64_t stop_ns; /* just before px_stop (0: not yet) */
 	atomic_int ran;
 	atomic_int running;
 } stopper;
@@ -857,8 +857,9 @@ static void stopping_cb(const px_completion *c)
 	rec_note(c);
 	if (atomic_fetch_add(&s->ran, 1))
 		return;
-	s->stop_ns = h_now_ns();
+	uint64_t t = h_now_ns();
 	s->rc_stop = px_stop(c->proactor);
+	atomic_store(&s->stop_ns, t);
 	if (t_loop)
 		atomic_store(&t_loop->stopped_here, 1);
 	atomic_store(&g_stop_done, 1);
@@ -949,8 +950,11 @@ static uint64_t stop_round(h_fx *f, int kind)
 			t_stop = h_now_ns();
 			stop_now(f);
 		} else {
-			assert_true(h_wait_at_least(&s->ran, 1, PROMPT_MS));
-			t_stop = s->stop_ns;
+			uint64_t dl = h_deadline(PROMPT_MS);
+			while (!atomic_load(&s->stop_ns) && h_now_ms() < dl)
+				h_sleep_ms(1);
+			t_stop = atomic_load(&s->stop_ns);
+			assert_true(t_stop != 0);
 		}
 		uint64_t late = loops_expect_shutdown(t_stop, st_name[kind]);
 		int after = atomic_load(&g_after_stop);
