@@ -4,19 +4,23 @@
  * timers, deadlines and completions.
  *
  *  - px_stop while outside threads start posts, reads, writes, timers
- *    and reads with deadlines on socketpairs as fast as they can: every
- *    start that returned 0 gets one callback (from a loop thread or from
- *    px_destroy), every refused one returned -ESHUTDOWN and gets none; a
- *    start made after px_stop returned, or after a refusal, is refused;
- *    the loop threads (waiting without a bound) all return -ESHUTDOWN;
- *    the bytes the writes say they moved are the bytes the reads say
- *    they got, in order, plus what is left in the socket; the same with
- *    max_aio=2, so that most starts are deferred when the stop comes;
+ *    and reads with deadlines on socketpairs as fast as they can (and
+ *    px_cancel the reads now and then), and another px_closes
+ *    descriptors with reads pending: every start that returned 0 gets
+ *    one callback (from a loop thread or from px_destroy), every refused
+ *    one returned -ESHUTDOWN and gets none; a start made after px_stop
+ *    returned, or after a refusal, is refused; the loop threads (waiting
+ *    without a bound) all return -ESHUTDOWN; the bytes the writes say
+ *    they moved are the bytes the reads say they got, in order, plus
+ *    what is left in the socket; a px_close calls back after its
+ *    descriptor's reads; the same with max_aio=2, so that most starts
+ *    are deferred when the stop comes;
  *  - px_stop from inside a callback (a post, a timer, a read) and from
  *    outside while a callback runs long, with three loop threads waiting
  *    without a bound (a leader in the OS wait, followers asleep): all of
- *    them return -ESHUTDOWN promptly, the call that ran the stopping
- *    callback included, and the callback's own starts are refused;
+ *    them return -ESHUTDOWN promptly (a lost wake-up is caught by the
+ *    time the last one leaves), the call that ran the stopping callback
+ *    included, and the callback's own starts are refused;
  *  - px_destroy while threads are inside px_handle_events (from outside
  *    and from a callback): -EBUSY, and nothing is stopped or freed (the
  *    proactor still runs operations, a dedicated leader included);
@@ -360,7 +364,6 @@ static void loops_rescue(px_proactor *px)
 /* Fixture                                                              */
 /* ------------------------------------------------------------------ */
 
-static h_fx *g_fx;
 /* The config of a test's own proactors (rounds): the fixture's. */
 static px_config g_round_cfg;
 static unsigned g_fx_max_aio;   /* the fixture's, 0: the default */
@@ -376,9 +379,7 @@ static int fx_setup(void **state)
 {
 	flags_reset();
 	g_fx_max_aio = 0;
-	int rc = h_setup(state);
-	g_fx = rc == 0 ? *state : NULL;
-	return rc;
+	return h_setup(state);
 }
 
 static int fx_setup_aio2(void **state)
@@ -400,7 +401,6 @@ static int fx_teardown(void **state)
 	atomic_store(&g_destroying, 1);
 	int rc = h_teardown(state);
 	recs_free();
-	g_fx = NULL;
 	return rc;
 }
 
@@ -837,8 +837,6 @@ static void stop_races_outside_starts_max_aio_2(void **state)
 /* ------------------------------------------------------------------ */
 
 typedef struct stopper {
-	h_fx *f;
-	rec *r;               /* the callback's own record */
 	int rc_stop, rc_post, rc_read, rc_timer, rc_op;
 	int rc_cancel;
 	int fd;               /* a descriptor with a read pending */
@@ -894,92 +892,89 @@ static const char *st_name[] = {"a post's callback", "a timer's callback",
  * thread left. */
 static uint64_t stop_round(h_fx *f, int kind)
 {
-	{
-		round_new(f);
-		stopper *s = h_alloc(f, sizeof *s);
-		g_stopper = s;
-		s->f = f;
-		s->rc_stop = s->rc_post = s->rc_read = s->rc_timer = 1;
-		s->rc_op = s->rc_cancel = 1;
-		s->sleep_ms = 30;
-		int sv[2], dv[2];
-		h_socketpair(f, sv);
-		h_socketpair(f, dv);
-		s->fd = sv[1];
-		/* A read pending (a shared processor's leader waits in the
-		 * OS for it) and a far timer (the followers' sleep). */
-		rec *pend = rec_new(PX_OP_READ_STREAM, sv[1]);
-		assert_int_equal(r_read(f->px, pend, 4, 0), 0);
-		rec *far = rec_new(PX_OP_TIMER, -1);
-		assert_int_equal(r_timer(f->px, far, 3600000 * MS), 0);
-		loops_start(f->px, MAX_LOOPS, -1);
-		h_sleep_ms(20);   /* everyone inside and asleep */
-		uint64_t t_stop = h_now_ns();
-		rec *trig = NULL;
-		switch (kind) {
-		case ST_POST:
-			trig = rec_new(PX_OP_POST, -1);
-			trig->rc = px_post(f->px, stopping_cb, trig);
-			break;
-		case ST_TIMER:
-			trig = rec_new(PX_OP_TIMER, -1);
-			trig->id = px_timer_start(f->px, 3 * MS, stopping_cb, trig);
-			trig->rc = trig->id > 0 ? 0 : (int)trig->id;
-			break;
-		case ST_READ:
-			trig = rec_new(PX_OP_READ_STREAM, dv[1]);
-			trig->len = 4;
-			trig->rc = px_read_stream(f->px, dv[1], trig->buf, 4,
-						  stopping_cb, trig);
-			h_sleep_ms(5);
-			assert_int_equal(write(dv[0], "stop", 4), 4);
-			break;
-		default:
-			trig = rec_new(PX_OP_POST, -1);
-			trig->rc = px_post(f->px, long_cb, trig);
-			break;
-		}
-		assert_int_equal(trig->rc, 0);
-		trig->started = 1;
-		if (kind == ST_OUTSIDE) {
-			uint64_t dl = h_deadline(PROMPT_MS);
-			while (!atomic_load(&s->running) && h_now_ms() < dl)
-				h_sleep_ms(1);
-			assert_true(atomic_load(&s->running));
-			h_sleep_ms(5);
-			t_stop = h_now_ns();
-			stop_now(f);
-		} else {
-			uint64_t dl = h_deadline(PROMPT_MS);
-			while (!atomic_load(&s->stop_ns) && h_now_ms() < dl)
-				h_sleep_ms(1);
-			t_stop = atomic_load(&s->stop_ns);
-			assert_true(t_stop != 0);
-		}
-		uint64_t late = loops_expect_shutdown(t_stop, st_name[kind]);
-		int after = atomic_load(&g_after_stop);
-		assert_int_equal(px_handle_events(f->px, -1), -ESHUTDOWN);
-		destroy_now(f);
-		h_assert_no_bad(st_name[kind]);
-		recs_check(st_name[kind]);
-		if (after > MAX_LOOPS)
-			fail_msg("%s: %d callbacks began after px_stop returned",
-				 st_name[kind], after);
-		assert_int_equal(pend->error, ECANCELED);
-		assert_true(pend->in_destroy);
-		assert_int_equal(far->error, ECANCELED);
-		if (kind != ST_OUTSIDE) {
-			assert_int_equal(atomic_load(&s->ran), 1);
-			assert_int_equal(s->rc_stop, 0);
-			assert_int_equal(s->rc_post, -ESHUTDOWN);
-			assert_int_equal(s->rc_read, -ESHUTDOWN);
-			assert_int_equal(s->rc_timer, -ESHUTDOWN);
-			assert_int_equal(s->rc_op, -ESHUTDOWN);
-			assert_int_equal(s->rc_cancel, 1);
-		}
-		recs_free();
-		return late;
+	round_new(f);
+	stopper *s = h_alloc(f, sizeof *s);
+	g_stopper = s;
+	s->rc_stop = s->rc_post = s->rc_read = s->rc_timer = 1;
+	s->rc_op = s->rc_cancel = 1;
+	s->sleep_ms = 30;
+	int sv[2], dv[2];
+	h_socketpair(f, sv);
+	h_socketpair(f, dv);
+	s->fd = sv[1];
+	/* A read pending (a shared processor's leader waits in the
+	 * OS for it) and a far timer (the followers' sleep). */
+	rec *pend = rec_new(PX_OP_READ_STREAM, sv[1]);
+	assert_int_equal(r_read(f->px, pend, 4, 0), 0);
+	rec *far = rec_new(PX_OP_TIMER, -1);
+	assert_int_equal(r_timer(f->px, far, 3600000 * MS), 0);
+	loops_start(f->px, MAX_LOOPS, -1);
+	h_sleep_ms(20);   /* everyone inside and asleep */
+	uint64_t t_stop = h_now_ns();
+	rec *trig = NULL;
+	switch (kind) {
+	case ST_POST:
+		trig = rec_new(PX_OP_POST, -1);
+		trig->rc = px_post(f->px, stopping_cb, trig);
+		break;
+	case ST_TIMER:
+		trig = rec_new(PX_OP_TIMER, -1);
+		trig->id = px_timer_start(f->px, 3 * MS, stopping_cb, trig);
+		trig->rc = trig->id > 0 ? 0 : (int)trig->id;
+		break;
+	case ST_READ:
+		trig = rec_new(PX_OP_READ_STREAM, dv[1]);
+		trig->len = 4;
+		trig->rc = px_read_stream(f->px, dv[1], trig->buf, 4,
+					  stopping_cb, trig);
+		h_sleep_ms(5);
+		assert_int_equal(write(dv[0], "stop", 4), 4);
+		break;
+	default:
+		trig = rec_new(PX_OP_POST, -1);
+		trig->rc = px_post(f->px, long_cb, trig);
+		break;
 	}
+	assert_int_equal(trig->rc, 0);
+	trig->started = 1;
+	if (kind == ST_OUTSIDE) {
+		uint64_t dl = h_deadline(PROMPT_MS);
+		while (!atomic_load(&s->running) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		assert_true(atomic_load(&s->running));
+		h_sleep_ms(5);
+		t_stop = h_now_ns();
+		stop_now(f);
+	} else {
+		uint64_t dl = h_deadline(PROMPT_MS);
+		while (!atomic_load(&s->stop_ns) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		t_stop = atomic_load(&s->stop_ns);
+		assert_true(t_stop != 0);
+	}
+	uint64_t late = loops_expect_shutdown(t_stop, st_name[kind]);
+	int after = atomic_load(&g_after_stop);
+	assert_int_equal(px_handle_events(f->px, -1), -ESHUTDOWN);
+	destroy_now(f);
+	h_assert_no_bad(st_name[kind]);
+	recs_check(st_name[kind]);
+	if (after > MAX_LOOPS)
+		fail_msg("%s: %d callbacks began after px_stop returned",
+			 st_name[kind], after);
+	assert_int_equal(pend->error, ECANCELED);
+	assert_true(pend->in_destroy);
+	assert_int_equal(far->error, ECANCELED);
+	if (kind != ST_OUTSIDE) {
+		assert_int_equal(atomic_load(&s->ran), 1);
+		assert_int_equal(s->rc_stop, 0);
+		assert_int_equal(s->rc_post, -ESHUTDOWN);
+		assert_int_equal(s->rc_read, -ESHUTDOWN);
+		assert_int_equal(s->rc_timer, -ESHUTDOWN);
+		assert_int_equal(s->rc_op, -ESHUTDOWN);
+		assert_int_equal(s->rc_cancel, 1);
+	}
+	recs_free();
+	return late;
 }
 
 /*
