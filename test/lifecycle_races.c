@@ -94,6 +94,7 @@ typedef struct rec {
 	size_t len;
 	unsigned char buf[REC_BUF];
 	void *ctx;            /* the test's own */
+	uint64_t off;         /* a file read's offset */
 	struct rec *next;     /* every record, for the teardown */
 } rec;
 
@@ -466,11 +467,15 @@ static size_t drain(int fd, unsigned char *out, size_t cap)
 #define HAM_THREADS 3
 #define HAM_MAX 2500          /* starts per thread before the stop */
 #define HAM_AFTER 5           /* refused starts of each kind after it */
+#define HAM_KINDS 6
+#define FILE_LEN 4096
+#define FILE_SEED 77
 
 typedef struct ham {
 	pthread_t th;
 	px_proactor *px;
 	int sv[2];            /* reads on sv[1], writes on sv[0] */
+	int file;             /* a regular file of FILE_LEN pattern bytes */
 	uint32_t seed;
 	atomic_int *total;    /* starts of every thread */
 	/* In start order, for the stream check. */
@@ -507,7 +512,7 @@ static void ham_push(rec ***v, int *n, int *cap, rec *r)
 static void *ham_main(void *arg)
 {
 	ham *h = arg;
-	int after[5] = {0}, tail = 0;
+	int after[HAM_KINDS] = {0}, tail = 0;
 	for (int i = 0;; i++) {
 		int stop_seen = atomic_load(&g_stop_done);
 		if (!stop_seen && i >= HAM_MAX) {
@@ -516,13 +521,13 @@ static void *ham_main(void *arg)
 		}
 		if (stop_seen) {
 			int k;
-			for (k = 0; k < 5 && after[k] >= HAM_AFTER; k++)
+			for (k = 0; k < HAM_KINDS && after[k] >= HAM_AFTER; k++)
 				;
 			/* (Bounded, should starts go on being accepted.) */
-			if (k == 5 || ++tail > 50 * HAM_AFTER)
+			if (k == HAM_KINDS || ++tail > 50 * HAM_AFTER)
 				break;
 		}
-		int kind = (int)(rnd(&h->seed) % 5);
+		int kind = (int)(rnd(&h->seed) % HAM_KINDS);
 		rec *r;
 		int rc;
 		if (rnd(&h->seed) % 64 == 0) {
@@ -573,11 +578,24 @@ static void *ham_main(void *arg)
 			}
 			break;
 		}
-		default:
+		case 4:
 			r = rec_new(PX_OP_TIMER, -1);
 			if (!r)
 				return NULL;
 			rc = r_timer(h->px, r, rnd(&h->seed) % (2 * MS));
+			break;
+		default:
+			/* A file read (POSIX AIO or Linux AIO where the engine
+			 * hands files to them): in flight in the kernel or in
+			 * glibc's helper when the stop comes. */
+			r = rec_new(PX_OP_READ_FILE, h->file);
+			if (!r)
+				return NULL;
+			r->len = REC_BUF;
+			r->off = rnd(&h->seed) % (FILE_LEN - REC_BUF);
+			r->rc = rc = px_read_file(h->px, h->file, r->buf, REC_BUF,
+						  r->off, rec_cb, r);
+			r->started = rc == 0;
 			break;
 		}
 		atomic_fetch_add(h->total, 1);
@@ -701,6 +719,42 @@ static void closer_check(closer *c, const char *what)
 	}
 }
 
+/* A regular file of FILE_LEN pattern bytes, unlinked, tracked. */
+static int pattern_file(h_fx *f)
+{
+	char path[] = "/tmp/px_lifecycle_XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		fail_msg("mkstemp: %s", strerror(errno));
+	unlink(path);
+	h_track(f, fd);
+	uint8_t b[FILE_LEN];
+	h_pattern(b, sizeof b, FILE_SEED, 0);
+	assert_int_equal(pwrite(fd, b, sizeof b, 0), (ssize_t)sizeof b);
+	return fd;
+}
+
+/* After px_destroy: each file read got its bytes, or ECANCELED and
+ * none. */
+static void file_reads_check(const char *what)
+{
+	uint8_t want[REC_BUF];
+	for (rec *r = atomic_load(&g_recs); r; r = r->next) {
+		if (r->op != PX_OP_READ_FILE || !r->started)
+			continue;
+		if (r->error == 0) {
+			h_pattern(want, r->len, FILE_SEED, r->off);
+			if (r->bytes != r->len || memcmp(r->buf, want, r->len))
+				fail_msg("%s: a file read at %llu got %zu bytes, "
+					 "or not the file's", what,
+					 (unsigned long long)r->off, r->bytes);
+		} else if (r->error != ECANCELED || r->bytes) {
+			fail_msg("%s: a file read ended with error %d and %zu "
+				 "bytes", what, r->error, r->bytes);
+		}
+	}
+}
+
 /*
  * The stream check: the writes moved their first c->bytes bytes each, in
  * start order; the reads got their first c->bytes bytes each, in start
@@ -763,12 +817,14 @@ static void stop_races_outside_starts(void **state)
 		round_new(f);
 		ham *hs = h_alloc(f, sizeof(ham) * HAM_THREADS);
 		atomic_int *total = h_alloc(f, sizeof *total);
+		int file = pattern_file(f);
 		loops_start(f->px, 2, -1);
 		for (int i = 0; i < HAM_THREADS; i++) {
 			ham *h = &hs[i];
 			h->px = f->px;
 			h->seed = rnd(&seed) | 1;
 			h->total = total;
+			h->file = file;
 			h_socketpair(f, h->sv);
 			if (pthread_create(&h->th, NULL, ham_main, h))
 				fail_msg("pthread_create failed");
@@ -815,6 +871,7 @@ static void stop_races_outside_starts(void **state)
 			hs[i].rd = hs[i].wr = NULL;
 		}
 		closer_check(cl, "px_close racing px_stop");
+		file_reads_check("file reads racing px_stop");
 		closes += cl->n;
 		closes_after += cl->accepted_after_stop;
 		total_recs += recs_check("px_stop racing outside starts");
