@@ -690,13 +690,7 @@ static void close_then_destroy(void **state)
 
 static int setup_aio1(void **state)
 {
-	px_config save = h_cfg;
-	h_cfg.primary.max_aio = 1;
-	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
-		h_cfg.secondary.max_aio = 1;
-	int rc = h_setup(state);
-	h_cfg = save;
-	return rc;
+	return h_setup_max_aio(state, 1, h_setup);
 }
 
 /*

@@ -333,13 +333,7 @@ static int fx_setup(void **state)
 
 static int fx_setup_aio4(void **state)
 {
-	px_config save = h_cfg;
-	h_cfg.primary.max_aio = 4;
-	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
-		h_cfg.secondary.max_aio = 4;
-	int rc = fx_setup(state);
-	h_cfg = save;
-	return rc;
+	return h_setup_max_aio(state, 4, fx_setup);
 }
 
 static int fx_teardown(void **state)

@@ -46,14 +46,8 @@ static unsigned g_max_aio; /* of the running test's proactor; 0: default */
 
 static int setup_max_aio(void **state, unsigned max_aio)
 {
-	px_config save = h_cfg;
 	g_max_aio = max_aio;
-	h_cfg.primary.max_aio = max_aio;
-	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
-		h_cfg.secondary.max_aio = max_aio;
-	int rc = h_setup(state);
-	h_cfg = save;
-	return rc;
+	return h_setup_max_aio(state, max_aio, h_setup);
 }
 
 static int setup_aio1(void **state) { return setup_max_aio(state, 1); }

@@ -189,6 +189,17 @@ int h_setup(void **state)
 	return 0;
 }
 
+int h_setup_max_aio(void **state, unsigned max_aio, int (*setup)(void **))
+{
+	px_config save = h_cfg;
+	h_cfg.primary.max_aio = max_aio;
+	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
+		h_cfg.secondary.max_aio = max_aio;
+	int rc = setup(state);
+	h_cfg = save;
+	return rc;
+}
+
 int h_teardown(void **state)
 {
 	h_fx *f = *state;

@@ -95,6 +95,9 @@ typedef struct h_fx {
 #define H_TEARDOWN_S 10
 int h_setup(void **state);
 int h_teardown(void **state);
+/* setup (h_setup, or a fixture's own that calls it) with every processor
+ * of h_cfg limited to max_aio operations in flight; h_cfg is restored. */
+int h_setup_max_aio(void **state, unsigned max_aio, int (*setup)(void **));
 
 /* Zeroed memory owned by the fixture (freed after px_destroy). */
 void *h_alloc(h_fx *f, size_t n);

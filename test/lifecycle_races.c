@@ -385,13 +385,8 @@ static int fx_setup(void **state)
 
 static int fx_setup_aio2(void **state)
 {
-	px_config save = h_cfg;
-	h_cfg.primary.max_aio = 2;
-	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
-		h_cfg.secondary.max_aio = 2;
-	int rc = fx_setup(state);
+	int rc = h_setup_max_aio(state, 2, fx_setup);
 	g_fx_max_aio = 2;
-	h_cfg = save;
 	return rc;
 }
 

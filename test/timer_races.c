@@ -346,13 +346,7 @@ static int fx_setup(void **state)
 
 static int fx_setup_aio1(void **state)
 {
-	px_config save = h_cfg;
-	h_cfg.primary.max_aio = 1;
-	if (h_cfg.secondary.processor != PX_PROCESSOR_NONE)
-		h_cfg.secondary.max_aio = 1;
-	int rc = fx_setup(state);
-	h_cfg = save;
-	return rc;
+	return h_setup_max_aio(state, 1, fx_setup);
 }
 
 /* Loop threads of the test's own that wait without a bound
