@@ -668,6 +668,11 @@ uint64_t px__now_ns(void) PX_HIDDEN;
  * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
  * (docs/ARCHITECTURE.md, "max_aio"). */
 unsigned px__default_max_aio(void) PX_HIDDEN;
+/* RWF_NOSIGNAL when the kernel takes it on a write (Linux 6.18), else 0:
+ * the flag that keeps a write to a pipe whose reader has gone (or to a
+ * socket written as a file) from raising SIGPIPE in whichever thread the
+ * kernel runs it.  Probed once per process. */
+int px__rwf_nosignal(void) PX_HIDDEN;
 
 /* The descriptor of the operation whose callback the calling thread is
  * running for px (its c.fd), or -1 when it runs none (proactor/dispatcher.c).

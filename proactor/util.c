@@ -1,11 +1,16 @@
 /*
  * util.c - small helpers: clock, error text, operation names.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/uio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -32,6 +37,32 @@ unsigned px__default_max_aio(void)
 			n = 4 * (uint64_t)rl.rlim_cur;
 	}
 	return (unsigned)n;
+}
+
+#ifndef RWF_NOSIGNAL
+#define RWF_NOSIGNAL 0x00000100 /* linux/fs.h of 6.18 */
+#endif
+
+int px__rwf_nosignal(void)
+{
+	/* 0: not probed yet; 1: the kernel takes the flag; 2: it does not.
+	 * Two threads may both probe the first time; they agree. */
+	static atomic_int known;
+	int k = atomic_load_explicit(&known, memory_order_relaxed);
+	if (k == 0) {
+		/* One byte into a fresh pipe with the flag: a kernel that
+		 * does not know it refuses the write with EOPNOTSUPP before
+		 * looking at the pipe. */
+		int p[2];
+		if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+			return 0; /* out of descriptors: ask again next time */
+		struct iovec v = {.iov_base = "x", .iov_len = 1};
+		k = pwritev2(p[1], &v, 1, -1, RWF_NOSIGNAL) == 1 ? 1 : 2;
+		close(p[0]);
+		close(p[1]);
+		atomic_store_explicit(&known, k, memory_order_relaxed);
+	}
+	return k == 1 ? RWF_NOSIGNAL : 0;
 }
 
 int px__ms_until(uint64_t deadline_ns, uint64_t now)

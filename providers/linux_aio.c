@@ -261,6 +261,8 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 			io_prep_pwrite(&pr->cb, c->fd, c->buf, n, (long long)c->offset);
 		pr->phase = LA_OP;
 	}
+	if (!poll && c->op == PX_OP_WRITE_FILE)
+		pr->cb.aio_rw_flags = (unsigned)px__rwf_nosignal();
 	pr->cb.data = r;
 	if (u->use_resfd)
 		io_set_eventfd(&pr->cb, u->resfd);
@@ -777,6 +779,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 
 	if (!u)
 		return -ENOMEM;
+	(void)px__rwf_nosignal(); /* probed now, not in the first write */
 	u->intr_fd = u->resfd = -1;
 	/* One more event than depth: the native interrupt's poll. */
 	rc = io_setup((int)depth + 1, &u->ctx);

@@ -785,6 +785,7 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 		} else {
 			io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
 					     (uint64_t)-1);
+			sqe->rw_flags = px__rwf_nosignal();
 		}
 		break;
 	case PX_OP_READ_FILE:
@@ -794,6 +795,7 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 	default: /* PX_OP_WRITE_FILE: the class allows no other */
 		io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
 				     ur_file_offset(c));
+		sqe->rw_flags = px__rwf_nosignal();
 		break;
 	}
 }
@@ -830,16 +832,19 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 		break;
 	case PX_OP_WRITE_STREAM:
 		pr->as_send = !pr->fe->notsock;
-		if (pr->as_send)
+		if (pr->as_send) {
 			io_uring_prep_send(sqe, c->fd, buf, n, MSG_NOSIGNAL);
-		else
+		} else {
 			io_uring_prep_write(sqe, c->fd, buf, n, (uint64_t)-1);
+			sqe->rw_flags = px__rwf_nosignal();
+		}
 		break;
 	case PX_OP_READ_FILE:
 		io_uring_prep_read(sqe, c->fd, buf, n, ur_file_offset(c));
 		break;
 	case PX_OP_WRITE_FILE:
 		io_uring_prep_write(sqe, c->fd, buf, n, ur_file_offset(c));
+		sqe->rw_flags = px__rwf_nosignal();
 		break;
 	case PX_OP_READ_DGRAM:
 	case PX_OP_WRITE_DGRAM:
@@ -1558,6 +1563,8 @@ static int ur_create(const px_processor_config *cfg,
 	unsigned flags, sq, cq;
 	int rc;
 
+	/* Probe RWF_NOSIGNAL now, not in the first write's prepare. */
+	(void)px__rwf_nosignal();
 	if (entries > 32768)
 		entries = 32768;  /* IORING_MAX_ENTRIES */
 	sq = ur_pow2(entries);
