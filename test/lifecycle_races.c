@@ -1568,7 +1568,10 @@ static void stop_with_deadlines_and_periodic(void **state)
 /* ------------------------------------------------------------------ */
 
 #define AR_PAIRS 6
-#define AR_MAXREADS 4096
+/* Reads a pair may start (a chain that reaches it ends there, without
+ * the refused restart; under load, while the test thread waits to stop,
+ * a few thousand were seen). */
+#define AR_MAXREADS 32768
 
 typedef struct arr {
 	int sv[2];
@@ -1717,10 +1720,11 @@ static void destroy_races_arriving_data(void **state)
 					 "(or not the same bytes)", round, i,
 					 a->written, nr, left);
 			/* Each read completed in px_destroy tried to start
-			 * the next one there: refused. */
-			if (atomic_load(&a->refused) < 1)
+			 * the next one there: refused (unless the chain
+			 * reached the test's own bound first). */
+			if (atomic_load(&a->refused) < 1 && n < AR_MAXREADS)
 				fail_msg("pair %d: the last read's restart was "
-					 "not refused", i);
+					 "not refused (%d reads)", i, n);
 			total_reads += n;
 			total_in_destroy += in_destroy;
 		}
