@@ -307,7 +307,9 @@ PX_API const char *px_engine_name(const px_proactor *px);
  * completions in the OS), or sleeps as a follower, as the dispatcher
  * decides.  Any number of threads may call it at once.  Operations that
  * its callbacks start and that finish at once have their callbacks run in
- * the same call, up to 64 callbacks in all.
+ * the same call: in rounds, each of all the completions queued when it
+ * begins, a new round only while fewer than 64 callbacks have run in all.
+ * The last round is not cut short, so a call may run many more than 64.
  *
  * timeout_ms < 0 waits without limit; 0 does not block.
  * Returns the number of callbacks run (> 0), 0 if the timeout passed with
