@@ -344,6 +344,13 @@ PX_API int px_stop(px_proactor *px);
  *   -ENOMEM     no memory for the operation record;
  *   -EMFILE     fd is beyond what the wait strategy can watch
  *               (select: FD_SETSIZE).
+ * A start may be deferred instead of reaching the engine at once (max_aio
+ * operations started, older starts still deferred, or start=leader and the
+ * caller not leading).  The engine's checks are then made later: EBADF for
+ * a descriptor not open, EMFILE, EOPNOTSUPP for a socket on POSIX AIO and
+ * ENOMEM arrive in the completion's error, with the callback run, and the
+ * start returns 0.  A negative fd, a descriptor px_close is closing and
+ * the other errors are always returned by the call.
  * Operations on one descriptor and direction are performed in the order
  * they were started.
  */
