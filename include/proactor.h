@@ -287,9 +287,11 @@ PX_API int px_create_config(px_proactor **out, const px_config *cfg, char *err,
  * (ECANCELED, or its result if it finished first) in the calling thread,
  * stop dedicated threads and free everything.  Posted completions and
  * pending timers are delivered too.  Starts made from those callbacks fail
- * with -ESHUTDOWN.  No other thread may be inside px_handle_events() or
- * start further operations.  Returns 0, or -EBUSY if threads are still inside
- * px_handle_events() (nothing is freed then).
+ * with -ESHUTDOWN; px_close is still accepted.  No thread may be inside
+ * px_handle_events() or start further operations; so it cannot be called
+ * from a callback that px_handle_events() runs.  Returns 0, or -EBUSY if
+ * a thread, the caller included, is inside px_handle_events() (nothing is
+ * freed then).
  */
 PX_API int px_destroy(px_proactor *px);
 
