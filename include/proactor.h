@@ -490,7 +490,11 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * as described above, and operations started on fd after px_cancel are
  * not covered.  The exception is the POSIX AIO provider: a request that
  * glibc's helper thread is already performing cannot be stopped or waited
- * for (see px_close, which waits for the callbacks).
+ * for (see px_close, which waits for the callbacks).  It ends only when
+ * the read or write returns: a stream read on a quiet pipe (or socket, with
+ * sockets=aio) then never gets ECANCELED, ETIMEDOUT from a deadline, or
+ * EBADF after close(2); px_close's cb and px_destroy wait for it, maybe
+ * for good.  See README.md, "Engines and configuration".
  */
 PX_API int px_cancel(px_proactor *px, int fd);
 
