@@ -127,6 +127,8 @@ typedef enum px_processor_type {
  * field; a program that fills the struct itself may leave a name empty:
  *   provider  ""  = "auto" (the best engine this kernel offers), unless
  *                   wait names a strategy, which then picks its provider;
+ *                   auto is for the primary only: a secondary with
+ *                   neither provider nor wait is -EINVAL;
  *   wait      ""  = the provider's default wait strategy;
  *   interrupt ""  = the wait strategy's default interrupt.
  * What providers and waits exist, and which combinations are valid, is
@@ -204,7 +206,8 @@ typedef struct px_config {
  *       uring   io_uring; wait=uring; ring=N (SQ entries, at most 32768),
  *               ring_flags=LIST (coop_taskrun, sqpoll; sqpoll adds a
  *               polling kernel thread per ring, which pays only where a
- *               CPU can be spared for it)
+ *               CPU can be spared for it), rings=N (0 to 16; 0, the
+ *               default, is one per CPU, at most 4)
  *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
  *               depth=N (iocbs in the context, default 1024)
  *       posix   POSIX AIO (glibc); files, and streams on pipes;
@@ -298,7 +301,8 @@ PX_API int px_destroy(px_proactor *px);
 /*
  * px_engine_name - the canonical configuration text of the engine this
  * proactor runs, e.g. "provider=uring wait=uring interrupt=native
- * processor=shared max_aio=4096".  Valid until px_destroy.
+ * processor=shared max_aio=61438" (io_uring's defaults).  Valid until
+ * px_destroy.
  */
 PX_API const char *px_engine_name(const px_proactor *px);
 
