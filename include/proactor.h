@@ -319,14 +319,15 @@ PX_API const char *px_engine_name(const px_proactor *px);
  *
  * timeout_ms < 0 waits without limit; 0 does not block.
  * Returns the number of callbacks run (> 0), 0 if the timeout passed with
- * nothing to do, or -ESHUTDOWN once px_stop() was called.
+ * nothing to do, -ESHUTDOWN once px_stop() was called, or -EINVAL for a
+ * NULL px.
  */
 PX_API int px_handle_events(px_proactor *px, int timeout_ms);
 
 /*
  * px_stop - make every px_handle_events() call return -ESHUTDOWN as soon as
  * it has finished the callback it runs, now and from now on.  Completions
- * stay queued for px_destroy.  Returns 0.
+ * stay queued for px_destroy.  Returns 0, or -EINVAL for a NULL px.
  */
 PX_API int px_stop(px_proactor *px);
 
@@ -483,8 +484,8 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * px_cancel - cancel every pending operation started on fd.
  * Each still completes exactly once: with ECANCELED, or with its real result
  * if it finished before the cancel could take effect.
- * Returns how many operations the cancel was requested for (0 if none), or
- * -EBADF for a negative fd.
+ * Returns how many operations the cancel was requested for (0 if none),
+ * -EBADF for a negative fd, or -EINVAL for a NULL px.
  * When it returns, no thread of the proactor is inside a read, write,
  * send, recv, accept or connect on fd for a cancelled operation: if one
  * was (a readiness engine makes those calls itself, with the proactor's
@@ -512,7 +513,8 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
- * ECANCELED.  Returns 0, or -ENOENT if it already fired or never existed.
+ * ECANCELED.  Returns 0, -ENOENT if it already fired or never existed, or
+ * -EINVAL for a NULL px.
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
@@ -643,9 +645,10 @@ struct px_stats {
 /*
  * px_stats - copy the proactor's counters to *out (struct px_stats: the
  * function has the type's name, so the type has no typedef).  Any thread, any time
- * (also from a callback).  It takes the proactor's mutex briefly and walks
- * the queue of completions waiting for a thread, so call it now and then
- * (a monitoring tick, a signal-driven report), not per operation.
+ * (also from a callback), but not from a signal handler: it takes the
+ * proactor's mutex briefly and walks the queue of completions waiting for
+ * a thread.  Call it now and then (a monitoring tick, or a thread that
+ * reports when a signal asks it to), not per operation.
  * Returns 0, or -EINVAL when px or out is NULL.
  */
 PX_API int px_stats(px_proactor *px, struct px_stats *out);
