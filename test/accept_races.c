@@ -278,14 +278,7 @@ static void rec_cb(const px_completion *c)
 
 static bool wait_rec(rec *r, int ms)
 {
-	uint64_t dl = h_deadline(ms);
-	while (!rec_is_done(r)) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
+	return r && h_wait_at_least(&r->done, 1, ms);
 }
 
 /* Wait (loop threads running) or fail. */
@@ -785,14 +778,7 @@ static void *storm_outside(void *arg)
 		int slot = -1;
 		pthread_mutex_lock(&s->mu);
 		if (s->nq == 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+			h_cond_wait_ms(&s->cv, &s->mu, 1);
 		}
 		if (s->nq > 0 && !atomic_load(&s->stopping))
 			slot = s->queue[--s->nq];

@@ -185,14 +185,7 @@ static void pump_until(h_fx *f, op *o, int ms, const char *what)
 
 static bool wait_op(op *o, int ms)
 {
-	uint64_t dl = h_deadline(ms);
-	while (!op_is_done(o)) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
+	return h_wait_at_least(&o->done, 1, ms);
 }
 
 /* ------------------------------------------------------------------ */
@@ -509,14 +502,7 @@ static void *many_outside(void *arg)
 		int slot = -1;
 		pthread_mutex_lock(&m->mu);
 		if (m->nqueue == 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 1000000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&m->cv, &m->mu, &ts);
+			h_cond_wait_ms(&m->cv, &m->mu, 1);
 		}
 		if (m->nqueue > 0 && !atomic_load(&m->stopping))
 			slot = m->queue[--m->nqueue];

@@ -61,14 +61,7 @@ static int fx_setup(void **state)
 /* Wait (without pumping: loop threads do) until *flag is set. */
 static bool wait_flag(atomic_int *flag, int ms)
 {
-	uint64_t dl = h_deadline(ms);
-	while (!atomic_load(flag)) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
+	return h_wait_at_least(flag, 1, ms);
 }
 
 static void spin_ns(uint64_t ns)

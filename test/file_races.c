@@ -198,16 +198,11 @@ static void rec_cb(const px_completion *c)
 /* Wait (other threads run the loop) or fail. */
 static void must_finish(rec *r, int ms, const char *what)
 {
-	uint64_t dl = h_deadline(ms);
-	while (!rec_is_done(r)) {
-		if (h_now_ms() > dl)
-			fail_msg("%s (%s on fd %d at offset %llu) did not call "
-				 "back within %d ms (engine '%s'): lost or hung",
-				 what, px_op_name(r->op), r->fd,
-				 (unsigned long long)r->off, ms, h_engine_text);
-		struct timespec ts = {0, 200000};
-		nanosleep(&ts, NULL);
-	}
+	if (!h_wait_at_least(&r->done, 1, ms))
+		fail_msg("%s (%s on fd %d at offset %llu) did not call back "
+			 "within %d ms (engine '%s'): lost or hung", what,
+			 px_op_name(r->op), r->fd, (unsigned long long)r->off,
+			 ms, h_engine_text);
 }
 
 /* Pump with the test thread until r is done. */

@@ -55,6 +55,19 @@ void h_sleep_ms(int ms)
 		;
 }
 
+void h_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
 /* ------------------------------------------------------------------ */
 
 static void h_watchdog(int sig)

@@ -61,6 +61,9 @@ uint64_t h_now_ms(void);
 /* A deadline ms milliseconds from now (h_now_ms scale). */
 uint64_t h_deadline(int ms);
 void h_sleep_ms(int ms);
+/* pthread_cond_timedwait for at most ms milliseconds (cv uses the default
+ * CLOCK_REALTIME); mu held by the caller. */
+void h_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int ms);
 /* Poll, without pumping (other threads run the loop), until *v >= want;
  * false if ms pass first. */
 bool h_wait_at_least(atomic_int *v, int want, int ms);

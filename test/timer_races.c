@@ -432,14 +432,7 @@ static void destroy_now(h_fx *f)
 
 static bool wait_done(tm *t, int ms)
 {
-	uint64_t dl = h_deadline(ms);
-	while (!tm_is_done(t)) {
-		if (h_now_ms() > dl)
-			return false;
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-	}
-	return true;
+	return h_wait_at_least(&t->done, 1, ms);
 }
 
 static void sleep_until_ns(uint64_t when)
