@@ -17,8 +17,9 @@
  *    the kernel refuses RWF_NOWAIT, the descriptor is checked with poll(0)
  *    first and written at most PIPE_BUF bytes at a time, unless the
  *    provider's rules trust O_NONBLOCK and it is set (then it is used as
- *    it is).  SIGPIPE from those writes is blocked around the call and
- *    swallowed: EPIPE comes in the completion.
+ *    it is).  Those writes carry RWF_NOSIGNAL where the kernel takes it
+ *    (6.18); elsewhere SIGPIPE is blocked around the call and swallowed.
+ *    Either way EPIPE comes in the completion.
  *  - accept sets O_NONBLOCK on a blocking listening socket (and leaves it
  *    so): a connection reset between readiness and accept4 must not block
  *    the caller.  connect sets O_NONBLOCK only around connect(2) and puts
@@ -91,6 +92,22 @@ static int nb_poll_now(int fd, short events)
 	return n > 0;
 }
 
+/* writev(2) with RWF_NOSIGNAL where the kernel takes it (no SIGPIPE from
+ * a pipe without reader).  A file with no write_iter (some character
+ * devices) refuses any flag with EOPNOTSUPP; it is no pipe, so it gets a
+ * plain writev. */
+static ssize_t nb_writev(int fd, const struct iovec *iov, int cnt)
+{
+	int fl = px__rwf_nosignal();
+
+	if (fl) {
+		ssize_t n = pwritev2(fd, iov, cnt, -1, fl);
+		if (n >= 0 || errno != EOPNOTSUPP)
+			return n;
+	}
+	return writev(fd, iov, cnt);
+}
+
 /* One read or write of the cnt buffers of iov on a stream that is not a
  * socket.  Bytes, or -errno (-EAGAIN: not ready). */
 static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
@@ -103,7 +120,8 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 
 		switch (io->kind) {
 		case PX_NBIO_KIND_NOWAIT:
-			n = wr ? pwritev2(io->fd, iov, cnt, -1, RWF_NOWAIT)
+			n = wr ? pwritev2(io->fd, iov, cnt, -1,
+					  RWF_NOWAIT | px__rwf_nosignal())
 			       : preadv2(io->fd, iov, cnt, -1, RWF_NOWAIT);
 			if (n < 0 && (errno == EOPNOTSUPP || errno == EINVAL)) {
 				rc = nb_downgrade(rules, io);
@@ -126,10 +144,11 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 			one = iov[0];
 			if (one.iov_len > PIPE_BUF)
 				one.iov_len = PIPE_BUF;
-			n = writev(io->fd, &one, 1);
+			n = nb_writev(io->fd, &one, 1);
 			break;
 		default:
-			n = wr ? writev(io->fd, iov, cnt) : readv(io->fd, iov, cnt);
+			n = wr ? nb_writev(io->fd, iov, cnt)
+			       : readv(io->fd, iov, cnt);
 			break;
 		}
 		if (n >= 0)
@@ -139,9 +158,12 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 	}
 }
 
-/* Bytes written, or -errno.  A pipe without reader raises SIGPIPE on
- * write(2); keep it blocked in this thread for the call and take it off the
- * pending set again unless it was pending before. */
+/* Bytes written, or -errno.  A pipe without reader raises SIGPIPE on a
+ * write, unless the write carries RWF_NOSIGNAL (which nb_other_io gives
+ * every such write where the kernel takes it: Linux 6.18).  Where it does
+ * not, keep SIGPIPE blocked in this thread for the call and take it off
+ * the pending set again unless it was pending before (three more system
+ * calls). */
 static ssize_t nb_other_write(const px_nbio_rules *rules, px_nbio *io,
 			      const struct iovec *iov, int cnt)
 {
@@ -149,7 +171,7 @@ static ssize_t nb_other_write(const px_nbio_rules *rules, px_nbio *io,
 	bool was_pending = false;
 	ssize_t n;
 
-	if (io->kind == PX_NBIO_KIND_FILE)
+	if (io->kind == PX_NBIO_KIND_FILE || px__rwf_nosignal())
 		return nb_other_io(rules, io, iov, cnt, true);
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
