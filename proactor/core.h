@@ -60,8 +60,10 @@ typedef struct px_processor {
 	pthread_t thread;
 	int index;                 /* 0 primary, 1 secondary */
 	/* The idle check (px__processor_handle_aio_events): */
-	uint64_t quiet_since;      /* first wait of the current run of waits
+	uint64_t quiet_start;      /* first wait of the current run of waits
 	                              that collected nothing; 0: not quiet */
+	uint64_t quiet_since;      /* the later of quiet_start and the last
+	                              check; 0: not quiet */
 	uint64_t check_gap;        /* quiet time before the next check */
 	uint64_t last_check;       /* when the last check ran */
 	unsigned busy_rounds;      /* waits that collected since then */

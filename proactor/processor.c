@@ -416,9 +416,9 @@ static void proc_check(px_processor *p, uint64_t now, bool quiet)
 	p->last_check = now;
 	p->busy_rounds = 0;
 	proc_reap_closed(p);
-	/* Starving only once the gap has grown to its longest: more than a
-	 * second without a completion (200 + 400 + 800 ms). */
-	if (quiet && p->check_gap >= PROC_CHECK_MAX_NS)
+	/* Starving once more than PROC_CHECK_MAX_NS passed without a
+	 * completion: the third check of a quiet run (200 + 400 + 800 ms). */
+	if (quiet && now - p->quiet_start > PROC_CHECK_MAX_NS)
 		proc_unstarve(p);
 }
 
@@ -426,7 +426,7 @@ static void proc_check(px_processor *p, uint64_t now, bool quiet)
 static void proc_after_wait(px_processor *p, size_t n, uint64_t now)
 {
 	if (n) {
-		p->quiet_since = 0;
+		p->quiet_start = p->quiet_since = 0;
 		p->check_gap = PROC_CHECK_MIN_NS;
 		if (++p->busy_rounds < PROC_CHECK_BUSY_ROUNDS)
 			return;
@@ -436,11 +436,11 @@ static void proc_after_wait(px_processor *p, size_t n, uint64_t now)
 		return;
 	}
 	if (!px__processor_has_work(p)) {
-		p->quiet_since = 0;
+		p->quiet_start = p->quiet_since = 0;
 		return;
 	}
 	if (!p->quiet_since) {
-		p->quiet_since = now;
+		p->quiet_start = p->quiet_since = now;
 		return;
 	}
 	if (now - p->quiet_since < p->check_gap)
@@ -448,8 +448,8 @@ static void proc_after_wait(px_processor *p, size_t n, uint64_t now)
 	proc_check(p, now, true);
 	/* The next check after a longer quiet, unless something completes. */
 	p->quiet_since = now;
-	if (p->check_gap < PROC_CHECK_MAX_NS)
-		p->check_gap *= 2;
+	p->check_gap = p->check_gap < PROC_CHECK_MAX_NS / 2
+		       ? p->check_gap * 2 : PROC_CHECK_MAX_NS;
 }
 
 /* The longest a leader may wait, in ms: the gap while operations are
