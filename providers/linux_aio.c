@@ -171,6 +171,7 @@ struct la_priv {
 	bool cancel_req;    /* a cancel was asked for */
 	bool in_start;      /* its start is submitting without the mutex */
 	bool early;         /* ... and it finished meanwhile */
+	bool on_done;       /* finished, on u->done for next_completed */
 	uint8_t tried;      /* LA_BUSY: what the call gave (PX_NBIO_*) */
 	px_nbio io;         /* LA_BUSY: the descriptor, for the call */
 };
@@ -309,6 +310,7 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 		pr->early = true;  /* its start returns PX_START_DONE */
 		return;
 	}
+	pr->on_done = true;
 	px_list_push_back(&u->done, &r->plink);
 }
 
@@ -605,8 +607,12 @@ px_result *px__laio_next_completed(px_laio *u)
 		u->lb.n = 0;
 	}
 	for (;;) {
-		if ((l = px_list_pop_front(&u->done)))
-			return px_result_of_plink(l);
+		if ((l = px_list_pop_front(&u->done))) {
+			px_result *r = px_result_of_plink(l);
+
+			la_priv(r)->on_done = false;
+			return r;
+		}
 		if (u->iev < u->nev) {
 			/* The whole batch of events, then one unlock for the
 			 * calls of every poll that fired. */
@@ -719,6 +725,13 @@ static int la_cancel(px_provider *p, px_result *r)
 	struct io_event ev;
 
 	if (pr->cancel_req)
+		return PX_CANCEL_PENDING;
+	/* Finished already and waiting on u->done for the leader, which may
+	 * be making its calls without the mutex (la_run) or be blocked in
+	 * the kernel after another thread's submit failed it (la_settle):
+	 * next_completed hands it out, with its own result.  Its phase is
+	 * LA_IDLE, which below would complete it a second time. */
+	if (pr->on_done)
 		return PX_CANCEL_PENDING;
 	if (pr->phase == LA_IDLE || pr->slist == LA_ON_PENDING) {
 		/* Not in the kernel: forget it now.  A descriptor's next

@@ -24,6 +24,8 @@
  *   - Two threads write to one socket at once on a dedicated processor,
  *     whose leader nothing else wakes: a write that queued behind another
  *     while that one's call ran without the mutex still goes out.
+ *   - A cancel of a read that another thread's submit failed, made before
+ *     the leader handed it out, leaves it one completion with its error.
  *   - io_setup's EAGAIN is explained by naming fs.aio-max-nr.
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
@@ -727,6 +729,119 @@ static void test_concurrent_writes_dedicated(void **state)
 	close(sv[1]);
 }
 
+/*
+ * A cancel of an operation that has finished but not been handed out yet
+ * (on the provider's done list, waiting for the leader) must leave it to
+ * the leader: one completion, its own result.  Here the finish comes from
+ * another thread's submit: the wrapper turns a file read back once
+ * (EAGAIN, so it waits at the head of the pending iocbs), then fails it
+ * (EIO) in the submit of the next start, made by this thread while the
+ * dedicated leader is held in its own io_submit.  The cancel then came
+ * while the read sat on the done list with nothing in the kernel, and
+ * completed it a second time; the leader's hand-out found it gone from
+ * the started list (an assertion, or two callbacks without one).
+ */
+static pthread_t fw_main;
+static atomic_int fw_hold, fw_held, fw_go, fw_b, fw_c;
+static int fw_fd_b = -1, fw_fd_c = -1;
+
+static int fw_submit(io_context_t ctx, long nr, struct iocb **ios)
+{
+	if (!pthread_equal(pthread_self(), fw_main)) {
+		bool c = false;
+
+		for (long i = 0; i < nr; i++)
+			if ((int)ios[i]->aio_fildes == fw_fd_c)
+				c = true;
+		if (c && atomic_load(&fw_hold)) {
+			atomic_store(&fw_held, 1);
+			for (int i = 0; i < 3000 && !atomic_load(&fw_go); i++)
+				usleep(1000);
+		}
+		return io_submit(ctx, nr, ios);
+	}
+	if (nr > 0 && (int)ios[0]->aio_fildes == fw_fd_c &&
+	    atomic_load(&fw_c) == 0) {
+		atomic_store(&fw_c, 1);
+		return -EAGAIN;     /* the leader's prepare claims it next */
+	}
+	if (nr > 0 && (int)ios[0]->aio_fildes == fw_fd_b) {
+		if (atomic_load(&fw_b) == 0) {
+			atomic_store(&fw_b, 1);
+			return -EAGAIN;
+		}
+		if (atomic_load(&fw_b) == 1) {
+			atomic_store(&fw_b, 2);
+			return -EIO;  /* the first iocb's error, alone */
+		}
+	}
+	return io_submit(ctx, nr, ios);
+}
+
+static void test_cancel_finished_before_hand_out(void **state)
+{
+	char path[] = "/tmp/px_laio_fwXXXXXX";
+	char ba[16], bb[16], bc[16];
+	int sv[2], f, fa;
+	op oa, ob, oc;
+
+	(void)state;
+	memset(&oa, 0, sizeof(oa));
+	memset(&ob, 0, sizeof(ob));
+	memset(&oc, 0, sizeof(oc));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	f = mkstemp(path);
+	assert_true(f >= 0);
+	assert_int_equal(write(f, "0123456789", 10), 10);
+	fa = open(path, O_RDONLY | O_CLOEXEC);
+	fw_fd_b = open(path, O_RDONLY | O_CLOEXEC);
+	assert_true(fa >= 0 && fw_fd_b >= 0);
+	unlink(path);
+	fw_fd_c = sv[0];
+	fw_main = pthread_self();
+	atomic_store(&fw_hold, 0);
+	atomic_store(&fw_held, 0);
+	atomic_store(&fw_go, 0);
+	atomic_store(&fw_b, 0);
+	atomic_store(&fw_c, 0);
+	px__laio_io_submit = fw_submit;
+	px_proactor *px = make("provider=linux_aio wait=io_getevents "
+			       "interrupt=native processor=dedicated");
+	usleep(20000);  /* the dedicated leader goes to its wait */
+	atomic_store(&fw_hold, 1);
+	/* A read with nothing to read: its poll, turned back once, goes
+	 * into the leader's batch, and the leader is held in its submit. */
+	assert_int_equal(px_read_stream(px, sv[0], bc, sizeof(bc), op_cb, &oc), 0);
+	for (int i = 0; i < 3000 && !atomic_load(&fw_held); i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&fw_held), 1);
+	assert_int_equal(px_read_file(px, fw_fd_b, bb, sizeof(bb), 0, op_cb, &ob), 0);
+	assert_int_equal(px_read_file(px, fa, ba, sizeof(ba), 0, op_cb, &oa), 0);
+	assert_int_equal(atomic_load(&fw_b), 2);   /* the read failed, done */
+	px_cancel(px, fw_fd_b);
+	atomic_store(&fw_go, 1);
+	for (int i = 0; i < 3000 && !(atomic_load(&ob.calls) &&
+				      atomic_load(&oa.calls)); i++)
+		px_handle_events(px, 1);
+	assert_int_equal(px_cancel(px, sv[0]), 1);
+	assert_int_equal(px_destroy(px), 0);
+	px__laio_io_submit = io_submit;
+	assert_int_equal(atomic_load(&ob.calls), 1);
+	assert_int_equal(ob.error, EIO);
+	assert_int_equal(atomic_load(&oa.calls), 1);
+	assert_int_equal(oa.error, 0);
+	assert_int_equal(oa.bytes, 10);
+	assert_int_equal(atomic_load(&oc.calls), 1);
+	assert_int_equal(oc.error, ECANCELED);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(f);
+	close(fa);
+	close(fw_fd_b);
+	close(sv[0]);
+	close(sv[1]);
+	fw_fd_b = fw_fd_c = -1;
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -768,6 +883,7 @@ int main(void)
 		cmocka_unit_test(test_cancel_leader_batch_epoll),
 		cmocka_unit_test(test_signal_consumed_with_events),
 		cmocka_unit_test(test_concurrent_writes_dedicated),
+		cmocka_unit_test(test_cancel_finished_before_hand_out),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
