@@ -541,6 +541,13 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		px_list_remove(&e->ops, &r->flink);
 		px__timeout_detach(px, r);
 		px__alloc_put(&px->alloc, r);
+		/* A px_close of fd made while the start ran without the mutex
+		 * (none was there when this call looked, above) counted r
+		 * among the callbacks it waits for, and no callback comes:
+		 * count it as delivered, or that close would never happen
+		 * and the number would refuse every start after its reuse. */
+		if (e->closing)
+			px__close_delivered(px, a->fd);
 	}
 out:
 	pthread_mutex_unlock(&px->lock);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -684,6 +685,79 @@ static void close_then_destroy(void **state)
 	assert_false(fd_open(a[1]));
 }
 
+/*
+ * px_close while a start's own call runs without the mutex: the
+ * application (another of its threads, in real life) closes the
+ * descriptor with close(2) and calls px_close, which counts the operation
+ * being started among those it waits for.  The start then fails with
+ * EBADF (the readiness engines), so no callback of the operation comes:
+ * the px_close, accepted with 0, used to wait for it for good (its
+ * callback came only from px_destroy, which then closed whatever the
+ * number named by then), and the number refused every start after it
+ * was reused.  The test's recv(2) below makes the two calls at that
+ * moment; an engine whose start makes no recv (io_uring) gets them just
+ * after the start instead.
+ */
+static h_fx *cs_fx;
+static int cs_fd = -1;
+static int cs_rc;
+static h_rec *cs_close;
+
+/* The library's recv calls come here (the test links it statically). */
+ssize_t recv(int fd, void *buf, size_t len, int flags)
+{
+	if (fd >= 0 && fd == cs_fd) {
+		cs_fd = -1;
+		close(fd);
+		cs_rc = px_close(cs_fx->px, fd, h_rec_cb, cs_close);
+	}
+	return syscall(SYS_recvfrom, fd, buf, len, flags, NULL, NULL);
+}
+
+static void close_during_start_call(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	cs_fx = f;
+	cs_close = h_rec_new(f);
+	cs_rc = 1;
+	cs_fd = a[1];
+	int rc = px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd);
+	bool during = cs_fd < 0;
+	cs_fd = -1;
+	untrack(f, a[1]);
+	if (!during) {
+		assert_int_equal(rc, 0);
+		close(a[1]);
+		cs_rc = px_close(f->px, a[1], h_rec_cb, cs_close);
+	}
+	assert_int_equal(cs_rc, 0);
+	h_wait_rec(f, cs_close, 5000, "a px_close made during the start's call");
+	h_settle(f, 20);
+	expect_once(cs_close, PX_OP_CLOSE, a[1], EBADF, "the px_close");
+	if (rc < 0) {
+		assert_int_equal(rc, -EBADF);
+		assert_int_equal(atomic_load(&rd->calls), 0);
+	} else {
+		assert_int_equal(atomic_load(&rd->calls), 1);
+		assert_true(rd->seq < cs_close->seq);
+	}
+	/* The number, reused, takes operations again. */
+	h_socketpair(f, b);
+	int n = b[0] == a[1] ? b[0] : b[1] == a[1] ? b[1] : -1;
+	if (n >= 0) {
+		h_rec *r2 = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, n, in, 64, h_rec_cb, r2), 0);
+		assert_int_equal(write(n == b[0] ? b[1] : b[0], "ok", 2), 2);
+		h_wait_rec(f, r2, 5000, "a read on the reused number");
+		expect_once(r2, PX_OP_READ_STREAM, n, 0, "the read on the reused number");
+	}
+	h_assert_usable(f);
+}
+
 /* ------------------------------------------------------------------ */
 /* max_aio too small for what is pending                                */
 /* ------------------------------------------------------------------ */
@@ -734,6 +808,7 @@ int main(int argc, char **argv)
 		T(close_twice_and_starts_refused),
 		T(close_from_own_callback),
 		T(close_then_destroy),
+		T(close_during_start_call),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
