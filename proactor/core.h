@@ -95,7 +95,8 @@ void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
  * Returns 1 if it was cancelled (or marked, inside its start), else 0. */
 int px__processor_cancel_result(px_processor *p, px_result *r) PX_HIDDEN;
 /* After one or more px__processor_cancel_result calls on p that returned 1:
- * interrupt a dedicated leader so that it stops watching for them. */
+ * interrupt p's leader so that it stops watching for them, or starts the
+ * deferred operations the cancels made room for under max_aio. */
 void px__processor_cancelled(px_processor *p) PX_HIDDEN;
 /* Leader: start deferred, wait up to timeout_ms, move what finished to the
  * dispatcher's queue.  Mutex held on entry and exit.  now is the caller's

@@ -621,7 +621,13 @@ int px__processor_cancel_result(px_processor *p, px_result *r)
 
 void px__processor_cancelled(px_processor *p)
 {
-	if (p->flags & PX_PF_START_INTERRUPT)
+	/* A cancel the provider finished at once may have freed room under
+	 * max_aio for deferred operations, and no event comes to end the
+	 * leader's wait: only a leader starts deferred operations
+	 * (proc_start_deferred), so interrupt it. */
+	if ((p->flags & PX_PF_START_INTERRUPT) ||
+	    (!px_list_empty(&p->deferred) &&
+	     px_list_count(&p->started) < p->max_aio))
 		px__processor_interrupt(p);
 }
 

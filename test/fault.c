@@ -1383,6 +1383,47 @@ static void accept_at_fd_limit(void **state)
 
 /* ------------------------------------------------------------------ */
 
+/*
+ * max_aio=1: a read with nothing to read holds the slot, a second read is
+ * deferred behind it, then gets its data.  A px_cancel of the first frees
+ * the slot: the deferred read must start (and complete) at once, not when
+ * the leader's wait happens to end.  A cancel that the engine finishes on
+ * the spot (the readiness engines) causes no event in that wait, and the
+ * leader of a processor that a start does not interrupt (epoll, dedicated;
+ * or shared, with the cancel's completion handed to a sleeping follower)
+ * was not told: the read waited out the idle check's gap, 200 ms to 1.6 s.
+ */
+static void cancel_frees_slot_for_deferred(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	char *buf = h_alloc(f, 16);
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f);
+
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	h_loops_start(f, 2, true);
+	assert_int_equal(px_read_stream(f->px, a[1], buf, 8, h_rec_cb, r1), 0);
+	assert_int_equal(px_read_stream(f->px, b[1], buf + 8, 8, h_rec_cb, r2), 0);
+	h_sleep_ms(20);  /* the leader goes back to its wait */
+	assert_int_equal(write(b[0], "y", 1), 1);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(px_cancel(f->px, a[1]), 1);
+	bool soon = wait_flag(&r2->done, 100);
+	assert_true(wait_flag(&r1->done, 2000));
+	assert_true(wait_flag(&r2->done, 3000));
+	h_loops_stop();
+	if (!soon)
+		fail_msg("the deferred read completed %llu ms after the cancel "
+			 "that freed its slot (engine '%s')",
+			 (unsigned long long)((h_now_ns() - t0) / 1000000u), h_engine_text);
+	assert_once(r1, PX_OP_READ_STREAM, a[1]);
+	expect_error(r1, ECANCELED, "the cancelled read");
+	assert_once(r2, PX_OP_READ_STREAM, b[1]);
+	expect_error(r2, 0, "the deferred read");
+	assert_int_equal(r2->c.bytes, 1);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 #define T1(fn) cmocka_unit_test_setup_teardown(fn, setup_aio1, fx_teardown)
 #define T2(fn) cmocka_unit_test_setup_teardown(fn, setup_aio2, fx_teardown)
@@ -1408,6 +1449,7 @@ int main(int argc, char **argv)
 		T1(cancel_races_deferred_start),
 		T2(cancel_races_deferred_start_2),
 		T3(cancel_races_deferred_start_3),
+		T1(cancel_frees_slot_for_deferred),
 		T(callback_cancels_sessions),
 		T(callback_cancels_and_closes_own),
 		T(destroy_with_thousands_pending),
