@@ -189,7 +189,7 @@ struct px_proactor {
 	uint64_t left_ns;
 	unsigned nfollowers, nleaders, nhandlers;
 	unsigned nfollowers_long;  /* of them, asleep with no bound of at most
-	                              PX_FOLLOWER_CHECK_MAX_NS (dispatcher.c) */
+	                              PX_FOLLOWER_CHECK_NS (dispatcher.c) */
 	px_follower_order order;
 	px_processor *proc[2];
 	int nproc;

@@ -270,17 +270,22 @@ int px__dispatch_level_for_caller(struct px_proactor *px)
 
 /* A shared processor went from idle to having work, and nobody leads it.
  * A thread that is running one of px's callbacks comes back to the loop
- * when its batch is done and leads it then (step 2 below), or, if it
- * leaves px_handle_events instead, wakes a follower as it leaves.  Waking
- * one now as well costs a futex wake and a context switch per start: with
+ * when its batch is done and leads it then (step 2 below).  Waking a
+ * follower now (or as that thread leaves) costs a futex wake and a
+ * context switch per start: with
  * one session whose every operation had finished (64 KiB blocks, two
  * threads) the woken thread took over the lead at every round trip, a
- * context switch each, and the two threads moved 0.7 of what one did.  A
- * callback that blocks instead of returning is covered as when the
- * processor was not idle: every follower asleep meanwhile looks again
- * within PX_FOLLOWER_CHECK_MAX_NS (step 3).  A follower asleep without
- * that bound (it went to sleep with nothing pending and no callback
- * running) is woken, as is one for any other caller. */
+ * context switch each, and the two threads moved 0.7 of what one did.
+ * But that thread may instead leave px_handle_events and not come back
+ * soon, or block in a callback: then a follower must take the lead by
+ * itself.  Every follower asleep meanwhile looks again within
+ * PX_FOLLOWER_CHECK_NS, since its sleeps do not grow while a thread runs
+ * callbacks (step 3); one asleep without that bound (nothing pending, or
+ * a bound grown while the proactor was quiet) is woken, once: it sleeps
+ * with the short bound after a wake-up.  Any other caller wakes one.
+ * (Before, a follower could sleep on for up to 1.3 s after a polling
+ * px_handle_events(px, 0) left with the operations its callback started:
+ * test/lifecycle_races.c, leaver_hands_over_to_follower.) */
 void px__dispatch_needs_leader(struct px_proactor *px)
 {
 	if (px__tls_dispatching == px && !px->nfollowers_long)
@@ -714,8 +719,11 @@ lead:
 		px_link_init(&f.link);
 		px_list_push_back(&px->followers, &f.link);
 		px->nfollowers++;
-		/* No bound that px__dispatch_needs_leader may count on. */
-		bool long_sleep = until - now > PX_FOLLOWER_CHECK_MAX_NS;
+		/* No bound that px__dispatch_needs_leader may count on: a
+		 * thread running callbacks may leave px_handle_events with
+		 * operations they started and nobody leading them, and only
+		 * a look within PX_FOLLOWER_CHECK_NS takes them over soon. */
+		bool long_sleep = until - now > PX_FOLLOWER_CHECK_NS;
 		px->nfollowers_long += long_sleep;
 		if (until == PX_NS_INF) {
 			while (!f.woken)
@@ -732,10 +740,18 @@ lead:
 		px->nfollowers--;
 		px->nfollowers_long -= long_sleep;
 		patient = f.woken;
-		if (!f.woken) {
+		if (f.woken) {
+			check = PX_FOLLOWER_CHECK_NS;
+		} else {
 			px_list_remove(&px->followers, &f.link);
-			if (check < PX_FOLLOWER_CHECK_MAX_NS)
+			/* Longer sleeps only while nobody runs callbacks (see
+			 * px__dispatch_needs_leader). */
+			if (px->nhandlers)
+				check = PX_FOLLOWER_CHECK_NS;
+			else if (check < PX_FOLLOWER_CHECK_MAX_NS / 2)
 				check *= 2;
+			else
+				check = PX_FOLLOWER_CHECK_MAX_NS;
 		}
 		pthread_cond_destroy(&f.cond);
 		uint64_t slept = now;
