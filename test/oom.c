@@ -1055,6 +1055,55 @@ static void oom_stays_two_loop_threads(void **state)
 	run_all(2, true);
 }
 
+/*
+ * The processor's idle check (proactor/processor.c) finds descriptors
+ * closed with close(2) under pending operations, which some waits (epoll,
+ * io_uring, Linux AIO) never report.  It must still do so while every
+ * allocation fails: the read's only way to complete must not depend on
+ * memory.  (poll and select report the closed descriptor themselves.)
+ */
+static void oom_idle_check(void **state)
+{
+	(void)state;
+	static rec r;
+	static char buf[8];
+	int sv[2];
+	px_proactor *px;
+	char err[256];
+
+	memset(&r, 0, sizeof(r));
+	xsocketpair(SOCK_STREAM, sv);
+	assert_int_equal(px_create_config(&px, &h_cfg, err, sizeof(err)), 0);
+	r.start_rc = px_read_stream(px, sv[0], buf, sizeof(buf), cb, &r);
+	assert_int_equal(r.start_rc, 0);
+	px_handle_events(px, 0);
+	close(sv[0]);
+	alarm(10);
+	atomic_store(&sticky, true);
+	arm(1);
+	uint64_t t0 = now_ms();
+	while (!atomic_load(&r.calls) && now_ms() - t0 < 3000)
+		px_handle_events(px, 50);
+	uint64_t took = now_ms() - t0;
+	disarm();
+	atomic_store(&sticky, false);
+	long f = atomic_load(&failed);
+	assert_int_equal(px_destroy(px), 0);
+	alarm(0);
+	close(sv[1]);
+	printf("oom: idle check: %ld allocation(s) failed, the read ended with "
+	       "%d after %llu ms\n", f, r.error, (unsigned long long)took);
+	if (atomic_load(&r.calls) != 1)
+		fail_msg("read: %d callbacks", atomic_load(&r.calls));
+	if (took >= 3000)
+		fail_msg("the read on the closed descriptor did not end within "
+			 "3 s while allocations failed (px_destroy ended it "
+			 "with %d)", r.error);
+	if (r.error != EBADF)
+		fail_msg("read: error %d (%s), not EBADF", r.error,
+			 px_strerror(r.error));
+}
+
 /* After a failed assertion: the wrappers must not go on failing. */
 static int disarm_teardown(void **state)
 {
@@ -1078,6 +1127,7 @@ int main(int argc, char **argv)
 		T(oom_stays_two_loop_threads),
 		T(oom_many),
 		T(oom_many_max_aio_8),
+		T(oom_idle_check),
 	};
 	return cmocka_run_group_tests_name("oom", tests, NULL, NULL) ? 1 : 0;
 }
