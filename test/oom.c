@@ -26,12 +26,15 @@
  *    -EOPNOTSUPP where the engine does not do the operation), and a
  *    completion's error is the operation's own result or ENOMEM;
  *  - a failed px_create_config leaves no descriptor open (/proc/self/fd
- *    counted) and no memory allocated (the wrappers count live blocks);
+ *    counted), no thread running (/proc/self/task; not counted on io_uring
+ *    and POSIX AIO, whose helper threads come and go by themselves) and
+ *    no memory allocated (the wrappers count live blocks);
  *  - every start that returned 0 calls back exactly once, none that
  *    failed calls back (and a failed px_close leaves the descriptor open);
  *  - nothing hangs: each wait is bounded, and alarm() ends a stuck run;
- *  - after px_destroy the live blocks are as many as before
- *    px_create_config, and no descriptor of the library is left open.
+ *  - after px_destroy the live blocks and the threads are as many as
+ *    before px_create_config, and no descriptor of the library is left
+ *    open.
  *
  * The short scenario runs with the test thread running the loop and with
  * two loop threads (the starts made from the test thread), each with one
@@ -226,20 +229,41 @@ static void disarm(void)
 /* Descriptors                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Open descriptors (getdents on /proc/self/fd: no allocation here). */
-static int count_fds(void)
+/* Entries of a /proc/self directory (glibc's own malloc: not counted). */
+static int count_entries(const char *path)
 {
-	int dfd = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
 		return -1;
-	DIR *d = fdopendir(dfd);         /* glibc's own malloc: not counted */
+	DIR *d = fdopendir(dfd);
 	int n = 0;
 	struct dirent *e;
 	while ((e = readdir(d)))
 		if (e->d_name[0] != '.')
 			n++;
 	closedir(d);
-	return n - 1;                    /* less the directory's own */
+	return n;
+}
+
+/* Open descriptors, less the one that reads the directory. */
+static int count_fds(void)
+{
+	return count_entries("/proc/self/fd") - 1;
+}
+
+/* Threads of the process, or 0 where the count says nothing about the
+ * library's: io_uring's kernel workers (iou-wrk) and glibc's POSIX AIO
+ * helpers come and go by themselves, and auto may choose io_uring. */
+static int count_threads(void)
+{
+	const char *prov[2] = { h_cfg.primary.provider,
+				h_cfg.secondary.processor == PX_PROCESSOR_NONE
+					? "select" : h_cfg.secondary.provider };
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(prov[i], "uring") || !strcmp(prov[i], "posix") ||
+		    !prov[i][0])
+			return 0;
+	return count_entries("/proc/self/task");
 }
 
 /* fd is open and still the file whose inode is ino (the number of a
@@ -578,6 +602,7 @@ static bool run_once(long n, int nloops)
 {
 	run_prepare();
 	int fd0 = count_fds();
+	int th0 = count_threads();
 	long live0 = atomic_load(&live);
 	char err[256] = "";
 
@@ -596,6 +621,9 @@ static bool run_once(long n, int nloops)
 		if (count_fds() != fd0)
 			fail_msg("N=%ld: failed px_create_config left %d "
 				 "descriptors open", n, count_fds() - fd0);
+		if (count_threads() != th0)
+			fail_msg("N=%ld: failed px_create_config left %d "
+				 "threads running", n, count_threads() - th0);
 		goto close_all;
 	}
 
@@ -671,6 +699,9 @@ static bool run_once(long n, int nloops)
 	if (atomic_load(&live) != live0)
 		fail_msg("N=%ld: after px_destroy %ld blocks are still "
 			 "allocated", n, atomic_load(&live) - live0);
+	if (count_threads() != th0)
+		fail_msg("N=%ld: after px_destroy %d more threads than before",
+			 n, count_threads() - th0);
 	if (R.closed_by_px && fd_open(R.sv3[0], R.sv3_ino))
 		fail_msg("N=%ld: px_close called back (error %d) but left "
 			 "the descriptor open", n, recs[S_CLOSE].error);
