@@ -356,12 +356,49 @@ static void proc_look_at(px_list *list, proc_fdset *set, size_t *nclosed)
 	}
 }
 
+static void proc_cancel_one(px_processor *p, px_result *r, int *count);
+
+/* The check without the table, when there is no memory for one: one
+ * fcntl per operation rather than per descriptor, still in one pass.
+ * Such an operation may have no other way to complete, so finding it must
+ * not wait for memory.  Returns how many operations it cancelled. */
+static int proc_reap_closed_each(px_processor *p)
+{
+	px_list *lists[2] = { &p->deferred, &p->started };
+	int n = 0;
+
+	for (px_link *l = px_list_first(&p->starting); l;
+	     l = px_list_next(&p->starting, l)) {
+		px_result *r = px_result_of(l);
+		if (!r->fd_closed && r->c.fd >= 0 && proc_fd_closed(r->c.fd)) {
+			r->fd_closed = 1;
+			r->cancel_pending = 1;
+			n++;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		px_link *l = px_list_first(lists[i]);
+		while (l) {
+			px_link *next = px_list_next(lists[i], l);
+			px_result *r = px_result_of(l);
+			if (!r->fd_closed && r->c.fd >= 0 &&
+			    proc_fd_closed(r->c.fd)) {
+				r->fd_closed = 1;
+				proc_cancel_one(p, r, &n);
+			}
+			l = next;
+		}
+	}
+	if (n && (p->flags & PX_PF_START_INTERRUPT))
+		px__processor_interrupt(p);
+	return n;
+}
+
 /* Cancel the operations (started or deferred) of descriptors that have
  * been closed without px_close.  An operation marked by an earlier check
  * has had its cancel; its descriptor is looked at again only for another
  * operation that is not marked.  Returns how many descriptors were found
- * closed, or -ENOMEM when the table could not be had (the next check
- * tries again). */
+ * closed (without memory for the table: how many operations). */
 static int proc_reap_closed(px_processor *p)
 {
 	size_t n = px_list_count(&p->started) + px_list_count(&p->deferred);
@@ -373,7 +410,7 @@ static int proc_reap_closed(px_processor *p)
 		cap *= 2;
 	proc_fdset set = { calloc(cap, sizeof(int)), cap - 1 };
 	if (!set.slot)
-		return -ENOMEM;
+		return proc_reap_closed_each(p);
 	proc_look_at(&p->started, &set, &nclosed);
 	proc_look_at(&p->deferred, &set, &nclosed);
 	if (nclosed) {
