@@ -14,8 +14,10 @@
  *    (never before the deadline) / EPIPE or ECONNRESET / success, and the
  *    peer receives exactly the bytes reported, the data's prefix in
  *    order (after a reset: at least what the peer had read); a write-all
- *    started after a cancel or a deadline follows that prefix at once;
- *    px_close's callback comes after the write's.  Then three write-alls
+ *    started right after px_cancel (before the cancelled one has called
+ *    back), or after a deadline, follows that prefix at once; after
+ *    px_close a start is refused (-EBADF) and px_close's callback comes
+ *    after the write's.  Then three write-alls
  *    queued on one socket (the middle one vectored): a deadline of the
  *    middle one while it waits ends it with 0 bytes and the other two go
  *    whole; px_cancel (returns 3), px_close and px_destroy end all three;
@@ -1208,11 +1210,22 @@ static void mid_end(h_fx *f, mid *m)
 	switch (m->mode) {
 	case END_CANCEL:
 		assert_int_equal(px_cancel(f->px, m->sv[0]), 1);
+		/* The next write is started at once, before the cancelled
+		 * one has called back: it must wait for it and follow the
+		 * bytes it reports. */
+		h_pattern(m->tail, MID_TAIL, 99, 0);
+		m->t = h_rec_new(f);
+		assert_int_equal(px_write_stream_all(f->px, m->sv[0], m->tail,
+						     MID_TAIL, h_rec_cb, m->t), 0);
 		break;
 	case END_CLOSE:
 		m->cl = h_rec_new(f);
 		untrack(f, m->sv[0]);
 		assert_int_equal(px_close(f->px, m->sv[0], h_rec_cb, m->cl), 0);
+		/* Refused from now on. */
+		assert_int_equal(px_write_stream_all(f->px, m->sv[0], m->tail,
+						     MID_TAIL, h_rec_cb, m->cl),
+				 -EBADF);
 		break;
 	case END_RESET: {
 		struct linger lg = { 1, 0 };
@@ -1296,10 +1309,13 @@ static void mid_check(h_fx *f, mid *m)
 	size_t want = c->bytes, more = 0;
 	if (m->mode == END_CANCEL || m->mode == END_DEADLINE) {
 		more = MID_TAIL;
-		h_pattern(m->tail, MID_TAIL, 99, 0);
-		m->t = h_rec_new(f);
-		assert_int_equal(px_write_stream_all(f->px, m->sv[0], m->tail,
-						     MID_TAIL, h_rec_cb, m->t), 0);
+		if (!m->t) {
+			h_pattern(m->tail, MID_TAIL, 99, 0);
+			m->t = h_rec_new(f);
+			assert_int_equal(px_write_stream_all(f->px, m->sv[0],
+							     m->tail, MID_TAIL,
+							     h_rec_cb, m->t), 0);
+		}
 		dl = h_deadline(10000);
 		while (!h_rec_done(m->t)) {
 			ssize_t n = recv_now(m->sv[1], m->dst + m->got,
