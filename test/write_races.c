@@ -5,25 +5,26 @@
  * proactor costs tens of milliseconds, so the cases are grouped):
  *
  *  write_alls_ended_mid_transfer
- *    a write-all of 256 KiB (single-buffer and vectored, over AF_UNIX and
- *    TCP loopback with small socket buffers, and over a 4 KiB pipe with a
- *    blocking write end) whose peer reads 96 KiB, so that it has been
- *    resumed, and then stops; then px_cancel, px_close, a deadline
- *    (px_start_op), a peer reset (a pipe: its reader closed), a peer
- *    half-close (which must not end it) or px_destroy: one callback with ECANCELED / ETIMEDOUT
- *    (never before the deadline) / EPIPE or ECONNRESET / success, and the
- *    peer receives exactly the bytes reported, the data's prefix in
- *    order (after a reset: at least what the peer had read); a write-all
+ *    A write-all of 256 KiB (single-buffer and vectored; over AF_UNIX and
+ *    TCP loopback with small socket buffers, and over a 4 KiB pipe) whose
+ *    peer reads 96 KiB, so that it has been resumed, and then stops; then
+ *    px_cancel, px_close, a deadline (px_start_op), a peer reset (for a
+ *    pipe: its reader closed), a peer half-close (which must not end it)
+ *    or px_destroy.  One callback, with ECANCELED / ETIMEDOUT (never
+ *    before the deadline) / EPIPE or ECONNRESET / success, and the peer
+ *    receives exactly the bytes reported, the data's prefix in order
+ *    (after a reset: at least what the peer had read).  A write-all
  *    started right after px_cancel (before the cancelled one has called
  *    back), or after a deadline, follows that prefix at once; after
- *    px_close a start is refused (-EBADF) and px_close's callback comes
- *    after the write's.  Then three write-alls
- *    queued on one socket (the middle one vectored): a deadline of the
- *    middle one while it waits ends it with 0 bytes and the other two go
- *    whole; px_cancel (returns 3), px_close and px_destroy end all three;
- *    either way the peer's stream is each write's reported prefix, in
- *    start order.  px_destroy comes last, with three single write-alls
- *    and three queued ones pending at once.
+ *    px_close a start is refused (-EBADF), and px_close's callback comes
+ *    after the write's.  Then three write-alls queued on one descriptor
+ *    (the middle one vectored): a deadline of the middle one while it
+ *    waits ends it with 0 bytes and the other two go whole; px_cancel
+ *    (which counts 3), px_close and px_destroy end all three, and the
+ *    peer's stream is each write's reported prefix in start order; a
+ *    peer reset fails all three, the two waiting ones with 0 bytes.
+ *    px_destroy comes last, with three single write-alls and three
+ *    queued ones pending at once.
  *
  *  write_alls_race_and_keep_order
  *    16 writes and reads on fresh pipes (their numbers were sockets just
@@ -43,17 +44,17 @@
  *    after the last.
  *
  *  iov_edges
- *    IOV_MAX + 1 elements, totals beyond SSIZE_MAX (also a sum that wraps
- *    around) and arrays of empty elements refused by every vectored
- *    start; IOV_MAX elements with empty ones (NULL base or not) at both
- *    ends and among the others: a write-all to a peer reading odd small
- *    pieces, and a file write at an offset; a chain of vectored reads
- *    over 300 tiny buffers with guard bytes between them, fed a few bytes
- *    at a time (each byte lands in its place, nothing past the reported
- *    bytes or between buffers is touched, a read with nothing sent
- *    waits); a vectored file read at and beyond the end of the file (0
- *    bytes) and across it (short, guards untouched); a vectored write and
- *    write-all to an AF_UNIX datagram socket (one datagram, whole).
+ *    0, -1 and IOV_MAX + 1 elements, totals beyond SSIZE_MAX (also a sum
+ *    that wraps around) and arrays of empty elements refused by every
+ *    vectored start; IOV_MAX elements with empty ones (NULL base or not)
+ *    at both ends and among the others: a write-all to a peer reading odd
+ *    small pieces, and a file write at an offset; a chain of vectored
+ *    reads over 300 tiny buffers with guard bytes between them, fed a few
+ *    bytes at a time (each byte lands in its place, nothing past the
+ *    reported bytes or between buffers is touched, a read with nothing
+ *    sent waits); a vectored file read at and beyond the end of the file
+ *    (0 bytes) and across it (short, guards untouched); a vectored write
+ *    and write-all to an AF_UNIX datagram socket (one datagram, whole).
  *
  *  max_aio_1_write_alls
  *    max_aio=1: two vectored write-alls queued on each of four sockets
@@ -61,10 +62,12 @@
  *    through one slot; one more, deferred, cancelled: ECANCELED, and its
  *    peer gets exactly the bytes it reports.
  *
- * An engine without vectored streams would get the single-buffer forms
- * (none of the engines tested has one; vectored.c asserts the refusals).
- * Callbacks never assert (cmocka longjmps); they count and copy (h_rec).
- * WR_TRACE=1 in the environment prints what each case saw.
+ * Where the engine has no vectored stream operations the cases use the
+ * single-buffer forms (no engine tested lacks them; vectored.c asserts
+ * the refusals), and vectored file cases check the -EOPNOTSUPP of the
+ * POSIX AIO teams.  Callbacks never assert (cmocka longjmps); they count
+ * and copy (h_rec).  WR_TRACE=1 in the environment prints what some
+ * cases saw.
  *
  *   write_races 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
@@ -571,9 +574,9 @@ static void iov_edges_refused(void **state)
 	 * small number. */
 	struct iovec over[2] = { { b, (size_t)SSIZE_MAX }, { b, 1 } };
 	struct iovec wrap[3] = { { b, SIZE_MAX }, { b, 2 }, { NULL, 0 } };
-	struct iovec *bad[3] = { big, over, wrap };
-	int badcnt[3] = { IOV_MAX + 1, 2, 3 };
-	for (int k = 0; k < 3; k++) {
+	struct iovec *bad[5] = { big, over, wrap, big, big };
+	int badcnt[5] = { IOV_MAX + 1, 2, 3, 0, -1 };
+	for (int k = 0; k < 5; k++) {
 		const struct iovec *v = bad[k];
 		int n = badcnt[k];
 		assert_int_equal(px_readv_stream(px, sv[0], v, n, noop_cb, NULL),
@@ -1361,9 +1364,11 @@ static void mid_close(h_fx *f, mid *m)
 	close_tracked(f, m->sv[1]);
 }
 
-enum q_end { QE_DEADLINE_QUEUED, QE_CANCEL, QE_CLOSE, QE_DESTROY, QE_MODES };
+enum q_end { QE_DEADLINE_QUEUED, QE_CANCEL, QE_CLOSE, QE_RESET, QE_DESTROY,
+	     QE_MODES };
 static const char *const qe_name[QE_MODES] = {
-	"a deadline while queued", "px_cancel", "px_close", "px_destroy" };
+	"a deadline while queued", "px_cancel", "px_close", "a peer reset",
+	"px_destroy" };
 
 #define QW_N 3
 static const size_t qw_len[QW_N] = { 256 * 1024, 64 * 1024 + 3,
@@ -1464,6 +1469,12 @@ static void qw_end(h_fx *f, qw *q)
 	case QE_CANCEL:
 		assert_int_equal(px_cancel(f->px, q->sv[0]), 3);
 		break;
+	case QE_RESET: {
+		struct linger lg = { 1, 0 };
+		setsockopt(q->sv[1], SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		h_close(f, q->sv[1]);
+		break;
+	}
 	case QE_CLOSE:
 		untrack(f, q->sv[0]);
 		q->cl = h_rec_new(f);
@@ -1486,6 +1497,19 @@ static void qw_check(h_fx *f, qw *q)
 		if (!h_rec_done(q->r[i]))
 			fail_msg("%s: px_destroy did not call write %d back", what,
 				 i);
+	}
+	if (q->mode == QE_RESET) {
+		/* The first fails having sent some; the two behind it fail
+		 * having sent nothing. */
+		for (int i = 0; i < QW_N; i++)
+			if ((q->r[i]->c.error != EPIPE &&
+			     q->r[i]->c.error != ECONNRESET) ||
+			    q->r[i]->c.bytes >= (i ? 1 : qw_len[i]))
+				fail_msg("%s: write %d: %s, %zu bytes", what, i,
+					 strerror(q->r[i]->c.error),
+					 q->r[i]->c.bytes);
+		close_tracked(f, q->sv[0]);
+		return;
 	}
 	if (q->mode != QE_DEADLINE_QUEUED)
 		for (int i = 0; i < QW_N; i++)
