@@ -35,7 +35,8 @@
  *    of them) to a peer reading as fast as it can, ended by px_cancel
  *    and/or a deadline of 0 to 600 us: one callback, all bytes with error
  *    0 or fewer with ECANCELED/ETIMEDOUT (never ECANCELED when px_cancel
- *    found nothing), and exactly the reported bytes arrive.  Then 40
+ *    found nothing), exactly the reported bytes arrive, and px_stats
+ *    counts each ending as the callback saw it.  Then 40
  *    messages written with write-alls (every other one vectored, its
  *    header split) on one TCP socket from three outside threads and from
  *    callbacks: each arrives whole, never interleaved, each thread's in
@@ -48,11 +49,11 @@
  *    that wraps around) and arrays of empty elements refused by every
  *    vectored start; IOV_MAX elements with empty ones (NULL base or not)
  *    at both ends and among the others: a write-all to a peer reading odd
- *    small pieces, and a file write at an offset; a chain of vectored
- *    reads over 300 tiny buffers with guard bytes between them, fed a few
- *    bytes at a time (each byte lands in its place, nothing past the
- *    reported bytes or between buffers is touched, a read with nothing
- *    sent waits); a vectored file read at and beyond the end of the file
+ *    small pieces (the array unchanged after), and a file write at an
+ *    offset; a chain of vectored reads over 300 tiny buffers with guard
+ *    bytes between them, fed a few bytes at a time (each byte lands in
+ *    its place, nothing past the reported bytes or between buffers is
+ *    touched, a read with nothing sent waits); a vectored file read at and beyond the end of the file
  *    (0 bytes) and across it (short, guards untouched); a vectored write
  *    and write-all to an AF_UNIX datagram socket (one datagram, whole).
  *
@@ -615,8 +616,10 @@ static void iov_max_write_all(void **state)
 	struct iovec *iov = h_alloc(f, IOV_MAX * sizeof *iov);
 	int n = cut_iov(iov, IOV_MAX, src, len);
 	assert_int_equal(n, IOV_MAX);
+	struct iovec *copy = h_alloc(f, IOV_MAX * sizeof *copy);
+	memcpy(copy, iov, IOV_MAX * sizeof *copy);
 	int sv[2];
-	stream_pair(f, false, sv);
+	stream_pair(f, T_UNIX, sv);
 	if (!vec_supported(f, PX_OP_WRITE_STREAM)) {
 		assert_int_equal(px_writev_stream_all(f->px, sv[0], iov, n, h_rec_cb,
 						      NULL), -EOPNOTSUPP);
@@ -645,6 +648,8 @@ static void iov_max_write_all(void **state)
 	assert_int_equal(r->c.len, len);
 	assert_int_equal(r->c.iovcnt, IOV_MAX);
 	assert_prefix(dst, src, len, "IOV_MAX write-all");
+	/* Resumed many times, inside elements too; the array is as it was. */
+	assert_memory_equal(iov, copy, IOV_MAX * sizeof *copy);
 	assert_int_equal(recv_now(sv[1], dst, 1), -1);
 
 	/* The same array to a file, at an offset. */
@@ -1045,6 +1050,8 @@ static void write_all_end_races(void **state)
 	h_rec *recs = h_alloc(f, ER_ROUNDS * sizeof *recs);
 	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
 	int outcome[3] = { 0, 0, 0 };
+	struct px_stats st0, st1;
+	assert_int_equal(px_stats(f->px, &st0), 0);
 	h_loops_start(f, 2, false);
 	for (int i = 0; i < ER_ROUNDS; i++) {
 		/* The first 18 rounds take each transport, vectored or not,
@@ -1122,6 +1129,22 @@ static void write_all_end_races(void **state)
 	if (getenv("WR_TRACE"))
 		printf("  %d whole, %d cancelled, %d timed out\n", outcome[0],
 		       outcome[1], outcome[2]);
+	/* The statistics count each ending as the callbacks saw it. */
+	assert_int_equal(px_stats(f->px, &st1), 0);
+	if (st1.started - st0.started != ER_ROUNDS ||
+	    st1.completed - st0.completed != (uint64_t)outcome[0] ||
+	    st1.cancelled - st0.cancelled != (uint64_t)outcome[1] ||
+	    st1.timed_out - st0.timed_out != (uint64_t)outcome[2] ||
+	    st1.in_flight != 0)
+		fail_msg("px_stats: %llu started, %llu completed, %llu cancelled, "
+			 "%llu timed out, %llu in flight; the callbacks saw %d, "
+			 "%d, %d, %d",
+			 (unsigned long long)(st1.started - st0.started),
+			 (unsigned long long)(st1.completed - st0.completed),
+			 (unsigned long long)(st1.cancelled - st0.cancelled),
+			 (unsigned long long)(st1.timed_out - st0.timed_out),
+			 (unsigned long long)st1.in_flight, ER_ROUNDS, outcome[0],
+			 outcome[1], outcome[2]);
 }
 
 /* ------------------------------------------------------------------ */
