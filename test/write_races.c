@@ -55,7 +55,10 @@
  *    its place, nothing past the reported bytes or between buffers is
  *    touched, a read with nothing sent waits); a vectored file read at and beyond the end of the file
  *    (0 bytes) and across it (short, guards untouched); a vectored write
- *    and write-all to an AF_UNIX datagram socket (one datagram, whole).
+ *    and write-all to an AF_UNIX datagram socket (one datagram, whole);
+ *    write-alls of 5 GiB to /dev/null, single-buffer and vectored (with
+ *    an element over 4 GiB): every byte counted; a plain write of as
+ *    much stops short and says so.
  *
  *  max_aio_1_write_alls
  *    max_aio=1: two vectored write-alls queued on each of four sockets
@@ -84,6 +87,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -857,6 +861,60 @@ static void writev_to_datagram_socket(void **state)
 		assert_memory_equal(got, src, 300);
 		assert_int_equal(recv_now(sv[1], got, sizeof got), -1);
 	}
+}
+
+/* Write-alls of more than 4 GiB (and single elements of more than
+ * 4 GiB) to /dev/null, from a read-only anonymous mapping that is never
+ * touched: every byte reported, where a length cut to 32 bits or a
+ * resume that loses count would show.  A plain write stops at the
+ * kernel's largest transfer and says so. */
+static void huge_write_alls_to_dev_null(void **state)
+{
+	h_fx *f = *state;
+	const size_t len = (5ull << 30) + 12345;
+	void *m = mmap(NULL, len, PROT_READ,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		printf("  (no room for a 5 GiB mapping: skipped)\n");
+		return;
+	}
+	int fd = h_track(f, open("/dev/null", O_WRONLY | O_CLOEXEC));
+	assert_true(fd >= 0);
+	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
+	struct iovec iov[4] = { { m, 1ull << 30 }, { NULL, 0 },
+				{ m, (4ull << 30) + 7 }, { m, 1000 } };
+	const size_t vlen = (5ull << 30) + 1007;
+	for (int k = 0; k < 3; k++) {
+		if (k == 1 && !vec_ok)
+			continue;
+		h_rec *r = h_rec_new(f);
+		int rc = k == 0 ? px_write_stream_all(f->px, fd, m, len, h_rec_cb, r)
+			 : k == 1 ? px_writev_stream_all(f->px, fd, iov, 4, h_rec_cb, r)
+				  : px_write_stream(f->px, fd, m, len, h_rec_cb, r);
+		if (rc) {
+			munmap(m, len);
+			fail_msg("a huge write to /dev/null: start %s",
+				 px_strerror(rc));
+		}
+		uint64_t dl = h_deadline(20000);
+		while (!h_rec_done(r)) {
+			if (h_now_ms() > dl)
+				break;
+			px_handle_events(f->px, 10);
+		}
+		size_t want = k == 1 ? vlen : len;
+		bool ok = h_rec_done(r) && r->c.error == 0 &&
+			  (k == 2 ? r->c.bytes > 0 && r->c.bytes < len
+				  : r->c.bytes == want);
+		if (!ok) {
+			munmap(m, len);
+			fail_msg("a %s of %zu bytes to /dev/null: %s, %zu bytes",
+				 k == 0 ? "write-all" : k == 1 ? "writev-all" : "write",
+				 want, h_rec_done(r) ? strerror(r->c.error)
+						     : "no callback", r->c.bytes);
+		}
+	}
+	munmap(m, len);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1747,6 +1805,7 @@ static void iov_edges(void **state)
 	scatter_reads_in_place(state);
 	readv_file_at_and_across_eof(state);
 	writev_to_datagram_socket(state);
+	huge_write_alls_to_dev_null(state);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
