@@ -1,7 +1,7 @@
 /*
  * write_races.c - px_write_stream_all, px_writev_stream_all and the other
  * vectored operations under adversarial conditions, per engine (suite
- * 'fault').  Four tests, each on one proactor (destroying a Linux AIO
+ * 'fault').  Three tests, each on one proactor (destroying a Linux AIO
  * proactor costs tens of milliseconds, so the cases are grouped):
  *
  *  write_alls_ended_mid_transfer
@@ -28,7 +28,7 @@
  *    px_destroy comes last, with three single write-alls and three
  *    queued ones pending at once.
  *
- *  write_alls_race_and_keep_order
+ *  races_order_and_iov_edges
  *    16 writes and reads on fresh pipes (their numbers were sockets just
  *    before) cancelled right after their start: ECANCELED or their own
  *    result, never the ENOTSOCK of io_uring's first try (a SEND) on a
@@ -46,7 +46,7 @@
  *    (px_read_stream(3): writes on one descriptor are performed in the
  *    order they were started), nothing after the last.
  *
- *  iov_edges
+ *    And the arrays at their edges (iov_edges, run before the races):
  *    0, -1 and IOV_MAX + 1 elements, totals beyond SSIZE_MAX (also a sum
  *    that wraps around) and arrays of empty elements refused by every
  *    vectored start; IOV_MAX elements with empty ones (NULL base or not)
@@ -55,12 +55,13 @@
  *    offset; a chain of vectored reads over 300 tiny buffers with guard
  *    bytes between them, fed a few bytes at a time (each byte lands in
  *    its place, nothing past the reported bytes or between buffers is
- *    touched, a read with nothing sent waits); a vectored file read at and beyond the end of the file
- *    (0 bytes) and across it (short, guards untouched); a vectored write
- *    and write-all to an AF_UNIX datagram socket (one datagram, whole);
- *    write-alls of 5 GiB to /dev/null, single-buffer and vectored (with
- *    an element over 4 GiB): every byte counted; a plain write of as
- *    much stops short and says so.
+ *    touched, a read with nothing sent waits); a vectored file read at
+ *    and beyond the end of the file (0 bytes) and across it (short,
+ *    guards untouched); a vectored write and write-all to an AF_UNIX
+ *    datagram socket (one datagram, whole); write-alls of 5 GiB to
+ *    /dev/null, single-buffer and vectored (with an element over 4 GiB):
+ *    every byte counted; a plain write of as much stops short and says
+ *    so.
  *
  *  max_aio_1_write_alls
  *    max_aio=1: two vectored write-alls queued on each of four sockets
@@ -608,7 +609,7 @@ static void iov_edges_refused(void **state)
 			 -EINVAL);
 	assert_int_equal(px_readv_stream(px, sv[0], empty, 3, noop_cb, NULL),
 			 -EINVAL);
-	h_settle(f, 5);
+	h_settle(f, 2);
 	h_assert_no_bad("refused starts");
 }
 
@@ -782,7 +783,7 @@ static void scatter_reads_in_place(void **state)
 		}
 		/* An unread rest of the dribble goes to the next read. */
 	}
-	h_settle(f, 5);
+	h_settle(f, 2);
 	for (int i = 0; i < reads; i++)
 		if (atomic_load(&pool[i].calls) != 1)
 			fail_msg("readv %d called back %d times", i,
@@ -1511,7 +1512,7 @@ static void qw_start(h_fx *f, qw *q, int mode, int kind)
 		 * then makes room, and the other two are started before the
 		 * loop has run again (on a shared processor): they must not
 		 * take that room while the first is unfinished. */
-		h_settle(f, 3);
+		h_settle(f, 2);
 		for (ssize_t n = 1; n > 0 && q->got < 16384;) {
 			n = recv_now(q->sv[1], q->dst + q->got, 16384 - q->got);
 			if (n > 0)
@@ -1519,7 +1520,7 @@ static void qw_start(h_fx *f, qw *q, int mode, int kind)
 		}
 	}
 	/* (The second's deadline may pass meanwhile on a slow machine.) */
-	h_settle(f, 3);
+	h_settle(f, 1);
 	for (int i = 0; i < QW_N; i++)
 		if (h_rec_done(q->r[i]) &&
 		    !(i == 1 && mode == QE_DEADLINE_QUEUED))
@@ -1699,7 +1700,7 @@ static void write_alls_ended_mid_transfer(void **state)
 		if (q->cl)
 			recs[nrecs++] = q->cl;
 	}
-	h_settle(f, 5);
+	h_settle(f, 2);
 	for (int i = 0; i < nrecs; i++)
 		if (atomic_load(&recs[i]->calls) != 1)
 			fail_msg("record %d called back %d times", i,
@@ -1795,20 +1796,11 @@ static void cancel_at_start_on_pipes(void **state)
 		close_tracked(f, p[0]);
 		close_tracked(f, p[1]);
 	}
-	h_settle(f, 5);
+	h_settle(f, 2);
 	for (int i = 0; i < 2 * CS_ROUNDS; i++)
 		if (atomic_load(&recs[i].calls) != 1)
 			fail_msg("record %d called back %d times", i,
 				 atomic_load(&recs[i].calls));
-}
-
-/* The cases of one proactor each, grouped so that the program creates
- * few: destroying a Linux AIO proactor takes tens of milliseconds. */
-static void write_alls_race_and_keep_order(void **state)
-{
-	cancel_at_start_on_pipes(state);
-	write_all_end_races(state);
-	write_alls_queued_keep_order(state);
 }
 
 static void iov_edges(void **state)
@@ -1819,6 +1811,16 @@ static void iov_edges(void **state)
 	readv_file_at_and_across_eof(state);
 	writev_to_datagram_socket(state);
 	huge_write_alls_to_dev_null(state);
+}
+
+/* Cases grouped on one proactor, so that the program creates few:
+ * destroying a Linux AIO proactor takes tens of milliseconds. */
+static void races_order_and_iov_edges(void **state)
+{
+	cancel_at_start_on_pipes(state);
+	iov_edges(state);
+	write_all_end_races(state);
+	write_alls_queued_keep_order(state);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1834,8 +1836,7 @@ int main(int argc, char **argv)
 		cmocka_set_test_filter(argv[2]);
 	const struct CMUnitTest tests[] = {
 		T(write_alls_ended_mid_transfer),
-		T(write_alls_race_and_keep_order),
-		T(iov_edges),
+		T(races_order_and_iov_edges),
 		cmocka_unit_test_setup_teardown(max_aio_1_write_alls,
 						fx_setup_aio1, fx_teardown),
 	};
