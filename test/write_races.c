@@ -618,7 +618,7 @@ static void iov_edges_refused(void **state)
 static void iov_max_write_all(void **state)
 {
 	h_fx *f = *state;
-	const size_t len = 300 * 1024;
+	const size_t len = 160 * 1024;
 	uint8_t *src = h_alloc(f, len), *dst = h_alloc(f, len + 1);
 	h_pattern(src, len, 77, 0);
 	struct iovec *iov = h_alloc(f, IOV_MAX * sizeof *iov);
@@ -1219,7 +1219,7 @@ static const char *const end_name[END_MODES] = {
 	"a peer half-close" };
 
 #define MID_LEN (256u * 1024)
-#define MID_DEADLINE_MS 10
+#define MID_DEADLINE_MS 5
 #define MID_TAIL 100
 
 /* One write-all of MID_LEN bytes and its peer. */
@@ -1496,7 +1496,7 @@ static void qw_start(h_fx *f, qw *q, int mode, int kind)
 				 .user = q->r[i], .buf = q->src + at,
 				 .len = qw_len[i] };
 		if (i == 1 && mode == QE_DEADLINE_QUEUED)
-			d.timeout_ns = 10 * 1000000ull;
+			d.timeout_ns = 5 * 1000000ull;
 		if (i == 1 && vec_supported(f, PX_OP_WRITE_STREAM)) {
 			d.flags |= PX_OPF_VECTORED;
 			d.buf = NULL;
