@@ -1319,6 +1319,20 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		if (res == -EAGAIN || res == -EINTR || res == -EALREADY ||
 		    res == -EBADF)
 			res = -ECANCELED;
+		/* The answers below that make a stream operation go in again
+		 * in another form say that this form did nothing: not the
+		 * operation's result, which the cancel now is.  (ENOTSOCK is
+		 * still worth knowing for the next operation.) */
+		if (pr->as_send && res == -ENOTSOCK &&
+		    (r->c.op == PX_OP_WRITE_STREAM ||
+		     r->c.op == PX_OP_READ_STREAM)) {
+			pr->fe->notsock = true;
+			res = -ECANCELED;
+		}
+		if (pr->as_send && res == -EINVAL &&
+		    r->c.op == PX_OP_READ_STREAM &&
+		    !(r->flags & PX_RF_VECTORED))
+			res = -ECANCELED;
 		return ur_end(u, r, res);
 	}
 
