@@ -85,8 +85,11 @@
  *     rounds) 14% less CPU per byte, throughput within the noise.
  *     On ENOTSOCK (a pipe, a terminal) it is redone as IORING_OP_READ at
  *     offset -1 (the current position, 5.6), which works on anything,
- *     and the descriptor remembered as "not a socket"; a kernel that
- *     refuses the flag (EINVAL before 5.19) gets READ from then on.
+ *     and the descriptor remembered as "not a socket".  On EINVAL it is
+ *     redone as READ too, and if that READ does not fail with EINVAL
+ *     as well, the kernel refused the flag (before 5.19) and gets READ
+ *     from then on; an AF_UNIX stream socket that is not connected
+ *     answers EINVAL to both and changes nothing.
  *     (A read held back, below, goes in without the flag.)
  *     write_stream
  *     is IORING_OP_SEND with MSG_NOSIGNAL, so a socket whose peer has gone
@@ -316,6 +319,8 @@ struct px_uring_priv {
 	bool held;          /* finished while that CQE was still to come:
 	                       handed out with it (ur_cancel_done) */
 	bool reissued;      /* submitted again after the kernel dropped it */
+	bool pf_retry;      /* a RECV with POLL_FIRST said EINVAL: redone as
+	                       READ, which tells whether the flag was refused */
 	bool late;          /* a socket read held back by one prepare */
 	bool late_issued;   /* ... and issued by a later one */
 	bool soon;          /* a socket read held until its ring's next
@@ -804,6 +809,11 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
  * kernel before 5.19): a property of the kernel, so one for the process. */
 static atomic_bool ur_no_poll_first;
 
+bool px__uring_poll_first_refused(void)
+{
+	return atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed);
+}
+
 /* Fill sqe with r's operation (the part from r->done on). */
 static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 {
@@ -819,7 +829,7 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 
 	switch (c->op) {
 	case PX_OP_READ_STREAM:
-		pr->as_send = !pr->fe->notsock &&
+		pr->as_send = !pr->fe->notsock && !pr->pf_retry &&
 			      !atomic_load_explicit(&ur_no_poll_first,
 						    memory_order_relaxed);
 		if (pr->as_send) {
@@ -1370,11 +1380,22 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	}
 	if (res == -EINVAL && pr->as_send && r->c.op == PX_OP_READ_STREAM &&
 	    !(r->flags & PX_RF_VECTORED)) {
-		/* The flag, most likely; READ says if it was something else. */
-		atomic_store_explicit(&ur_no_poll_first, true,
-				      memory_order_relaxed);
+		/* The flag, or the socket: an AF_UNIX stream socket that is
+		 * not connected (or listens) answers EINVAL to any receive.
+		 * The same read as READ tells which (below). */
+		pr->pf_retry = true;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
+	}
+	if (pr->pf_retry && !pr->as_send && res != -EINVAL &&
+	    res != -ECANCELED) {
+		/* READ did not refuse what RECV did: it was the flag, a
+		 * property of the kernel, so one for the process.  (Set on
+		 * the RECV's EINVAL alone, one read of an unconnected
+		 * socket took POLL_FIRST and the late reads from every
+		 * socket read of the process for good.) */
+		atomic_store_explicit(&ur_no_poll_first, true,
+				      memory_order_relaxed);
 	}
 	if (res > 0 && r->c.op == PX_OP_WRITE_STREAM &&
 	    (r->flags & PX_RF_WRITE_ALL) && r->done + (size_t)res < r->c.len) {

@@ -476,6 +476,46 @@ static void destroy_cancels_pending(void **state)
 	close(l);
 }
 
+/* The library's own (providers/uring.c; linked statically): whether
+ * socket reads lost IORING_RECVSEND_POLL_FIRST for the whole process. */
+bool px__uring_poll_first_refused(void);
+
+/* A read of an AF_UNIX stream socket that is not connected fails with
+ * EINVAL, as recv(2) does; that EINVAL is the socket's, not a kernel
+ * refusing POLL_FIRST, so socket reads keep the flag (before the fix one
+ * such read took it, and the late reads, from every socket read of the
+ * process), and a read of a connected socket still works. */
+static void unconnected_unix_read_keeps_poll_first(void **state)
+{
+	fx *f = *state;
+	bool before = px__uring_poll_first_refused();
+	int s, sv[2];
+	static char buf[2][8];
+
+	s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(s >= 0);
+	rec *r = rec_new();
+	assert_int_equal(px_read_stream(f->px, s, buf[0], 8, rec_cb, r), 0);
+	wait_rec(r, 5000, "unconnected read");
+	assert_int_equal(r->error, EINVAL);
+	assert_int_equal(r->bytes, 0);
+	free(r);
+	if (!before)
+		assert_false(px__uring_poll_first_refused());
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	r = rec_new();
+	assert_int_equal(px_read_stream(f->px, sv[0], buf[1], 8, rec_cb, r), 0);
+	assert_int_equal(write(sv[1], "ping", 4), 4);
+	wait_rec(r, 5000, "read of a connected socket");
+	assert_int_equal(r->error, 0);
+	assert_int_equal(r->bytes, 4);
+	assert_memory_equal(buf[1], "ping", 4);
+	free(r);
+	close(s);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1)
@@ -493,6 +533,7 @@ int main(int argc, char **argv)
 		T(cancel_write_all_half_done),
 		T(cancel_right_after_start),
 		T(cancel_races_completion),
+		T(unconnected_unix_read_keeps_poll_first),
 		cmocka_unit_test(destroy_cancels_pending),
 	};
 	return cmocka_run_group_tests_name("uring_cancel", tests, NULL, NULL);
