@@ -89,7 +89,12 @@
  *     redone as READ too, and if that READ does not fail with EINVAL
  *     as well, the kernel refused the flag (before 5.19) and gets READ
  *     from then on; an AF_UNIX stream socket that is not connected
- *     answers EINVAL to both and changes nothing.
+ *     answers EINVAL to both and changes nothing.  A read of a
+ *     listening socket goes without the flag: a listener polls readable
+ *     only when a connection waits, and the read would wait for one
+ *     before failing (ENOTCONN, EINVAL).  It is known as one from the
+ *     check of a number met for the first time (below), or from an
+ *     accept started on it.
  *     (A read held back, below, goes in without the flag.)
  *     write_stream
  *     is IORING_OP_SEND with MSG_NOSIGNAL, so a socket whose peer has gone
@@ -123,7 +128,8 @@
  *     them): the cancel is then sent again (ur_cancel_done).
  *   - Each pending read on a pipe occupies an io-wq worker on kernels whose
  *     pipes do not support non-blocking reads from io_uring (FMODE_NOWAIT).
- *   - A start on a descriptor that is not open returns -EBADF (one fcntl)
+ *   - A start on a descriptor that is not open returns -EBADF (one
+ *     getsockopt(SO_ACCEPTCONN), which tells a listener too)
  *     the first time the provider meets that descriptor number, and again
  *     after an operation on it failed with EBADF.  Once it has been seen
  *     open, the check is skipped: it would double the syscalls of a
@@ -294,6 +300,8 @@ struct px_uring_fd {
 	                       that submitted it */
 	bool open_seen;     /* known to be open: checked, or an operation on it
 	                       ended with something other than EBADF */
+	bool listener;      /* a listening socket: found so when its number
+	                       was checked, or an accept was started on it */
 	bool fresh;         /* returned by an accept of this provider, and
 	                       not started on since (ur_place_new) */
 	uint32_t seg;       /* its TCP segment size (TCP_MAXSEG), asked once:
@@ -562,6 +570,7 @@ static void ur_mark_fresh(px_uring *u, int fd)
 	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
 	fe->fresh = true;
 	fe->seg = 0;  /* another socket under this number */
+	fe->listener = false;
 }
 
 /* The ring with the fewest descriptors among the rings given to a thread
@@ -834,7 +843,10 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 						    memory_order_relaxed);
 		if (pr->as_send) {
 			io_uring_prep_recv(sqe, c->fd, buf, n, 0);
-			if (!pr->late)
+			/* Not on a listener: it is readable only when a
+			 * connection waits, so the poll would hold back the
+			 * receive's error (ENOTCONN, EINVAL) until then. */
+			if (!pr->late && !pr->fe->listener)
 				sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
 		} else {
 			io_uring_prep_read(sqe, c->fd, buf, n, (uint64_t)-1);
@@ -1181,6 +1193,8 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		if (c->op == PX_OP_READ_STREAM || c->op == PX_OP_READ_FILE ||
 		    c->op == PX_OP_READ_DGRAM)
 			ur_mark_filled(r, r->done, (size_t)res);
+		if (c->op == PX_OP_READ_STREAM && res > 0)
+			pr->fe->listener = false;  /* the number was reused */
 		switch (c->op) {
 		case PX_OP_ACCEPT:
 			c->new_fd = res;
@@ -1430,15 +1444,26 @@ static int ur_start(px_provider *p, px_result *r)
 		return rc;
 	pr->fe = px_container_of(fq, px_uring_fd, fq);
 	/* A descriptor that is not open is refused at once, as the API says,
-	 * instead of failing later in the completion.  The fcntl costs a
+	 * instead of failing later in the completion.  The check costs a
 	 * syscall, as much as the io_uring_enter it shares with the other
 	 * starts, so it is made only for a descriptor not yet seen open
-	 * (see the opening comment). */
+	 * (see the opening comment).  It is SO_ACCEPTCONN, which says at
+	 * the same price whether the socket listens (ENOTSOCK: open, not a
+	 * socket). */
 	if (!pr->fe->open_seen && !pr->fe->inflight) {
-		if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
-			return -EBADF;
+		int acc = 0;
+		socklen_t alen = sizeof(acc);
+		if (getsockopt(r->c.fd, SOL_SOCKET, SO_ACCEPTCONN, &acc,
+			       &alen) < 0) {
+			if (errno == EBADF)
+				return -EBADF;
+			acc = 0;
+		}
+		pr->fe->listener = acc != 0;
 		pr->fe->open_seen = true;
 	}
+	if (r->c.op == PX_OP_ACCEPT)
+		pr->fe->listener = true;
 	/* "Not a socket" was learnt about whatever the number was then.  With
 	 * nothing in flight it may have been closed and reused for a socket,
 	 * which a WRITE would raise SIGPIPE on (SEND has MSG_NOSIGNAL): look

@@ -1534,6 +1534,22 @@ static outcome run_connect(h_fx *f, int fd, const struct sockaddr *a,
 	return o;
 }
 
+/* A read of 8 bytes; its completion within 1 s (a read of a listener on
+ * io_uring once waited for a connection to arrive). */
+static outcome run_read(h_fx *f, int fd)
+{
+	static char buf[8];
+	outcome o = {0, 0, -1};
+	rec *r = rec_new(PX_OP_READ_STREAM, fd, 0);
+	o.rc = px_read_stream(f->px, fd, buf, sizeof buf, rec_cb, r);
+	if (o.rc != 0)
+		return o;
+	atomic_store(&r->started, 1);
+	pump_until(f, r, 1000, "a read on bad input");
+	o.error = r->error;
+	return o;
+}
+
 static const char *errname(int e)
 {
 	static _Thread_local char b[8][32];
@@ -1549,6 +1565,7 @@ static const char *errname(int e)
 	case EISCONN: return "EISCONN";
 	case ECONNREFUSED: return "ECONNREFUSED";
 	case EALREADY: return "EALREADY";
+	case ENOTCONN: return "ENOTCONN";
 	default: snprintf(s, 32, "%d", e); return s;
 	}
 }
@@ -1639,6 +1656,24 @@ static void accept_connect_bad_input(void **state)
 	expect_clear("accept on a UDP socket", run_accept(f, udp), EOPNOTSUPP,
 		     false);
 	expect_clear("accept on a pipe", run_accept(f, p[0]), ENOTSOCK, false);
+	/* A read of a listening socket fails at once, as recv(2) does: the
+	 * io_uring engine's poll-first receive waited for a connection to
+	 * arrive first (a listener is readable only then). */
+	struct sockaddr_in la2;
+	int l2 = fd_keep(listener(&la2, 1));
+	expect_clear("read of a listening TCP socket", run_read(f, l2),
+		     ENOTCONN, false);
+	int ul = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	struct sockaddr_un ula = {.sun_family = AF_UNIX};
+	snprintf(ula.sun_path + 1, sizeof(ula.sun_path) - 1,
+		 "px-accept-races-%d", (int)getpid());
+	assert_int_equal(bind(ul, (struct sockaddr *)&ula, sizeof ula), 0);
+	assert_int_equal(listen(ul, 1), 0);
+	expect_clear("read of a listening AF_UNIX socket", run_read(f, ul),
+		     EINVAL, false);
+	int uu = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	expect_clear("read of an unconnected AF_UNIX socket", run_read(f, uu),
+		     EINVAL, false);
 	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
 				  .sin6_port = la.sin_port,
 				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
