@@ -563,14 +563,15 @@ static px_uring_ring *ur_balance(px_uring *u, px_uring_ring *rg)
  * moves whole, and its later starts follow it from its callbacks. */
 static void ur_mark_fresh(px_uring *u, int fd)
 {
-	px_fdq_entry *fq;
+	px_fdq_entry *fq = px_fdq_lookup(&u->fdq, fd);
 
+	if (fq)  /* a connection, whatever the number named before */
+		px_container_of(fq, px_uring_fd, fq)->listener = false;
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
 		return;  /* (no memory for the entry: it is placed as before) */
 	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
 	fe->fresh = true;
 	fe->seg = 0;  /* another socket under this number */
-	fe->listener = false;
 }
 
 /* The ring with the fewest descriptors among the rings given to a thread
