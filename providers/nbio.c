@@ -486,7 +486,19 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 			if (err == EALREADY)
 				return PX_NBIO_AGAIN;
 		} else if (errno == ENOTCONN) {
-			return PX_NBIO_AGAIN;
+			/* Still under way, or failed with its error taken
+			 * already: a read or write on the socket, or anyone's
+			 * SO_ERROR, reports a pending error once and clears
+			 * it (a read started with the connect sees the
+			 * ECONNREFUSED).  Asked again, connect(2) tells them
+			 * apart: EALREADY, or the failure (ECONNABORTED once
+			 * the error is gone).  Taken for a stale wake-up,
+			 * the failed connect never completed: the poll and
+			 * select engines spun on its hang-up, epoll waited
+			 * for an edge that would not come. */
+			err = nb_connect_finish(io, *conn, r);
+			if (err == EALREADY)
+				return PX_NBIO_AGAIN;
 		} else {
 			err = errno;
 		}

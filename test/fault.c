@@ -541,6 +541,42 @@ static void connect_refused(void **state)
 	expect_error(r, ECONNREFUSED, "a connect to a closed loopback port");
 }
 
+/* The same, with a read started on the socket right after the connect,
+ * blocking and non-blocking.  The kernel reports the connection's error
+ * once: whichever of the two asks first gets ECONNREFUSED.  Both
+ * complete, within 1 s: the connect with ECONNREFUSED, or ECONNABORTED
+ * when the read took the error; the read with an error or end of stream.
+ * The readiness and Linux AIO engines once took the connect whose error
+ * the read had taken for one still under way (poll and select spinning
+ * on its hang-up, epoll waiting for good). */
+static void connect_refused_read_pending(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *dst = h_alloc(f, sizeof *dst);
+	h_close(f, h_bound_socket(f, SOCK_STREAM, dst));
+	for (int nb = 0; nb < 2; nb++) {
+		int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+						  (nb ? SOCK_NONBLOCK : 0), 0));
+		char *buf = h_alloc(f, 16);
+		h_rec *rc = h_rec_new(f), *rr = h_rec_new(f);
+		assert_int_equal(px_connect(f->px, c, (struct sockaddr *)dst,
+					    sizeof *dst, h_rec_cb, rc), 0);
+		assert_int_equal(px_read_stream(f->px, c, buf, 16, h_rec_cb, rr), 0);
+		h_wait_rec(f, rc, 1000, "a refused connect with a read pending");
+		h_wait_rec(f, rr, 1000, "a read pending on a refused connect");
+		h_settle(f, 10);
+		assert_once(rc, PX_OP_CONNECT, c);
+		assert_once(rr, PX_OP_READ_STREAM, c);
+		if (rc->c.error != ECONNREFUSED && rc->c.error != ECONNABORTED)
+			fail_msg("the connect completed with %d (%s), expected "
+				 "ECONNREFUSED or ECONNABORTED", rc->c.error,
+				 strerror(rc->c.error));
+		if (rr->c.bytes != 0)
+			fail_msg("the read of a refused connection got %zu bytes",
+				 rr->c.bytes);
+	}
+}
+
 /* A loopback listener that never accepts, backlog 0: once its queue is
  * full the kernel drops further SYNs, and a connect stays in progress
  * (retransmitting) for a long time. */
@@ -1443,6 +1479,7 @@ int main(int argc, char **argv)
 		T(cancel_write_peer_shutdown_late),
 		T(cancel_write_peer_shutdown_early),
 		T(connect_refused),
+		T(connect_refused_read_pending),
 		T(connect_stuck_then_cancel),
 		T(close_pending_then_cancel),
 		T(cancel_races_completion),
