@@ -1456,7 +1456,10 @@ static int ur_start(px_provider *p, px_result *r)
 		socklen_t alen = sizeof(acc);
 		if (getsockopt(r->c.fd, SOL_SOCKET, SO_ACCEPTCONN, &acc,
 			       &alen) < 0) {
-			if (errno == EBADF)
+			/* (EBADF for an O_PATH descriptor too, which is
+			 * open: fcntl tells.) */
+			if (errno == EBADF && fcntl(r->c.fd, F_GETFD) < 0 &&
+			    errno == EBADF)
 				return -EBADF;
 			acc = 0;
 		}
