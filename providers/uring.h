@@ -213,15 +213,15 @@ void px__uring_kick(px_uring_ring *rg) PX_HIDDEN;
  * Returns how many it has not taken yet.  Mutex held. */
 unsigned px__uring_publish(px_uring_ring *rg) PX_HIDDEN;
 
-/* Handle one CQE reaped from rg.  Returns the result it finished (outputs
- * set, forgotten by the provider), or NULL when it was internal
- * (interrupt, cancel, readiness poll) or the operation was resubmitted.
- * Leader, mutex held. */
 /* A socket read's IORING_RECVSEND_POLL_FIRST was refused by this kernel
  * (EINVAL before 5.19), so socket reads go in as READ in this process
  * (for the tests). */
 bool px__uring_poll_first_refused(void) PX_HIDDEN;
 
+/* Handle one CQE reaped from rg.  Returns the result it finished (outputs
+ * set, forgotten by the provider), or NULL when it was internal
+ * (interrupt, cancel, readiness poll) or the operation was resubmitted.
+ * Leader, mutex held. */
 px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 			      uint64_t user_data, int res) PX_HIDDEN;
 
