@@ -90,6 +90,8 @@ struct px_paio {
 	const struct aiocb **list;
 	unsigned nlist, cap, list_gen;
 	bool list_valid;
+	bool list_short;            /* could not grow: some requests are not
+	                               in it, so the wait is bounded */
 	int intr_efd;
 	struct aiocb intr_cb;
 	uint64_t intr_buf;          /* where its reads land */

@@ -12,7 +12,11 @@
  * wait() (mutex released) passes it to aio_suspend.  A reaped request must
  * leave the array before the next wait: its aiocb says "finished" (or
  * belongs to another operation by then) and would make aio_suspend return
- * at once forever.  No result in the array can be freed during the wait,
+ * at once forever.  So when the array cannot grow (out of memory) it is
+ * filled with what fits, never left as it was, and the wait over it is
+ * bounded to AIOCB_SHORT_MS so that the walk finds the requests left out;
+ * the first array is allocated at create.  No result in the array can be
+ * freed during the wait,
  * since only the leader reaps.  Requests started by other threads are not
  * in the array, so a start from another thread must interrupt the leader
  * (the provider asks for start=any-interrupt).
@@ -36,6 +40,9 @@
 
 #include "../providers/posix_aio.h"
 
+#define AIOCB_LIST_MIN 64   /* entries of the first list (at create) */
+#define AIOCB_SHORT_MS 10   /* longest wait over a list that is short */
+
 static int aiocb_arm(px_paio *p)
 {
 	memset(&p->intr_cb, 0, sizeof(p->intr_cb));
@@ -53,7 +60,7 @@ static int aiocb_arm(px_paio *p)
 static int aiocb_prepare(px_wait *w, px_list *started)
 {
 	px_paio *p = px_paio_of_wait(w);
-	unsigned n = 0;
+	unsigned n = 0, want;
 
 	(void)started;
 	if (!p->intr_armed && aiocb_arm(p) < 0) {
@@ -64,23 +71,30 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	}
 	if (p->list_valid && p->list_gen == p->gen)
 		return 0;
-	if (px_list_count(&p->inflight) + 1 > p->cap) {
-		unsigned cap = p->cap ? p->cap : 64;
-		while (cap < px_list_count(&p->inflight) + 1)
+	want = (unsigned)px_list_count(&p->inflight) + 1;
+	if (want > p->cap) {
+		unsigned cap = p->cap;
+		while (cap < want)
 			cap *= 2;
 		const struct aiocb **l = realloc(p->list, cap * sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		p->list = l;
-		p->cap = cap;
+		if (l) {
+			p->list = l;
+			p->cap = cap;
+		}
 	}
+	/* Out of memory: the list holds what fits, the wait is bounded
+	 * (AIOCB_SHORT_MS) and the walk after it finds the others; the next
+	 * prepare tries to grow again.  Never the old list: its requests
+	 * may have been reaped (their aiocbs say finished, or belong to
+	 * other operations by now), and a wait over it returns at once. */
+	p->list_short = want > p->cap;
 	p->list[n++] = &p->intr_cb;
-	for (px_link *l = px_list_first(&p->inflight); l;
+	for (px_link *l = px_list_first(&p->inflight); l && n < p->cap;
 	     l = px_list_next(&p->inflight, l))
 		p->list[n++] = &px_paio_req_of_ilink(l)->cb;
 	p->nlist = n;
 	p->list_gen = p->gen;
-	p->list_valid = true;
+	p->list_valid = !p->list_short;
 	p->scan = true;
 	return 0;
 }
@@ -91,6 +105,8 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 	struct timespec ts, *tsp = NULL;
 	int rc;
 
+	if (p->list_short && (timeout_ms < 0 || timeout_ms > AIOCB_SHORT_MS))
+		timeout_ms = AIOCB_SHORT_MS;
 	if (timeout_ms >= 0) {
 		ts.tv_sec = timeout_ms / 1000;
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
@@ -177,10 +193,19 @@ int px__paio_aiocb_init(px_paio *p)
 	p->intr_efd = eventfd(0, EFD_CLOEXEC);
 	if (p->intr_efd < 0)
 		return -errno;
+	/* The first list now: prepare always has one to fill. */
+	p->list = malloc(AIOCB_LIST_MIN * sizeof(*p->list));
+	if (!p->list) {
+		close(p->intr_efd);
+		return -ENOMEM;
+	}
+	p->cap = AIOCB_LIST_MIN;
 	p->wait.ops = &px__wait_aiocb_ops;
 	p->intr.ops = &px__intr_aiocb_ops;
 	rc = aiocb_arm(p);
 	if (rc < 0) {
+		free(p->list);
+		p->list = NULL;
 		close(p->intr_efd);
 		return rc;
 	}
