@@ -30,7 +30,10 @@
  * writes 1 to the eventfd, the helper's read returns and so does
  * aio_suspend; next_completed() sees it finished and queues the next read.
  * The read keeps one glibc helper thread for itself.  At destroy it is
- * finished by one last write.
+ * finished by one last write.  Should glibc refuse the read (EAGAIN: no
+ * memory, no helper thread), the list goes without it and the wait is
+ * bounded to AIOCB_SHORT_MS, so that a start from another thread waits at
+ * most that long; each prepare tries the read again.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -63,12 +66,11 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	unsigned n = 0, want;
 
 	(void)started;
-	if (!p->intr_armed && aiocb_arm(p) < 0) {
-		/* No interrupt now: a zero wait over nothing, and again. */
-		p->nlist = 0;
-		p->list_valid = false;
-		return -EAGAIN;
-	}
+	/* glibc may refuse the interrupt's read (EAGAIN: no memory, no
+	 * helper thread).  The list then goes without it, its wait is
+	 * bounded like a short list's, and the next prepare tries again. */
+	if (!p->intr_armed)
+		aiocb_arm(p);
 	if (p->list_valid && p->list_gen == p->gen)
 		return 0;
 	want = (unsigned)px_list_count(&p->inflight) + 1;
@@ -87,8 +89,9 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	 * prepare tries to grow again.  Never the old list: its requests
 	 * may have been reaped (their aiocbs say finished, or belong to
 	 * other operations by now), and a wait over it returns at once. */
-	p->list_short = want > p->cap;
-	p->list[n++] = &p->intr_cb;
+	p->list_short = want > p->cap || !p->intr_armed;
+	if (p->intr_armed)
+		p->list[n++] = &p->intr_cb;
 	for (px_link *l = px_list_first(&p->inflight); l && n < p->cap;
 	     l = px_list_next(&p->inflight, l))
 		p->list[n++] = &px_paio_req_of_ilink(l)->cb;
@@ -113,6 +116,9 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 		tsp = &ts;
 	}
 	if (!p->nlist) {
+		/* No interrupt and nothing in flight: sleep out the bound. */
+		if (timeout_ms > 0)
+			nanosleep(tsp, NULL);
 		p->scan = true;   /* reap what finished meanwhile all the same */
 		return 0;
 	}
@@ -134,6 +140,9 @@ static px_result *aiocb_next_completed(px_wait *w)
 		aio_return(&p->intr_cb);
 		p->intr_armed = false;
 		p->intr_pending = false;
+		/* The list holds the finished read: rebuilt in any case (with
+		 * the new read, or without one if glibc refuses it). */
+		p->list_valid = false;
 		aiocb_arm(p);
 	}
 	if (!p->scan)
