@@ -373,11 +373,21 @@ static int paio_start(px_provider *pv, px_result *r)
 		return -EOPNOTSUPP;
 	memset(q, 0, sizeof(*q));
 	r->done = 0;
-	/* glibc would only find a bad descriptor in its helper; the API
-	 * refuses it at the start. */
-	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
-		return -EBADF;
 	if (dir < 0) {
+		/* glibc would only find a bad descriptor in its helper; the
+		 * API refuses it at the start.  A socket has no offsets:
+		 * glibc would read it as a stream, in a helper that neither
+		 * a cancel nor px_destroy can stop while the peer is quiet,
+		 * so without sockets=aio it fails now with ESPIPE, as pread
+		 * would.  (A stream start refuses it, below.) */
+		struct stat st;
+		int fr = fstat(r->c.fd, &st);
+		if (fr < 0 && errno == EBADF)
+			return -EBADF;
+		if (fr == 0 && !p->sockets && S_ISSOCK(st.st_mode)) {
+			px_result_finish(r, 0, ESPIPE);
+			return PX_START_DONE;
+		}
 		if (p->lanes > 1) {
 			rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 			if (rc < 0)
@@ -395,6 +405,10 @@ static int paio_start(px_provider *pv, px_result *r)
 			return PX_START_AGAIN;
 		return rc < 0 ? rc : PX_START_STARTED;
 	}
+	/* glibc would only find a bad descriptor in its helper; the API
+	 * refuses it at the start. */
+	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+		return -EBADF;
 	rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 	if (rc < 0)
 		return rc;
