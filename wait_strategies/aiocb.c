@@ -66,6 +66,7 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	unsigned n = 0, want;
 
 	(void)started;
+	p->retry_soon = !px_list_empty(&p->again);
 	/* glibc may refuse the interrupt's read (EAGAIN: no memory, no
 	 * helper thread).  The list then goes without it, its wait is
 	 * bounded like a short list's, and the next prepare tries again. */
@@ -110,6 +111,8 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 
 	if (p->list_short && (timeout_ms < 0 || timeout_ms > AIOCB_SHORT_MS))
 		timeout_ms = AIOCB_SHORT_MS;
+	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
+		timeout_ms = PX_PAIO_RETRY_MS;
 	if (timeout_ms >= 0) {
 		ts.tv_sec = timeout_ms / 1000;
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
