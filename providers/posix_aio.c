@@ -38,7 +38,10 @@
  *     uses its list (wait_strategies/aiocb.c).
  *
  * Order.  Stream operations keep the shared per-descriptor queues
- * (proactor/fdq.h): only the head of a direction is in glibc.  File
+ * (proactor/fdq.h): only the head of a direction is in glibc.  A head
+ * that glibc refuses for now (EAGAIN) when its turn comes waits on
+ * p->again, as a refused start waits deferred, and every wait round tries
+ * it again (the waits last at most PX_PAIO_RETRY_MS meanwhile).  File
  * operations carry their offset and go straight in, spread over the
  * file's descriptor and file_lanes-1 dups of it (8 lanes by default), since
  * glibc runs the requests of one descriptor one after another.
@@ -217,6 +220,50 @@ static px_result *paio_finish(px_paio *p, px_result *r, size_t bytes, int error)
 	return r;
 }
 
+/* Hand the head of fe's queue dir to glibc.  A head glibc refuses for
+ * good fails (onto p->failed, for the wait to hand out) and the next one
+ * is tried; a head it refuses for now (EAGAIN: no memory or no helper
+ * thread, as a start that is deferred) stays the head and waits on
+ * p->again, where the wait's next round tries it again (paio_retry).  A
+ * cancelled one waiting there ends with ECANCELED.  Returns -EAGAIN when
+ * a head was left on p->again, else 0. */
+static int paio_submit_heads(px_paio *p, px_paio_fd *fe, int dir)
+{
+	px_result *n;
+
+	while ((n = px_fdq_head(&fe->fq, dir))) {
+		px_paio_req *nq = px_paio_req_of(n);
+		int rc = nq->cancel_req ? -ECANCELED : paio_submit(p, n);
+
+		if (rc == 0)
+			return 0;
+		nq->submitted = false;
+		if (rc == -EAGAIN) {
+			px_list_push_back(&p->again, &nq->ilink);
+			return -EAGAIN;
+		}
+		px_fdq_remove(&fe->fq, dir, n);
+		px_result_finish(n, n->done, -rc);
+		px_list_push_back(&p->failed, &nq->ilink);
+	}
+	return 0;
+}
+
+/* The heads on p->again, oldest first, until glibc refuses one again. */
+static void paio_retry(px_paio *p)
+{
+	px_link *l;
+
+	while ((l = px_list_pop_front(&p->again))) {
+		px_paio_req *q = px_paio_req_of_ilink(l);
+		px_paio_fd *fe = q->fe;
+
+		if (paio_submit_heads(p, fe, px__fdq_dir(px_paio_result_of(q)->c.op)) < 0)
+			break;
+		paio_fd_idle(fe);
+	}
+}
+
 static void paio_dequeue(px_paio *p, px_result *r)
 {
 	px_paio_req *q = px_paio_req_of(r);
@@ -231,23 +278,8 @@ static void paio_dequeue(px_paio *p, px_result *r)
 	}
 	if (dir < 0 || !q->fe || !px_link_linked(&r->plink))
 		return;
-	if (px_fdq_remove(&q->fe->fq, dir, r)) {
-		px_result *n = px_fdq_head(&q->fe->fq, dir);
-		while (n) {
-			int rc = paio_submit(p, n);
-			if (rc == 0)
-				break;
-			/* glibc refused it: it fails now, and the leader
-			 * hands it out from p->failed (it is on the
-			 * processor's started list). */
-			px_paio_req *nq = px_paio_req_of(n);
-			px_fdq_remove(&nq->fe->fq, dir, n);
-			px_result_finish(n, n->done, -rc);
-			nq->submitted = false;
-			px_list_push_back(&p->failed, &nq->ilink);
-			n = px_fdq_head(&q->fe->fq, dir);
-		}
-	}
+	if (px_fdq_remove(&q->fe->fq, dir, r))
+		paio_submit_heads(p, q->fe, dir);
 	paio_fd_idle(q->fe);
 }
 
@@ -319,6 +351,11 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 		rc = paio_submit(p, r);
 		if (rc == 0)
 			return NULL;
+		if (rc == -EAGAIN) {
+			/* Still the head: the rest goes in later. */
+			px_list_push_back(&p->again, &q->ilink);
+			return NULL;
+		}
 		return paio_finish(p, r, r->done, -rc);
 	}
 	return paio_finish(p, r, r->done, 0);
@@ -326,7 +363,11 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 
 px_result *px__paio_next_failed(px_paio *p)
 {
-	px_link *l = px_list_pop_front(&p->failed);
+	px_link *l;
+
+	if (!px_list_empty(&p->again))
+		paio_retry(p);
+	l = px_list_pop_front(&p->failed);
 
 	return l ? px_paio_result_of(px_paio_req_of_ilink(l)) : NULL;
 }
@@ -373,11 +414,21 @@ static int paio_start(px_provider *pv, px_result *r)
 		return -EOPNOTSUPP;
 	memset(q, 0, sizeof(*q));
 	r->done = 0;
-	/* glibc would only find a bad descriptor in its helper; the API
-	 * refuses it at the start. */
-	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
-		return -EBADF;
 	if (dir < 0) {
+		/* glibc would only find a bad descriptor in its helper; the
+		 * API refuses it at the start.  A socket has no offsets:
+		 * glibc would read it as a stream, in a helper that neither
+		 * a cancel nor px_destroy can stop while the peer is quiet,
+		 * so without sockets=aio it fails now with ESPIPE, as pread
+		 * would.  (A stream start refuses it, below.) */
+		struct stat st;
+		int fr = fstat(r->c.fd, &st);
+		if (fr < 0 && errno == EBADF)
+			return -EBADF;
+		if (fr == 0 && !p->sockets && S_ISSOCK(st.st_mode)) {
+			px_result_finish(r, 0, ESPIPE);
+			return PX_START_DONE;
+		}
 		if (p->lanes > 1) {
 			rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 			if (rc < 0)
@@ -395,6 +446,10 @@ static int paio_start(px_provider *pv, px_result *r)
 			return PX_START_AGAIN;
 		return rc < 0 ? rc : PX_START_STARTED;
 	}
+	/* glibc would only find a bad descriptor in its helper; the API
+	 * refuses it at the start. */
+	if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+		return -EBADF;
 	rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 	if (rc < 0)
 		return rc;
@@ -426,8 +481,12 @@ static int paio_cancel(px_provider *pv, px_result *r)
 	int rc;
 
 	if (!q->submitted) {
-		if (px_link_linked(&q->ilink))
-			return PX_CANCEL_PENDING;  /* on p->failed already */
+		if (px_link_linked(&q->ilink)) {
+			/* On p->failed (finished already), or a head on
+			 * p->again, which the wait's next retry ends. */
+			q->cancel_req = true;
+			return PX_CANCEL_PENDING;
+		}
 		/* Queued behind its descriptor's head: glibc never saw it. */
 		px_fdq_remove(&q->fe->fq, px__fdq_dir(r->c.op), r);
 		paio_fd_idle(q->fe);
@@ -503,6 +562,7 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px__fdq_init(&p->fdq, sizeof(px_paio_fd));
 	px_list_init(&p->inflight);
 	px_list_init(&p->failed);
+	px_list_init(&p->again);
 	p->wait.intr = &p->intr;
 	p->intr.fd = -1;
 	p->intr.wait_mask = NULL;

@@ -79,6 +79,11 @@ struct px_paio {
 	px_list failed;             /* queued stream operations glibc refused
 	                               when their turn came (req ilink); the
 	                               wait hands them out first */
+	px_list again;              /* stream heads glibc refused for now
+	                               (EAGAIN; req ilink, not submitted):
+	                               tried again by every next_completed,
+	                               and the waits are short meanwhile */
+	bool retry_soon;            /* again was not empty at prepare */
 	unsigned gen;               /* bumped when inflight changes */
 	unsigned long cancels[PX_PAIO_NCANCEL];
 	unsigned long scans;        /* sigwait: full scans made */
@@ -90,6 +95,8 @@ struct px_paio {
 	const struct aiocb **list;
 	unsigned nlist, cap, list_gen;
 	bool list_valid;
+	bool list_short;            /* could not grow: some requests are not
+	                               in it, so the wait is bounded */
 	int intr_efd;
 	struct aiocb intr_cb;
 	uint64_t intr_buf;          /* where its reads land */
@@ -159,8 +166,11 @@ static inline bool px_paio_done(const px_paio_req *q)
  * write-all.  Leader, mutex held. */
 px_result *px__paio_reap(px_paio *p, px_paio_req *q) PX_HIDDEN;
 
-/* The next result of p->failed, or NULL.  Leader, mutex held: every
- * wait's next_completed asks this first. */
+/* The next result of p->failed, or NULL, after trying p->again once more.
+ * Leader, mutex held: every wait's next_completed asks this first, and
+ * while p->again is not empty (p->retry_soon, set by prepare) each wait
+ * lasts at most PX_PAIO_RETRY_MS. */
+#define PX_PAIO_RETRY_MS 10
 px_result *px__paio_next_failed(px_paio *p) PX_HIDDEN;
 
 /* The next finished request of the walk over every started one that

@@ -43,7 +43,9 @@
  * and with two and max_aio 8 (starts deferred, so that the engine's tables
  * are grown later, by the loop, and a failure there must reach the
  * completion).  oom_idle_check: a read on a descriptor closed with
- * close(2) must end while every allocation fails.  OOM_TRACE=1 in the
+ * close(2) must end while every allocation fails; oom_aiocb_list (POSIX
+ * AIO's aiocb wait only): the wait must not spin while its list cannot
+ * grow, and the reads left out of it still complete.  OOM_TRACE=1 in the
  * environment prints where each injected failure and each call site of
  * the long scenario are.
  *
@@ -1157,6 +1159,78 @@ static void oom_idle_check(void **state)
 			 px_strerror(r.error));
 }
 
+/*
+ * POSIX AIO's aiocb wait builds the leader's aio_suspend list in prepare
+ * and grows it there.  When it cannot grow, the wait must neither spin
+ * (it once returned at once, wait after wait, for as long as memory was
+ * short) nor use the old list, whose requests may have been reaped: 70
+ * reads pending (more than the first list holds), every allocation
+ * failing, a 100 ms px_handle_events takes a handful of leader turns, and
+ * each read then completes once with its byte.
+ */
+#define AIOCB_READS 70
+
+static void oom_aiocb_list(void **state)
+{
+	(void)state;
+	static rec r[AIOCB_READS];
+	static char buf[AIOCB_READS][4];
+	static int pf[AIOCB_READS][2];
+	struct px_stats st0, st1;
+	px_proactor *px;
+	char err[256];
+
+	if (!strstr(h_engine_text, "wait=aiocb"))
+		skip();
+	memset(r, 0, sizeof(r));
+	assert_int_equal(px_create_config(&px, &h_cfg, err, sizeof(err)), 0);
+	for (int i = 0; i < AIOCB_READS; i++) {
+		assert_int_equal(pipe(pf[i]), 0);
+		r[i].start_rc = px_read_file(px, pf[i][0], buf[i], sizeof(buf[i]),
+					     0, cb, &r[i]);
+		assert_int_equal(r[i].start_rc, 0);
+	}
+	alarm(10);
+	atomic_store(&sticky, true);
+	arm(1);
+	assert_int_equal(px_stats(px, &st0), 0);
+	px_handle_events(px, 100);
+	assert_int_equal(px_stats(px, &st1), 0);
+	for (int i = 0; i < AIOCB_READS; i++)
+		assert_int_equal(write(pf[i][1], "x", 1), 1);
+	uint64_t t0 = now_ms();
+	int ndone = 0;
+	while (ndone < AIOCB_READS && now_ms() - t0 < 2000) {
+		px_handle_events(px, 20);
+		ndone = 0;
+		for (int i = 0; i < AIOCB_READS; i++)
+			ndone += atomic_load(&r[i].calls) > 0;
+	}
+	disarm();
+	atomic_store(&sticky, false);
+	long f = atomic_load(&failed);
+	assert_int_equal(px_destroy(px), 0);
+	alarm(0);
+	for (int i = 0; i < AIOCB_READS; i++) {
+		close(pf[i][0]);
+		close(pf[i][1]);
+	}
+	unsigned long long turns = st1.leader_turns - st0.leader_turns;
+	printf("oom: aiocb list: %ld allocation(s) failed, %llu leader turns "
+	       "in 100 ms, %d of %d reads done\n", f, turns, ndone, AIOCB_READS);
+	if (turns > 40)
+		fail_msg("%llu leader turns in a 100 ms px_handle_events while "
+			 "the aiocb list could not grow: the wait spins", turns);
+	for (int i = 0; i < AIOCB_READS; i++) {
+		if (atomic_load(&r[i].calls) != 1)
+			fail_msg("read %d: %d callbacks", i,
+				 atomic_load(&r[i].calls));
+		if (r[i].error || r[i].bytes != 1)
+			fail_msg("read %d: error %d, %zu bytes", i, r[i].error,
+				 r[i].bytes);
+	}
+}
+
 /* After a failed assertion: the wrappers must not go on failing. */
 static int disarm_teardown(void **state)
 {
@@ -1181,6 +1255,7 @@ int main(int argc, char **argv)
 		T(oom_many),
 		T(oom_many_max_aio_8),
 		T(oom_idle_check),
+		T(oom_aiocb_list),
 	};
 	return cmocka_run_group_tests_name("oom", tests, NULL, NULL) ? 1 : 0;
 }

@@ -18,7 +18,13 @@
  *     alone refuses a socket at once (EOPNOTSUPP), and with sockets=aio it
  *     moves the data through glibc, writes on a dup of the descriptor so
  *     that the pending read never holds them back;
- *   - the vectored starts (pipes and files) are refused with EOPNOTSUPP.
+ *   - the vectored starts (pipes and files) are refused with EOPNOTSUPP;
+ *   - the aiocb wait with its interrupt read refused by glibc (aio_read
+ *     wrapped at link time) does not spin, and a write another thread
+ *     starts meanwhile completes;
+ *   - a stream read queued behind another, whose turn comes while glibc
+ *     refuses reads for now (EAGAIN), waits and goes in later, or ends
+ *     with ECANCELED when cancelled meanwhile (each wait).
  *
  * Two or four threads run px_handle_events throughout, so starts and
  * cancels come from threads that are not the leader.
@@ -744,6 +750,188 @@ static void posix_refuses_vectored(void **state)
 	close(fd);
 }
 
+/* ------------------------------------------------------------------ */
+/* The aiocb wait without its interrupt                                 */
+/* ------------------------------------------------------------------ */
+
+/* aio_read is wrapped at link time (test/meson.build: aio_read64, the name
+ * glibc's header gives it with 64-bit offsets): while refuse_reads is set,
+ * glibc "refuses" every read with EAGAIN, as it does when it has no memory
+ * or cannot start a helper thread. */
+static atomic_bool refuse_reads;
+
+int __real_aio_read64(struct aiocb *cb);
+int __wrap_aio_read64(struct aiocb *cb);
+
+int __wrap_aio_read64(struct aiocb *cb)
+{
+	if (atomic_load(&refuse_reads)) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return __real_aio_read64(cb);
+}
+
+typedef struct poke {
+	px_proactor *px;
+	int fd;
+	rec timer, write;
+} poke;
+
+/* From a thread that does not lead: a timer (its new deadline interrupts
+ * the leader, whose interrupt read then finishes and cannot be queued
+ * again), then a file write the leader must notice without an
+ * interrupt. */
+static void *poke_main(void *arg)
+{
+	poke *k = arg;
+	static const char data[4] = "abcd";
+
+	sleep_ms(10);
+	if (px_timer_start(k->px, 1000000, rec_cb, &k->timer) < 0)
+		return NULL;
+	sleep_ms(30);
+	px_write_file(k->px, k->fd, data, sizeof(data), 0, rec_cb, &k->write);
+	return NULL;
+}
+
+/* glibc refuses the aiocb wait's interrupt read (queued again after each
+ * interrupt): the leader once made every wait a zero wait until glibc took
+ * it, spinning (35,381 turns in 100 ms).  It now waits without it, 10 ms at
+ * a time: a handful of turns, and a write started meanwhile by another
+ * thread still completes. */
+static void aiocb_interrupt_refused(void **state)
+{
+	(void)state;
+	char path[] = "/tmp/px_paio_XXXXXX";
+	static char buf[8];
+	struct px_stats s0, s1;
+	rec rd = { 0 };
+	poke k = { 0 };
+	fx f = { 0 };
+	pthread_t t;
+	int p[2], fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(pipe(p), 0);
+	fx_start(&f, "provider=posix wait=aiocb", 0);
+	/* A read that stays in glibc: there is work to wait for. */
+	assert_int_equal(px_read_file(f.px, p[0], buf, sizeof(buf), 0, rec_cb,
+				      &rd), 0);
+	px_handle_events(f.px, 0);
+	k.px = f.px;
+	k.fd = fd;
+	atomic_store(&refuse_reads, true);
+	assert_int_equal(px_stats(f.px, &s0), 0);
+	assert_int_equal(pthread_create(&t, NULL, poke_main, &k), 0);
+	uint64_t end = now_ms() + 100;
+	while (now_ms() < end)
+		px_handle_events(f.px, 20);
+	pthread_join(t, NULL);
+	assert_int_equal(px_stats(f.px, &s1), 0);
+	atomic_store(&refuse_reads, false);
+	unsigned long long turns = s1.leader_turns - s0.leader_turns;
+	printf("aiocb wait, interrupt read refused: %llu leader turns in "
+	       "100 ms\n", turns);
+	if (turns > 60)
+		fail_msg("%llu leader turns in 100 ms while glibc refused the "
+			 "interrupt read: the wait spins", turns);
+	assert_int_equal(atomic_load(&k.timer.calls), 1);
+	assert_int_equal(atomic_load(&k.write.calls), 1);
+	assert_int_equal(k.write.error, 0);
+	assert_int_equal(k.write.bytes, 4);
+	assert_int_equal(write(p[1], "x", 1), 1);
+	for (int i = 0; i < 100 && !atomic_load(&rd.calls); i++)
+		px_handle_events(f.px, 20);
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(rd.bytes, 1);
+	fx_end(&f);
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+}
+
+/* Run the loop from this thread until r has n callbacks, at most ms. */
+static bool pump_calls(px_proactor *px, rec *r, int n, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (atomic_load(&r->calls) < n && now_ms() < end)
+		px_handle_events(px, 5);
+	return atomic_load(&r->calls) >= n;
+}
+
+/* Two stream reads on a pipe: the first in glibc, the second queued
+ * behind it in the provider.  glibc refuses reads for now (EAGAIN) when
+ * data lets the first complete, so the second cannot go in yet.  It used
+ * to fail at once with EAGAIN, where a start refused the same way is
+ * deferred and tried again; now it waits, goes in once glibc takes reads
+ * again and gets the next data.  And a px_cancel of such a waiting read
+ * ends it with ECANCELED while glibc still refuses. */
+static void queued_read_refused_on(const char *wait)
+{
+	char text[64];
+	static char b1[4], b2[4];
+	fx f = { 0 };
+	int p[2];
+
+	for (int round = 0; round < 2; round++) {
+		rec r1 = { 0 }, r2 = { 0 };
+
+		snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+		fx_start(&f, text, 0);
+		assert_int_equal(pipe(p), 0);
+		assert_int_equal(px_read_stream(f.px, p[0], b1, sizeof(b1), rec_cb,
+						&r1), 0);
+		assert_int_equal(px_read_stream(f.px, p[0], b2, sizeof(b2), rec_cb,
+						&r2), 0);
+		px_handle_events(f.px, 0);
+		atomic_store(&refuse_reads, true);
+		assert_int_equal(write(p[1], "ab", 2), 2);
+		if (!pump_calls(f.px, &r1, 1, 2000))
+			fail_msg("%s: the first read did not complete", wait);
+		assert_int_equal(r1.error, 0);
+		assert_int_equal(r1.bytes, 2);
+		if (round == 0) {
+			pump_calls(f.px, &r2, 1, 30);
+			if (atomic_load(&r2.calls))
+				fail_msg("%s: the queued read glibc refused for "
+					 "now completed at once: error %d (%s)",
+					 wait, r2.error, strerror(r2.error));
+			atomic_store(&refuse_reads, false);
+			assert_int_equal(write(p[1], "cd", 2), 2);
+			if (!pump_calls(f.px, &r2, 1, 2000))
+				fail_msg("%s: the queued read did not complete "
+					 "once glibc took reads again", wait);
+			assert_int_equal(r2.error, 0);
+			assert_int_equal(r2.bytes, 2);
+			assert_memory_equal(b2, "cd", 2);
+		} else {
+			assert_int_equal(px_cancel(f.px, p[0]), 1);
+			bool ok = pump_calls(f.px, &r2, 1, 200);
+			atomic_store(&refuse_reads, false);
+			if (!ok)
+				fail_msg("%s: a cancelled read waiting for glibc "
+					 "did not end within 200 ms", wait);
+			assert_int_equal(r2.error, ECANCELED);
+			assert_int_equal(r2.bytes, 0);
+		}
+		fx_end(&f);
+		assert_int_equal(atomic_load(&r1.calls), 1);
+		assert_int_equal(atomic_load(&r2.calls), 1);
+		close(p[0]);
+		close(p[1]);
+	}
+}
+
+static void queued_read_refused(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		queued_read_refused_on(waits[i]);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -755,6 +943,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(duplex_team),
 		cmocka_unit_test(duplex_posix_sockets_aio),
 		cmocka_unit_test(sigwait_queue_overflow),
+		cmocka_unit_test(aiocb_interrupt_refused),
+		cmocka_unit_test(queued_read_refused),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -74,8 +74,10 @@ void px__paio_callback_notify(px_paio *p, px_paio_req *q)
 
 static int cbw_prepare(px_wait *w, px_list *started)
 {
-	(void)w;
+	px_paio *p = px_paio_of_wait(w);
+
 	(void)started;
+	p->retry_soon = !px_list_empty(&p->again);
 	return 0;
 }
 
@@ -87,6 +89,8 @@ static int cbw_wait(px_wait *w, int timeout_ms)
 
 	if (atomic_load_explicit(&p->stack, memory_order_acquire))
 		return 1;
+	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
+		timeout_ms = PX_PAIO_RETRY_MS;
 	rc = poll(&pfd, 1, timeout_ms);
 	return rc < 0 ? -errno : rc;
 }

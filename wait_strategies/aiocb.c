@@ -12,7 +12,11 @@
  * wait() (mutex released) passes it to aio_suspend.  A reaped request must
  * leave the array before the next wait: its aiocb says "finished" (or
  * belongs to another operation by then) and would make aio_suspend return
- * at once forever.  No result in the array can be freed during the wait,
+ * at once forever.  So when the array cannot grow (out of memory) it is
+ * filled with what fits, never left as it was, and the wait over it is
+ * bounded to AIOCB_SHORT_MS so that the walk finds the requests left out;
+ * the first array is allocated at create.  No result in the array can be
+ * freed during the wait,
  * since only the leader reaps.  Requests started by other threads are not
  * in the array, so a start from another thread must interrupt the leader
  * (the provider asks for start=any-interrupt).
@@ -26,7 +30,10 @@
  * writes 1 to the eventfd, the helper's read returns and so does
  * aio_suspend; next_completed() sees it finished and queues the next read.
  * The read keeps one glibc helper thread for itself.  At destroy it is
- * finished by one last write.
+ * finished by one last write.  Should glibc refuse the read (EAGAIN: no
+ * memory, no helper thread), the list goes without it and the wait is
+ * bounded to AIOCB_SHORT_MS, so that a start from another thread waits at
+ * most that long; each prepare tries the read again.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +42,9 @@
 #include <unistd.h>
 
 #include "../providers/posix_aio.h"
+
+#define AIOCB_LIST_MIN 64   /* entries of the first list (at create) */
+#define AIOCB_SHORT_MS 10   /* longest wait over a list that is short */
 
 static int aiocb_arm(px_paio *p)
 {
@@ -53,34 +63,42 @@ static int aiocb_arm(px_paio *p)
 static int aiocb_prepare(px_wait *w, px_list *started)
 {
 	px_paio *p = px_paio_of_wait(w);
-	unsigned n = 0;
+	unsigned n = 0, want;
 
 	(void)started;
-	if (!p->intr_armed && aiocb_arm(p) < 0) {
-		/* No interrupt now: a zero wait over nothing, and again. */
-		p->nlist = 0;
-		p->list_valid = false;
-		return -EAGAIN;
-	}
+	p->retry_soon = !px_list_empty(&p->again);
+	/* glibc may refuse the interrupt's read (EAGAIN: no memory, no
+	 * helper thread).  The list then goes without it, its wait is
+	 * bounded like a short list's, and the next prepare tries again. */
+	if (!p->intr_armed)
+		aiocb_arm(p);
 	if (p->list_valid && p->list_gen == p->gen)
 		return 0;
-	if (px_list_count(&p->inflight) + 1 > p->cap) {
-		unsigned cap = p->cap ? p->cap : 64;
-		while (cap < px_list_count(&p->inflight) + 1)
+	want = (unsigned)px_list_count(&p->inflight) + 1;
+	if (want > p->cap) {
+		unsigned cap = p->cap;
+		while (cap < want)
 			cap *= 2;
 		const struct aiocb **l = realloc(p->list, cap * sizeof(*l));
-		if (!l)
-			return -ENOMEM;
-		p->list = l;
-		p->cap = cap;
+		if (l) {
+			p->list = l;
+			p->cap = cap;
+		}
 	}
-	p->list[n++] = &p->intr_cb;
-	for (px_link *l = px_list_first(&p->inflight); l;
+	/* Out of memory: the list holds what fits, the wait is bounded
+	 * (AIOCB_SHORT_MS) and the walk after it finds the others; the next
+	 * prepare tries to grow again.  Never the old list: its requests
+	 * may have been reaped (their aiocbs say finished, or belong to
+	 * other operations by now), and a wait over it returns at once. */
+	p->list_short = want > p->cap || !p->intr_armed;
+	if (p->intr_armed)
+		p->list[n++] = &p->intr_cb;
+	for (px_link *l = px_list_first(&p->inflight); l && n < p->cap;
 	     l = px_list_next(&p->inflight, l))
 		p->list[n++] = &px_paio_req_of_ilink(l)->cb;
 	p->nlist = n;
 	p->list_gen = p->gen;
-	p->list_valid = true;
+	p->list_valid = !p->list_short;
 	p->scan = true;
 	return 0;
 }
@@ -91,12 +109,19 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 	struct timespec ts, *tsp = NULL;
 	int rc;
 
+	if (p->list_short && (timeout_ms < 0 || timeout_ms > AIOCB_SHORT_MS))
+		timeout_ms = AIOCB_SHORT_MS;
+	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
+		timeout_ms = PX_PAIO_RETRY_MS;
 	if (timeout_ms >= 0) {
 		ts.tv_sec = timeout_ms / 1000;
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 		tsp = &ts;
 	}
 	if (!p->nlist) {
+		/* No interrupt and nothing in flight: sleep out the bound. */
+		if (timeout_ms > 0)
+			nanosleep(tsp, NULL);
 		p->scan = true;   /* reap what finished meanwhile all the same */
 		return 0;
 	}
@@ -118,6 +143,9 @@ static px_result *aiocb_next_completed(px_wait *w)
 		aio_return(&p->intr_cb);
 		p->intr_armed = false;
 		p->intr_pending = false;
+		/* The list holds the finished read: rebuilt in any case (with
+		 * the new read, or without one if glibc refuses it). */
+		p->list_valid = false;
 		aiocb_arm(p);
 	}
 	if (!p->scan)
@@ -177,10 +205,19 @@ int px__paio_aiocb_init(px_paio *p)
 	p->intr_efd = eventfd(0, EFD_CLOEXEC);
 	if (p->intr_efd < 0)
 		return -errno;
+	/* The first list now: prepare always has one to fill. */
+	p->list = malloc(AIOCB_LIST_MIN * sizeof(*p->list));
+	if (!p->list) {
+		close(p->intr_efd);
+		return -ENOMEM;
+	}
+	p->cap = AIOCB_LIST_MIN;
 	p->wait.ops = &px__wait_aiocb_ops;
 	p->intr.ops = &px__intr_aiocb_ops;
 	rc = aiocb_arm(p);
 	if (rc < 0) {
+		free(p->list);
+		p->list = NULL;
 		close(p->intr_efd);
 		return rc;
 	}

@@ -90,6 +90,7 @@ static int sigw_prepare(px_wait *w, px_list *started)
 
 	(void)started;
 	p->ngot = p->igot = 0;
+	p->retry_soon = !px_list_empty(&p->again);
 	if (atomic_exchange(&sigw_stray, 0))
 		p->scan = true;
 	p->cap_ms = p->nquiet || px_list_count(&p->inflight) >= p->sigq_max / 4
@@ -113,6 +114,8 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 	 * (next_completed decides on the scan).  p->cap_ms was set under the
 	 * mutex by prepare. */
 	cap = p->cap_ms;
+	if (p->retry_soon && cap > PX_PAIO_RETRY_MS)
+		cap = PX_PAIO_RETRY_MS;
 	if (timeout_ms < 0 || timeout_ms > cap)
 		timeout_ms = cap;
 	ts.tv_sec = timeout_ms / 1000;
