@@ -515,6 +515,18 @@ static bool disp_any_work(const struct px_proactor *px)
 	return false;
 }
 
+/* A shared processor with work that no thread leads. */
+static bool disp_unled_work(const struct px_proactor *px)
+{
+	for (int i = 0; i < px->nproc; i++) {
+		const px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && !p->nleading &&
+		    px__processor_has_work(p))
+			return true;
+	}
+	return false;
+}
+
 static uint64_t disp_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void disp_abs_timespec(uint64_t ns, struct timespec *ts)
@@ -771,6 +783,16 @@ lead:
 	px->left_by = &disp_tls_me;  /* see px__dispatch_others_here */
 	px->left_ns = now;
 	disp_own_leave(px, &own);
+	/* Leaving a shared processor with work and no leader (this thread
+	 * led it last, or its callbacks started operations): a follower
+	 * asleep with the short bound looks again soon by itself, but one
+	 * whose bound grew while this thread led would sleep on for up to
+	 * PX_FOLLOWER_CHECK_MAX_NS, so one is woken.  (A thread that comes
+	 * straight back wakes nobody here in a busy loop: its followers
+	 * sleep with the short bound, or are woken once and then do.) */
+	if (px->nfollowers_long && !px->stopped && !px->destroying &&
+	    disp_unled_work(px))
+		px__dispatch_wake_follower(px);
 
 	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);

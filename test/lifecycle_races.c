@@ -45,7 +45,8 @@
  *    descriptor or thread left behind;
  *  - a thread that polls with px_handle_events(px, 0) runs a callback that
  *    starts a read, and leaves: a thread asleep in px_handle_events(px,
- *    -1) takes the read over promptly.
+ *    -1) takes the read over promptly; the same when the thread that
+ *    leaves led while the other slept as a follower.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -1969,6 +1970,104 @@ static void leaver_hands_over_to_follower(void **state)
 	assert_int_equal(lv.rd->c.bytes, 1);
 }
 
+/* The same hand-over when the leaving thread led: thread B leads (a read
+ * that never gets data keeps the processor busy, and a read R1) while
+ * thread A sleeps as a follower; after LV_HOLD_MS, R1's data comes, B
+ * runs R1's callback, which starts R2, and leaves px_handle_events for
+ * good.  R2's data arrives: A must take the lead and complete it within
+ * LV_LATE_MS.  A's sleeps had doubled while B led (a leader in place),
+ * so before, R2 waited about 270 ms for A's next look. */
+static struct {
+	px_proactor *px;
+	int sv0[2], sv1[2], sv2[2];
+	char buf[24];
+	h_rec *r0, *r1, *r2;
+	atomic_int leave, b_left, a_stop;
+} ll;
+
+static void ll_r1_cb(const px_completion *c)
+{
+	h_rec_cb(c);
+	int rc = px_read_stream(ll.px, ll.sv2[1], ll.buf + 16, 8, h_rec_cb,
+				ll.r2);
+	if (rc)
+		h_bad("the read started by R1's callback: %d", rc);
+}
+
+static void *ll_b_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&ll.leave))
+		if (px_handle_events(ll.px, -1) < 0)
+			break;
+	atomic_store(&ll.b_left, 1);
+	return NULL;
+}
+
+static void *ll_a_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&ll.a_stop))
+		if (px_handle_events(ll.px, -1) < 0)
+			break;
+	return NULL;
+}
+
+static void leader_leaves_work_to_follower(void **state)
+{
+	h_fx *f = *state;
+	const char *name = px_engine_name(f->px);
+	if (strstr(name, "processor=dedicated") &&
+	    !strstr(name, "processor=shared")) {
+		printf("every processor is dedicated: nothing to hand over\n");
+		return;
+	}
+	memset(&ll, 0, sizeof ll);
+	ll.px = f->px;
+	h_socketpair(f, ll.sv0);
+	h_socketpair(f, ll.sv1);
+	h_socketpair(f, ll.sv2);
+	ll.r0 = h_rec_new(f);
+	ll.r1 = h_rec_new(f);
+	ll.r2 = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, ll.sv0[1], ll.buf, 8, h_rec_cb,
+					ll.r0), 0);
+	assert_int_equal(px_read_stream(f->px, ll.sv1[1], ll.buf + 8, 8,
+					ll_r1_cb, ll.r1), 0);
+	pthread_t b, a;
+	assert_int_equal(pthread_create(&b, NULL, ll_b_main, NULL), 0);
+	h_sleep_ms(20);  /* B leads */
+	assert_int_equal(pthread_create(&a, NULL, ll_a_main, NULL), 0);
+	h_sleep_ms(LV_HOLD_MS);
+	atomic_store(&ll.leave, 1);
+	assert_int_equal(write(ll.sv1[0], "1", 1), 1);
+	bool r1_done = h_wait_at_least(&ll.r1->done, 1, PROMPT_MS);
+	bool b_left = h_wait_at_least(&ll.b_left, 1, PROMPT_MS);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(write(ll.sv2[0], "2", 1), 1);
+	bool r2_done = h_wait_at_least(&ll.r2->done, 1, PROMPT_MS);
+	uint64_t late_ms = r2_done ? (ll.r2->at_ns - t0) / MS : 0;
+	atomic_store(&ll.a_stop, 1);
+	px_stop(f->px);
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	h_assert_no_bad("leader_leaves_work_to_follower");
+	if (!r1_done || !b_left)
+		fail_msg("R1 did not complete, or its thread did not leave");
+	if (!r2_done)
+		fail_msg("the read started by the callback of a leader that "
+			 "left never completed (a follower was in "
+			 "px_handle_events(px, -1))");
+	if (late_ms > LV_LATE_MS)
+		fail_msg("the read completed %llu ms after its data arrived: "
+			 "the follower slept on after the leader that started "
+			 "it left (at most %d ms)",
+			 (unsigned long long)late_ms, LV_LATE_MS);
+	assert_int_equal(atomic_load(&ll.r2->calls), 1);
+	assert_int_equal(ll.r2->c.error, 0);
+	assert_int_equal(ll.r2->c.bytes, 1);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1990,6 +2089,7 @@ int main(int argc, char **argv)
 		T(destroy_races_arriving_data),
 		T(create_destroy_cycles_leave_nothing),
 		T(leaver_hands_over_to_follower),
+		T(leader_leaves_work_to_follower),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;
