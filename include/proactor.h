@@ -448,7 +448,7 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * (bytes: what moved before), or with its own result if it finished
  * first: a leader whose waits collect nothing for a while checks the
  * descriptors of the pending operations (fcntl F_GETFD) and cancels those
- * of closed ones.  That takes about two seconds at most while nothing
+ * of closed ones.  That takes about a second at most while nothing
  * else completes, about five under steady traffic, and needs a thread in
  * px_handle_events for a shared processor.  The check needs the number
  * to stay closed: if the application opens another file that gets the
