@@ -499,7 +499,11 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * the read or write returns: a stream read on a quiet pipe (or socket, with
  * sockets=aio) then never gets ECANCELED, ETIMEDOUT from a deadline, or
  * EBADF after close(2); px_close's cb and px_destroy wait for it, maybe
- * for good.  See README.md, "Engines and configuration".
+ * for good.  See README.md, "Engines and configuration".  Likewise Linux
+ * AIO performs a file read or write on a descriptor not opened with
+ * O_DIRECT inside its io_submit, which px_cancel neither stops nor waits
+ * for; on a pipe or socket that lasts until data or room comes
+ * (px_read_file(3)).
  */
 PX_API int px_cancel(px_proactor *px, int fd);
 
