@@ -448,7 +448,7 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * (bytes: what moved before), or with its own result if it finished
  * first: a leader whose waits collect nothing for a while checks the
  * descriptors of the pending operations (fcntl F_GETFD) and cancels those
- * of closed ones.  That takes about two seconds at most while nothing
+ * of closed ones.  That takes about a second at most while nothing
  * else completes, about five under steady traffic, and needs a thread in
  * px_handle_events for a shared processor.  The check needs the number
  * to stay closed: if the application opens another file that gets the
@@ -499,7 +499,11 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * the read or write returns: a stream read on a quiet pipe (or socket, with
  * sockets=aio) then never gets ECANCELED, ETIMEDOUT from a deadline, or
  * EBADF after close(2); px_close's cb and px_destroy wait for it, maybe
- * for good.  See README.md, "Engines and configuration".
+ * for good.  See README.md, "Engines and configuration".  Likewise Linux
+ * AIO performs a file read or write on a descriptor not opened with
+ * O_DIRECT inside its io_submit, which px_cancel neither stops nor waits
+ * for; on a pipe or socket that lasts until data or room comes
+ * (px_read_file(3)).
  */
 PX_API int px_cancel(px_proactor *px, int fd);
 

@@ -206,7 +206,8 @@ struct px_proactor {
 };
 
 /* px_close bookkeeping (proactor.c): a completion on fd was delivered
- * (its callback returned); a px_close waiting for it may now close. */
+ * (its callback returned), or a start it counted failed without one
+ * (fac_start); a px_close waiting for it may now close. */
 void px__close_delivered(struct px_proactor *px, int fd) PX_HIDDEN;
 /* An operation's callback has returned: it leaves its descriptor's list
  * (px_proactor.byfd).  Mutex held. */

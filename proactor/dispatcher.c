@@ -705,14 +705,17 @@ lead:
 
 		/* Step 3: sleep as a follower.  While a processor has work,
 		 * or a thread runs callbacks (whose starts wake nobody:
-		 * px__dispatch_needs_leader), not for longer than
-		 * PX_FOLLOWER_CHECK_NS: a thread that
+		 * px__dispatch_needs_leader), not for longer than the bound
+		 * `check`, PX_FOLLOWER_CHECK_NS at first: a thread that
 		 * dispatches cheap callbacks leads again afterwards instead of
 		 * handing off (disp_worth_help), and should one of its callbacks
 		 * block (say, until another operation completes), a follower
-		 * must take the lead.  The bound doubles (up to 1 s) while
-		 * the checks find a leader in place, so that idle followers
-		 * of an idle proactor do not wake 50 times a second. */
+		 * must take the lead.  The bound doubles (up to
+		 * PX_FOLLOWER_CHECK_MAX_NS, 1 s) after each sleep that ends
+		 * unwoken while no thread runs callbacks, so that idle
+		 * followers of an idle proactor do not wake 50 times a second;
+		 * it is PX_FOLLOWER_CHECK_NS again after a wake-up, and after
+		 * a sleep that ends while a thread runs callbacks. */
 		uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 		if (disp_any_work(px) || px->nhandlers)
 			until = disp_min_u64(until, now + check);

@@ -257,8 +257,10 @@ static size_t proc_collect(px_processor *p, uint64_t now)
  *     mechanisms drop a closed descriptor without an event, others hold
  *     their own reference to the file, so such an operation could wait
  *     forever (docs/ARCHITECTURE.md names them).  One
- *     fcntl(F_GETFD) per descriptor finds them; they are cancelled and
- *     complete with EBADF;
+ *     fcntl(F_GETFD) per descriptor finds them (one per operation when
+ *     there is no memory for the table of descriptors, since they may
+ *     have no other way to complete); they are cancelled and complete
+ *     with EBADF;
  *   - a full max_aio with operations deferred and no completion for more
  *     than a second: the operations holding the slots may be waiting for
  *     input that only a deferred one would produce.  The deferred ones are

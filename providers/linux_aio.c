@@ -63,7 +63,9 @@
  * real asynchrony.  A misaligned O_DIRECT buffer completes with EINVAL.
  *
  * Cancel.  An operation not in the kernel (queued behind its descriptor's
- * head, or pending) is forgotten at once.  A poll in the kernel is
+ * head, or pending) is forgotten at once, unless it has finished already
+ * and waits on u->done for the leader (la_priv.on_done), which hands it
+ * out with its own result.  A poll in the kernel is
  * cancelled with io_cancel, which answers EINPROGRESS and delivers the
  * poll's event through the ring; the operation then completes with
  * ECANCELED.  File iocbs cannot be cancelled by this kernel interface

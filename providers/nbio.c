@@ -410,7 +410,9 @@ static int nb_accept(px_nbio *io, px_result *r)
 }
 
 /*
- * A connect found finished (the peer known): call connect(2) once more.
+ * A connect found finished (the peer known), or one that SO_ERROR and
+ * getpeername cannot place (no error, no peer: still under way, or failed
+ * with its error taken by another call): call connect(2) once more.
  * Linux keeps a socket whose non-blocking connect has finished marked as
  * connecting until its next connect(2), which returns 0 and marks it
  * connected; without this call a second px_connect on the socket would
@@ -418,7 +420,8 @@ static int nb_accept(px_nbio *io, px_result *r)
  * io_uring engine) gives EISCONN.  The call must not block: on a socket
  * that was blocking it is made with O_NONBLOCK set for its length (a
  * handshake still under way, as in a simultaneous open, would wait).
- * Returns 0, EALREADY (still under way) or the connection's error.
+ * Returns 0, EALREADY (still under way) or the connection's error
+ * (ECONNABORTED when that error was taken already).
  */
 static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 {

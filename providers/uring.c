@@ -129,7 +129,8 @@
  *   - Each pending read on a pipe occupies an io-wq worker on kernels whose
  *     pipes do not support non-blocking reads from io_uring (FMODE_NOWAIT).
  *   - A start on a descriptor that is not open returns -EBADF (one
- *     getsockopt(SO_ACCEPTCONN), which tells a listener too)
+ *     getsockopt(SO_ACCEPTCONN), which tells a listener too; an fcntl
+ *     as well when it says EBADF, which an open O_PATH descriptor does)
  *     the first time the provider meets that descriptor number, and again
  *     after an operation on it failed with EBADF.  Once it has been seen
  *     open, the check is skipped: it would double the syscalls of a
@@ -815,8 +816,10 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 	}
 }
 
-/* Set when a RECV with IORING_RECVSEND_POLL_FIRST came back EINVAL (a
- * kernel before 5.19): a property of the kernel, so one for the process. */
+/* Set when a RECV with IORING_RECVSEND_POLL_FIRST came back EINVAL and
+ * the same read redone as READ did not (a kernel before 5.19 refuses the
+ * flag; an unconnected AF_UNIX stream socket refuses both): a property of
+ * the kernel, so one for the process. */
 static atomic_bool ur_no_poll_first;
 
 bool px__uring_poll_first_refused(void)

@@ -26,7 +26,8 @@
  *
  * The interrupt.  aio_suspend only watches aiocbs (a signal would race
  * with the call, which takes no signal mask), so the interrupt is one of
- * them: an 8-byte aio_read on an eventfd, always in the array.  interrupt()
+ * them: an 8-byte aio_read on an eventfd, in the array whenever glibc
+ * has taken it (see below).  interrupt()
  * writes 1 to the eventfd, the helper's read returns and so does
  * aio_suspend; next_completed() sees it finished and queues the next read.
  * The read keeps one glibc helper thread for itself.  At destroy it is
