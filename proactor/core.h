@@ -66,7 +66,6 @@ typedef struct px_processor {
 	                              check; 0: not quiet */
 	uint64_t check_gap;        /* quiet time before the next check */
 	uint64_t last_check;       /* when the last check ran */
-	unsigned busy_rounds;      /* waits that collected since then */
 	bool starve_warned;        /* the max_aio warning was printed */
 	uint64_t led_ns;           /* shared: when a lead of it last ended
 	                              (px__dispatch_handle_events); 0: not

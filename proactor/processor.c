@@ -270,15 +270,15 @@ static size_t proc_collect(px_processor *p, uint64_t now)
  * up to PROC_CHECK_MAX_NS while the quiet lasts; waits are bounded by the
  * gap while operations are pending, so a dedicated leader or a thread in
  * px_handle_events(px, -1) gets there too.  Under steady completions it
- * still runs every PROC_CHECK_BUSY_NS, looked at once per
- * PROC_CHECK_BUSY_ROUNDS waits, so a closed descriptor among busy ones is
- * found as well.  Nothing of this runs on the path of a wait that
- * collects.
+ * still runs every PROC_CHECK_BUSY_NS, so a closed descriptor among busy
+ * ones is found as well; a wait that collects pays one comparison of the
+ * clock it has read anyway.  (It used to look at the clock once per 1024
+ * such waits, and a completion every few hundred ms, which ends each
+ * quiet run before its first check, put the check minutes apart.)
  */
 #define PROC_CHECK_MIN_NS 200000000u
 #define PROC_CHECK_MAX_NS 1000000000u
 #define PROC_CHECK_BUSY_NS 5000000000u
-#define PROC_CHECK_BUSY_ROUNDS 1024u
 
 static bool proc_fd_closed(int fd)
 {
@@ -453,7 +453,6 @@ static void proc_unstarve(px_processor *p)
 static void proc_check(px_processor *p, uint64_t now, bool quiet)
 {
 	p->last_check = now;
-	p->busy_rounds = 0;
 	proc_reap_closed(p);
 	/* Starving once more than PROC_CHECK_MAX_NS passed without a
 	 * completion: the third check of a quiet run (200 + 400 + 800 ms). */
@@ -467,9 +466,6 @@ static void proc_after_wait(px_processor *p, size_t n, uint64_t now)
 	if (n) {
 		p->quiet_start = p->quiet_since = 0;
 		p->check_gap = PROC_CHECK_MIN_NS;
-		if (++p->busy_rounds < PROC_CHECK_BUSY_ROUNDS)
-			return;
-		p->busy_rounds = 0;
 		if (now - p->last_check >= PROC_CHECK_BUSY_NS)
 			proc_check(p, now, false);
 		return;
