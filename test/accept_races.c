@@ -536,16 +536,7 @@ static void set_nonblock(int fd)
 /* Descriptors open in this process. */
 static int count_fds(void)
 {
-	DIR *d = opendir("/proc/self/fd");
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n - 1;   /* the directory's own */
+	return h_count_dir("/proc/self/fd") - 1;   /* the directory's own */
 }
 
 static void list_fds(void)

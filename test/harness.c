@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -485,4 +486,34 @@ void h_pattern(uint8_t *buf, size_t len, uint32_t seed, uint64_t pos)
 		uint64_t w = h_mix(((uint64_t)seed << 40) ^ (p >> 3));
 		buf[i] = (uint8_t)(w >> ((p & 7) * 8));
 	}
+}
+
+int h_count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+bool h_vec_supported(h_fx *f, px_op op)
+{
+	px_config cfg;
+	assert_int_equal(px_config_parse(&cfg, px_engine_name(f->px), NULL, 0), 0);
+	const px_processor_config *pc[2] = { &cfg.primary, &cfg.secondary };
+	for (int i = 0; i < 2; i++) {
+		if (pc[i]->processor == PX_PROCESSOR_NONE)
+			continue;
+		if (pc[i]->ops && !(pc[i]->ops & PX_OP_BIT(op)))
+			continue;
+		return strcmp(pc[i]->provider, "posix") != 0;
+	}
+	fail_msg("no processor of %s does op %d", px_engine_name(f->px), op);
+	return false;
 }

@@ -181,6 +181,14 @@ void h_pipe(h_fx *f, int p[2]);
 int h_bound_socket(h_fx *f, int type, struct sockaddr_in *addr);
 /* The port of a bound socket (host order). */
 int h_port_of(int fd);
+/* Entries of a directory, "." and ".." left out (/proc/self/fd counts the
+ * descriptor that reads it); -1 if it cannot be opened. */
+int h_count_dir(const char *path);
+/* Whether the engine under test does op vectored: the processor the
+ * operation is routed to (the first whose ops include it) is not the POSIX
+ * AIO provider, the one provider without a vectored form.  Taken from the
+ * engine as created, so an auto processor counts as what it became. */
+bool h_vec_supported(h_fx *f, px_op op);
 
 /* ------------------------------------------------------------------ */
 /* Common steps                                                         */

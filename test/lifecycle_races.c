@@ -54,7 +54,6 @@
  *
  *   lifecycle_races 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -1742,20 +1741,6 @@ static void destroy_races_arriving_data(void **state)
 /* 8. Many proactors created and destroyed                              */
 /* ------------------------------------------------------------------ */
 
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d)
-		return -1;
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 static void *one_loop_main(void *arg)
 {
 	px_proactor *px = arg;
@@ -1770,8 +1755,8 @@ static void create_destroy_cycles_leave_nothing(void **state)
 	h_fx *f = *state;
 	assert_int_equal(px_destroy(f->px), 0);
 	f->px = NULL;
-	int fds0 = count_dir("/proc/self/fd");
-	int tasks0 = count_dir("/proc/self/task");
+	int fds0 = h_count_dir("/proc/self/fd");
+	int tasks0 = h_count_dir("/proc/self/task");
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
 			 0);
@@ -1856,7 +1841,7 @@ static void create_destroy_cycles_leave_nothing(void **state)
 	close(sv[0]);
 	close(sv[1]);
 	h_assert_no_bad("create and destroy cycles");
-	int fds1 = count_dir("/proc/self/fd");
+	int fds1 = h_count_dir("/proc/self/fd");
 	if (fds1 != fds0)
 		fail_msg("%d descriptors open after %d proactors were created "
 			 "and destroyed, %d before", fds1, i, fds0);
@@ -1865,7 +1850,7 @@ static void create_destroy_cycles_leave_nothing(void **state)
 	 * helpers) may take a moment to leave. */
 	uint64_t dl = h_deadline(PROMPT_MS);
 	int tasks1;
-	while ((tasks1 = count_dir("/proc/self/task")) > tasks0 &&
+	while ((tasks1 = h_count_dir("/proc/self/task")) > tasks0 &&
 	       h_now_ms() < dl)
 		h_sleep_ms(5);
 	if (tasks1 > tasks0)
@@ -1885,8 +1870,7 @@ static void create_destroy_cycles_leave_nothing(void **state)
  * the follower must take the lead and complete it within LV_LATE_MS.
  * Before, the follower's sleeps doubled while the callback ran (20, 40,
  * 80, 160, 320 ms...), so the read waited about 270 ms for its next look.
- * Engines whose processors are all dedicated have their own leader and
- * pass trivially; they are left out to save time. */
+ * Engines whose processors are all dedicated are left out (all_dedicated). */
 #define LV_HOLD_MS 350
 #define LV_LATE_MS 150
 
@@ -1900,18 +1884,23 @@ static struct {
 	atomic_int loop_started;
 } lv;
 
-static void *lv_loop_main(void *arg)
+/* Engines whose processors are all dedicated have a leader of their own:
+ * nothing to hand over (the two tests below pass trivially there). */
+static bool all_dedicated(h_fx *f)
 {
-	(void)arg;
-	while (px_handle_events(lv.px, -1) >= 0)
-		;
-	return NULL;
+	const char *name = px_engine_name(f->px);
+	if (strstr(name, "processor=dedicated") &&
+	    !strstr(name, "processor=shared")) {
+		printf("every processor is dedicated: nothing to hand over\n");
+		return true;
+	}
+	return false;
 }
 
 static void lv_post_cb(const px_completion *c)
 {
 	(void)c;
-	if (pthread_create(&lv.loop, NULL, lv_loop_main, NULL)) {
+	if (pthread_create(&lv.loop, NULL, one_loop_main, lv.px)) {
 		h_bad("pthread_create failed");
 		return;
 	}
@@ -1927,12 +1916,8 @@ static void lv_post_cb(const px_completion *c)
 static void leaver_hands_over_to_follower(void **state)
 {
 	h_fx *f = *state;
-	const char *name = px_engine_name(f->px);
-	if (strstr(name, "processor=dedicated") &&
-	    !strstr(name, "processor=shared")) {
-		printf("every processor is dedicated: nothing to hand over\n");
+	if (all_dedicated(f))
 		return;
-	}
 	memset(&lv, 0, sizeof lv);
 	lv.px = f->px;
 	h_socketpair(f, lv.sv);
@@ -1982,7 +1967,7 @@ static struct {
 	int sv0[2], sv1[2], sv2[2];
 	char buf[24];
 	h_rec *r0, *r1, *r2;
-	atomic_int leave, b_left, a_stop;
+	atomic_int leave, b_left;
 } ll;
 
 static void ll_r1_cb(const px_completion *c)
@@ -2004,24 +1989,11 @@ static void *ll_b_main(void *arg)
 	return NULL;
 }
 
-static void *ll_a_main(void *arg)
-{
-	(void)arg;
-	while (!atomic_load(&ll.a_stop))
-		if (px_handle_events(ll.px, -1) < 0)
-			break;
-	return NULL;
-}
-
 static void leader_leaves_work_to_follower(void **state)
 {
 	h_fx *f = *state;
-	const char *name = px_engine_name(f->px);
-	if (strstr(name, "processor=dedicated") &&
-	    !strstr(name, "processor=shared")) {
-		printf("every processor is dedicated: nothing to hand over\n");
+	if (all_dedicated(f))
 		return;
-	}
 	memset(&ll, 0, sizeof ll);
 	ll.px = f->px;
 	h_socketpair(f, ll.sv0);
@@ -2037,7 +2009,7 @@ static void leader_leaves_work_to_follower(void **state)
 	pthread_t b, a;
 	assert_int_equal(pthread_create(&b, NULL, ll_b_main, NULL), 0);
 	h_sleep_ms(20);  /* B leads */
-	assert_int_equal(pthread_create(&a, NULL, ll_a_main, NULL), 0);
+	assert_int_equal(pthread_create(&a, NULL, one_loop_main, f->px), 0);
 	h_sleep_ms(LV_HOLD_MS);
 	atomic_store(&ll.leave, 1);
 	assert_int_equal(write(ll.sv1[0], "1", 1), 1);
@@ -2047,7 +2019,6 @@ static void leader_leaves_work_to_follower(void **state)
 	assert_int_equal(write(ll.sv2[0], "2", 1), 1);
 	bool r2_done = h_wait_at_least(&ll.r2->done, 1, PROMPT_MS);
 	uint64_t late_ms = r2_done ? (ll.r2->at_ns - t0) / MS : 0;
-	atomic_store(&ll.a_stop, 1);
 	px_stop(f->px);
 	pthread_join(a, NULL);
 	pthread_join(b, NULL);

@@ -54,7 +54,6 @@
  *
  *   oom 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
-#include <dirent.h>
 #include <execinfo.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -232,26 +231,10 @@ static void disarm(void)
 /* Descriptors                                                          */
 /* ------------------------------------------------------------------ */
 
-/* Entries of a /proc/self directory (glibc's own malloc: not counted). */
-static int count_entries(const char *path)
-{
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd < 0)
-		return -1;
-	DIR *d = fdopendir(dfd);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
-
 /* Open descriptors, less the one that reads the directory. */
 static int count_fds(void)
 {
-	return count_entries("/proc/self/fd") - 1;
+	return h_count_dir("/proc/self/fd") - 1;
 }
 
 /* Threads of the process, or 0 where the count says nothing about the
@@ -269,7 +252,7 @@ static int count_threads(void)
 		if (!strcmp(prov[i], "uring") || !strcmp(prov[i], "posix") ||
 		    !prov[i][0])
 			return 0;
-	return count_entries("/proc/self/task");
+	return h_count_dir("/proc/self/task");
 }
 
 /* How many threads more than want there are, once those on their way out

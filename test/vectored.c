@@ -28,32 +28,12 @@
 #include "harness.h"
 #include "vectored.h"
 
-/* Whether the engine under test does op vectored: the processor the
- * operation is routed to (the first whose ops include it) is not the POSIX
- * AIO provider, the one provider without a vectored form.  Taken from the
- * engine as created, so an auto processor counts as what it became. */
-static bool vec_supported(h_fx *f, px_op op)
-{
-	px_config cfg;
-	assert_int_equal(px_config_parse(&cfg, px_engine_name(f->px), NULL, 0), 0);
-	const px_processor_config *pc[2] = { &cfg.primary, &cfg.secondary };
-	for (int i = 0; i < 2; i++) {
-		if (pc[i]->processor == PX_PROCESSOR_NONE)
-			continue;
-		if (pc[i]->ops && !(pc[i]->ops & PX_OP_BIT(op)))
-			continue;
-		return strcmp(pc[i]->provider, "posix") != 0;
-	}
-	fail_msg("no processor of %s does op %d", px_engine_name(f->px), op);
-	return false;
-}
-
 /* A start that the engine may refuse: returns true when it was started;
  * on an engine without the vectored form asserts -EOPNOTSUPP and returns
  * false (the test then has nothing more to check). */
 static bool vec_started(h_fx *f, px_op op, int rc, const char *what)
 {
-	if (vec_supported(f, op)) {
+	if (h_vec_supported(f, op)) {
 		if (rc != 0)
 			fail_msg("%s: start failed: %s", what, px_strerror(rc));
 		return true;

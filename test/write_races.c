@@ -547,22 +547,6 @@ static void write_alls_queued_keep_order(void **state)
 /* Arrays at their edges                                                */
 /* ------------------------------------------------------------------ */
 
-/* Whether the engine under test does op vectored (see vectored.c). */
-static bool vec_supported(h_fx *f, px_op op)
-{
-	px_config cfg;
-	assert_int_equal(px_config_parse(&cfg, px_engine_name(f->px), NULL, 0), 0);
-	const px_processor_config *pc[2] = { &cfg.primary, &cfg.secondary };
-	for (int i = 0; i < 2; i++) {
-		if (pc[i]->processor == PX_PROCESSOR_NONE)
-			continue;
-		if (pc[i]->ops && !(pc[i]->ops & PX_OP_BIT(op)))
-			continue;
-		return strcmp(pc[i]->provider, "posix") != 0;
-	}
-	return false;
-}
-
 static void noop_cb(const px_completion *c)
 {
 	(void)c;
@@ -628,7 +612,7 @@ static void iov_max_write_all(void **state)
 	memcpy(copy, iov, IOV_MAX * sizeof *copy);
 	int sv[2];
 	stream_pair(f, T_UNIX, sv);
-	if (!vec_supported(f, PX_OP_WRITE_STREAM)) {
+	if (!h_vec_supported(f, PX_OP_WRITE_STREAM)) {
 		assert_int_equal(px_writev_stream_all(f->px, sv[0], iov, n, h_rec_cb,
 						      NULL), -EOPNOTSUPP);
 		return;
@@ -667,7 +651,7 @@ static void iov_max_write_all(void **state)
 	unlink(path);
 	h_rec *w = h_rec_new(f);
 	int rc = px_writev_file(f->px, fd, iov, n, 4093, h_rec_cb, w);
-	if (!vec_supported(f, PX_OP_WRITE_FILE)) {
+	if (!h_vec_supported(f, PX_OP_WRITE_FILE)) {
 		assert_int_equal(rc, -EOPNOTSUPP);
 		return;
 	}
@@ -695,7 +679,7 @@ typedef struct scatter {
 static void scatter_reads_in_place(void **state)
 {
 	h_fx *f = *state;
-	if (!vec_supported(f, PX_OP_READ_STREAM))
+	if (!h_vec_supported(f, PX_OP_READ_STREAM))
 		return;  /* vectored.c asserts the refusal */
 	scatter *s = h_alloc(f, sizeof *s);
 	size_t pos = 0;
@@ -807,7 +791,7 @@ static void readv_file_at_and_across_eof(void **state)
 	int n = 0;
 	for (int i = 0; i < 40; i++)
 		iov[n++] = (struct iovec){ buf + i * 10, (size_t)(i % 5 == 2 ? 0 : 9) };
-	bool can = vec_supported(f, PX_OP_READ_FILE);
+	bool can = h_vec_supported(f, PX_OP_READ_FILE);
 	uint64_t offs[3] = { 1000, 5000, 900 };
 	for (int k = 0; k < 3; k++) {
 		memset(buf, SC_GUARD, 400);
@@ -850,7 +834,7 @@ static void writev_to_datagram_socket(void **state)
 	h_pattern(src, sizeof src, 8, 0);
 	struct iovec iov[5] = { { src, 10 }, { NULL, 0 }, { src + 10, 90 },
 				{ src + 100, 0 }, { src + 100, 200 } };
-	if (!vec_supported(f, PX_OP_WRITE_STREAM))
+	if (!h_vec_supported(f, PX_OP_WRITE_STREAM))
 		return;
 	for (int all = 0; all < 2; all++) {
 		h_rec *r = h_rec_new(f);
@@ -884,7 +868,7 @@ static void huge_write_alls_to_dev_null(void **state)
 	}
 	int fd = h_track(f, open("/dev/null", O_WRONLY | O_CLOEXEC));
 	assert_true(fd >= 0);
-	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
+	bool vec_ok = h_vec_supported(f, PX_OP_WRITE_STREAM);
 	struct iovec iov[4] = { { m, 1ull << 30 }, { NULL, 0 },
 				{ m, (4ull << 30) + 7 }, { m, 1000 } };
 	const size_t vlen = (5ull << 30) + 1007;
@@ -968,7 +952,7 @@ static void *ma_read(void *arg)
 static void max_aio_1_write_alls(void **state)
 {
 	h_fx *f = *state;
-	if (!vec_supported(f, PX_OP_WRITE_STREAM))
+	if (!h_vec_supported(f, PX_OP_WRITE_STREAM))
 		return;
 	uint8_t *src = h_alloc(f, 2 * MA_LEN);
 	h_pattern(src, 2 * MA_LEN, 21, 0);
@@ -1110,7 +1094,7 @@ static void write_all_end_races(void **state)
 	e->dst = h_alloc(f, e->cap);
 	struct iovec *iov = h_alloc(f, 300 * sizeof *iov);
 	h_rec *recs = h_alloc(f, ER_ROUNDS * sizeof *recs);
-	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
+	bool vec_ok = h_vec_supported(f, PX_OP_WRITE_STREAM);
 	int outcome[3] = { 0, 0, 0 };
 	struct px_stats st0, st1;
 	assert_int_equal(px_stats(f->px, &st0), 0);
@@ -1497,7 +1481,7 @@ static void qw_start(h_fx *f, qw *q, int mode, int kind)
 				 .len = qw_len[i] };
 		if (i == 1 && mode == QE_DEADLINE_QUEUED)
 			d.timeout_ns = 5 * 1000000ull;
-		if (i == 1 && vec_supported(f, PX_OP_WRITE_STREAM)) {
+		if (i == 1 && h_vec_supported(f, PX_OP_WRITE_STREAM)) {
 			d.flags |= PX_OPF_VECTORED;
 			d.buf = NULL;
 			d.len = 0;
@@ -1654,7 +1638,7 @@ static void write_alls_ended_mid_transfer(void **state)
 	qw *q = qw_new(f);
 	h_rec *recs[64];
 	int nrecs = 0;
-	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
+	bool vec_ok = h_vec_supported(f, PX_OP_WRITE_STREAM);
 
 	for (int mode = 0; mode < END_MODES; mode++) {
 		if (mode == END_DESTROY)
@@ -1741,7 +1725,7 @@ static void cancel_at_start_on_pipes(void **state)
 	h_pattern(src, 4096, 17, 0);
 	struct iovec iov[3] = { { src, 1000 }, { NULL, 0 }, { src + 1000, 3096 } };
 	h_rec *recs = h_alloc(f, 2 * CS_ROUNDS * sizeof *recs);
-	bool vec_ok = vec_supported(f, PX_OP_WRITE_STREAM);
+	bool vec_ok = h_vec_supported(f, PX_OP_WRITE_STREAM);
 	for (int i = 0; i < CS_ROUNDS; i++) {
 		/* A socket on the numbers first, written once. */
 		int sv[2];
