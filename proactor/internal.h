@@ -490,6 +490,11 @@ typedef struct px_provider_ops {
 	int (*start)(px_provider *p, px_result *r);
 	/* Cancel a started r.  Any thread.  Returns PX_CANCEL_*. */
 	int (*cancel)(px_provider *p, px_result *r);
+	/* Optional.  px_close has just closed fd (mutex held; no operation
+	 * of the proactor refers to it): forget what was learnt about the
+	 * file under that number, which may name another one at the next
+	 * start.  (A close(2) by the application is not seen.) */
+	void (*closed)(px_provider *p, int fd);
 } px_provider_ops;
 
 struct px_provider {

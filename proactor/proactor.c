@@ -303,6 +303,13 @@ static void fac_close_now(struct px_proactor *px, px_result *r)
 	/* Linux frees the descriptor even when close is interrupted. */
 	if (err == EINTR)
 		err = 0;
+	/* What the providers learnt of the file is not true of the next
+	 * one under the number. */
+	for (int i = 0; i < px->nproc; i++) {
+		px_provider *pv = px->proc[i]->prov;
+		if (pv->ops->closed)
+			pv->ops->closed(pv, r->c.fd);
+	}
 	px_result_finish(r, 0, err);
 	r->state = PX_RS_POSTED;
 	px__dispatch_post(px, r, px__dispatch_level_for_caller(px));
