@@ -294,6 +294,14 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	pr->phase = LA_IDLE;
 	fe->inflight--;
 	fe->open_seen = r->c.error != EBADF;
+	/* An error, a cancel or the end of a stream: the application may
+	 * close the number next and get it back for another file.  A
+	 * listener's read skipped at the start (la_skip_try) would wait in
+	 * a poll for a connection instead of failing at once (ENOTCONN,
+	 * EINVAL), so the next read on the number tries again. */
+	if (r->c.error ||
+	    (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len))
+		fe->rd_miss = 0;
 	if (dir >= 0 && px_link_linked(&r->plink) &&
 	    px_fdq_remove(&fe->fq, dir, r)) {
 		px_result *next = px_fdq_head(&fe->fq, dir);
@@ -637,6 +645,11 @@ px_result *px__laio_next_completed(px_laio *u)
 /* Provider ops                                                         */
 /* ------------------------------------------------------------------ */
 
+/* rd_miss is kept while the descriptor is idle (a request/response
+ * exchange keeps skipping), and forgotten on the hints that the number
+ * may soon name another file: an error, a cancel, the end of a stream
+ * (la_complete), px_close (la_closed).  A number closed with close(2)
+ * without such a hint keeps it. */
 static bool la_skip_try(la_fd *fe, int dir)
 {
 	if (dir != PX_FDQ_RD || fe->rd_miss < LA_SPEC_MISSES)
@@ -763,6 +776,20 @@ static int la_cancel(px_provider *p, px_result *r)
 	return PX_CANCEL_PENDING;
 }
 
+/* px_close closed fd: its next start checks that it is open, and its next
+ * read tries at the start (la_skip_try). */
+static void la_closed(px_provider *p, int fd)
+{
+	px_fdq_entry *fq = px_fdq_lookup(&la_of_prov(p)->fdq, fd);
+
+	if (fq) {
+		la_fd *fe = px_container_of(fq, la_fd, fq);
+		fe->open_seen = false;  /* a start on it checks it again */
+		fe->rd_miss = 0;
+		fe->rd_skip = 0;
+	}
+}
+
 static void la_destroy(px_provider *p)
 {
 	px_laio *u = la_of_prov(p);
@@ -877,4 +904,5 @@ const px_provider_ops px__provider_laio_ops = {
 	.destroy = la_destroy,   /* io_destroy and the fd table */
 	.start = la_start,       /* try a stream call, or queue an iocb */
 	.cancel = la_cancel,     /* forget, io_cancel a poll, or mark */
+	.closed = la_closed,     /* px_close: forget the read misses */
 };

@@ -391,17 +391,22 @@ static void sel_to_done(px_sel *sel, px_result *r)
 	px_list_push_back(&sel->done, &r->plink);
 }
 
-/* r, an operation on e, has finished (mutex held).  Edge poller: take
- * the hints that a number names another file, or soon may (see
- * "Edge-triggered watching"). */
+/* r, an operation on e, has finished (mutex held).  Take the hints that
+ * a number names another file, or soon may: an error, a cancel or the
+ * end of a stream (the application often closes the number next).  The
+ * edge poller checks its registration (see "Edge-triggered watching");
+ * the next read tries its call at the start again (sel_skip_try). */
 static void sel_note_done(px_sel *sel, sel_fd *e, px_result *r)
 {
 	px_fdq_entry *fq;
+	bool ended = r->c.error ||
+		     (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len);
 
+	if (ended)
+		e->rd_miss = 0;
 	if (!sel->edge)
 		return;
-	if (r->c.error ||
-	    (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len))
+	if (ended)
 		e->recheck = 1;
 	if (r->c.op != PX_OP_ACCEPT || r->c.error || r->c.new_fd < 0)
 		return;
@@ -683,6 +688,13 @@ static px_result *sel_pop_done(px_sel *sel)
 #define SEL_SPEC_MISSES 2
 #define SEL_SPEC_PROBE 8
 
+/* rd_miss is kept while the descriptor is idle, so that a request/
+ * response exchange keeps skipping; it is forgotten on the hints that the
+ * number may soon name another file (sel_note_done, a cancel, px_close:
+ * sel_closed).  Kept for another file, it made a read of a listener that
+ * took the number skip its call, which fails at once (ENOTCONN, EINVAL),
+ * and wait for a connection instead (a listener polls readable only
+ * then).  A number closed with close(2) without such a hint keeps it. */
 static bool sel_skip_try(const px_sel *sel, sel_fd *e, int dir)
 {
 	/* Only where watching is a syscall anyway (epoll_ctl), which then
@@ -889,8 +901,9 @@ static int sel_cancel(px_provider *p, px_result *r)
 
 		px_fdq_remove(&e->fq, pv->dir, r);
 		pv->at = SEL_AT_NONE;
+		e->rd_miss = 0;           /* it may be closed next */
 		if (sel->edge)
-			e->recheck = 1;   /* it may be closed next */
+			e->recheck = 1;
 		/* Only shrinks what e wants (the next head, with an edge
 		 * poller, may go to the retry list); a wake-up still armed
 		 * for it finds nothing to do. */
@@ -1180,10 +1193,22 @@ fail:
 	return rc;
 }
 
+/* px_close closed fd: its next read tries at the start (sel_skip_try). */
+static void sel_closed(px_provider *p, int fd)
+{
+	px_fdq_entry *fq = px_fdq_lookup(&sel_of(p)->fdq, fd);
+
+	if (fq) {
+		sel_fd_of(fq)->rd_miss = 0;
+		sel_fd_of(fq)->rd_skip = 0;
+	}
+}
+
 const px_provider_ops px__provider_select_ops = {
 	.name = "select",
 	.create = sel_create,     /* provider, interrupt, the poller of its wait */
 	.destroy = sel_destroy,   /* poller, interrupt, descriptor table */
 	.start = sel_start,       /* try at once (unlocked), else queue and watch */
 	.cancel = sel_cancel,     /* unqueue: done; finished or busy: pending */
+	.closed = sel_closed,     /* px_close: forget the read misses */
 };
