@@ -132,15 +132,24 @@
  *     getsockopt(SO_ACCEPTCONN), which tells a listener too; an fcntl
  *     as well when it says EBADF, which an open O_PATH descriptor does)
  *     the first time the provider meets that descriptor number, and again
- *     after an operation on it failed with EBADF.  Once it has been seen
- *     open, the check is skipped: it would double the syscalls of a
- *     request/response exchange.  A descriptor the application closes
- *     after using it therefore fails in the completion (EBADF), not in the
- *     start.  Operations pending when it is closed keep the file open in
- *     the kernel; the processor's idle check (proactor/processor.c)
- *     finds the closed number and cancels them (EBADF).  A number
- *     beyond the descriptor table is checked by the table itself before it
- *     grows, so a huge number that is not open costs no memory.
+ *     at its next start with nothing in flight after px_close closed it
+ *     (ur_closed) or after an operation on it ended with an error (EBADF
+ *     among them), a cancel or the end of a stream: hints that the
+ *     application may close the number next, with close(2) too, which
+ *     the provider does not see, and get it back for another file (a
+ *     listener, whose reads must not go with POLL_FIRST).  Otherwise,
+ *     once it has been seen open, the check is skipped: it would double
+ *     the syscalls of a request/response exchange.  So a number closed
+ *     with close(2) after operations that all went well is not looked at
+ *     again: a read of a listener that took it waits for a connection,
+ *     and a start on it once closed fails in the completion (EBADF), not
+ *     in the start.  A number an accept returned is known (a connected
+ *     socket) without a check.  Operations pending when it is closed
+ *     keep the file open in the kernel; the processor's idle check
+ *     (proactor/processor.c) finds the closed number and cancels them
+ *     (EBADF).  A number beyond the descriptor table is checked by the
+ *     table itself before it grows, so a huge number that is not open
+ *     costs no memory.
  *
  * Late reads (ur_hold_late, px__uring_late_flush):
  *   A socket read in the kernel before its data comes costs a poll arm,
@@ -299,8 +308,10 @@ struct px_uring_fd {
 	                       one again (see "Late reads") */
 	bool late_pays;     /* its last read ended in the lead after the one
 	                       that submitted it */
-	bool open_seen;     /* known to be open: checked, or an operation on it
-	                       ended with something other than EBADF */
+	bool open_seen;     /* checked (or returned by an accept) since the
+	                       last hint that the number may name another
+	                       file: px_close, or an operation on it that
+	                       ended with an error, a cancel or end of stream */
 	bool listener;      /* a listening socket: found so when its number
 	                       was checked, or an accept was started on it */
 	bool fresh;         /* returned by an accept of this provider, and
@@ -566,13 +577,19 @@ static void ur_mark_fresh(px_uring *u, int fd)
 {
 	px_fdq_entry *fq = px_fdq_lookup(&u->fdq, fd);
 
-	if (fq)  /* a connection, whatever the number named before */
-		px_container_of(fq, px_uring_fd, fq)->listener = false;
+	if (fq) {
+		/* A connected socket, whatever the number named before: what
+		 * the first look at a number would find, so it need not look
+		 * (ur_start). */
+		px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
+		fe->listener = false;
+		fe->notsock = false;
+		fe->open_seen = true;
+		fe->seg = 0;
+	}
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
 		return;  /* (no memory for the entry: it is placed as before) */
-	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
-	fe->fresh = true;
-	fe->seg = 0;  /* another socket under this number */
+	px_container_of(fq, px_uring_fd, fq)->fresh = true;
 }
 
 /* The ring with the fewest descriptors among the rings given to a thread
@@ -1188,7 +1205,14 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	ur_late_done(r, pr);
 	pr->phase = PX_URING_IDLE;
 	pr->fe->inflight--;
-	pr->fe->open_seen = res != -EBADF;
+	/* An error, a cancel or the end of a stream: the application may
+	 * close the number next (with close(2), which the provider does not
+	 * see) and get it back for another file, a listener say, whose reads
+	 * must not go with POLL_FIRST.  So its next start with nothing in
+	 * flight looks at the number again (one getsockopt per such end;
+	 * never on a read or write that moved bytes). */
+	if (res < 0 || (res == 0 && c->op == PX_OP_READ_STREAM && c->len))
+		pr->fe->open_seen = false;
 	if (res == -EBADF)
 		pr->fe->seg = 0;
 	if (res >= 0) {
@@ -1468,6 +1492,7 @@ static int ur_start(px_provider *p, px_result *r)
 		}
 		pr->fe->listener = acc != 0;
 		pr->fe->open_seen = true;
+		pr->fe->seg = 0;  /* maybe another socket */
 	}
 	if (r->c.op == PX_OP_ACCEPT)
 		pr->fe->listener = true;
@@ -1536,6 +1561,27 @@ static int ur_cancel(px_provider *p, px_result *r)
 		}
 	}
 	return PX_CANCEL_PENDING;
+}
+
+/* px_close closed fd: whatever the number names next is unknown, so its
+ * next start looks at it (getsockopt(SO_ACCEPTCONN): a listener's reads
+ * go without POLL_FIRST).  Its ring stays counted in nfd, as for a
+ * number closed with close(2), until the number is started on again. */
+static void ur_closed(px_provider *p, int fd)
+{
+	px_uring *u = ur_of_prov(p);
+	px_fdq_entry *fq = px_fdq_lookup(&u->fdq, fd);
+
+	if (!fq)
+		return;
+	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
+	fe->open_seen = false;
+	fe->listener = false;
+	fe->notsock = false;
+	fe->fresh = false;
+	fe->late_pays = false;
+	fe->late_skip = 0;
+	fe->seg = 0;
 }
 
 static void ur_destroy(px_provider *p)
@@ -1761,4 +1807,5 @@ const px_provider_ops px__provider_uring_ops = {
 	.destroy = ur_destroy,   /* io_uring_queue_exit and the fd table */
 	.start = ur_start,       /* fill an SQE, or queue behind the fd's head */
 	.cancel = ur_cancel,     /* drop a queued op, or ASYNC_CANCEL */
+	.closed = ur_closed,     /* px_close: look at the number again */
 };

@@ -66,6 +66,7 @@ typedef struct rec {
 	int error;
 	int new_fd;
 	int peer_port;        /* accept: from c->addr; connect: own port */
+	size_t bytes;         /* a read's */
 	int order;            /* global order of the first callback */
 } rec;
 
@@ -234,6 +235,7 @@ static bool rec_note(const px_completion *c)
 		    px_op_name(r->op), r->fd, px_op_name(c->op), c->fd);
 	r->error = c->error;
 	r->new_fd = c->new_fd;
+	r->bytes = c->bytes;
 	if (c->op == PX_OP_ACCEPT) {
 		if (c->error == 0) {
 			int fl = fcntl(c->new_fd, F_GETFD);
@@ -1527,7 +1529,7 @@ static outcome run_connect(h_fx *f, int fd, const struct sockaddr *a,
 
 /* A read of 8 bytes; its completion within 1 s (a read of a listener on
  * io_uring once waited for a connection to arrive). */
-static outcome run_read(h_fx *f, int fd)
+static outcome run_read_of(h_fx *f, int fd, const char *what)
 {
 	static char buf[8];
 	outcome o = {0, 0, -1};
@@ -1536,9 +1538,14 @@ static outcome run_read(h_fx *f, int fd)
 	if (o.rc != 0)
 		return o;
 	atomic_store(&r->started, 1);
-	pump_until(f, r, 1000, "a read on bad input");
+	pump_until(f, r, 1000, what);
 	o.error = r->error;
 	return o;
+}
+
+static outcome run_read(h_fx *f, int fd)
+{
+	return run_read_of(f, fd, "a read on bad input");
 }
 
 static const char *errname(int e)
@@ -1734,6 +1741,116 @@ static void accept_connect_bad_input(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 8b. A listener under a number the proactor has read before           */
+/* ------------------------------------------------------------------ */
+
+/* A read on fd started before its data (so a readiness engine's try at
+ * the start finds nothing), fed one byte from peer: 1 byte. */
+static void read_one_late(h_fx *f, int fd, int peer)
+{
+	static char buf[8];
+	rec *r = rec_new(PX_OP_READ_STREAM, fd, 0);
+	int rc = px_read_stream(f->px, fd, buf, sizeof buf, rec_cb, r);
+	if (rc != 0)
+		fail_msg("a read of a connected socket: start %d", rc);
+	atomic_store(&r->started, 1);
+	h_settle(f, 2);
+	if (write(peer, "x", 1) != 1)
+		fail_msg("write: %s", strerror(errno));
+	pump_until(f, r, 5000, "a read of a connected socket");
+	if (r->error != 0 || r->bytes != 1)
+		fail_msg("a read of a connected socket: error %d, %zu bytes",
+			 r->error, r->bytes);
+}
+
+/* A listening socket (TCP, or AF_UNIX in the abstract namespace) moved
+ * to the number want, which must be free. */
+static void listener_at(int want, bool unix_family)
+{
+	int l;
+	if (unix_family) {
+		l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_un ua = {.sun_family = AF_UNIX};
+		snprintf(ua.sun_path + 1, sizeof(ua.sun_path) - 1,
+			 "px-accept-races-reuse-%d", (int)getpid());
+		if (l < 0 || bind(l, (struct sockaddr *)&ua, sizeof ua) < 0 ||
+		    listen(l, 1) < 0)
+			fail_msg("AF_UNIX listener: %s", strerror(errno));
+	} else {
+		struct sockaddr_in a = {.sin_family = AF_INET,
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) < 0 ||
+		    listen(l, 1) < 0)
+			fail_msg("TCP listener: %s", strerror(errno));
+	}
+	if (l != want) {
+		if (dup3(l, want, O_CLOEXEC) != want)
+			fail_msg("dup3: %s", strerror(errno));
+		close(l);
+	}
+	fd_keep(want);
+}
+
+/*
+ * A read of a listening socket fails at once (accept_connect_bad_input),
+ * also when the listener got a number the proactor knew as a connection:
+ * a socket read on it (twice started before its data, so the readiness
+ * engines learn to skip their try at the start), then closed by
+ * px_close, or with close(2) after a read saw its end of stream, and the
+ * number given to a listener.  The io_uring engine kept what its first
+ * look at the number had found (open, no listener), so the read waited
+ * for a connection; so did the linux_rt readiness engines, which skipped
+ * the read's try.
+ */
+static void read_of_reused_listener_number(void **state)
+{
+	h_fx *f = *state;
+	for (int round = 0; round < 4; round++) {
+		bool by_px_close = round < 2, unix_family = round & 1;
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+			fail_msg("socketpair: %s", strerror(errno));
+		read_one_late(f, sv[0], sv[1]);
+		read_one_late(f, sv[0], sv[1]);
+		if (by_px_close) {
+			rec *cr = rec_new(PX_OP_CLOSE, sv[0], round);
+			int rc = px_close(f->px, sv[0], close_cb, cr);
+			if (rc != 0)
+				fail_msg("px_close: %d", rc);
+			atomic_store(&cr->started, 1);
+			pump_until(f, cr, 5000, "px_close");
+		} else {
+			static char buf[8];
+			rec *r = rec_new(PX_OP_READ_STREAM, sv[0], round);
+			assert_int_equal(px_read_stream(f->px, sv[0], buf, sizeof buf,
+							rec_cb, r), 0);
+			atomic_store(&r->started, 1);
+			h_settle(f, 2);
+			shutdown(sv[1], SHUT_WR);
+			pump_until(f, r, 5000, "a read at the end of stream");
+			if (r->error != 0 || r->bytes != 0)
+				fail_msg("a read at the end of stream: error %d, "
+					 "%zu bytes", r->error, r->bytes);
+			close(sv[0]);
+		}
+		close(sv[1]);
+		listener_at(sv[0], unix_family);
+		char what[96];
+		snprintf(what, sizeof what, "read, %s listener, reused after %s",
+			 unix_family ? "AF_UNIX" : "TCP",
+			 by_px_close ? "px_close" : "end of stream, close(2)");
+		expect_clear(what, run_read_of(f, sv[0], what),
+			     unix_family ? EINVAL : ENOTCONN, false);
+		fd_drop(sv[0]);
+	}
+	destroy_now(f);
+	reg_check("reused listener number");
+	h_assert_no_bad("reused listener number");
+	assert_no_fd_leak("reused listener number");
+}
+
+/* ------------------------------------------------------------------ */
 /* 9. max_aio = 4                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -1925,6 +2042,7 @@ int main(int argc, char **argv)
 		T(connect_with_deadline),
 		T(accept_deadline_races_arrivals),
 		T(accept_connect_bad_input),
+		T(read_of_reused_listener_number),
 		cmocka_unit_test_setup_teardown(accept_connect_max_aio_4,
 						fx_setup_aio4, fx_teardown),
 		T(accept_closed_behind_back),
