@@ -948,7 +948,11 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 /* Issue r from inside the provider (a resubmission, or a new queue head
  * whose predecessor went into near) into its ring, near, or the calling
  * thread's ring, the first known; without an SQE it waits on u->stalled
- * for the next prepare(). */
+ * for the next prepare().  Called by the leader reaping that ring (or by
+ * a cancel), so the SQE is submitted when the ring is led again: by the
+ * same thread after its callbacks, or, should it leave px_handle_events
+ * or block in a callback, by another leader whose watch runs out
+ * (wait_strategies/uring.c, prepare; docs/ARCHITECTURE.md, "Rings"). */
 static void ur_issue_or_stall(px_uring *u, px_result *r, px_uring_ring *near)
 {
 	struct px_uring_priv *pr = ur_priv(r);

@@ -62,6 +62,21 @@ typedef struct px_uring_ring {
 	unsigned nfd;
 	/* When its last leader let it go (px__now_ns). */
 	uint64_t released_ns;
+	/* Leads of it that handed out completions: another leader sees from
+	 * it whether this ring's leader has been at work, and may leave or
+	 * block in a callback (its watch, in wait_strategies/uring.c).  A
+	 * wait that ends with nothing does not count. */
+	unsigned worked;
+	/* The bound, in ms, that prepare() put on the wait of the leader
+	 * holding this ring for the rings of other leaders (its watch) or
+	 * for a ring without one (orphans); 0: none.  Set on every ring
+	 * the leader holds; read by other leaders. */
+	unsigned bound_ms;
+	/* The watch of the leader whose own ring this is: its next bound
+	 * (grows while the other leaders hand out nothing), and the sum of
+	 * their rings' worked when it was set. */
+	unsigned watch_next;
+	unsigned watch_worked;
 
 	/* Published SQEs the leader submits in its wait's io_uring_enter,
 	 * without the mutex (set by prepare; leader only). */
@@ -184,6 +199,15 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
 #define PX_URING_LIGHT 4u
 /* ur_balance's margin, in requests (a few echo sessions'). */
 #define PX_URING_BALANCE 16u
+
+/* A leader waiting on its ring while another thread leads a ring with
+ * work waits at most this long at first (its watch), then twice as long
+ * each time the other leaders have not led again since, up to
+ * PX_URING_WATCH_MAX_MS: that thread may leave px_handle_events or block
+ * in a callback, and then nobody else looks at its ring (see
+ * wait_strategies/uring.c).  ("Led again": handed out completions.) */
+#define PX_URING_WATCH_MS 20u
+#define PX_URING_WATCH_MAX_MS 1000u
 
 /* rg has work, no leader, and nobody led it for PX_URING_ORPHAN_MS.
  * now: px__now_ns(), or 0 to have it read.  Mutex held. */

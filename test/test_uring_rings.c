@@ -24,6 +24,18 @@
  * once; once the chains are told to stop, every started read has called
  * back and the proactor is destroyed cleanly.
  *
+ * abandoned_ring_is_taken_over: two loop threads, each leading its own
+ * ring (16 sessions of reads, fed until each ring has a leader of its
+ * own; the rings' state is read under the proactor mutex), both waiting.
+ * A read completes in one ring; its callback makes its thread leave the
+ * loop for good, and the read queued behind it is left unsubmitted in
+ * that ring.  Its data comes: the thread still waiting on the other ring
+ * must take the abandoned ring over within AB_LATE_MS.  Before, it went
+ * on waiting until its wait ended for another reason (the processor's
+ * idle check: 196 ms right after traffic, 347 ms after a quiet spell of
+ * AB_QUIET_MS).  abandoned_ring_after_a_quiet_spell: the same after the
+ * quiet spell.
+ *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
@@ -45,6 +57,8 @@
 #include <cmocka.h>
 
 #include "proactor.h"
+#include "core.h"
+#include "uring.h"
 #include "uring_test.h"
 
 #define CHAINS 256
@@ -178,6 +192,221 @@ static void lone_leader_serves_both_rings(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* A ring whose leader leaves the loop is taken over                    */
+/* ------------------------------------------------------------------ */
+
+#define AB_SESS 16
+#define AB_LATE_MS 100
+#define AB_TRIES 25
+
+static struct {
+	int sv[AB_SESS][2];
+	char buf[AB_SESS][8];
+	char buf2[8];
+	atomic_int victim;       /* its next callback makes its thread leave */
+	atomic_bool looping;
+	pthread_t leaver;        /* written before leave is set (release) */
+	atomic_int leave, parked;
+	atomic_long done;        /* callbacks of the sessions' reads */
+	atomic_ullong r2_ns;     /* when the queued read called back */
+	atomic_int r2_calls, errors;
+	size_t r2_bytes;
+	int r2_error;
+} ab;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void ab_cb(const px_completion *c);
+
+static int ab_read(int i)
+{
+	return px_read_stream(px, ab.sv[i][0], ab.buf[i], sizeof ab.buf[i],
+			      ab_cb, (void *)(intptr_t)i);
+}
+
+static void ab_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+
+	atomic_fetch_add(&ab.done, 1);
+	if (c->error || c->bytes == 0) {
+		if (c->error != ECANCELED)  /* (px_destroy's) */
+			atomic_fetch_add(&ab.errors, 1);
+		return;
+	}
+	if (i == atomic_load(&ab.victim)) {
+		ab.leaver = pthread_self();
+		atomic_store_explicit(&ab.leave, 1, memory_order_release);
+		return;
+	}
+	if (ab_read(i) < 0)
+		atomic_fetch_add(&ab.errors, 1);
+}
+
+static void ab_r2_cb(const px_completion *c)
+{
+	ab.r2_bytes = c->bytes;
+	ab.r2_error = c->error;
+	atomic_store(&ab.r2_ns, now_ns());
+	atomic_fetch_add(&ab.r2_calls, 1);
+}
+
+/* A loop thread; the one whose callback was the victim's parks, out of
+ * px_handle_events, until the test ends. */
+static void *ab_loop(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&ab.looping)) {
+		if (atomic_load_explicit(&ab.leave, memory_order_acquire) &&
+		    pthread_equal(ab.leaver, pthread_self())) {
+			atomic_store(&ab.parked, 1);
+			while (atomic_load(&ab.looping))
+				usleep(1000);
+			break;
+		}
+		if (px_handle_events(px, -1) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* Each ring led by a thread of its own, both waiting in the kernel. */
+static bool ab_two_leaders(void)
+{
+	px_uring *u = px_container_of(px->proc[0]->prov, px_uring, prov);
+	bool ok;
+
+	pthread_mutex_lock(&px->lock);
+	ok = u->nrings == 2 && u->rings[0].led && u->rings[1].led &&
+	     u->rings[0].waiting && u->rings[1].waiting &&
+	     !u->rings[0].nextra && !u->rings[1].nextra;
+	pthread_mutex_unlock(&px->lock);
+	return ok;
+}
+
+/* Feed every session but the victim (index 0) for ms, then wait until
+ * their reads have all called back. */
+static void ab_feed(int ms)
+{
+	uint64_t end = now_ns() + (uint64_t)ms * 1000000u;
+	do {
+		long before = atomic_load(&ab.done);
+		for (int i = 1; i < AB_SESS; i++)
+			assert_int_equal(write(ab.sv[i][1], "x", 1), 1);
+		uint64_t dl = now_ns() + 1000000000u;
+		while (atomic_load(&ab.done) < before + AB_SESS - 1 &&
+		       now_ns() < dl)
+			usleep(100);
+		assert_true(atomic_load(&ab.done) >= before + AB_SESS - 1);
+	} while (now_ns() < end);
+}
+
+/* quiet_ms: how long nothing happens between the last traffic and the
+ * read whose callback makes its thread leave. */
+static void ab_run(int quiet_ms)
+{
+	char err[256];
+	pthread_t th[2];
+
+	memset(&ab, 0, sizeof ab);
+	atomic_store(&ab.victim, -1);
+	assert_int_equal(px_create(&px, "uring rings=2", err, sizeof(err)), 0);
+	for (int i = 0; i < AB_SESS; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, ab.sv[i]), 0);
+		assert_int_equal(ab_read(i), 0);
+	}
+	atomic_store(&ab.looping, true);
+	for (int k = 0; k < 2; k++)
+		assert_int_equal(pthread_create(&th[k], NULL, ab_loop, NULL), 0);
+	/* Traffic until both threads lead a ring each (the usual outcome of
+	 * the first round), then one more round so that both waits are
+	 * fresh: the remaining thread's wait would not end on its own for
+	 * about 200 ms (the idle check). */
+	int tries = 0;
+	bool two = false;
+	while (!two && tries++ < AB_TRIES) {
+		ab_feed(40);
+		usleep(10000);
+		ab_feed(0);
+		usleep(3000);
+		two = ab_two_leaders();
+	}
+	uint64_t late_ns = 0;
+	bool parked = false;
+	if (two) {
+		usleep((useconds_t)quiet_ms * 1000u);
+		/* The victim's read completes; its thread leaves the loop.
+		 * The read queued behind it is its ring's next request. */
+		atomic_store(&ab.victim, 0);
+		assert_int_equal(px_read_stream(px, ab.sv[0][0], ab.buf2,
+						sizeof ab.buf2, ab_r2_cb, NULL), 0);
+		assert_int_equal(write(ab.sv[0][1], "1", 1), 1);
+		uint64_t dl = now_ns() + 2000000000u;
+		while (!(parked = atomic_load(&ab.parked)) && now_ns() < dl)
+			usleep(100);
+		uint64_t t0 = now_ns();
+		assert_int_equal(write(ab.sv[0][1], "2", 1), 1);
+		dl = t0 + 3000000000u;
+		while (!atomic_load(&ab.r2_calls) && now_ns() < dl)
+			usleep(100);
+		if (atomic_load(&ab.r2_calls))
+			late_ns = atomic_load(&ab.r2_ns) - t0;
+	}
+	atomic_store(&ab.looping, false);
+	px_stop(px);
+	for (int k = 0; k < 2; k++)
+		pthread_join(th[k], NULL);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	for (int i = 0; i < AB_SESS; i++) {
+		close(ab.sv[i][0]);
+		close(ab.sv[i][1]);
+	}
+	if (!two)
+		fail_msg("after %d rounds of traffic the two loop threads did "
+			 "not lead a ring each", AB_TRIES);
+	printf("abandoned ring, %d ms quiet: set up in %d round(s); the "
+	       "queued read completed %.1f ms after its data\n", quiet_ms,
+	       tries, (double)late_ns / 1e6);
+	if (!parked)
+		fail_msg("the thread that ran the victim's callback did not "
+			 "leave the loop");
+	assert_int_equal(atomic_load(&ab.r2_calls), 1);
+	assert_int_equal(ab.r2_error, 0);
+	assert_int_equal(ab.r2_bytes, 1);
+	assert_int_equal(atomic_load(&ab.errors), 0);
+	if (late_ns > (uint64_t)AB_LATE_MS * 1000000u)
+		fail_msg("the read queued in the ring of the thread that left "
+			 "completed %.1f ms after its data (at most %d ms): the "
+			 "thread waiting on the other ring did not take that "
+			 "ring over", (double)late_ns / 1e6, AB_LATE_MS);
+}
+
+/* Right after traffic: the waiting thread's watch is short. */
+static void abandoned_ring_is_taken_over(void **state)
+{
+	(void)state;
+	ab_run(0);
+}
+
+/* After AB_QUIET_MS without traffic the waiting thread's watch has grown
+ * (its wait then ends about 170 ms after the read's data; before the
+ * watch, its idle check ended it about 350 ms after): the thread that
+ * lets its ring go must wake it. */
+#define AB_QUIET_MS 450
+static void abandoned_ring_after_a_quiet_spell(void **state)
+{
+	(void)state;
+	ab_run(AB_QUIET_MS);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
@@ -186,6 +415,8 @@ int main(void)
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(lone_leader_serves_both_rings),
+		cmocka_unit_test(abandoned_ring_is_taken_over),
+		cmocka_unit_test(abandoned_ring_after_a_quiet_spell),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
 }

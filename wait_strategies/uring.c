@@ -59,6 +59,10 @@ static void px_uring_wait_destroy(px_wait *w)
  * finds nothing more (NULL: prepare found every ring led). */
 static __thread px_uring_ring *px_uring_tls_lead;
 
+/* This thread's last wait ran out at the bound of its watch (see
+ * prepare): the next watch may grow. */
+static __thread bool px_uring_tls_watch_ran_out;
+
 /* The most CQEs one lead reaps from each ring it holds; the rest stay in
  * the CQ for the next lead, whose wait then does not block.  (Per ring, so
  * that a lone leader holding several rings serves each of them every
@@ -113,9 +117,18 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	 * second ring 1.2 ms late, the orphan delay, against 0.15 ms on the
 	 * first ring. */
 	uint64_t now = 0;
+	unsigned worked = 0;   /* of the rings other leaders hold */
+	bool watch = false;    /* one of them has work */
 	for (unsigned i = 0; i < u->nrings; i++) {
 		px_uring_ring *o = &u->rings[i];
-		if (o->led || !o->pending)
+		if (o == rg)
+			continue;
+		if (o->led) {  /* (every one this loop marks is seen once) */
+			worked += o->worked;
+			watch = watch || o->pending;
+			continue;
+		}
+		if (!o->pending)
 			continue;
 		if (w->others_busy && !px__uring_orphaned(o, &now)) {
 			rg->orphans = true;
@@ -124,6 +137,37 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 		o->led = true;
 		rg->extra[rg->nextra++] = o;
 	}
+	/* The watch.  Another thread leads a ring with work; should it leave
+	 * px_handle_events, or block in a callback, after its lead, that
+	 * ring's work (the operations its callbacks started, the requests a
+	 * completion put in, the completions of those in flight) would wait
+	 * until this thread's wait ended for some other reason: the idle
+	 * check, 200 ms to 1 s (the ring is taken over at the prepare after
+	 * that: px__uring_orphaned).  So this wait lasts at most
+	 * PX_URING_WATCH_MS while the others have handed out completions
+	 * since the last look, twice as long after each wait that ran out
+	 * and found they have not (their callbacks are what might keep them
+	 * away: they cannot leave before they wake), up to
+	 * PX_URING_WATCH_MAX_MS; and a leader that lets a ring with work go
+	 * interrupts a leader whose watch has grown (next_completed).  Busy
+	 * rings never see the bound (their waits end sooner); idle ones
+	 * wake a few times as it grows.  (Counted in leads that handed out
+	 * something: two idle leaders whose watches ended each other's
+	 * counted as busy, and woke every 20 ms for good.) */
+	bool ran_out = px_uring_tls_watch_ran_out;
+	px_uring_tls_watch_ran_out = false;
+	if (!watch) {
+		rg->watch_next = 0;
+	} else if (!rg->watch_next || worked != rg->watch_worked) {
+		rg->watch_next = PX_URING_WATCH_MS;
+	} else if (ran_out && rg->watch_next < PX_URING_WATCH_MAX_MS) {
+		rg->watch_next = rg->watch_next * 2 < PX_URING_WATCH_MAX_MS
+				 ? rg->watch_next * 2 : PX_URING_WATCH_MAX_MS;
+	}
+	rg->watch_worked = worked;
+	rg->bound_ms = rg->orphans ? PX_URING_ORPHAN_MS : rg->watch_next;
+	for (unsigned i = 0; i < rg->nextra; i++)
+		rg->extra[i]->bound_ms = rg->bound_ms;
 	px__uring_flush_stalled(u, rg);
 	/* After the sends the callbacks started, so a read held since the
 	 * last prepare finds what those sends carried (see "Late reads" in
@@ -204,10 +248,11 @@ static int px_uring_wait_many(px_uring_ring *rg, int timeout_ms)
 	return rc < 0 ? -errno : rc;
 }
 
+static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms);
+
 static int px_uring_wait(px_wait *w, int timeout_ms)
 {
 	px_uring_ring *rg = px_uring_tls_lead;
-	struct io_uring_cqe *cqe;
 	int rc;
 
 	if (!rg)
@@ -225,8 +270,24 @@ static int px_uring_wait(px_wait *w, int timeout_ms)
 	}
 	if (rg->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
 		timeout_ms = PX_URING_STUCK_MS;
-	if (rg->orphans && (timeout_ms < 0 || timeout_ms > PX_URING_ORPHAN_MS))
-		timeout_ms = PX_URING_ORPHAN_MS;
+	/* Orphans (another ring with work and no leader) or the watch (see
+	 * prepare). */
+	bool watched = false;
+	if (rg->bound_ms && (timeout_ms < 0 || timeout_ms > (int)rg->bound_ms)) {
+		timeout_ms = (int)rg->bound_ms;
+		watched = !rg->orphans;
+	}
+	rc = px_uring_wait_on(rg, timeout_ms);
+	/* Nothing came before the watch's bound: the next may be longer. */
+	px_uring_tls_watch_ran_out = watched && rc == 0;
+	return rc;
+}
+
+/* The wait itself, on rg and the rings it holds besides. */
+static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
+{
+	struct io_uring_cqe *cqe;
+	int rc;
 
 	if (rg->nextra)
 		return px_uring_wait_many(rg, timeout_ms);
@@ -311,14 +372,43 @@ static px_result *px_uring_next_completed(px_wait *w)
 	 * old, which is close enough for a measure in milliseconds, and
 	 * saves a clock read per lead.) */
 	uint64_t now = w->now_ns ? w->now_ns : px__now_ns();
+	/* Completions handed out, and work left in the rings let go. */
+	bool handed = rg->reaped != 0, work = rg->pending != 0;
+	rg->worked += handed;
 	for (unsigned i = 0; i < rg->nextra; i++) {
+		bool h = rg->extra[i]->reaped != 0;
+		handed = handed || h;
+		work = work || rg->extra[i]->pending;
+		rg->extra[i]->worked += h;
 		rg->extra[i]->led = false;
+		rg->extra[i]->bound_ms = 0;
 		rg->extra[i]->released_ns = now;
 	}
 	rg->nextra = 0;
 	rg->led = false;
+	rg->bound_ms = 0;
 	rg->released_ns = now;
 	px_uring_tls_lead = NULL;
+	/* Rings with work are let go, and this thread, about to run the
+	 * callbacks of what it handed out, may not come back to them (it may
+	 * leave px_handle_events, or block in a callback): a leader that
+	 * waits on another ring without a bound, or with a watch grown while
+	 * this thread sat in its wait, would not look at them for up to a
+	 * second.  Wake it (a NOP); it then waits with a short watch, and
+	 * takes them over if nobody comes back to them.  While both threads
+	 * are busy, the other's watch is short and nobody is woken.  (Not
+	 * after a lead that handed out nothing: two idle leaders then woke
+	 * each other in turn without end.) */
+	if (handed && work) {
+		for (unsigned i = 0; i < u->nrings; i++) {
+			px_uring_ring *o = &u->rings[i];
+			if (o->led && o->waiting &&
+			    (!o->bound_ms || o->bound_ms > PX_URING_WATCH_MS)) {
+				u->intr.ops->interrupt(&u->intr);
+				break;
+			}
+		}
+	}
 	return NULL;
 }
 
