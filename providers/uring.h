@@ -201,11 +201,11 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
 #define PX_URING_BALANCE 16u
 
 /* A leader waiting on its ring while another thread leads a ring with
- * work waits at most this long at first (its watch), then twice as long
- * each time the other leaders have not led again since, up to
- * PX_URING_WATCH_MAX_MS: that thread may leave px_handle_events or block
- * in a callback, and then nobody else looks at its ring (see
- * wait_strategies/uring.c).  ("Led again": handed out completions.) */
+ * work waits at most this long (its watch) while the other leaders hand
+ * out completions, then twice as long after each wait that ran out while
+ * they did not, up to PX_URING_WATCH_MAX_MS: that thread may leave
+ * px_handle_events or block in a callback, and then nobody else looks at
+ * its ring (see prepare in wait_strategies/uring.c). */
 #define PX_URING_WATCH_MS 20u
 #define PX_URING_WATCH_MAX_MS 1000u
 
