@@ -1154,7 +1154,7 @@ typedef struct callin {
 enum {
 	CI_POST, CI_READ, CI_START_OP, CI_TIMER, CI_PERIODIC, CI_HANDLE,
 	CI_STOP, CI_CANCEL, CI_TIMER_CANCEL, CI_CLOSE_BUSY, CI_CLOSE_IDLE,
-	CI_STATS, CI_KINDS
+	CI_STATS, CI_DESTROY, CI_KINDS
 };
 
 static atomic_int g_close_calls;
@@ -1221,6 +1221,12 @@ static void callin_cb(const px_completion *c)
 		ci->rc = px_stats(px, &st);
 		break;
 	}
+	case CI_DESTROY:
+		/* The px_destroy running this callback is already under
+		 * way: a second one must refuse, not free the proactor
+		 * under it. */
+		ci->rc = px_destroy(px);
+		break;
 	}
 }
 
@@ -1313,6 +1319,7 @@ static void destroy_callbacks_call_back_in(void **state)
 	assert_int_equal(ci[CI_HANDLE].rc2, -ESHUTDOWN);
 	assert_int_equal(ci[CI_STOP].rc, 0);
 	assert_int_equal(ci[CI_STATS].rc, 0);
+	assert_int_equal(ci[CI_DESTROY].rc, -EBUSY);
 	/* Cancels during px_destroy: the pending ones are all being
 	 * cancelled already; whatever the count, no deadlock, and each
 	 * completed once (above). */
