@@ -2027,6 +2027,80 @@ static void dgram_truncated(void **state)
 	edge_end(e, "truncated datagram");
 }
 
+/*
+ * A datagram socket shut down for reading (shutdown(2) SHUT_RD, the usual
+ * way to wake a thread blocked in recvfrom) with reads pending, px_read_dgram
+ * and px_read_stream mixed: each ends with 0 bytes, error 0 and no sender,
+ * as a blocking recvfrom does; so does a read started afterwards.  The
+ * kernel says EAGAIN to a non-blocking receive there while poll says
+ * readable: the readiness engines took it for "not ready", epoll waited
+ * for good and poll, select and Linux AIO spun (fixed problem 26).  The
+ * linux_rt wait gets no signal for a shutdown, so its reads pending at
+ * that moment stay pending (a px_cancel ends them); later ones end at
+ * once, since arming a descriptor looks at it.
+ */
+static void dgram_shut_down_for_reading(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	bool rt = strstr(px_engine_name(f->px), "wait=linux_rt") != NULL;
+	struct sockaddr_in aa;
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	int fds[2] = { udp(f, &aa), u[0] };
+	uint8_t *buf = h_alloc(f, 64);
+	op *rd[2][4];
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 4; i++) {
+			if (i != 2) {
+				rd[k][i] = e_read(e, fds[k], buf + 16 * i, 16);
+				continue;
+			}
+			op *o = pool_take(&e->ops, PX_OP_READ_STREAM, fds[k], 0);
+			assert_non_null(o);
+			assert_int_equal(px_read_stream(f->px, fds[k], buf + 16 * i,
+							16, op_cb, o), 0);
+			o->started = 1;
+			rd[k][i] = o;
+		}
+	}
+	h_settle(f, 20);
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(atomic_load(&rd[k][i]->calls), 0);
+	for (int k = 0; k < 2; k++)
+		shutdown(fds[k], SHUT_RD);   /* ENOTCONN for UDP, done all the same */
+	if (rt) {
+		h_settle(f, 20);
+		printf("linux_rt: no signal for a shutdown; the pending reads "
+		       "are cancelled\n");
+		for (int k = 0; k < 2; k++)
+			px_cancel(f->px, fds[k]);
+	}
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 4; i++) {
+			op *o = rd[k][i];
+			pump_until(f, o, 1000, k ? "a read of an AF_UNIX datagram "
+				   "socket shut down for reading"
+				   : "a read of a UDP socket shut down for reading");
+			if (rt && o->error == ECANCELED) {
+				expect(o, ECANCELED, 0, "cancelled read");
+				continue;
+			}
+			expect(o, 0, 0, "a read pending when its socket was shut "
+			       "down for reading");
+			assert_int_equal(o->addrlen, 0);
+		}
+		op *late = e_read(e, fds[k], buf, 16);
+		pump_until(f, late, 1000, "a read started after the shutdown");
+		expect(late, 0, 0, "a read started after the shutdown");
+		assert_int_equal(late->addrlen, 0);
+	}
+	edge_end(e, "datagram sockets shut down for reading");
+}
+
 /* Port of a UDP socket just closed: nobody listens there. */
 static void closed_port(h_fx *f, struct sockaddr_in *to)
 {
@@ -2671,6 +2745,7 @@ int main(int argc, char **argv)
 		T(dgram_destroy_pending),
 		T(dgram_zero_length),
 		T(dgram_truncated),
+		T(dgram_shut_down_for_reading),
 		T(dgram_connected_refused),
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
