@@ -25,7 +25,8 @@
  *    and from a callback): -EBUSY, and nothing is stopped or freed (the
  *    proactor still runs operations, a dedicated leader included);
  *  - callbacks run by px_destroy that call back in: every start
- *    -ESHUTDOWN, px_handle_events -ESHUTDOWN, px_stop 0, px_cancel and
+ *    -ESHUTDOWN, px_handle_events -ESHUTDOWN, px_stop 0, a second
+ *    px_destroy -EBUSY, px_cancel and
  *    px_timer_cancel without deadlock, px_close of a descriptor with
  *    operations pending and of an idle one (its callback once, before
  *    px_destroy returns, and the descriptor closed -- or -ESHUTDOWN and
