@@ -23,10 +23,12 @@
  *  - edge inputs: zero-length datagrams (sent, received, and a read of
  *    length 0 that drops a datagram), a datagram longer than the read
  *    buffer (truncated to the buffer, nothing written past it, the rest
- *    dropped), ECONNREFUSED on a connected socket (one read, or the next
- *    write), IPv6 loopback, the largest UDP datagram and one byte more
- *    (EMSGSIZE), a read on a pipe, AF_UNIX datagram sockets, and
- *    max_aio=4 with many operations, deferred ones closed or timed out.
+ *    dropped), reads of a socket shut down for reading (0 bytes, as a
+ *    blocking recvfrom), ECONNREFUSED on a connected socket (one read,
+ *    or the next write), IPv6 loopback, the largest UDP datagram and
+ *    one byte more (EMSGSIZE), a read on a pipe, AF_UNIX datagram
+ *    sockets, and max_aio=4 with many operations, deferred ones closed
+ *    or timed out.
  *
  * Every started operation must call back exactly once with its op and
  * descriptor; that is counted in an op record per start, and checked after
