@@ -293,8 +293,9 @@ PX_API int px_create_config(px_proactor **out, const px_config *cfg, char *err,
  * with -ESHUTDOWN; px_close is still accepted.  No thread may be inside
  * px_handle_events() or start further operations; so it cannot be called
  * from a callback that px_handle_events() runs.  Returns 0, or -EBUSY if
- * a thread, the caller included, is inside px_handle_events() (nothing is
- * freed then).
+ * a thread, the caller included, is inside px_handle_events(), or if the
+ * caller is a callback that px_destroy() itself runs (nothing is freed
+ * then).
  */
 PX_API int px_destroy(px_proactor *px);
 

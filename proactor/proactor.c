@@ -374,7 +374,11 @@ int px_destroy(px_proactor *px)
 	if (!px)
 		return 0;
 	pthread_mutex_lock(&px->lock);
-	if (px->nthreads > 0) {
+	/* Refused while a thread is inside px_handle_events, and while
+	 * another px_destroy runs: its callbacks run with the mutex
+	 * released and nthreads 0, and one of them that called px_destroy
+	 * again freed the proactor under the destroy that ran it. */
+	if (px->nthreads > 0 || px->destroying) {
 		pthread_mutex_unlock(&px->lock);
 		return -EBUSY;
 	}

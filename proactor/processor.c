@@ -509,9 +509,20 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 {
 	struct px_proactor *px = p->px;
 
-	if (proc_start_deferred(p) || px__dispatch_has_queued(px))
+	/* A shared leader goes back to run what is queued, so it must not
+	 * block meanwhile.  A dedicated one never runs callbacks (the
+	 * application's threads do, when they come), and its wait is for
+	 * the kernel alone: a zero wait there spun at full CPU, taking the
+	 * mutex at every turn, for as long as any completion waited for an
+	 * application thread (a long callback, a loop polled now and then).
+	 * px_destroy, which leads a stopped dedicated processor itself,
+	 * still does not block. */
+	bool runs_queue = p->type != PX_PROCESSOR_DEDICATED || p->stop;
+	if (proc_start_deferred(p) ||
+	    (runs_queue && px__dispatch_has_queued(px)))
 		timeout_ms = 0;
-	else if (!px_list_empty(&px->owns) && (timeout_ms < 0 || timeout_ms > 1))
+	else if (runs_queue && !px_list_empty(&px->owns) &&
+		 (timeout_ms < 0 || timeout_ms > 1))
 		timeout_ms = 1;  /* another thread's own completions: see
 		                    dispatcher.c, step 2 */
 	timeout_ms = proc_wait_bound(p, timeout_ms);

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -87,6 +88,9 @@ void px__set_err(char *err, size_t errlen, const char *fmt, ...)
 
 const char *px_strerror(int err)
 {
+	/* -INT_MIN is no int (an overflow); no errno is near it anyway. */
+	if (err == INT_MIN)
+		return "unknown error";
 	if (err < 0)
 		err = -err;
 	switch (err) {

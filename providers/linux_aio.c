@@ -151,6 +151,7 @@ static void la_io_load(px_nbio *io, const la_fd *fe)
 	io->fd = fe->fq.fd;
 	io->kind = fe->kind;
 	io->flags = fe->nbflags;
+	io->reported = 0;
 }
 
 /* Mutex held.  The entry is not idle (the operation is queued), so
@@ -570,6 +571,7 @@ static void la_event(px_laio *u, const struct io_event *e)
 	pr->phase = LA_BUSY;
 	px_call_begin(r);
 	la_io_load(&pr->io, pr->fe);
+	pr->io.reported = 1;     /* its poll fired */
 	u->claimed[u->nclaimed++] = r;
 }
 

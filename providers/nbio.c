@@ -28,6 +28,10 @@
  *    readv/writev or preadv2/pwritev2 elsewhere, preadv/pwritev on files.
  *    A write_all resumed inside a buffer first writes the rest of that
  *    buffer alone (px_iov_rest), then whole buffers again.
+ *  - A socket shut down for reading that says EAGAIN although the wait
+ *    reported it (datagram sockets: poll says readable, a non-blocking
+ *    receive says EAGAIN) gives 0 bytes, as a blocking receive would
+ *    (nb_read_shut).
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -231,6 +235,31 @@ static inline ssize_t nb_stream_io(const px_nbio_rules *rules, px_nbio *io,
 		  : nb_other_io(rules, io, iov, cnt, false);
 }
 
+/*
+ * A datagram socket shut down for reading (shutdown(2) with SHUT_RD or
+ * SHUT_RDWR) polls readable for good (POLLIN | POLLRDHUP) while a
+ * non-blocking receive of it says EAGAIN; a blocking one returns 0, and so
+ * does io_uring's.  Taken for "not ready", a read pending there never
+ * completed: epoll's one edge was spent, and poll, select and Linux AIO's
+ * poll reported it again at once, so their leader spun at full CPU.  So an
+ * EAGAIN after the wait reported the descriptor is checked: with POLLRDHUP
+ * the read ends as a blocking one would.  (A stream socket in that state
+ * returns 0 itself and never gets here; a start's own EAGAIN is not
+ * checked, since the wait then reports the descriptor at once.)
+ */
+static bool nb_read_shut(const px_nbio *io)
+{
+	struct pollfd p = { .fd = io->fd, .events = POLLRDHUP };
+	int n;
+
+	if (!io->reported || io->kind > PX_NBIO_KIND_SOCKET)
+		return false;     /* a start's try, or not a socket */
+	do {
+		n = poll(&p, 1, 0);
+	} while (n < 0 && errno == EINTR);
+	return n > 0 && (p.revents & POLLRDHUP);
+}
+
 static int nb_read_stream(const px_nbio_rules *rules, px_nbio *io,
 			  px_result *r)
 {
@@ -247,6 +276,13 @@ static int nb_read_stream(const px_nbio_rules *rules, px_nbio *io,
 		cnt = r->c.iovcnt;
 	}
 	n = nb_stream_io(rules, io, iov, cnt, !vec, false);
+	if ((n == -EAGAIN || n == -EWOULDBLOCK) && nb_read_shut(io)) {
+		/* Shut down for reading: a datagram that came meanwhile,
+		 * else the end of the stream. */
+		n = nb_stream_io(rules, io, iov, cnt, !vec, false);
+		if (n == -EAGAIN || n == -EWOULDBLOCK)
+			n = 0;
+	}
 	if (n == -EAGAIN || n == -EWOULDBLOCK)
 		return PX_NBIO_AGAIN;
 	if (n < 0) {
@@ -304,16 +340,31 @@ static int nb_write_stream(const px_nbio_rules *rules, px_nbio *io,
 
 static int nb_read_dgram(px_nbio *io, px_result *r)
 {
-	socklen_t alen = sizeof(r->c.addr);
+	socklen_t alen;
 	ssize_t n;
+	bool shut = false;
 
+again:
+	alen = sizeof(r->c.addr);
 	do {
 		n = recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
 			     (struct sockaddr *)&r->c.addr, &alen);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
-		if (errno == EAGAIN || errno == EWOULDBLOCK)
-			return PX_NBIO_AGAIN;
+		if (errno == EAGAIN || errno == EWOULDBLOCK) {
+			/* Shut down for reading (nb_read_shut): a datagram
+			 * that came meanwhile, else 0 bytes and no sender,
+			 * as a blocking recvfrom gives. */
+			if (shut) {
+				r->c.addrlen = 0;
+				px_result_finish(r, 0, 0);
+				return PX_NBIO_DONE;
+			}
+			if (!nb_read_shut(io))
+				return PX_NBIO_AGAIN;
+			shut = true;
+			goto again;
+		}
 		r->c.addrlen = 0;
 		px_result_finish(r, 0, errno);
 		return PX_NBIO_DONE;

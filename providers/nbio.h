@@ -52,6 +52,10 @@ typedef struct px_nbio {
 	int fd;
 	uint8_t kind;      /* PX_NBIO_KIND_* */
 	uint8_t flags;     /* PX_NBIO_LISTENER_NB */
+	uint8_t reported;  /* the wait reported the descriptor (a leader's
+	                      attempt, not a start's): a read's EAGAIN is
+	                      then checked for a socket shut down for
+	                      reading (nbio.c, nb_read_shut); never stored */
 } px_nbio;
 
 /* Where the providers differ. */

@@ -200,6 +200,7 @@ static void sel_io_load(px_nbio *io, const sel_fd *e)
 	io->fd = e->fq.fd;
 	io->kind = e->kind;
 	io->flags = e->flags;
+	io->reported = 0;
 }
 
 /* Mutex held.  The entry is not idle (a claimed result is queued), so
@@ -557,6 +558,7 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 		return;
 	}
 	sel_io_load(&e->bio, e);
+	e->bio.reported = 1;
 	e->in_batch = SEL_BATCH_CLAIMING;
 	e->bnext = sel->batch;
 	sel->batch = e;
@@ -578,6 +580,7 @@ static void sel_edge_claim(px_sel *sel, sel_fd *e)
 	if (!e->in_batch) {
 		e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;
 		sel_io_load(&e->bio, e);
+		e->bio.reported = 1;
 		e->in_batch = SEL_BATCH_CLAIMING;
 		e->bnext = sel->batch;
 		sel->batch = e;

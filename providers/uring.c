@@ -903,7 +903,14 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 		} else {
 			pr->msg.msg_name = c->addrlen ? &c->addr : NULL;
 			pr->msg.msg_namelen = c->addrlen;
-			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg, MSG_NOSIGNAL);
+			/* MSG_DONTWAIT: an EAGAIN comes back here (a poll,
+			 * then this SQE made afresh) instead of the kernel
+			 * trying again itself.  An AF_UNIX datagram socket
+			 * copies the data out of the iterator before it finds
+			 * the receiver's queue full, and the kernel's own retry
+			 * (6.18) then sent an empty datagram and answered 0. */
+			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg,
+					      MSG_NOSIGNAL | MSG_DONTWAIT);
 		}
 		break;
 	case PX_OP_ACCEPT:

@@ -23,10 +23,12 @@
  *  - edge inputs: zero-length datagrams (sent, received, and a read of
  *    length 0 that drops a datagram), a datagram longer than the read
  *    buffer (truncated to the buffer, nothing written past it, the rest
- *    dropped), ECONNREFUSED on a connected socket (one read, or the next
- *    write), IPv6 loopback, the largest UDP datagram and one byte more
- *    (EMSGSIZE), a read on a pipe, AF_UNIX datagram sockets, and
- *    max_aio=4 with many operations, deferred ones closed or timed out.
+ *    dropped), reads of a socket shut down for reading (0 bytes, as a
+ *    blocking recvfrom), ECONNREFUSED on a connected socket (one read,
+ *    or the next write), IPv6 loopback, the largest UDP datagram and
+ *    one byte more (EMSGSIZE), a read on a pipe, AF_UNIX datagram
+ *    sockets, and max_aio=4 with many operations, deferred ones closed
+ *    or timed out.
  *
  * Every started operation must call back exactly once with its op and
  * descriptor; that is counted in an op record per start, and checked after
@@ -44,6 +46,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2027,6 +2030,172 @@ static void dgram_truncated(void **state)
 	edge_end(e, "truncated datagram");
 }
 
+/*
+ * A datagram socket shut down for reading (shutdown(2) SHUT_RD, the usual
+ * way to wake a thread blocked in recvfrom) with reads pending, px_read_dgram
+ * and px_read_stream mixed: each ends with 0 bytes, error 0 and no sender,
+ * as a blocking recvfrom does; so does a read started afterwards.  The
+ * kernel says EAGAIN to a non-blocking receive there while poll says
+ * readable: the readiness engines took it for "not ready", epoll waited
+ * for good and poll, select and Linux AIO spun (fixed problem 26).  The
+ * linux_rt wait gets no signal for a shutdown, so its reads pending at
+ * that moment stay pending (a px_cancel ends them); later ones end at
+ * once, since arming a descriptor looks at it.
+ */
+static void dgram_shut_down_for_reading(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	bool rt = strstr(px_engine_name(f->px), "wait=linux_rt") != NULL;
+	struct sockaddr_in aa;
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	int fds[2] = { udp(f, &aa), u[0] };
+	uint8_t *buf = h_alloc(f, 64);
+	op *rd[2][4];
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 4; i++) {
+			if (i != 2) {
+				rd[k][i] = e_read(e, fds[k], buf + 16 * i, 16);
+				continue;
+			}
+			op *o = pool_take(&e->ops, PX_OP_READ_STREAM, fds[k], 0);
+			assert_non_null(o);
+			assert_int_equal(px_read_stream(f->px, fds[k], buf + 16 * i,
+							16, op_cb, o), 0);
+			o->started = 1;
+			rd[k][i] = o;
+		}
+	}
+	h_settle(f, 20);
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 4; i++)
+			assert_int_equal(atomic_load(&rd[k][i]->calls), 0);
+	for (int k = 0; k < 2; k++)
+		shutdown(fds[k], SHUT_RD);   /* ENOTCONN for UDP, done all the same */
+	if (rt) {
+		h_settle(f, 20);
+		printf("linux_rt: no signal for a shutdown; the pending reads "
+		       "are cancelled\n");
+		for (int k = 0; k < 2; k++)
+			px_cancel(f->px, fds[k]);
+	}
+	for (int k = 0; k < 2; k++) {
+		for (int i = 0; i < 4; i++) {
+			op *o = rd[k][i];
+			pump_until(f, o, 1000, k ? "a read of an AF_UNIX datagram "
+				   "socket shut down for reading"
+				   : "a read of a UDP socket shut down for reading");
+			if (rt && o->error == ECANCELED) {
+				expect(o, ECANCELED, 0, "cancelled read");
+				continue;
+			}
+			expect(o, 0, 0, "a read pending when its socket was shut "
+			       "down for reading");
+			assert_int_equal(o->addrlen, 0);
+		}
+		op *late = e_read(e, fds[k], buf, 16);
+		pump_until(f, late, 1000, "a read started after the shutdown");
+		expect(late, 0, 0, "a read started after the shutdown");
+		assert_int_equal(late->addrlen, 0);
+	}
+	edge_end(e, "datagram sockets shut down for reading");
+}
+
+/*
+ * Writes to a named AF_UNIX datagram socket whose queue is full (many
+ * senders and one bound receiver, as for syslog: the receiver queues at
+ * most net.unix.max_dgram_qlen datagrams), from a sender connected to it
+ * and from one that names it in each write: each waits, and once the
+ * receiver drains completes with all its bytes, and the receiver gets
+ * each datagram whole, a sender's in start order.  On io_uring the
+ * kernel's own retry of such a send, after the data had been taken from
+ * its buffer, sent an empty datagram and answered 0 (fixed problem 27).
+ * (A sender that is not connected is told of no room, so the engines
+ * poll it again and again while the queue stays full: kept short.)
+ */
+static void dgram_unix_named_receiver_full(void **state)
+{
+	static const char *const msg[4] = {
+		"connected sender, first", "unconnected sender, first",
+		"connected sender, second", "unconnected sender, second",
+	};
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_un name = { .sun_family = AF_UNIX };
+	snprintf(name.sun_path + 1, sizeof name.sun_path - 1,
+		 "px-dgram-full-%d", (int)getpid());
+	socklen_t nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+				     1 + strlen(name.sun_path + 1));
+	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	int con = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	int unc = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	assert_true(rcv >= 0 && con >= 0 && unc >= 0);
+	assert_int_equal(bind(rcv, (struct sockaddr *)&name, nlen), 0);
+	assert_int_equal(connect(con, (struct sockaddr *)&name, nlen), 0);
+	int fillers = 0;
+	while (sendto(unc, "f", 1, MSG_DONTWAIT, (struct sockaddr *)&name,
+		      nlen) == 1)
+		fillers++;
+	assert_true(fillers > 0);
+	op *w[4];
+	for (int i = 0; i < 4; i++)
+		w[i] = e_write(e, i % 2 ? unc : con, msg[i], strlen(msg[i]),
+			       i % 2 ? &name : NULL, i % 2 ? nlen : 0);
+	h_settle(f, 20);
+	for (int i = 0; i < 4; i++)
+		if (atomic_load(&w[i]->calls))
+			fail_msg("write %d completed (error %d, %zu bytes) while "
+				 "the receiver's queue was full", i, w[i]->error,
+				 w[i]->bytes);
+	/* Drain while the writes go in; keep what is not a filler. */
+	char got[4][32];
+	int ngot = 0, nfill = 0;
+	uint64_t dl = h_deadline(3000);
+	for (;;) {
+		char b[64];
+		ssize_t n;
+		while ((n = recv(rcv, b, sizeof b, MSG_DONTWAIT)) >= 0) {
+			if (n == 1 && b[0] == 'f') {
+				nfill++;
+				continue;
+			}
+			if (n == 0)
+				fail_msg("the receiver got an empty datagram");
+			if (ngot == 4 || (size_t)n >= sizeof got[0])
+				fail_msg("the receiver got an unexpected datagram "
+					 "of %zd bytes", n);
+			memcpy(got[ngot], b, (size_t)n);
+			got[ngot++][n] = '\0';
+		}
+		bool all = ngot == 4;
+		for (int i = 0; i < 4; i++)
+			all = all && op_is_done(w[i]);
+		if (all)
+			break;
+		h_pump(f, dl, "writes to a named AF_UNIX socket whose queue "
+		       "was full, after it drained");
+	}
+	assert_int_equal(nfill, fillers);
+	for (int i = 0; i < 4; i++)
+		expect(w[i], 0, strlen(msg[i]), msg[i]);
+	/* Each message once, whole; a sender's two in start order. */
+	int at[4];
+	for (int i = 0; i < 4; i++) {
+		at[i] = -1;
+		for (int k = 0; k < 4; k++)
+			if (!strcmp(got[k], msg[i]))
+				at[i] = k;
+		if (at[i] < 0)
+			fail_msg("\"%s\" did not arrive whole", msg[i]);
+	}
+	assert_true(at[0] < at[2]);
+	assert_true(at[1] < at[3]);
+	edge_end(e, "writes to a full named AF_UNIX datagram socket");
+}
+
 /* Port of a UDP socket just closed: nobody listens there. */
 static void closed_port(h_fx *f, struct sockaddr_in *to)
 {
@@ -2671,6 +2840,8 @@ int main(int argc, char **argv)
 		T(dgram_destroy_pending),
 		T(dgram_zero_length),
 		T(dgram_truncated),
+		T(dgram_shut_down_for_reading),
+		T(dgram_unix_named_receiver_full),
 		T(dgram_connected_refused),
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),

@@ -25,7 +25,8 @@
  *    and from a callback): -EBUSY, and nothing is stopped or freed (the
  *    proactor still runs operations, a dedicated leader included);
  *  - callbacks run by px_destroy that call back in: every start
- *    -ESHUTDOWN, px_handle_events -ESHUTDOWN, px_stop 0, px_cancel and
+ *    -ESHUTDOWN, px_handle_events -ESHUTDOWN, px_stop 0, a second
+ *    px_destroy -EBUSY, px_cancel and
  *    px_timer_cancel without deadlock, px_close of a descriptor with
  *    operations pending and of an idle one (its callback once, before
  *    px_destroy returns, and the descriptor closed -- or -ESHUTDOWN and
@@ -47,6 +48,9 @@
  *    starts a read, and leaves: a thread asleep in px_handle_events(px,
  *    -1) takes the read over promptly; the same when the thread that
  *    leaves led while the other slept as a follower.
+ *  - a dedicated leader whose completions (a read, a post) wait for a
+ *    loop thread while none is in px_handle_events: it waits in the
+ *    kernel meanwhile (a few turns in 50 ms, not a spin).
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -1154,7 +1158,7 @@ typedef struct callin {
 enum {
 	CI_POST, CI_READ, CI_START_OP, CI_TIMER, CI_PERIODIC, CI_HANDLE,
 	CI_STOP, CI_CANCEL, CI_TIMER_CANCEL, CI_CLOSE_BUSY, CI_CLOSE_IDLE,
-	CI_STATS, CI_KINDS
+	CI_STATS, CI_DESTROY, CI_KINDS
 };
 
 static atomic_int g_close_calls;
@@ -1221,6 +1225,12 @@ static void callin_cb(const px_completion *c)
 		ci->rc = px_stats(px, &st);
 		break;
 	}
+	case CI_DESTROY:
+		/* The px_destroy running this callback is already under
+		 * way: a second one must refuse, not free the proactor
+		 * under it. */
+		ci->rc = px_destroy(px);
+		break;
 	}
 }
 
@@ -1313,6 +1323,7 @@ static void destroy_callbacks_call_back_in(void **state)
 	assert_int_equal(ci[CI_HANDLE].rc2, -ESHUTDOWN);
 	assert_int_equal(ci[CI_STOP].rc, 0);
 	assert_int_equal(ci[CI_STATS].rc, 0);
+	assert_int_equal(ci[CI_DESTROY].rc, -EBUSY);
 	/* Cancels during px_destroy: the pending ones are all being
 	 * cancelled already; whatever the count, no deadlock, and each
 	 * completed once (above). */
@@ -2040,6 +2051,55 @@ static void leader_leaves_work_to_follower(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 9. A dedicated leader while completions wait for a loop thread       */
+/* ------------------------------------------------------------------ */
+
+/* Waits the leaders may make in DL_WINDOW_MS with nothing to collect:
+ * an idle dedicated leader wakes once a second, a stray interrupt or
+ * two.  The spin of fixed problem 25 made thousands. */
+#define DL_WINDOW_MS 50
+#define DL_MAX_TURNS 10
+
+/* A read whose data came and a post wait in the completed queue, and no
+ * thread is in px_handle_events: the dedicated leader has nothing to do
+ * but wait in the kernel (it used to poll without blocking for as long as
+ * anything was queued, at full CPU), and a loop then runs both. */
+static void dedicated_leader_waits_while_completions_queue(void **state)
+{
+	h_fx *f = *state;
+	if (!strstr(px_engine_name(f->px), "processor=dedicated")) {
+		printf("no dedicated processor: no leader to watch\n");
+		return;
+	}
+	int pp[2];
+	h_pipe(f, pp);      /* a pipe: every engine reads one */
+	h_rec *rd = h_rec_new(f), *po = h_rec_new(f);
+	unsigned char *buf = h_alloc(f, 4);
+	assert_int_equal(px_read_stream(f->px, pp[0], buf, 4, h_rec_cb, rd), 0);
+	assert_int_equal(write(pp[1], "wait", 4), 4);
+	assert_int_equal(px_post(f->px, h_rec_cb, po), 0);
+	/* The leader collects the read meanwhile (and the post alone
+	 * would do: anything queued made it spin). */
+	h_sleep_ms(20);
+	struct px_stats s0, s1;
+	assert_int_equal(px_stats(f->px, &s0), 0);
+	h_sleep_ms(DL_WINDOW_MS);
+	assert_int_equal(px_stats(f->px, &s1), 0);
+	unsigned long long turns = s1.leader_turns - s0.leader_turns;
+	assert_int_equal(atomic_load(&rd->calls), 0);
+	if (turns > DL_MAX_TURNS)
+		fail_msg("the dedicated leader made %llu waits in %d ms while "
+			 "completions waited for a loop thread (at most %d)",
+			 turns, DL_WINDOW_MS, DL_MAX_TURNS);
+	h_wait_rec(f, rd, PROMPT_MS, "the queued read");
+	h_wait_rec(f, po, PROMPT_MS, "the queued post");
+	assert_int_equal(rd->c.error, 0);
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(buf, "wait", 4);
+	assert_int_equal(po->c.error, 0);
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2061,6 +2121,7 @@ int main(int argc, char **argv)
 		T(create_destroy_cycles_leave_nothing),
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
+		T(dedicated_leader_waits_while_completions_queue),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;

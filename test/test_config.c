@@ -11,6 +11,7 @@
  * -ENOSYS of a provider not built in) is checked per build.
  */
 #include <errno.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -2325,6 +2326,25 @@ static void test_not_built(void **state)
 #endif
 }
 
+/* px_strerror and px_op_name take any value (px_strerror(3)): a number
+ * gives the same text negative or positive, the library's own meanings
+ * come first, and the extremes of int are "unknown error".  (px_strerror
+ * once negated INT_MIN, an overflow that UBSan reports.) */
+static void test_strerror(void **state)
+{
+	(void)state;
+	assert_string_equal(px_strerror(0), "success");
+	assert_string_equal(px_strerror(-EINVAL), px_strerror(EINVAL));
+	assert_string_equal(px_strerror(-ESHUTDOWN),
+			    "proactor is stopped or being destroyed");
+	assert_string_equal(px_strerror(INT_MIN), "unknown error");
+	assert_string_equal(px_strerror(INT_MIN + 1), "unknown error");
+	assert_string_equal(px_strerror(INT_MAX), "unknown error");
+	assert_string_equal(px_op_name((px_op)-1), "unknown");
+	assert_string_equal(px_op_name(PX_OP_COUNT), "unknown");
+	assert_string_equal(px_op_name(PX_OP_CLOSE), "close");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 1 && !strcmp(argv[1], "--engine-table")) {
@@ -2362,6 +2382,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_spec),
 		cmocka_unit_test(test_classes),
 		cmocka_unit_test(test_not_built),
+		cmocka_unit_test(test_strerror),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
