@@ -5,8 +5,9 @@
 #
 # Targets: fuzz_config (configuration parser, round-trip oracle) and
 # fuzz_api (public API, exactly-once oracle; engine from PX_FUZZ_ENGINE,
-# default epoll).  The library sources are compiled straight into each
-# target with -fsanitize=fuzzer,address,undefined.  Work goes to
+# default epoll).  The library sources are compiled once, with
+# -fsanitize=fuzzer,address,undefined, and linked into both targets; the
+# two targets then run side by side, each for the full time.  Work goes to
 # PX_FUZZ_DIR (default build-fuzz/ in the tree): the grown corpora, and
 # crash inputs under artifacts/.  The seed corpora in test/fuzz/ are only
 # read.  Installs clang and its runtime first when missing (as root).
@@ -61,12 +62,27 @@ else
 		-e '^wait_strategies/aio_getevents.c$' -e '^wait_strategies/aio_epoll.c$')
 fi
 
-status=0
-for t in fuzz_config fuzz_api; do
-	echo "== fuzz: building $t"
-	(cd "$here" && $cc $flags $srcs test/fuzz/$t.c $libs -o "$out/$t")
-done
-for t in fuzz_config fuzz_api; do
+# The library's objects, compiled once for both targets, as many at a time
+# as there are CPUs; then each target's own file, linked with them.
+jobs=$(nproc)
+objdir="$out/obj"
+rm -rf "$objdir"
+mkdir -p "$objdir"
+echo "== fuzz: building the library ($(printf '%s\n' $srcs | wc -l) sources, $jobs at a time)"
+compile_one() { # source (relative to the tree) -> $objdir/dir_name.o
+	local o=${1//\//_}
+	$cc $flags -c "$1" -o "$objdir/${o%.c}.o"
+}
+export -f compile_one
+export cc flags objdir
+printf '%s\n' $srcs | (cd "$here" && xargs -P "$jobs" -I{} bash -c 'compile_one "$1"' _ {})
+objs=$(printf '%s\n' $srcs | tr / _ | sed "s|^|$objdir/|; s|\\.c\$|.o|")
+build_one() { # target
+	echo "== fuzz: building $1"
+	(cd "$here" && $cc $flags test/fuzz/$1.c $objs $libs -o "$out/$1") 2>&1
+}
+run_one() { # target
+	local t=$1 seeds corpus
 	seeds="$here/test/fuzz/corpus_${t#fuzz_}"
 	corpus="$out/corpus_${t#fuzz_}"
 	mkdir -p "$corpus" "$out/artifacts"
@@ -79,10 +95,38 @@ for t in fuzz_config fuzz_api; do
 		>"$out/$t.log" 2>&1; then
 		echo "== fuzz: $t FAILED (log: $out/$t.log; inputs: $out/artifacts/)"
 		grep -E '^(==[0-9]+==ERROR|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
-		status=1
-	else
-		grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
-		echo "== fuzz: $t: nothing found"
+		return 1
 	fi
-done
+	grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
+	echo "== fuzz: $t: nothing found"
+}
+# The two targets run side by side: each libFuzzer run is one process, so
+# on two or more CPUs that halves the wall time and leaves every target its
+# full run.
+# side by side: step t1 t2 -> runs step on both at once (one after the
+# other on a single CPU), prints each one's output in order; fails if
+# either failed.
+side_by_side() {
+	local step=$1 rc=0 t; shift
+	if [ "$(nproc)" -lt 2 ]; then
+		for t in "$@"; do "$step" "$t" || rc=1; done
+		return $rc
+	fi
+	local pids=()
+	for t in "$@"; do
+		"$step" "$t" >"$out/$t.$step.out" 2>&1 &
+		pids+=($!)
+	done
+	local i=0
+	for t in "$@"; do
+		wait "${pids[$i]}" || rc=1
+		cat "$out/$t.$step.out"
+		i=$((i + 1))
+	done
+	return $rc
+}
+
+side_by_side build_one fuzz_config fuzz_api
+status=0
+side_by_side run_one fuzz_config fuzz_api || status=1
 exit $status
