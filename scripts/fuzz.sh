@@ -2,17 +2,27 @@
 # Build the libFuzzer targets (test/fuzz/) with clang and run each one.
 #
 #   scripts/fuzz.sh [SECONDS]          (default 60 per target)
+#   scripts/fuzz.sh --build            build only (CI does it beforehand)
 #
 # Targets: fuzz_config (configuration parser, round-trip oracle) and
 # fuzz_api (public API, exactly-once oracle; engine from PX_FUZZ_ENGINE,
-# default epoll).  The library sources are compiled straight into each
-# target with -fsanitize=fuzzer,address,undefined.  Work goes to
+# default epoll).  The library sources are compiled once, with
+# -fsanitize=fuzzer,address,undefined, and linked into both targets; the
+# two targets then run side by side, each for the full time.  Work goes to
 # PX_FUZZ_DIR (default build-fuzz/ in the tree): the grown corpora, and
 # crash inputs under artifacts/.  The seed corpora in test/fuzz/ are only
-# read.  Installs clang and its runtime first when missing (as root).
+# read.  Targets built earlier into the same directory are used again
+# when no source of the library, of the targets or this script has
+# changed since.  Installs clang and its runtime first when missing (as
+# root).
 # Exit status: 0 when no target found anything.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
+build_only=false
+if [ "${1:-}" = --build ]; then
+	build_only=true
+	shift
+fi
 secs=${1:-60}
 case $secs in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
 out=${PX_FUZZ_DIR:-$here/build-fuzz}
@@ -61,12 +71,65 @@ else
 		-e '^wait_strategies/aio_getevents.c$' -e '^wait_strategies/aio_epoll.c$')
 fi
 
-status=0
-for t in fuzz_config fuzz_api; do
-	echo "== fuzz: building $t"
-	(cd "$here" && $cc $flags $srcs test/fuzz/$t.c $libs -o "$out/$t")
-done
-for t in fuzz_config fuzz_api; do
+# Built already, by --build, from the same sources?
+stamp="$out/built"
+if [ -f "$stamp" ] && [ -x "$out/fuzz_config" ] && [ -x "$out/fuzz_api" ] &&
+   [ -z "$(find "$here/include" "$here/proactor" "$here/config" "$here/providers" \
+		"$here/wait_strategies" "$here/interrupt" "$here/test/fuzz" "$0" \
+		-newer "$stamp" -print -quit)" ]; then
+	prebuilt=true
+else
+	prebuilt=false
+	rm -f "$stamp"
+fi
+
+# side_by_side STEP T1 T2: STEP on both at once (one after the other on a
+# single CPU), each one's output printed in order once both are done;
+# fails if either failed.
+side_by_side() {
+	local step=$1 rc=0 t i=0; shift
+	if [ "$(nproc)" -lt 2 ]; then
+		for t in "$@"; do "$step" "$t" || rc=1; done
+		return $rc
+	fi
+	local pids=()
+	for t in "$@"; do
+		"$step" "$t" >"$out/$t.$step.out" 2>&1 &
+		pids+=($!)
+	done
+	for t in "$@"; do
+		wait "${pids[$i]}" || rc=1
+		cat "$out/$t.$step.out"
+		i=$((i + 1))
+	done
+	return $rc
+}
+
+# The library's objects are compiled once for both targets, as many at a
+# time as there are CPUs; then each target's own file, linked with them.
+objdir="$out/obj"
+objs=$(printf '%s\n' $srcs | tr / _ | sed "s|^|$objdir/|; s|\\.c\$|.o|")
+compile_one() { # source (relative to the tree) -> $objdir/dir_name.o
+	local o=${1//\//_}
+	$cc $flags -c "$1" -o "$objdir/${o%.c}.o"
+}
+build_one() { # target
+	echo "== fuzz: building $1"
+	(cd "$here" && $cc $flags test/fuzz/$1.c $objs $libs -o "$out/$1") 2>&1
+}
+build_all() {
+	rm -rf "$objdir"
+	mkdir -p "$objdir"
+	echo "== fuzz: building the library ($(printf '%s\n' $srcs | wc -l) sources, $(nproc) at a time)"
+	export -f compile_one
+	export cc flags objdir
+	printf '%s\n' $srcs | (cd "$here" && xargs -P "$(nproc)" -I{} bash -c 'compile_one "$1"' _ {})
+	side_by_side build_one fuzz_config fuzz_api
+	touch "$stamp"
+}
+
+run_one() { # target
+	local t=$1 seeds corpus
 	seeds="$here/test/fuzz/corpus_${t#fuzz_}"
 	corpus="$out/corpus_${t#fuzz_}"
 	mkdir -p "$corpus" "$out/artifacts"
@@ -79,10 +142,21 @@ for t in fuzz_config fuzz_api; do
 		>"$out/$t.log" 2>&1; then
 		echo "== fuzz: $t FAILED (log: $out/$t.log; inputs: $out/artifacts/)"
 		grep -E '^(==[0-9]+==ERROR|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
-		status=1
-	else
-		grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
-		echo "== fuzz: $t: nothing found"
+		return 1
 	fi
-done
+	grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
+	echo "== fuzz: $t: nothing found"
+}
+
+if $prebuilt; then
+	echo "== fuzz: the targets built at $(date -r "$stamp" +%T) are up to date"
+else
+	build_all
+fi
+$build_only && exit 0
+# The two targets run side by side: each libFuzzer run is one process, so
+# on two or more CPUs that halves the wall time and leaves every target its
+# full run.
+status=0
+side_by_side run_one fuzz_config fuzz_api || status=1
 exit $status

@@ -1398,12 +1398,8 @@ static void outside_reads(void **state, int loops)
 		worst = took > worst ? took : worst;
 	}
 	atomic_store(&o->release, true);
-	/* Wake-ups, so that the loop threads need not wait out their 1 s
-	 * (one thread may run both; the other then sees the stop within
-	 * its wait). */
-	for (int t = 0; t < loops; t++)
-		assert_int_equal(px_post(f->px, outside_wake, NULL), 0);
-	h_loops_stop();
+	/* Wake-ups, so that the loop threads need not wait out their 1 s. */
+	h_loops_stop_waking(f, outside_wake);
 	for (int i = 0; i < OUTSIDE_N && i <= done; i++)
 		if (rc[i] != 0)
 			fail_msg("read %d: px_read_stream returned %d", i, rc[i]);

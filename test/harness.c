@@ -315,6 +315,7 @@ static struct {
 	bool shutdown_ok;
 	int wait_ms;
 	atomic_int stop;
+	atomic_int exited;         /* threads that have left h_loop_main */
 	atomic_int error;          /* a px_handle_events error, or 0 */
 } h_loops;
 
@@ -328,6 +329,7 @@ static void *h_loop_main(void *arg)
 			break;
 		}
 	}
+	atomic_fetch_add(&h_loops.exited, 1);
 	return NULL;
 }
 
@@ -343,6 +345,7 @@ void h_loops_start_ms(h_fx *f, int n, bool shutdown_ok, int wait_ms)
 	h_loops.shutdown_ok = shutdown_ok;
 	h_loops.wait_ms = wait_ms;
 	atomic_store(&h_loops.stop, 0);
+	atomic_store(&h_loops.exited, 0);
 	atomic_store(&h_loops.error, 0);
 	for (int i = 0; i < n; i++) {
 		if (pthread_create(&h_loops.th[i], NULL, h_loop_main, NULL))
@@ -357,6 +360,26 @@ void h_loops_join(void)
 	for (int i = 0; i < h_loops.n; i++)
 		pthread_join(h_loops.th[i], NULL);
 	h_loops.n = 0;
+}
+
+void h_loops_stop_waking(h_fx *f, px_callback *wake)
+{
+	atomic_store(&h_loops.stop, 1);
+	/* A wake-up posted before the flag was set could let a thread go
+	 * back into a long wait; one posted after it cannot.  One thread may
+	 * run several, so post until each has left (bounded: a thread stuck
+	 * elsewhere is the join's to report). */
+	uint64_t dl = h_deadline(10000);
+	while (atomic_load(&h_loops.exited) < h_loops.n && h_now_ms() < dl) {
+		int rc = px_post(f->px, wake, NULL);
+		if (rc != 0) {
+			h_loops_join();
+			fail_msg("px_post of a wake-up for the loop threads "
+				 "returned %d (%s)", rc, px_strerror(rc));
+		}
+		h_sleep_ms(2);
+	}
+	h_loops_stop();
 }
 
 void h_loops_stop(void)

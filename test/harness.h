@@ -139,6 +139,10 @@ void h_loops_start(h_fx *f, int n, bool shutdown_ok);
 void h_loops_start_ms(h_fx *f, int n, bool shutdown_ok, int wait_ms);
 /* Stop and join the threads; fail the test if one got an error. */
 void h_loops_stop(void);
+/* The same for threads started with a long wait_ms: after asking them to
+ * stop, post wake (a callback that does nothing with a NULL user) until
+ * each thread has left, so that none waits out its wait. */
+void h_loops_stop_waking(h_fx *f, px_callback *wake);
 /* Stop and join the threads without a verdict (for teardowns, which must
  * run before h_teardown: px_destroy refuses while threads are inside
  * px_handle_events). */
