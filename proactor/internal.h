@@ -312,6 +312,17 @@ static inline void px_result_finish(px_result *r, size_t bytes, int error)
 	r->c.error = error;
 }
 
+/* A finished r ended the way after which applications often close the
+ * descriptor, so that its number may come back naming another file: an
+ * error (a cancel among them) or the end of a stream.  The providers then
+ * forget what they learnt of the number (see "Closed descriptors and
+ * px_close" in docs/ARCHITECTURE.md). */
+static inline bool px_result_may_close_next(const px_result *r)
+{
+	return r->c.error ||
+	       (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len);
+}
+
 /* ------------------------------------------------------------------ */
 /* Interrupt strategy (interrupt/)                                      */
 /* ------------------------------------------------------------------ */

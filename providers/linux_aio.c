@@ -300,8 +300,7 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	 * listener's read skipped at the start (la_skip_try) would wait in
 	 * a poll for a connection instead of failing at once (ENOTCONN,
 	 * EINVAL), so the next read on the number tries again. */
-	if (r->c.error ||
-	    (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len))
+	if (px_result_may_close_next(r))
 		fe->rd_miss = 0;
 	if (dir >= 0 && px_link_linked(&r->plink) &&
 	    px_fdq_remove(&fe->fq, dir, r)) {

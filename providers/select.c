@@ -400,8 +400,7 @@ static void sel_to_done(px_sel *sel, px_result *r)
 static void sel_note_done(px_sel *sel, sel_fd *e, px_result *r)
 {
 	px_fdq_entry *fq;
-	bool ended = r->c.error ||
-		     (r->c.op == PX_OP_READ_STREAM && !r->c.bytes && r->c.len);
+	bool ended = px_result_may_close_next(r);
 
 	if (ended)
 		e->rd_miss = 0;

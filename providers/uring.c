@@ -1223,7 +1223,7 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	 * flight looks at the number again (one getsockopt per such end;
 	 * never on a read or write that moved bytes). */
 	if (res < 0 || (res == 0 && c->op == PX_OP_READ_STREAM && c->len))
-		pr->fe->open_seen = false;
+		pr->fe->open_seen = false;  /* px_result_may_close_next, on res */
 	if (res == -EBADF)
 		pr->fe->seg = 0;
 	if (res >= 0) {

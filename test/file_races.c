@@ -309,20 +309,11 @@ static int temp_file(h_fx *f)
 static void proc_of(h_fx *f, px_op op, char *provider, size_t n, bool *streams)
 {
 	px_config cfg;
-	assert_int_equal(px_config_parse(&cfg, px_engine_name(f->px), NULL, 0), 0);
-	const px_processor_config *pc[2] = {&cfg.primary, &cfg.secondary};
-	for (int i = 0; i < 2; i++) {
-		if (pc[i]->processor == PX_PROCESSOR_NONE)
-			continue;
-		if (pc[i]->ops && !(pc[i]->ops & PX_OP_BIT(op)))
-			continue;
-		snprintf(provider, n, "%s", pc[i]->provider);
-		if (streams)
-			*streams = !pc[i]->ops ||
-				   (pc[i]->ops & PX_OP_BIT(PX_OP_READ_STREAM));
-		return;
-	}
-	fail_msg("no processor of %s does op %d", px_engine_name(f->px), op);
+	const px_processor_config *pc = h_proc_for(f, op, &cfg);
+
+	snprintf(provider, n, "%s", pc->provider);
+	if (streams)
+		*streams = !pc->ops || (pc->ops & PX_OP_BIT(PX_OP_READ_STREAM));
 }
 
 /* Whether file operations have a vectored form here (not POSIX AIO). */

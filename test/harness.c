@@ -525,18 +525,23 @@ int h_count_dir(const char *path)
 	return n;
 }
 
-bool h_vec_supported(h_fx *f, px_op op)
+const px_processor_config *h_proc_for(h_fx *f, px_op op, px_config *cfg)
 {
-	px_config cfg;
-	assert_int_equal(px_config_parse(&cfg, px_engine_name(f->px), NULL, 0), 0);
-	const px_processor_config *pc[2] = { &cfg.primary, &cfg.secondary };
+	assert_int_equal(px_config_parse(cfg, px_engine_name(f->px), NULL, 0), 0);
+	const px_processor_config *pc[2] = { &cfg->primary, &cfg->secondary };
 	for (int i = 0; i < 2; i++) {
 		if (pc[i]->processor == PX_PROCESSOR_NONE)
 			continue;
 		if (pc[i]->ops && !(pc[i]->ops & PX_OP_BIT(op)))
 			continue;
-		return strcmp(pc[i]->provider, "posix") != 0;
+		return pc[i];
 	}
 	fail_msg("no processor of %s does op %d", px_engine_name(f->px), op);
-	return false;
+	return NULL;
+}
+
+bool h_vec_supported(h_fx *f, px_op op)
+{
+	px_config cfg;
+	return strcmp(h_proc_for(f, op, &cfg)->provider, "posix") != 0;
 }

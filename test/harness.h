@@ -188,6 +188,12 @@ int h_port_of(int fd);
 /* Entries of a directory, "." and ".." left out (/proc/self/fd counts the
  * descriptor that reads it); -1 if it cannot be opened. */
 int h_count_dir(const char *path);
+/* The processor of the engine under test (as created, so an auto
+ * processor counts as what it became) that op is routed to: the first
+ * whose ops include it.  cfg receives the parsed engine; fails the test
+ * when no processor does op. */
+const px_processor_config *h_proc_for(h_fx *f, px_op op, px_config *cfg);
+
 /* Whether the engine under test does op vectored: the processor the
  * operation is routed to (the first whose ops include it) is not the POSIX
  * AIO provider, the one provider without a vectored form.  Taken from the
