@@ -21,6 +21,7 @@
  * low bits are free to mark the readiness poll of its EAGAIN retry and the
  * ASYNC_CANCEL aimed at it. */
 #define PX_URING_TAG_NOP    1ull   /* the native interrupt's NOP */
+#define PX_URING_TAG_KICK   2ull   /* the read of the kick eventfd */
 #define PX_URING_TAG_MAX    16ull
 #define PX_URING_UD_POLL    1ull   /* low bit: readiness poll of a result */
 #define PX_URING_UD_CANCEL  2ull   /* bit 1: the ASYNC_CANCEL of a result */
@@ -101,6 +102,17 @@ typedef struct px_uring_ring {
 	 * prepare; late_gen counts this ring's prepares. */
 	px_list late;
 	unsigned late_gen;
+
+	/* The kick (a dedicated processor's one ring; -1 elsewhere): an
+	 * eventfd whose READ the leader keeps in the ring, so that a start
+	 * made by another thread wakes the leader to submit it instead of
+	 * submitting it itself (see "The kick" in uring.c).  Under the
+	 * mutex: the READ was put in by the leader's last prepare
+	 * (kick_armed), the eventfd was written since (kick_sent), its CQE
+	 * was reaped and the leader has not prepared again (kick_done). */
+	int kick_fd;
+	bool kick_armed, kick_sent, kick_done;
+	uint64_t kick_buf;          /* where the READ puts the count */
 } px_uring_ring;
 
 /* The provider: its rings and the three objects the core sees. */
@@ -232,6 +244,7 @@ int px__uring_flush(px_uring_ring *rg) PX_HIDDEN;
 /* Submit now if rg's leader is blocked in the kernel (else its prepare
  * will).  Mutex held. */
 void px__uring_kick(px_uring_ring *rg) PX_HIDDEN;
+void px__uring_kick_arm(px_uring_ring *rg) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */

@@ -82,6 +82,7 @@ static __thread bool px_uring_tls_watch_ran_out;
 /* Make rg's SQEs ready for this leader's wait and mark it waiting. */
 static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
 {
+	px__uring_kick_arm(rg);  /* before the flush: this thread submits it */
 	int rc = px__uring_flush(rg);
 
 	*stuck = *stuck || rg->submit_stuck;
