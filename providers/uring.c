@@ -317,6 +317,10 @@ struct px_uring_fd {
 	                       was checked, or an accept was started on it */
 	bool fresh;         /* returned by an accept of this provider, and
 	                       not started on since (ur_place_new) */
+	bool type_seen;     /* msg_sock holds since the last hint (as
+	                       open_seen) */
+	bool msg_sock;      /* a datagram or seqpacket socket: its stream
+	                       writes go with MSG_DONTWAIT (ur_prep_op) */
 	uint32_t seg;       /* its TCP segment size (TCP_MAXSEG), asked once:
 	                       0 not asked yet, UINT32_MAX none (ur_seg) */
 	struct px_uring_ring *rg;  /* the ring of its last start, or NULL */
@@ -640,6 +644,7 @@ static void ur_mark_fresh(px_uring *u, int fd)
 		fe->listener = false;
 		fe->notsock = false;
 		fe->open_seen = true;
+		fe->type_seen = false;  /* (an AF_UNIX seqpacket listener's) */
 		fe->seg = 0;
 	}
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
@@ -931,7 +936,12 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 	case PX_OP_WRITE_STREAM:
 		pr->as_send = !pr->fe->notsock;
 		if (pr->as_send) {
-			io_uring_prep_send(sqe, c->fd, buf, n, MSG_NOSIGNAL);
+			/* A message socket: MSG_DONTWAIT, as for the datagram
+			 * writes below (the kernel's own retry of a send whose
+			 * data it had taken sent an empty datagram). */
+			io_uring_prep_send(sqe, c->fd, buf, n,
+					   MSG_NOSIGNAL |
+					   (pr->fe->msg_sock ? MSG_DONTWAIT : 0));
 		} else {
 			io_uring_prep_write(sqe, c->fd, buf, n, (uint64_t)-1);
 			sqe->rw_flags = px__rwf_nosignal();
@@ -1277,8 +1287,10 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 	 * must not go with POLL_FIRST.  So its next start with nothing in
 	 * flight looks at the number again (one getsockopt per such end;
 	 * never on a read or write that moved bytes). */
-	if (res < 0 || (res == 0 && c->op == PX_OP_READ_STREAM && c->len))
+	if (res < 0 || (res == 0 && c->op == PX_OP_READ_STREAM && c->len)) {
 		pr->fe->open_seen = false;  /* px_result_may_close_next, on res */
+		pr->fe->type_seen = false;
+	}
 	if (res == -EBADF)
 		pr->fe->seg = 0;
 	if (res >= 0) {
@@ -1568,6 +1580,22 @@ static int ur_start(px_provider *p, px_result *r)
 	}
 	if (r->c.op == PX_OP_ACCEPT)
 		pr->fe->listener = true;
+	/* A stream write on a datagram or seqpacket socket sends one
+	 * message, and its SEND must not be retried by the kernel
+	 * (ur_prep_op): which kind of socket it is, asked at the first
+	 * stream write since the number was last seen open.  A number
+	 * closed with close(2) and reused unseen keeps the old answer: a
+	 * stream socket's writes then go with MSG_DONTWAIT (a poll of our
+	 * own on EAGAIN, correct, a little dearer); a message socket's
+	 * without (the empty datagram again, when its receiver is full). */
+	if (r->c.op == PX_OP_WRITE_STREAM && !pr->fe->type_seen) {
+		int type = 0;
+		socklen_t tlen = sizeof(type);
+		pr->fe->msg_sock = getsockopt(r->c.fd, SOL_SOCKET, SO_TYPE,
+					      &type, &tlen) == 0 &&
+				   (type == SOCK_DGRAM || type == SOCK_SEQPACKET);
+		pr->fe->type_seen = true;
+	}
 	/* "Not a socket" was learnt about whatever the number was then.  With
 	 * nothing in flight it may have been closed and reused for a socket,
 	 * which a WRITE would raise SIGPIPE on (SEND has MSG_NOSIGNAL): look
@@ -1648,6 +1676,7 @@ static void ur_closed(px_provider *p, int fd)
 		return;
 	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
 	fe->open_seen = false;
+	fe->type_seen = false;
 	fe->listener = false;
 	fe->notsock = false;
 	fe->fresh = false;

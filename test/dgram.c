@@ -2116,7 +2116,21 @@ static void dgram_shut_down_for_reading(void **state)
  * (A sender that is not connected is told of no room, so the engines
  * poll it again and again while the queue stays full: kept short.)
  */
-static void dgram_unix_named_receiver_full(void **state)
+static op *e_write_stream(edge *e, int fd, const void *buf, size_t len)
+{
+	op *o = pool_take(&e->ops, PX_OP_WRITE_STREAM, fd, 0);
+	assert_non_null(o);
+	int rc = px_write_stream(e->f->px, fd, buf, len, op_cb, o);
+	if (rc != 0)
+		fail_msg("px_write_stream(fd %d, len %zu) returned %d (%s)", fd,
+			 len, rc, px_strerror(rc));
+	o->started = 1;
+	return o;
+}
+
+/* stream_writes: the connected sender's writes are px_write_stream, which
+ * a datagram socket takes as well (one datagram each). */
+static void receiver_full(void **state, bool stream_writes)
 {
 	static const char *const msg[4] = {
 		"connected sender, first", "unconnected sender, first",
@@ -2142,8 +2156,10 @@ static void dgram_unix_named_receiver_full(void **state)
 	assert_true(fillers > 0);
 	op *w[4];
 	for (int i = 0; i < 4; i++)
-		w[i] = e_write(e, i % 2 ? unc : con, msg[i], strlen(msg[i]),
-			       i % 2 ? &name : NULL, i % 2 ? nlen : 0);
+		w[i] = stream_writes && i % 2 == 0
+		       ? e_write_stream(e, con, msg[i], strlen(msg[i]))
+		       : e_write(e, i % 2 ? unc : con, msg[i], strlen(msg[i]),
+				 i % 2 ? &name : NULL, i % 2 ? nlen : 0);
 	h_settle(f, 20);
 	for (int i = 0; i < 4; i++)
 		if (atomic_load(&w[i]->calls))
@@ -2194,6 +2210,19 @@ static void dgram_unix_named_receiver_full(void **state)
 	assert_true(at[0] < at[2]);
 	assert_true(at[1] < at[3]);
 	edge_end(e, "writes to a full named AF_UNIX datagram socket");
+}
+
+static void dgram_unix_named_receiver_full(void **state)
+{
+	receiver_full(state, false);
+}
+
+/* The same with px_write_stream on the connected sender: io_uring sent
+ * those as SEND without MSG_DONTWAIT, and the empty datagram of fixed
+ * problem 27 came back that way (fixed problem 31). */
+static void dgram_unix_full_receiver_stream_write(void **state)
+{
+	receiver_full(state, true);
 }
 
 /* Port of a UDP socket just closed: nobody listens there. */
@@ -2864,6 +2893,7 @@ int main(int argc, char **argv)
 		T(dgram_truncated),
 		T(dgram_shut_down_for_reading),
 		T(dgram_unix_named_receiver_full),
+		T(dgram_unix_full_receiver_stream_write),
 		T(dgram_connected_refused),
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
