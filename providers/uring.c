@@ -352,6 +352,11 @@ struct px_uring_priv {
 	                       prepare only (not late: "Late reads") */
 	unsigned late_gen;  /* its ring's late_gen when it was held, then issued */
 	unsigned issue_gen; /* its ring's late_gen when a read was started */
+	/* A datagram write: sends that failed with EAGAIN right after a poll
+	 * said the socket had room (ur_backoff), and the wait before the next
+	 * try, which its TIMEOUT reads at submission. */
+	uint8_t futile;
+	struct __kernel_timespec backoff;
 };
 
 static struct px_uring_priv *ur_priv(px_result *r)
@@ -386,6 +391,42 @@ static bool ur_pollable(px_op op)
 	return op == PX_OP_READ_STREAM || op == PX_OP_WRITE_STREAM ||
 	       op == PX_OP_READ_DGRAM || op == PX_OP_WRITE_DGRAM ||
 	       op == PX_OP_ACCEPT;
+}
+
+/*
+ * A datagram write that keeps failing with EAGAIN although its poll says
+ * the socket has room.  An AF_UNIX datagram socket that is not connected
+ * to its receiver (many senders, one named receiver: syslog) polls
+ * writable as long as its own buffer has room, and the receiver's full
+ * queue makes every send fail: poll, send, EAGAIN, poll again, a whole CPU
+ * for as long as the receiver does not read (a blocking sendto would wait
+ * on the receiver, which no poll can).  So after PX_URING_FUTILE_MIN such
+ * rounds in a row the write waits on a TIMEOUT instead of the poll, 1 ms
+ * at first, twice as long each further round, up to
+ * PX_URING_BACKOFF_MAX_MS, until a send goes out (the count is the
+ * operation's own).  The receiver's reads wake nobody here, so a write
+ * may go out up to that long after there is room.  Only datagram writes:
+ * a stream's poll says room only when there is some, and a datagram
+ * socket connected to its receiver polls writable only when that
+ * receiver's queue has room, so their sends do not fail this way.  (The readiness and Linux AIO
+ * engines still poll again at once; docs/ARCHITECTURE.md.)
+ */
+#define PX_URING_FUTILE_MIN 3u
+#define PX_URING_BACKOFF_MAX_MS 64u
+
+static void ur_backoff(struct px_uring_priv *pr, px_op op)
+{
+	if (op != PX_OP_WRITE_DGRAM || pr->futile == UINT8_MAX)
+		return;
+	pr->futile++;
+	if (pr->futile < PX_URING_FUTILE_MIN)
+		return;
+	unsigned ms = 1u << (pr->futile - PX_URING_FUTILE_MIN < 6
+			     ? pr->futile - PX_URING_FUTILE_MIN : 6);
+	if (ms > PX_URING_BACKOFF_MAX_MS)
+		ms = PX_URING_BACKOFF_MAX_MS;
+	pr->backoff.tv_sec = 0;
+	pr->backoff.tv_nsec = (long long)ms * 1000000;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1006,7 +1047,12 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 	pr->rg = rg;
 	if (pr->want_poll) {
 		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
-		io_uring_prep_poll_add(sqe, r->c.fd, mask);
+		if (pr->futile >= PX_URING_FUTILE_MIN)
+			/* In the poll's place, and taken for it (phase,
+			 * user_data, cancel): see ur_backoff. */
+			io_uring_prep_timeout(sqe, &pr->backoff, 0, 0);
+		else
+			io_uring_prep_poll_add(sqe, r->c.fd, mask);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
 		pr->phase = PX_URING_POLL;
 	} else {
@@ -1434,6 +1480,8 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		/* The descriptor is ready (or the poll failed): retry. */
 		if (pr->cancel_req)
 			return ur_end(u, r, -ECANCELED);
+		if (pr->futile >= PX_URING_FUTILE_MIN && res == -ETIME)
+			res = 0;  /* the back-off's TIMEOUT ran out */
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
 			ur_issue_or_stall(u, r, NULL);
@@ -1494,6 +1542,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		}
 	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
+		ur_backoff(pr, r->c.op);
 		pr->want_poll = true;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
