@@ -296,7 +296,7 @@ static int drain(int fd, atomic_int *seen, int nseen, int found, int want,
 	for (;;) {
 		ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
 		if (n >= 0) {
-			uint32_t seq;
+			uint32_t seq = 0;
 			const char *why = dg_check(buf, (size_t)n, &seq);
 			if (why)
 				fail_msg("a datagram left in the socket: %s", why);
@@ -842,7 +842,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 						 "started by a thread that exited: "
 						 "error %d (%s)", round, k, o->error,
 						 strerror(o->error));
-				uint32_t seq;
+				uint32_t seq = 0;
 				const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
 							   o->bytes, &seq);
 				if (why)
@@ -931,7 +931,7 @@ static void *ux_reader(void *arg)
 			x->pre++;  /* filler sent before the writes */
 			continue;
 		}
-		uint32_t seq;
+		uint32_t seq = 0;
 		const char *why = dg_check(buf, (size_t)n, &seq);
 		if (why || (int)seq <= x->last || seq >= UX_N) {
 			if (!x->problems++)
@@ -1179,7 +1179,7 @@ static void dgram_mixed_reads_keep_order(void **state)
 	h_loops_stop();
 	for (int i = 0; i < MX_N; i++) {
 		expect(r[i], 0, dg_len((uint32_t)i), px_op_name(r[i]->op));
-		uint32_t seq;
+		uint32_t seq = 0;
 		const char *why = dg_check(in + (size_t)i * DG_MAX, r[i]->bytes,
 					   &seq);
 		if (why || seq != (uint32_t)i)
@@ -1466,7 +1466,7 @@ static void cl_cb(const px_completion *c)
 	if (c->error == 0 && c->op == PX_OP_READ_DGRAM) {
 		uint8_t *buf = (o->fd == x->a ? x->in : x->bin) +
 			       (size_t)o->slot * DG_MAX;
-		uint32_t seq;
+		uint32_t seq = 0;
 		const char *why = dg_check(buf, c->bytes, &seq);
 		if (why)
 			h_bad("read on fd %d: %s", o->fd, why);
@@ -1770,7 +1770,7 @@ static void ds_cb(const px_completion *c)
 		return;
 	if (c->op == PX_OP_READ_DGRAM) {
 		if (c->error == 0) {
-			uint32_t seq;
+			uint32_t seq = 0;
 			const char *why = dg_check(x->in + (size_t)o->slot * DG_MAX,
 						   c->bytes, &seq);
 			if (why)
@@ -2514,7 +2514,7 @@ static void dgram_ipv6_loopback(void **state)
 		pump_until(f, r[i], 5000, "an IPv6 read");
 		expect(w[i], 0, dg_len((uint32_t)i + 40), "IPv6 write");
 		expect(r[i], 0, dg_len((uint32_t)i + 40), "IPv6 read");
-		uint32_t seq;
+		uint32_t seq = 0;
 		assert_null(dg_check(in + i * DG_MAX, r[i]->bytes, &seq));
 		assert_int_equal(seq, i);
 		const struct sockaddr_in6 *from =
@@ -2564,7 +2564,7 @@ static void dgram_largest_and_too_large(void **state)
 	pump_until(f, r, 5000, "a 65507-byte read_dgram");
 	expect(w, 0, UDP_MAX, "65507-byte write");
 	expect(r, 0, UDP_MAX, "65507-byte read");
-	uint32_t seq;
+	uint32_t seq = 0;
 	assert_null(dg_check(in, r->bytes, &seq));
 	assert_int_equal(seq, 9);
 
@@ -2677,7 +2677,7 @@ static void dgram_max_aio_4(void **state)
 	h_settle(f, 10);
 	for (int i = 0; i < 64; i++) {
 		expect(r[i], 0, r[i]->bytes, "read at max_aio=4");
-		uint32_t seq;
+		uint32_t seq = 0;
 		const char *why = dg_check(in + i * DG_MAX, r[i]->bytes, &seq);
 		if (why)
 			fail_msg("read %d at max_aio=4: %s", i, why);
@@ -2865,7 +2865,7 @@ static void dgram_deadline_races_arrivals(void **state)
 				 "completed", r);
 		}
 		if (o->error == 0) {
-			uint32_t seq;
+			uint32_t seq = 0;
 			const char *why = dg_check(in, o->bytes, &seq);
 			if (why || seq != (uint32_t)r)
 				fail_msg("round %d: the read got %s", r,
