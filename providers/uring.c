@@ -406,9 +406,11 @@ static bool ur_pollable(px_op op)
  * PX_URING_BACKOFF_MAX_MS, until a send goes out (the count is the
  * operation's own).  The receiver's reads wake nobody here, so a write
  * may go out up to that long after there is room.  Only datagram writes:
- * a stream's poll says room only when there is some, and a datagram
- * socket connected to its receiver polls writable only when that
- * receiver's queue has room, so their sends do not fail this way.  (The readiness and Linux AIO
+ * a stream's poll says room only when there is some.  A datagram socket
+ * connected to its receiver polls writable only when that receiver's
+ * queue has room, so its sends fail this way only when other senders
+ * take the room first three times running; it then waits the same way,
+ * 64 ms at most between tries.  (The readiness and Linux AIO
  * engines still poll again at once; docs/ARCHITECTURE.md.)
  */
 #define PX_URING_FUTILE_MIN 3u
