@@ -352,9 +352,9 @@ struct px_uring_priv {
 	                       prepare only (not late: "Late reads") */
 	unsigned late_gen;  /* its ring's late_gen when it was held, then issued */
 	unsigned issue_gen; /* its ring's late_gen when a read was started */
-	/* A datagram write: sends that failed with EAGAIN right after a poll
-	 * said the socket had room (ur_backoff), and the wait before the next
-	 * try, which its TIMEOUT reads at submission. */
+	/* A datagram write: how many of its sends failed with EAGAIN
+	 * (ur_backoff), and the wait before the next try, which its TIMEOUT
+	 * reads at submission. */
 	uint8_t futile;
 	struct __kernel_timespec backoff;
 };
@@ -414,7 +414,7 @@ static bool ur_pollable(px_op op)
  * engines still poll again at once; docs/ARCHITECTURE.md.)
  */
 #define PX_URING_FUTILE_MIN 3u
-#define PX_URING_BACKOFF_MAX_MS 64u
+#define PX_URING_BACKOFF_MAX_MS 64u  /* 1 << 6 */
 
 static void ur_backoff(struct px_uring_priv *pr, px_op op)
 {
@@ -423,10 +423,8 @@ static void ur_backoff(struct px_uring_priv *pr, px_op op)
 	pr->futile++;
 	if (pr->futile < PX_URING_FUTILE_MIN)
 		return;
-	unsigned ms = 1u << (pr->futile - PX_URING_FUTILE_MIN < 6
-			     ? pr->futile - PX_URING_FUTILE_MIN : 6);
-	if (ms > PX_URING_BACKOFF_MAX_MS)
-		ms = PX_URING_BACKOFF_MAX_MS;
+	unsigned step = pr->futile - PX_URING_FUTILE_MIN;
+	unsigned ms = step < 6 ? 1u << step : PX_URING_BACKOFF_MAX_MS;
 	pr->backoff.tv_sec = 0;
 	pr->backoff.tv_nsec = (long long)ms * 1000000;
 }
@@ -511,9 +509,10 @@ void px__uring_kick_arm(px_uring_ring *rg)
 {
 	struct io_uring_sqe *sqe;
 
-	if (rg->kick_fd < 0 || (rg->kick_armed && !rg->kick_done))
+	if (rg->kick_fd < 0 || rg->kick == PX_URING_KICK_ARMED ||
+	    rg->kick == PX_URING_KICK_SENT)
 		return;
-	rg->kick_armed = false;
+	rg->kick = PX_URING_KICK_OFF;
 	/* Not px__uring_get_sqe: the READ is no work of the ring's (pending),
 	 * and it must not submit, nor take a start's last slot. */
 	if (io_uring_sq_space_left(&rg->ring) < 2)
@@ -524,9 +523,7 @@ void px__uring_kick_arm(px_uring_ring *rg)
 	io_uring_prep_read(sqe, rg->kick_fd, &rg->kick_buf,
 			   sizeof(rg->kick_buf), 0);
 	io_uring_sqe_set_data64(sqe, PX_URING_TAG_KICK);
-	rg->kick_armed = true;
-	rg->kick_sent = false;
-	rg->kick_done = false;
+	rg->kick = PX_URING_KICK_ARMED;
 }
 
 void px__uring_kick(px_uring_ring *rg)
@@ -537,17 +534,20 @@ void px__uring_kick(px_uring_ring *rg)
 	 * on something else. */
 	if (!rg->waiting || !io_uring_sq_ready(&rg->ring))
 		return;
-	if (rg->kick_armed) {
-		/* Sent already, or reaped: the leader is on its way to its
-		 * next prepare, which submits. */
-		if (rg->kick_sent || rg->kick_done)
-			return;
+	switch (rg->kick) {
+	case PX_URING_KICK_SENT:
+	case PX_URING_KICK_DONE:
+		return;  /* the leader is on its way to its next prepare */
+	case PX_URING_KICK_ARMED: {
 		uint64_t one = 1;
 		if (write(rg->kick_fd, &one, sizeof(one)) == (ssize_t)sizeof(one)) {
-			rg->kick_sent = true;
+			rg->kick = PX_URING_KICK_SENT;
 			return;
 		}
-		/* (An eventfd write fails only at a count of 2^64 - 2.) */
+		break;  /* (an eventfd write fails only at a count of 2^64 - 2) */
+	}
+	case PX_URING_KICK_OFF:
+		break;
 	}
 	ur_submit(rg);
 }
@@ -1460,7 +1460,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	if (user_data == PX_URING_TAG_KICK) {
 		/* Not counted in pending (px__uring_kick_arm); whatever it
 		 * ended with, the next prepare puts another in. */
-		rg->kick_done = true;
+		rg->kick = PX_URING_KICK_DONE;
 		return NULL;
 	}
 	rg->pending--;

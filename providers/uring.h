@@ -38,6 +38,14 @@ typedef struct px_uring_fd px_uring_fd;
 /* One ring.  Every field is guarded by the proactor mutex, except those
  * marked "leader only", which the thread that holds the ring (led) reads
  * in its unlocked wait. */
+/* px_uring_ring.kick */
+enum px_uring_kick {
+	PX_URING_KICK_OFF,    /* no READ in the ring: starts submit themselves */
+	PX_URING_KICK_ARMED,  /* put in by the leader's last prepare */
+	PX_URING_KICK_SENT,   /* ... and the eventfd written since */
+	PX_URING_KICK_DONE    /* its CQE reaped; the next prepare puts another */
+};
+
 typedef struct px_uring_ring {
 	struct io_uring ring;
 	unsigned index;
@@ -106,12 +114,10 @@ typedef struct px_uring_ring {
 	/* The kick (a dedicated processor's one ring; -1 elsewhere): an
 	 * eventfd whose READ the leader keeps in the ring, so that a start
 	 * made by another thread wakes the leader to submit it instead of
-	 * submitting it itself (see "The kick" in uring.c).  Under the
-	 * mutex: the READ was put in by the leader's last prepare
-	 * (kick_armed), the eventfd was written since (kick_sent), its CQE
-	 * was reaped and the leader has not prepared again (kick_done). */
+	 * submitting it itself (see "The kick" in uring.c).  kick, under
+	 * the mutex: where that READ is (px_uring_kick). */
 	int kick_fd;
-	bool kick_armed, kick_sent, kick_done;
+	uint8_t kick;
 	uint64_t kick_buf;          /* where the READ puts the count */
 } px_uring_ring;
 
