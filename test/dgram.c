@@ -1902,30 +1902,45 @@ static edge *edge_new(h_fx *f)
 	return e;
 }
 
-static op *e_read(edge *e, int fd, void *buf, size_t len)
+static op *e_take(edge *e, px_op kind, int fd)
 {
-	op *o = pool_take(&e->ops, PX_OP_READ_DGRAM, fd, 0);
+	op *o = pool_take(&e->ops, kind, fd, 0);
 	assert_non_null(o);
-	int rc = px_read_dgram(e->f->px, fd, buf, len, op_cb, o);
+	return o;
+}
+
+/* o was started by call (rc its return): fail unless that worked. */
+static op *e_started(op *o, int rc, const char *call, size_t len)
+{
 	if (rc != 0)
-		fail_msg("px_read_dgram(fd %d, len %zu) returned %d (%s)", fd,
+		fail_msg("%s(fd %d, len %zu) returned %d (%s)", call, o->fd,
 			 len, rc, px_strerror(rc));
 	o->started = 1;
 	return o;
 }
 
+static op *e_read(edge *e, int fd, void *buf, size_t len)
+{
+	op *o = e_take(e, PX_OP_READ_DGRAM, fd);
+	return e_started(o, px_read_dgram(e->f->px, fd, buf, len, op_cb, o),
+			 "px_read_dgram", len);
+}
+
 static op *e_write(edge *e, int fd, const void *buf, size_t len,
 		   const void *to, socklen_t tolen)
 {
-	op *o = pool_take(&e->ops, PX_OP_WRITE_DGRAM, fd, 0);
-	assert_non_null(o);
-	int rc = px_write_dgram(e->f->px, fd, buf, len,
-				(const struct sockaddr *)to, tolen, op_cb, o);
-	if (rc != 0)
-		fail_msg("px_write_dgram(fd %d, len %zu) returned %d (%s)", fd,
-			 len, rc, px_strerror(rc));
-	o->started = 1;
-	return o;
+	op *o = e_take(e, PX_OP_WRITE_DGRAM, fd);
+	return e_started(o, px_write_dgram(e->f->px, fd, buf, len,
+					   (const struct sockaddr *)to, tolen,
+					   op_cb, o),
+			 "px_write_dgram", len);
+}
+
+static op *e_write_stream(edge *e, int fd, const void *buf, size_t len)
+{
+	op *o = e_take(e, PX_OP_WRITE_STREAM, fd);
+	return e_started(o, px_write_stream(e->f->px, fd, buf, len, op_cb, o),
+			 "px_write_stream", len);
 }
 
 
@@ -2116,21 +2131,9 @@ static void dgram_shut_down_for_reading(void **state)
  * its buffer, sent an empty datagram and answered 0 (fixed problem 27).
  * (A sender that is not connected is told of no room, so the engines
  * poll it again and again while the queue stays full: kept short.)
+ * stream_writes: the connected sender's writes are px_write_stream, which
+ * a datagram socket takes as well (one datagram each).
  */
-static op *e_write_stream(edge *e, int fd, const void *buf, size_t len)
-{
-	op *o = pool_take(&e->ops, PX_OP_WRITE_STREAM, fd, 0);
-	assert_non_null(o);
-	int rc = px_write_stream(e->f->px, fd, buf, len, op_cb, o);
-	if (rc != 0)
-		fail_msg("px_write_stream(fd %d, len %zu) returned %d (%s)", fd,
-			 len, rc, px_strerror(rc));
-	o->started = 1;
-	return o;
-}
-
-/* stream_writes: the connected sender's writes are px_write_stream, which
- * a datagram socket takes as well (one datagram each). */
 static void receiver_full(void **state, bool stream_writes)
 {
 	static const char *const msg[4] = {
