@@ -690,6 +690,29 @@ unsigned px__default_max_aio(void) PX_HIDDEN;
  * kernel runs it.  Probed once per process. */
 int px__rwf_nosignal(void) PX_HIDDEN;
 
+/*
+ * A datagram write whose descriptor keeps polling writable while every
+ * send says EAGAIN: a socket not connected to its AF_UNIX receiver has
+ * room in its own buffer, and the receiver's queue is full.  No poll can
+ * wait for that receiver, so each provider counts such tries in a row
+ * ("futile") and, from PX_FUTILE_MIN on, waits px__futile_wait_ms()
+ * before the next try instead of polling again at once (1 ms, doubling,
+ * at most PX_FUTILE_MAX_MS).  docs/ARCHITECTURE.md, "A datagram write to
+ * a full receiver".
+ */
+#define PX_FUTILE_MIN 3u
+#define PX_FUTILE_MAX_MS 64u
+
+static inline unsigned px__futile_wait_ms(unsigned futile)
+{
+	unsigned step;
+
+	if (futile < PX_FUTILE_MIN)
+		return 0;
+	step = futile - PX_FUTILE_MIN;
+	return step < 6 ? 1u << step : PX_FUTILE_MAX_MS;
+}
+
 /* The descriptor of the operation whose callback the calling thread is
  * running for px (its c.fd), or -1 when it runs none (proactor/dispatcher.c).
  * A start made from there continues work on a number that was open a

@@ -129,7 +129,7 @@ enum {
 };
 
 /* Which list la_priv.slink is on. */
-enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL };
+enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL, LA_ON_HELD };
 
 typedef struct px_laio_fd {
 	px_fdq_entry fq;    /* one FIFO per direction */
@@ -176,7 +176,10 @@ struct la_priv {
 	bool early;         /* ... and it finished meanwhile */
 	bool on_done;       /* finished, on u->done for next_completed */
 	uint8_t tried;      /* LA_BUSY: what the call gave (PX_NBIO_*) */
+	uint8_t futile;     /* datagram write: EAGAINs after its poll fired,
+	                       in a row (la_hold) */
 	px_nbio io;         /* LA_BUSY: the descriptor, for the call */
+	uint64_t held_until; /* LA_ON_HELD: when it polls again */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -233,6 +236,8 @@ static void la_unlist(px_laio *u, px_result *r)
 		px_list_remove(&u->pending, &pr->slink);
 	else if (pr->slist == LA_ON_RECANCEL)
 		px_list_remove(&u->recancel, &pr->slink);
+	else if (pr->slist == LA_ON_HELD)
+		px_list_remove(&u->held, &pr->slink);
 	pr->slist = LA_NOLIST;
 }
 
@@ -456,6 +461,64 @@ static void la_kick(px_laio *u)
 		la_wake_leader(u);
 }
 
+/*
+ * A datagram write whose poll fired but whose send said EAGAIN
+ * (px__futile_wait_ms, proactor/internal.h): a socket not connected to
+ * its full AF_UNIX receiver polls writable while its own buffer has room,
+ * so its poll iocb completed again inside io_submit and the leader sent
+ * again, a whole CPU for as long as the receiver did not read.  From the
+ * PX_FUTILE_MIN-th such round in a row the operation waits on u->held
+ * (no iocb, LA_IDLE, so a cancel forgets it at once) for
+ * px__futile_wait_ms; the leader's prepare issues its poll again when the
+ * time has come, and its wait ends in time for that
+ * (px__laio_submit_leader).  Leader, mutex held.
+ */
+static bool la_hold(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	unsigned ms;
+
+	if (r->c.op != PX_OP_WRITE_DGRAM)
+		return false;
+	if (pr->futile < UINT8_MAX)
+		pr->futile++;
+	ms = px__futile_wait_ms(pr->futile);
+	if (!ms)
+		return false;
+	pr->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
+	pr->slist = LA_ON_HELD;
+	px_list_push_back(&u->held, &pr->slink);
+	return true;
+}
+
+/* Leader, prepare: issue the polls of the held writes whose time has come,
+ * and note how long the wait may last for the others (u->held_ms). */
+static void la_release_held(px_laio *u)
+{
+	uint64_t now, first = UINT64_MAX;
+	px_link *l, *next;
+
+	u->held_ms = -1;
+	if (px_list_empty(&u->held))
+		return;
+	now = px__now_ns();
+	for (l = px_list_first(&u->held); l; l = next) {
+		px_result *r = la_result_of_slink(l);
+		struct la_priv *pr = la_priv(r);
+
+		next = px_list_next(&u->held, l);
+		if (pr->held_until > now) {
+			if (pr->held_until < first)
+				first = pr->held_until;
+			continue;
+		}
+		la_unlist(u, r);
+		la_issue(u, r, true);
+	}
+	if (first != UINT64_MAX)
+		u->held_ms = (int)((first - now + 999999u) / 1000000u);
+}
+
 int px__laio_prepare(px_laio *u, bool with_intr)
 {
 	unsigned n = 0;
@@ -466,6 +529,7 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 		u->lb.v[n++] = &u->intr_cb;
 		u->intr_armed = true;
 	}
+	la_release_held(u);
 	n += la_claim(u, u->lb.v + n, u->depth);
 	u->lb.n = n;
 	if (n)
@@ -501,7 +565,10 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 	/* Iocbs left over (the native interrupt's poll may be among them):
 	 * wait briefly, then try again. */
 	if (again && (timeout_ms < 0 || timeout_ms > PX_LAIO_STUCK_MS))
-		return PX_LAIO_STUCK_MS;
+		timeout_ms = PX_LAIO_STUCK_MS;
+	/* A held datagram write polls again then (la_hold). */
+	if (u->held_ms >= 0 && (timeout_ms < 0 || timeout_ms > u->held_ms))
+		timeout_ms = u->held_ms;
 	return timeout_ms;
 }
 
@@ -602,7 +669,7 @@ static void la_run(px_laio *u)
 			la_complete(u, r, true);  /* its data, even if cancelled */
 		else if (pr->cancel_req)
 			la_fail(u, r, ECANCELED, true);
-		else
+		else if (!la_hold(u, r))
 			la_issue(u, r, true);
 	}
 }
@@ -836,6 +903,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->pending);
 	px_list_init(&u->done);
 	px_list_init(&u->recancel);
+	px_list_init(&u->held);
+	u->held_ms = -1;
 	px__fdq_init(&u->fdq, sizeof(la_fd));
 	u->lb.v = calloc(depth + 1, sizeof(*u->lb.v));
 	u->lb.err = calloc(depth + 1, sizeof(*u->lb.err));

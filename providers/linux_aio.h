@@ -62,6 +62,9 @@ typedef struct px_laio {
 	px_list pending;            /* results whose iocb waits for io_submit */
 	px_list done;               /* finished outside the wait (plink) */
 	px_list recancel;           /* polls whose io_cancel came too early */
+	px_list held;               /* datagram writes backing off (la_hold) */
+	int held_ms;                /* prepare: the wait ends within this for
+	                               the first of them (-1: none held) */
 
 	/* The leader's batch (prepare -> wait -> next_completed). */
 	px_laio_batch lb;

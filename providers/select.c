@@ -126,6 +126,13 @@ typedef struct sel_fd {
 	unsigned stamp;    /* px_sel.tick when it joined px_sel.suspect */
 	px_link rlink;     /* on px_sel.retry */
 	px_link slink;     /* on px_sel.suspect */
+	/* A datagram write to a full receiver (see "Futile writes"): */
+	uint8_t futile;    /* write-queue heads' EAGAINs after a report, in a
+	                      row (datagram writes only) */
+	uint8_t held;      /* PX_POLL_OUT: the write queue is neither watched
+	                      nor tried until held_until */
+	uint64_t held_until;
+	px_link hlink;     /* on px_sel.held while held */
 } sel_fd;
 
 typedef struct px_sel {
@@ -147,6 +154,7 @@ typedef struct px_sel {
 	px_list retry;        /* edge: entries with a head to try (rlink) */
 	px_list suspect;      /* edge: entries waiting on an unchecked
 	                         registration (slink), oldest first */
+	px_list held;         /* entries whose writes back off (hlink) */
 	unsigned tick;        /* edge: SEL_CHECK_MS periods counted */
 	uint64_t next_tick;   /* edge: when tick next advances (ns) */
 	px_poll_event ev[SEL_EVENTS]; /* leader: events being claimed */
@@ -316,7 +324,7 @@ static void sel_edge_idle(px_sel *sel, sel_fd *e)
  * or -errno from registering. */
 static int sel_edge_update(px_sel *sel, sel_fd *e)
 {
-	unsigned queued = sel_queued(e) & ~(unsigned)e->busy;
+	unsigned queued = sel_queued(e) & ~(unsigned)e->busy & ~(unsigned)e->held;
 	px_poller *pl = sel->pl;
 	int rc;
 
@@ -356,6 +364,49 @@ static void sel_edge_report(sel_fd *e, unsigned ev)
 	}
 }
 
+/*
+ * Futile writes.  A datagram socket not connected to its AF_UNIX receiver
+ * polls writable while its own buffer has room, however full the
+ * receiver's queue: every report is followed by a send that says EAGAIN,
+ * and each failed send (freeing its buffer) makes a new edge for epoll.
+ * That was a whole CPU for as long as the receiver did not read.  So the
+ * leader's batch counts the EAGAINs of datagram writes after a report
+ * (e->futile), and from PX_FUTILE_MIN in a row on, the write queue is
+ * held: not watched and not tried for px__futile_wait_ms (1 to 64 ms).
+ * The leader's wait ends in time for the earliest such entry (prepare),
+ * and the queue is tried again then.  Any write that finishes, and an
+ * empty write queue, reset the count.  A start's own try does not count:
+ * it was not told the socket had room.
+ */
+static void sel_unhold(px_sel *sel, sel_fd *e)
+{
+	if (e->held) {
+		e->held = 0;
+		px_list_remove(&sel->held, &e->hlink);
+	}
+}
+
+/* A datagram write at the head of e's write queue said EAGAIN after a
+ * report (mutex held): count it, and hold the queue from the threshold
+ * on.  A leader blocked meanwhile (the caller ran a batch after giving up
+ * the lead) must shorten its wait: interrupted. */
+static void sel_futile(px_sel *sel, sel_fd *e)
+{
+	unsigned ms;
+
+	if (e->futile < UINT8_MAX)
+		e->futile++;
+	ms = px__futile_wait_ms(e->futile);
+	if (!ms)
+		return;
+	e->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
+	if (!e->held) {
+		e->held = PX_POLL_OUT;
+		px_list_push_back(&sel->held, &e->hlink);
+	}
+	sel_kick(sel);
+}
+
 /* Bring the poller's watch of e in line with e's queues: nothing when
  * idle, else the queued directions (with a LIVE poller, only those whose
  * head nobody is working on: the thread holding a claim calls this again
@@ -365,6 +416,10 @@ static int sel_update(px_sel *sel, sel_fd *e)
 {
 	unsigned queued = sel_queued(e);
 
+	if (!(queued & PX_POLL_OUT)) {
+		sel_unhold(sel, e);
+		e->futile = 0;
+	}
 	if (!queued && sel->edge) {
 		sel_edge_idle(sel, e);
 		e->kind = PX_NBIO_KIND_UNKNOWN;
@@ -383,7 +438,7 @@ static int sel_update(px_sel *sel, sel_fd *e)
 	}
 	if (sel_live(sel))
 		queued &= ~(unsigned)e->busy;
-	return sel->pl->ops->set(sel->pl, &e->reg, queued);
+	return sel->pl->ops->set(sel->pl, &e->reg, queued & ~(unsigned)e->held);
 }
 
 static void sel_to_done(px_sel *sel, px_result *r)
@@ -543,7 +598,7 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 	e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;  /* not in a batch */
 	if (ev & (PX_POLL_IN | PX_POLL_ERR))
 		sel_claim_queue(e, PX_FDQ_RD);
-	if (ev & (PX_POLL_OUT | PX_POLL_ERR))
+	if ((ev & (PX_POLL_OUT | PX_POLL_ERR)) && !e->held)
 		sel_claim_queue(e, PX_FDQ_WR);
 	if (!e->chain[PX_FDQ_RD] && !e->chain[PX_FDQ_WR]) {
 		/* Nothing to do now; the report disarmed it, so watch it
@@ -568,7 +623,8 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
  * it yet).  Leader only. */
 static void sel_edge_claim(px_sel *sel, sel_fd *e)
 {
-	unsigned can = sel_queued(e) & ~(unsigned)e->busy & ~(unsigned)e->nready;
+	unsigned can = sel_queued(e) & ~(unsigned)e->busy &
+		       ~(unsigned)e->nready & ~(unsigned)e->held;
 
 	if (px_link_linked(&e->rlink))
 		px_list_remove(&sel->retry, &e->rlink);
@@ -626,7 +682,7 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 		sel_io_store(e, &e->bio);
 		for (int dir = 0; dir < 2; dir++) {
 			px_result *r = e->chain[dir], *next;
-			bool again = false;
+			bool again = false, dgram = false;
 
 			if (!r)
 				continue;
@@ -636,13 +692,19 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 
 				next = pv->cnext;
 				pv->cnext = NULL;
-				if (tried && pv->res - 1 == PX_NBIO_AGAIN)
+				if (tried && pv->res - 1 == PX_NBIO_AGAIN) {
 					again = true;
+					dgram = r->c.op == PX_OP_WRITE_DGRAM;
+				} else if (tried && dir == PX_FDQ_WR) {
+					e->futile = 0;  /* one went out */
+				}
 				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried)) {
 					sel_note_done(sel, e, r);
 					sel_to_done(sel, r);
 				}
 			}
+			if (again && dgram && px_fdq_head(&e->fq, dir))
+				sel_futile(sel, e);
 			/* Not ready, unless a report came while we tried. */
 			if (again && e->gen[dir] == e->bgen[dir])
 				e->nready |= (uint8_t)sel_bit(dir);
@@ -919,17 +981,54 @@ static int sel_cancel(px_provider *p, px_result *r)
 /* The processor's wait: a poller plus the claims and the run           */
 /* ------------------------------------------------------------------ */
 
+/* Leader, prepare: the held write queues whose time has come are watched
+ * (or, edge, retried) again; the wait ends in time for the others. */
+static void sel_release_held(px_sel *sel)
+{
+	uint64_t now, first = UINT64_MAX;
+	px_link *l, *next;
+
+	if (px_list_empty(&sel->held))
+		return;
+	now = px__now_ns();
+	for (l = px_list_first(&sel->held); l; l = next) {
+		sel_fd *e = px_container_of(l, sel_fd, hlink);
+		int rc;
+
+		next = px_list_next(&sel->held, l);
+		if (e->held_until > now) {
+			if (e->held_until < first)
+				first = e->held_until;
+			continue;
+		}
+		sel_unhold(sel, e);
+		e->nready &= (uint8_t)~PX_POLL_OUT;  /* edge: try, not wait */
+		rc = sel_update(sel, e);
+		if (rc < 0) {
+			sel_fail_all(sel, e, -rc);
+			sel_update(sel, e);
+		}
+	}
+	if (first != UINT64_MAX) {
+		uint64_t ms = (first - now + 999999u) / 1000000u;
+
+		if (sel->wait_cap_ms < 0 || (uint64_t)sel->wait_cap_ms > ms)
+			sel->wait_cap_ms = (int)ms;
+	}
+}
+
 static int sel_wait_prepare(px_wait *w, px_list *started)
 {
 	px_sel *sel = sel_of_wait(w);
 
 	(void)started;
 	px_poller_drain(sel->pl);
+	/* Suspects are checked after a wait: wake up in time for them. */
+	sel->wait_cap_ms = px_list_empty(&sel->suspect) ? -1 : SEL_CHECK_MS;
+	sel_release_held(sel);
 	sel->pl->ops->prepare(sel->pl);
 	sel->no_block = !px_list_empty(&sel->done) ||
 			!px_list_empty(&sel->retry);
-	/* Suspects are checked after a wait: wake up in time for them. */
-	sel->wait_cap_ms = px_list_empty(&sel->suspect) ? -1 : SEL_CHECK_MS;
 	sel->in_wait = true;
 	sel->kicked = false;
 	sel->retry_due = true;
@@ -1169,6 +1268,7 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&sel->done);
 	px_list_init(&sel->retry);
 	px_list_init(&sel->suspect);
+	px_list_init(&sel->held);
 	px__fdq_init(&sel->fdq, sizeof(sel_fd));
 	sel->wait.ops = &sel_wait_ops;
 	rc = px__intr_create(cfg, &sel->wait.intr);

@@ -395,36 +395,29 @@ static bool ur_pollable(px_op op)
 
 /*
  * A datagram write that keeps failing with EAGAIN although its poll says
- * the socket has room.  An AF_UNIX datagram socket that is not connected
- * to its receiver (many senders, one named receiver: syslog) polls
- * writable as long as its own buffer has room, and the receiver's full
- * queue makes every send fail: poll, send, EAGAIN, poll again, a whole CPU
- * for as long as the receiver does not read (a blocking sendto would wait
- * on the receiver, which no poll can).  So after PX_URING_FUTILE_MIN such
- * rounds in a row the write waits on a TIMEOUT instead of the poll, 1 ms
- * at first, twice as long each further round, up to
- * PX_URING_BACKOFF_MAX_MS, until a send goes out (the count is the
+ * the socket has room (px__futile_wait_ms in proactor/internal.h): an
+ * AF_UNIX datagram socket not connected to its full receiver (the syslog
+ * pattern) polls writable as long as its own buffer has room, and a poll,
+ * a SEND and an EAGAIN followed each other at a whole CPU for as long as
+ * the receiver did not read.  So from the PX_FUTILE_MIN-th such round in
+ * a row the write waits on a TIMEOUT in the poll's place, as long as
+ * px__futile_wait_ms says, until a send goes out (the count is the
  * operation's own).  The receiver's reads wake nobody here, so a write
- * may go out up to that long after there is room.  Only datagram writes:
- * a stream's poll says room only when there is some.  A datagram socket
- * connected to its receiver polls writable only when that receiver's
- * queue has room, so its sends fail this way only when other senders
- * take the room first three times running; it then waits the same way,
- * 64 ms at most between tries.  (The readiness and Linux AIO
- * engines still poll again at once; docs/ARCHITECTURE.md.)
+ * may go out up to PX_FUTILE_MAX_MS after there is room.  Only datagram
+ * writes: a stream's poll says room only when there is some.  A datagram
+ * socket connected to its receiver polls writable only when that
+ * receiver's queue has room, so its sends fail this way only when other
+ * senders take the room first three times running; it then waits the
+ * same way.
  */
-#define PX_URING_FUTILE_MIN 3u
-#define PX_URING_BACKOFF_MAX_MS 64u  /* 1 << 6 */
-
 static void ur_backoff(struct px_uring_priv *pr, px_op op)
 {
 	if (op != PX_OP_WRITE_DGRAM || pr->futile == UINT8_MAX)
 		return;
 	pr->futile++;
-	if (pr->futile < PX_URING_FUTILE_MIN)
+	unsigned ms = px__futile_wait_ms(pr->futile);
+	if (!ms)
 		return;
-	unsigned step = pr->futile - PX_URING_FUTILE_MIN;
-	unsigned ms = step < 6 ? 1u << step : PX_URING_BACKOFF_MAX_MS;
 	pr->backoff.tv_sec = 0;
 	pr->backoff.tv_nsec = (long long)ms * 1000000;
 }
@@ -1049,7 +1042,7 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 	pr->rg = rg;
 	if (pr->want_poll) {
 		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
-		if (pr->futile >= PX_URING_FUTILE_MIN)
+		if (pr->futile >= PX_FUTILE_MIN)
 			/* In the poll's place, and taken for it (phase,
 			 * user_data, cancel): see ur_backoff. */
 			io_uring_prep_timeout(sqe, &pr->backoff, 0, 0);
@@ -1482,7 +1475,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		/* The descriptor is ready (or the poll failed): retry. */
 		if (pr->cancel_req)
 			return ur_end(u, r, -ECANCELED);
-		if (pr->futile >= PX_URING_FUTILE_MIN && res == -ETIME)
+		if (pr->futile >= PX_FUTILE_MIN && res == -ETIME)
 			res = 0;  /* the back-off's TIMEOUT ran out */
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */

@@ -2242,12 +2242,11 @@ static double cpu_s(void)
  * A write to a named AF_UNIX datagram receiver with a full queue, from a
  * sender not connected to it: that sender polls writable all along (its
  * own buffer has room), so an engine that polls and sends again at once
- * spins a CPU for as long as the receiver does not read.  io_uring backs
- * off (fixed problem 32): over 300 ms of waiting the process uses under a
- * third of a CPU (it used all of it before).  Then the receiver drains and
- * the write completes whole.  The other engines still poll again at once
- * (docs/ARCHITECTURE.md): skipped there, after the same check of the
- * write's outcome.
+ * spins a CPU for as long as the receiver does not read.  Every engine
+ * backs off (fixed problems 32 and 33): over 300 ms of waiting the process
+ * uses under a third of a CPU (io_uring, the readiness engines and Linux
+ * AIO used all of it before).  Then the receiver drains and the write
+ * completes whole.
  */
 static void dgram_unix_unconnected_full_no_spin(void **state)
 {
@@ -2255,7 +2254,6 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
 	edge *e = edge_new(f);
 	px_config cfg;
 	const px_processor_config *pc = h_proc_for(f, PX_OP_WRITE_DGRAM, &cfg);
-	bool uring = !strcmp(pc->provider, "uring");
 	struct sockaddr_un name = { .sun_family = AF_UNIX };
 	snprintf(name.sun_path + 1, sizeof name.sun_path - 1,
 		 "px-dgram-spin-%d", (int)getpid());
@@ -2332,11 +2330,6 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
 	if (wd->error != ECANCELED)
 		fail_msg("a write waiting at px_destroy ended with %d (%s)",
 			 wd->error, strerror(wd->error));
-	if (!uring) {
-		print_message("%s polls such a sender again at once; the CPU "
-			      "check is io_uring's: skipped\n", pc->provider);
-		skip();
-	}
 	if (used > wall / 3)
 		fail_msg("%.3f CPU seconds in %.3f s while a write waited for "
 			 "a full receiver: the engine spins", used, wall);
