@@ -2248,27 +2248,41 @@ static double cpu_s(void)
  * AIO used all of it before).  Then the receiver drains and the write
  * completes whole.
  */
+/* A datagram receiver bound to an abstract name made of tag, with a full
+ * queue (*fillers one-byte datagrams "f" sent to it from by). */
+static int unix_full_receiver(h_fx *f, const char *tag, int by,
+			      struct sockaddr_un *name, socklen_t *nlen,
+			      int *fillers)
+{
+	memset(name, 0, sizeof *name);
+	name->sun_family = AF_UNIX;
+	snprintf(name->sun_path + 1, sizeof name->sun_path - 1, "px-%s-%d",
+		 tag, (int)getpid());
+	*nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			    strlen(name->sun_path + 1));
+	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(bind(rcv, (struct sockaddr *)name, *nlen), 0);
+	*fillers = 0;
+	while (sendto(by, "f", 1, MSG_DONTWAIT, (struct sockaddr *)name,
+		      *nlen) == 1)
+		(*fillers)++;
+	assert_true(*fillers > 0);
+	return rcv;
+}
+
 static void dgram_unix_unconnected_full_no_spin(void **state)
 {
 	h_fx *f = *state;
 	edge *e = edge_new(f);
 	px_config cfg;
 	const px_processor_config *pc = h_proc_for(f, PX_OP_WRITE_DGRAM, &cfg);
-	struct sockaddr_un name = { .sun_family = AF_UNIX };
-	snprintf(name.sun_path + 1, sizeof name.sun_path - 1,
-		 "px-dgram-spin-%d", (int)getpid());
-	socklen_t nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
-				     1 + strlen(name.sun_path + 1));
-	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-	int unc[4];
+	struct sockaddr_un name;
+	socklen_t nlen;
+	int unc[4], fillers;
 	for (int i = 0; i < 4; i++)
 		unc[i] = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-	assert_int_equal(bind(rcv, (struct sockaddr *)&name, nlen), 0);
-	int fillers = 0;
-	while (sendto(unc[0], "f", 1, MSG_DONTWAIT, (struct sockaddr *)&name,
-		      nlen) == 1)
-		fillers++;
-	assert_true(fillers > 0);
+	int rcv = unix_full_receiver(f, "dgram-spin", unc[0], &name, &nlen,
+				     &fillers);
 	op *w = e_write(e, unc[0], "after the queue drained", 23, &name, nlen);
 	op *wc = e_write(e, unc[1], "cancelled", 9, &name, nlen);
 	op *wx = e_write(e, unc[2], "closed", 6, &name, nlen);
@@ -2333,6 +2347,82 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
 	if (used > wall / 3)
 		fail_msg("%.3f CPU seconds in %.3f s while a write waited for "
 			 "a full receiver: the engine spins", used, wall);
+}
+
+/*
+ * The same with two loop threads and no pumping by the test: a batch may
+ * run on a thread that is not leading (the edge poller gives up the lead
+ * before its calls), and the leader's wait must then end for the pause
+ * that batch began.  Three senders not connected to the full receiver:
+ * over 300 ms the process uses under a third of a CPU; as the test
+ * drains the queue each write goes out whole, once.
+ */
+static void dgram_unix_unconnected_full_two_threads(void **state)
+{
+	static const char *const msg[3] = { "first sender", "second one",
+					     "and the third" };
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_un name;
+	socklen_t nlen;
+	int unc[3], fillers;
+	op *w[3];
+	for (int i = 0; i < 3; i++)
+		unc[i] = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	int rcv = unix_full_receiver(f, "dgram-spin2", unc[0], &name, &nlen,
+				     &fillers);
+	for (int i = 0; i < 3; i++)
+		w[i] = e_write(e, unc[i], msg[i], strlen(msg[i]), &name, nlen);
+	h_loops_start(f, 2, false);
+	h_sleep_ms(50);
+	double c0 = cpu_s();
+	uint64_t t0 = h_now_ms();
+	h_sleep_ms(300);
+	double used = cpu_s() - c0, wall = (double)(h_now_ms() - t0) / 1e3;
+	for (int i = 0; i < 3; i++)
+		if (op_is_done(w[i]))
+			fail_msg("write %d completed (error %d) while the "
+				 "receiver's queue was full", i, w[i]->error);
+	print_message("two threads: %.3f CPU seconds in %.3f s of waiting\n",
+		      used, wall);
+	int nfill = 0, got[3] = { 0, 0, 0 };
+	uint64_t dl = h_deadline(3000);
+	for (;;) {
+		char b[64];
+		ssize_t n;
+		while ((n = recv(rcv, b, sizeof b, MSG_DONTWAIT)) >= 0) {
+			int k = -1;
+			for (int i = 0; i < 3; i++)
+				if ((size_t)n == strlen(msg[i]) &&
+				    !memcmp(b, msg[i], (size_t)n))
+					k = i;
+			if (n == 1 && b[0] == 'f')
+				nfill++;
+			else if (k < 0)
+				fail_msg("the receiver got a datagram of %zd "
+					 "bytes that no write sent", n);
+			else
+				got[k]++;
+		}
+		if (got[0] && got[1] && got[2] && op_is_done(w[0]) &&
+		    op_is_done(w[1]) && op_is_done(w[2]))
+			break;
+		if (h_now_ms() > dl)
+			fail_msg("3 s after the drain began: %d %d %d arrived",
+				 got[0], got[1], got[2]);
+		h_sleep_ms(1);
+	}
+	h_loops_stop();
+	assert_int_equal(nfill, fillers);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(got[i], 1);
+		expect(w[i], 0, strlen(msg[i]), "a write once the queue drained");
+	}
+	edge_end(e, "unconnected writes to a full receiver, two threads");
+	if (used > wall / 3)
+		fail_msg("%.3f CPU seconds in %.3f s while writes waited for a "
+			 "full receiver, two loop threads: the engine spins",
+			 used, wall);
 }
 
 /* Port of a UDP socket just closed: nobody listens there. */
@@ -3005,6 +3095,7 @@ int main(int argc, char **argv)
 		T(dgram_unix_named_receiver_full),
 		T(dgram_unix_full_receiver_stream_write),
 		T(dgram_unix_unconnected_full_no_spin),
+		T(dgram_unix_unconnected_full_two_threads),
 		T(dgram_connected_refused),
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
