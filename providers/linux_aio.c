@@ -92,6 +92,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,6 +141,8 @@ typedef struct px_laio_fd {
 	uint8_t rd_miss;    /* reads tried at start that found nothing, in a
 	                       row; a hint only, kept while idle */
 	uint8_t rd_skip;    /* read starts since the last such try */
+	bool positional;    /* a file operation found it has offsets (not a
+	                       pipe, FIFO, socket or terminal: la_no_offsets) */
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -305,8 +308,10 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	 * listener's read skipped at the start (la_skip_try) would wait in
 	 * a poll for a connection instead of failing at once (ENOTCONN,
 	 * EINVAL), so the next read on the number tries again. */
-	if (px_result_may_close_next(r))
+	if (px_result_may_close_next(r)) {
 		fe->rd_miss = 0;
+		fe->positional = false;
+	}
 	if (dir >= 0 && px_link_linked(&r->plink) &&
 	    px_fdq_remove(&fe->fq, dir, r)) {
 		px_result *next = px_fdq_head(&fe->fq, dir);
@@ -738,6 +743,30 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
 		fe->rd_miss++;
 }
 
+/*
+ * A file operation on a descriptor without offsets.  The kernel's AIO
+ * takes a read or write of a pipe, a socket or a terminal as a stream
+ * call and makes it inside io_submit, blocking the submitting thread (the
+ * leader, in px_handle_events) until data or room comes, beyond the reach
+ * of px_cancel and px_destroy.  pread(2) fails those with ESPIPE, and so
+ * do the readiness engines: so does this provider, at the start.  One
+ * fstat per number, then remembered (la_fd.positional) until px_close or
+ * an operation on it fails; a number closed with close(2) and reused
+ * unseen keeps the answer.  Returns true when fd has no offsets.
+ */
+static bool la_no_offsets(int fd)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return false;     /* the operation gets the kernel's answer */
+	if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
+		return true;
+	/* A terminal has none; /dev/zero and the like do. */
+	return S_ISCHR(st.st_mode) && lseek(fd, 0, SEEK_CUR) < 0 &&
+	       errno == ESPIPE;
+}
+
 static int la_start(px_provider *p, px_result *r)
 {
 	px_laio *u = la_of_prov(p);
@@ -759,6 +788,13 @@ static int la_start(px_provider *p, px_result *r)
 		if (fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
 			return -EBADF;
 		fe->open_seen = true;
+	}
+	if (dir < 0 && !fe->positional) {
+		if (la_no_offsets(r->c.fd)) {
+			px_result_finish(r, 0, ESPIPE);
+			return PX_START_DONE;
+		}
+		fe->positional = true;
 	}
 	fe->inflight++;
 	if (dir >= 0) {
@@ -855,6 +891,7 @@ static void la_closed(px_provider *p, int fd)
 		fe->open_seen = false;  /* a start on it checks it again */
 		fe->rd_miss = 0;
 		fe->rd_skip = 0;
+		fe->positional = false;
 	}
 }
 
