@@ -1108,6 +1108,11 @@ static size_t sel_wait_claim(px_wait *w)
 
 			if (!fq)
 				continue;
+			/* An error to report ends a write's pause: its send
+			 * takes the error (else poll would report it at
+			 * every wait meanwhile). */
+			if (sel->ev[i].events & (PX_POLL_ERR | PX_POLL_NVAL))
+				sel_unhold(sel, sel_fd_of(fq));
 			if (sel->edge) {
 				sel_edge_report(sel_fd_of(fq), sel->ev[i].events);
 				sel_edge_claim(sel, sel_fd_of(fq));
