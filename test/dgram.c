@@ -2243,7 +2243,7 @@ static double cpu_s(void)
  * sender not connected to it: that sender polls writable all along (its
  * own buffer has room), so an engine that polls and sends again at once
  * spins a CPU for as long as the receiver does not read.  Every engine
- * backs off (fixed problems 32 and 33): over 300 ms of waiting the process
+ * backs off (fixed problems 32 and 33): over 150 ms of waiting the process
  * uses under a third of a CPU (io_uring, the readiness engines and Linux
  * AIO used all of it before).  Then the receiver drains and the write
  * completes whole.
@@ -2286,10 +2286,10 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
 	op *w = e_write(e, unc[0], "after the queue drained", 23, &name, nlen);
 	op *wc = e_write(e, unc[1], "cancelled", 9, &name, nlen);
 	op *wx = e_write(e, unc[2], "closed", 6, &name, nlen);
-	h_settle(f, 50);  /* into the back-off */
+	h_settle(f, 30);  /* into the back-off */
 	double c0 = cpu_s();
 	uint64_t t0 = h_now_ms();
-	h_settle(f, 300);
+	h_settle(f, 150);
 	double used = cpu_s() - c0, wall = (double)(h_now_ms() - t0) / 1e3;
 	if (op_is_done(w))
 		fail_msg("the write completed (error %d, %zu bytes) while the "
@@ -2354,7 +2354,7 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
  * run on a thread that is not leading (the edge poller gives up the lead
  * before its calls), and the leader's wait must then end for the pause
  * that batch began.  Three senders not connected to the full receiver:
- * over 300 ms the process uses under a third of a CPU; as the test
+ * over 150 ms the process uses under a third of a CPU; as the test
  * drains the queue each write goes out whole, once.
  */
 static void dgram_unix_unconnected_full_two_threads(void **state)
@@ -2374,10 +2374,10 @@ static void dgram_unix_unconnected_full_two_threads(void **state)
 	for (int i = 0; i < 3; i++)
 		w[i] = e_write(e, unc[i], msg[i], strlen(msg[i]), &name, nlen);
 	h_loops_start(f, 2, false);
-	h_sleep_ms(50);
+	h_sleep_ms(30);
 	double c0 = cpu_s();
 	uint64_t t0 = h_now_ms();
-	h_sleep_ms(300);
+	h_sleep_ms(150);
 	double used = cpu_s() - c0, wall = (double)(h_now_ms() - t0) / 1e3;
 	for (int i = 0; i < 3; i++)
 		if (op_is_done(w[i]))
