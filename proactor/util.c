@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -131,4 +132,13 @@ const char *px_op_name(px_op op)
 	if ((unsigned)op >= PX_OP_COUNT)
 		return "unknown";
 	return px_op_names[op];
+}
+
+bool px__no_offsets(int fd, const struct stat *st)
+{
+	if (S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode))
+		return true;
+	/* A terminal has none; /dev/zero and the like do. */
+	return S_ISCHR(st->st_mode) && lseek(fd, 0, SEEK_CUR) < 0 &&
+	       errno == ESPIPE;
 }

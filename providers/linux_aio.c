@@ -744,27 +744,22 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
 }
 
 /*
- * A file operation on a descriptor without offsets.  The kernel's AIO
- * takes a read or write of a pipe, a socket or a terminal as a stream
- * call and makes it inside io_submit, blocking the submitting thread (the
- * leader, in px_handle_events) until data or room comes, beyond the reach
- * of px_cancel and px_destroy.  pread(2) fails those with ESPIPE, and so
- * do the readiness engines: so does this provider, at the start.  One
- * fstat per number, then remembered (la_fd.positional) until px_close or
- * an operation on it fails; a number closed with close(2) and reused
- * unseen keeps the answer.  Returns true when fd has no offsets.
+ * A file operation on a descriptor without offsets (px__no_offsets).  The
+ * kernel's AIO takes a read or write of a pipe, a socket or a terminal as
+ * a stream call and makes it inside io_submit, blocking the submitting
+ * thread (the leader, in px_handle_events) until data or room comes,
+ * beyond the reach of px_cancel and px_destroy.  pread(2) fails those
+ * with ESPIPE, and so do the readiness engines: so does this provider, at
+ * the start.  One fstat per number, then remembered (la_fd.positional)
+ * until px_close or an operation on it fails; a number closed with
+ * close(2) and reused unseen keeps the answer.  (fstat failing: the
+ * operation gets the kernel's answer.)
  */
 static bool la_no_offsets(int fd)
 {
 	struct stat st;
 
-	if (fstat(fd, &st) < 0)
-		return false;     /* the operation gets the kernel's answer */
-	if (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))
-		return true;
-	/* A terminal has none; /dev/zero and the like do. */
-	return S_ISCHR(st.st_mode) && lseek(fd, 0, SEEK_CUR) < 0 &&
-	       errno == ESPIPE;
+	return fstat(fd, &st) == 0 && px__no_offsets(fd, &st);
 }
 
 static int la_start(px_provider *p, px_result *r)

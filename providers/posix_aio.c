@@ -416,16 +416,18 @@ static int paio_start(px_provider *pv, px_result *r)
 	r->done = 0;
 	if (dir < 0) {
 		/* glibc would only find a bad descriptor in its helper; the
-		 * API refuses it at the start.  A socket has no offsets:
-		 * glibc would read it as a stream, in a helper that neither
-		 * a cancel nor px_destroy can stop while the peer is quiet,
-		 * so without sockets=aio it fails now with ESPIPE, as pread
-		 * would.  (A stream start refuses it, below.) */
+		 * API refuses it at the start.  A pipe, a socket or a
+		 * terminal has no offsets (px__no_offsets): glibc would read
+		 * it as a stream, in a helper that neither a cancel nor
+		 * px_destroy can stop while the peer is quiet, so it fails now
+		 * with ESPIPE, as pread would; a socket is let through with
+		 * sockets=aio.  (A stream start refuses a socket, below.) */
 		struct stat st;
 		int fr = fstat(r->c.fd, &st);
 		if (fr < 0 && errno == EBADF)
 			return -EBADF;
-		if (fr == 0 && !p->sockets && S_ISSOCK(st.st_mode)) {
+		if (fr == 0 && (!p->sockets || !S_ISSOCK(st.st_mode)) &&
+		    px__no_offsets(r->c.fd, &st)) {
 			px_result_finish(r, 0, ESPIPE);
 			return PX_START_DONE;
 		}

@@ -1690,7 +1690,8 @@ static void file_bad_input(void **state)
 
 /*
  * A file read on a socket that gets no data (or a file write on one whose
- * buffers are full), then px_cancel: one completion within a second
+ * buffers are full), and the same on a pipe, then px_cancel: one
+ * completion within a second
  * (ESPIPE where the engine refuses a descriptor without offsets, as
  * pread does; ECANCELED where it takes the socket as a stream), and
  * px_destroy does not wait for data.  POSIX AIO used to hand the read to
@@ -1700,20 +1701,33 @@ static void file_bad_input(void **state)
  * start (fixed problem 17).  Linux AIO's io_submit made such a read
  * inside the call, blocking the thread that submitted it (the leader, in
  * px_handle_events) until data came; it refuses such descriptors with
- * ESPIPE now (fixed problem 34).
+ * ESPIPE now (fixed problem 34), and so does POSIX AIO for a pipe, whose
+ * glibc helper waited the same way (fixed problem 35).
  */
-static void quiet_socket_file_op(h_fx *f, bool wr)
+static void quiet_socket_file_op(h_fx *f, bool wr, bool pipe)
 {
-	const char *what = wr ? "write_file on a full socket"
-			      : "read_file on a quiet socket";
+	const char *what = pipe ? (wr ? "write_file on a full pipe"
+				      : "read_file on an empty pipe")
+			   : wr ? "write_file on a full socket"
+				: "read_file on a quiet socket";
 	int sv[2];
-	h_socketpair(f, sv);
 	static uint8_t in[16];
 	static uint8_t out[4096];
+	if (pipe) {
+		/* sv[0] the end the operation uses, sv[1] the other. */
+		int p[2];
+		h_pipe(f, p);
+		sv[0] = wr ? p[1] : p[0];
+		sv[1] = wr ? p[0] : p[1];
+	} else {
+		h_socketpair(f, sv);
+	}
 	if (wr) {
-		int filled = 0;
-		while (send(sv[0], out, sizeof out, MSG_DONTWAIT) > 0)
+		int fl = fcntl(sv[0], F_GETFL), filled = 0;
+		assert_int_equal(fcntl(sv[0], F_SETFL, fl | O_NONBLOCK), 0);
+		while (write(sv[0], out, sizeof out) > 0)
 			filled++;
+		assert_int_equal(fcntl(sv[0], F_SETFL, fl), 0);
 		assert_true(filled > 0);
 	}
 	rec *r = wr ? start_rw(f->px, true, sv[0], out, sizeof out, 4096, 0,
@@ -1735,7 +1749,9 @@ static void quiet_socket_file_op(h_fx *f, bool wr)
 		 * returns, then fail. */
 		if (wr) {
 			char sink[65536];
-			while (recv(sv[1], sink, sizeof sink, MSG_DONTWAIT) > 0)
+			int fl = fcntl(sv[1], F_GETFL);
+			fcntl(sv[1], F_SETFL, fl | O_NONBLOCK);
+			while (read(sv[1], sink, sizeof sink) > 0)
 				;
 		} else {
 			assert_int_equal(write(sv[1], "x", 1), 1);
@@ -1755,8 +1771,10 @@ static void quiet_socket_file_op(h_fx *f, bool wr)
 
 static void file_read_on_quiet_socket(void **state)
 {
-	quiet_socket_file_op(*state, false);
-	quiet_socket_file_op(*state, true);
+	quiet_socket_file_op(*state, false, false);
+	quiet_socket_file_op(*state, true, false);
+	quiet_socket_file_op(*state, false, true);
+	quiet_socket_file_op(*state, true, true);
 }
 
 /*

@@ -1149,7 +1149,10 @@ static void oom_idle_check(void **state)
  * short) nor use the old list, whose requests may have been reaped: 70
  * reads pending (more than the first list holds), every allocation
  * failing, a 100 ms px_handle_events takes a handful of leader turns, and
- * each read then completes once with its byte.
+ * each read then completes once with its byte.  The reads are file reads
+ * of quiet sockets, which stay in glibc: the engine's posix processor gets
+ * sockets=aio for them (a pipe, which has no offsets either, it refuses
+ * with ESPIPE whatever the key says: fixed problem 35).
  */
 #define AIOCB_READS 70
 
@@ -1166,9 +1169,17 @@ static void oom_aiocb_list(void **state)
 	if (!strstr(h_engine_text, "wait=aiocb"))
 		skip();
 	memset(r, 0, sizeof(r));
-	assert_int_equal(px_create_config(&px, &h_cfg, err, sizeof(err)), 0);
+	/* The aiocb wait is the posix processor's, the first one named. */
+	char text[512];
+	const char *rest = strchr(h_engine_text, ';');
+	int first = rest ? (int)(rest - h_engine_text) : (int)strlen(h_engine_text);
+	snprintf(text, sizeof(text), "%.*s sockets=aio %s", first, h_engine_text,
+		 rest ? rest : "");
+	if (px_create(&px, text, err, sizeof(err)) != 0)
+		fail_msg("px_create(\"%s\"): %s", text, err);
 	for (int i = 0; i < AIOCB_READS; i++) {
-		assert_int_equal(pipe(pf[i]), 0);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+					    pf[i]), 0);
 		r[i].start_rc = px_read_file(px, pf[i][0], buf[i], sizeof(buf[i]),
 					     0, cb, &r[i]);
 		assert_int_equal(r[i].start_rc, 0);

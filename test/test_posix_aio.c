@@ -183,8 +183,11 @@ static void stats(px_proactor *px, unsigned long *c, unsigned long *scans)
 /* Cancel outcomes                                                      */
 /* ------------------------------------------------------------------ */
 
-/* Two reads on an empty pipe, started as file reads so that both go to
- * glibc (stream reads would wait in the descriptor's queue): the first is
+/* Two reads on a quiet socket, started as file reads so that both go to
+ * glibc (stream reads would wait in the descriptor's queue; sockets=aio
+ * lets a file operation on a socket through, and glibc reads it as a
+ * stream after pread's ESPIPE, as it would a pipe, which the provider
+ * now refuses with ESPIPE: fixed problem 35): the first is
  * performed by a helper and blocks, the second waits behind it in glibc's
  * queue of that descriptor.  A cancel gets AIO_NOTCANCELED for the first
  * (it completes later with the data written afterwards) and AIO_CANCELED
@@ -206,8 +209,9 @@ static bool cancel_queued_and_running_try(const char *wait, int pause_ms)
 	bool seen;
 
 	/* One lane: both reads on the pipe's own descriptor, one queue. */
-	snprintf(text, sizeof(text), "provider=posix wait=%s file_lanes=1", wait);
-	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	snprintf(text, sizeof(text),
+		 "provider=posix wait=%s file_lanes=1 sockets=aio", wait);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
 	fx_start(&f, text, 2);
 	assert_int_equal(px_read_file(f.px, p[0], b1, sizeof(b1), 0, rec_cb, &r1), 0);
 	sleep_ms(pause_ms);   /* the helper is blocked in read */
@@ -814,9 +818,10 @@ static void aiocb_interrupt_refused(void **state)
 
 	assert_true(fd >= 0);
 	unlink(path);
-	assert_int_equal(pipe(p), 0);
-	fx_start(&f, "provider=posix wait=aiocb", 0);
-	/* A read that stays in glibc: there is work to wait for. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p), 0);
+	fx_start(&f, "provider=posix wait=aiocb sockets=aio", 0);
+	/* A read that stays in glibc: there is work to wait for (a file
+	 * read of a quiet socket, let through by sockets=aio). */
 	assert_int_equal(px_read_file(f.px, p[0], buf, sizeof(buf), 0, rec_cb,
 				      &rd), 0);
 	px_handle_events(f.px, 0);
