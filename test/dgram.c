@@ -2120,6 +2120,40 @@ static void dgram_shut_down_for_reading(void **state)
 	edge_end(e, "datagram sockets shut down for reading");
 }
 
+/* A datagram receiver bound to an abstract name made of tag, with a full
+ * queue (*fillers one-byte datagrams "f" sent to it from by). */
+static int unix_full_receiver(h_fx *f, const char *tag, int by,
+			      struct sockaddr_un *name, socklen_t *nlen,
+			      int *fillers)
+{
+	memset(name, 0, sizeof *name);
+	name->sun_family = AF_UNIX;
+	snprintf(name->sun_path + 1, sizeof name->sun_path - 1, "px-%s-%d",
+		 tag, (int)getpid());
+	*nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+			    strlen(name->sun_path + 1));
+	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(bind(rcv, (struct sockaddr *)name, *nlen), 0);
+	*fillers = 0;
+	while (sendto(by, "f", 1, MSG_DONTWAIT, (struct sockaddr *)name,
+		      *nlen) == 1)
+		(*fillers)++;
+	assert_true(*fillers > 0);
+	return rcv;
+}
+
+/* The next datagram on rcv that is not a filler (a lone "f": those only
+ * counted in *nfill) into b (len bytes): its length, or -1 when none is
+ * queued. */
+static ssize_t recv_non_filler(int rcv, char *b, size_t len, int *nfill)
+{
+	ssize_t n;
+
+	while ((n = recv(rcv, b, len, MSG_DONTWAIT)) == 1 && b[0] == 'f')
+		(*nfill)++;
+	return n;
+}
+
 /*
  * Writes to a named AF_UNIX datagram socket whose queue is full (many
  * senders and one bound receiver, as for syslog: the receiver queues at
@@ -2142,22 +2176,15 @@ static void receiver_full(void **state, bool stream_writes)
 	};
 	h_fx *f = *state;
 	edge *e = edge_new(f);
-	struct sockaddr_un name = { .sun_family = AF_UNIX };
-	snprintf(name.sun_path + 1, sizeof name.sun_path - 1,
-		 "px-dgram-full-%d", (int)getpid());
-	socklen_t nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
-				     1 + strlen(name.sun_path + 1));
-	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	struct sockaddr_un name;
+	socklen_t nlen;
+	int fillers;
 	int con = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
 	int unc = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-	assert_true(rcv >= 0 && con >= 0 && unc >= 0);
-	assert_int_equal(bind(rcv, (struct sockaddr *)&name, nlen), 0);
+	assert_true(con >= 0 && unc >= 0);
+	int rcv = unix_full_receiver(f, "dgram-full", unc, &name, &nlen,
+				     &fillers);
 	assert_int_equal(connect(con, (struct sockaddr *)&name, nlen), 0);
-	int fillers = 0;
-	while (sendto(unc, "f", 1, MSG_DONTWAIT, (struct sockaddr *)&name,
-		      nlen) == 1)
-		fillers++;
-	assert_true(fillers > 0);
 	op *w[4];
 	for (int i = 0; i < 4; i++)
 		w[i] = stream_writes && i % 2 == 0
@@ -2177,11 +2204,7 @@ static void receiver_full(void **state, bool stream_writes)
 	for (;;) {
 		char b[64];
 		ssize_t n;
-		while ((n = recv(rcv, b, sizeof b, MSG_DONTWAIT)) >= 0) {
-			if (n == 1 && b[0] == 'f') {
-				nfill++;
-				continue;
-			}
+		while ((n = recv_non_filler(rcv, b, sizeof b, &nfill)) >= 0) {
 			if (n == 0)
 				fail_msg("the receiver got an empty datagram");
 			if (ngot == 4 || (size_t)n >= sizeof got[0])
@@ -2248,28 +2271,6 @@ static double cpu_s(void)
  * AIO used all of it before).  Then the receiver drains and the write
  * completes whole.
  */
-/* A datagram receiver bound to an abstract name made of tag, with a full
- * queue (*fillers one-byte datagrams "f" sent to it from by). */
-static int unix_full_receiver(h_fx *f, const char *tag, int by,
-			      struct sockaddr_un *name, socklen_t *nlen,
-			      int *fillers)
-{
-	memset(name, 0, sizeof *name);
-	name->sun_family = AF_UNIX;
-	snprintf(name->sun_path + 1, sizeof name->sun_path - 1, "px-%s-%d",
-		 tag, (int)getpid());
-	*nlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
-			    strlen(name->sun_path + 1));
-	int rcv = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-	assert_int_equal(bind(rcv, (struct sockaddr *)name, *nlen), 0);
-	*fillers = 0;
-	while (sendto(by, "f", 1, MSG_DONTWAIT, (struct sockaddr *)name,
-		      *nlen) == 1)
-		(*fillers)++;
-	assert_true(*fillers > 0);
-	return rcv;
-}
-
 static void dgram_unix_unconnected_full_no_spin(void **state)
 {
 	h_fx *f = *state;
@@ -2317,11 +2318,7 @@ static void dgram_unix_unconnected_full_no_spin(void **state)
 	while (!got || !op_is_done(w)) {
 		char b[64];
 		ssize_t n;
-		while ((n = recv(rcv, b, sizeof b, MSG_DONTWAIT)) >= 0) {
-			if (n == 1 && b[0] == 'f') {
-				nfill++;
-				continue;
-			}
+		while ((n = recv_non_filler(rcv, b, sizeof b, &nfill)) >= 0) {
 			if (n != 23 || memcmp(b, "after the queue drained", 23))
 				fail_msg("the receiver got a datagram of %zd bytes "
 					 "that is not the write's", n);
@@ -2390,19 +2387,16 @@ static void dgram_unix_unconnected_full_two_threads(void **state)
 	for (;;) {
 		char b[64];
 		ssize_t n;
-		while ((n = recv(rcv, b, sizeof b, MSG_DONTWAIT)) >= 0) {
+		while ((n = recv_non_filler(rcv, b, sizeof b, &nfill)) >= 0) {
 			int k = -1;
 			for (int i = 0; i < 3; i++)
 				if ((size_t)n == strlen(msg[i]) &&
 				    !memcmp(b, msg[i], (size_t)n))
 					k = i;
-			if (n == 1 && b[0] == 'f')
-				nfill++;
-			else if (k < 0)
+			if (k < 0)
 				fail_msg("the receiver got a datagram of %zd "
 					 "bytes that no write sent", n);
-			else
-				got[k]++;
+			got[k]++;
 		}
 		if (got[0] && got[1] && got[2] && op_is_done(w[0]) &&
 		    op_is_done(w[1]) && op_is_done(w[2]))
