@@ -163,7 +163,11 @@ int tp_reactor_run(tp_reactor *r)
 
 			r->leading = true;
 			pthread_mutex_unlock(&r->lock);
-			n = epoll_wait(r->epfd, evs, r->max_events, -1);
+			/* epoll_pwait without a mask is epoll_wait, and is
+			 * the call every architecture has (tp_reactor.h: why
+			 * not through glibc). */
+			n = (int)syscall(SYS_epoll_pwait, r->epfd, evs,
+					 r->max_events, -1, NULL, 0);
 			if (n < 0 && errno != EINTR)
 				ret = -errno;
 			pthread_mutex_lock(&r->lock);

@@ -64,7 +64,7 @@ static void client_fn(tp_handler *h, uint32_t ev)
 		while (s->c_write_ok &&
 		       (s->tx_off > 0 ||
 			bench_may_send(&opt, s->n.client_sent, s->n.client_recv))) {
-			r = write(s->cfd, pattern + s->tx_off, opt.block - s->tx_off);
+			r = tp_write(s->cfd, pattern + s->tx_off, opt.block - s->tx_off);
 			if (r < 0) {
 				if (errno == EAGAIN)
 					s->c_write_ok = false;
@@ -77,7 +77,7 @@ static void client_fn(tp_handler *h, uint32_t ev)
 			moved = true;
 		}
 		if (s->c_read_ok && !s->c_dead) {
-			r = read(s->cfd, s->rx, opt.block);
+			r = tp_read(s->cfd, s->rx, opt.block);
 			if (r > 0) {
 				if (opt.verify && !bench_verify(&opt, s->n.client_recv, s->rx, (size_t)r)) {
 					fprintf(stderr, "tp_reactor_test: echo differs at byte %llu\n",
@@ -110,7 +110,7 @@ static void server_fn(tp_handler *h, uint32_t ev)
 		moved = false;
 		while (s->s_write_ok && s->ring.len > 0) {
 			p = bench_ring_data(&s->ring, &n);
-			r = write(s->sfd, p, n);
+			r = tp_write(s->sfd, p, n);
 			if (r < 0) {
 				if (errno == EAGAIN)
 					s->s_write_ok = false;
@@ -125,7 +125,7 @@ static void server_fn(tp_handler *h, uint32_t ev)
 		bench_ring_rewind(&s->ring);
 		p = bench_ring_space(&s->ring, opt.block, &n);
 		if (s->s_read_ok && n > 0 && !s->s_dead) {
-			r = read(s->sfd, p, n);
+			r = tp_read(s->sfd, p, n);
 			if (r > 0) {
 				bench_delay(&opt);
 				bench_ring_filled(&s->ring, (size_t)r);
