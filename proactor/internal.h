@@ -680,6 +680,20 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
+/* The readiness engines' hot calls, made with syscall(2) instead of glibc's
+ * recv, send and epoll_pwait.  Those are thread-cancellation points, and in
+ * a threaded process glibc switches the caller to asynchronous cancellation
+ * and back around each one (two atomic operations, 20-45 ns a call on the
+ * Intel host of docs/PERFORMANCE.md).  The library must not be cancelled
+ * inside its own calls anyway (it holds state other threads wait on), so
+ * nothing is lost.  Same arguments, return value and errno as the glibc
+ * calls.  Out of line, in their own file, so that a test can wrap them at
+ * link time (-Wl,--wrap=px__sys_recv) as it wraps a libc call. */
+ssize_t px__sys_recv(int fd, void *buf, size_t len, int flags) PX_HIDDEN;
+ssize_t px__sys_send(int fd, const void *buf, size_t len, int flags) PX_HIDDEN;
+struct epoll_event;
+int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
+			int timeout_ms, const sigset_t *mask) PX_HIDDEN;
 /* The default max_aio of a provider whose in-flight operations are not
  * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
  * (docs/ARCHITECTURE.md, "max_aio"). */

@@ -2,6 +2,7 @@
  * util.c - small helpers: clock, error text, operation names.
  */
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -10,11 +11,30 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core.h"
+
+ssize_t px__sys_recv(int fd, void *buf, size_t len, int flags)
+{
+	return (ssize_t)syscall(SYS_recvfrom, fd, buf, len, flags, NULL, NULL);
+}
+
+ssize_t px__sys_send(int fd, const void *buf, size_t len, int flags)
+{
+	return (ssize_t)syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
+
+int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
+			int timeout_ms, const sigset_t *mask)
+{
+	/* The kernel's signal set is _NSIG bits, not glibc's sigset_t. */
+	return (int)syscall(SYS_epoll_pwait, epfd, ev, max, timeout_ms, mask,
+			    (size_t)(_NSIG / 8));
+}
 
 uint64_t px__now_ns(void)
 {

@@ -212,10 +212,11 @@ static inline ssize_t nb_stream_io(const px_nbio_rules *rules, px_nbio *io,
 
 		do {
 			if (single) {
-				n = wr ? send(io->fd, iov->iov_base, iov->iov_len,
-					      MSG_DONTWAIT | MSG_NOSIGNAL)
-				       : recv(io->fd, iov->iov_base, iov->iov_len,
-					      MSG_DONTWAIT);
+				n = wr ? px__sys_send(io->fd, iov->iov_base,
+						      iov->iov_len,
+						      MSG_DONTWAIT | MSG_NOSIGNAL)
+				       : px__sys_recv(io->fd, iov->iov_base,
+						      iov->iov_len, MSG_DONTWAIT);
 			} else {
 				struct msghdr m = { .msg_iov = (struct iovec *)iov,
 						    .msg_iovlen = (size_t)cnt };

@@ -2,9 +2,11 @@
  * test_epoll_edge.c - the edge-triggered epoll poller and the readiness
  * provider's use of it.
  *
- * Linked with --wrap for recv, epoll_pwait and epoll_ctl (test/meson.build),
- * so the program counts the provider's epoll_ctl calls, sees what its
- * waits report, and can act inside the provider's own recv.
+ * Linked with --wrap for the library's px__sys_recv and px__sys_epoll_pwait
+ * (its recv and epoll_pwait, made with syscall(2): proactor/util.c) and for
+ * epoll_ctl (test/meson.build), so the program counts the provider's
+ * epoll_ctl calls, sees what its waits report, and can act inside the
+ * provider's own recv.  The test's own recv calls are not wrapped.
  *
  * Checked:
  *  - the edge poller: registered once; a report per change of state, none
@@ -48,8 +50,8 @@
 /* The wrappers                                                         */
 /* ------------------------------------------------------------------ */
 
-ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
-int __real_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+ssize_t __real_px__sys_recv(int fd, void *buf, size_t len, int flags);
+int __real_px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
 		       const sigset_t *mask);
 int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 
@@ -95,7 +97,7 @@ int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	return __real_epoll_ctl(epfd, op, fd, ev);
 }
 
-int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
+int __wrap_px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
 		       const sigset_t *mask)
 {
 	int n;
@@ -112,7 +114,7 @@ int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
 				nap_us(200);
 		}
 	}
-	n = __real_epoll_pwait(epfd, ev, max, timeout, mask);
+	n = __real_px__sys_epoll_pwait(epfd, ev, max, timeout, mask);
 	for (int i = 0; i < n; i++) {
 		/* Not the interrupt (its data is all ones). */
 		if ((ev[i].events & EPOLLIN) && ev[i].data.u64 != UINT64_MAX) {
@@ -129,9 +131,9 @@ int __wrap_epoll_pwait(int epfd, struct epoll_event *ev, int max, int timeout,
  * wait until another thread's wait has reported it and that thread has
  * gone back to waiting, i.e. it took the report in while the read was
  * still claimed here; then hand the EAGAIN back. */
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
+ssize_t __wrap_px__sys_recv(int fd, void *buf, size_t len, int flags)
 {
-	ssize_t n = __real_recv(fd, buf, len, flags);
+	ssize_t n = __real_px__sys_recv(fd, buf, len, flags);
 	int err = errno;
 	int want = atomic_load(&g_race_fd);
 

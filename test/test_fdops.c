@@ -62,7 +62,7 @@
 #include "core.h"
 
 int __real_fcntl64(int fd, int cmd, ...);
-ssize_t __real_recv(int fd, void *buf, size_t len, int flags);
+ssize_t __real_px__sys_recv(int fd, void *buf, size_t len, int flags);
 
 static atomic_long g_getfd;     /* fcntl(F_GETFD) calls */
 
@@ -84,14 +84,14 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 static atomic_int g_hold_fd = -1;
 static atomic_int g_held, g_release;
 
-ssize_t __wrap_recv(int fd, void *buf, size_t len, int flags)
+ssize_t __wrap_px__sys_recv(int fd, void *buf, size_t len, int flags)
 {
 	if (fd == atomic_load(&g_hold_fd)) {
 		atomic_store(&g_held, 1);
 		while (!atomic_load(&g_release))
 			usleep(1000);
 	}
-	return __real_recv(fd, buf, len, flags);
+	return __real_px__sys_recv(fd, buf, len, flags);
 }
 
 static const char *g_engine;

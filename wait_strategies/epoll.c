@@ -162,8 +162,8 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 	struct ep *w = ep_of(pl);
 	int n;
 
-	n = epoll_pwait(w->epfd, w->ev, EP_BATCH, timeout_ms,
-			pl->intr->wait_mask);
+	n = px__sys_epoll_pwait(w->epfd, w->ev, EP_BATCH, timeout_ms,
+				pl->intr->wait_mask);
 	if (n < 0) {
 		int err = errno;
 
