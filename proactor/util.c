@@ -2,9 +2,9 @@
  * util.c - small helpers: clock, error text, operation names.
  */
 #include <errno.h>
-#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
