@@ -67,6 +67,10 @@ typedef struct px_processor {
 	uint64_t check_gap;        /* quiet time before the next check */
 	uint64_t last_check;       /* when the last check ran */
 	bool starve_warned;        /* the max_aio warning was printed */
+	uint64_t claim_ns;         /* running average time of the work one
+	                              claimed descriptor gave its leader
+	                              (px__processor_handle_aio_events);
+	                              0: not measured yet */
 	uint64_t led_ns;           /* shared: when a lead of it last ended
 	                              (px__dispatch_handle_events); 0: not
 	                              yet seen with work */
@@ -107,7 +111,10 @@ void px__processor_cancelled(px_processor *p) PX_HIDDEN;
  * there and set *claimed.  Then nothing was collected yet: the caller ends
  * its lead (another thread may lead meanwhile) and calls
  * px__processor_collect_claimed(p, the returned clock), which does that
- * work, collects and ends what this call began. */
+ * work, collects and ends what this call began.  When the call collects
+ * a claim itself, with release_min not 0 and no thread running
+ * callbacks before or after, it folds the time per claimed descriptor
+ * into p->claim_ns, from which the caller sets release_min. */
 uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 					 uint64_t now, size_t release_min,
 					 bool *claimed) PX_HIDDEN;

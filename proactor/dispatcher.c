@@ -459,6 +459,31 @@ static bool disp_spread(const struct px_proactor *px, size_t n)
  * next report: on 1 session, 2 threads, 8 KiB blocks, epoll, a threshold
  * of 1 ran 0.68 of the round trips of no release (6 paired rounds). */
 #define PX_RELEASE_MIN 2
+
+/* The release is a hand-off like any other (see PX_HANDOFF_NS): the
+ * thread that leads next, and the one that makes the calls, meet at the
+ * mutex at every start and every result from then on, and a woken
+ * follower costs a context switch.  So the calls are let go only when
+ * the n - 1 descriptors another thread could take would keep this one
+ * busy for PX_HANDOFF_NS at the measured time per claimed descriptor
+ * (px_processor.claim_ns).  Until a claim has been measured, at
+ * PX_RELEASE_MIN, as before.  On the epoll engine, 20 sessions, 2
+ * threads, 8 KiB blocks, every wait reported about 20 descriptors at
+ * about 0.4 µs each; releasing them kept both threads at the mutex and
+ * moved 0.63 of the round trips of a leader that made its calls itself
+ * (docs/PERFORMANCE.md, "The epoll engine's second thread"). */
+static size_t disp_release_min(const struct px_proactor *px,
+			       const px_processor *p)
+{
+	if (px->nthreads <= 1)
+		return 0;
+	if (!p->claim_ns)
+		return PX_RELEASE_MIN;
+	uint64_t n = 1 + (PX_HANDOFF_NS + p->claim_ns - 1) / p->claim_ns;
+	if (n < PX_RELEASE_MIN)
+		return PX_RELEASE_MIN;
+	return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
+}
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
 
 static bool disp_run_shared(struct px_proactor *px, uint64_t now)
@@ -664,7 +689,7 @@ lead:
 			 * thread waits meanwhile, woken if it sleeps. */
 			bool claimed = false;
 			now = px__processor_handle_aio_events(
-				p, ms, now, px->nthreads > 1 ? PX_RELEASE_MIN : 0,
+				p, ms, now, disp_release_min(px, p),
 				&claimed);
 			px__processor_lead_end(p);
 			px->nleaders--;

@@ -75,6 +75,9 @@ static atomic_int g_share_recvs[2];
 static pthread_t g_share_thread[2];
 static atomic_int g_share_nthreads;
 static pthread_mutex_t g_share_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The warm-up of the sharing tests: a recv that gets data on this
+ * descriptor naps 2 ms, so that the claims measured look long. */
+static atomic_int g_slow_fd = -1;
 
 static uint64_t now_ms(void)
 {
@@ -136,6 +139,9 @@ ssize_t __wrap_px__sys_recv(int fd, void *buf, size_t len, int flags)
 	ssize_t n = __real_px__sys_recv(fd, buf, len, flags);
 	int err = errno;
 	int want = atomic_load(&g_race_fd);
+
+	if (n > 0 && fd == atomic_load(&g_slow_fd))
+		nap_us(2000);
 
 	if (n > 0 && fd >= atomic_load(&g_share_lo) &&
 	    fd <= atomic_load(&g_share_hi)) {
@@ -535,9 +541,9 @@ static void *loop_long(void *arg)
 
 /* Every read completed once: with its byte, or (cancelled, stopped) with
  * ECANCELED and nothing read, the byte still waiting in the socket. */
-static void share_check_outcomes(bool may_cancel)
+static void share_check_outcomes(bool may_cancel, int nreads)
 {
-	for (int i = 0; i < SHARE_N; i++) {
+	for (int i = 0; i < nreads; i++) {
 		int err = atomic_load(&g_sh_error[i]);
 		size_t bytes = atomic_load(&g_sh_bytes[i]);
 
@@ -558,14 +564,58 @@ static void share_check_outcomes(bool may_cancel)
 	}
 }
 
-static void share_run(enum share_mode mode)
+/* Before the held wait: claims the leader collects itself, measured
+ * (px_processor.claim_ns), so that the leader's choice to let the calls
+ * go depends on what they cost. */
+enum share_warm {
+	WARM_NONE,       /* none: the first guess, let go from two on */
+	WARM_CHEAP,      /* the recvs as they are, a few µs */
+	WARM_SLOW,       /* each recv naps 2 ms */
+};
+enum { WARM_ROUNDS = 12 };
+static atomic_int g_warm_calls;
+
+static void warm_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&g_warm_calls, 1);
+}
+
+/* One read at a time on sv[1], each waiting before its byte comes, so
+ * that a wait reports it alone while the other loop thread sleeps. */
+static void share_warm_up(const int sv[2], enum share_warm warm)
+{
+	char b[4];
+
+	if (warm == WARM_NONE)
+		return;
+	atomic_store(&g_slow_fd, warm == WARM_SLOW ? sv[1] : -1);
+	for (int i = 0; i < WARM_ROUNDS; i++) {
+		uint64_t dl = now_ms() + 5000;
+
+		atomic_store(&g_warm_calls, 0);
+		assert_int_equal(px_read_stream(g_px, sv[1], b, 1, warm_cb,
+						NULL), 0);
+		nap_us(10000);
+		assert_int_equal(write(sv[0], "w", 1), 1);
+		while (atomic_load(&g_warm_calls) == 0 && now_ms() < dl)
+			nap_us(500);
+		assert_int_equal(atomic_load(&g_warm_calls), 1);
+	}
+	atomic_store(&g_slow_fd, -1);
+}
+
+static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 {
 	pthread_t t[2];
 	uint64_t dl;
 	int lo = 1 << 30, hi = -1, all, cancelled = 0;
+	int warm_sv[2];
+	bool expect_shared = warm != WARM_CHEAP;
 
 	make_px();
-	for (int i = 0; i < SHARE_N; i++) {
+	socket_pair(warm_sv);
+	for (int i = 0; i < nreads; i++) {
 		socket_pair(g_sh[i]);
 		lo = g_sh[i][1] < lo ? g_sh[i][1] : lo;
 		hi = g_sh[i][1] > hi ? g_sh[i][1] : hi;
@@ -582,7 +632,7 @@ static void share_run(enum share_mode mode)
 	atomic_store(&g_share_nap_fd, -1);
 	atomic_store(&g_go, false);
 	atomic_store(&g_held, false);
-	for (int i = 0; i < SHARE_N; i++)
+	for (int i = 0; i < nreads; i++)
 		assert_int_equal(px_read_stream(g_px, g_sh[i][1], g_shbuf[i], 1,
 						share_cb, (void *)(intptr_t)i), 0);
 	/* The first thread leads; once the second is in px_handle_events
@@ -595,6 +645,7 @@ static void share_run(enum share_mode mode)
 	nap_us(100000);
 	assert_int_equal(pthread_create(&t[1], NULL, loop_long, NULL), 0);
 	nap_us(50000);
+	share_warm_up(warm_sv, warm);
 	atomic_store(&g_hold, true);
 	dl = now_ms() + 5000;
 	while (!atomic_load(&g_held) && now_ms() < dl)
@@ -603,7 +654,7 @@ static void share_run(enum share_mode mode)
 	nap_us(50000);
 	atomic_store(&g_share_lo, lo);
 	atomic_store(&g_share_hi, hi);
-	for (int i = 0; i < SHARE_N; i++) {
+	for (int i = 0; i < nreads; i++) {
 		char b = (char)('a' + i);
 		assert_int_equal(write(g_sh[i][0], &b, 1), 1);
 	}
@@ -622,7 +673,7 @@ static void share_run(enum share_mode mode)
 			int n;
 
 			assert_true(nap_fd >= lo && nap_fd <= hi);
-			for (int i = 0; i < SHARE_N; i++) {
+			for (int i = 0; i < nreads; i++) {
 				if (g_sh[i][1] == nap_fd)
 					continue;
 				n = px_cancel(g_px, g_sh[i][1]);
@@ -640,11 +691,11 @@ static void share_run(enum share_mode mode)
 		dl = now_ms() + 10000;
 		do {
 			all = 0;
-			for (int i = 0; i < SHARE_N; i++)
+			for (int i = 0; i < nreads; i++)
 				all += atomic_load(&g_sh_calls[i]) > 0;
-			if (all < SHARE_N)
+			if (all < nreads)
 				nap_us(1000);
-		} while (all < SHARE_N && now_ms() < dl);
+		} while (all < nreads && now_ms() < dl);
 		nap_us(20000);   /* a second completion would show by now */
 	}
 	atomic_store(&g_stop, true);
@@ -655,9 +706,9 @@ static void share_run(enum share_mode mode)
 	atomic_store(&g_share_hi, -1);
 	/* Whatever the threads left undelivered, destroy delivers. */
 	assert_int_equal(px_destroy(g_px), 0);
-	share_check_outcomes(mode != SHARE_PLAIN);
+	share_check_outcomes(mode != SHARE_PLAIN, nreads);
 	int ncancelled = 0;
-	for (int i = 0; i < SHARE_N; i++)
+	for (int i = 0; i < nreads; i++)
 		ncancelled += atomic_load(&g_sh_error[i]) == ECANCELED;
 	print_message("recvs by thread: %d and %d; cancels requested: %d, "
 		      "completed with ECANCELED: %d\n",
@@ -665,22 +716,54 @@ static void share_run(enum share_mode mode)
 		      atomic_load(&g_share_recvs[1]), cancelled, ncancelled);
 	/* (A stop may come before the woken follower took its half; then
 	 * the sharing thread makes those calls itself.) */
-	if (mode != SHARE_STOP && atomic_load(&g_share_nthreads) != 2)
+	if (expect_shared && mode != SHARE_STOP &&
+	    atomic_load(&g_share_nthreads) != 2)
 		fail_msg("all reads of one wait's report ran on one thread: "
 			 "the claimed calls were not shared");
+	/* Cheap calls: the leader makes them itself, and the other thread
+	 * could take one during the first recv's 200 ms nap only if they
+	 * had been let go. */
+	if (!expect_shared && atomic_load(&g_share_nthreads) != 1)
+		fail_msg("the recvs of %d cheap calls ran on %d threads: the "
+			 "leader let them go", nreads,
+			 atomic_load(&g_share_nthreads));
 	if (mode == SHARE_PLAIN)
 		assert_int_equal(atomic_load(&g_share_recvs[0]) +
-				 atomic_load(&g_share_recvs[1]), SHARE_N);
-	for (int i = 0; i < SHARE_N; i++) {
+				 atomic_load(&g_share_recvs[1]), nreads);
+	for (int i = 0; i < nreads; i++) {
 		close(g_sh[i][0]);
 		close(g_sh[i][1]);
 	}
+	close(warm_sv[0]);
+	close(warm_sv[1]);
+}
+
+static void share_run(enum share_mode mode)
+{
+	share_run_n(mode, WARM_NONE, SHARE_N);
 }
 
 static void a_wait_s_calls_are_shared(void **state)
 {
 	(void)state;
 	share_run(SHARE_PLAIN);
+}
+
+/* The same after claims measured at 2 ms a descriptor: the release of
+ * the calls follows the measurement, and two descriptors are worth it. */
+static void slow_calls_are_shared(void **state)
+{
+	(void)state;
+	share_run_n(SHARE_PLAIN, WARM_SLOW, 2);
+}
+
+/* After claims measured at their real cost (a few µs a descriptor, far
+ * below the 50 µs hand-off), a wait that reports two descriptors keeps
+ * its calls: the leader makes both, and the follower sleeps on. */
+static void cheap_calls_stay_with_the_leader(void **state)
+{
+	(void)state;
+	share_run_n(SHARE_PLAIN, WARM_CHEAP, 2);
 }
 
 /* px_cancel of every read while the shared calls are under way or still
@@ -709,6 +792,8 @@ int main(void)
 		cmocka_unit_test(no_epoll_ctl_per_operation),
 		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
 		cmocka_unit_test(a_wait_s_calls_are_shared),
+		cmocka_unit_test(slow_calls_are_shared),
+		cmocka_unit_test(cheap_calls_stay_with_the_leader),
 		cmocka_unit_test(cancel_during_shared_calls),
 		cmocka_unit_test(stop_during_shared_calls),
 	};
