@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "proactor.h"
 
@@ -680,8 +681,9 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
-/* The readiness engines' hot calls, made with syscall(2) instead of glibc's
- * recv, send and epoll_pwait.  Those are thread-cancellation points, and in
+/* The readiness engines' socket calls and epoll wait, made with syscall(2)
+ * instead of glibc's recv, send, recvfrom, sendto, recvmsg, sendmsg,
+ * accept4 and epoll_pwait.  Those are thread-cancellation points, and in
  * a threaded process glibc switches the caller to asynchronous cancellation
  * and back around each one (two atomic operations, 20-45 ns a call on the
  * Intel host of docs/PERFORMANCE.md).  The library must not be cancelled
@@ -691,6 +693,14 @@ uint64_t px__now_ns(void) PX_HIDDEN;
  * link time (-Wl,--wrap=px__sys_recv) as it wraps a libc call. */
 ssize_t px__sys_recv(int fd, void *buf, size_t len, int flags) PX_HIDDEN;
 ssize_t px__sys_send(int fd, const void *buf, size_t len, int flags) PX_HIDDEN;
+ssize_t px__sys_recvfrom(int fd, void *buf, size_t len, int flags,
+			 struct sockaddr *from, socklen_t *fromlen) PX_HIDDEN;
+ssize_t px__sys_sendto(int fd, const void *buf, size_t len, int flags,
+		       const struct sockaddr *to, socklen_t tolen) PX_HIDDEN;
+ssize_t px__sys_recvmsg(int fd, struct msghdr *m, int flags) PX_HIDDEN;
+ssize_t px__sys_sendmsg(int fd, const struct msghdr *m, int flags) PX_HIDDEN;
+int px__sys_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen,
+		    int flags) PX_HIDDEN;
 struct epoll_event;
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
 			int timeout_ms, const sigset_t *mask) PX_HIDDEN;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -26,6 +27,36 @@ ssize_t px__sys_recv(int fd, void *buf, size_t len, int flags)
 ssize_t px__sys_send(int fd, const void *buf, size_t len, int flags)
 {
 	return (ssize_t)syscall(SYS_sendto, fd, buf, len, flags, NULL, 0);
+}
+
+ssize_t px__sys_recvfrom(int fd, void *buf, size_t len, int flags,
+			 struct sockaddr *from, socklen_t *fromlen)
+{
+	return (ssize_t)syscall(SYS_recvfrom, fd, buf, len, flags, from,
+				fromlen);
+}
+
+ssize_t px__sys_sendto(int fd, const void *buf, size_t len, int flags,
+		       const struct sockaddr *to, socklen_t tolen)
+{
+	return (ssize_t)syscall(SYS_sendto, fd, buf, len, flags, to,
+				(size_t)tolen);
+}
+
+ssize_t px__sys_recvmsg(int fd, struct msghdr *m, int flags)
+{
+	return (ssize_t)syscall(SYS_recvmsg, fd, m, flags);
+}
+
+ssize_t px__sys_sendmsg(int fd, const struct msghdr *m, int flags)
+{
+	return (ssize_t)syscall(SYS_sendmsg, fd, m, flags);
+}
+
+int px__sys_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen,
+		    int flags)
+{
+	return (int)syscall(SYS_accept4, fd, addr, addrlen, flags);
 }
 
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,

@@ -220,8 +220,9 @@ static inline ssize_t nb_stream_io(const px_nbio_rules *rules, px_nbio *io,
 			} else {
 				struct msghdr m = { .msg_iov = (struct iovec *)iov,
 						    .msg_iovlen = (size_t)cnt };
-				n = wr ? sendmsg(io->fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL)
-				       : recvmsg(io->fd, &m, MSG_DONTWAIT);
+				n = wr ? px__sys_sendmsg(io->fd, &m,
+							 MSG_DONTWAIT | MSG_NOSIGNAL)
+				       : px__sys_recvmsg(io->fd, &m, MSG_DONTWAIT);
 			}
 		} while (n < 0 && errno == EINTR);
 		if (n >= 0 || errno != ENOTSOCK) {
@@ -348,8 +349,8 @@ static int nb_read_dgram(px_nbio *io, px_result *r)
 again:
 	alen = sizeof(r->c.addr);
 	do {
-		n = recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
-			     (struct sockaddr *)&r->c.addr, &alen);
+		n = px__sys_recvfrom(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT,
+				     (struct sockaddr *)&r->c.addr, &alen);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -382,8 +383,8 @@ static int nb_write_dgram(px_nbio *io, px_result *r)
 	ssize_t n;
 
 	do {
-		n = sendto(io->fd, r->c.buf, r->c.len, MSG_DONTWAIT | MSG_NOSIGNAL,
-			   to, r->c.addrlen);
+		n = px__sys_sendto(io->fd, r->c.buf, r->c.len,
+				   MSG_DONTWAIT | MSG_NOSIGNAL, to, r->c.addrlen);
 	} while (n < 0 && errno == EINTR);
 	if (n < 0) {
 		if (errno == EAGAIN || errno == EWOULDBLOCK)
@@ -428,8 +429,8 @@ static int nb_accept(px_nbio *io, px_result *r)
 		return nb_accept_fail(r, -rc);
 	for (;;) {
 		socklen_t alen = sizeof(r->c.addr);
-		int nfd = accept4(io->fd, (struct sockaddr *)&r->c.addr, &alen,
-				  SOCK_CLOEXEC);
+		int nfd = px__sys_accept4(io->fd, (struct sockaddr *)&r->c.addr,
+					  &alen, SOCK_CLOEXEC);
 
 		if (nfd >= 0) {
 			r->c.new_fd = nfd;
