@@ -560,28 +560,25 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	pthread_mutex_lock(&px->lock);
 	uint64_t end = px__now_ns();
 	p->st.wait_ns += end - now;
+	size_t n = 0;  /* descriptors claimed, with a claim op */
 	if (p->wait->ops->claim) {
-		size_t n = p->wait->ops->claim(p->wait);
-
+		n = p->wait->ops->claim(p->wait);
 		if (release_min && n >= release_min) {
 			/* The caller ends the lead, then collects. */
 			*claimed = true;
 			return end;
 		}
-		/* Measured only where the caller may release (other threads
-		 * are here), and only while no thread runs callbacks, whose
-		 * starts would meet this thread at the mutex and make the
-		 * calls look long: that would be the cost of sharing, not of
-		 * the calls, and counting it would make releases breed
-		 * releases. */
-		if (release_min && n && !px->nhandlers) {
-			px__processor_collect_claimed(p, end);
-			if (!px->nhandlers)
-				proc_note_claim_time(p, px__now_ns() - end, n);
-			return end;
-		}
 	}
+	/* The claim's cost is measured only where the caller may release
+	 * (other threads are here), and only while no thread runs
+	 * callbacks, whose starts would meet this thread at the mutex and
+	 * make the calls look long: that would be the cost of sharing, not
+	 * of the calls, and counting it would make releases breed
+	 * releases. */
+	bool sample = release_min && n && !px->nhandlers;
 	px__processor_collect_claimed(p, end);
+	if (sample && !px->nhandlers)
+		proc_note_claim_time(p, px__now_ns() - end, n);
 	return end;
 }
 
