@@ -201,6 +201,11 @@ typedef struct px_result {
 	uint8_t fd_closed;        /* processor: cancelled because its descriptor
 	                             was found closed (px__processor_idle_check);
 	                             an ECANCELED outcome is reported as EBADF */
+	uint8_t cancel_asked;     /* processor: its provider was asked to cancel
+	                             it and the outcome is still to come; a
+	                             check that finds its descriptor closed
+	                             meanwhile leaves it alone (the application
+	                             cancelled, then closed: ECANCELED) */
 	size_t done;              /* bytes already moved, for PX_RF_WRITE_ALL;
 	                             providers add each partial transfer here
 	                             and report the total in c.bytes.

@@ -328,12 +328,23 @@ static bool proc_matches(const proc_match *m, const px_result *r)
 
 static int proc_cancel_matching(px_processor *p, const proc_match *m);
 
+/* A cancel asked before the check found the descriptor closed (by
+ * px_cancel, px_close, a deadline) is what ends r: the application
+ * cancelled, then closed the number, and r completes with ECANCELED, not
+ * EBADF.  (The provider's answer may come after the close: a Linux AIO
+ * poll's cancel event comes from a kernel worker.) */
+static bool proc_cancel_came_first(const px_result *r)
+{
+	return r->cancel_asked || r->cancel_pending;
+}
+
 /* Mark the operations on list whose descriptor the check found closed. */
 static void proc_mark_closed(px_list *list, const proc_fdset *closed)
 {
 	for (px_link *l = px_list_first(list); l; l = px_list_next(list, l)) {
 		px_result *r = px_result_of(l);
-		if (proc_fdset_closed(closed, r->c.fd))
+		if (proc_fdset_closed(closed, r->c.fd) &&
+		    !proc_cancel_came_first(r))
 			r->fd_closed = 1;
 	}
 }
@@ -372,7 +383,8 @@ static int proc_reap_closed_each(px_processor *p)
 	for (px_link *l = px_list_first(&p->starting); l;
 	     l = px_list_next(&p->starting, l)) {
 		px_result *r = px_result_of(l);
-		if (!r->fd_closed && r->c.fd >= 0 && proc_fd_closed(r->c.fd)) {
+		if (!r->fd_closed && !proc_cancel_came_first(r) &&
+		    r->c.fd >= 0 && proc_fd_closed(r->c.fd)) {
 			r->fd_closed = 1;
 			r->cancel_pending = 1;
 			n++;
@@ -383,8 +395,8 @@ static int proc_reap_closed_each(px_processor *p)
 		while (l) {
 			px_link *next = px_list_next(lists[i], l);
 			px_result *r = px_result_of(l);
-			if (!r->fd_closed && r->c.fd >= 0 &&
-			    proc_fd_closed(r->c.fd)) {
+			if (!r->fd_closed && !proc_cancel_came_first(r) &&
+			    r->c.fd >= 0 && proc_fd_closed(r->c.fd)) {
 				r->fd_closed = 1;
 				proc_cancel_one(p, r, &n);
 			}
@@ -632,6 +644,8 @@ static void proc_cancel_one(px_processor *p, px_result *r, int *count)
 			px_list_remove(&p->started, &r->link);
 			r->state = PX_RS_READY;
 			px__dispatch_post(p->px, r, PX_NOTIFY_STRONG);
+		} else {
+			r->cancel_asked = 1;
 		}
 	}
 	(*count)++;

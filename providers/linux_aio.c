@@ -119,6 +119,8 @@
 #define LA_KICK_MAX 64u
 
 int (*px__laio_io_submit)(io_context_t, long, struct iocb **) = io_submit;
+int (*px__laio_io_cancel)(io_context_t, struct iocb *, struct io_event *) =
+	io_cancel;
 
 /* What the result's iocb is (la_priv.phase). */
 enum {
@@ -354,7 +356,7 @@ static void la_recancel(px_laio *u)
 		struct io_event ev;
 
 		la_unlist(u, r);
-		io_cancel(u->ctx, &la_priv(r)->cb, &ev);
+		px__laio_io_cancel(u->ctx, &la_priv(r)->cb, &ev);
 	}
 }
 
@@ -866,7 +868,8 @@ static int la_cancel(px_provider *p, px_result *r)
 		 * or a poll that never fires (a write to a peer that does
 		 * not read) keeps it in io_getevents with the cancel
 		 * unsent, and the operation never completes. */
-		if (io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL && u->submitting) {
+		if (px__laio_io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL &&
+		    u->submitting) {
 			pr->slist = LA_ON_RECANCEL;
 			px_list_push_back(&u->recancel, &pr->slink);
 			la_wake_leader(u);

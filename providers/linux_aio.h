@@ -112,6 +112,10 @@ extern const px_intr_ops px__intr_laio_ops PX_HIDDEN;
  * injects EAGAIN and partial submits (test/test_linux_aio.c). */
 extern int (*px__laio_io_submit)(io_context_t ctx, long nr,
 				 struct iocb **ios) PX_HIDDEN;
+/* The io_cancel it calls: libaio's, or a test's that answers EINVAL and
+ * cancels later, as when a cancelled poll's event is late. */
+extern int (*px__laio_io_cancel)(io_context_t ctx, struct iocb *iocb,
+				 struct io_event *ev) PX_HIDDEN;
 
 /* Shared by the waits (providers/linux_aio.c). */
 /* Leader, mutex held: claim everything pending (and the native interrupt's

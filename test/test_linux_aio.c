@@ -26,6 +26,9 @@
  *     while that one's call ran without the mutex still goes out.
  *   - A cancel of a read that another thread's submit failed, made before
  *     the leader handed it out, leaves it one completion with its error.
+ *   - A read cancelled and then closed by the application, whose cancel's
+ *     event comes late (after the check for closed descriptors has found
+ *     the number closed), still completes with ECANCELED, not EBADF.
  *   - io_setup's EAGAIN is explained by naming fs.aio-max-nr.
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
@@ -842,6 +845,77 @@ static void test_cancel_finished_before_hand_out(void **state)
 	fw_fd_b = fw_fd_c = -1;
 }
 
+/*
+ * A read's cancel is asked, then the application closes the descriptor,
+ * and the cancel's event is late: io_cancel is replaced by one that
+ * answers EINVAL at once (as when the poll's event is already on its way)
+ * and makes the real cancel a second later.  Meanwhile the processor's
+ * check for closed descriptors (after 200 ms without completions) finds
+ * the number closed.  The read was cancelled before the close, so it must
+ * complete with ECANCELED; it used to be marked as cancelled for the
+ * close and come out as EBADF (fault.c's callback_cancels_and_closes_own
+ * saw that once in CI).
+ */
+static atomic_int lc_armed;
+static io_context_t lc_ctx;
+static struct iocb *lc_iocb;
+static pthread_t lc_thread;
+
+static void *late_cancel_main(void *arg)
+{
+	struct io_event ev;
+
+	(void)arg;
+	usleep(1000 * 1000);
+	io_cancel(lc_ctx, lc_iocb, &ev);
+	return NULL;
+}
+
+static int late_cancel(io_context_t ctx, struct iocb *iocb, struct io_event *ev)
+{
+	if (atomic_exchange(&lc_armed, 0)) {
+		lc_ctx = ctx;
+		lc_iocb = iocb;
+		assert_int_equal(pthread_create(&lc_thread, NULL,
+						late_cancel_main, NULL), 0);
+		return -EINVAL;
+	}
+	return io_cancel(ctx, iocb, ev);
+}
+
+static void test_cancel_then_close_late_event(void **state)
+{
+	int sv[2];
+	char buf[16];
+	op o;
+
+	(void)state;
+	memset(&o, 0, sizeof(o));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	px_proactor *px = make("linux-aio");
+	assert_int_equal(px_read_stream(px, sv[1], buf, sizeof(buf), op_cb, &o), 0);
+	/* Let the poll reach the kernel. */
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 1);
+	assert_int_equal(atomic_load(&o.calls), 0);
+	px__laio_io_cancel = late_cancel;
+	atomic_store(&lc_armed, 1);
+	assert_int_equal(px_cancel(px, sv[1]), 1);
+	assert_int_equal(atomic_load(&lc_armed), 0);  /* it went through us */
+	close(sv[1]);
+	drain(px, &o, 1);
+	assert_int_equal(pthread_join(lc_thread, NULL), 0);
+	px__laio_io_cancel = io_cancel;
+	if (o.error != ECANCELED)
+		fail_msg("a read cancelled before its descriptor was closed "
+			 "completed with %d (%s), expected ECANCELED", o.error,
+			 strerror(o.error));
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&o.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -878,6 +952,7 @@ int main(void)
 		cmocka_unit_test(test_inject_dedicated),
 		cmocka_unit_test(test_inject_tiny_epoll),
 		cmocka_unit_test(test_cancel_poll),
+		cmocka_unit_test(test_cancel_then_close_late_event),
 		cmocka_unit_test(test_cancel_leader_batch_native),
 		cmocka_unit_test(test_cancel_leader_batch_signal),
 		cmocka_unit_test(test_cancel_leader_batch_epoll),
