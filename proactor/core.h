@@ -36,6 +36,13 @@ void px__alloc_fini(px_allocator *a) PX_HIDDEN;
 /* Processor                                                            */
 /* ------------------------------------------------------------------ */
 
+/* What handing work to another thread is taken to cost: the dispatcher
+ * asks for help with callbacks, and a leader lets a wait's claimed calls
+ * go, only when the work given away would take at least this long at its
+ * measured average (px_proactor.cb_ns, px_processor.claim_ns;
+ * dispatcher.c says how).  test_epoll_edge reads it too. */
+#define PX_HANDOFF_NS 50000u
+
 typedef struct px_processor {
 	struct px_proactor *px;
 	px_provider *prov;

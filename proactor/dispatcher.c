@@ -367,8 +367,8 @@ static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
  * callback work to share.  A thread
  * with n callbacks to run asks for help (a follower to run some of them, or
  * to lead while it runs them) only when the n - 1 it could give away take
- * longer than PX_HANDOFF_NS at the callbacks' measured average. */
-#define PX_HANDOFF_NS 50000u
+ * longer than PX_HANDOFF_NS (core.h) at the callbacks' measured
+ * average. */
 
 static bool disp_worth_help(const struct px_proactor *px, size_t n)
 {

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "../wait_strategies/poller.h"
+#include "core.h"
 
 /* ------------------------------------------------------------------ */
 /* The wrappers                                                         */
@@ -612,6 +613,8 @@ static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 	int lo = 1 << 30, hi = -1, all, cancelled = 0;
 	int warm_sv[2];
 	bool expect_shared = warm != WARM_CHEAP;
+	bool not_cheap = false;
+	uint64_t claim_ns = 0;
 
 	make_px();
 	socket_pair(warm_sv);
@@ -646,6 +649,21 @@ static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 	assert_int_equal(pthread_create(&t[1], NULL, loop_long, NULL), 0);
 	nap_us(50000);
 	share_warm_up(warm_sv, warm);
+	if (warm == WARM_CHEAP) {
+		/* What the leader will weigh: the warm-up's last claim is
+		 * noted before its callback runs, and nothing claims again
+		 * until the held wait.  A sanitizer's build can make even
+		 * these calls cost tens of µs; then the leader must let them
+		 * go (disp_release_min: when the nreads - 1 calls another
+		 * thread could make take PX_HANDOFF_NS), and that is what is
+		 * checked instead. */
+		pthread_mutex_lock(&g_px->lock);
+		claim_ns = g_px->proc[0]->claim_ns;
+		pthread_mutex_unlock(&g_px->lock);
+		not_cheap = claim_ns == 0 ||
+			    (uint64_t)(nreads - 1) * claim_ns >= PX_HANDOFF_NS;
+		expect_shared = not_cheap;
+	}
 	atomic_store(&g_hold, true);
 	dl = now_ms() + 5000;
 	while (!atomic_load(&g_held) && now_ms() < dl)
@@ -724,8 +742,9 @@ static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 	 * could take one during the first recv's 200 ms nap only if they
 	 * had been let go. */
 	if (!expect_shared && atomic_load(&g_share_nthreads) != 1)
-		fail_msg("the recvs of %d cheap calls ran on %d threads: the "
-			 "leader let them go", nreads,
+		fail_msg("the recvs of %d cheap calls (%llu ns each, as "
+			 "measured) ran on %d threads: the leader let them go",
+			 nreads, (unsigned long long)claim_ns,
 			 atomic_load(&g_share_nthreads));
 	if (mode == SHARE_PLAIN)
 		assert_int_equal(atomic_load(&g_share_recvs[0]) +
@@ -736,6 +755,15 @@ static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 	}
 	close(warm_sv[0]);
 	close(warm_sv[1]);
+	if (not_cheap) {
+		/* The leader let them go, as it should at that cost; the
+		 * case this test is for did not arise. */
+		print_message("skipped: the warm-up measured %llu ns per "
+			      "claimed call, not cheap against the %u ns "
+			      "hand-off in this build\n",
+			      (unsigned long long)claim_ns, PX_HANDOFF_NS);
+		skip();
+	}
 }
 
 static void share_run(enum share_mode mode)
@@ -757,9 +785,13 @@ static void slow_calls_are_shared(void **state)
 	share_run_n(SHARE_PLAIN, WARM_SLOW, 2);
 }
 
-/* After claims measured at their real cost (a few µs a descriptor, far
- * below the 50 µs hand-off), a wait that reports two descriptors keeps
- * its calls: the leader makes both, and the follower sleeps on. */
+/* After claims measured at their real cost (a few µs a descriptor in a
+ * plain build, far below the 50 µs hand-off), a wait that reports two
+ * descriptors keeps its calls: the leader makes both, and the follower
+ * sleeps on.  Where the build makes them cost the hand-off or more
+ * (ThreadSanitizer on a host with dear system calls: 20-76 µs a claim
+ * seen), the leader must let them go instead; that is checked, and the
+ * case is reported skipped. */
 static void cheap_calls_stay_with_the_leader(void **state)
 {
 	(void)state;
