@@ -663,6 +663,8 @@ static void share_run_n(enum share_mode mode, enum share_warm warm, int nreads)
 		not_cheap = claim_ns == 0 ||
 			    (uint64_t)(nreads - 1) * claim_ns >= PX_HANDOFF_NS;
 		expect_shared = not_cheap;
+		print_message("warm-up: %llu ns per claimed call\n",
+			      (unsigned long long)claim_ns);
 	}
 	atomic_store(&g_hold, true);
 	dl = now_ms() + 5000;
