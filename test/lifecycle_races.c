@@ -1972,13 +1972,20 @@ static void leaver_hands_over_to_follower(void **state)
  * runs R1's callback, which starts R2, and leaves px_handle_events for
  * good.  R2's data arrives: A must take the lead and complete it within
  * LV_LATE_MS.  A's sleeps had doubled while B led (a leader in place),
- * so before, R2 waited about 270 ms for A's next look. */
+ * so before, R2 waited about 270 ms for A's next look.  The lead may pass
+ * from B to A before R1's data comes (a follower takes a processor that
+ * nobody has led for a while, and a loaded machine can keep B away that
+ * long between two waits); then A runs R1's callback, and the roles
+ * swap: whichever thread ran it leaves, and the other must complete R2.
+ * (Both threads call px_handle_events(px, -1), which returns only after
+ * running a callback: a thread that ran none cannot be asked to leave.) */
 static struct {
 	px_proactor *px;
 	int sv0[2], sv1[2], sv2[2];
 	char buf[24];
 	h_rec *r0, *r1, *r2;
 	atomic_int leave, b_left;
+	pthread_t b;
 } ll;
 
 static void ll_r1_cb(const px_completion *c)
@@ -1990,13 +1997,18 @@ static void ll_r1_cb(const px_completion *c)
 		h_bad("the read started by R1's callback: %d", rc);
 }
 
-static void *ll_b_main(void *arg)
+/* Both loop threads: each leaves once asked to and once it has run R1's
+ * callback (which started R2); the other stays until px_stop. */
+static void *ll_loop_main(void *arg)
 {
 	(void)arg;
-	while (!atomic_load(&ll.leave))
-		if (px_handle_events(ll.px, -1) < 0)
+	while (px_handle_events(ll.px, -1) >= 0) {
+		if (atomic_load(&ll.leave) && h_rec_done(ll.r1) &&
+		    pthread_equal(ll.r1->thread, pthread_self())) {
+			atomic_store(&ll.b_left, 1);
 			break;
-	atomic_store(&ll.b_left, 1);
+		}
+	}
 	return NULL;
 }
 
@@ -2018,9 +2030,10 @@ static void leader_leaves_work_to_follower(void **state)
 	assert_int_equal(px_read_stream(f->px, ll.sv1[1], ll.buf + 8, 8,
 					ll_r1_cb, ll.r1), 0);
 	pthread_t b, a;
-	assert_int_equal(pthread_create(&b, NULL, ll_b_main, NULL), 0);
+	assert_int_equal(pthread_create(&b, NULL, ll_loop_main, NULL), 0);
+	ll.b = b;
 	h_sleep_ms(20);  /* B leads */
-	assert_int_equal(pthread_create(&a, NULL, one_loop_main, f->px), 0);
+	assert_int_equal(pthread_create(&a, NULL, ll_loop_main, NULL), 0);
 	h_sleep_ms(LV_HOLD_MS);
 	atomic_store(&ll.leave, 1);
 	assert_int_equal(write(ll.sv1[0], "1", 1), 1);
@@ -2034,8 +2047,17 @@ static void leader_leaves_work_to_follower(void **state)
 	pthread_join(a, NULL);
 	pthread_join(b, NULL);
 	h_assert_no_bad("leader_leaves_work_to_follower");
-	if (!r1_done || !b_left)
-		fail_msg("R1 did not complete, or its thread did not leave");
+	if (!r1_done)
+		fail_msg("R1 did not complete within %d ms of its data (two "
+			 "threads in px_handle_events(px, -1))", PROMPT_MS);
+	if (!b_left)
+		fail_msg("the thread that ran R1's callback (%s) did not "
+			 "return from px_handle_events(px, -1) within %d ms",
+			 pthread_equal(ll.r1->thread, ll.b) ? "B, which led "
+			 "first" : "A", PROMPT_MS);
+	print_message("R1's callback ran on %s\n",
+		      pthread_equal(ll.r1->thread, ll.b) ? "B, which led first" :
+		      "A: the lead had passed to it");
 	if (!r2_done)
 		fail_msg("the read started by the callback of a leader that "
 			 "left never completed (a follower was in "
