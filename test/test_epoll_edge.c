@@ -791,7 +791,7 @@ static void slow_calls_are_shared(void **state)
  * plain build, far below the 50 µs hand-off), a wait that reports two
  * descriptors keeps its calls: the leader makes both, and the follower
  * sleeps on.  Where the build makes them cost the hand-off or more
- * (ThreadSanitizer on a host with dear system calls: 20-76 µs a claim
+ * (ThreadSanitizer on a host with dear system calls: 20-84 µs a claim
  * seen), the leader must let them go instead; that is checked, and the
  * case is reported skipped. */
 static void cheap_calls_stay_with_the_leader(void **state)
