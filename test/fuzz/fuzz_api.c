@@ -6,9 +6,15 @@
  * cancel, post, timer start or cancel, a raw write, read or shutdown by
  * the peer, px_handle_events(px, 0), a read or write-all with a deadline
  * through px_start_op, a periodic timer, a vectored read, write or
- * write-all over 1..4 pieces of its buffer); the other two pick its descriptor,
- * length and delay.  The engine is PX_FUZZ_ENGINE (default "epoll").  At the end
- * px_destroy delivers what is still pending.
+ * write-all over 1..4 pieces of its buffer, px_close, close(2) by the
+ * application, a file read or write at an offset on a memfd, a datagram
+ * read or write on a datagram socketpair); the other two pick its
+ * descriptor, length and delay.  One more step kind takes the 3 bytes
+ * after it as the action of the next operation started: its callback
+ * performs that step itself (a start, a cancel, a px_close, a close(2),
+ * ...), so that callbacks call back into the library, also
+ * while px_destroy delivers.  The engine is PX_FUZZ_ENGINE (default
+ * "epoll").  At the end px_destroy delivers what is still pending.
  *
  * Oracle: exactly-once accounting.  Every start that returned 0 got
  * exactly one callback by the end of px_destroy, with its own user
@@ -16,17 +22,27 @@
  * completion never reports more bytes than its length.  A periodic timer
  * instead gets any number of expiry callbacks and then exactly one
  * ECANCELED callback (by px_timer_cancel or px_destroy), nothing after
- * it.  A violation (or a
+ * it.  A px_close's callback comes after the callbacks of every operation
+ * started on its descriptor before it, and reports error 0 when the
+ * application had not closed the descriptor itself.  Starts fail only
+ * with the errors the manual gives for the case.  A violation (or a
  * SIGPIPE, which the library must never raise) aborts.
+ *
+ * The application never opens a descriptor during an input, so a number
+ * it closed stays closed until the input ends (the library requires that
+ * of close(2) under pending operations).
  *
  * Built by scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined).
  */
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -34,8 +50,12 @@
 
 #include "proactor.h"
 
-enum { MAX_OPS = 512, NPAIRS = 3, NPIPES = 2, NFDS = 2 * (NPAIRS + NPIPES),
-       MAX_LEN = 4096, BIG_LEN = 256 * 1024 };
+enum { MAX_OPS = 512, NPAIRS = 3, NPIPES = 2, NSTREAM = 2 * (NPAIRS + NPIPES),
+       FILE_SLOT = NSTREAM, DGRAM_SLOT = NSTREAM + 1, NSLOTS = NSTREAM + 3,
+       MAX_LEN = 4096, BIG_LEN = 256 * 1024, NKINDS = 24 };
+
+/* What the application did with a descriptor of its own. */
+enum { SLOT_OPEN = 0, SLOT_CLOSED, SLOT_PX_CLOSE };
 
 typedef struct rec {
 	int started;            /* the start returned 0 */
@@ -45,12 +65,23 @@ typedef struct rec {
 	size_t len;
 	int64_t timer;
 	int periodic;           /* calls counts only its final callback */
+	int fd_was_open;        /* px_close: the application had not closed fd */
+	int has_act;            /* its callback performs act once */
+	uint8_t act[3];
 } rec;
 
 static rec g_rec[MAX_OPS];
 static uint8_t g_buf[MAX_OPS][MAX_LEN];
 static uint8_t g_big[BIG_LEN];
 static struct iovec g_iov[MAX_OPS][4];
+
+static px_proactor *g_px;
+static int g_fds[NSLOTS];
+static int g_slot[NSLOTS];      /* SLOT_* */
+static int g_n;                 /* records used */
+static int g_destroying;        /* px_destroy runs: starts fail ESHUTDOWN */
+static int g_act_armed;         /* the next start takes g_act */
+static uint8_t g_act[3];
 
 /* Cut g_buf[n] into 1..4 pieces (one may be empty) for a vectored start;
  * returns how many. */
@@ -69,6 +100,17 @@ static int cut_iov(int n, size_t len, uint8_t a)
 	return cnt;
 }
 static const char *g_engine;
+static int g_trace;             /* PX_FUZZ_TRACE set: print each callback */
+
+/* PX_FUZZ_THREADS=N: N more threads run px_handle_events(px, 1) during the
+ * whole input, so that completions are collected and callbacks run beside
+ * the program's own calls (a finding may then not replay every time).
+ * The program's steps and the callbacks take g_mu (recursive: a step's
+ * px_handle_events runs callbacks), so the records stay consistent; the
+ * library's own work is what runs side by side. */
+static int g_nthreads;
+static pthread_mutex_t g_mu;
+static volatile int g_quit;
 
 static void fail(const char *what, int i)
 {
@@ -93,16 +135,68 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	g_engine = getenv("PX_FUZZ_ENGINE");
 	if (!g_engine || !*g_engine)
 		g_engine = "epoll";
+	g_trace = getenv("PX_FUZZ_TRACE") != NULL;
+	const char *t = getenv("PX_FUZZ_THREADS");
+	g_nthreads = t ? atoi(t) : 0;
+	if (g_nthreads < 0 || g_nthreads > 4)
+		g_nthreads = 4;
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&g_mu, &ma);
+	pthread_mutexattr_destroy(&ma);
 	signal(SIGPIPE, on_sigpipe);
 	return 0;
 }
 
+static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
+		 size_t nmore, size_t *used, int in_cb);
+
+/* A px_close's callback: every operation started on its descriptor
+ * before the px_close has had its callback. */
+static void check_close(const rec *r, int i, const px_completion *c)
+{
+	if (c->error != 0 && c->error != EBADF)
+		fail("px_close reported an error other than EBADF", i);
+	if (r->fd_was_open && c->error != 0)
+		fail("px_close of an open descriptor reported an error", i);
+	for (int k = 0; k < i; k++) {
+		const rec *o = &g_rec[k];
+		if (o->started && o->fd == r->fd && o->calls == 0 &&
+		    o->op != PX_OP_POST && o->op != PX_OP_TIMER &&
+		    o->op != PX_OP_CLOSE)
+			fail("px_close completed before an operation on its "
+			     "descriptor", k);
+	}
+}
+
+static void cb_locked(const px_completion *c);
+
 static void cb(const px_completion *c)
+{
+	pthread_mutex_lock(&g_mu);
+	cb_locked(c);
+	pthread_mutex_unlock(&g_mu);
+}
+
+static void *loop_thread(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&g_quit, __ATOMIC_ACQUIRE))
+		if (px_handle_events(g_px, 1) < 0)
+			fail("px_handle_events failed in a loop thread", -1);
+	return NULL;
+}
+
+static void cb_locked(const px_completion *c)
 {
 	rec *r = c->user;
 	int i = (int)(r - g_rec);
 	if (r < g_rec || r >= g_rec + MAX_OPS)
 		fail("callback with a user pointer that is no record", -1);
+	if (g_trace)
+		fprintf(stderr, "cb %d: op %d fd %d error %d bytes %zd\n", i,
+			(int)c->op, c->fd, c->error, (ssize_t)c->bytes);
 	if (!r->started)
 		fail("callback for an operation whose start failed", i);
 	if (r->periodic && r->calls)
@@ -124,12 +218,293 @@ static void cb(const px_completion *c)
 		fail("more bytes than the length", i);
 	if (r->op == PX_OP_TIMER && c->timer_id != r->timer)
 		fail("timer callback with the wrong id", i);
+	if (r->op == PX_OP_CLOSE)
+		check_close(r, i, c);
+	if (r->has_act) {
+		r->has_act = 0;
+		size_t used = 0;
+		step(r->act[0], r->act[1], r->act[2], NULL, 0, &used, 1);
+	}
+}
+
+static int slot_of(int fd)
+{
+	for (int s = 0; s < NSLOTS; s++)
+		if (g_fds[s] == fd)
+			return s;
+	return -1;
+}
+
+/* Run one step.  more/nmore: the input after it (the action step takes
+ * its bytes from there; *used says how many it took).  in_cb: called from
+ * a callback, where px_handle_events may not be called. */
+static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
+		 size_t nmore, size_t *used, int in_cb)
+{
+	px_proactor *px = g_px;
+	int n = g_n;
+	int slot = a % NSLOTS;
+	int fd = g_fds[slot];
+	size_t len = 1 + ((size_t)b * 16) % MAX_LEN;
+	int rc = 1;
+	int kind = op % NKINDS;
+
+	if (n >= MAX_OPS)
+		return;
+	/* The record is taken first: a callback that a call below runs
+	 * (px_handle_events) takes the ones after it.  A step that makes
+	 * none gives it back (NOREC) if nothing took one since. */
+	g_n++;
+#define NOREC                                                                  \
+	do {                                                                   \
+		if (g_n == n + 1)                                              \
+			g_n = n;                                               \
+		return;                                                        \
+	} while (0)
+	rec *r = &g_rec[n];
+	memset(r, 0, sizeof *r);
+	r->fd = fd;
+	r->len = len;
+	switch (kind) {
+	case 0:
+		r->op = PX_OP_READ_STREAM;
+		rc = px_read_stream(px, fd, g_buf[n], len, cb, r);
+		break;
+	case 1:
+		r->op = PX_OP_WRITE_STREAM;
+		rc = px_write_stream(px, fd, g_buf[n], len, cb, r);
+		break;
+	case 2:
+		r->op = PX_OP_WRITE_STREAM;
+		if (b & 1) {  /* big: may stay pending, peer not reading */
+			r->len = BIG_LEN;
+			rc = px_write_stream_all(px, fd, g_big, BIG_LEN, cb, r);
+		} else {
+			rc = px_write_stream_all(px, fd, g_buf[n], len, cb, r);
+		}
+		break;
+	case 3: {
+		int c = px_cancel(px, fd);
+		if (c < 0)
+			fail("px_cancel of a valid number failed", n);
+		NOREC;
+	}
+	case 4:
+		r->op = PX_OP_POST;
+		rc = px_post(px, cb, r);
+		break;
+	case 5: {
+		r->op = PX_OP_TIMER;
+		r->len = 0;
+		r->started = 1; /* the callback may run before the id is known */
+		int64_t id = px_timer_start(px, (uint64_t)b * 10000, cb, r);
+		if (id <= 0) {
+			r->started = 0;
+			rc = (int)id;
+		} else {
+			r->timer = id;
+			rc = 0;
+		}
+		break;
+	}
+	case 6: {
+		/* Cancel one of the timers started so far. */
+		for (int k = n - 1, seen = 0; k >= 0; k--) {
+			if (g_rec[k].op == PX_OP_TIMER && g_rec[k].started &&
+			    seen++ == a % 4) {
+				int c = px_timer_cancel(px, g_rec[k].timer);
+				if (c != 0 && c != -ENOENT)
+					fail("px_timer_cancel", k);
+				break;
+			}
+		}
+		NOREC;
+	}
+	case 7:
+	case 8:
+		if (!in_cb && px_handle_events(px, 0) < 0)
+			fail("px_handle_events failed", n);
+		NOREC;
+	case 9: {
+		/* The peer writes raw bytes (never blocks). */
+		uint8_t tmp[256];
+		/* (Not on a pipe whose read end was closed: that would
+		 * raise SIGPIPE here, in the application.) */
+		if (g_slot[slot] != SLOT_OPEN || slot == FILE_SLOT ||
+		    (slot >= 2 * NPAIRS && slot < NSTREAM &&
+		     g_slot[slot ^ 1] != SLOT_OPEN))
+			NOREC;
+		memset(tmp, b, sizeof tmp);
+		ssize_t w = send(fd, tmp, 1 + b % sizeof tmp, MSG_DONTWAIT |
+				 MSG_NOSIGNAL);
+		if (w < 0 && errno == ENOTSOCK) {
+			int fl = fcntl(fd, F_GETFL);
+			fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+			w = write(fd, tmp, 1 + b % sizeof tmp);
+			fcntl(fd, F_SETFL, fl);
+		}
+		(void)w;
+		NOREC;
+	}
+	case 10:
+		/* The peer reads raw bytes, making room. */
+		if (g_slot[slot] == SLOT_OPEN && slot != FILE_SLOT) {
+			uint8_t tmp[4096];
+			ssize_t rd = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+			(void)rd;
+		}
+		NOREC;
+	case 11:
+		if (a & 0x80) {
+			if (g_slot[slot] == SLOT_OPEN)
+				shutdown(fd, SHUT_WR);
+		} else if (!in_cb && px_handle_events(px, 0) < 0) {
+			fail("px_handle_events failed", n);
+		}
+		NOREC;
+	case 12:
+		/* A read with a deadline of 0..2.5 ms. */
+		r->op = PX_OP_READ_STREAM;
+		rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+				.fd = fd, .buf = g_buf[n], .len = len,
+				.timeout_ns = 1 + (uint64_t)(b % 26) * 100000u,
+				.cb = cb, .user = r });
+		break;
+	case 13:
+		/* A big write-all with a deadline: may time out part way. */
+		r->op = PX_OP_WRITE_STREAM;
+		r->len = BIG_LEN;
+		rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_WRITE_STREAM,
+				.fd = fd, .buf = g_big, .len = BIG_LEN,
+				.flags = PX_OPF_WRITE_ALL,
+				.timeout_ns = 1 + (uint64_t)b * 10000u,
+				.cb = cb, .user = r });
+		break;
+	case 14: {
+		r->op = PX_OP_TIMER;
+		r->len = 0;
+		r->periodic = 1;
+		r->started = 1; /* the callback may run before the id is known */
+		int64_t id = px_timer_periodic(px, (uint64_t)b * 10000,
+					       1 + (uint64_t)a * 5000, cb, r);
+		if (id <= 0) {
+			r->started = 0;
+			rc = (int)id;
+		} else {
+			r->timer = id;
+			rc = 0;
+		}
+		break;
+	}
+	case 15:
+		/* A vectored read. */
+		r->op = PX_OP_READ_STREAM;
+		rc = px_readv_stream(px, fd, g_iov[n], cut_iov(n, len, a), cb, r);
+		break;
+	case 16:
+		/* A vectored write or write-all. */
+		r->op = PX_OP_WRITE_STREAM;
+		if (b & 1)
+			rc = px_writev_stream_all(px, fd, g_iov[n],
+						  cut_iov(n, len, a), cb, r);
+		else
+			rc = px_writev_stream(px, fd, g_iov[n],
+					      cut_iov(n, len, a), cb, r);
+		break;
+	case 17:
+		/* px_close: cancels, waits for the callbacks, closes. */
+		r->op = PX_OP_CLOSE;
+		r->len = 0;
+		r->fd_was_open = g_slot[slot] == SLOT_OPEN;
+		r->started = 1; /* its callback may run inside the call */
+		rc = px_close(px, fd, cb, r);
+		r->started = rc == 0;
+		if (rc == 0) {
+			g_slot[slot] = SLOT_PX_CLOSE;
+		} else if (rc == -EBADF) {
+			if (r->fd_was_open)
+				fail("px_close of an open descriptor: EBADF", n);
+		} else if (rc != -EALREADY) {
+			fail("px_close failed unexpectedly", n);
+		}
+		goto attach;
+	case 18:
+		/* The application closes the descriptor itself, maybe under
+		 * pending operations (they end with EBADF or ECANCELED). */
+		if (g_slot[slot] == SLOT_OPEN) {
+			close(fd);
+			g_slot[slot] = SLOT_CLOSED;
+		}
+		NOREC;
+	case 19:
+	case 20: {
+		/* A file read or write at an offset, on the memfd. */
+		uint64_t off = (uint64_t)(a % 64) * 1000u;
+		if (a & 0x40)
+			off = (uint64_t)1 << 62;  /* far beyond the end */
+		r->fd = fd = g_fds[FILE_SLOT];
+		if (kind == 19) {
+			r->op = PX_OP_READ_FILE;
+			rc = px_read_file(px, fd, g_buf[n], len, off, cb, r);
+		} else {
+			r->op = PX_OP_WRITE_FILE;
+			rc = px_write_file(px, fd, g_buf[n], len, off, cb, r);
+		}
+		break;
+	}
+	case 22:
+	case 23:
+		/* A datagram received or sent on the datagram socketpair. */
+		r->fd = fd = g_fds[DGRAM_SLOT + (a & 1)];
+		if (kind == 22) {
+			r->op = PX_OP_READ_DGRAM;
+			rc = px_read_dgram(px, fd, g_buf[n], len, cb, r);
+		} else {
+			r->op = PX_OP_WRITE_DGRAM;
+			rc = px_write_dgram(px, fd, g_buf[n], len, NULL, 0, cb, r);
+		}
+		break;
+	case 21:
+		/* The next 3 bytes are the action of the next operation
+		 * started (its callback performs them). */
+		if (nmore >= 3) {
+			memcpy(g_act, more, 3);
+			g_act_armed = 1;
+			*used = 3;
+		}
+		NOREC;
+	}
+	if (kind != 5 && kind != 14)
+		r->started = rc == 0;
+	if (rc != 0) {
+		int closed = g_slot[slot_of(r->fd)] != SLOT_OPEN;
+		if (rc == -ESHUTDOWN) {
+			if (!g_destroying)
+				fail("a start failed with ESHUTDOWN before "
+				     "px_destroy", n);
+		} else if (rc == -EBADF) {
+			if (!closed)
+				fail("a start on an open descriptor failed with "
+				     "EBADF", n);
+		} else if (rc != -EMFILE &&
+			   !(rc == -EINVAL && r->op == PX_OP_WRITE_STREAM &&
+			     r->fd == g_fds[FILE_SLOT])) {
+			fail("a start failed unexpectedly", n);
+		}
+	} else if (g_destroying && kind != 5 && kind != 14) {
+		fail("a start succeeded inside px_destroy", n);
+	}
+attach:
+	if (r->started && g_act_armed) {
+		g_act_armed = 0;
+		memcpy(r->act, g_act, 3);
+		r->has_act = 1;
+	}
+#undef NOREC
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	px_proactor *px = NULL;
-	int fds[NFDS];
 	char err[256];
 	px_config cfg;
 
@@ -138,179 +513,56 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		exit(1);
 	}
 	cfg.flags |= PX_CF_NO_ENV;
-	if (px_create_config(&px, &cfg, err, sizeof err) != 0) {
+	if (px_create_config(&g_px, &cfg, err, sizeof err) != 0) {
 		fprintf(stderr, "fuzz_api: px_create '%s': %s\n", g_engine, err);
 		exit(1);
 	}
 	for (int i = 0; i < NPAIRS; i++)
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds + 2 * i))
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, g_fds + 2 * i))
 			abort();
 	for (int i = 0; i < NPIPES; i++)
-		if (pipe2(fds + 2 * (NPAIRS + i), O_CLOEXEC))
+		if (pipe2(g_fds + 2 * (NPAIRS + i), O_CLOEXEC))
 			abort();
+	g_fds[FILE_SLOT] = memfd_create("fuzz_api", MFD_CLOEXEC);
+	if (g_fds[FILE_SLOT] < 0)
+		abort();
+	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, g_fds + DGRAM_SLOT))
+		abort();
+	memset(g_slot, 0, sizeof g_slot);
 	memset(g_rec, 0, sizeof g_rec);
+	g_n = 0;
+	g_destroying = 0;
+	g_act_armed = 0;
 
-	int n = 0;
+	pthread_t th[4];
+	__atomic_store_n(&g_quit, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < g_nthreads; i++)
+		if (pthread_create(&th[i], NULL, loop_thread, NULL))
+			abort();
 	size_t pos = 0;
-	while (pos < size && n < MAX_OPS) {
+	pthread_mutex_lock(&g_mu);
+	while (pos < size && g_n < MAX_OPS) {
 		uint8_t op = data[pos++];
 		uint8_t a = pos < size ? data[pos++] : 0;
 		uint8_t b = pos < size ? data[pos++] : 0;
-		int fd = fds[a % NFDS];
-		size_t len = 1 + ((size_t)b * 16) % MAX_LEN;
-		rec *r = &g_rec[n];
-		int rc = 1;
-
-		r->fd = fd;
-		r->len = len;
-		switch (op % 17) {
-		case 0:
-			r->op = PX_OP_READ_STREAM;
-			rc = px_read_stream(px, fd, g_buf[n], len, cb, r);
-			break;
-		case 1:
-			r->op = PX_OP_WRITE_STREAM;
-			rc = px_write_stream(px, fd, g_buf[n], len, cb, r);
-			break;
-		case 2:
-			r->op = PX_OP_WRITE_STREAM;
-			if (b & 1) {  /* big: may stay pending, peer not reading */
-				r->len = BIG_LEN;
-				rc = px_write_stream_all(px, fd, g_big, BIG_LEN, cb, r);
-			} else {
-				rc = px_write_stream_all(px, fd, g_buf[n], len, cb, r);
-			}
-			break;
-		case 3: {
-			int c = px_cancel(px, fd);
-			if (c < 0)
-				fail("px_cancel of an open descriptor failed", n);
-			continue;
+		size_t used = 0;
+		step(op, a, b, data + pos, size - pos, &used, 0);
+		pos += used;
+		if (g_nthreads) {  /* let the loop threads run callbacks */
+			pthread_mutex_unlock(&g_mu);
+			sched_yield();
+			pthread_mutex_lock(&g_mu);
 		}
-		case 4:
-			r->op = PX_OP_POST;
-			rc = px_post(px, cb, r);
-			break;
-		case 5: {
-			r->op = PX_OP_TIMER;
-			r->len = 0;
-			r->started = 1; /* the callback may run before the id is known */
-			int64_t id = px_timer_start(px, (uint64_t)b * 10000, cb, r);
-			if (id <= 0) {
-				r->started = 0;
-				rc = (int)id;
-			} else {
-				r->timer = id;
-				rc = 0;
-			}
-			break;
-		}
-		case 6: {
-			/* Cancel one of the timers started so far. */
-			for (int k = n - 1, seen = 0; k >= 0; k--) {
-				if (g_rec[k].op == PX_OP_TIMER && g_rec[k].started &&
-				    seen++ == a % 4) {
-					int c = px_timer_cancel(px, g_rec[k].timer);
-					if (c != 0 && c != -ENOENT)
-						fail("px_timer_cancel", k);
-					break;
-				}
-			}
-			continue;
-		}
-		case 7:
-		case 8:
-			if (px_handle_events(px, 0) < 0)
-				fail("px_handle_events failed", n);
-			continue;
-		case 9: {
-			/* The peer writes raw bytes (never blocks). */
-			uint8_t tmp[256];
-			memset(tmp, b, sizeof tmp);
-			ssize_t w = send(fd, tmp, 1 + b % sizeof tmp, MSG_DONTWAIT |
-					 MSG_NOSIGNAL);
-			if (w < 0 && errno == ENOTSOCK) {
-				int fl = fcntl(fd, F_GETFL);
-				fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-				w = write(fd, tmp, 1 + b % sizeof tmp);
-				fcntl(fd, F_SETFL, fl);
-			}
-			(void)w;
-			continue;
-		}
-		case 10:
-			/* The peer reads raw bytes, making room. */
-			{
-				uint8_t tmp[4096];
-				ssize_t rd = recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
-				(void)rd;
-			}
-			continue;
-		case 11:
-			if (a & 0x80)
-				shutdown(fd, SHUT_WR);
-			else if (px_handle_events(px, 0) < 0)
-				fail("px_handle_events failed", n);
-			continue;
-		case 12:
-			/* A read with a deadline of 0..2.5 ms. */
-			r->op = PX_OP_READ_STREAM;
-			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
-					.fd = fd, .buf = g_buf[n], .len = len,
-					.timeout_ns = 1 + (uint64_t)(b % 26) * 100000u,
-					.cb = cb, .user = r });
-			break;
-		case 13:
-			/* A big write-all with a deadline: may time out part way. */
-			r->op = PX_OP_WRITE_STREAM;
-			r->len = BIG_LEN;
-			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_WRITE_STREAM,
-					.fd = fd, .buf = g_big, .len = BIG_LEN,
-					.flags = PX_OPF_WRITE_ALL,
-					.timeout_ns = 1 + (uint64_t)b * 10000u,
-					.cb = cb, .user = r });
-			break;
-		case 15:
-			/* A vectored read. */
-			r->op = PX_OP_READ_STREAM;
-			rc = px_readv_stream(px, fd, g_iov[n], cut_iov(n, len, a), cb, r);
-			break;
-		case 16:
-			/* A vectored write or write-all. */
-			r->op = PX_OP_WRITE_STREAM;
-			if (b & 1)
-				rc = px_writev_stream_all(px, fd, g_iov[n],
-							  cut_iov(n, len, a), cb, r);
-			else
-				rc = px_writev_stream(px, fd, g_iov[n],
-						      cut_iov(n, len, a), cb, r);
-			break;
-		case 14: {
-			r->op = PX_OP_TIMER;
-			r->len = 0;
-			r->periodic = 1;
-			r->started = 1; /* the callback may run before the id is known */
-			int64_t id = px_timer_periodic(px, (uint64_t)b * 10000,
-						       1 + (uint64_t)a * 5000, cb, r);
-			if (id <= 0) {
-				r->started = 0;
-				rc = (int)id;
-			} else {
-				r->timer = id;
-				rc = 0;
-			}
-			break;
-		}
-		}
-		if (op % 17 != 5 && op % 17 != 14)
-			r->started = rc == 0;
-		if (rc != 0 && rc != -EBADF && rc != -EMFILE)
-			fail("a start on a valid descriptor failed unexpectedly", n);
-		n++;
 	}
-	if (px_destroy(px) != 0)
+	pthread_mutex_unlock(&g_mu);
+	__atomic_store_n(&g_quit, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < g_nthreads; i++)
+		pthread_join(th[i], NULL);
+	g_destroying = 1;
+	if (px_destroy(g_px) != 0)
 		fail("px_destroy failed", -1);
-	for (int i = 0; i < n; i++) {
+	g_px = NULL;
+	for (int i = 0; i < g_n; i++) {
 		if (g_rec[i].started && g_rec[i].calls != 1)
 			fail(g_rec[i].calls ? "more than one callback"
 					    : "no callback by the end of px_destroy",
@@ -318,7 +570,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!g_rec[i].started && g_rec[i].calls)
 			fail("callback for an operation that did not start", i);
 	}
-	for (int i = 0; i < NFDS; i++)
-		close(fds[i]);
+	for (int i = 0; i < NSLOTS; i++)
+		if (g_slot[i] == SLOT_OPEN)
+			close(g_fds[i]);
 	return 0;
 }
