@@ -1253,6 +1253,8 @@ static void dgram_unix_writes_closed_behind_back(void **state)
 
 #define CR_ROUNDS 120
 #define CR_READS  4
+/* How long a cancelled read may take to complete (see the round loop). */
+#define CR_LATE_MS 60000
 
 typedef struct cr {
 	int a, b;
@@ -1332,7 +1334,10 @@ static void dgram_cancel_races_arrivals(void **state)
 	int maxseq = CR_ROUNDS * (CR_READS + 2);
 	x->seen = h_alloc(f, sizeof(atomic_int) * (size_t)maxseq);
 	int taken = 0, cancelled = 0, found_after = 0, cancel_sum = 0;
+	int late_rounds = 0;
 
+	/* Room for a late round or two beyond the usual watchdog. */
+	alarm(H_WATCHDOG_S + 2 * CR_LATE_MS / 1000);
 	h_loops_start(f, 2, false);
 	pthread_t snd;
 	assert_int_equal(pthread_create(&snd, NULL, cr_sender, x), 0);
@@ -1358,9 +1363,26 @@ static void dgram_cancel_races_arrivals(void **state)
 		while (h_now_ns() < end)
 			;
 		int n = px_cancel(f->px, x->a);
+		/* A cancelled read normally ends within milliseconds.  On
+		 * Linux AIO the kernel completes a cancelled poll from
+		 * deferred work, and on the Zen 5 / v1045 host, under heavy
+		 * load (four ASan copies of this test on two vCPUs), the
+		 * machine now and then stalled that kind of work for 5-24 s:
+		 * the library sat in io_getevents with an empty ring, and a
+		 * shell loop on the side did not run either (TESTING.md,
+		 * fixed problem 39).  So a read may take up to CR_LATE_MS;
+		 * later than 5 s is reported, not failed. */
+		uint64_t t_cancel = h_now_ns();
 		bool ok = true;
 		for (int i = 0; i < CR_READS && ok; i++)
-			ok = wait_op(o[i], 5000);
+			ok = wait_op(o[i], CR_LATE_MS);
+		uint64_t took_ms = (h_now_ns() - t_cancel) / 1000000u;
+		if (ok && took_ms > 5000) {
+			late_rounds++;
+			print_message("round %d: the cancelled reads took %llu ms "
+				      "to complete\n", r,
+				      (unsigned long long)took_ms);
+		}
 		ok = ok && h_wait_at_least(&x->sent_round, r, 5000);
 		if (!ok) {
 			atomic_store(&x->quit, 1);
@@ -1400,8 +1422,9 @@ static void dgram_cancel_races_arrivals(void **state)
 	pool_check(&x->ops, "cancel racing arrivals");
 	h_assert_no_bad("cancel racing arrivals");
 	print_message("cancel vs arrivals: %d reads took data, %d cancelled, "
-		      "%d datagrams left for the drain, cancel counted %d\n",
-		      taken, cancelled, found_after, cancel_sum);
+		      "%d datagrams left for the drain, cancel counted %d; "
+		      "%d rounds ended later than 5 s\n",
+		      taken, cancelled, found_after, cancel_sum, late_rounds);
 }
 
 /* ------------------------------------------------------------------ */
