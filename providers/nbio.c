@@ -537,21 +537,20 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 		 * progress. */
 		struct sockaddr_storage ss;
 		socklen_t al = sizeof(ss);
-		if (getpeername(io->fd, (struct sockaddr *)&ss, &al) == 0) {
-			err = nb_connect_finish(io, *conn, r);
-			if (err == EALREADY)
-				return PX_NBIO_AGAIN;
-		} else if (errno == ENOTCONN) {
-			/* Still under way, or failed with its error taken
-			 * already: a read or write on the socket, or anyone's
-			 * SO_ERROR, reports a pending error once and clears
-			 * it (a read started with the connect sees the
-			 * ECONNREFUSED).  Asked again, connect(2) tells them
-			 * apart: EALREADY, or the failure (ECONNABORTED once
-			 * the error is gone).  Taken for a stale wake-up,
-			 * the failed connect never completed: the poll and
-			 * select engines spun on its hang-up, epoll waited
-			 * for an edge that would not come. */
+		if (getpeername(io->fd, (struct sockaddr *)&ss, &al) == 0 ||
+		    errno == ENOTCONN) {
+			/* Either way connect(2) asked again has the last
+			 * word.  Connected: EISCONN.  ENOTCONN: still under
+			 * way, or failed with its error taken already (a
+			 * read or write on the socket, or anyone's SO_ERROR,
+			 * reports a pending error once and clears it; a read
+			 * started with the connect sees the ECONNREFUSED).
+			 * connect(2) tells those apart: EALREADY, or the
+			 * failure (ECONNABORTED once the error is gone).
+			 * Taken for a stale wake-up, the failed connect never
+			 * completed: the poll and select engines spun on its
+			 * hang-up, epoll waited for an edge that would not
+			 * come. */
 			err = nb_connect_finish(io, *conn, r);
 			if (err == EALREADY)
 				return PX_NBIO_AGAIN;
