@@ -818,40 +818,93 @@ static bool proc_auto_may_skip(int rc)
 	       rc == -EAGAIN;
 }
 
+/* One attempt of "auto": cfg with the class, and the wait and interrupt
+ * when given, resolved and built.  On failure its message is appended to
+ * tried. */
+static int proc_try_auto(px_processor_config *c, const char *where,
+			 px_provider **prov, char *tried, size_t *pos,
+			 size_t tried_len)
+{
+	char why[256] = "";
+	int rc = px__resolve_processor(c, where, why, sizeof(why));
+
+	if (rc == 0)
+		rc = proc_build(c, prov, "", why, sizeof(why));
+	if (rc < 0 && *pos < tried_len) {
+		int w = snprintf(tried + *pos, tried_len - *pos, "%s%s%s%s: %s",
+				 *pos ? "; " : "", c->provider,
+				 c->wait[0] ? " wait=" : "", c->wait, why);
+		if (w > 0)
+			*pos += (size_t)w;
+	}
+	return rc;
+}
+
 /* "auto": the candidates in order (px__auto_candidates), each probed and
- * then built, until one works.  cfg receives the one chosen. */
+ * then built, until one works.  Where the configuration leaves the wait
+ * or the interrupt open, a class whose default wait the kernel lacks or
+ * refuses (epoll where CONFIG_EPOLL is off, say) is tried with its other
+ * waits in the class's order, and a wait whose default interrupt fails
+ * (no eventfd) with a pipe, before the next class.  A signal interrupt is
+ * never chosen this way: it would take a signal number the application
+ * did not give.  cfg receives the one chosen. */
 static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 				   const char *where, char *err, size_t errlen)
 {
 	const px_provider_class *cand[8];
 	unsigned n = px__auto_candidates(cfg, cand, 8);
-	char why[256] = "", tried[512] = "";
+	char tried[768] = "";
 	size_t pos = 0;
 	int rc = -ENOSYS;
+	int given_intr = cfg->interrupt[0] ? px__intr_type(cfg->interrupt) : 0;
 
 	for (unsigned i = 0; i < n; i++) {
-		px_processor_config c = *cfg;
-		px__set_name(c.provider, PX_NAME_MAX, cand[i]->name,
-			     strlen(cand[i]->name));
-		why[0] = '\0';
-		rc = cand[i]->probe ? cand[i]->probe(why, sizeof(why)) : 0;
-		if (rc == 0)
-			rc = px__resolve_processor(&c, where, why, sizeof(why));
-		if (rc == 0)
-			rc = proc_build(&c, prov, "", why, sizeof(why));
-		if (rc == 0) {
-			*cfg = c;
-			return 0;
+		const px_provider_class *cls = cand[i];
+		char why[256] = "";
+		rc = cls->probe ? cls->probe(why, sizeof(why)) : 0;
+		if (rc < 0) {
+			if (pos < sizeof(tried)) {
+				int w = snprintf(tried + pos, sizeof(tried) - pos,
+						 "%s%s: %s", pos ? "; " : "",
+						 cls->name, why);
+				if (w > 0)
+					pos += (size_t)w;
+			}
+			if (!proc_auto_may_skip(rc))
+				break;
+			continue;
 		}
-		if (pos < sizeof(tried)) {
-			int w = snprintf(tried + pos, sizeof(tried) - pos, "%s%s: %s",
-					 pos ? "; " : "", cand[i]->name, why);
-			if (w > 0)
-				pos += (size_t)w;
+		unsigned nwaits = cfg->wait[0] ? 1 : cls->nwaits;
+		for (unsigned w = 0; w < nwaits; w++) {
+			const px_wait_desc *wd = cfg->wait[0] ? NULL : &cls->waits[w];
+			if (wd && given_intr > 0 && !(wd->intrs & (1u << given_intr)))
+				continue;
+			/* The wait's default interrupt, then a pipe. */
+			for (int k = 0; k < 2; k++) {
+				if (k == 1 && (cfg->interrupt[0] || !wd ||
+					       wd->default_intr == PX_INTR_PIPE ||
+					       !(wd->intrs & (1u << PX_INTR_PIPE))))
+					break;
+				px_processor_config c = *cfg;
+				px__set_name(c.provider, PX_NAME_MAX, cls->name,
+					     strlen(cls->name));
+				if (wd)
+					px__set_name(c.wait, PX_NAME_MAX, wd->name,
+						     strlen(wd->name));
+				if (k == 1)
+					px__set_name(c.interrupt, PX_NAME_MAX, "pipe", 4);
+				rc = proc_try_auto(&c, where, prov, tried, &pos,
+						   sizeof(tried));
+				if (rc == 0) {
+					*cfg = c;
+					return 0;
+				}
+				if (!proc_auto_may_skip(rc))
+					goto out;
+			}
 		}
-		if (!proc_auto_may_skip(rc))
-			break;
 	}
+out:
 	px__set_err(err, errlen, "%sauto found no engine that works here (%s)",
 		   where, n ? tried : "no candidate");
 	return rc < 0 ? rc : -ENOSYS;

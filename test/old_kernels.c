@@ -1,0 +1,460 @@
+/*
+ * old_kernels: the default engine ("auto") on kernels and sandboxes that
+ * lack the faster mechanisms.
+ *
+ * Each case runs in a child process that first installs a seccomp filter
+ * making some system calls fail with a chosen errno, the way the kernel or
+ * a sandbox would:
+ *
+ *   - io_uring_setup and friends with ENOSYS: a kernel before 5.1, or one
+ *     built without CONFIG_IO_URING;
+ *   - the same with EPERM: a container's default seccomp profile, or
+ *     kernel.io_uring_disabled;
+ *   - io_uring_setup with ENOMEM: the locked-memory limit of kernels
+ *     before 5.12, or memory pressure;
+ *   - io_uring and Linux AIO (io_setup ...) with ENOSYS: a kernel built
+ *     without CONFIG_AIO;
+ *   - those and eventfd with ENOSYS: a kernel without CONFIG_EVENTFD;
+ *   - those and epoll with ENOSYS (CONFIG_EPOLL off): what is left is
+ *     poll and select.
+ *
+ * In every case px_create(NULL) must pick an engine that does not use what
+ * is refused, and that engine must keep the promises on a short run: a
+ * stream write and read, a file write and read back at an offset, a post,
+ * a timer, an accept and a connect, a cancel of a read that waits, and a
+ * read still pending at px_destroy, each completed exactly once.  Naming
+ * a refused mechanism explicitly must fail with a negative errno and a
+ * message, not crash or hang.
+ *
+ * Exit 0 when every case passed, 1 when one failed, 77 when this system
+ * offers no seccomp filters (or this architecture is not known here).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <proactor.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#define OK_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define OK_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* The system call groups a case can refuse. */
+enum { G_URING = 1, G_URING_SETUP = 2, G_AIO = 4, G_EPOLL = 8, G_EVENTFD = 16 };
+
+static const long uring_calls[] = {
+	SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register, -1};
+static const long uring_setup_call[] = {SYS_io_uring_setup, -1};
+static const long aio_calls[] = {
+	SYS_io_setup, SYS_io_destroy, SYS_io_submit, SYS_io_cancel,
+	SYS_io_getevents,
+#ifdef SYS_io_pgetevents
+	SYS_io_pgetevents,
+#endif
+	-1};
+static const long eventfd_calls[] = {
+#ifdef SYS_eventfd
+	SYS_eventfd,
+#endif
+	SYS_eventfd2, -1};
+static const long epoll_calls[] = {
+#ifdef SYS_epoll_create
+	SYS_epoll_create,
+#endif
+	SYS_epoll_create1, SYS_epoll_ctl,
+#ifdef SYS_epoll_wait
+	SYS_epoll_wait,
+#endif
+	SYS_epoll_pwait,
+#ifdef SYS_epoll_pwait2
+	SYS_epoll_pwait2,
+#endif
+	-1};
+
+typedef struct kase {
+	const char *name;
+	unsigned groups;
+	int err;
+	/* engine texts that must now fail at px_create */
+	const char *refused[3];
+	/* a word the chosen engine's name must not contain */
+	const char *not_in_name[3];
+} kase;
+
+static const kase cases[] = {
+	{"no io_uring (ENOSYS)", G_URING, ENOSYS, {"uring", NULL},
+	 {"uring", NULL}},
+	{"io_uring refused (EPERM)", G_URING, EPERM, {"uring", NULL},
+	 {"uring", NULL}},
+	{"io_uring_setup out of locked memory (ENOMEM)", G_URING_SETUP, ENOMEM,
+	 {"uring", NULL}, {"uring", NULL}},
+	{"no io_uring, no Linux AIO (ENOSYS)", G_URING | G_AIO, ENOSYS,
+	 {"uring", "linux-aio", NULL}, {"uring", "linux_aio", NULL}},
+	{"no io_uring, no Linux AIO, no eventfd (ENOSYS)",
+	 G_URING | G_AIO | G_EVENTFD, ENOSYS, {"uring", "linux-aio", NULL},
+	 {"uring", "linux_aio", "eventfd"}},
+	{"no io_uring, no Linux AIO, no epoll (ENOSYS)",
+	 G_URING | G_AIO | G_EPOLL, ENOSYS, {"uring", "linux-aio", "epoll"},
+	 {"uring", "linux_aio", "epoll"}},
+};
+
+static int failures;
+
+static void bad(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("old_kernels: FAILED: ", stdout);
+	vprintf(fmt, ap);
+	fputc('\n', stdout);
+	va_end(ap);
+	fflush(stdout);
+	failures++;
+}
+
+#ifdef OK_ARCH
+static int add_calls(struct sock_filter *f, int n, const long *calls, int err)
+{
+	for (int i = 0; calls[i] >= 0; i++) {
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+						      (unsigned)calls[i], 0, 1);
+		f[n++] = (struct sock_filter)BPF_STMT(
+			BPF_RET | BPF_K,
+			SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA));
+	}
+	return n;
+}
+
+/* Returns 0, or the errno of prctl (EINVAL: no seccomp filters here). */
+static int refuse(unsigned groups, int err)
+{
+	struct sock_filter f[64];
+	int n = 0;
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		offsetof(struct seccomp_data, arch));
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      OK_ARCH, 1, 0);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_ALLOW);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		offsetof(struct seccomp_data, nr));
+	if (groups & G_URING)
+		n = add_calls(f, n, uring_calls, err);
+	if (groups & G_URING_SETUP)
+		n = add_calls(f, n, uring_setup_call, err);
+	if (groups & G_AIO)
+		n = add_calls(f, n, aio_calls, err);
+	if (groups & G_EPOLL)
+		n = add_calls(f, n, epoll_calls, err);
+	if (groups & G_EVENTFD)
+		n = add_calls(f, n, eventfd_calls, err);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
+					      SECCOMP_RET_ALLOW);
+	struct sock_fprog prog = {.len = (unsigned short)n, .filter = f};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) < 0)
+		return errno;
+	return 0;
+}
+#endif
+
+/* ---- the short run -------------------------------------------------- */
+
+typedef struct rec {
+	int calls;
+	px_completion c;
+} rec;
+
+static void rec_cb(const px_completion *c)
+{
+	rec *r = c->user;
+	r->calls++;
+	r->c = *c;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Runs the loop until r has been called; false after 10 s. */
+static bool wait_rec(px_proactor *px, rec *r, const char *what)
+{
+	uint64_t end = now_ms() + 10000;
+	while (r->calls == 0) {
+		if (now_ms() > end) {
+			bad("%s: no completion within 10 s", what);
+			return false;
+		}
+		int rc = px_handle_events(px, 10);
+		if (rc < 0) {
+			bad("%s: px_handle_events: %s", what, px_strerror(rc));
+			return false;
+		}
+	}
+	return true;
+}
+
+static void expect(const rec *r, const char *what, int error, size_t bytes)
+{
+	if (r->calls != 1)
+		bad("%s: %d callbacks, not 1", what, r->calls);
+	else if (r->c.error != error)
+		bad("%s: error %d (%s), expected %d", what, r->c.error,
+		    strerror(r->c.error), error);
+	else if (r->c.bytes != bytes)
+		bad("%s: %zu bytes, expected %zu", what, r->c.bytes, bytes);
+}
+
+static void short_run(px_proactor *px)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		bad("socketpair: %s", strerror(errno));
+		return;
+	}
+
+	/* A stream write and read. */
+	char out[] = "old kernel", in[sizeof out] = {0};
+	rec w = {0}, r = {0};
+	int rc = px_write_stream_all(px, sv[0], out, sizeof out, rec_cb, &w);
+	if (rc < 0)
+		bad("px_write_stream_all: %s", px_strerror(rc));
+	rc = px_read_stream(px, sv[1], in, sizeof in, rec_cb, &r);
+	if (rc < 0)
+		bad("px_read_stream: %s", px_strerror(rc));
+	if (failures == 0 && wait_rec(px, &w, "stream write") &&
+	    wait_rec(px, &r, "stream read")) {
+		expect(&w, "stream write", 0, sizeof out);
+		if (r.calls == 1 && r.c.error == 0 &&
+		    memcmp(in, out, r.c.bytes) != 0)
+			bad("stream read: the bytes differ");
+	}
+
+	/* A file written at an offset and read back. */
+	int fd = memfd_create("old_kernels", MFD_CLOEXEC);
+	if (fd < 0) {
+		bad("memfd_create: %s", strerror(errno));
+	} else {
+		char page[512], back[512] = {0};
+		memset(page, 'k', sizeof page);
+		rec fw = {0}, fr = {0};
+		rc = px_write_file(px, fd, page, sizeof page, 8192, rec_cb, &fw);
+		if (rc < 0)
+			bad("px_write_file: %s", px_strerror(rc));
+		else if (wait_rec(px, &fw, "file write")) {
+			expect(&fw, "file write", 0, sizeof page);
+			rc = px_read_file(px, fd, back, sizeof back, 8192,
+					  rec_cb, &fr);
+			if (rc < 0)
+				bad("px_read_file: %s", px_strerror(rc));
+			else if (wait_rec(px, &fr, "file read")) {
+				expect(&fr, "file read", 0, sizeof back);
+				if (memcmp(page, back, sizeof back) != 0)
+					bad("file read: the bytes differ");
+			}
+		}
+	}
+
+	/* A post and a timer. */
+	rec p = {0}, t = {0};
+	rc = px_post(px, rec_cb, &p);
+	if (rc < 0)
+		bad("px_post: %s", px_strerror(rc));
+	else if (wait_rec(px, &p, "post"))
+		expect(&p, "post", 0, 0);
+	uint64_t t0 = now_ms();
+	int64_t id = px_timer_start(px, 20 * 1000000ull, rec_cb, &t);
+	if (id < 0)
+		bad("px_timer_start: %s", px_strerror((int)id));
+	else if (wait_rec(px, &t, "timer")) {
+		expect(&t, "timer", 0, 0);
+		if (now_ms() - t0 < 20)
+			bad("timer: fired after %llu ms, before its 20",
+			    (unsigned long long)(now_ms() - t0));
+	}
+
+	/* An accept and a connect over loopback TCP. */
+	int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int cs = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof a;
+	if (ls < 0 || cs < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 ||
+	    listen(ls, 8) < 0 ||
+	    getsockname(ls, (struct sockaddr *)&a, &al) < 0) {
+		bad("a listening socket: %s", strerror(errno));
+	} else {
+		rec ac = {0}, co = {0};
+		rc = px_accept(px, ls, rec_cb, &ac);
+		if (rc < 0)
+			bad("px_accept: %s", px_strerror(rc));
+		rc = px_connect(px, cs, (struct sockaddr *)&a, sizeof a, rec_cb,
+				&co);
+		if (rc < 0)
+			bad("px_connect: %s", px_strerror(rc));
+		if (failures == 0 && wait_rec(px, &co, "connect") &&
+		    wait_rec(px, &ac, "accept")) {
+			expect(&co, "connect", 0, 0);
+			expect(&ac, "accept", 0, 0);
+			if (ac.c.new_fd < 0)
+				bad("accept: no new descriptor");
+			else
+				close(ac.c.new_fd);
+		}
+	}
+
+	/* A read that waits, cancelled. */
+	rec cr = {0};
+	char one;
+	rc = px_read_stream(px, sv[1], &one, 1, rec_cb, &cr);
+	if (rc < 0) {
+		bad("px_read_stream (to cancel): %s", px_strerror(rc));
+	} else {
+		px_handle_events(px, 20);
+		if (cr.calls != 0)
+			bad("a read of a quiet socket completed (error %d)",
+			    cr.c.error);
+		rc = px_cancel(px, sv[1]);
+		if (rc != 1)
+			bad("px_cancel returned %d, not 1", rc);
+		if (wait_rec(px, &cr, "cancelled read"))
+			expect(&cr, "cancelled read", ECANCELED, 0);
+	}
+
+	/* A read still pending at px_destroy. */
+	rec dr = {0};
+	rc = px_read_stream(px, sv[0], &one, 1, rec_cb, &dr);
+	if (rc < 0)
+		bad("px_read_stream (left to px_destroy): %s", px_strerror(rc));
+	px_handle_events(px, 0);
+	rc = px_destroy(px);
+	if (rc != 0)
+		bad("px_destroy: %s", px_strerror(rc));
+	else if (dr.calls != 1 || dr.c.error != ECANCELED)
+		bad("the read left to px_destroy: %d callbacks, error %d",
+		    dr.calls, dr.c.error);
+	close(sv[0]);
+	close(sv[1]);
+	if (fd >= 0)
+		close(fd);
+	if (ls >= 0)
+		close(ls);
+	if (cs >= 0)
+		close(cs);
+}
+
+/* ---- one case, in a child ------------------------------------------- */
+
+#ifdef OK_ARCH
+static int child(const kase *k)
+{
+	int e = refuse(k->groups, k->err);
+	if (e != 0) {
+		printf("old_kernels: no seccomp filter here (%s)\n", strerror(e));
+		fflush(stdout);
+		return 77;
+	}
+	char err[256];
+	for (int i = 0; i < 3 && k->refused[i]; i++) {
+		px_proactor *px = NULL;
+		err[0] = 0;
+		int rc = px_create(&px, k->refused[i], err, sizeof err);
+		if (rc == 0) {
+			bad("'%s' was created: %s", k->refused[i],
+			    px_engine_name(px));
+			px_destroy(px);
+		} else if (err[0] == 0) {
+			bad("'%s' failed (%s) without a message", k->refused[i],
+			    px_strerror(rc));
+		} else {
+			printf("  '%s' refused: %s (%s)\n", k->refused[i],
+			       px_strerror(rc), err);
+		}
+	}
+	px_proactor *px = NULL;
+	err[0] = 0;
+	int rc = px_create(&px, NULL, err, sizeof err);
+	if (rc < 0) {
+		bad("px_create(NULL): %s: %s", px_strerror(rc), err);
+		return 1;
+	}
+	const char *name = px_engine_name(px);
+	printf("  auto chose: %s\n", name);
+	for (int i = 0; i < 3 && k->not_in_name[i]; i++)
+		if (strstr(name, k->not_in_name[i]))
+			bad("auto chose an engine with '%s'", k->not_in_name[i]);
+	fflush(stdout);
+	short_run(px);
+	return failures ? 1 : 0;
+}
+#endif
+
+int main(void)
+{
+#ifndef OK_ARCH
+	puts("old_kernels: seccomp architecture not known here; skipped");
+	return 77;
+#else
+	unsetenv("PX_ENGINE");
+	signal(SIGPIPE, SIG_IGN);
+	int skipped = 0;
+	int ncases = (int)(sizeof cases / sizeof cases[0]);
+	for (int i = 0; i < ncases; i++) {
+		printf("case: %s\n", cases[i].name);
+		fflush(stdout);
+		pid_t pid = fork();
+		if (pid < 0) {
+			perror("fork");
+			return 1;
+		}
+		if (pid == 0) {
+			alarm(60);
+			_exit(child(&cases[i]));
+		}
+		int st;
+		if (waitpid(pid, &st, 0) < 0) {
+			perror("waitpid");
+			return 1;
+		}
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+			skipped++;
+		} else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+			if (WIFSIGNALED(st))
+				printf("old_kernels: FAILED: '%s': killed by "
+				       "signal %d\n",
+				       cases[i].name, WTERMSIG(st));
+			else
+				printf("old_kernels: FAILED: '%s'\n",
+				       cases[i].name);
+			failures++;
+		} else {
+			printf("  ok\n");
+		}
+	}
+	if (failures)
+		return 1;
+	return skipped == ncases ? 77 : 0;
+#endif
+}
