@@ -12,6 +12,9 @@
  *     kernel.io_uring_disabled;
  *   - io_uring_setup with ENOMEM: the locked-memory limit of kernels
  *     before 5.12, or memory pressure;
+ *   - io_uring_register with EINVAL: io_uring without the opcode probe
+ *     (5.1 to 5.5), which the provider needs to know its opcodes are
+ *     there;
  *   - io_uring and Linux AIO (io_setup ...) with ENOSYS: a kernel built
  *     without CONFIG_AIO;
  *   - those and eventfd with ENOSYS: a kernel without CONFIG_EVENTFD;
@@ -59,11 +62,13 @@
 #endif
 
 /* The system call groups a case can refuse. */
-enum { G_URING = 1, G_URING_SETUP = 2, G_AIO = 4, G_EPOLL = 8, G_EVENTFD = 16 };
+enum { G_URING = 1, G_URING_SETUP = 2, G_AIO = 4, G_EPOLL = 8, G_EVENTFD = 16,
+       G_URING_REGISTER = 32 };
 
 static const long uring_calls[] = {
 	SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register, -1};
 static const long uring_setup_call[] = {SYS_io_uring_setup, -1};
+static const long uring_register_call[] = {SYS_io_uring_register, -1};
 static const long aio_calls[] = {
 	SYS_io_setup, SYS_io_destroy, SYS_io_submit, SYS_io_cancel,
 	SYS_io_getevents,
@@ -107,6 +112,8 @@ static const kase cases[] = {
 	 {"uring", NULL}},
 	{"io_uring_setup out of locked memory (ENOMEM)", G_URING_SETUP, ENOMEM,
 	 {"uring", NULL}, {"uring", NULL}},
+	{"io_uring_register refused (EINVAL: no opcode probe before 5.6)",
+	 G_URING_REGISTER, EINVAL, {"uring", NULL}, {"uring", NULL}},
 	{"no io_uring, no Linux AIO (ENOSYS)", G_URING | G_AIO, ENOSYS,
 	 {"uring", "linux-aio", NULL}, {"uring", "linux_aio", NULL}},
 	{"no io_uring, no Linux AIO, no eventfd (ENOSYS)",
@@ -161,6 +168,8 @@ static int refuse(unsigned groups, int err)
 		n = add_calls(f, n, uring_calls, err);
 	if (groups & G_URING_SETUP)
 		n = add_calls(f, n, uring_setup_call, err);
+	if (groups & G_URING_REGISTER)
+		n = add_calls(f, n, uring_register_call, err);
 	if (groups & G_AIO)
 		n = add_calls(f, n, aio_calls, err);
 	if (groups & G_EPOLL)
