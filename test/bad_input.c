@@ -517,6 +517,69 @@ static void config_struct_secondary_none(void **state)
 			 name);
 }
 
+/* How many descriptor numbers below 4096 are open. */
+static int open_fds(void)
+{
+	int n = 0;
+	for (int i = 0; i < 4096; i++)
+		if (fcntl(i, F_GETFD) >= 0)
+			n++;
+	return n;
+}
+
+/* px_create with only k descriptor numbers free (RLIMIT_NOFILE set just
+ * above the k-th free one), for k = 0, 1, 2 ...: each attempt either works
+ * or fails with -EMFILE (-ENFILE) and a message, and leaves exactly the
+ * descriptors it found open; with 8 free it must work. */
+static void create_at_descriptor_limit(void **state)
+{
+	(void)state;
+	px_config cfg = h_cfg;
+	cfg.flags |= PX_CF_NO_ENV;
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	int worked_at = -1;
+	for (int k = 0; k <= 8 && worked_at < 0; k++) {
+		int before = open_fds();
+		/* The number just above the k-th free one. */
+		int lim = 0;
+		for (int nfree = 0; lim < 4096; lim++) {
+			if (nfree == k)
+				break;
+			if (fcntl(lim, F_GETFD) < 0)
+				nfree++;
+		}
+		struct rlimit low = old;
+		low.rlim_cur = (rlim_t)lim;
+		if (low.rlim_cur > old.rlim_cur)
+			low.rlim_cur = old.rlim_cur;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+		px_proactor *px = NULL;
+		char err[512] = "";
+		int rc = px_create_config(&px, &cfg, err, sizeof err);
+		int drc = rc == 0 ? px_destroy(px) : 0;
+		setrlimit(RLIMIT_NOFILE, &old);
+		int after = open_fds();
+		if (rc == 0 && worked_at < 0)
+			worked_at = k;
+		print_message("%d free: %s%s%s\n", k, rc ? px_strerror(rc) : "works",
+			      rc ? ": " : "", err);
+		assert_int_equal(drc, 0);
+		if (rc != 0 && rc != -EMFILE && rc != -ENFILE)
+			fail_msg("px_create with %d descriptors free: %d (%s), "
+				 "not -EMFILE: %s", k, rc, px_strerror(rc), err);
+		if (rc != 0 && !err[0])
+			fail_msg("px_create with %d descriptors free failed "
+				 "without a message", k);
+		if (after != before)
+			fail_msg("px_create with %d descriptors free (%s) left "
+				 "%d descriptors open, not %d", k,
+				 rc ? "failed" : "destroyed", after, before);
+	}
+	if (worked_at < 0)
+		fail_msg("px_create failed with 8 descriptors free");
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
@@ -533,6 +596,7 @@ int bad_input_run(void)
 		T(bad_address_length),
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
+		T(create_at_descriptor_limit),
 		T(config_unknown_key),
 		T(config_unknown_value),
 		T(config_invalid_combination),
