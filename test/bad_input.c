@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
@@ -580,6 +581,68 @@ static void create_at_descriptor_limit(void **state)
 		fail_msg("px_create failed with 8 descriptors free");
 }
 
+static void cloexec_cb(const px_completion *c)
+{
+	(*(int *)c->user)++;
+}
+
+/* Every descriptor an engine opens, at its creation or later for its
+ * work (rings of other threads, dups of busy descriptors), is
+ * close-on-exec: a program that forks and runs another must not hand it
+ * the engine's rings, epoll sets or interrupts. */
+static void engine_descriptors_close_on_exec(void **state)
+{
+	(void)state;
+	enum { NFD = 4096 };
+	char *was_open = calloc(NFD, 1);
+	assert_non_null(was_open);
+	for (int i = 0; i < NFD; i++)
+		was_open[i] = fcntl(i, F_GETFD) >= 0;
+	px_config cfg = h_cfg;
+	cfg.flags |= PX_CF_NO_ENV;
+	px_proactor *px = NULL;
+	char err[512] = "";
+	int rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config: %s: %s", px_strerror(rc), err);
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	int file = memfd_create("cloexec", MFD_CLOEXEC);
+	assert_true(file >= 0);
+	char in[4], back[4];
+	int done = 0, want = 0;
+	if (px_read_stream(px, sv[0], in, sizeof in, cloexec_cb, &done) == 0)
+		want++;
+	if (px_write_stream(px, sv[1], "exec", 4, cloexec_cb, &done) == 0)
+		want++;
+	/* (-EOPNOTSUPP where the engine has no file processor) */
+	if (px_write_file(px, file, "exec", 4, 4096, cloexec_cb, &done) == 0)
+		want++;
+	if (px_read_file(px, file, back, sizeof back, 0, cloexec_cb, &done) == 0)
+		want++;
+	uint64_t dl = h_deadline(5000);
+	while (done < want && h_now_ms() < dl)
+		px_handle_events(px, 10);
+	int bad = -1;
+	for (int i = 0; i < NFD && bad < 0; i++) {
+		if (was_open[i] || i == sv[0] || i == sv[1] || i == file)
+			continue;
+		int fl = fcntl(i, F_GETFD);
+		if (fl >= 0 && !(fl & FD_CLOEXEC))
+			bad = i;
+	}
+	assert_int_equal(px_destroy(px), 0);
+	close(sv[0]);
+	close(sv[1]);
+	close(file);
+	free(was_open);
+	if (done != want)
+		fail_msg("%d of %d operations completed within 5 s", done, want);
+	if (bad >= 0)
+		fail_msg("descriptor %d, opened by the engine, is not "
+			 "close-on-exec", bad);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
@@ -597,6 +660,7 @@ int bad_input_run(void)
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
 		T(create_at_descriptor_limit),
+		T(engine_descriptors_close_on_exec),
 		T(config_unknown_key),
 		T(config_unknown_value),
 		T(config_invalid_combination),
