@@ -274,6 +274,10 @@ PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
  * PX_ENGINE environment variable replaces text (it is ignored in setuid and
  * setgid programs).  On failure a message is written to err when given.
  *
+ * A proactor belongs to the process that made it: in a child made by
+ * fork(2), every call on it fails with -ECHILD and does nothing (px_destroy
+ * included); the child may create its own.
+ *
  * Returns 0 and stores the proactor in *out, or:
  *   -EINVAL  the text does not parse or names an invalid combination;
  *   -ENOSYS  the engine is not built in or this kernel lacks it;

@@ -8,12 +8,48 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <unistd.h>
 
 #include "core.h"
+
+/* ------------------------------------------------------------------ */
+/* fork(2)                                                              */
+/* ------------------------------------------------------------------ */
+
+/* A child made by fork(2) holds a copy of a proactor's memory, but the
+ * kernel objects behind it (io_uring rings, AIO contexts, epoll sets,
+ * interrupt descriptors) are the parent's, shared, and none of its
+ * threads came along.  A call in the child would act on the parent's
+ * operations (a cancel submitted to the shared ring, an epoll_ctl on the
+ * shared set) or wait for events or threads that never come: px_destroy
+ * there hung on io_uring and Linux AIO.  So the child's calls on a
+ * proactor made before the fork fail with -ECHILD and touch nothing; the
+ * count below, raised in every child, tells them apart at the cost of one
+ * load. */
+static atomic_uint fac_fork_gen;
+static pthread_once_t fac_fork_once = PTHREAD_ONCE_INIT;
+
+static void fac_fork_child(void)
+{
+	atomic_fetch_add_explicit(&fac_fork_gen, 1, memory_order_relaxed);
+}
+
+static void fac_fork_watch(void)
+{
+	pthread_atfork(NULL, NULL, fac_fork_child);
+}
+
+static inline bool fac_forked(const struct px_proactor *px)
+{
+	return atomic_load_explicit(&fac_fork_gen, memory_order_relaxed) !=
+	       px->fork_gen;
+}
+
 
 /* ------------------------------------------------------------------ */
 /* Life cycle                                                           */
@@ -36,9 +72,11 @@ static void fac_free(struct px_proactor *px)
 static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		    size_t errlen)
 {
+	pthread_once(&fac_fork_once, fac_fork_watch);
 	struct px_proactor *px = calloc(1, sizeof(*px));
 	if (!px)
 		return -ENOMEM;
+	px->fork_gen = atomic_load_explicit(&fac_fork_gen, memory_order_relaxed);
 	/* Critical sections are short; spinning a little before sleeping in
 	 * the kernel saves a futex round trip when two threads meet here. */
 	pthread_mutexattr_t ma;
@@ -160,6 +198,8 @@ int px_stop(px_proactor *px)
 {
 	if (!px)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	pthread_mutex_lock(&px->lock);
 	px->stopped = true;
 	px__dispatch_wake_all(px);
@@ -326,6 +366,8 @@ int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
 {
 	if (!px || !cb)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	if (fd < 0)
 		return -EBADF;
 	int rc = 0;
@@ -373,6 +415,8 @@ int px_destroy(px_proactor *px)
 {
 	if (!px)
 		return 0;
+	if (fac_forked(px))
+		return -ECHILD;
 	pthread_mutex_lock(&px->lock);
 	/* Refused while a thread is inside px_handle_events, and while
 	 * another px_destroy runs: its callbacks run with the mutex
@@ -423,6 +467,8 @@ int px_handle_events(px_proactor *px, int timeout_ms)
 {
 	if (!px)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	return px__dispatch_handle_events(px, timeout_ms);
 }
 
@@ -472,6 +518,8 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 {
 	if (!px)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	if (a->fd < 0)
 		return -EBADF;
 	if (!a->cb)
@@ -762,6 +810,8 @@ int px_post(px_proactor *px, px_callback *cb, void *user)
 {
 	if (!px || !cb)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	int rc = 0;
 	pthread_mutex_lock(&px->lock);
 	if (px->stopped || px->destroying) {
@@ -787,6 +837,8 @@ int px_cancel(px_proactor *px, int fd)
 {
 	if (!px)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	if (fd < 0)
 		return -EBADF;
 	pthread_mutex_lock(&px->lock);
@@ -802,6 +854,8 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 {
 	if (!px || !cb)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	pthread_mutex_lock(&px->lock);
 	int64_t rc = px__timer_start(px, delay_ns, 0, cb, user);
 	pthread_mutex_unlock(&px->lock);
@@ -813,6 +867,8 @@ int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 {
 	if (!px || !cb || !period_ns)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	pthread_mutex_lock(&px->lock);
 	int64_t rc = px__timer_start(px, first_ns, period_ns, cb, user);
 	pthread_mutex_unlock(&px->lock);
@@ -823,6 +879,8 @@ int px_timer_cancel(px_proactor *px, int64_t id)
 {
 	if (!px)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	pthread_mutex_lock(&px->lock);
 	int rc = px__timer_cancel(px, id);
 	pthread_mutex_unlock(&px->lock);
@@ -844,6 +902,8 @@ int px_stats(px_proactor *px, struct px_stats *out)
 {
 	if (!px || !out)
 		return -EINVAL;
+	if (fac_forked(px))
+		return -ECHILD;
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&px->lock);
 	out->nproc = (unsigned)px->nproc;

@@ -156,6 +156,8 @@ const char *px_strerror(int err)
 		return "engine not built in or not offered by this kernel";
 	case EMFILE:
 		return "descriptor beyond what the wait strategy can watch, or too many open files";
+	case ECHILD:
+		return "proactor belongs to the parent process (called after fork)";
 	default:
 		break;
 	}

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bad_input.h"
@@ -1636,6 +1637,109 @@ static void in_destroy_cb(const px_completion *c)
 	h_rec_cb(c);
 }
 
+static void fork_noop_cb(const px_completion *c)
+{
+	(void)c;
+}
+
+static void fork_count_cb(const px_completion *c)
+{
+	(*(int *)c->user)++;
+}
+
+/* In a child made by fork(2), every call on the parent's proactor fails
+ * with -ECHILD and touches nothing (the rings, sets and interrupts are
+ * shared with the parent, its threads are not there); the parent's
+ * pending read then completes as if nothing happened.  The child may make
+ * a proactor of its own. */
+static int fork_child(px_proactor *px, int fd)
+{
+	char b[4];
+	struct px_stats st;
+	const struct {
+		const char *what;
+		int64_t rc;
+	} calls[] = {
+		{"px_read_stream", px_read_stream(px, fd, b, 4, fork_noop_cb, NULL)},
+		{"px_write_stream", px_write_stream(px, fd, "x", 1, fork_noop_cb, NULL)},
+		{"px_post", px_post(px, fork_noop_cb, NULL)},
+		{"px_timer_start", px_timer_start(px, 1000, fork_noop_cb, NULL)},
+		{"px_timer_cancel", px_timer_cancel(px, 1)},
+		{"px_cancel", px_cancel(px, fd)},
+		{"px_close", px_close(px, fd, fork_noop_cb, NULL)},
+		{"px_handle_events", px_handle_events(px, 0)},
+		{"px_stop", px_stop(px)},
+		{"px_stats", px_stats(px, &st)},
+		{"px_destroy", px_destroy(px)},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (calls[i].rc != -ECHILD) {
+			printf("fork child: %s returned %lld, not -ECHILD\n",
+			       calls[i].what, (long long)calls[i].rc);
+			return 1;
+		}
+#if defined(__SANITIZE_THREAD__)
+	/* TSan ends a child of a threaded process that starts threads. */
+	return 0;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+	return 0;
+#endif
+#endif
+	px_config cfg = h_cfg;
+	cfg.flags |= PX_CF_NO_ENV;
+	px_proactor *own = NULL;
+	char err[256];
+	int rc = px_create_config(&own, &cfg, err, sizeof err);
+	if (rc != 0) {
+		printf("fork child: a proactor of its own: %s: %s\n",
+		       px_strerror(rc), err);
+		return 1;
+	}
+	int posted = 0;
+	rc = px_post(own, fork_count_cb, &posted);
+	for (int i = 0; rc == 0 && i < 500 && !posted; i++)
+		rc = px_handle_events(own, 10);
+	px_destroy(own);
+	if (!posted) {
+		printf("fork child: its own proactor's post never ran (%d)\n",
+		       rc);
+		return 1;
+	}
+	return 0;
+}
+
+static void fork_child_gets_echild(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	h_rec *r = h_rec_new(f);
+	char buf[8];
+	assert_int_equal(px_read_stream(f->px, sv[0], buf, sizeof buf, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r->calls), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		int rc = fork_child(f->px, sv[0]);
+		fflush(NULL);
+		_exit(rc);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("the forked child failed (status %#x)", status);
+	assert_int_equal(write(sv[1], "hello", 5), 5);
+	h_wait_rec(f, r, 5000, "the parent's read after a fork");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 5);
+	assert_memory_equal(buf, "hello", 5);
+	h_assert_usable(f);
+}
+
 static void destroy_completes_every_pending_op(void **state)
 {
 	h_fx *f = *state;
@@ -1784,6 +1888,7 @@ int main(int argc, char **argv)
 		T(timers_fire_in_order),
 		T(timer_cancel),
 		T(many_posts_two_threads),
+		T(fork_child_gets_echild),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
 	};
