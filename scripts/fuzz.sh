@@ -15,6 +15,10 @@
 # when no source of the library, of the targets or this script has
 # changed since.  Installs clang and its runtime first when missing (as
 # root).
+# PX_FUZZ_SANITIZER=thread builds and runs them under ThreadSanitizer
+# instead of ASan+UBSan (default directory build-fuzz-tsan/; the targets
+# run with address-space randomisation off and test/fuzz/tsan.supp), for
+# fuzz_api with loop threads (PX_FUZZ_THREADS=N).
 # Exit status: 0 when no target found anything.
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,13 +29,18 @@ if [ "${1:-}" = --build ]; then
 fi
 secs=${1:-60}
 case $secs in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2 ;; esac
-out=${PX_FUZZ_DIR:-$here/build-fuzz}
+san=${PX_FUZZ_SANITIZER:-address}
+case $san in
+address) sanflags=fuzzer,address,undefined; out=${PX_FUZZ_DIR:-$here/build-fuzz} ;;
+thread) sanflags=fuzzer,thread; out=${PX_FUZZ_DIR:-$here/build-fuzz-tsan} ;;
+*) echo "$0: PX_FUZZ_SANITIZER is address or thread" >&2; exit 2 ;;
+esac
 cc=${CC_FUZZ:-clang}
 
 probe() { # can cc build and link a libFuzzer program?
 	printf '%s\n' '#include <stdint.h>' '#include <stddef.h>' \
 		'int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n) { (void)d; (void)n; return 0; }' |
-		"$cc" -fsanitize=fuzzer,address,undefined -x c - -o "$out/probe" 2>/dev/null
+		"$cc" -fsanitize=$sanflags -x c - -o "$out/probe" 2>/dev/null
 }
 
 mkdir -p "$out"
@@ -54,7 +63,7 @@ fi
 # never compiled alone.)
 srcs=$(cd "$here" && ls proactor/*.c config/*.c providers/*.c wait_strategies/*.c interrupt/*.c |
 	grep -v '_class\.c$')
-flags="-g -O1 -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined -std=c11 -D_GNU_SOURCE -I$here/include -I$here/proactor"
+flags="-g -O1 -fno-omit-frame-pointer -fsanitize=$sanflags -std=c11 -D_GNU_SOURCE -I$here/include -I$here/proactor"
 libs="-lpthread"
 if pkg-config --exists liburing 2>/dev/null; then
 	flags="$flags -DPX_HAVE_URING=1 $(pkg-config --cflags liburing)"
@@ -136,12 +145,19 @@ run_one() { # target
 	echo "== fuzz: running $t for $secs s${PX_FUZZ_ENGINE:+ (engine $PX_FUZZ_ENGINE)}"
 	# libFuzzer stops itself after max_total_time; the outer timeout only
 	# guards against a hang in its shutdown.
-	if ! timeout -k 10 $((secs + 60)) "$out/$t" -max_total_time="$secs" \
+	local wrap=()
+	if [ "$san" = thread ]; then
+		# TSan's shadow memory needs a fixed layout; the suppressions
+		# cover libFuzzer's own coverage counters.
+		wrap=(setarch "$(uname -m)" -R)
+		export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$here/test/fuzz/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}"
+	fi
+	if ! timeout -k 10 $((secs + 60)) "${wrap[@]}" "$out/$t" -max_total_time="$secs" \
 		-timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
 		-artifact_prefix="$out/artifacts/$t-" "$corpus" "$seeds" \
 		>"$out/$t.log" 2>&1; then
 		echo "== fuzz: $t FAILED (log: $out/$t.log; inputs: $out/artifacts/)"
-		grep -E '^(==[0-9]+==ERROR|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
+		grep -E '^(==[0-9]+==ERROR|WARNING: ThreadSanitizer|fuzz_|proactor:|SUMMARY|.*runtime error)' "$out/$t.log" | head -n 20 || true
 		return 1
 	fi
 	grep -E '^(Done|stat::number_of_executed_units)' "$out/$t.log" | head -n 1 || true
