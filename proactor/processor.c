@@ -799,12 +799,18 @@ static int proc_build(const px_processor_config *cfg, px_provider **prov,
 		(*prov)->vec_ops = spec.cls->vectored_ops & (*prov)->ops_mask;
 	if (rc < 0) {
 		char why[256];
+		/* Name the wait and the interrupt too: either may be what
+		 * the kernel lacks (epoll, eventfd). */
 		if (spec.cls->explain && spec.cls->explain(rc, why, sizeof(why)))
-			px__set_err(err, errlen, "%scannot create provider %s: %s (%s)",
-				   where, spec.cls->name, px_strerror(rc), why);
+			px__set_err(err, errlen,
+				   "%scannot create provider %s (wait=%s interrupt=%s): "
+				   "%s (%s)", where, spec.cls->name, cfg->wait,
+				   cfg->interrupt, px_strerror(rc), why);
 		else
-			px__set_err(err, errlen, "%scannot create provider %s: %s",
-				   where, spec.cls->name, px_strerror(rc));
+			px__set_err(err, errlen,
+				   "%scannot create provider %s (wait=%s interrupt=%s): %s",
+				   where, spec.cls->name, cfg->wait, cfg->interrupt,
+				   px_strerror(rc));
 	}
 	return rc;
 }
