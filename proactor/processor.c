@@ -824,36 +824,28 @@ static bool proc_auto_may_skip(int rc)
 	       rc == -EAGAIN;
 }
 
-/* One attempt of "auto": cfg with the class, and the wait and interrupt
- * when given, resolved and built.  On failure its message is appended to
- * tried. */
-static int proc_try_auto(px_processor_config *c, const char *where,
-			 px_provider **prov, char *tried, size_t *pos,
-			 size_t tried_len)
+/* Append "name[ wait=W]: why" to auto's list of what it tried. */
+static void proc_note_tried(char *tried, size_t len, size_t *pos,
+			    const char *name, const char *wait, const char *why)
 {
-	char why[256] = "";
-	int rc = px__resolve_processor(c, where, why, sizeof(why));
-
-	if (rc == 0)
-		rc = proc_build(c, prov, "", why, sizeof(why));
-	if (rc < 0 && *pos < tried_len) {
-		int w = snprintf(tried + *pos, tried_len - *pos, "%s%s%s%s: %s",
-				 *pos ? "; " : "", c->provider,
-				 c->wait[0] ? " wait=" : "", c->wait, why);
-		if (w > 0)
-			*pos += (size_t)w;
-	}
-	return rc;
+	if (*pos >= len)
+		return;
+	int w = snprintf(tried + *pos, len - *pos, "%s%s%s%s: %s",
+			 *pos ? "; " : "", name, wait[0] ? " wait=" : "", wait,
+			 why);
+	if (w > 0)
+		*pos += (size_t)w;
 }
 
 /* "auto": the candidates in order (px__auto_candidates), each probed and
- * then built, until one works.  Where the configuration leaves the wait
- * or the interrupt open, a class whose default wait the kernel lacks or
- * refuses (epoll where CONFIG_EPOLL is off, say) is tried with its other
- * waits in the class's order, and a wait whose default interrupt fails
- * (no eventfd) with a pipe, before the next class.  A signal interrupt is
+ * then built, until one works.  A class whose default wait the kernel
+ * lacks or refuses (epoll where CONFIG_EPOLL is off, say) is tried with
+ * its other waits in the class's order, and, where the configuration
+ * leaves the interrupt open, a wait whose default interrupt fails (no
+ * eventfd) with a pipe, before the next class.  A signal interrupt is
  * never chosen this way: it would take a signal number the application
- * did not give.  cfg receives the one chosen. */
+ * did not give.  (An auto config has no wait: a wait names its provider,
+ * px__resolve_processor.)  cfg receives the one chosen. */
 static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 				   const char *where, char *err, size_t errlen)
 {
@@ -869,42 +861,38 @@ static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 		char why[256] = "";
 		rc = cls->probe ? cls->probe(why, sizeof(why)) : 0;
 		if (rc < 0) {
-			if (pos < sizeof(tried)) {
-				int w = snprintf(tried + pos, sizeof(tried) - pos,
-						 "%s%s: %s", pos ? "; " : "",
-						 cls->name, why);
-				if (w > 0)
-					pos += (size_t)w;
-			}
+			proc_note_tried(tried, sizeof(tried), &pos, cls->name, "",
+					why);
 			if (!proc_auto_may_skip(rc))
 				break;
 			continue;
 		}
-		unsigned nwaits = cfg->wait[0] ? 1 : cls->nwaits;
-		for (unsigned w = 0; w < nwaits; w++) {
-			const px_wait_desc *wd = cfg->wait[0] ? NULL : &cls->waits[w];
-			if (wd && given_intr > 0 && !(wd->intrs & (1u << given_intr)))
+		for (unsigned w = 0; w < cls->nwaits; w++) {
+			const px_wait_desc *wd = &cls->waits[w];
+			if (given_intr > 0 && !(wd->intrs & (1u << given_intr)))
 				continue;
 			/* The wait's default interrupt, then a pipe. */
-			for (int k = 0; k < 2; k++) {
-				if (k == 1 && (cfg->interrupt[0] || !wd ||
-					       wd->default_intr == PX_INTR_PIPE ||
-					       !(wd->intrs & (1u << PX_INTR_PIPE))))
-					break;
+			bool pipe_too = !cfg->interrupt[0] &&
+					wd->default_intr != PX_INTR_PIPE &&
+					(wd->intrs & (1u << PX_INTR_PIPE));
+			for (int k = 0; k < (pipe_too ? 2 : 1); k++) {
 				px_processor_config c = *cfg;
 				px__set_name(c.provider, PX_NAME_MAX, cls->name,
 					     strlen(cls->name));
-				if (wd)
-					px__set_name(c.wait, PX_NAME_MAX, wd->name,
-						     strlen(wd->name));
+				px__set_name(c.wait, PX_NAME_MAX, wd->name,
+					     strlen(wd->name));
 				if (k == 1)
 					px__set_name(c.interrupt, PX_NAME_MAX, "pipe", 4);
-				rc = proc_try_auto(&c, where, prov, tried, &pos,
-						   sizeof(tried));
+				why[0] = '\0';
+				rc = px__resolve_processor(&c, where, why, sizeof(why));
+				if (rc == 0)
+					rc = proc_build(&c, prov, "", why, sizeof(why));
 				if (rc == 0) {
 					*cfg = c;
 					return 0;
 				}
+				proc_note_tried(tried, sizeof(tried), &pos, cls->name,
+						c.wait, why);
 				if (!proc_auto_may_skip(rc))
 					goto out;
 			}

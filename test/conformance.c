@@ -1678,14 +1678,9 @@ static int fork_child(px_proactor *px, int fd)
 			       calls[i].what, (long long)calls[i].rc);
 			return 1;
 		}
-#if defined(__SANITIZE_THREAD__)
 	/* TSan ends a child of a threaded process that starts threads. */
-	return 0;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-	return 0;
-#endif
-#endif
+	if (H_TSAN)
+		return 0;
 	px_config cfg = h_cfg;
 	cfg.flags |= PX_CF_NO_ENV;
 	px_proactor *own = NULL;
