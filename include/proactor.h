@@ -275,8 +275,8 @@ PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
  * setgid programs).  On failure a message is written to err when given.
  *
  * A proactor belongs to the process that made it: in a child made by
- * fork(2), every call on it fails with -ECHILD and does nothing (px_destroy
- * included); the child may create its own.
+ * fork(2) or _Fork, every call on it fails with -ECHILD and does nothing
+ * (px_destroy included); the child may create its own.
  *
  * Returns 0 and stores the proactor in *out, or:
  *   -EINVAL  the text does not parse or names an invalid combination;

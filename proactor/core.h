@@ -210,9 +210,8 @@ struct px_proactor {
 	uint64_t cb_ns;            /* running average time of one callback */
 	bool stopped;              /* px_stop was called */
 	bool destroying;
-	unsigned fork_gen;         /* the process's fork count when created
-	                              (a copy in a forked child differs;
-	                              proactor.c) */
+	unsigned fork_token;       /* the creating process's token (a
+	                              child of it has another; proactor.c) */
 	struct {                   /* px_stats: the proactor's own counters */
 		uint64_t posts, timer_callbacks, callbacks;
 		uint64_t follower_wakeups, follower_sleep_ns, dispatch_ns;

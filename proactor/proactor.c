@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -28,26 +29,69 @@
  * operations (a cancel submitted to the shared ring, an epoll_ctl on the
  * shared set) or wait for events or threads that never come: px_destroy
  * there hung on io_uring and Linux AIO.  So the child's calls on a
- * proactor made before the fork fail with -ECHILD and touch nothing; the
- * count below, raised in every child, tells them apart at the cost of one
- * load. */
-static atomic_uint fac_fork_gen;
+ * proactor made before the fork fail with -ECHILD and touch nothing.
+ *
+ * Each proactor records a process token when created, and every call
+ * compares it with the token of the process it runs in: one load.  The
+ * token lives in a page marked MADV_WIPEONFORK (Linux 4.14), which the
+ * kernel hands to every child as zeros, however the child was made
+ * (fork, _Fork, a raw clone without CLONE_VM); the next px_create there
+ * draws a fresh token.  Where that mark is refused, the token is instead
+ * a count that a pthread_atfork child handler raises, which sees only
+ * children made by fork(2).
+ *
+ * Tokens are drawn from fac_fork_count, a copy of which every child
+ * inherits, so a child's new token is larger than any its parent had
+ * handed out before the fork. */
+static atomic_uint fac_fork_count;
+static atomic_uint *fac_fork_token = &fac_fork_count;
 static pthread_once_t fac_fork_once = PTHREAD_ONCE_INIT;
 
 static void fac_fork_child(void)
 {
-	atomic_fetch_add_explicit(&fac_fork_gen, 1, memory_order_relaxed);
+	if (fac_fork_token == &fac_fork_count)
+		atomic_fetch_add_explicit(&fac_fork_count, 1,
+					  memory_order_relaxed);
 }
 
 static void fac_fork_watch(void)
 {
+#ifdef MADV_WIPEONFORK
+	long pg = sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED) {
+		if (madvise(p, (size_t)pg, MADV_WIPEONFORK) == 0)
+			fac_fork_token = p;  /* kept for the process's life */
+		else
+			munmap(p, (size_t)pg);
+	}
+#endif
 	pthread_atfork(NULL, NULL, fac_fork_child);
+}
+
+/* The token of this process, drawn on first use in it. */
+static unsigned fac_process_token(void)
+{
+	pthread_once(&fac_fork_once, fac_fork_watch);
+	unsigned t = atomic_load_explicit(fac_fork_token, memory_order_relaxed);
+	while (t == 0 && fac_fork_token != &fac_fork_count) {
+		unsigned fresh = atomic_fetch_add_explicit(
+			&fac_fork_count, 1, memory_order_relaxed) + 1;
+		if (fresh == 0)
+			continue;
+		if (atomic_compare_exchange_strong_explicit(
+			    fac_fork_token, &t, fresh, memory_order_relaxed,
+			    memory_order_relaxed))
+			t = fresh;
+	}
+	return t;
 }
 
 static inline bool fac_forked(const struct px_proactor *px)
 {
-	return atomic_load_explicit(&fac_fork_gen, memory_order_relaxed) !=
-	       px->fork_gen;
+	return atomic_load_explicit(fac_fork_token, memory_order_relaxed) !=
+	       px->fork_token;
 }
 
 /* ------------------------------------------------------------------ */
@@ -71,11 +115,10 @@ static void fac_free(struct px_proactor *px)
 static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		    size_t errlen)
 {
-	pthread_once(&fac_fork_once, fac_fork_watch);
 	struct px_proactor *px = calloc(1, sizeof(*px));
 	if (!px)
 		return -ENOMEM;
-	px->fork_gen = atomic_load_explicit(&fac_fork_gen, memory_order_relaxed);
+	px->fork_token = fac_process_token();
 	/* Critical sections are short; spinning a little before sleeping in
 	 * the kernel saves a futex round trip when two threads meet here. */
 	pthread_mutexattr_t ma;

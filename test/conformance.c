@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -1652,7 +1653,7 @@ static void fork_count_cb(const px_completion *c)
  * shared with the parent, its threads are not there); the parent's
  * pending read then completes as if nothing happened.  The child may make
  * a proactor of its own. */
-static int fork_child(px_proactor *px, int fd)
+static int fork_child_calls(px_proactor *px, int fd)
 {
 	char b[4];
 	struct px_stats st;
@@ -1678,6 +1679,13 @@ static int fork_child(px_proactor *px, int fd)
 			       calls[i].what, (long long)calls[i].rc);
 			return 1;
 		}
+	return 0;
+}
+
+static int fork_child(px_proactor *px, int fd)
+{
+	if (fork_child_calls(px, fd))
+		return 1;
 	/* TSan ends a child of a threaded process that starts threads. */
 	if (H_TSAN)
 		return 0;
@@ -1733,6 +1741,54 @@ static void fork_child_gets_echild(void **state)
 	assert_int_equal(r->c.bytes, 5);
 	assert_memory_equal(buf, "hello", 5);
 	h_assert_usable(f);
+}
+
+/* The same for a child made without the fork handlers: glibc's _Fork
+ * runs none, so only the kernel's MADV_WIPEONFORK page tells the child
+ * apart (skipped where the kernel refuses that mark).  Such a child may
+ * call only async-signal-safe functions while the parent has other
+ * threads, so it makes no proactor of its own here. */
+static void raw_fork_child_gets_echild(void **state)
+{
+#if defined(MADV_WIPEONFORK) && defined(__GLIBC__) && \
+	(__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+	h_fx *f = *state;
+	long pg = sysconf(_SC_PAGESIZE);
+	void *probe = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE,
+			   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(probe != MAP_FAILED);
+	int marked = madvise(probe, (size_t)pg, MADV_WIPEONFORK);
+	munmap(probe, (size_t)pg);
+	if (marked != 0)
+		skip();
+	int sv[2];
+	h_socketpair(f, sv);
+	h_rec *r = h_rec_new(f);
+	char buf[8];
+	assert_int_equal(px_read_stream(f->px, sv[0], buf, sizeof buf, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r->calls), 0);
+	fflush(NULL);
+	pid_t pid = _Fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		_exit(fork_child_calls(f->px, sv[0]));
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail_msg("the _Fork child failed (status %#x)", status);
+	assert_int_equal(write(sv[1], "hello", 5), 5);
+	h_wait_rec(f, r, 5000, "the parent's read after a _Fork");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 5);
+	assert_memory_equal(buf, "hello", 5);
+	h_assert_usable(f);
+#else
+	(void)state;
+	skip();
+#endif
 }
 
 static void destroy_completes_every_pending_op(void **state)
@@ -1884,6 +1940,7 @@ int main(int argc, char **argv)
 		T(timer_cancel),
 		T(many_posts_two_threads),
 		T(fork_child_gets_echild),
+		T(raw_fork_child_gets_echild),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
 	};
