@@ -14,8 +14,16 @@
 /* Allocator: a per-proactor free list of results, grown in chunks.     */
 /* ------------------------------------------------------------------ */
 
-typedef struct px_allocator {
+/* Free results are kept in a few lists, one per group of threads
+ * (allocator.c), each head on a cache line of its own. */
+#define PX_ALLOC_SLOTS 4
+typedef struct px_alloc_slot {
 	px_result *free;      /* singly linked through link.next */
+	char pad[64 - sizeof(px_result *)];
+} px_alloc_slot;
+
+typedef struct px_allocator {
+	px_alloc_slot slot[PX_ALLOC_SLOTS];
 	size_t size;          /* bytes per result, header + private space */
 	size_t nfree, ntotal;
 	size_t next_chunk;    /* results in the next chunk */

@@ -60,7 +60,7 @@ int px__fdq_get_slow(px_fdq *t, int fd, px_fdq_entry **out)
 		return rc;
 	e = t->tab[fd];
 	if (!e) {
-		e = calloc(1, t->entry_size);
+		e = px__zalloc_lines(t->entry_size);
 		if (!e)
 			return -ENOMEM;
 		px_list_init(&e->q[PX_FDQ_RD]);

@@ -686,6 +686,12 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
+/* size zeroed bytes on cache lines of their own (64-byte aligned, the
+ * size rounded up to whole lines), for free(); NULL when out of memory.
+ * For per-descriptor records: packed by malloc, the records of two
+ * descriptors served by different threads shared lines, and every start
+ * and completion on one pulled the line from the other's CPU. */
+void *px__zalloc_lines(size_t size) PX_HIDDEN;
 /* The readiness engines' socket calls and epoll wait, made with syscall(2)
  * instead of glibc's recv, send, recvfrom, sendto, recvmsg, sendmsg,
  * accept4 and epoll_pwait.  Those are thread-cancellation points, and in

@@ -282,7 +282,7 @@ static int fac_ops_get(struct px_proactor *px, int fd, px_fdops **out)
 		px->nbyfd = n;
 	}
 	if (!px->byfd[fd]) {
-		px_fdops *e = malloc(sizeof(*e));
+		px_fdops *e = px__zalloc_lines(sizeof(*e));
 		if (!e)
 			return -ENOMEM;
 		px_list_init(&e->ops);

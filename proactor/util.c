@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -194,4 +195,15 @@ bool px__no_offsets(int fd, const struct stat *st)
 	/* A terminal has none; /dev/zero and the like do. */
 	return S_ISCHR(st->st_mode) && lseek(fd, 0, SEEK_CUR) < 0 &&
 	       errno == ESPIPE;
+}
+
+void *px__zalloc_lines(size_t size)
+{
+	size_t n = (size + 63) / 64 * 64;
+	if (n < size)
+		return NULL;
+	void *p = aligned_alloc(64, n ? n : 64);
+	if (p)
+		memset(p, 0, n ? n : 64);
+	return p;
 }

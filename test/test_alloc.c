@@ -8,13 +8,18 @@
  * zeroed, in state INITIALIZED, with fd and new_fd -1, with room for the
  * provider's private bytes, aligned; results handed out at once are
  * distinct and do not overlap; a put result is reused; in steady state
- * (get/put cycles below the high-water mark) the pool does not grow.
+ * (get/put cycles below the high-water mark) the pool does not grow; a
+ * thread takes back the result it gave back last even when another thread
+ * gave one back since, and takes other threads' free results before the
+ * pool grows.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +142,16 @@ static void many_results_distinct_and_disjoint(void **state)
 	px__alloc_fini(&a);
 }
 
+/* Takes n results at once into r, then gives them all back: the pool
+ * holds at least n free results after. */
+static void grow_to(px_allocator *a, px_result **r, int n)
+{
+	for (int i = 0; i < n; i++)
+		assert_non_null(r[i] = px__alloc_get(a));
+	for (int i = 0; i < n; i++)
+		px__alloc_put(a, r[i]);
+}
+
 /* Once the pool has grown to the high-water mark, get/put cycles must not
  * allocate: the hot path is free of malloc. */
 static void steady_state_does_not_grow(void **state)
@@ -146,10 +161,7 @@ static void steady_state_does_not_grow(void **state)
 	px_allocator a;
 	px__alloc_init(&a, 32);
 	px_result *r[HIGH];
-	for (int i = 0; i < HIGH; i++)
-		assert_non_null(r[i] = px__alloc_get(&a));
-	for (int i = 0; i < HIGH; i++)
-		px__alloc_put(&a, r[i]);
+	grow_to(&a, r, HIGH);
 	size_t total = a.ntotal, chunks = a.nchunks;
 	assert_true(total >= HIGH);
 
@@ -176,6 +188,101 @@ static void steady_state_does_not_grow(void **state)
 	assert_int_equal(a.ntotal - a.nfree, out);
 	while (out)
 		px__alloc_put(&a, r[--out]);
+	assert_int_equal(a.nfree, a.ntotal);
+	px__alloc_fini(&a);
+}
+
+/* The allocator runs under the proactor mutex; these tests let one thread
+ * at a time call it, in the order the semaphores give. */
+typedef struct {
+	px_allocator *a;
+	px_result *give, *got;
+	int n;
+	px_result **many;
+	sem_t go, done;
+} alloc_peer;
+
+/* Gives back `give`, then on the second go takes one result. */
+static void *alloc_peer_two_steps(void *arg)
+{
+	alloc_peer *p = arg;
+	sem_wait(&p->go);
+	px__alloc_put(p->a, p->give);
+	sem_post(&p->done);
+	sem_wait(&p->go);
+	p->got = px__alloc_get(p->a);
+	sem_post(&p->done);
+	return NULL;
+}
+
+static void *alloc_peer_put(void *arg)
+{
+	alloc_peer *p = arg;
+	px__alloc_put(p->a, p->give);
+	return NULL;
+}
+
+static void *alloc_peer_get_many(void *arg)
+{
+	alloc_peer *p = arg;
+	for (int i = 0; i < p->n; i++)
+		p->many[i] = px__alloc_get(p->a);
+	return NULL;
+}
+
+/* A thread's next start reuses the record it freed last, whose lines its
+ * CPU still holds, not the one another thread freed after it. */
+static void thread_takes_back_its_own_result(void **state)
+{
+	(void)state;
+	px_allocator a;
+	px__alloc_init(&a, 32);
+	px_result *x = px__alloc_get(&a), *y = px__alloc_get(&a);
+	assert_non_null(x);
+	assert_non_null(y);
+	alloc_peer p = {.a = &a, .give = y};
+	sem_init(&p.go, 0, 0);
+	sem_init(&p.done, 0, 0);
+	pthread_t t2, t1;
+	assert_int_equal(pthread_create(&t2, NULL, alloc_peer_two_steps, &p), 0);
+	sem_post(&p.go);
+	sem_wait(&p.done);          /* t2 gave back y */
+	alloc_peer q = {.a = &a, .give = x};
+	assert_int_equal(pthread_create(&t1, NULL, alloc_peer_put, &q), 0);
+	assert_int_equal(pthread_join(t1, NULL), 0);   /* t1 gave back x */
+	sem_post(&p.go);
+	sem_wait(&p.done);          /* t2 took one */
+	assert_int_equal(pthread_join(t2, NULL), 0);
+	assert_ptr_equal(p.got, y);
+	px__alloc_put(&a, p.got);
+	assert_int_equal(a.nfree, a.ntotal);
+	sem_destroy(&p.go);
+	sem_destroy(&p.done);
+	px__alloc_fini(&a);
+}
+
+/* Results given back by one thread serve another before the pool grows. */
+static void other_threads_results_before_growth(void **state)
+{
+	(void)state;
+	enum { HIGH = 500 };
+	px_allocator a;
+	px__alloc_init(&a, 32);
+	px_result *r[HIGH];
+	grow_to(&a, r, HIGH);
+	size_t total = a.ntotal;
+	alloc_peer p = {.a = &a, .n = HIGH, .many = r};
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, alloc_peer_get_many, &p), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	for (int i = 0; i < HIGH; i++)
+		assert_non_null(r[i]);
+	if (a.ntotal != total)
+		fail_msg("the pool grew from %zu to %zu results while %zu were "
+			 "free on another thread's list",
+			 total, a.ntotal, total);
+	for (int i = 0; i < HIGH; i++)
+		px__alloc_put(&a, r[i]);
 	assert_int_equal(a.nfree, a.ntotal);
 	px__alloc_fini(&a);
 }
@@ -235,6 +342,8 @@ int main(void)
 		cmocka_unit_test(reused_result_is_zeroed_again),
 		cmocka_unit_test(many_results_distinct_and_disjoint),
 		cmocka_unit_test(steady_state_does_not_grow),
+		cmocka_unit_test(thread_takes_back_its_own_result),
+		cmocka_unit_test(other_threads_results_before_growth),
 		cmocka_unit_test(fini_with_result_out_aborts),
 		cmocka_unit_test(fini_after_all_returned),
 	};
