@@ -2442,10 +2442,25 @@ static void dgram_unix_unconnected_full_two_threads(void **state)
 			 used, wall);
 }
 
-/* Port of a UDP socket just closed: nobody listens there. */
+/* Port of a UDP socket just closed: nobody listens there.  On a loopback
+ * address of this process's own (127.x.y.1, from the pid; every other
+ * socket of the tests is on 127.0.0.1): on 127.0.0.1 a test program
+ * running beside this one could bind the freed port meanwhile, and then it
+ * got this test's datagrams ("a datagram left in the socket: shorter than
+ * its header") and this test no ICMP error ("no ICMP error came back for
+ * the second write"), both seen in one CI run. */
 static void closed_port(h_fx *f, struct sockaddr_in *to)
 {
-	int p = udp(f, to);
+	unsigned id = (unsigned)getpid() % 65000u + 256u;
+	int p = h_track(f, socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	memset(to, 0, sizeof *to);
+	to->sin_family = AF_INET;
+	to->sin_addr.s_addr = htonl(0x7f000001u | (id << 8));
+	if (bind(p, (struct sockaddr *)to, sizeof *to) != 0)
+		fail_msg("bind a UDP socket to %s: %s", inet_ntoa(to->sin_addr),
+			 strerror(errno));
+	socklen_t len = sizeof *to;
+	assert_int_equal(getsockname(p, (struct sockaddr *)to, &len), 0);
 	h_close(f, p);
 }
 
