@@ -32,7 +32,8 @@
  * proactor made before the fork fail with -ECHILD and touch nothing.
  *
  * Each proactor records a process token when created, and every call
- * compares it with the token of the process it runs in: one load.  The
+ * compares it with the token of the process it runs in: two loads (the
+ * token's address, then the token).  The
  * token lives in a page marked MADV_WIPEONFORK (Linux 4.14), which the
  * kernel hands to every child as zeros, however the child was made
  * (fork, _Fork, a raw clone without CLONE_VM); the next px_create there
