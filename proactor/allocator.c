@@ -35,7 +35,7 @@ void px__alloc_init(px_allocator *a, size_t priv_size)
 	memset(a, 0, sizeof(*a));
 	/* Whole cache lines per result, so that two results never share a
 	 * line: each is written by the thread that runs its operation. */
-	a->size = (PX_RESULT_HDR + priv_size + 63) / 64 * 64;
+	a->size = PX_LINES(PX_RESULT_HDR + priv_size);
 	a->next_chunk = PX_CHUNK_MIN;
 }
 
@@ -66,7 +66,7 @@ static int alloc_grow(px_allocator *a, px_alloc_slot *to)
 		a->cap = cap;
 	}
 	size_t n = a->next_chunk;
-	char *mem = aligned_alloc(64, n * a->size);
+	char *mem = aligned_alloc(PX_CACHE_LINE, n * a->size);
 	if (!mem)
 		return -ENOMEM;
 	a->chunks[a->nchunks++] = mem;

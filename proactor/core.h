@@ -19,7 +19,7 @@
 #define PX_ALLOC_SLOTS 4
 typedef struct px_alloc_slot {
 	px_result *free;      /* singly linked through link.next */
-	char pad[64 - sizeof(px_result *)];
+	char pad[PX_CACHE_LINE - sizeof(px_result *)];
 } px_alloc_slot;
 
 typedef struct px_allocator {

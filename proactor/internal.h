@@ -31,6 +31,12 @@
 
 #define PX_HIDDEN __attribute__((visibility("hidden")))
 
+/* The cache line size the library pads and aligns to, so that data written
+ * by different threads stays on different lines (x86-64 and most arm64). */
+#define PX_CACHE_LINE 64
+/* n rounded up to whole cache lines. */
+#define PX_LINES(n) (((n) + PX_CACHE_LINE - 1) / PX_CACHE_LINE * PX_CACHE_LINE)
+
 #define px_container_of(ptr, type, member)                                     \
 	((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
@@ -686,8 +692,8 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
-/* size zeroed bytes on cache lines of their own (64-byte aligned, the
- * size rounded up to whole lines), for free(); NULL when out of memory.
+/* size zeroed bytes on cache lines of their own (PX_CACHE_LINE-aligned,
+ * the size rounded up to whole lines, at least one), for free(); NULL when out of memory.
  * For per-descriptor records: packed by malloc, the records of two
  * descriptors served by different threads shared lines, and every start
  * and completion on one pulled the line from the other's CPU. */

@@ -48,11 +48,10 @@ static atomic_uint fac_fork_count;
 static atomic_uint *fac_fork_token = &fac_fork_count;
 static pthread_once_t fac_fork_once = PTHREAD_ONCE_INIT;
 
+/* The fallback's handler: registered only when the page was refused. */
 static void fac_fork_child(void)
 {
-	if (fac_fork_token == &fac_fork_count)
-		atomic_fetch_add_explicit(&fac_fork_count, 1,
-					  memory_order_relaxed);
+	atomic_fetch_add_explicit(&fac_fork_count, 1, memory_order_relaxed);
 }
 
 static void fac_fork_watch(void)
@@ -62,10 +61,11 @@ static void fac_fork_watch(void)
 	void *p = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p != MAP_FAILED) {
-		if (madvise(p, (size_t)pg, MADV_WIPEONFORK) == 0)
+		if (madvise(p, (size_t)pg, MADV_WIPEONFORK) == 0) {
 			fac_fork_token = p;  /* kept for the process's life */
-		else
-			munmap(p, (size_t)pg);
+			return;
+		}
+		munmap(p, (size_t)pg);
 	}
 #endif
 	pthread_atfork(NULL, NULL, fac_fork_child);

@@ -199,11 +199,11 @@ bool px__no_offsets(int fd, const struct stat *st)
 
 void *px__zalloc_lines(size_t size)
 {
-	size_t n = (size + 63) / 64 * 64;
-	if (n < size)
+	size_t n = size ? PX_LINES(size) : PX_CACHE_LINE;
+	if (n < size)           /* the rounding wrapped around */
 		return NULL;
-	void *p = aligned_alloc(64, n ? n : 64);
+	void *p = aligned_alloc(PX_CACHE_LINE, n);
 	if (p)
-		memset(p, 0, n ? n : 64);
+		memset(p, 0, n);
 	return p;
 }

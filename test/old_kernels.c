@@ -19,7 +19,12 @@
  *     without CONFIG_AIO;
  *   - those and eventfd with ENOSYS: a kernel without CONFIG_EVENTFD;
  *   - those and epoll with ENOSYS (CONFIG_EPOLL off): what is left is
- *     poll and select.
+ *     poll and select;
+ *   - madvise(MADV_WIPEONFORK) with EINVAL: a kernel before 4.14, where
+ *     the library tells a fork(2) child by its pthread_atfork handler
+ *     instead of a page the kernel clears; a child forked from the case
+ *     must still get -ECHILD from every call on the inherited proactor,
+ *     and the parent's read must still complete.
  *
  * In every case px_create(NULL) must pick an engine that does not use what
  * is refused, and that engine must keep the promises on a short run: a
@@ -63,7 +68,11 @@
 
 /* The system call groups a case can refuse. */
 enum { G_URING = 1, G_URING_SETUP = 2, G_AIO = 4, G_EPOLL = 8, G_EVENTFD = 16,
-       G_URING_REGISTER = 32 };
+       G_URING_REGISTER = 32, G_WIPEONFORK = 64 };
+
+#ifndef MADV_WIPEONFORK
+#define MADV_WIPEONFORK 18
+#endif
 
 static const long uring_calls[] = {
 	SYS_io_uring_setup, SYS_io_uring_enter, SYS_io_uring_register, -1};
@@ -122,6 +131,8 @@ static const kase cases[] = {
 	{"no io_uring, no Linux AIO, no epoll (ENOSYS)",
 	 G_URING | G_AIO | G_EPOLL, ENOSYS, {"uring", "linux-aio", "epoll"},
 	 {"uring", "linux_aio", "epoll"}},
+	{"madvise(MADV_WIPEONFORK) refused (EINVAL: before 4.14)", G_WIPEONFORK,
+	 EINVAL, {NULL}, {NULL}},
 };
 
 static int failures;
@@ -176,6 +187,18 @@ static int refuse(unsigned groups, int err)
 		n = add_calls(f, n, epoll_calls, err);
 	if (groups & G_EVENTFD)
 		n = add_calls(f, n, eventfd_calls, err);
+	if (groups & G_WIPEONFORK) {
+		/* Last: it leaves the advice, not the call number, loaded. */
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+						      SYS_madvise, 0, 3);
+		f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+			offsetof(struct seccomp_data, args[2]));
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+						      MADV_WIPEONFORK, 0, 1);
+		f[n++] = (struct sock_filter)BPF_STMT(
+			BPF_RET | BPF_K,
+			SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA));
+	}
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K,
 					      SECCOMP_RET_ALLOW);
 	struct sock_fprog prog = {.len = (unsigned short)n, .filter = f};
@@ -374,6 +397,114 @@ static void short_run(px_proactor *px)
 		close(cs);
 }
 
+/* ---- a fork(2) child, told by the atfork handler alone --------------- */
+
+/* The case's filter must be what the library met: the advice refused. */
+static bool wipe_refused(void)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		bad("mmap: %s", strerror(errno));
+		return false;
+	}
+	int rc = madvise(p, (size_t)pg, MADV_WIPEONFORK);
+	int e = errno;
+	munmap(p, (size_t)pg);
+	if (rc == 0 || e != EINVAL) {
+		bad("madvise(MADV_WIPEONFORK) was not refused with EINVAL "
+		    "(returned %d, %s)", rc, rc ? strerror(e) : "no error");
+		return false;
+	}
+	return true;
+}
+
+/* In the forked child: every call on the parent's proactor -ECHILD. */
+static int fork_child_calls(px_proactor *px, int fd)
+{
+	char b[4];
+	rec none = {0};
+	struct px_stats st;
+	const struct {
+		const char *what;
+		int64_t rc;
+	} calls[] = {
+		{"px_read_stream", px_read_stream(px, fd, b, 4, rec_cb, &none)},
+		{"px_write_stream", px_write_stream(px, fd, "x", 1, rec_cb, &none)},
+		{"px_post", px_post(px, rec_cb, &none)},
+		{"px_timer_start", px_timer_start(px, 1000, rec_cb, &none)},
+		{"px_cancel", px_cancel(px, fd)},
+		{"px_handle_events", px_handle_events(px, 0)},
+		{"px_stats", px_stats(px, &st)},
+		{"px_destroy", px_destroy(px)},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (calls[i].rc != -ECHILD) {
+			printf("old_kernels: FAILED: fork child: %s returned "
+			       "%lld, not -ECHILD\n",
+			       calls[i].what, (long long)calls[i].rc);
+			return 1;
+		}
+	return none.calls == 0 ? 0 : 1;
+}
+
+static void fork_check(void)
+{
+	if (!wipe_refused())
+		return;
+	px_proactor *px = NULL;
+	char err[256] = "";
+	int rc = px_create(&px, NULL, err, sizeof err);
+	if (rc < 0) {
+		bad("px_create(NULL) for the fork check: %s: %s",
+		    px_strerror(rc), err);
+		return;
+	}
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+		bad("socketpair: %s", strerror(errno));
+		px_destroy(px);
+		return;
+	}
+	char buf[8] = {0};
+	rec r = {0};
+	rc = px_read_stream(px, sv[0], buf, sizeof buf, rec_cb, &r);
+	if (rc < 0)
+		bad("px_read_stream before the fork: %s", px_strerror(rc));
+	px_handle_events(px, 20);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		bad("fork: %s", strerror(errno));
+	} else if (pid == 0) {
+		alarm(20);
+		int e = fork_child_calls(px, sv[0]);
+		fflush(NULL);
+		_exit(e);
+	} else {
+		int st;
+		if (waitpid(pid, &st, 0) != pid)
+			bad("waitpid: %s", strerror(errno));
+		else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad("the fork child failed (status %#x)", st);
+		else
+			printf("  a fork child got -ECHILD from every call\n");
+		fflush(stdout);
+	}
+	if (rc == 0 && write(sv[1], "hello", 5) == 5 &&
+	    wait_rec(px, &r, "the parent's read after the fork")) {
+		expect(&r, "the parent's read after the fork", 0, 5);
+		if (r.calls == 1 && memcmp(buf, "hello", 5) != 0)
+			bad("the parent's read after the fork: the bytes differ");
+	}
+	rc = px_destroy(px);
+	if (rc != 0)
+		bad("px_destroy after the fork check: %s", px_strerror(rc));
+	close(sv[0]);
+	close(sv[1]);
+}
+
 /* ---- one case, in a child ------------------------------------------- */
 
 #ifdef OK_ARCH
@@ -416,6 +547,8 @@ static int child(const kase *k)
 			bad("auto chose an engine with '%s'", k->not_in_name[i]);
 	fflush(stdout);
 	short_run(px);
+	if (k->groups & G_WIPEONFORK)
+		fork_check();
 	return failures ? 1 : 0;
 }
 #endif
