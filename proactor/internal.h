@@ -633,6 +633,13 @@ typedef struct px_provider_class {
 	 * considers it only for a processor whose ops include one of them
 	 * (Linux AIO: files).  0: any processor. */
 	uint32_t auto_ops;
+	/* When auto chooses this class for a primary processor that also
+	 * does operations outside the team's ops, with no secondary given:
+	 * the team it builds instead, the secondary taking those operations
+	 * (Linux AIO: the readiness provider for sockets).  When the
+	 * secondary cannot be built, the class does everything alone.
+	 * NULL: none. */
+	const px_team_desc *auto_team;
 	const px_provider_ops *ops;
 } px_provider_class;
 

@@ -113,6 +113,52 @@ static void fac_free(struct px_proactor *px)
 	free(px);
 }
 
+/* An auto primary whose chosen class names an auto team (Linux AIO), with
+ * no secondary given and operations beyond the team's: build the team's
+ * secondary for those (asked is the primary's config as given, before
+ * auto filled it in) and narrow the primary to the team's operations.
+ * Where the secondary cannot be built (the kernel has no epoll, or the
+ * interrupt asked for does not fit it), the primary keeps doing
+ * everything, as the class can: nothing fails for want of the team. */
+static void fac_auto_team(struct px_proactor *px,
+			  const px_processor_config *asked)
+{
+	px_processor *p = px->proc[0];
+	const char *chosen = px->cfg.primary.provider;  /* filled in by auto */
+	const px_provider_class *cls = px__class_find(chosen, strlen(chosen));
+	const px_team_desc *t = cls ? cls->auto_team : NULL;
+	uint32_t ops = asked->ops ? asked->ops : PX_OPS_IO;
+	if (!t || !(ops & t->sec_ops) || !(ops & t->ops))
+		return;
+	px_processor_config sc;
+	memset(&sc, 0, sizeof(sc));
+	sc.processor = asked->processor;
+	px__set_name(sc.provider, PX_NAME_MAX, t->sec_provider,
+		     strlen(t->sec_provider));
+	if (t->sec_wait)
+		px__set_name(sc.wait, PX_NAME_MAX, t->sec_wait,
+			     strlen(t->sec_wait));
+	/* An interrupt asked for goes along (a pipe where eventfd is not
+	 * wanted), except a signal: its number is the primary's. */
+	if (strcmp(asked->interrupt, "signal") != 0)
+		memcpy(sc.interrupt, asked->interrupt, sizeof(sc.interrupt));
+	sc.flags = asked->flags;
+	sc.max_aio = asked->max_aio;
+	sc.ops = ops & t->sec_ops;
+	char why[256];
+	if (px__resolve_processor(&sc, "secondary: ", why, sizeof(why)) < 0 ||
+	    px__processor_create(px, 1, &sc, &px->proc[1], why,
+				 sizeof(why)) < 0)
+		return;
+	px_processor *s = px->proc[1];
+	px->nproc = 2;
+	sc.max_aio = s->max_aio;
+	px->cfg.secondary = sc;
+	px->cfg.primary.ops = ops & t->ops;
+	p->ops = p->prov->ops_mask & px->cfg.primary.ops;
+	p->vec_ops = p->prov->vec_ops & p->ops;
+}
+
 static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		    size_t errlen)
 {
@@ -155,6 +201,14 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 			priv = p->prov->priv_size;
 		/* Record what the provider actually does. */
 		pc[i]->max_aio = p->max_aio;
+		if (i == 0 && !cfg->primary.provider[0] &&
+		    cfg->secondary.processor == PX_PROCESSOR_NONE) {
+			fac_auto_team(px, &cfg->primary);
+			if (px->nproc == 2 &&
+			    px->proc[1]->prov->priv_size > priv)
+				priv = px->proc[1]->prov->priv_size;
+			break;
+		}
 	}
 	if (!px->nproc) {
 		px__set_err(err, errlen, "the configuration names no processor");

@@ -414,6 +414,15 @@ static void test_team_presets(void **state)
 		      "secondary: provider=select wait=epoll interrupt=eventfd "
 		      "processor=shared max_aio=0 ops=socket");
 	parse_bad("foo", "posix-aio+epoll", NULL);
+#ifdef PX_HAVE_LIBAIO
+	/* Also what auto builds when it chooses Linux AIO. */
+	expect_format("linux-aio+epoll",
+		      "provider=linux_aio wait=io_getevents interrupt=native "
+		      "processor=shared max_aio=0 ops=file ; secondary: "
+		      "provider=select wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 ops=socket");
+	parse_bad("foo", "linux-aio+epoll", NULL);
+#endif
 	assert_true(seen >= 1);
 }
 
