@@ -15,6 +15,11 @@
  * its operation completes it starts the next one at a random block-aligned
  * offset, a read with probability -r percent, else a write.
  *
+ * -I N adds N idle connections: socket pairs with a read pending on one
+ * end that no data ever answers, as a server has beside its file I/O.  On
+ * an engine of two processors (files on one, sockets on the other) the
+ * loop threads then have two processors with work to lead.
+ *
  * Output: one line 'result key=value ...' on stdout (see usage).
  */
 #include <proactor.h>
@@ -30,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,7 +53,7 @@ static struct {
 	const char *path;
 	uint64_t size;
 	size_t block;
-	int depth, threads, read_pct;
+	int depth, threads, read_pct, idle;
 	double seconds;
 	const char *engine;
 	bool buffered, check;
@@ -66,7 +72,8 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: file_test [-f PATH] [-S SIZE] [-k BLOCK] [-q DEPTH] [-n THREADS]\n"
-		"                 [-r READ_PERCENT] [-i SECONDS] [-e CONFIG] [--buffered] [--check]\n"
+		"                 [-r READ_PERCENT] [-i SECONDS] [-e CONFIG] [-I IDLE]\n"
+		"                 [--buffered] [--check]\n"
 		"\n"
 		"Random block reads and writes on one file through the proactor.\n"
 		"\n"
@@ -80,6 +87,8 @@ static void usage(FILE *f)
 		"              0 = random writes only, 50 = half and half\n"
 		"  -i SECONDS  run time (fractions allowed); default 2\n"
 		"  -e CONFIG   engine config text for px_create; default auto (PX_ENGINE wins)\n"
+		"  -I IDLE     also keep IDLE socket reads pending that never complete\n"
+		"              (idle connections); default 0\n"
 		"  --buffered  do not ask for O_DIRECT\n"
 		"  --check     exit 1 unless operations completed and none failed\n"
 		"  -h          show this help\n"
@@ -148,7 +157,7 @@ static void parse(int argc, char **argv)
 	int c;
 
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, ":f:S:k:q:n:r:i:e:h", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":f:S:k:q:n:r:i:e:I:h", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'f':
 			opt.path = optarg;
@@ -180,6 +189,9 @@ static void parse(int argc, char **argv)
 			break;
 		case 'e':
 			opt.engine = optarg;
+			break;
+		case 'I':
+			opt.idle = parse_range(optarg, 0, 100000, "-I wants 0..100000 idle reads, not '%s'");
 			break;
 		case 'B':
 			opt.buffered = true;
@@ -213,6 +225,14 @@ static uint64_t next_random(uint64_t *s)
 }
 
 static void op_done(const px_completion *c);
+
+/* An idle connection's read ends only with the run (ECANCELED). */
+static void idle_cb(const px_completion *c)
+{
+	if (c->error != ECANCELED && !atomic_load(&stopping))
+		fprintf(stderr, "file_test: an idle read ended: %s\n",
+			c->error ? px_strerror(c->error) : "data");
+}
 
 /* Start the slot's next operation.  Returns 0 or a negative errno. */
 static int start_op(slot *s)
@@ -359,6 +379,23 @@ int main(int argc, char **argv)
 	if (fd < 0)
 		return BENCH_EXIT_CHECK;
 
+	int (*idle)[2] = opt.idle ? calloc((size_t)opt.idle, sizeof *idle) : NULL;
+	static char idle_byte;
+	for (int i = 0; i < opt.idle; i++) {
+		if (!idle || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+					idle[i]) < 0) {
+			fprintf(stderr, "file_test: idle connections: %s\n",
+				idle ? strerror(errno) : "out of memory");
+			return BENCH_EXIT_CHECK;
+		}
+		r = px_read_stream(px, idle[i][0], &idle_byte, 1, idle_cb, NULL);
+		if (r < 0) {
+			fprintf(stderr, "file_test: an idle read: %s\n",
+				px_strerror(r));
+			return BENCH_EXIT_CHECK;
+		}
+	}
+
 	bench_signals();
 	if (bench_px_start_loops("file_test", px, th, opt.threads) != 0)
 		return BENCH_EXIT_CHECK;
@@ -394,10 +431,15 @@ int main(int argc, char **argv)
 	}
 	ops = reads + writes;
 	t = t1 - t0 > 0 ? t1 - t0 : 1e-9;
-	printf("result prog=file_test engine=\"%s\" depth=%d threads=%d block=%zu "
+	for (int i = 0; i < opt.idle; i++) {
+		close(idle[i][0]);
+		close(idle[i][1]);
+	}
+	free(idle);
+	printf("result prog=file_test engine=\"%s\" depth=%d threads=%d idle=%d block=%zu "
 	       "size=%llu read_pct=%d direct=%d seconds=%.3f ops=%llu iops=%.0f "
 	       "MBps=%.3f reads=%llu writes=%llu errors=%llu\n",
-	       engine_name, opt.depth, opt.threads, opt.block,
+	       engine_name, opt.depth, opt.threads, opt.idle, opt.block,
 	       (unsigned long long)opt.size, opt.read_pct, direct ? 1 : 0,
 	       t1 - t0, (unsigned long long)ops, (double)ops / t,
 	       (double)ops * (double)opt.block / t / 1e6,

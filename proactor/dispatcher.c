@@ -346,18 +346,43 @@ static px_processor *disp_pick_processor(struct px_proactor *px, bool patient)
 	return NULL;
 }
 
-/* Another shared processor besides p needs a leader and nobody can take it:
- * p's leader must not sleep for long. */
-static bool disp_other_needs_leader(struct px_proactor *px, px_processor *p)
+/* Another shared processor besides p that needs a leader nobody can take
+ * (no follower sleeps), or NULL. */
+static px_processor *disp_other_needs_leader(struct px_proactor *px,
+					     px_processor *p)
 {
 	if (px->nfollowers)
-		return false;
+		return NULL;
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *q = px->proc[i];
 		if (q != p && px__processor_may_lead(q, false))
-			return true;
+			return q;
 	}
-	return false;
+	return NULL;
+}
+
+/* The timeout of p's lead while o also needs a leader that nobody else can
+ * be: p's leader must come back to lead o.  Without more, it sleeps at
+ * most 1 ms, and an operation of o that completes meanwhile waits for the
+ * rest of it: a lone thread with a file read in flight on Linux AIO and
+ * an idle socket's read on epoll made 800 reads a second instead of
+ * 11,000 (docs/PERFORMANCE.md).  So where p's wait can watch a descriptor
+ * of o's that polls readable when o has something to report (Linux AIO's
+ * io_getevents watching the epoll instance), p waits with that watch, and
+ * o's own leads, in the other direction, do not block at all: the lone
+ * thread sleeps in p's wait, woken by the first completion of either.
+ * The 1 ms bound stays, for what o's wait does without a report (its
+ * prepare). */
+static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
+{
+	const px_wait_ops *pw = p->wait->ops, *ow = o->wait->ops;
+	int fd;
+
+	if (pw->watch && ow->ready_fd && (fd = ow->ready_fd(o->wait)) >= 0)
+		pw->watch(p->wait, fd);
+	else if (ow->watch && pw->ready_fd && pw->ready_fd(p->wait) >= 0)
+		ms = 0;
+	return ms < 0 || ms > 1 ? 1 : ms;
 }
 
 /* Hand-offs.  Waking a follower costs a futex wake and a context switch,
@@ -681,8 +706,9 @@ lead:
 			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
 			px__processor_lead_begin(p);
-			if (disp_other_needs_leader(px, p) && (ms < 0 || ms > 1))
-				ms = 1;
+			px_processor *o = disp_other_needs_leader(px, p);
+			if (o)
+				ms = disp_lone_lead(p, o, ms);
 			/* With other threads here, a wait that claimed system
 			 * calls for this thread to make (the readiness
 			 * provider) lets the lead go before they run: another

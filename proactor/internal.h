@@ -459,6 +459,14 @@ typedef struct px_wait_ops {
 	 * prepare, wait and next_completed then run in several leaders at
 	 * once, each on its own part.  Optional (NULL: one leader). */
 	bool (*may_lead)(px_wait *w);
+	/* Optional, for a lone thread and two shared processors that both
+	 * have work (the dispatcher's disp_lone_lead).  ready_fd (mutex
+	 * held): a descriptor that polls readable while this wait has
+	 * something to report (epoll: its epoll instance), or -1.  watch
+	 * (leader, mutex held, before prepare): the next wait() also returns
+	 * as soon as fd polls readable; nothing is reported for it. */
+	int (*ready_fd)(px_wait *w);
+	void (*watch)(px_wait *w, int fd);
 } px_wait_ops;
 
 struct px_wait {

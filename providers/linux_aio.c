@@ -422,6 +422,14 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 			again = true;
 			continue;
 		}
+		if (v[k] == &u->watch_cb) {
+			/* Refused (not EAGAIN): never again, or every lead
+			 * would return at once on the failure. */
+			u->watch_armed = false;
+			if (err[k] != EAGAIN)
+				u->watch_off = true;
+			continue;
+		}
 		px_result *r = v[k]->data;
 		struct la_priv *pr = la_priv(r);
 		u->inkernel--;
@@ -536,6 +544,13 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 		u->lb.v[n++] = &u->intr_cb;
 		u->intr_armed = true;
 	}
+	if (u->watch_want && !u->watch_armed) {
+		io_prep_poll(&u->watch_cb, u->watch_fd, POLLIN);
+		u->watch_cb.data = NULL;
+		u->lb.v[n++] = &u->watch_cb;
+		u->watch_armed = true;
+	}
+	u->watch_want = false;
 	la_release_held(u);
 	n += la_claim(u, u->lb.v + n, u->depth);
 	u->lb.n = n;
@@ -612,6 +627,12 @@ static void la_event(px_laio *u, const struct io_event *e)
 			;
 		u->intr_armed = false;
 		u->intr_pending = false;
+		return;
+	}
+	if (e->obj == &u->watch_cb) {
+		/* The watched descriptor is readable: this wait has done its
+		 * part (waking the leader); the dispatcher leads its owner. */
+		u->watch_armed = false;
 		return;
 	}
 	r = e->data;
@@ -925,9 +946,10 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	if (!u)
 		return -ENOMEM;
 	(void)px__rwf_nosignal(); /* probed now, not in the first write */
-	u->intr_fd = u->resfd = -1;
-	/* One more event than depth: the native interrupt's poll. */
-	rc = io_setup((int)depth + 1, &u->ctx);
+	u->intr_fd = u->resfd = u->watch_fd = -1;
+	/* Two more events than depth: the native interrupt's poll and the
+	 * watch's. */
+	rc = io_setup((int)depth + 2, &u->ctx);
 	if (rc < 0) {
 		/* EAGAIN: fs.aio-max-nr used up (see the class's explain);
 		 * ENOSYS: no AIO in this kernel; EPERM: seccomp. */
@@ -941,8 +963,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->held);
 	u->held_ms = -1;
 	px__fdq_init(&u->fdq, sizeof(la_fd));
-	u->lb.v = calloc(depth + 1, sizeof(*u->lb.v));
-	u->lb.err = calloc(depth + 1, sizeof(*u->lb.err));
+	u->lb.v = calloc(depth + 2, sizeof(*u->lb.v));
+	u->lb.err = calloc(depth + 2, sizeof(*u->lb.err));
 	if (!u->lb.v || !u->lb.err) {
 		rc = -ENOMEM;
 		goto fail;

@@ -90,6 +90,14 @@ typedef struct px_laio {
 	bool intr_armed;            /* intr_cb is in the kernel or the batch */
 	bool intr_pending;          /* the eventfd was written, not drained */
 
+	/* Another processor's descriptor the next wait also returns on
+	 * (px_wait_ops.watch): a one-shot poll iocb, like the interrupt's. */
+	struct iocb watch_cb;
+	int watch_fd;
+	bool watch_want;            /* arm it in the next prepare */
+	bool watch_armed;           /* watch_cb is in the kernel or the batch */
+	bool watch_off;             /* io_submit refused the watch's poll */
+
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;
 

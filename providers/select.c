@@ -1212,6 +1212,13 @@ static void sel_wait_destroy(px_wait *w)
 	(void)w;                  /* the provider's destroy frees it all */
 }
 
+static int sel_wait_ready_fd(px_wait *w)
+{
+	px_poller *pl = sel_of_wait(w)->pl;
+
+	return pl->ops->ready_fd ? pl->ops->ready_fd(pl) : -1;
+}
+
 static const px_wait_ops sel_wait_ops = {
 	.name = "readiness",
 	.destroy = sel_wait_destroy,
@@ -1222,6 +1229,7 @@ static const px_wait_ops sel_wait_ops = {
 	.claim = sel_wait_claim,           /* what the wait reported */
 	.share = sel_wait_share,           /* half of a claim, for a follower */
 	.has_shared = sel_wait_has_shared,
+	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
 };
 
 /* ------------------------------------------------------------------ */

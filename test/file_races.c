@@ -1919,6 +1919,141 @@ static void file_closed_behind_back(void **state)
 
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* One thread, file and socket operations in flight at once             */
+/* ------------------------------------------------------------------ */
+
+/* The test thread alone runs the loop while a chain of file reads (O_DIRECT
+ * where the file system takes it, so that each is in the kernel for a
+ * while), a chain of socket reads fed by a writer thread and an idle
+ * socket read are in flight at once.  On an engine of two processors
+ * (Linux AIO for files, epoll for sockets) the thread leads both in turn,
+ * and one's wait watches the other's (the dispatcher's disp_lone_lead).
+ * Checked: every read calls back once, the file reads with the file's
+ * bytes, the socket reads with the writer's bytes in order; the idle read
+ * ends with ECANCELED at px_cancel.  Its figures (how fast the chains go)
+ * are docs/PERFORMANCE.md's, not this test's: the deadline is generous. */
+#define LT_FILE_READS 300
+#define LT_SOCK_BYTES 200
+
+typedef struct lone {
+	h_fx *f;
+	int fd, sv[2];
+	uint8_t *buf, *want;
+	int file_done, sock_done, nbytes;
+	uint8_t sock_byte;
+	atomic_bool writer_stop;
+} lone;
+
+static void lone_file_cb(const px_completion *c);
+static void lone_sock_cb(const px_completion *c);
+
+static void lone_next_file(lone *l)
+{
+	uint64_t off = (uint64_t)(l->file_done * 7 % 16) * 4096;
+	int rc = px_read_file(l->f->px, l->fd, l->buf, 4096, off, lone_file_cb, l);
+	if (rc < 0)
+		h_bad("px_read_file %d: %s", l->file_done, px_strerror(rc));
+}
+
+static void lone_file_cb(const px_completion *c)
+{
+	lone *l = c->user;
+	if (c->error || c->bytes != 4096 ||
+	    memcmp(l->buf, l->want + c->offset, 4096) != 0) {
+		h_bad("file read %d: error %d, %zu bytes, or the wrong bytes",
+		      l->file_done, c->error, c->bytes);
+		l->file_done = LT_FILE_READS;
+		return;
+	}
+	if (++l->file_done < LT_FILE_READS)
+		lone_next_file(l);
+}
+
+static void lone_sock_cb(const px_completion *c)
+{
+	lone *l = c->user;
+	if (c->error || c->bytes != 1 ||
+	    l->sock_byte != (uint8_t)(l->sock_done * 13)) {
+		h_bad("socket read %d: error %d, %zu bytes, byte %u",
+		      l->sock_done, c->error, c->bytes, l->sock_byte);
+		l->sock_done = LT_SOCK_BYTES;
+		return;
+	}
+	if (++l->sock_done < LT_SOCK_BYTES) {
+		int rc = px_read_stream(l->f->px, l->sv[0], &l->sock_byte, 1,
+					lone_sock_cb, l);
+		if (rc < 0)
+			h_bad("px_read_stream %d: %s", l->sock_done,
+			      px_strerror(rc));
+	}
+}
+
+/* One byte every half millisecond or so, each its own segment. */
+static void *lone_writer(void *arg)
+{
+	lone *l = arg;
+	for (int i = 0; i < LT_SOCK_BYTES && !atomic_load(&l->writer_stop);
+	     i++) {
+		uint8_t b = (uint8_t)(i * 13);
+		if (write(l->sv[1], &b, 1) != 1) {
+			h_bad("the writer's write: %s", strerror(errno));
+			break;
+		}
+		struct timespec ts = { 0, 500000 };
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void file_and_sockets_one_thread(void **state)
+{
+	h_fx *f = *state;
+	lone *l = h_alloc(f, sizeof *l);
+	l->f = f;
+	l->want = h_alloc(f, 16 * 4096);
+	h_pattern(l->want, 16 * 4096, 77u, 0);
+	int wfd = temp_file_as(f, false, 0);
+	assert_int_equal(pwrite(wfd, l->want, 16 * 4096, 0), 16 * 4096);
+	/* The same file again, O_DIRECT where the file system takes it. */
+	char link[64];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", wfd);
+	l->fd = open(link, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (l->fd < 0)
+		l->fd = open(link, O_RDONLY | O_CLOEXEC);
+	assert_true(l->fd >= 0);
+	h_track(f, l->fd);
+	void *mem = NULL;
+	assert_int_equal(posix_memalign(&mem, 4096, 4096), 0);
+	l->buf = mem;
+	h_socketpair(f, l->sv);
+	int idle[2];
+	h_socketpair(f, idle);
+	h_rec *ir = h_rec_new(f);
+	char idle_byte;
+	assert_int_equal(px_read_stream(f->px, idle[0], &idle_byte, 1, h_rec_cb,
+					ir), 0);
+	assert_int_equal(px_read_stream(f->px, l->sv[0], &l->sock_byte, 1,
+					lone_sock_cb, l), 0);
+	lone_next_file(l);
+	pthread_t wt;
+	assert_int_equal(pthread_create(&wt, NULL, lone_writer, l), 0);
+	uint64_t deadline = h_deadline(30000);
+	while ((l->file_done < LT_FILE_READS || l->sock_done < LT_SOCK_BYTES) &&
+	       h_bad_count() == 0)
+		h_pump(f, deadline, "the file and socket chains");
+	atomic_store(&l->writer_stop, true);
+	pthread_join(wt, NULL);
+	h_assert_no_bad("file and sockets on one thread");
+	assert_int_equal(atomic_load(&ir->calls), 0);
+	assert_int_equal(px_cancel(f->px, idle[0]), 1);
+	h_wait_rec(f, ir, 5000, "the idle read, cancelled");
+	assert_int_equal(ir->c.error, ECANCELED);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&ir->calls), 1);
+	free(mem);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -1941,6 +2076,7 @@ int main(int argc, char **argv)
 		T(file_ops_on_pipe_and_socket),
 		T(file_read_on_quiet_socket),
 		T(file_closed_behind_back),
+		T(file_and_sockets_one_thread),
 	};
 	return cmocka_run_group_tests_name("file_races", tests, NULL, NULL) ? 1
 									     : 0;

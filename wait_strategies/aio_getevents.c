@@ -67,6 +67,16 @@ static int age_wait(px_wait *w, int timeout_ms)
 	return rc;
 }
 
+static void age_watch(px_wait *w, int fd)
+{
+	px_laio *u = px_laio_of_wait(w);
+
+	/* A watch still armed from an earlier lead is on the same fd (the
+	 * other processor's epoll instance never changes). */
+	u->watch_fd = fd;
+	u->watch_want = !u->watch_off;
+}
+
 static px_result *age_next_completed(px_wait *w)
 {
 	px_laio *u = px_laio_of_wait(w);
@@ -85,6 +95,7 @@ const px_wait_ops px__wait_laio_getevents_ops = {
 	.prepare = age_prepare,                /* claim pending iocbs, arm the poll */
 	.wait = age_wait,                      /* io_submit, then io_getevents */
 	.next_completed = age_next_completed,  /* settle, then one event -> result */
+	.watch = age_watch,                    /* a poll iocb on another's fd */
 };
 
 /* ------------------------------------------------------------------ */

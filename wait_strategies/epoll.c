@@ -212,6 +212,12 @@ static void ep_destroy(px_poller *pl)
 	free(w);
 }
 
+/* Readable while events (or the interrupt) wait in the ready list. */
+static int ep_ready_fd(px_poller *pl)
+{
+	return ep_of(pl)->epfd;
+}
+
 static const px_poller_ops ep_ops = {
 	.name = "epoll",
 	.destroy = ep_destroy,        /* the epoll fd */
@@ -220,6 +226,7 @@ static const px_poller_ops ep_ops = {
 	.prepare = ep_prepare,        /* nothing to build */
 	.wait = ep_wait,              /* epoll_pwait, EP_BATCH events */
 	.collect = ep_collect,
+	.ready_fd = ep_ready_fd,
 };
 
 static const px_poller_ops ep_edge_ops = {
@@ -232,6 +239,7 @@ static const px_poller_ops ep_edge_ops = {
 	.collect = ep_collect,        /* nothing disarmed */
 	.forget = ep_edge_forget,     /* no system call */
 	.refresh = ep_edge_refresh,   /* MOD or ADD, the other on failure */
+	.ready_fd = ep_ready_fd,
 };
 
 static int ep_create(px_intr *in, bool edge, px_poller **out)

@@ -123,6 +123,10 @@ typedef struct px_poller_ops {
 	 * (-EBADF: not open; -EPERM: cannot be watched). */
 	void (*forget)(px_poller *pl, px_poll_reg *reg);
 	int (*refresh)(px_poller *pl, px_poll_reg *reg);
+	/* Optional: a descriptor that polls readable while a wait() would
+	 * return at once (epoll: the epoll instance), for another processor's
+	 * wait to watch (px_wait_ops.ready_fd).  NULL: none. */
+	int (*ready_fd)(px_poller *pl);
 } px_poller_ops;
 
 struct px_poller {
