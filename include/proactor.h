@@ -221,12 +221,15 @@ typedef struct px_config {
  *               the file is idle)
  * Presets: auto, and each provider's own (uring, uring-dedicated,
  * linux-aio, linux-aio-dedicated, epoll, poll, select, posix-aio, and the
- * same with "-dedicated", linux-rt-dedicated), and the team posix-aio+epoll (POSIX AIO for
- * files, epoll for everything else).  A preset comes first and the words
+ * same with "-dedicated", linux-rt-dedicated), and the teams posix-aio+epoll
+ * and linux-aio+epoll (POSIX AIO or Linux AIO for files, epoll for
+ * everything else).  A preset comes first and the words
  * after it override its values (the primary's, in a team).  Further rules:
  *   - "auto" is the best engine this kernel offers, decided when the
  *     proactor is created (io_uring, else Linux AIO when the processor does
- *     files, else epoll); text without a preset
+ *     files, teamed with epoll for the sockets as linux-aio+epoll when it
+ *     does sockets too and no secondary is given, else epoll); text
+ *     without a preset
  *     starts from auto and stays auto while it names no provider or wait.
  *     An interrupt or provider word given to auto narrows its choice to the
  *     engines that take it ("auto interrupt=pipe" is epoll);
