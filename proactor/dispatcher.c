@@ -364,15 +364,16 @@ static px_processor *disp_other_needs_leader(struct px_proactor *px,
 /* The timeout of p's lead while o also needs a leader that nobody else can
  * be: p's leader must come back to lead o.  Without more, it sleeps at
  * most 1 ms, and an operation of o that completes meanwhile waits for the
- * rest of it: a lone thread with a file read in flight on Linux AIO and
- * an idle socket's read on epoll made 800 reads a second instead of
- * 11,000 (docs/PERFORMANCE.md).  So where p's wait can watch a descriptor
+ * rest of it: a lone thread with one O_DIRECT read in flight at a time on
+ * Linux AIO and an idle socket's read on epoll made 709-791 reads a
+ * second, where Linux AIO alone made 14,131-14,860 (docs/PERFORMANCE.md).  So where p's wait can watch a descriptor
  * of o's that polls readable when o has something to report (Linux AIO's
  * io_getevents watching the epoll instance), p waits with that watch, and
  * o's own leads, in the other direction, do not block at all: the lone
  * thread sleeps in p's wait, woken by the first completion of either.
  * The 1 ms bound stays, for what o's wait does without a report (its
- * prepare). */
+ * prepare), and for a watch the kernel refused (Linux AIO then stops
+ * arming it, and o's completions wait up to 1 ms again). */
 static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
 {
 	const px_wait_ops *pw = p->wait->ops, *ow = o->wait->ops;

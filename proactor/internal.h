@@ -708,7 +708,8 @@ void px__set_name(char *dst, size_t size, const char *src, size_t n) PX_HIDDEN;
 /* Small helpers shared by providers (proactor/util.c). */
 uint64_t px__now_ns(void) PX_HIDDEN;
 /* size zeroed bytes on cache lines of their own (PX_CACHE_LINE-aligned,
- * the size rounded up to whole lines, at least one), for free(); NULL when out of memory.
+ * the size rounded up to whole lines, at least one), for free(); NULL
+ * when out of memory.
  * For per-descriptor records: packed by malloc, the records of two
  * descriptors served by different threads shared lines, and every start
  * and completion on one pulled the line from the other's CPU. */

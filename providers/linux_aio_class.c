@@ -40,8 +40,8 @@ static const px_preset_desc laioc_presets[] = {
  * a socket costs one poll iocb and then its call here, where epoll, its
  * registration kept, costs the call alone.  It is also what auto builds
  * when it chooses this class (io_uring missing or refused): on the socket
- * rows of the benchmark grid Linux AIO alone ran 0.69-0.98 of the epoll
- * engine's throughput and the team 0.97-1.02 (docs/PERFORMANCE.md). */
+ * 14 rows of the benchmark grid Linux AIO alone ran 0.85-1.00 of the
+ * epoll engine's throughput and the team 0.96-1.03 (docs/PERFORMANCE.md). */
 #define LAIOC_FILE (PX_OP_BIT(PX_OP_READ_FILE) | PX_OP_BIT(PX_OP_WRITE_FILE))
 static const px_team_desc laioc_teams[] = {
 	{ .name = "linux-aio+epoll", .processor = PX_PROCESSOR_SHARED,

@@ -1940,7 +1940,7 @@ typedef struct lone {
 	h_fx *f;
 	int fd, sv[2];
 	uint8_t *buf, *want;
-	int file_done, sock_done, nbytes;
+	int file_done, sock_done;
 	uint8_t sock_byte;
 	atomic_bool writer_stop;
 } lone;
