@@ -7,7 +7,8 @@
 # in rotating order; ratios are medians of per-round ratios, with CPU
 # seconds per GB beside throughput.
 #   scripts/bench.sh            default engine and epoll vs TP_Reactor, and the echo
-#                               servers (~18 minutes on 2 cores)
+#                               servers, the example on both engines (~20
+#                               minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
 #                               fio (~47 minutes; add --runs 3 for ~23)
@@ -30,7 +31,8 @@ if [ "${1:-}" = "--full" ]; then
 	shift
 	exec python3 bench/compare --build "$build" --grid --echo --files "$@"
 elif [ $# -eq 0 ]; then
-	exec python3 bench/compare --build "$build" --engines auto,epoll --no-raw --grid --echo
+	exec python3 bench/compare --build "$build" --engines auto,epoll --no-raw --grid --echo \
+		--echo-also epoll
 else
 	exec python3 bench/compare --build "$build" "$@"
 fi
