@@ -566,6 +566,8 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&p->failed);
 	px_list_init(&p->again);
 	p->wait.intr = &p->intr;
+	p->watch_fd = -1;
+	p->sig_fd = -1;
 	p->intr.fd = -1;
 	p->intr.wait_mask = NULL;
 	switch (p->kind) {

@@ -124,6 +124,14 @@ struct px_paio {
 	int cb_efd;
 	atomic_uint notifying;
 	bool cb_intr_pending;
+
+	/* For a lone thread leading this processor and another
+	 * (px_wait_ops.ready_fd and watch): the callback wait's poll also
+	 * watches watch_fd for its next wait (leader only; -1: none), and the
+	 * sigwait wait offers sig_fd, a signalfd of its signal made at the
+	 * first ask (-1: none yet, or refused). */
+	int watch_fd;
+	int sig_fd;
 };
 
 static inline px_paio *px_paio_of_wait(px_wait *w)

@@ -1219,6 +1219,13 @@ static int sel_wait_ready_fd(px_wait *w)
 	return pl->ops->ready_fd ? pl->ops->ready_fd(pl) : -1;
 }
 
+static void sel_wait_watch(px_wait *w, int fd)
+{
+	px_poller *pl = sel_of_wait(w)->pl;
+
+	pl->ops->watch(pl, fd);
+}
+
 static const px_wait_ops sel_wait_ops = {
 	.name = "readiness",
 	.destroy = sel_wait_destroy,
@@ -1230,6 +1237,22 @@ static const px_wait_ops sel_wait_ops = {
 	.share = sel_wait_share,           /* half of a claim, for a follower */
 	.has_shared = sel_wait_has_shared,
 	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
+};
+
+/* The same, for a poller that can watch another processor's descriptor
+ * (epoll): a lone thread leading two processors sleeps in this wait. */
+static const px_wait_ops sel_wait_watch_ops = {
+	.name = "readiness",
+	.destroy = sel_wait_destroy,
+	.on_start = NULL,                  /* start watches for itself */
+	.prepare = sel_wait_prepare,       /* the poller's interest set */
+	.wait = sel_wait_wait,             /* the poller's wait, unlocked */
+	.next_completed = sel_wait_next_completed, /* one unlock for all */
+	.claim = sel_wait_claim,           /* what the wait reported */
+	.share = sel_wait_share,           /* half of a claim, for a follower */
+	.has_shared = sel_wait_has_shared,
+	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
+	.watch = sel_wait_watch,           /* the poller's watch */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1290,6 +1313,8 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	rc = sel_poller_create(spec->wait, sel->wait.intr, &sel->pl);
 	if (rc < 0)
 		goto fail;
+	if (sel->pl->ops->watch)
+		sel->wait.ops = &sel_wait_watch_ops;
 	sel->edge = (sel->pl->flags & PX_POLLER_EDGE) != 0;
 	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;

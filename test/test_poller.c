@@ -14,7 +14,12 @@
  * (real-time signals) runs the same checks with a pipe instead of an
  * eventfd interrupt (an eventfd raises no signal, so it is refused), and
  * a check of its own: more ready descriptors than the signal queue holds
- * are all reported, exactly once.
+ * are all reported, exactly once.  The pollers that can watch another
+ * processor's descriptor for a lone thread (epoll, level and edge): a
+ * watched pipe that becomes readable, or is readable already, ends the
+ * next wait at once with nothing reported and the interrupt not fired;
+ * the watch is for one report (a wait after it blocks again until watched
+ * again), and watching another descriptor drops the first.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -333,6 +338,96 @@ static void closed_is_nval(const kind *k)
 	teardown_fx(f);
 }
 
+/* The watch (poller.h): kinds whose ops have one. */
+static void *late_writer(void *arg)
+{
+	int fd = *(int *)arg;
+	struct timespec d = { 0, 50 * 1000000L };
+
+	nanosleep(&d, NULL);
+	if (write(fd, "w", 1) != 1)
+		abort();
+	return NULL;
+}
+
+/* One wait of at most timeout_ms; fails unless it ended before `within`
+ * ms (or, with within < 0, after at least -within ms), with no event. */
+static void watched_wait(fx *f, int timeout_ms, int within, const char *what)
+{
+	size_t n;
+	uint64_t t0 = now_ms(), el;
+
+	assert_int_equal(wait_for(f, -1, timeout_ms, &n), 0);
+	el = now_ms() - t0;
+	if (within >= 0 && el >= (uint64_t)within)
+		fail_msg("%s: %s: the wait lasted %llu ms", f->k->name, what,
+			 (unsigned long long)el);
+	if (within < 0 && el < (uint64_t)-within)
+		fail_msg("%s: %s: the wait ended after %llu ms", f->k->name,
+			 what, (unsigned long long)el);
+	assert_int_equal(n, 0);
+	assert_false(f->pl->fired);
+}
+
+static void watch_wakes_wait(const kind *k, create_fn create)
+{
+	fx *f = setup_kind(k, PX_INTR_EVENTFD);
+	px_poll_reg reg = { .fd = f->p[0] };
+	int q[2], r[2];
+	pthread_t t;
+	char c;
+
+	if (create != k->create) {
+		/* Another poller of the same family (epoll's edge poller). */
+		f->pl->ops->destroy(f->pl);
+		assert_int_equal(create(f->in, &f->pl), 0);
+	}
+	if (!f->pl->ops->watch) {
+		teardown_fx(f);
+		return;
+	}
+	assert_int_equal(pipe2(q, O_CLOEXEC | O_NONBLOCK), 0);
+	assert_int_equal(pipe2(r, O_CLOEXEC | O_NONBLOCK), 0);
+	/* Something of its own watched that never becomes ready. */
+	assert_int_equal(f->pl->ops->set(f->pl, &reg, PX_POLL_IN), 0);
+	/* Not readable yet: the wait runs out. */
+	f->pl->ops->watch(f->pl, q[0]);
+	watched_wait(f, 30, -20, "nothing to read on the watched pipe");
+	/* Becomes readable during the wait: the wait ends. */
+	f->pl->ops->watch(f->pl, q[0]);
+	assert_int_equal(pthread_create(&t, NULL, late_writer, &q[1]), 0);
+	watched_wait(f, 5000, 3000, "written during the wait");
+	pthread_join(t, NULL);
+	/* Reported once: still readable, but not watched any more. */
+	watched_wait(f, 30, -20, "a wait after the report, not watched again");
+	/* Watched again while readable: at once. */
+	f->pl->ops->watch(f->pl, q[0]);
+	watched_wait(f, 5000, 3000, "readable before the wait");
+	/* Watching another descriptor drops the first: q stays readable. */
+	f->pl->ops->watch(f->pl, q[0]);
+	f->pl->ops->watch(f->pl, r[0]);
+	watched_wait(f, 30, -20, "the first dropped for another");
+	assert_int_equal(write(r[1], "r", 1), 1);
+	watched_wait(f, 5000, 3000, "the other one readable");
+	/* Nothing was read from either pipe. */
+	assert_int_equal(read(q[0], &c, 1), 1);
+	assert_int_equal(read(r[0], &c, 1), 1);
+	f->pl->ops->remove(f->pl, &reg);
+	close(q[0]);
+	close(q[1]);
+	close(r[0]);
+	close(r[1]);
+	teardown_fx(f);
+}
+
+static void watch_wakes_wait_all(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		watch_wakes_wait(&kinds[i], kinds[i].create);
+	watch_wakes_wait(&kinds[2], px__poller_epoll_edge_create);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define PER_KIND(fn)                                                           \
@@ -474,6 +569,7 @@ int main(void)
 		cmocka_unit_test(removed_is_not_reported_all),
 		cmocka_unit_test(writable_is_reported_all),
 		cmocka_unit_test(interrupt_wakes_wait_all),
+		cmocka_unit_test(watch_wakes_wait_all),
 		cmocka_unit_test(closed_is_nval_all),
 		cmocka_unit_test(writer_hangup_is_reported_all),
 		cmocka_unit_test(many_registrations_all),

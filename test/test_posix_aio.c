@@ -24,13 +24,20 @@
  *     starts meanwhile completes;
  *   - a stream read queued behind another, whose turn comes while glibc
  *     refuses reads for now (EAGAIN), waits and goes in later, or ends
- *     with ECANCELED when cancelled meanwhile (each wait).
+ *     with ECANCELED when cancelled meanwhile (each wait);
+ *   - what a lone thread leading this processor and another relies on
+ *     (px_wait_ops.ready_fd and watch, the dispatcher's disp_lone_lead):
+ *     the callback and sigwait waits offer a descriptor that polls
+ *     readable once a request finished and until it is reaped, and the
+ *     callback wait's wait also ends when a watched descriptor becomes
+ *     readable, reporting nothing; the aiocb wait offers neither.
  *
  * Two or four threads run px_handle_events throughout, so starts and
  * cancels come from threads that are not the leader.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -937,6 +944,119 @@ static void queued_read_refused(void **state)
 		queued_read_refused_on(waits[i]);
 }
 
+/* ------------------------------------------------------------------ */
+/* What a lone thread leading two processors needs                      */
+/* ------------------------------------------------------------------ */
+
+static void *late_pipe_write(void *arg)
+{
+	int fd = *(int *)arg;
+
+	sleep_ms(50);
+	if (write(fd, "w", 1) != 1)
+		abort();
+	return NULL;
+}
+
+static int poll_in(int fd, int ms)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	int rc = poll(&pfd, 1, ms);
+
+	assert_true(rc >= 0);
+	return rc > 0 && (pfd.revents & POLLIN);
+}
+
+static void ready_fd_and_watch_on(const char *wait)
+{
+	char text[64], path[] = "/tmp/px_paio_XXXXXX";
+	fx f = { 0 };
+	rec r = { 0 };
+	uint8_t buf[512], got[512];
+	int fd = mkstemp(path), rfd = -1;
+
+	assert_true(fd >= 0);
+	unlink(path);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(pwrite(fd, buf, sizeof(buf), 0), (ssize_t)sizeof(buf));
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	/* No loop thread: this thread alone leads, when it calls in. */
+	fx_start(&f, text, 0);
+	px_wait *w = f.px->proc[0]->wait;
+	if (!strcmp(wait, "aiocb")) {
+		/* aio_suspend watches aiocbs only, and nothing polls readable
+		 * for a request that finished. */
+		assert_null(w->ops->ready_fd);
+		assert_null(w->ops->watch);
+		fx_end(&f);
+		close(fd);
+		return;
+	}
+	assert_non_null(w->ops->ready_fd);
+	px_handle_events(f.px, 0);
+	pthread_mutex_lock(&f.px->lock);
+	rfd = w->ops->ready_fd(w);
+	pthread_mutex_unlock(&f.px->lock);
+	assert_true(rfd >= 0);
+	assert_false(poll_in(rfd, 0));
+	assert_int_equal(px_read_file(f.px, fd, got, sizeof(got), 0, rec_cb, &r),
+			 0);
+	/* Readable once glibc's helper finished it, before anyone reaps. */
+	if (!poll_in(rfd, 5000))
+		fail_msg("%s: ready_fd did not poll readable for a finished "
+			 "read", wait);
+	assert_int_equal(atomic_load(&r.calls), 0);
+	for (int i = 0; i < 100 && atomic_load(&r.calls) == 0; i++)
+		px_handle_events(f.px, 50);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_int_equal(r.error, 0);
+	assert_int_equal(r.bytes, sizeof(got));
+	assert_memory_equal(got, buf, sizeof(got));
+	/* Reaped: nothing left to report. */
+	px_handle_events(f.px, 0);
+	assert_false(poll_in(rfd, 0));
+	if (!strcmp(wait, "callback")) {
+		int q[2];
+		pthread_t t;
+		uint64_t t0;
+
+		/* The watch ends the next wait when q[0] becomes readable,
+		 * and reports nothing. */
+		assert_non_null(w->ops->watch);
+		assert_int_equal(pipe2(q, O_CLOEXEC | O_NONBLOCK), 0);
+		pthread_mutex_lock(&f.px->lock);
+		w->ops->watch(w, q[0]);
+		pthread_mutex_unlock(&f.px->lock);
+		assert_int_equal(pthread_create(&t, NULL, late_pipe_write, &q[1]),
+				 0);
+		t0 = now_ms();
+		assert_int_equal(w->ops->wait(w, 5000), 0);
+		if (now_ms() - t0 >= 3000)
+			fail_msg("callback: the watch did not end the wait");
+		pthread_join(t, NULL);
+		pthread_mutex_lock(&f.px->lock);
+		assert_null(w->ops->next_completed(w));
+		pthread_mutex_unlock(&f.px->lock);
+		/* For one wait only: q[0] is still readable, not watched. */
+		t0 = now_ms();
+		assert_int_equal(w->ops->wait(w, 30), 0);
+		assert_true(now_ms() - t0 >= 20);
+		close(q[0]);
+		close(q[1]);
+	} else {
+		assert_null(w->ops->watch);
+	}
+	fx_end(&f);
+	close(fd);
+}
+
+static void ready_fd_and_watch(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		ready_fd_and_watch_on(waits[i]);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -950,6 +1070,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(sigwait_queue_overflow),
 		cmocka_unit_test(aiocb_interrupt_refused),
 		cmocka_unit_test(queued_read_refused),
+		cmocka_unit_test(ready_fd_and_watch),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -84,15 +84,35 @@ static int cbw_prepare(px_wait *w, px_list *started)
 static int cbw_wait(px_wait *w, int timeout_ms)
 {
 	px_paio *p = px_paio_of_wait(w);
-	struct pollfd pfd = { .fd = p->cb_efd, .events = POLLIN };
+	struct pollfd pfd[2] = { { .fd = p->cb_efd, .events = POLLIN },
+				 { .fd = p->watch_fd, .events = POLLIN } };
 	int rc;
 
+	/* The watch (cbw_watch) is for this one wait. */
+	p->watch_fd = -1;
 	if (atomic_load_explicit(&p->stack, memory_order_acquire))
 		return 1;
 	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
 		timeout_ms = PX_PAIO_RETRY_MS;
-	rc = poll(&pfd, 1, timeout_ms);
-	return rc < 0 ? -errno : rc;
+	rc = poll(pfd, pfd[1].fd >= 0 ? 2 : 1, timeout_ms);
+	if (rc < 0)
+		return -errno;
+	/* Woken by the watch alone: nothing of ours to report. */
+	return pfd[0].revents ? 1 : 0;
+}
+
+/* The eventfd is readable while the stack holds a request (a push onto an
+ * empty stack writes it; next_completed reads it before it takes the
+ * stack) or an interrupt is pending: what another processor's wait needs
+ * to watch to wake a lone thread for these completions. */
+static int cbw_ready_fd(px_wait *w)
+{
+	return px_paio_of_wait(w)->cb_efd;
+}
+
+static void cbw_watch(px_wait *w, int fd)
+{
+	px_paio_of_wait(w)->watch_fd = fd;
 }
 
 static px_result *cbw_next_completed(px_wait *w)
@@ -144,6 +164,8 @@ const px_wait_ops px__wait_aio_callback_ops = {
 	.prepare = cbw_prepare,               /* nothing: the stack is ready */
 	.wait = cbw_wait,                     /* poll on the eventfd */
 	.next_completed = cbw_next_completed, /* take the stack, reap */
+	.ready_fd = cbw_ready_fd,             /* the eventfd */
+	.watch = cbw_watch,                   /* a second fd in the poll */
 };
 
 /* ------------------------------------------------------------------ */

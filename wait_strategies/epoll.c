@@ -45,11 +45,17 @@
 
 #define EP_BATCH 256
 #define EP_INTR_KEY UINT64_MAX   /* epoll_event.data of the interrupt fd */
+#define EP_WATCH_KEY (UINT64_MAX - 1) /* ... of the watched fd (ep_watch) */
 
 struct ep {
 	px_poller base;
 	int epfd;
 	int nev, pos;             /* events from the last wait; next to hand */
+	/* The other processor's descriptor this one watches for a lone
+	 * thread (ep_watch): registered one-shot under EP_WATCH_KEY, armed
+	 * until a wait reports it. */
+	int watch_fd;             /* -1: none registered */
+	bool watch_armed;
 	struct epoll_event ev[EP_BATCH];
 };
 
@@ -173,14 +179,21 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 	}
 	w->nev = n;
 	w->pos = 0;
-	/* Take the interrupt out of the batch. */
-	for (int i = 0; i < w->nev; i++) {
+	/* Take the interrupt and the watch out of the batch: neither is a
+	 * descriptor of the caller's.  The watch was one-shot; the kernel
+	 * disarmed it. */
+	for (int i = 0; i < w->nev;) {
 		if (w->ev[i].data.u64 == EP_INTR_KEY) {
 			pl->fired = true;
 			w->ev[i] = w->ev[--w->nev];
-			break;
+		} else if (w->ev[i].data.u64 == EP_WATCH_KEY) {
+			w->watch_armed = false;
+			w->ev[i] = w->ev[--w->nev];
+		} else {
+			i++;
 		}
 	}
+	/* Woken by the watch alone: 0 events, as a timeout would be. */
 	return w->nev;
 }
 
@@ -218,6 +231,41 @@ static int ep_ready_fd(px_poller *pl)
 	return ep_of(pl)->epfd;
 }
 
+/* Watch another processor's descriptor for one wait (poller.h): one-shot,
+ * level-triggered, so that a descriptor readable already reports at once.
+ * Re-armed with a MOD only after a report (or for another descriptor), so
+ * a lone thread that leads this poller again and again while the other
+ * stays quiet pays one epoll_ctl, not one per lead.  That skip trusts the
+ * number to name the same file while armed, which holds for what the
+ * dispatcher passes (another processor's eventfd, epoll instance or
+ * signalfd, open until the proactor is destroyed).  After a report, a
+ * number closed and reused meanwhile makes MOD fail with ENOENT (the
+ * kernel dropped the old file's registration at its close), and ADD
+ * registers the new file. */
+static void ep_watch(px_poller *pl, int fd)
+{
+	struct ep *w = ep_of(pl);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT,
+				  .data.u64 = EP_WATCH_KEY };
+
+	if (fd == w->watch_fd && w->watch_armed)
+		return;
+	if (w->watch_fd >= 0 && fd != w->watch_fd)
+		epoll_ctl(w->epfd, EPOLL_CTL_DEL, w->watch_fd, NULL);
+	if (w->watch_fd != fd ||
+	    epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
+		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 &&
+		    (errno != EEXIST ||
+		     epoll_ctl(w->epfd, EPOLL_CTL_MOD, fd, &ev) < 0)) {
+			w->watch_fd = -1;   /* refused: the bound stands */
+			w->watch_armed = false;
+			return;
+		}
+	}
+	w->watch_fd = fd;
+	w->watch_armed = true;
+}
+
 static const px_poller_ops ep_ops = {
 	.name = "epoll",
 	.destroy = ep_destroy,        /* the epoll fd */
@@ -227,6 +275,7 @@ static const px_poller_ops ep_ops = {
 	.wait = ep_wait,              /* epoll_pwait, EP_BATCH events */
 	.collect = ep_collect,
 	.ready_fd = ep_ready_fd,
+	.watch = ep_watch,            /* another's fd, one-shot */
 };
 
 static const px_poller_ops ep_edge_ops = {
@@ -240,6 +289,7 @@ static const px_poller_ops ep_edge_ops = {
 	.forget = ep_edge_forget,     /* no system call */
 	.refresh = ep_edge_refresh,   /* MOD or ADD, the other on failure */
 	.ready_fd = ep_ready_fd,
+	.watch = ep_watch,
 };
 
 static int ep_create(px_intr *in, bool edge, px_poller **out)
@@ -253,6 +303,7 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	w->base.intr = in;
 	w->base.flags = PX_POLLER_LIVE | (edge ? PX_POLLER_EDGE : 0);
 	w->base.fd_limit = INT32_MAX;
+	w->watch_fd = -1;
 	w->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (w->epfd < 0) {
 		rc = -errno;

@@ -127,6 +127,14 @@ typedef struct px_poller_ops {
 	 * return at once (epoll: the epoll instance), for another processor's
 	 * wait to watch (px_wait_ops.ready_fd).  NULL: none. */
 	int (*ready_fd)(px_poller *pl);
+	/* Optional (NULL: the poller cannot): the next wait() also returns
+	 * as soon as fd polls readable, and reports nothing for it.  Made by
+	 * the leader under the caller's lock, before prepare(); fd belongs to
+	 * another processor of the same proactor (its ready_fd).  Best
+	 * effort: a watch the kernel refuses is dropped without a word, and
+	 * the caller bounds the wait anyway (the dispatcher's
+	 * disp_lone_lead). */
+	void (*watch)(px_poller *pl, int fd);
 } px_poller_ops;
 
 struct px_poller {

@@ -42,6 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -168,6 +169,25 @@ static px_result *sigw_next_completed(px_wait *w)
 	return px__paio_scan_next(p);
 }
 
+/* A signalfd of the signal polls readable while one is queued to the
+ * process (a completion's or the interrupt's), which is when the next
+ * sigtimedwait would return at once: what another processor's wait needs
+ * to watch to wake a lone thread for these completions.  The signal stays
+ * blocked and sigtimedwait still takes it; nobody reads the signalfd.
+ * Made at the first ask (mutex held); none if the kernel refuses one. */
+static int sigw_ready_fd(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+	sigset_t set;
+
+	if (p->sig_fd < 0) {
+		sigemptyset(&set);
+		sigaddset(&set, p->signo);
+		p->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	}
+	return p->sig_fd;
+}
+
 static void sigw_wait_destroy(px_wait *w)
 {
 	(void)w;
@@ -179,6 +199,7 @@ const px_wait_ops px__wait_sigwait_ops = {
 	.on_start = NULL,
 	.prepare = sigw_prepare,               /* no wait while a scan is due */
 	.wait = sigw_wait,                     /* sigtimedwait, bounded */
+	.ready_fd = sigw_ready_fd,             /* a signalfd of the signal */
 	.next_completed = sigw_next_completed, /* signalled ones, then scans */
 };
 
@@ -292,6 +313,8 @@ void px__paio_sigwait_fini(px_paio *p)
 		;
 	if (!sigismember(&old, p->signo))
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	if (p->sig_fd >= 0)
+		close(p->sig_fd);
 	pthread_mutex_lock(&sigw_lock);
 	sigaction(p->signo, &sigw_slot[p->signo].old, NULL);
 	sigw_slot[p->signo].owner = NULL;
