@@ -89,6 +89,8 @@ typedef struct px_processor {
 	uint64_t led_ns;           /* shared: when a lead of it last ended
 	                              (px__dispatch_handle_events); 0: not
 	                              yet seen with work */
+	bool ready_offered;        /* its wait's ready_fd gave a descriptor
+	                              once, so it will again (disp_lone_lead) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 

@@ -379,10 +379,17 @@ static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
 	const px_wait_ops *pw = p->wait->ops, *ow = o->wait->ops;
 	int fd;
 
-	if (pw->watch && ow->ready_fd && (fd = ow->ready_fd(o->wait)) >= 0)
+	if (pw->watch && ow->ready_fd && (fd = ow->ready_fd(o->wait)) >= 0) {
+		o->ready_offered = true;
 		pw->watch(p->wait, fd);
-	else if (ow->watch && pw->ready_fd && pw->ready_fd(p->wait) >= 0)
+	} else if (ow->watch && pw->ready_fd &&
+		   (p->ready_offered || pw->ready_fd(p->wait) >= 0)) {
+		/* (Asked once only: io_uring's ready_fd also readies itself
+		 * for the other's wait, which p's lead about to begin makes
+		 * useless, a write and a read of its eventfd.) */
+		p->ready_offered = true;
 		ms = 0;
+	}
 	return ms < 0 || ms > 1 ? 1 : ms;
 }
 

@@ -462,9 +462,14 @@ typedef struct px_wait_ops {
 	/* Optional, for a lone thread and two shared processors that both
 	 * have work (the dispatcher's disp_lone_lead).  ready_fd (mutex
 	 * held): a descriptor that polls readable while this wait has
-	 * something to report (epoll: its epoll instance), or -1.  watch
+	 * something to report (epoll: its epoll instance), or -1; once it
+	 * gave one, the same one until destroy.  Called just before the
+	 * other processor's wait watches it, so it may ready itself for
+	 * that (io_uring submits what its rings hold).  watch
 	 * (leader, mutex held, before prepare): the next wait() also returns
-	 * as soon as fd polls readable; nothing is reported for it. */
+	 * as soon as fd polls readable; nothing is reported for it.  Best
+	 * effort: it may do nothing (a kernel that refuses, a poller that
+	 * cannot), and the dispatcher bounds the wait all the same. */
 	int (*ready_fd)(px_wait *w);
 	void (*watch)(px_wait *w, int fd);
 } px_wait_ops;

@@ -1219,11 +1219,16 @@ static int sel_wait_ready_fd(px_wait *w)
 	return pl->ops->ready_fd ? pl->ops->ready_fd(pl) : -1;
 }
 
+/* Only epoll can; select, poll and linux_rt offer no ready_fd either, so
+ * the dispatcher's 1 ms bound is all a lone thread gets with them, as
+ * before.  (disp_lone_lead's other way round, this wait not blocking
+ * while the other watches ours, needs a ready_fd that they lack too.) */
 static void sel_wait_watch(px_wait *w, int fd)
 {
 	px_poller *pl = sel_of_wait(w)->pl;
 
-	pl->ops->watch(pl, fd);
+	if (pl->ops->watch)
+		pl->ops->watch(pl, fd);
 }
 
 static const px_wait_ops sel_wait_ops = {
@@ -1237,23 +1242,9 @@ static const px_wait_ops sel_wait_ops = {
 	.share = sel_wait_share,           /* half of a claim, for a follower */
 	.has_shared = sel_wait_has_shared,
 	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
+	.watch = sel_wait_watch,           /* epoll: one-shot in the set */
 };
 
-/* The same, for a poller that can watch another processor's descriptor
- * (epoll): a lone thread leading two processors sleeps in this wait. */
-static const px_wait_ops sel_wait_watch_ops = {
-	.name = "readiness",
-	.destroy = sel_wait_destroy,
-	.on_start = NULL,                  /* start watches for itself */
-	.prepare = sel_wait_prepare,       /* the poller's interest set */
-	.wait = sel_wait_wait,             /* the poller's wait, unlocked */
-	.next_completed = sel_wait_next_completed, /* one unlock for all */
-	.claim = sel_wait_claim,           /* what the wait reported */
-	.share = sel_wait_share,           /* half of a claim, for a follower */
-	.has_shared = sel_wait_has_shared,
-	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
-	.watch = sel_wait_watch,           /* the poller's watch */
-};
 
 /* ------------------------------------------------------------------ */
 /* Life cycle                                                           */
@@ -1313,8 +1304,6 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	rc = sel_poller_create(spec->wait, sel->wait.intr, &sel->pl);
 	if (rc < 0)
 		goto fail;
-	if (sel->pl->ops->watch)
-		sel->wait.ops = &sel_wait_watch_ops;
 	sel->edge = (sel->pl->flags & PX_POLLER_EDGE) != 0;
 	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;

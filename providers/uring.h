@@ -152,6 +152,13 @@ typedef struct px_uring {
 	 * PX_URING_VALGRIND_MS (see there). */
 	bool valgrind;
 
+	/* For a lone thread that leads this processor and another in turn
+	 * (px_wait_ops.ready_fd; "The ready descriptor" in uring.c): an
+	 * eventfd registered with every ring, made at the first ask.  -1:
+	 * not asked yet; -2: refused (no eventfd, or the kernel would not
+	 * register it). */
+	int ready_efd;
+
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
 } px_uring;
 
@@ -251,6 +258,13 @@ int px__uring_flush(px_uring_ring *rg) PX_HIDDEN;
  * will).  Mutex held. */
 void px__uring_kick(px_uring_ring *rg) PX_HIDDEN;
 void px__uring_kick_arm(px_uring_ring *rg) PX_HIDDEN;
+
+/* The ready descriptor ("The ready descriptor" in uring.c).  ready_fd:
+ * make it (first call), submit what unled rings hold and make it readable
+ * if a lead has something to do already; returns it, or -1.  drain: at a
+ * lead's prepare, before it reaps.  Mutex held, both. */
+int px__uring_ready_fd(px_uring *u) PX_HIDDEN;
+void px__uring_ready_drain(px_uring *u) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */

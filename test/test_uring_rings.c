@@ -39,6 +39,8 @@
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -407,6 +409,163 @@ static void abandoned_ring_after_a_quiet_spell(void **state)
 	ab_run(AB_QUIET_MS);
 }
 
+/* ------------------------------------------------------------------ */
+/* The team's lone thread                                               */
+/* ------------------------------------------------------------------ */
+
+#define TEAM "provider=uring ops=file ; secondary: provider=select wait=epoll"
+#define LONE_READS 500
+#define LONE_BLOCK 4096
+
+typedef struct lone_rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+} lone_rec;
+
+static void lone_rec_cb(const px_completion *c)
+{
+	lone_rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+/* A scratch file of blocks * LONE_BLOCK bytes, block i filled with i+1. */
+static int lone_file(int blocks)
+{
+	char path[] = "/tmp/px_uring_lone_XXXXXX";
+	uint8_t b[LONE_BLOCK];
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	unlink(path);
+	for (int i = 0; i < blocks; i++) {
+		memset(b, i + 1, sizeof(b));
+		assert_int_equal(pwrite(fd, b, sizeof(b), (off_t)i * LONE_BLOCK),
+				 LONE_BLOCK);
+	}
+	return fd;
+}
+
+/* Whether fd polls readable within ms (a wake-up by task work is no
+ * answer: poll again). */
+static bool polls_in(int fd, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int left = (int)(end - now_ms());
+		int rc = poll(&p, 1, left > 0 ? left : 0);
+		if (rc > 0)
+			return true;
+		if ((rc == 0 || errno != EINTR) || now_ms() >= end)
+			return false;
+	}
+}
+
+static void ready_fd_polls_for_a_lead(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *t;
+	lone_rec r = { 0 };
+	uint8_t buf[LONE_BLOCK];
+	int file = lone_file(2), fd, fd2;
+
+	assert_int_equal(px_create(&t, TEAM, err, sizeof(err)), 0);
+	assert_int_equal(t->nproc, 2);
+	px_wait *w = t->proc[0]->wait;
+	assert_non_null(w->ops->ready_fd);
+	pthread_mutex_lock(&t->lock);
+	fd = w->ops->ready_fd(w);
+	pthread_mutex_unlock(&t->lock);
+	assert_true(fd >= 0);
+	assert_false(polls_in(fd, 0));
+	/* No thread leads: the read waits in the ring until somebody
+	 * submits it.  Asking for the descriptor does. */
+	assert_int_equal(px_read_file(t, file, buf, sizeof(buf), LONE_BLOCK,
+				      lone_rec_cb, &r), 0);
+	pthread_mutex_lock(&t->lock);
+	fd2 = w->ops->ready_fd(w);
+	pthread_mutex_unlock(&t->lock);
+	assert_int_equal(fd2, fd);
+	if (!polls_in(fd, 5000))
+		fail_msg("the ready descriptor did not poll readable for a "
+			 "posted CQE");
+	assert_int_equal(atomic_load(&r.calls), 0);
+	for (int i = 0; i < 100 && atomic_load(&r.calls) == 0; i++)
+		px_handle_events(t, 50);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_int_equal(r.error, 0);
+	assert_int_equal(r.bytes, LONE_BLOCK);
+	for (int i = 0; i < LONE_BLOCK; i++)
+		assert_int_equal(buf[i], 2);
+	/* Reaped by a lead that emptied it first: nothing to do now. */
+	assert_false(polls_in(fd, 0));
+	assert_int_equal(px_destroy(t), 0);
+	close(file);
+}
+
+typedef struct lone_chain {
+	px_proactor *px;
+	int file, done, bad;
+	uint8_t buf[LONE_BLOCK];
+} lone_chain;
+
+static void lone_chain_cb(const px_completion *c)
+{
+	lone_chain *l = c->user;
+	int block = l->done % 4;
+
+	if (c->error || c->bytes != LONE_BLOCK || l->buf[0] != block + 1 ||
+	    l->buf[LONE_BLOCK - 1] != block + 1) {
+		l->bad++;
+		return;
+	}
+	if (++l->done < LONE_READS &&
+	    px_read_file(l->px, l->file, l->buf, LONE_BLOCK,
+			 (uint64_t)(l->done % 4) * LONE_BLOCK, lone_chain_cb,
+			 l) < 0)
+		l->bad++;
+}
+
+static void file_chain_beside_idle_read_one_thread(void **state)
+{
+	(void)state;
+	char err[256];
+	lone_chain l = { 0 };
+	lone_rec idle = { 0 };
+	int sv[2];
+	char byte;
+
+	assert_int_equal(px_create(&l.px, TEAM, err, sizeof(err)), 0);
+	l.file = lone_file(4);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+			 0);
+	assert_int_equal(px_read_stream(l.px, sv[0], &byte, 1, lone_rec_cb,
+					&idle), 0);
+	assert_int_equal(px_read_file(l.px, l.file, l.buf, LONE_BLOCK, 0,
+				      lone_chain_cb, &l), 0);
+	uint64_t end = now_ms() + 30000;
+	while (l.done < LONE_READS && !l.bad && now_ms() < end)
+		px_handle_events(l.px, 100);
+	if (l.bad || l.done < LONE_READS)
+		fail_msg("file chain: %d reads done, %d bad", l.done, l.bad);
+	assert_int_equal(atomic_load(&idle.calls), 0);
+	assert_int_equal(px_cancel(l.px, sv[0]), 1);
+	for (int i = 0; i < 100 && atomic_load(&idle.calls) == 0; i++)
+		px_handle_events(l.px, 50);
+	assert_int_equal(atomic_load(&idle.calls), 1);
+	assert_int_equal(idle.error, ECANCELED);
+	assert_int_equal(px_destroy(l.px), 0);
+	close(sv[0]);
+	close(sv[1]);
+	close(l.file);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
@@ -417,6 +576,8 @@ int main(void)
 		cmocka_unit_test(lone_leader_serves_both_rings),
 		cmocka_unit_test(abandoned_ring_is_taken_over),
 		cmocka_unit_test(abandoned_ring_after_a_quiet_spell),
+		cmocka_unit_test(ready_fd_polls_for_a_lead),
+		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
 }

@@ -99,6 +99,8 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	int rc, rc2;
 
 	(void)started;  /* the kernel already knows every started operation */
+	/* Before anything is reaped: a CQE from now on makes it readable. */
+	px__uring_ready_drain(u);
 	u->alone = !w->others_here;
 	rg = px__uring_pick(u, w->others_busy);
 	px_uring_tls_lead = rg;
@@ -420,6 +422,13 @@ static bool px_uring_may_lead(px_wait *w)
 	return px__uring_may_lead(px_uring_of_wait(w), w->others_busy);
 }
 
+/* An eventfd the kernel signals at every CQE (providers/uring.c, "The
+ * ready descriptor"), for a lone thread's other wait to watch. */
+static int px_uring_ready_fd(px_wait *w)
+{
+	return px__uring_ready_fd(px_uring_of_wait(w));
+}
+
 const px_wait_ops px__wait_uring_ops = {
 	.name = "uring",
 	.destroy = px_uring_wait_destroy,          /* nothing: lives in the provider */
@@ -428,6 +437,7 @@ const px_wait_ops px__wait_uring_ops = {
 	.wait = px_uring_wait,                     /* wait for CQEs only, never submit */
 	.next_completed = px_uring_next_completed, /* reap one CQE -> result */
 	.may_lead = px_uring_may_lead,             /* a ring with work, no leader */
+	.ready_fd = px_uring_ready_fd,             /* an eventfd of every ring */
 };
 
 /* ------------------------------------------------------------------ */
