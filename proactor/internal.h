@@ -468,8 +468,10 @@ typedef struct px_wait_ops {
 	 * that (io_uring submits what its rings hold).  watch
 	 * (leader, mutex held, before prepare): the next wait() also returns
 	 * as soon as fd polls readable; nothing is reported for it.  Best
-	 * effort: it may do nothing (a kernel that refuses, a poller that
-	 * cannot), and the dispatcher bounds the wait all the same. */
+	 * effort: it may do nothing (a kernel that refuses), and the
+	 * dispatcher bounds the wait all the same.  NULL where the wait can
+	 * never watch: the dispatcher then counts on the other wait's watch,
+	 * if it has one, and else on its bound. */
 	int (*ready_fd)(px_wait *w);
 	void (*watch)(px_wait *w, int fd);
 } px_wait_ops;

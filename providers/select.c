@@ -138,6 +138,7 @@ typedef struct sel_fd {
 typedef struct px_sel {
 	px_provider base;
 	px_wait wait;         /* what the processor sees: see the end */
+	px_wait_ops wait_ops; /* sel_wait_ops, without watch unless pl can */
 	px_poller *pl;
 	px_fdq fdq;           /* sel_fd entries */
 	px_list done;         /* finished, for next_completed (plink) */
@@ -1219,16 +1220,14 @@ static int sel_wait_ready_fd(px_wait *w)
 	return pl->ops->ready_fd ? pl->ops->ready_fd(pl) : -1;
 }
 
-/* Only epoll can; select, poll and linux_rt offer no ready_fd either, so
- * the dispatcher's 1 ms bound is all a lone thread gets with them, as
- * before.  (disp_lone_lead's other way round, this wait not blocking
- * while the other watches ours, needs a ready_fd that they lack too.) */
+/* Only where the poller can (epoll): the provider's copy of the table has
+ * no watch otherwise (sel_create), so that the dispatcher never counts on
+ * a watch that would not happen. */
 static void sel_wait_watch(px_wait *w, int fd)
 {
 	px_poller *pl = sel_of_wait(w)->pl;
 
-	if (pl->ops->watch)
-		pl->ops->watch(pl, fd);
+	pl->ops->watch(pl, fd);
 }
 
 static const px_wait_ops sel_wait_ops = {
@@ -1297,13 +1296,16 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&sel->suspect);
 	px_list_init(&sel->held);
 	px__fdq_init(&sel->fdq, sizeof(sel_fd));
-	sel->wait.ops = &sel_wait_ops;
+	sel->wait_ops = sel_wait_ops;
+	sel->wait.ops = &sel->wait_ops;
 	rc = px__intr_create(cfg, &sel->wait.intr);
 	if (rc < 0)
 		goto fail;
 	rc = sel_poller_create(spec->wait, sel->wait.intr, &sel->pl);
 	if (rc < 0)
 		goto fail;
+	if (!sel->pl->ops->watch)
+		sel->wait_ops.watch = NULL;
 	sel->edge = (sel->pl->flags & PX_POLLER_EDGE) != 0;
 	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;
