@@ -566,6 +566,116 @@ static void file_chain_beside_idle_read_one_thread(void **state)
 	close(l.file);
 }
 
+#define CHURN_CHAINS 8
+
+typedef struct churn {
+	px_proactor *px;
+	int file;
+	long started, called, bad, cancelled;
+	struct churn_slot {
+		struct churn *c;
+		int n;
+		uint8_t buf[LONE_BLOCK];
+	} slot[CHURN_CHAINS];
+} churn;
+
+static void churn_cb(const px_completion *c);
+
+static int churn_start(struct churn_slot *s)
+{
+	int rc = px_read_file(s->c->px, s->c->file, s->buf, LONE_BLOCK,
+			      (uint64_t)(s->n % 4) * LONE_BLOCK, churn_cb, s);
+	if (rc == 0)
+		s->c->started++;
+	return rc;
+}
+
+static void churn_cb(const px_completion *c)
+{
+	struct churn_slot *s = c->user;
+	int block = s->n % 4;
+
+	s->c->called++;
+	if (c->error == ECANCELED) {
+		s->c->cancelled++;
+		return;
+	}
+	if (c->error || c->bytes != LONE_BLOCK || s->buf[0] != block + 1 ||
+	    s->buf[LONE_BLOCK - 1] != block + 1) {
+		s->c->bad++;
+		return;
+	}
+	s->n++;
+	/* Starts from px_destroy's own callbacks fail with ESHUTDOWN. */
+	int rc = churn_start(s);
+	if (rc < 0 && rc != -ESHUTDOWN)
+		s->c->bad++;
+}
+
+static void team_churn_then_destroy(void **state)
+{
+	(void)state;
+	char err[256];
+	churn c = { 0 };
+	lone_rec idle[6] = { 0 }, closed[6] = { 0 };
+	int sv[6][2];
+	char byte[6];
+
+	assert_int_equal(px_create(&c.px, TEAM, err, sizeof(err)), 0);
+	c.file = lone_file(4);
+	for (int i = 0; i < CHURN_CHAINS; i++) {
+		c.slot[i].c = &c;
+		c.slot[i].n = i;
+		assert_int_equal(churn_start(&c.slot[i]), 0);
+	}
+	for (int k = 0; k < 6; k++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[k]), 0);
+		assert_int_equal(px_read_stream(c.px, sv[k][0], &byte[k], 1,
+						lone_rec_cb, &idle[k]), 0);
+		for (int i = 0; i < 20; i++)
+			px_handle_events(c.px, 5);
+		if (k == 5)
+			break;   /* the last one stays for px_destroy */
+		/* Cancelled while the chains run, then closed (px_close), its
+		 * callback run before the next socket's read starts. */
+		if (k % 2)
+			assert_int_equal(px_cancel(c.px, sv[k][0]), 1);
+		else
+			assert_int_equal(px_close(c.px, sv[k][0], lone_rec_cb,
+						  &closed[k]), 0);
+		for (int i = 0; i < 200 && (atomic_load(&idle[k].calls) == 0 ||
+					    (k % 2 == 0 &&
+					     atomic_load(&closed[k].calls) == 0));
+		     i++)
+			px_handle_events(c.px, 5);
+		assert_int_equal(atomic_load(&idle[k].calls), 1);
+		assert_int_equal(idle[k].error, ECANCELED);
+		if (k % 2 == 0) {
+			assert_int_equal(atomic_load(&closed[k].calls), 1);
+			assert_int_equal(closed[k].error, 0);
+		}
+		if (k % 2)
+			close(sv[k][0]);
+		close(sv[k][1]);
+	}
+	assert_true(c.called > CHURN_CHAINS);
+	/* Reads of both kinds in flight; px_destroy's callbacks restart the
+	 * chains and are refused (ESHUTDOWN). */
+	assert_int_equal(px_destroy(c.px), 0);
+	assert_int_equal(c.bad, 0);
+	assert_int_equal(c.called, c.started);
+	assert_int_equal(atomic_load(&idle[5].calls), 1);
+	assert_int_equal(idle[5].error, ECANCELED);
+	for (int k = 0; k < 5; k++)
+		assert_int_equal(atomic_load(&idle[k].calls), 1);
+	close(sv[5][0]);
+	close(sv[5][1]);
+	close(c.file);
+	printf("team churn: %ld file reads, %ld of them cancelled by px_destroy\n",
+	       c.called, c.cancelled);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
@@ -578,6 +688,7 @@ int main(void)
 		cmocka_unit_test(abandoned_ring_after_a_quiet_spell),
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
+		cmocka_unit_test(team_churn_then_destroy),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
 }
