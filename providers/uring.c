@@ -561,18 +561,21 @@ void px__uring_kick(px_uring_ring *rg)
  * never led by a lone thread beside another processor pays nothing; from
  * then on every CQE costs the kernel an eventfd signal, and every prepare
  * a read that empties it (px__uring_ready_drain), before the lead reaps,
- * so that a CQE posted after that read makes it readable again.  Three
- * things need a lead without posting a CQE, and ready_fd, called just
- * before the other processor's wait, sees to them: SQEs the callbacks
+ * so that a CQE posted after that read makes it readable again.  Some
+ * work needs a lead without posting a CQE, and ready_fd, called just
+ * before the other processor's wait, sees to it: SQEs the callbacks
  * filled into a ring nobody leads (submitted here, as a start does while
- * the leader waits, so their CQEs will come), CQEs left in a CQ by a lead
- * that reaped its fill (PX_URING_REAP_MAX), and held late reads or stalled
- * starts; for the last two the descriptor is made readable at once.
+ * the leader waits, so their CQEs will come); CQEs left in a CQ by a lead
+ * that reaped its fill (PX_URING_REAP_MAX), held late reads, starts
+ * stalled for want of an SQE and a deferred interrupt, for which the
+ * descriptor is made readable at once.  Only what a lead settles makes it
+ * readable: a refused submission does not (no lead can make the kernel
+ * take it sooner), so the lone thread never goes round its two leads
+ * without sleeping.
  */
 int px__uring_ready_fd(px_uring *u)
 {
-	bool lead_now = u->intr_deferred || !px_list_empty(&u->stalled) ||
-			!px_list_empty(&u->cancel_stalled);
+	bool lead_now = u->intr_deferred, stuck = false;
 
 	if (u->ready_efd == -1) {
 		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -600,9 +603,17 @@ int px__uring_ready_fd(px_uring *u)
 
 		if (!rg->led && io_uring_sq_ready(&rg->ring))
 			ur_submit(rg);
+		stuck = stuck || rg->submit_stuck;
 		lead_now = lead_now || io_uring_cq_ready(&rg->ring) ||
-			   !px_list_empty(&rg->late) || rg->submit_stuck;
+			   !px_list_empty(&rg->late);
 	}
+	/* Starts waiting for an SQE go in at the next prepare, unless the
+	 * kernel refuses submissions for now: then only the other wait's
+	 * bound brings the next try, since a readable eventfd would have the
+	 * lone thread go round its two leads without sleeping until the
+	 * kernel takes SQEs again.  (Cancels waiting for room wait for CQEs,
+	 * which make it readable themselves.) */
+	lead_now = lead_now || (!stuck && !px_list_empty(&u->stalled));
 	if (lead_now) {
 		uint64_t one = 1;
 
