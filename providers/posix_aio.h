@@ -129,7 +129,7 @@ struct px_paio {
 	 * (px_wait_ops.ready_fd and watch): the callback wait's poll also
 	 * watches watch_fd for its next wait (leader only; -1: none), and the
 	 * sigwait wait offers sig_fd, a signalfd of its signal made at the
-	 * first ask (-1: none yet, or refused). */
+	 * first ask (-1: none yet; -2: refused). */
 	int watch_fd;
 	int sig_fd;
 };

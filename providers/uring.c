@@ -551,9 +551,9 @@ void px__uring_kick(px_uring_ring *rg)
  * sockets), the thread leads the two in turn, and the dispatcher has the
  * other's wait watch a descriptor of ours that polls readable when a lead
  * of ours has something to do (disp_lone_lead).  Without it each lead
- * slept up to 1 ms in epoll while a file read's CQE waited: 782 reads a
- * second at depth 1 beside one idle socket read, against 13,793 without
- * the idle read.
+ * slept up to 1 ms in epoll while a file read's CQE waited: 760-796 reads
+ * a second at depth 1 beside one idle socket read, against 13,349-14,981
+ * without the idle read (docs/PERFORMANCE.md).
  *
  * The descriptor is an eventfd registered with every ring
  * (io_uring_register_eventfd): the kernel adds to it at each CQE it

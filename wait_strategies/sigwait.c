@@ -174,18 +174,22 @@ static px_result *sigw_next_completed(px_wait *w)
  * sigtimedwait would return at once: what another processor's wait needs
  * to watch to wake a lone thread for these completions.  The signal stays
  * blocked and sigtimedwait still takes it; nobody reads the signalfd.
- * Made at the first ask (mutex held); none if the kernel refuses one. */
+ * Made at the first ask (mutex held).  Refused (no descriptor free), it
+ * is not asked for again: the dispatcher's 1 ms bound stands, and no
+ * lead pays a failing call. */
 static int sigw_ready_fd(px_wait *w)
 {
 	px_paio *p = px_paio_of_wait(w);
 	sigset_t set;
 
-	if (p->sig_fd < 0) {
+	if (p->sig_fd == -1) {
 		sigemptyset(&set);
 		sigaddset(&set, p->signo);
 		p->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+		if (p->sig_fd < 0)
+			p->sig_fd = -2;
 	}
-	return p->sig_fd;
+	return p->sig_fd >= 0 ? p->sig_fd : -1;
 }
 
 static void sigw_wait_destroy(px_wait *w)
