@@ -6,7 +6,7 @@
  * uv_echo; bench/compare does not run it (the performance goal names the
  * other two), docs/PERFORMANCE.md says where it was measured.
  *
- *     uring_echo [-p PORT] [-b BIND_ADDR] [-m coop|defer|plain]
+ *     uring_echo [-p PORT] [-b BIND_ADDR] [-m coop|defer|plain|epoll|oneshot]
  *
  * -m chooses the ring's set-up flags:
  *   coop   IORING_SETUP_COOP_TASKRUN (5.19; the default): the kernel runs
@@ -17,7 +17,21 @@
  *          task work runs only while the loop waits in the kernel, which a
  *          ring that one thread alone ever touches may ask for (the
  *          library cannot: any of its threads may submit);
- *   plain  no flags.
+ *   plain  no flags;
+ *   epoll  as coop, but a receive is armed only once an epoll set says
+ *          its socket is readable: every connection is in the set,
+ *          edge-triggered, from its accept; the ring holds one POLL_ADD
+ *          on the set, whose completion has the loop drain the set
+ *          (epoll_wait, no timeout) and queue the receives, with
+ *          MSG_DONTWAIT (an EAGAIN parks the connection again).  A
+ *          receive after a full buffer, or on a socket reported while
+ *          its send was going on, is tried at once;
+ *   oneshot as epoll, but the interest is one-shot and put back by an
+ *          IORING_OP_EPOLL_CTL (MOD; ADD the first time) each time a
+ *          connection parks, the shape providers/uring.c's gated reads
+ *          have (read_gate=).
+ * The last two measure what a peer on another CPU pays for the armed
+ * poll's wake (docs/PERFORMANCE.md, "Gated reads").
  *
  * It gives each connection the I/O shape echo_server has: one buffer of
  * BUF_SIZE bytes, a receive into it, then sends until all that came is
@@ -43,6 +57,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -54,12 +70,16 @@
 
 /* user_data: a connection's address with the request kind in its low
  * bits (struct conn is at least 8-byte aligned), or a bare kind. */
-enum { K_ACCEPT = 1, K_SIGNAL = 2, K_RECV = 3, K_SEND = 4, K_MASK = 7 };
+enum { K_ACCEPT = 1, K_SIGNAL = 2, K_RECV = 3, K_SEND = 4, K_EPOLL = 5,
+       K_CTL = 6, K_MASK = 7 };
 
 struct conn {
 	struct conn *next, **pprev;     /* every open connection, for the stop */
 	int fd;
 	size_t off, len;                /* sent so far, received */
+	bool ready, want;               /* -m epoll: reported, waiting */
+	bool reg;                       /* -m oneshot: added to ep */
+	struct epoll_event ev;          /* -m oneshot: read at submission */
 	unsigned char buf[BUF_SIZE];
 };
 
@@ -67,6 +87,10 @@ static struct io_uring ring;
 static struct conn *conns;
 static unsigned long served, open_conns;
 static struct signalfd_siginfo sig_info;
+static int ep = -1;                     /* -m epoll: the readiness set */
+static bool oneshot;
+
+static void queue_ctl(struct conn *c, int op);
 
 static void usage(FILE *f)
 {
@@ -74,7 +98,8 @@ static void usage(FILE *f)
 		"usage: uring_echo [-p PORT] [-b BIND_ADDR] [-m MODE]\n"
 		"  -p PORT       TCP port, 0 for any free one (default 7777)\n"
 		"  -b BIND_ADDR  IPv4 address to listen on (default 127.0.0.1)\n"
-		"  -m MODE       the ring's flags: coop (default), defer or plain\n"
+		"  -m MODE       coop (default), defer or plain (the ring's flags), or\n"
+		"                epoll or oneshot (receives wait on an epoll set)\n"
 		"Single-threaded io_uring echo server; SIGINT/SIGTERM stop it.\n");
 }
 
@@ -100,8 +125,13 @@ static void queue_recv(struct conn *c)
 {
 	struct io_uring_sqe *sqe = get_sqe();
 
-	io_uring_prep_recv(sqe, c->fd, c->buf, BUF_SIZE, 0);
-	sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	if (ep >= 0) {
+		c->ready = false;
+		io_uring_prep_recv(sqe, c->fd, c->buf, BUF_SIZE, MSG_DONTWAIT);
+	} else {
+		io_uring_prep_recv(sqe, c->fd, c->buf, BUF_SIZE, 0);
+		sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+	}
 	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | K_RECV);
 }
 
@@ -160,11 +190,58 @@ static void accepted(int lfd, int res, unsigned flags)
 	conns = c;
 	served++;
 	open_conns++;
+	c->ready = c->want = false;
+	c->reg = false;
+	if (ep >= 0 && !oneshot) {
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLET,
+					  .data.ptr = c };
+		if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) {
+			perror("uring_echo: epoll_ctl");
+			exit(1);
+		}
+	}
 	queue_recv(c);
+}
+
+static void park(struct conn *c)
+{
+	c->want = true;
+	if (oneshot)
+		queue_ctl(c, c->reg ? EPOLL_CTL_MOD : EPOLL_CTL_ADD);
+}
+
+static void queue_ctl(struct conn *c, int op)
+{
+	struct io_uring_sqe *sqe = get_sqe();
+
+	c->ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+	c->ev.data.ptr = c;
+	c->reg = true;
+	io_uring_prep_epoll_ctl(sqe, ep, c->fd, op, &c->ev);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)c | K_CTL);
+}
+
+static void ctl_done(struct conn *c, int res)
+{
+	if (res == -ENOENT) {
+		queue_ctl(c, EPOLL_CTL_ADD);
+	} else if (res == -EEXIST) {
+		queue_ctl(c, EPOLL_CTL_MOD);
+	} else if (res < 0) {
+		fprintf(stderr, "uring_echo: epoll_ctl: %s\n", strerror(-res));
+		exit(1);
+	}
 }
 
 static void conn_done(struct conn *c, int kind, int res)
 {
+	if (ep >= 0 && kind == K_RECV && res == -EAGAIN) {
+		if (c->ready)
+			queue_recv(c);
+		else
+			park(c);
+		return;
+	}
 	if (res == -EINTR || res == -EAGAIN) {
 		/* Not an end: the same request again. */
 		if (kind == K_RECV)
@@ -185,8 +262,39 @@ static void conn_done(struct conn *c, int kind, int res)
 	}
 	if (c->off < c->len)
 		queue_send(c);
-	else
+	else if (ep < 0 || c->ready || c->len == BUF_SIZE)
 		queue_recv(c);
+	else
+		park(c);
+}
+
+static void queue_epoll(void)
+{
+	struct io_uring_sqe *sqe = get_sqe();
+
+	io_uring_prep_poll_add(sqe, ep, POLLIN);
+	io_uring_sqe_set_data64(sqe, K_EPOLL);
+}
+
+static void epoll_ready(void)
+{
+	struct epoll_event evs[256];
+	int n, i;
+
+	do {
+		n = epoll_wait(ep, evs, 256, 0);
+		for (i = 0; i < n; i++) {
+			struct conn *c = evs[i].data.ptr;
+
+			if (c->want) {
+				c->want = false;
+				queue_recv(c);
+			} else {
+				c->ready = true;
+			}
+		}
+	} while (n == 256);
+	queue_epoll();
 }
 
 int main(int argc, char **argv)
@@ -208,6 +316,10 @@ int main(int argc, char **argv)
 	} else if (strcmp(mode, "defer") == 0) {
 		params.flags = IORING_SETUP_SINGLE_ISSUER |
 			       IORING_SETUP_DEFER_TASKRUN;
+	} else if (strcmp(mode, "epoll") == 0 || strcmp(mode, "oneshot") == 0) {
+		oneshot = mode[0] == 'o';
+		params.flags = IORING_SETUP_COOP_TASKRUN;
+		ep = epoll_create1(EPOLL_CLOEXEC);
 	} else if (strcmp(mode, "plain") != 0) {
 		fprintf(stderr, "uring_echo: unknown mode '%s'\n", mode);
 		usage(stderr);
@@ -232,6 +344,8 @@ int main(int argc, char **argv)
 	sqe = get_sqe();
 	io_uring_prep_read(sqe, sfd, &sig_info, sizeof sig_info, 0);
 	io_uring_sqe_set_data64(sqe, K_SIGNAL);
+	if (ep >= 0)
+		queue_epoll();
 
 	while (running) {
 		struct io_uring_cqe *cqe;
@@ -255,6 +369,11 @@ int main(int argc, char **argv)
 					return 77;
 				}
 				accepted(lfd, cqe->res, cqe->flags);
+			} else if (kind == K_EPOLL) {
+				epoll_ready();
+			} else if (kind == K_CTL) {
+				ctl_done((struct conn *)(uintptr_t)(ud & ~(uint64_t)K_MASK),
+					 cqe->res);
 			} else if (kind == K_SIGNAL) {
 				running = false;
 			} else {
@@ -272,6 +391,8 @@ int main(int argc, char **argv)
 	io_uring_queue_exit(&ring);
 	while (conns != NULL)
 		conn_close(conns);
+	if (ep >= 0)
+		close(ep);
 	close(sfd);
 	return 0;
 }
