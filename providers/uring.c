@@ -217,6 +217,42 @@
  *   the acknowledgment of the read that comes last remains (5.0):
  *   1.10 of TP_Reactor instead of 1.04, at 0.92 of its CPU per byte
  *   instead of 0.96 (10 paired rounds of 2 s).
+ *
+ * Gated reads (read_gate=N; ur_gate_wants, ur_gate_fire):
+ *   A RECV armed before its data comes leaves a poll entry on the
+ *   socket, and the peer's send that feeds it runs that entry's wake
+ *   there and then: task work queued for the thread that submitted the
+ *   RECV, that thread flagged or woken.  When the peer is another
+ *   process on another CPU, that peer pays for it in every message, in
+ *   lines of this process's request, task list and thread it has to
+ *   fetch.  An epoll set's wake is cheaper for the peer: the socket goes
+ *   on the set's ready list, and nobody is woken while the set's one
+ *   waiter is away.  So when N or more socket reads would wait in a ring
+ *   (RECVs with POLL_FIRST in the kernel, and reads already gated,
+ *   counting the new one), a new read is gated instead of armed: an
+ *   EPOLL_CTL (5.6) puts one-shot readable interest in the ring's own
+ *   epoll set, keyed by the descriptor number, and the read is parked.
+ *   One POLL_ADD on the set stays in the ring while reads are parked;
+ *   its completion has the leader drain the set (epoll_wait with no
+ *   timeout, one call for up to 64 descriptors) and issue the reads of
+ *   the descriptors it reports as RECVs without POLL_FIRST, which find
+ *   their data inline in the next enter.  The provider keeps a guess
+ *   per descriptor of which set holds its interest (MOD, else ADD), and
+ *   the EPOLL_CTL's answer corrects it: ENOENT to a MOD (the number was
+ *   closed and reused, or moved to another ring) and EEXIST to an ADD
+ *   send the other one.  Any other answer (epoll refuses the file, as
+ *   for a regular file; no watches left) sends the read in ungated.  A
+ *   report whose descriptor has no parked read in that ring only spends
+ *   the one-shot interest.  A parked read is cancelled, closed and
+ *   destroyed like a read held late (nothing in the kernel refers to
+ *   it); one whose EPOLL_CTL is in flight ends with that CTL's CQE.
+ *   Costs: an EPOLL_CTL per gated read, an epoll_wait per batch, and a
+ *   lead between the data's arrival and the read (the report, then the
+ *   RECV).  That lead is what an exchange within this process pays
+ *   for: 20 sessions of 8 KiB on two threads ran at half the speed
+ *   gated, while the echo example's client on another CPU paid 0.3-0.8
+ *   µs less a message (docs/PERFORMANCE.md, "Gated reads").  So the
+ *   default is 0, off (PX_URING_GATE_DEFAULT).  Not with SQPOLL.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -226,6 +262,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -292,7 +329,10 @@ enum {
 	PX_URING_IDLE = 0,  /* not in the kernel: queued behind a head, or
 	                       waiting for an SQE (on u->stalled) */
 	PX_URING_OP,        /* the operation itself is in the kernel */
-	PX_URING_POLL       /* a readiness poll before a retry is in the kernel */
+	PX_URING_POLL,      /* a readiness poll before a retry is in the kernel */
+	PX_URING_GATE       /* a gated read: its EPOLL_CTL is in the kernel,
+	                       or it is parked until its ring's epoll set
+	                       reports the descriptor ("Gated reads") */
 };
 
 /* Which of the provider's lists slink is on. */
@@ -324,6 +364,9 @@ struct px_uring_fd {
 	uint32_t seg;       /* its TCP segment size (TCP_MAXSEG), asked once:
 	                       0 not asked yet, UINT32_MAX none (ur_seg) */
 	struct px_uring_ring *rg;  /* the ring of its last start, or NULL */
+	/* The ring whose gate epoll set it was last added to, as far as
+	 * this provider knows (an EPOLL_CTL's answer corrects it). */
+	struct px_uring_ring *gate_rg;
 };
 
 /* The provider's private space in every result. */
@@ -357,6 +400,20 @@ struct px_uring_priv {
 	 * reads at submission. */
 	uint8_t futile;
 	struct __kernel_timespec backoff;
+	/* A gated read ("Gated reads"): the event its EPOLL_CTL reads at
+	 * submission and which operation that was; the CTL is in flight;
+	 * the set reported the descriptor; it failed to gate, so it goes
+	 * as an ordinary read.  pf_armed: a RECV with POLL_FIRST of it is in
+	 * the kernel, counted in its ring's pf_reads. */
+	struct epoll_event gate_ev;
+	uint8_t gate_op;
+	bool gate_ctl;
+	bool gate_fired;
+	bool gate_pass;
+	bool pf_armed;
+	/* Its RECV with POLL_FIRST said EAGAIN (a file io_uring cannot poll,
+	 * a regular file say): the next one goes without the flag. */
+	bool pf_skip;
 };
 
 static struct px_uring_priv *ur_priv(px_result *r)
@@ -605,7 +662,8 @@ int px__uring_ready_fd(px_uring *u)
 			ur_submit(rg);
 		stuck = stuck || rg->submit_stuck;
 		lead_now = lead_now || io_uring_cq_ready(&rg->ring) ||
-			   !px_list_empty(&rg->late);
+			   !px_list_empty(&rg->late) ||
+			   (rg->parked && !rg->gate_armed);
 	}
 	/* Starts waiting for an SQE go in at the next prepare, unless the
 	 * kernel refuses submissions for now: then only the other wait's
@@ -1048,8 +1106,12 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 			/* Not on a listener: it is readable only when a
 			 * connection waits, so the poll would hold back the
 			 * receive's error (ENOTCONN, EINVAL) until then. */
-			if (!pr->late && !pr->fe->listener)
+			if (!pr->late && !pr->fe->listener &&
+			    !pr->gate_fired && !pr->pf_skip) {
 				sqe->ioprio |= IORING_RECVSEND_POLL_FIRST;
+				pr->pf_armed = true;
+				pr->rg->pf_reads++;
+			}
 		} else {
 			io_uring_prep_read(sqe, c->fd, buf, n, (uint64_t)-1);
 		}
@@ -1115,6 +1177,78 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 	}
 }
 
+/* Gated reads: see "Gated reads" in the opening comment.  Should r, a
+ * socket read about to go into rg, wait on rg's epoll set?  Makes the
+ * set at the first yes. */
+static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
+			  const struct px_uring_priv *pr)
+{
+	if (!rg->gate_min || r->c.op != PX_OP_READ_STREAM || pr->gate_fired ||
+	    pr->gate_pass || pr->pf_skip || pr->late || pr->pf_retry ||
+	    pr->cancel_req ||
+	    pr->fe->notsock || pr->fe->listener ||
+	    (r->flags & PX_RF_VECTORED) || rg->gate_ep == -2 ||
+	    rg->pf_reads + rg->gated + 1 < rg->gate_min ||
+	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed))
+		return false;
+	if (rg->gate_ep == -1) {
+		rg->gate_ep = epoll_create1(EPOLL_CLOEXEC);
+		if (rg->gate_ep < 0) {
+			rg->gate_ep = -2;  /* ordinary reads from now on */
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Fill sqe with the EPOLL_CTL that gates r: one-shot readable interest in
+ * rg's set, keyed by the descriptor number (never by r, which a cancel
+ * may free while the interest stays).  The gated read counts in the
+ * ring's pending work until it leaves the gate (ur_gate_leave). */
+static void ur_gate_prep(px_uring_ring *rg, px_result *r,
+			 struct px_uring_priv *pr, struct io_uring_sqe *sqe)
+{
+	int op = pr->fe->gate_rg == rg ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+	pr->gate_ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+	pr->gate_ev.data.u64 = (uint64_t)(unsigned)r->c.fd;
+	pr->gate_op = (uint8_t)op;
+	io_uring_prep_epoll_ctl(sqe, rg->gate_ep, r->c.fd, op, &pr->gate_ev);
+	io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_GATE);
+	pr->phase = PX_URING_GATE;
+	pr->gate_ctl = true;
+	pr->gate_fired = false;
+	pr->fe->gate_rg = rg;
+	rg->gated++;
+	rg->pending++;
+}
+
+/* r leaves rg's gate (issued after all, finished or cancelled): parked
+ * says whether its EPOLL_CTL was over. */
+static void ur_gate_leave(px_uring_ring *rg, struct px_uring_priv *pr,
+			  bool parked)
+{
+	rg->gated--;
+	rg->pending--;
+	if (parked)
+		rg->parked--;
+	pr->phase = PX_URING_IDLE;
+}
+
+void px__uring_gate_arm(px_uring_ring *rg)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!rg->parked || rg->gate_armed)
+		return;
+	sqe = px__uring_get_sqe(rg, 1);  /* the interrupt's NOP keeps its slot */
+	if (!sqe)
+		return;  /* the next prepare tries again */
+	io_uring_prep_poll_add(sqe, rg->gate_ep, POLLIN);
+	io_uring_sqe_set_data64(sqe, PX_URING_TAG_GATE);
+	rg->gate_armed = true;
+}
+
 /* Put r's next request (the operation, or its readiness poll) into an SQE
  * of rg.  Returns false when no SQE is free. */
 static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
@@ -1135,6 +1269,8 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 			io_uring_prep_poll_add(sqe, r->c.fd, mask);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r | PX_URING_UD_POLL);
 		pr->phase = PX_URING_POLL;
+	} else if (ur_gate_wants(rg, r, pr)) {
+		ur_gate_prep(rg, r, pr, sqe);
 	} else {
 		ur_prep_op(r, sqe);
 		io_uring_sqe_set_data64(sqe, (uintptr_t)r);
@@ -1509,6 +1645,79 @@ static px_result *ur_cancel_done(px_uring *u, px_uring_ring *rg,
 	return NULL;
 }
 
+/* The EPOLL_CTL of r, a gated read, is over.  Done: r is parked until
+ * the set reports its descriptor (at once if it already did).  ENOENT to
+ * a MOD (the number was closed and reused, or added to another ring's
+ * set) and EEXIST to an ADD correct what fe->gate_rg said: the other one
+ * goes in.  Any other error (a file epoll refuses, EBADF, no memory or
+ * watches left): r goes in as an ordinary read, whose own completion
+ * tells the application what is wrong. */
+static px_result *ur_gate_ctl_done(px_uring *u, px_result *r, int res)
+{
+	struct px_uring_priv *pr = ur_priv(r);
+	px_uring_ring *grg = pr->rg;
+
+	pr->gate_ctl = false;
+	if (pr->cancel_req) {
+		ur_gate_leave(grg, pr, false);
+		return ur_end(u, r, -ECANCELED);
+	}
+	if (res == 0 && !pr->gate_fired) {
+		grg->parked++;
+		px__uring_gate_arm(grg);
+		return NULL;
+	}
+	ur_gate_leave(grg, pr, false);
+	if (res == -ENOENT && pr->gate_op == EPOLL_CTL_MOD) {
+		pr->fe->gate_rg = NULL;
+	} else if (res == -EEXIST && pr->gate_op == EPOLL_CTL_ADD) {
+		pr->fe->gate_rg = grg;
+	} else if (res < 0) {
+		pr->fe->gate_rg = NULL;
+		pr->gate_pass = true;
+	}
+	ur_issue_or_stall(u, r, grg);
+	return NULL;
+}
+
+/* The POLL_ADD on rg's gate set ended: issue the parked reads whose
+ * descriptors it reports, as RECVs without POLL_FIRST (their data is
+ * there; should it not be, the kernel arms its poll as for any read).
+ * A report for a number whose read is elsewhere (no read, one in
+ * another ring, one not parked) only spends the one-shot interest. */
+static void ur_gate_fire(px_uring *u, px_uring_ring *rg)
+{
+	struct epoll_event ev[64];
+	int n;
+
+	rg->gate_armed = false;
+	if (rg->gate_ep < 0)
+		return;
+	do {
+		n = epoll_wait(rg->gate_ep, ev, 64, 0);
+		for (int i = 0; i < n; i++) {
+			px_fdq_entry *fq = px_fdq_lookup(&u->fdq,
+							 (int)ev[i].data.u64);
+			px_link *l = fq ? px_list_first(&fq->q[PX_FDQ_RD]) : NULL;
+
+			if (!l)
+				continue;
+			px_result *r = px_result_of_plink(l);
+			struct px_uring_priv *pr = ur_priv(r);
+
+			if (pr->phase != PX_URING_GATE || pr->rg != rg ||
+			    pr->gate_fired)
+				continue;
+			pr->gate_fired = true;
+			if (pr->gate_ctl)
+				continue;  /* its CTL's completion issues it */
+			ur_gate_leave(rg, pr, true);
+			ur_issue_or_stall(u, r, rg);
+		}
+	} while (n == (int)(sizeof(ev) / sizeof(ev[0])));
+	px__uring_gate_arm(rg);
+}
+
 void px__uring_prefetch(px_uring_ring *rg)
 {
 	struct io_uring_cq *cq = &rg->ring.cq;
@@ -1525,7 +1734,7 @@ void px__uring_prefetch(px_uring_ring *rg)
 		if (ud < PX_URING_TAG_MAX)
 			continue;
 		px_result *r = (px_result *)(uintptr_t)(ud &
-			~(PX_URING_UD_POLL | PX_URING_UD_CANCEL));
+			~PX_URING_UD_BITS);
 		__builtin_prefetch(r, 1);
 		__builtin_prefetch(&r->c, 1);
 		__builtin_prefetch(&ur_priv(r)->phase, 1);
@@ -1545,15 +1754,24 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	if (user_data < PX_URING_TAG_MAX) {
 		if (user_data == PX_URING_TAG_NOP)
 			rg->intr_queued = false;
+		else if (user_data == PX_URING_TAG_GATE)
+			ur_gate_fire(u, rg);
 		return NULL;
 	}
 
 	px_result *r = (px_result *)(uintptr_t)(user_data &
-		~(PX_URING_UD_POLL | PX_URING_UD_CANCEL));
+		~PX_URING_UD_BITS);
 	struct px_uring_priv *pr = ur_priv(r);
 
 	if (user_data & PX_URING_UD_CANCEL)
 		return ur_cancel_done(u, rg, r, res);
+	if (user_data & PX_URING_UD_GATE)
+		return ur_gate_ctl_done(u, r, res);
+	bool was_pf = pr->pf_armed;
+	if (was_pf) {
+		pr->pf_armed = false;
+		pr->rg->pf_reads--;
+	}
 	pr->phase = PX_URING_IDLE;
 
 	if (user_data & PX_URING_UD_POLL) {
@@ -1620,6 +1838,15 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 			ur_issue_or_stall(u, r, NULL);
 			return NULL;
 		}
+	}
+	if (res == -EAGAIN && was_pf && !pr->cancel_req) {
+		/* A RECV with POLL_FIRST on a file io_uring cannot poll (a
+		 * regular file) answers EAGAIN at once, and would again after
+		 * every poll: the flag goes, the RECV then tells ENOTSOCK and
+		 * the read goes in as READ. */
+		pr->pf_skip = true;
+		ur_issue_or_stall(u, r, NULL);
+		return NULL;
 	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		ur_backoff(pr, r->c.op);
@@ -1771,6 +1998,13 @@ static int ur_cancel(px_provider *p, px_result *r)
 
 	if (pr->held)
 		return PX_CANCEL_PENDING;  /* over, handed out with its cancel's CQE */
+	if (pr->phase == PX_URING_GATE) {
+		pr->cancel_req = true;
+		if (pr->gate_ctl)
+			return PX_CANCEL_PENDING;  /* its CTL's completion ends it */
+		/* Parked: nothing in the kernel refers to it. */
+		ur_gate_leave(pr->rg, pr, true);
+	}
 	if (pr->phase == PX_URING_IDLE) {
 		/* Not in the kernel: forget it now. */
 		pr->cancel_req = true;
@@ -1812,6 +2046,7 @@ static void ur_closed(px_provider *p, int fd)
 	fe->late_pays = false;
 	fe->late_skip = 0;
 	fe->seg = 0;
+	fe->gate_rg = NULL;  /* closed: out of every epoll set */
 }
 
 static void ur_destroy(px_provider *p)
@@ -1822,6 +2057,8 @@ static void ur_destroy(px_provider *p)
 		io_uring_queue_exit(&u->rings[i].ring);
 		if (u->rings[i].kick_fd >= 0)
 			close(u->rings[i].kick_fd);
+		if (u->rings[i].gate_ep >= 0)
+			close(u->rings[i].gate_ep);
 	}
 	if (u->ready_efd >= 0)
 		close(u->ready_efd);
@@ -1922,7 +2159,7 @@ static int ur_create(const px_processor_config *cfg,
 	 * SQ: a small max_aio starves an application whose pending reads wait
 	 * for writes that cannot start. */
 	if (cfg->max_aio)
-		cq = ur_pow2(cfg->max_aio + sq + 2);
+		cq = ur_pow2(cfg->max_aio + sq + 3);
 	else
 		cq = PX_URING_DEFAULT_CQ;
 	if (cq < 4 * sq)
@@ -2002,6 +2239,12 @@ static int ur_create(const px_processor_config *cfg,
 	for (unsigned i = 0; i < u->nrings; i++) {
 		u->rings[i].index = i;
 		u->rings[i].kick_fd = -1;
+		u->rings[i].gate_ep = -1;
+		/* Not with SQPOLL, whose kernel thread reads the EPOLL_CTL's
+		 * event at a time of its own. */
+		if (!(u->rings[0].ring.flags & IORING_SETUP_SQPOLL))
+			u->rings[i].gate_min = set->gate1 ? set->gate1 - 1
+							  : PX_URING_GATE_DEFAULT;
 		px_list_init(&u->rings[i].late);
 	}
 	/* The kick, for a dedicated processor's ring (not with SQPOLL, whose
@@ -2030,7 +2273,7 @@ static int ur_create(const px_processor_config *cfg,
 	u->prov.ops_mask = PX_OPS_IO;
 	u->prov.flags = PX_PF_START_ANY_THREAD;
 	/* Any ring's CQ holds them all: everything may end up in one. */
-	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : cq - u->cancel_cap - 2;
+	u->prov.max_aio = cfg->max_aio ? cfg->max_aio : cq - u->cancel_cap - 3;
 	u->prov.max_leaders = u->nrings;
 	u->prov.priv_size = sizeof(struct px_uring_priv);
 	*out = &u->prov;

@@ -22,9 +22,12 @@
  * ASYNC_CANCEL aimed at it. */
 #define PX_URING_TAG_NOP    1ull   /* the native interrupt's NOP */
 #define PX_URING_TAG_KICK   2ull   /* the read of the kick eventfd */
+#define PX_URING_TAG_GATE   3ull   /* the poll of a ring's gate epoll set */
 #define PX_URING_TAG_MAX    16ull
 #define PX_URING_UD_POLL    1ull   /* low bit: readiness poll of a result */
 #define PX_URING_UD_CANCEL  2ull   /* bit 1: the ASYNC_CANCEL of a result */
+#define PX_URING_UD_GATE    4ull   /* bit 2: the EPOLL_CTL that gates a read */
+#define PX_URING_UD_BITS    7ull
 
 /* Never start into the last few SQ slots: they are kept for the interrupt
  * NOP and for cancels, which cannot be deferred like a start. */
@@ -119,6 +122,20 @@ typedef struct px_uring_ring {
 	int kick_fd;
 	uint8_t kick;
 	uint64_t kick_buf;          /* where the READ puts the count */
+
+	/* Gated reads ("Gated reads" in uring.c).  gate_ep: the ring's
+	 * epoll set, made at its first gated read (-1 not yet, -2 refused);
+	 * gate_armed: the POLL_ADD on it is in the ring, its CQE not yet
+	 * reaped.  pf_reads: RECVs with POLL_FIRST in the kernel; gated:
+	 * reads gated here (their EPOLL_CTL in flight, or parked waiting for
+	 * the set), each also counted in pending; parked: of those, the ones
+	 * whose EPOLL_CTL is done, which the POLL_ADD must be in for. */
+	int gate_ep;
+	bool gate_armed;
+	unsigned gate_min;          /* u's threshold (0: never gate) */
+	unsigned pf_reads;
+	unsigned gated;
+	unsigned parked;
 } px_uring_ring;
 
 /* The provider: its rings and the three objects the core sees. */
@@ -222,6 +239,12 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
  * counts as lightly loaded, about one echo session's: see
  * ur_gather_light (uring.c). */
 #define PX_URING_LIGHT 4u
+/* A new socket read is gated when, with it, this many reads would wait
+ * in its ring (RECVs with POLL_FIRST in the kernel, and reads already
+ * gated), unless the config's read_gate= says otherwise ("Gated reads"
+ * in uring.c).  1: every read that would wait; 0: never. */
+#define PX_URING_GATE_DEFAULT 0u
+
 /* ur_balance's margin, in requests (a few echo sessions'). */
 #define PX_URING_BALANCE 16u
 
@@ -248,6 +271,10 @@ void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
  * issued late reads or still holds some: the leader's wait must then not
  * block (soon reads are ordinary once issued).  Mutex held (prepare). */
 bool px__uring_late_flush(px_uring *u, px_uring_ring *rg) PX_HIDDEN;
+
+/* Put the POLL_ADD on rg's gate epoll set into rg if a gated read is
+ * parked there and it is not in yet.  Mutex held (prepare). */
+void px__uring_gate_arm(px_uring_ring *rg) PX_HIDDEN;
 
 /* Make rg's SQEs ready for its leader's wait: published for the unlocked
  * enter (to_submit), or submitted now with SQPOLL or after a refused

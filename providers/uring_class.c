@@ -1,8 +1,8 @@
 /*
  * uring_class.c - what the library knows of the io_uring provider
  * (providers/uring.c): one wait (the ring itself) woken by its own native
- * interrupt, two presets, and three keys of its own, ring=, ring_flags= and
- * rings=.
+ * interrupt, two presets, and four keys of its own, ring=, ring_flags=,
+ * rings= and read_gate=.
  * Included by providers/classes.c, never compiled alone; it needs no
  * liburing, so the engine list can be printed at configure time.
  */
@@ -29,12 +29,13 @@ static const px_preset_desc uringc_presets[] = {
 	{ "uring-dedicated", NULL, PX_PROCESSOR_DEDICATED },
 };
 
-enum { URINGC_RING, URINGC_RING_FLAGS, URINGC_RINGS };
+enum { URINGC_RING, URINGC_RING_FLAGS, URINGC_RINGS, URINGC_READ_GATE };
 
 static const px_key_desc uringc_keys[] = {
 	[URINGC_RING] = { "ring", "a number of SQ entries from 0 (default) to 32768" },
 	[URINGC_RING_FLAGS] = { "ring_flags", "a comma list of coop_taskrun and sqpoll" },
 	[URINGC_RINGS] = { "rings", "a number of rings from 0 (default: one per CPU, at most 4) to 16" },
+	[URINGC_READ_GATE] = { "read_gate", "socket reads waiting in a ring from which new ones wait on an epoll set, 0 (never) to 1000000" },
 };
 
 static const struct {
@@ -61,6 +62,13 @@ static int uringc_parse(void *settings, unsigned key, const char *val,
 {
 	px_uring_settings *s = settings;
 
+	if (key == URINGC_READ_GATE) {
+		unsigned long n;
+		if (!px_class_number(val, vlen, PX_URING_GATE_MAX, &n))
+			return uringc_bad(err, errlen, key, val, vlen);
+		s->gate1 = (unsigned)n + 1;
+		return 0;
+	}
 	if (key == URINGC_RING || key == URINGC_RINGS) {
 		unsigned long n;
 		unsigned long max = key == URINGC_RING ? PX_URING_RING_MAX
@@ -115,6 +123,9 @@ static int uringc_format(const void *settings, char *buf, size_t len)
 	}
 	if (s->rings)
 		px_class_put(buf, len, &pos, "%srings=%u", pos ? " " : "", s->rings);
+	if (s->gate1)
+		px_class_put(buf, len, &pos, "%sread_gate=%u", pos ? " " : "",
+			     s->gate1 - 1);
 	return (int)pos;
 }
 

@@ -37,7 +37,7 @@
 #if defined(PX_HAVE_URING) && defined(PX_HAVE_LIBAIO)
 #define TC_PROVIDERS "select, uring, linux_aio or posix"
 #define TC_WAITS "epoll, poll, select, linux_rt, uring, io_getevents, " TC_PX_WAITS
-#define TC_KEYS "followers, ring, ring_flags, rings, depth, " TC_PX_KEYS
+#define TC_KEYS "followers, ring, ring_flags, rings, read_gate, depth, " TC_PX_KEYS
 #elif defined(PX_HAVE_URING)
 #define TC_PROVIDERS "select, uring or posix"
 #define TC_WAITS "epoll, poll, select, linux_rt, uring, " TC_PX_WAITS
@@ -1324,6 +1324,7 @@ static const struct {
 	{ "uring", "ring_flags", "sqpoll,coop_taskrun",
 	  "ring_flags=coop_taskrun,sqpoll", "fast" },
 	{ "uring", "rings", "2", "rings=2", "17" },
+	{ "uring", "read_gate", "8", "read_gate=8", "1000001" },
 	{ "posix", "rtsig", "40", "rtsig=40", "1" },
 	{ "posix", "aio_threads", "64", "aio_threads=64", "0" },
 	{ "posix", "sockets", "aio", "sockets=aio", "maybe" },
@@ -1945,7 +1946,7 @@ static void test_struct_form(void **state)
 	resolve_bad(&c, "ring is given twice", NULL);
 	snprintf(c.primary.words, PX_WORDS_MAX, "sqpoll=1");
 	resolve_bad(&c, "sqpoll is not a key of provider=uring",
-		    "ring, ring_flags and rings");
+		    "ring, ring_flags, rings and read_gate");
 #endif
 
 	/* Names not NUL-terminated. */

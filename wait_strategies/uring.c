@@ -83,6 +83,7 @@ static __thread bool px_uring_tls_watch_ran_out;
 static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
 {
 	px__uring_kick_arm(rg);  /* before the flush: this thread submits it */
+	px__uring_gate_arm(rg);  /* parked reads whose poll found no SQE */
 	int rc = px__uring_flush(rg);
 
 	*stuck = *stuck || rg->submit_stuck;

@@ -1,0 +1,444 @@
+/*
+ * test_uring_gate.c - gated socket reads of the io_uring provider
+ * ("Gated reads" in providers/uring.c), forced on every read that would
+ * wait with read_gate=1: the bytes of many connections arrive whole and
+ * in order, with starts from callbacks and writes from another thread;
+ * a parked read ends exactly once when cancelled, closed (px_close),
+ * at the end of the stream, at px_destroy; a number closed with close(2)
+ * and reused for another socket is read correctly (the stale interest
+ * is corrected by the EPOLL_CTL's answer); descriptors epoll refuses
+ * (a regular file) or that are no socket (a pipe) are still read.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "uring_test.h"
+
+#define GATED "uring read_gate=1"
+
+/* Epoll instances open in this process: the gate sets are the only ones
+ * here, so this says whether reads were gated at all. */
+static int epoll_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	char path[300], link[64];
+	int n = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d)) != NULL) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t k = readlink(path, link, sizeof(link) - 1);
+		if (k <= 0)
+			continue;
+		link[k] = '\0';
+		if (strstr(link, "eventpoll"))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Many connections, every byte in order                               */
+/* ------------------------------------------------------------------ */
+
+#define CONNS 48
+#define ROUNDS 200
+
+typedef struct conn {
+	px_proactor *px;
+	int fd, peer;
+	uint8_t buf[64];
+	uint32_t next;          /* the next byte value expected, mod 251 */
+	uint32_t got;
+	atomic_int bad;
+	atomic_long reads;
+} conn;
+
+static atomic_long total_started, total_called;
+
+static void conn_read_cb(const px_completion *c);
+
+static void conn_read(conn *k)
+{
+	int rc = px_read_stream(k->px, k->fd, k->buf, sizeof(k->buf),
+				conn_read_cb, k);
+	if (rc == 0)
+		atomic_fetch_add(&total_started, 1);
+	else if (rc != -ESHUTDOWN)
+		atomic_fetch_add(&k->bad, 1);
+}
+
+static void conn_read_cb(const px_completion *c)
+{
+	conn *k = c->user;
+
+	atomic_fetch_add(&total_called, 1);
+	atomic_fetch_add(&k->reads, 1);
+	if (c->error == ECANCELED)
+		return;
+	if (c->error || c->bytes == 0) {
+		atomic_fetch_add(&k->bad, 1);
+		return;
+	}
+	for (size_t i = 0; i < c->bytes; i++, k->next = (k->next + 1) % 251)
+		if (k->buf[i] != k->next)
+			atomic_fetch_add(&k->bad, 1);
+	k->got += (uint32_t)c->bytes;
+	conn_read(k);
+}
+
+static conn conns[CONNS];
+static atomic_bool writers_done;
+static atomic_int writer_bad;
+
+/* Writes ROUNDS small pieces to every connection, a connection at a time
+ * in a scrambled order, from outside the loop threads. */
+static void *writer_main(void *arg)
+{
+	(void)arg;
+	uint32_t sent[CONNS] = { 0 };
+
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int j = 0; j < CONNS; j++) {
+			int i = (j * 7 + r) % CONNS;
+			uint8_t piece[16];
+			size_t n = 1 + (size_t)((r + i) % 16);
+
+			for (size_t b = 0; b < n; b++)
+				piece[b] = (uint8_t)((sent[i] + b) % 251);
+			if (write(conns[i].peer, piece, n) != (ssize_t)n)
+				atomic_fetch_add(&writer_bad, 1);
+			sent[i] += (uint32_t)n;
+		}
+		if (r % 16 == 0)
+			usleep(1000);  /* let reads park again */
+	}
+	atomic_store(&writers_done, true);
+	return NULL;
+}
+
+static void *loop_main(void *arg)
+{
+	px_proactor *px = arg;
+
+	while (!atomic_load(&writers_done))
+		px_handle_events(px, 10);
+	for (int i = 0; i < 50; i++)
+		px_handle_events(px, 2);
+	return NULL;
+}
+
+static void many_connections_in_order(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	pthread_t loops[2], writer;
+
+	atomic_store(&total_started, 0);
+	atomic_store(&total_called, 0);
+	atomic_store(&writers_done, false);
+	int before = epoll_fds();
+	assert_int_equal(px_create(&px, GATED, err, sizeof(err)), 0);
+	for (int i = 0; i < CONNS; i++) {
+		int sv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		memset(&conns[i], 0, sizeof(conns[i]));
+		conns[i].px = px;
+		conns[i].fd = sv[0];
+		conns[i].peer = sv[1];
+		conn_read(&conns[i]);
+	}
+	for (int t = 0; t < 2; t++)
+		assert_int_equal(pthread_create(&loops[t], NULL, loop_main, px), 0);
+	assert_int_equal(pthread_create(&writer, NULL, writer_main, NULL), 0);
+	pthread_join(writer, NULL);
+	for (int t = 0; t < 2; t++)
+		pthread_join(loops[t], NULL);
+	/* The reads were gated: the provider made its epoll set. */
+	assert_true(epoll_fds() > before);
+	assert_int_equal(atomic_load(&writer_bad), 0);
+	for (int i = 0; i < CONNS; i++) {
+		uint32_t want = 0;
+		for (int r = 0; r < ROUNDS; r++)
+			want += 1 + (uint32_t)((r + i) % 16);
+		assert_int_equal(atomic_load(&conns[i].bad), 0);
+		assert_int_equal(conns[i].got, want);
+	}
+	/* One read per connection still parked: px_destroy ends each. */
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&total_called), atomic_load(&total_started));
+	for (int i = 0; i < CONNS; i++) {
+		assert_int_equal(atomic_load(&conns[i].bad), 0);
+		close(conns[i].fd);
+		close(conns[i].peer);
+	}
+	assert_int_equal(epoll_fds(), before);
+}
+
+/* ------------------------------------------------------------------ */
+/* A parked read's ends                                                */
+/* ------------------------------------------------------------------ */
+
+typedef struct rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	char buf[32];
+} rec;
+
+static void rec_cb(const px_completion *c)
+{
+	rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void spin(px_proactor *px, rec *r, int calls)
+{
+	for (int i = 0; i < 400 && atomic_load(&r->calls) < calls; i++)
+		px_handle_events(px, 5);
+}
+
+/* n socketpairs, a read started on the first end of each. */
+static void pairs_with_reads(px_proactor *px, int n, int (*sv)[2], rec *r)
+{
+	memset(r, 0, sizeof(*r) * (size_t)n);
+	for (int k = 0; k < n; k++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[k]), 0);
+		assert_int_equal(px_read_stream(px, sv[k][0], r[k].buf,
+						sizeof(r[k].buf), rec_cb,
+						&r[k]), 0);
+	}
+}
+
+/* Leads enough for every read started to be gated and parked. */
+static void settle(px_proactor *px)
+{
+	for (int i = 0; i < 10; i++)
+		px_handle_events(px, 2);
+}
+
+static void parked_read_ends_once(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int sv[6][2];
+	rec r[6], closed;
+
+	memset(&closed, 0, sizeof(closed));
+	assert_int_equal(px_create(&px, GATED, err, sizeof(err)), 0);
+	pairs_with_reads(px, 6, sv, r);
+	settle(px);
+	for (int k = 0; k < 6; k++)
+		assert_int_equal(atomic_load(&r[k].calls), 0);
+
+	/* Cancelled. */
+	assert_int_equal(px_cancel(px, sv[0][0]), 1);
+	spin(px, &r[0], 1);
+	assert_int_equal(atomic_load(&r[0].calls), 1);
+	assert_int_equal(r[0].error, ECANCELED);
+
+	/* Closed with px_close. */
+	assert_int_equal(px_close(px, sv[1][0], rec_cb, &closed), 0);
+	spin(px, &closed, 1);
+	spin(px, &r[1], 1);
+	assert_int_equal(atomic_load(&r[1].calls), 1);
+	assert_int_equal(r[1].error, ECANCELED);
+	assert_int_equal(atomic_load(&closed.calls), 1);
+	assert_int_equal(closed.error, 0);
+
+	/* The peer goes: end of stream. */
+	close(sv[2][1]);
+	spin(px, &r[2], 1);
+	assert_int_equal(atomic_load(&r[2].calls), 1);
+	assert_int_equal(r[2].error, 0);
+	assert_int_equal(r[2].bytes, 0);
+
+	/* shutdown(SHUT_RD) of the reading end: end of stream too. */
+	assert_int_equal(shutdown(sv[3][0], SHUT_RD), 0);
+	spin(px, &r[3], 1);
+	assert_int_equal(atomic_load(&r[3].calls), 1);
+	assert_int_equal(r[3].error, 0);
+	assert_int_equal(r[3].bytes, 0);
+
+	/* Data, then a second read on the same socket parks and gets the
+	 * next data (the interest is re-armed by a MOD). */
+	assert_int_equal(write(sv[4][1], "hello", 5), 5);
+	spin(px, &r[4], 1);
+	assert_int_equal(atomic_load(&r[4].calls), 1);
+	assert_int_equal(r[4].bytes, 5);
+	assert_memory_equal(r[4].buf, "hello", 5);
+	assert_int_equal(px_read_stream(px, sv[4][0], r[4].buf, sizeof(r[4].buf),
+					rec_cb, &r[4]), 0);
+	settle(px);
+	assert_int_equal(atomic_load(&r[4].calls), 1);
+	assert_int_equal(write(sv[4][1], "again", 5), 5);
+	spin(px, &r[4], 2);
+	assert_int_equal(atomic_load(&r[4].calls), 2);
+	assert_int_equal(r[4].bytes, 5);
+	assert_memory_equal(r[4].buf, "again", 5);
+
+	/* Parked at px_destroy: ECANCELED, once. */
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&r[5].calls), 1);
+	assert_int_equal(r[5].error, ECANCELED);
+	for (int k = 0; k < 6; k++) {
+		assert_true(atomic_load(&r[k].calls) >= 1);
+		if (k != 1)
+			close(sv[k][0]);
+		if (k != 2)
+			close(sv[k][1]);
+	}
+}
+
+/* A number closed with close(2) while its interest is in the gate set,
+ * and reused for another socket: the new socket's read is gated too (MOD
+ * answers ENOENT, ADD follows) and gets its data; the old peer's writes
+ * do not reach it. */
+static void reused_number_is_read(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int a[2], b[2];
+	rec r1, r2;
+
+	memset(&r1, 0, sizeof(r1));
+	memset(&r2, 0, sizeof(r2));
+	assert_int_equal(px_create(&px, GATED, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+	/* One read that completes: the number is in the set, disarmed. */
+	assert_int_equal(px_read_stream(px, a[0], r1.buf, sizeof(r1.buf),
+					rec_cb, &r1), 0);
+	settle(px);
+	assert_int_equal(write(a[1], "one", 3), 3);
+	spin(px, &r1, 1);
+	assert_int_equal(r1.bytes, 3);
+	int num = a[0];
+	close(a[0]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
+	if (b[0] != num) {
+		/* The kernel gave the lowest free number: b[1] may have it. */
+		int t = b[0];
+		b[0] = b[1];
+		b[1] = t;
+	}
+	assert_int_equal(b[0], num);
+	assert_int_equal(px_read_stream(px, b[0], r2.buf, sizeof(r2.buf),
+					rec_cb, &r2), 0);
+	settle(px);
+	assert_int_equal(atomic_load(&r2.calls), 0);
+	assert_int_equal(write(b[1], "two", 3), 3);
+	spin(px, &r2, 1);
+	assert_int_equal(atomic_load(&r2.calls), 1);
+	assert_int_equal(r2.error, 0);
+	assert_int_equal(r2.bytes, 3);
+	assert_memory_equal(r2.buf, "two", 3);
+	assert_int_equal(px_destroy(px), 0);
+	close(a[1]);
+	close(b[0]);
+	close(b[1]);
+}
+
+/* A pipe (no socket: RECV says ENOTSOCK, READ follows) and a regular file
+ * (epoll refuses it: the read goes in as an ordinary one; and a RECV with
+ * POLL_FIRST answers EAGAIN for it at once, which used to send the read
+ * round a poll and that RECV for ever), gated or not. */
+static void pipe_and_file_read_with(const char *engine)
+{
+	char err[256], path[] = "/tmp/px_gate_XXXXXX";
+	px_proactor *px;
+	int p[2];
+	rec rp, rf;
+
+	memset(&rp, 0, sizeof(rp));
+	memset(&rf, 0, sizeof(rf));
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(px_read_stream(px, p[0], rp.buf, sizeof(rp.buf),
+					rec_cb, &rp), 0);
+	settle(px);
+	assert_int_equal(write(p[1], "pipe", 4), 4);
+	spin(px, &rp, 1);
+	assert_int_equal(rp.error, 0);
+	assert_int_equal(rp.bytes, 4);
+	assert_memory_equal(rp.buf, "pipe", 4);
+
+	int f = mkstemp(path);
+	assert_true(f >= 0);
+	unlink(path);
+	assert_int_equal(write(f, "file", 4), 4);
+	assert_int_equal(lseek(f, 0, SEEK_SET), 0);
+	assert_int_equal(px_read_stream(px, f, rf.buf, sizeof(rf.buf),
+					rec_cb, &rf), 0);
+	spin(px, &rf, 1);
+	assert_int_equal(rf.error, 0);
+	assert_int_equal(rf.bytes, 4);
+	assert_memory_equal(rf.buf, "file", 4);
+	assert_int_equal(px_destroy(px), 0);
+	close(p[0]);
+	close(p[1]);
+	close(f);
+}
+
+static void pipe_and_file_are_read(void **state)
+{
+	(void)state;
+	pipe_and_file_read_with(GATED);
+	pipe_and_file_read_with("uring");
+}
+
+/* read_gate=0: no read is gated, no epoll set is made. */
+static void gate_off_makes_no_set(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int sv[8][2];
+	rec r[8];
+
+	int before = epoll_fds();
+	assert_int_equal(px_create(&px, "uring read_gate=0", err, sizeof(err)), 0);
+	pairs_with_reads(px, 8, sv, r);
+	settle(px);
+	assert_int_equal(epoll_fds(), before);
+	assert_int_equal(px_destroy(px), 0);
+	for (int k = 0; k < 8; k++) {
+		assert_int_equal(atomic_load(&r[k].calls), 1);
+		assert_int_equal(r[k].error, ECANCELED);
+		close(sv[k][0]);
+		close(sv[k][1]);
+	}
+}
+
+int main(void)
+{
+	int rc = uring_test_begin("test_uring_gate", GATED, 60);
+	if (rc)
+		return rc;
+
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(many_connections_in_order),
+		cmocka_unit_test(parked_read_ends_once),
+		cmocka_unit_test(reused_number_is_read),
+		cmocka_unit_test(pipe_and_file_are_read),
+		cmocka_unit_test(gate_off_makes_no_set),
+	};
+	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
+}
