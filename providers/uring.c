@@ -250,7 +250,7 @@
  *   lead between the data's arrival and the read (the report, then the
  *   RECV).  That lead is what an exchange within this process pays
  *   for: 20 sessions of 8 KiB on two threads ran at half the speed
- *   gated, while the echo example's client on another CPU paid 0.3-0.8
+ *   gated, while the echo example's client on another CPU paid 0.1-0.7
  *   µs less a message (docs/PERFORMANCE.md, "Gated reads").  So the
  *   default is 0, off (PX_URING_GATE_DEFAULT).  Not with SQPOLL.
  */
