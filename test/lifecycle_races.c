@@ -1924,11 +1924,9 @@ static void lv_post_cb(const px_completion *c)
 	atomic_store(&lv.ran, 1);
 }
 
-static void leaver_hands_over_to_follower(void **state)
+/* One round: the read's lateness in ms, or a failure. */
+static unsigned long long lv_round(h_fx *f)
 {
-	h_fx *f = *state;
-	if (all_dedicated(f))
-		return;
 	memset(&lv, 0, sizeof lv);
 	lv.px = f->px;
 	h_socketpair(f, lv.sv);
@@ -1956,14 +1954,45 @@ static void leaver_hands_over_to_follower(void **state)
 		fail_msg("the read started by a callback of a thread that left "
 			 "px_handle_events never completed (another thread was "
 			 "in px_handle_events(px, -1))");
-	if (late_ms > LV_LATE_MS)
-		fail_msg("the read completed %llu ms after its data arrived: "
-			 "the thread in px_handle_events(px, -1) slept on after "
-			 "the thread that started it left (at most %d ms)",
-			 (unsigned long long)late_ms, LV_LATE_MS);
 	assert_int_equal(atomic_load(&lv.rd->calls), 1);
 	assert_int_equal(lv.rd->c.error, 0);
 	assert_int_equal(lv.rd->c.bytes, 1);
+	return late_ms;
+}
+
+/* The bug made every round late (224 to 270 ms); a machine too loaded to
+ * schedule the loop thread makes one late now and then (CI once saw 341
+ * ms on select-select-pipe-shared, in the plain build's parallel run;
+ * 47 runs by hand, some beside two busy loops, never were).  So a late
+ * round is run again, on a fresh proactor, up to three rounds in all,
+ * and only three late rounds fail, as for fault.c's
+ * cancel_frees_slot_for_deferred. */
+static void leaver_hands_over_to_follower(void **state)
+{
+	h_fx *f = *state;
+	unsigned long long late[3];
+	int round;
+
+	if (all_dedicated(f))
+		return;
+	round_cfg_of_fixture();
+	for (round = 0; round < 3; round++) {
+		if (round) {
+			destroy_now(f);
+			round_new(f);
+		}
+		late[round] = lv_round(f);
+		if (late[round] <= LV_LATE_MS)
+			break;
+		printf("round %d: the read completed %llu ms after its data "
+		       "arrived; once more\n", round + 1, late[round]);
+	}
+	if (round == 3)
+		fail_msg("the read completed %llu, %llu and %llu ms after its "
+			 "data arrived in three rounds: the thread in "
+			 "px_handle_events(px, -1) slept on after the thread "
+			 "that started it left (at most %d ms)",
+			 late[0], late[1], late[2], LV_LATE_MS);
 }
 
 /* The same hand-over when the leaving thread led: thread B leads (a read
