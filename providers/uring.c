@@ -1244,6 +1244,12 @@ void px__uring_gate_arm(px_uring_ring *rg)
 	sqe = px__uring_get_sqe(rg, 1);  /* the interrupt's NOP keeps its slot */
 	if (!sqe)
 		return;  /* the next prepare tries again */
+	/* No work of the ring's (pending), as the kick's READ is not: the
+	 * parked reads count.  Once they have all left (reported, or
+	 * cancelled with their interest still armed) the POLL_ADD may stay
+	 * in the kernel until the set reports something, and the ring must
+	 * not look busy meanwhile (the other leaders' watch, orphans). */
+	rg->pending--;
 	io_uring_prep_poll_add(sqe, rg->gate_ep, POLLIN);
 	io_uring_sqe_set_data64(sqe, PX_URING_TAG_GATE);
 	rg->gate_armed = true;
@@ -1750,12 +1756,15 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		rg->kick = PX_URING_KICK_DONE;
 		return NULL;
 	}
+	if (user_data == PX_URING_TAG_GATE) {
+		/* Not counted in pending either (px__uring_gate_arm). */
+		ur_gate_fire(u, rg);
+		return NULL;
+	}
 	rg->pending--;
 	if (user_data < PX_URING_TAG_MAX) {
 		if (user_data == PX_URING_TAG_NOP)
 			rg->intr_queued = false;
-		else if (user_data == PX_URING_TAG_GATE)
-			ur_gate_fire(u, rg);
 		return NULL;
 	}
 

@@ -64,8 +64,9 @@ typedef struct px_uring_ring {
 	/* The last submit failed with EAGAIN/EBUSY: SQEs are still pending,
 	 * so the leader waits with a short timeout and retries. */
 	bool submit_stuck;
-	/* SQEs filled whose CQE is not reaped yet, and reads held back for
-	 * this ring (late or soon): the ring has work. */
+	/* SQEs filled whose CQE is not reaped yet (but the kick's READ and
+	 * the gate's POLL_ADD), reads held back for this ring (late or
+	 * soon) and reads gated here: the ring has work. */
 	unsigned pending;
 	unsigned cancels_inflight;  /* ASYNC_CANCELs whose CQE is not reaped */
 	/* Descriptors whose last start went into this ring (ur_place_new).

@@ -233,6 +233,27 @@ static void settle(px_proactor *px)
 		px_handle_events(px, 2);
 }
 
+/* A read of rfd into r that must wait (gated, and parked: no callback
+ * before the data), then text written to wfd: r's next callback gets it
+ * whole. */
+static void read_then_feed(px_proactor *px, int rfd, int wfd, rec *r,
+			   const char *text)
+{
+	int calls = atomic_load(&r->calls);
+	size_t n = strlen(text);
+
+	assert_int_equal(px_read_stream(px, rfd, r->buf, sizeof(r->buf),
+					rec_cb, r), 0);
+	settle(px);
+	assert_int_equal(atomic_load(&r->calls), calls);
+	assert_int_equal(write(wfd, text, n), (ssize_t)n);
+	spin(px, r, calls + 1);
+	assert_int_equal(atomic_load(&r->calls), calls + 1);
+	assert_int_equal(r->error, 0);
+	assert_int_equal(r->bytes, n);
+	assert_memory_equal(r->buf, text, n);
+}
+
 static void parked_read_ends_once(void **state)
 {
 	(void)state;
@@ -284,15 +305,7 @@ static void parked_read_ends_once(void **state)
 	assert_int_equal(atomic_load(&r[4].calls), 1);
 	assert_int_equal(r[4].bytes, 5);
 	assert_memory_equal(r[4].buf, "hello", 5);
-	assert_int_equal(px_read_stream(px, sv[4][0], r[4].buf, sizeof(r[4].buf),
-					rec_cb, &r[4]), 0);
-	settle(px);
-	assert_int_equal(atomic_load(&r[4].calls), 1);
-	assert_int_equal(write(sv[4][1], "again", 5), 5);
-	spin(px, &r[4], 2);
-	assert_int_equal(atomic_load(&r[4].calls), 2);
-	assert_int_equal(r[4].bytes, 5);
-	assert_memory_equal(r[4].buf, "again", 5);
+	read_then_feed(px, sv[4][0], sv[4][1], &r[4], "again");
 
 	/* Parked at px_destroy: ECANCELED, once. */
 	assert_int_equal(px_destroy(px), 0);
@@ -324,12 +337,7 @@ static void reused_number_is_read(void **state)
 	assert_int_equal(px_create(&px, GATED, err, sizeof(err)), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
 	/* One read that completes: the number is in the set, disarmed. */
-	assert_int_equal(px_read_stream(px, a[0], r1.buf, sizeof(r1.buf),
-					rec_cb, &r1), 0);
-	settle(px);
-	assert_int_equal(write(a[1], "one", 3), 3);
-	spin(px, &r1, 1);
-	assert_int_equal(r1.bytes, 3);
+	read_then_feed(px, a[0], a[1], &r1, "one");
 	int num = a[0];
 	close(a[0]);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b), 0);
@@ -340,16 +348,7 @@ static void reused_number_is_read(void **state)
 		b[1] = t;
 	}
 	assert_int_equal(b[0], num);
-	assert_int_equal(px_read_stream(px, b[0], r2.buf, sizeof(r2.buf),
-					rec_cb, &r2), 0);
-	settle(px);
-	assert_int_equal(atomic_load(&r2.calls), 0);
-	assert_int_equal(write(b[1], "two", 3), 3);
-	spin(px, &r2, 1);
-	assert_int_equal(atomic_load(&r2.calls), 1);
-	assert_int_equal(r2.error, 0);
-	assert_int_equal(r2.bytes, 3);
-	assert_memory_equal(r2.buf, "two", 3);
+	read_then_feed(px, b[0], b[1], &r2, "two");
 	assert_int_equal(px_destroy(px), 0);
 	close(a[1]);
 	close(b[0]);
@@ -371,14 +370,7 @@ static void pipe_and_file_read_with(const char *engine)
 	memset(&rf, 0, sizeof(rf));
 	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
-	assert_int_equal(px_read_stream(px, p[0], rp.buf, sizeof(rp.buf),
-					rec_cb, &rp), 0);
-	settle(px);
-	assert_int_equal(write(p[1], "pipe", 4), 4);
-	spin(px, &rp, 1);
-	assert_int_equal(rp.error, 0);
-	assert_int_equal(rp.bytes, 4);
-	assert_memory_equal(rp.buf, "pipe", 4);
+	read_then_feed(px, p[0], p[1], &rp, "pipe");
 
 	int f = mkstemp(path);
 	assert_true(f >= 0);
