@@ -85,11 +85,12 @@
  *     rounds) 14% less CPU per byte, throughput within the noise.
  *     On ENOTSOCK (a pipe, a terminal) it is redone as IORING_OP_READ at
  *     offset -1 (the current position, 5.6), which works on anything,
- *     and the descriptor remembered as "not a socket".  On EINVAL it is
- *     redone as READ too, and if that READ does not fail with EINVAL
- *     as well, the kernel refused the flag (before 5.19) and gets READ
- *     from then on; an AF_UNIX stream socket that is not connected
- *     answers EINVAL to both and changes nothing.  A read of a
+ *     and the descriptor remembered as "not a socket", as it is from
+ *     the first check of a number whose getsockopt says ENOTSOCK.  On
+ *     EINVAL it is redone as READ too, and if that READ does not fail
+ *     with EINVAL as well, the kernel refused the flag (before 5.19)
+ *     and gets READ from then on; an AF_UNIX stream socket that is not
+ *     connected answers EINVAL to both and changes nothing.  A read of a
  *     listening socket goes without the flag: a listener polls readable
  *     only when a connection waits, and the read would wait for one
  *     before failing (ENOTCONN, EINVAL).  It is known as one from the
@@ -344,7 +345,9 @@ enum { PX_URING_NOLIST = 0, PX_URING_STALLED, PX_URING_CANCEL_STALLED,
 struct px_uring_fd {
 	px_fdq_entry fq;    /* one FIFO per direction */
 	unsigned inflight;  /* started here and not finished, any operation */
-	bool notsock;       /* a stream operation got ENOTSOCK: READ/WRITE */
+	bool notsock;       /* a stream operation got ENOTSOCK, or the first
+	                       look at the number found no socket: READ and
+	                       WRITE */
 	uint8_t late_skip;  /* reads to start at once before trying a late
 	                       one again (see "Late reads") */
 	bool late_pays;     /* its last read ended in the lead after the one
@@ -1930,15 +1933,18 @@ static int ur_start(px_provider *p, px_result *r)
 	if (!pr->fe->open_seen && !pr->fe->inflight) {
 		int acc = 0;
 		socklen_t alen = sizeof(acc);
-		if (getsockopt(r->c.fd, SOL_SOCKET, SO_ACCEPTCONN, &acc,
-			       &alen) < 0) {
-			/* (EBADF for an O_PATH descriptor too, which is
-			 * open: fcntl tells.) */
-			if (errno == EBADF && fcntl(r->c.fd, F_GETFD) < 0 &&
-			    errno == EBADF)
-				return -EBADF;
+		int e = getsockopt(r->c.fd, SOL_SOCKET, SO_ACCEPTCONN, &acc,
+				   &alen) < 0 ? errno : 0;
+		/* (EBADF for an O_PATH descriptor too, which is open: fcntl
+		 * tells.) */
+		if (e == EBADF && fcntl(r->c.fd, F_GETFD) < 0 && errno == EBADF)
+			return -EBADF;
+		if (e)
 			acc = 0;
-		}
+		/* No socket (a pipe, a file): its stream operations go as
+		 * READ and WRITE from the first, without a RECV or SEND that
+		 * says ENOTSOCK. */
+		pr->fe->notsock = e == ENOTSOCK;
 		pr->fe->listener = acc != 0;
 		pr->fe->open_seen = true;
 		pr->fe->seg = 0;  /* maybe another socket */

@@ -7,7 +7,8 @@
  * at the end of the stream, at px_destroy; a number closed with close(2)
  * and reused for another socket is read correctly (the stale interest
  * is corrected by the EPOLL_CTL's answer); descriptors epoll refuses
- * (a regular file) or that are no socket (a pipe) are still read.
+ * (a regular file) or that are no socket (a pipe) are still read, also
+ * when a socket's number is reused for a file unseen.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -355,10 +356,8 @@ static void reused_number_is_read(void **state)
 	close(b[1]);
 }
 
-/* A pipe (no socket: RECV says ENOTSOCK, READ follows) and a regular file
- * (epoll refuses it: the read goes in as an ordinary one; and a RECV with
- * POLL_FIRST answers EAGAIN for it at once, which used to send the read
- * round a poll and that RECV for ever), gated or not. */
+/* A pipe and a regular file, first seen by the provider as no socket
+ * (their reads go as READ), gated or not. */
 static void pipe_and_file_read_with(const char *engine)
 {
 	char err[256], path[] = "/tmp/px_gate_XXXXXX";
@@ -396,6 +395,52 @@ static void pipe_and_file_are_read(void **state)
 	pipe_and_file_read_with("uring");
 }
 
+/* A socket number closed with close(2), unseen by the provider, and
+ * reused for a regular file: the provider still takes it for a socket.
+ * Gated, the EPOLL_CTL is refused (EPERM) and the read goes ungated; a
+ * RECV with POLL_FIRST on the file answers EAGAIN at once, which used to
+ * send the read round a poll and that RECV for ever; now the RECV goes
+ * once more without the flag, says ENOTSOCK, and a READ follows. */
+static void file_at_reused_number_with(const char *engine)
+{
+	char err[256], path[] = "/tmp/px_gate_XXXXXX";
+	px_proactor *px;
+	int a[2];
+	rec r1, rf;
+
+	memset(&r1, 0, sizeof(r1));
+	memset(&rf, 0, sizeof(rf));
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+	read_then_feed(px, a[0], a[1], &r1, "sock");
+
+	int f = mkstemp(path);
+	assert_true(f >= 0);
+	unlink(path);
+	assert_int_equal(write(f, "file", 4), 4);
+	assert_int_equal(lseek(f, 0, SEEK_SET), 0);
+	int num = a[0];
+	assert_int_equal(dup2(f, num), num);  /* closes the socket end */
+	assert_int_equal(px_read_stream(px, num, rf.buf, sizeof(rf.buf),
+					rec_cb, &rf), 0);
+	spin(px, &rf, 1);
+	assert_int_equal(atomic_load(&rf.calls), 1);
+	assert_int_equal(rf.error, 0);
+	assert_int_equal(rf.bytes, 4);
+	assert_memory_equal(rf.buf, "file", 4);
+	assert_int_equal(px_destroy(px), 0);
+	close(num);
+	close(a[1]);
+	close(f);
+}
+
+static void file_at_reused_number_is_read(void **state)
+{
+	(void)state;
+	file_at_reused_number_with(GATED);
+	file_at_reused_number_with("uring");
+}
+
 /* read_gate=0: no read is gated, no epoll set is made. */
 static void gate_off_makes_no_set(void **state)
 {
@@ -430,6 +475,7 @@ int main(void)
 		cmocka_unit_test(parked_read_ends_once),
 		cmocka_unit_test(reused_number_is_read),
 		cmocka_unit_test(pipe_and_file_are_read),
+		cmocka_unit_test(file_at_reused_number_is_read),
 		cmocka_unit_test(gate_off_makes_no_set),
 	};
 	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
