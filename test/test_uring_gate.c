@@ -356,11 +356,37 @@ static void reused_number_is_read(void **state)
 	close(b[1]);
 }
 
+/* A regular file, already unlinked, that holds "file", its offset at 0. */
+static int scratch_file(void)
+{
+	char path[] = "/tmp/px_gate_XXXXXX";
+	int f = mkstemp(path);
+
+	assert_true(f >= 0);
+	unlink(path);
+	assert_int_equal(write(f, "file", 4), 4);
+	assert_int_equal(lseek(f, 0, SEEK_SET), 0);
+	return f;
+}
+
+/* A stream read of fd (a scratch_file, under whatever number) completes
+ * once, with the four bytes of the file. */
+static void file_read_once(px_proactor *px, int fd, rec *rf)
+{
+	assert_int_equal(px_read_stream(px, fd, rf->buf, sizeof(rf->buf),
+					rec_cb, rf), 0);
+	spin(px, rf, 1);
+	assert_int_equal(atomic_load(&rf->calls), 1);
+	assert_int_equal(rf->error, 0);
+	assert_int_equal(rf->bytes, 4);
+	assert_memory_equal(rf->buf, "file", 4);
+}
+
 /* A pipe and a regular file, first seen by the provider as no socket
  * (their reads go as READ), gated or not. */
 static void pipe_and_file_read_with(const char *engine)
 {
-	char err[256], path[] = "/tmp/px_gate_XXXXXX";
+	char err[256];
 	px_proactor *px;
 	int p[2];
 	rec rp, rf;
@@ -371,17 +397,8 @@ static void pipe_and_file_read_with(const char *engine)
 	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
 	read_then_feed(px, p[0], p[1], &rp, "pipe");
 
-	int f = mkstemp(path);
-	assert_true(f >= 0);
-	unlink(path);
-	assert_int_equal(write(f, "file", 4), 4);
-	assert_int_equal(lseek(f, 0, SEEK_SET), 0);
-	assert_int_equal(px_read_stream(px, f, rf.buf, sizeof(rf.buf),
-					rec_cb, &rf), 0);
-	spin(px, &rf, 1);
-	assert_int_equal(rf.error, 0);
-	assert_int_equal(rf.bytes, 4);
-	assert_memory_equal(rf.buf, "file", 4);
+	int f = scratch_file();
+	file_read_once(px, f, &rf);
 	assert_int_equal(px_destroy(px), 0);
 	close(p[0]);
 	close(p[1]);
@@ -403,7 +420,7 @@ static void pipe_and_file_are_read(void **state)
  * once more without the flag, says ENOTSOCK, and a READ follows. */
 static void file_at_reused_number_with(const char *engine)
 {
-	char err[256], path[] = "/tmp/px_gate_XXXXXX";
+	char err[256];
 	px_proactor *px;
 	int a[2];
 	rec r1, rf;
@@ -414,20 +431,10 @@ static void file_at_reused_number_with(const char *engine)
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
 	read_then_feed(px, a[0], a[1], &r1, "sock");
 
-	int f = mkstemp(path);
-	assert_true(f >= 0);
-	unlink(path);
-	assert_int_equal(write(f, "file", 4), 4);
-	assert_int_equal(lseek(f, 0, SEEK_SET), 0);
+	int f = scratch_file();
 	int num = a[0];
 	assert_int_equal(dup2(f, num), num);  /* closes the socket end */
-	assert_int_equal(px_read_stream(px, num, rf.buf, sizeof(rf.buf),
-					rec_cb, &rf), 0);
-	spin(px, &rf, 1);
-	assert_int_equal(atomic_load(&rf.calls), 1);
-	assert_int_equal(rf.error, 0);
-	assert_int_equal(rf.bytes, 4);
-	assert_memory_equal(rf.buf, "file", 4);
+	file_read_once(px, num, &rf);
 	assert_int_equal(px_destroy(px), 0);
 	close(num);
 	close(a[1]);
