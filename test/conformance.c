@@ -1687,7 +1687,7 @@ static int fork_child(px_proactor *px, int fd)
 	if (fork_child_calls(px, fd))
 		return 1;
 	/* TSan ends a child of a threaded process that starts threads. */
-	if (H_TSAN)
+	if (PX_TEST_TSAN)
 		return 0;
 	px_config cfg = h_cfg;
 	cfg.flags |= PX_CF_NO_ENV;

@@ -36,6 +36,7 @@
  * when no engine given could run.
  */
 #include "proactor.h"
+#include "tsan.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -43,21 +44,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
-
-#if defined(__SANITIZE_THREAD__)
-#define DS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define DS_TSAN 1
-#endif
-#endif
-#ifndef DS_TSAN
-#define DS_TSAN 0
-#endif
 
 #define PIPES 32
 #define WATCHDOG_S 60
@@ -257,7 +245,7 @@ static int engine_run(const char *text)
 	char err[512] = "";
 	int r;
 
-	if (DS_TSAN && strstr(text, "posix")) {
+	if (PX_TEST_TSAN && strstr(text, "posix")) {
 		printf("dlopen_shared: '%s': POSIX AIO does not run under "
 		       "ThreadSanitizer: skipped\n", text);
 		return 77;

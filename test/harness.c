@@ -109,7 +109,7 @@ void harness_engine_init(int argc, char **argv, const char *prog)
 		exit(1);
 	}
 	h_cfg.flags |= PX_CF_NO_ENV;
-#if H_TSAN
+#if PX_TEST_TSAN
 	/* glibc starts its AIO helper threads with its own internal
 	 * pthread_create, which ThreadSanitizer never sees; a helper that
 	 * starts another helper, or sets up a SIGEV_THREAD notification,

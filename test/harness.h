@@ -29,17 +29,7 @@
 
 #include "proactor.h"
 
-/* Built with ThreadSanitizer (gcc or clang)? */
-#if defined(__SANITIZE_THREAD__)
-#define H_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define H_TSAN 1
-#endif
-#endif
-#ifndef H_TSAN
-#define H_TSAN 0
-#endif
+#include "tsan.h"
 
 /* The engine under test (from argv[1]), parsed once by
  * harness_engine_init. */

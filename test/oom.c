@@ -243,7 +243,7 @@ static int count_fds(void)
  * starts a thread of its own at a time of its choosing. */
 static int count_threads(void)
 {
-	if (H_TSAN)
+	if (PX_TEST_TSAN)
 		return 0;
 	const char *prov[2] = { h_cfg.primary.provider,
 				h_cfg.secondary.processor == PX_PROCESSOR_NONE

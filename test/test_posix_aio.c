@@ -60,6 +60,7 @@
 
 #include "core.h"
 #include "../providers/posix_aio.h"
+#include "tsan.h"
 
 #define MAX_LOOPERS 4
 
@@ -75,14 +76,6 @@ typedef struct fx {
 	int nloopers;
 	atomic_bool looping;
 } fx;
-
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
 
 static const char *const waits[] = { "aiocb", "sigwait", "callback" };
 
@@ -1076,7 +1069,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "overflow"))
 		return overflow_child();
-#ifdef TSAN
+#if PX_TEST_TSAN
 	/* glibc starts its AIO helpers with its internal pthread_create,
 	 * unseen by ThreadSanitizer; a helper that starts another one mallocs
 	 * in a thread TSan does not know and crashes its allocator.  Only

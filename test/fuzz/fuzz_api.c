@@ -49,6 +49,7 @@
 #include <fcntl.h>
 
 #include "proactor.h"
+#include "../tsan.h"
 
 enum { MAX_OPS = 512, NPAIRS = 3, NPIPES = 2, NSTREAM = 2 * (NPAIRS + NPIPES),
        FILE_SLOT = NSTREAM, DGRAM_SLOT = NSTREAM + 1, NSLOTS = NSTREAM + 3,
@@ -99,16 +100,6 @@ static int cut_iov(int n, size_t len, uint8_t a)
 	}
 	return cnt;
 }
-#if defined(__SANITIZE_THREAD__)
-#define FUZZ_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define FUZZ_TSAN 1
-#endif
-#endif
-#ifndef FUZZ_TSAN
-#define FUZZ_TSAN 0
-#endif
 
 static const char *g_engine;
 static int g_trace;             /* PX_FUZZ_TRACE set: print each callback */
@@ -436,7 +427,7 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 		 * close while the library works on the number in another
 		 * thread (it cannot know of the close), and TSan reports
 		 * that as a race on the descriptor. */
-		if (g_slot[slot] == SLOT_OPEN && !(FUZZ_TSAN && g_nthreads)) {
+		if (g_slot[slot] == SLOT_OPEN && !(PX_TEST_TSAN && g_nthreads)) {
 			close(fd);
 			g_slot[slot] = SLOT_CLOSED;
 		}
