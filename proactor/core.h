@@ -91,6 +91,8 @@ typedef struct px_processor {
 	                              yet seen with work */
 	bool ready_offered;        /* its wait's ready_fd gave a descriptor
 	                              once, so it will again (disp_lone_lead) */
+	bool collected;            /* its latest collection found results
+	                              (disp_lone_lead) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 

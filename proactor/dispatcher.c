@@ -389,6 +389,19 @@ static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
 		 * useless, a write and a read of its eventfd.) */
 		p->ready_offered = true;
 		ms = 0;
+	} else if (o->collected) {
+		/* Neither can watch the other.  o's latest lead found
+		 * results, whose callbacks most likely started more of the
+		 * same (a file read at a time): p is only polled, and the
+		 * thread sleeps in o's next lead, bounded, for those.  A
+		 * poll that finds nothing clears p's flag, so the one that
+		 * just delivered gets the bounded sleep; two leads in a row
+		 * that find nothing are 1 ms each, as before.  A lone thread
+		 * reading one file block at a time through POSIX AIO's
+		 * aiocb wait beside an idle socket read on epoll made 873
+		 * reads a second with 1 ms for each lead (docs/PERFORMANCE.md,
+		 * "Polling the processor that did not deliver"). */
+		ms = 0;
 	}
 	return ms < 0 || ms > 1 ? 1 : ms;
 }

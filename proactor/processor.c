@@ -607,6 +607,7 @@ bool px__processor_has_shared(const px_processor *p)
 void px__processor_collect_claimed(px_processor *p, uint64_t end)
 {
 	size_t n = proc_collect(p, end);
+	p->collected = n > 0;
 	proc_start_deferred(p);
 	proc_after_wait(p, n, end);
 }
