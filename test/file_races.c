@@ -2054,6 +2054,59 @@ static void file_and_sockets_one_thread(void **state)
 	free(mem);
 }
 
+/* The test thread alone again, a chain of buffered file reads and an idle
+ * socket read, on an engine of two shared processors whose waits cannot
+ * watch each other (POSIX AIO's aiocb wait beside the readiness
+ * provider).  When every lead could sleep 1 ms, each read cost a sleep of
+ * 1 ms in the sockets' wait, long after the read had finished: now that
+ * wait only polls while the file processor's last collection found
+ * results (the dispatcher's disp_lone_lead).  Checked, besides the
+ * reads' bytes: the socket processor's time in its waits over the chain
+ * (px_stats) stays under half of LT_FILE_READS sleeps of 1 ms, which the
+ * kernel's timeouts guarantee the old alternation went over, however
+ * fast the machine. */
+static void file_chain_beside_idle_read(void **state)
+{
+	h_fx *f = *state;
+	const char *eng = px_engine_name(f->px);
+	if (!strstr(eng, "wait=aiocb") || !strstr(eng, "secondary:") ||
+	    strstr(eng, "processor=dedicated"))
+		skip();
+	lone *l = h_alloc(f, sizeof *l);
+	l->f = f;
+	l->want = h_alloc(f, 16 * 4096);
+	h_pattern(l->want, 16 * 4096, 78u, 0);
+	l->fd = temp_file(f);
+	assert_int_equal(pwrite(l->fd, l->want, 16 * 4096, 0), 16 * 4096);
+	l->buf = h_alloc(f, 4096);
+	int idle[2];
+	h_socketpair(f, idle);
+	h_rec *ir = h_rec_new(f);
+	char idle_byte;
+	assert_int_equal(px_read_stream(f->px, idle[0], &idle_byte, 1, h_rec_cb,
+					ir), 0);
+	struct px_stats s0, s1;
+	assert_int_equal(px_stats(f->px, &s0), 0);
+	assert_int_equal(s0.nproc, 2u);
+	lone_next_file(l);
+	uint64_t deadline = h_deadline(30000);
+	while (l->file_done < LT_FILE_READS && h_bad_count() == 0)
+		h_pump(f, deadline, "the file chain");
+	assert_int_equal(px_stats(f->px, &s1), 0);
+	h_assert_no_bad("a file chain beside an idle read");
+	/* The socket processor: the one the chain started nothing on. */
+	int sp = s1.proc[0].started == s0.proc[0].started ? 0 : 1;
+	assert_int_equal(s1.proc[sp].started, s0.proc[sp].started);
+	uint64_t slept = s1.proc[sp].wait_ns - s0.proc[sp].wait_ns;
+	print_message("file chain beside an idle read: %d reads, %.1f ms in "
+		      "the socket processor's waits\n", LT_FILE_READS,
+		      (double)slept / 1e6);
+	assert_true(slept < (uint64_t)LT_FILE_READS * 1000000u / 2);
+	assert_int_equal(px_cancel(f->px, idle[0]), 1);
+	h_wait_rec(f, ir, 5000, "the idle read, cancelled");
+	assert_int_equal(ir->c.error, ECANCELED);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -2077,6 +2130,7 @@ int main(int argc, char **argv)
 		T(file_read_on_quiet_socket),
 		T(file_closed_behind_back),
 		T(file_and_sockets_one_thread),
+		T(file_chain_beside_idle_read),
 	};
 	return cmocka_run_group_tests_name("file_races", tests, NULL, NULL) ? 1
 									     : 0;
