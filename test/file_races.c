@@ -2006,6 +2006,25 @@ static void *lone_writer(void *arg)
 	return NULL;
 }
 
+/* A read on a socket nobody writes to, pending until idle_read_cancel. */
+static h_rec *idle_read_start(h_fx *f, int idle[2], char *byte)
+{
+	h_socketpair(f, idle);
+	h_rec *ir = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, idle[0], byte, 1, h_rec_cb, ir),
+			 0);
+	return ir;
+}
+
+/* It has not called back; px_cancel ends it with ECANCELED. */
+static void idle_read_cancel(h_fx *f, int fd, h_rec *ir)
+{
+	assert_int_equal(atomic_load(&ir->calls), 0);
+	assert_int_equal(px_cancel(f->px, fd), 1);
+	h_wait_rec(f, ir, 5000, "the idle read, cancelled");
+	assert_int_equal(ir->c.error, ECANCELED);
+}
+
 static void file_and_sockets_one_thread(void **state)
 {
 	h_fx *f = *state;
@@ -2028,11 +2047,8 @@ static void file_and_sockets_one_thread(void **state)
 	l->buf = mem;
 	h_socketpair(f, l->sv);
 	int idle[2];
-	h_socketpair(f, idle);
-	h_rec *ir = h_rec_new(f);
 	char idle_byte;
-	assert_int_equal(px_read_stream(f->px, idle[0], &idle_byte, 1, h_rec_cb,
-					ir), 0);
+	h_rec *ir = idle_read_start(f, idle, &idle_byte);
 	assert_int_equal(px_read_stream(f->px, l->sv[0], &l->sock_byte, 1,
 					lone_sock_cb, l), 0);
 	lone_next_file(l);
@@ -2045,10 +2061,7 @@ static void file_and_sockets_one_thread(void **state)
 	atomic_store(&l->writer_stop, true);
 	pthread_join(wt, NULL);
 	h_assert_no_bad("file and sockets on one thread");
-	assert_int_equal(atomic_load(&ir->calls), 0);
-	assert_int_equal(px_cancel(f->px, idle[0]), 1);
-	h_wait_rec(f, ir, 5000, "the idle read, cancelled");
-	assert_int_equal(ir->c.error, ECANCELED);
+	idle_read_cancel(f, idle[0], ir);
 	h_settle(f, 20);
 	assert_int_equal(atomic_load(&ir->calls), 1);
 	free(mem);
@@ -2080,11 +2093,8 @@ static void file_chain_beside_idle_read(void **state)
 	assert_int_equal(pwrite(l->fd, l->want, 16 * 4096, 0), 16 * 4096);
 	l->buf = h_alloc(f, 4096);
 	int idle[2];
-	h_socketpair(f, idle);
-	h_rec *ir = h_rec_new(f);
 	char idle_byte;
-	assert_int_equal(px_read_stream(f->px, idle[0], &idle_byte, 1, h_rec_cb,
-					ir), 0);
+	h_rec *ir = idle_read_start(f, idle, &idle_byte);
 	struct px_stats s0, s1;
 	assert_int_equal(px_stats(f->px, &s0), 0);
 	assert_int_equal(s0.nproc, 2u);
@@ -2102,9 +2112,7 @@ static void file_chain_beside_idle_read(void **state)
 		      "the socket processor's waits\n", LT_FILE_READS,
 		      (double)slept / 1e6);
 	assert_true(slept < (uint64_t)LT_FILE_READS * 1000000u / 2);
-	assert_int_equal(px_cancel(f->px, idle[0]), 1);
-	h_wait_rec(f, ir, 5000, "the idle read, cancelled");
-	assert_int_equal(ir->c.error, ECANCELED);
+	idle_read_cancel(f, idle[0], ir);
 }
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
