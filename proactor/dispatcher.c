@@ -398,9 +398,10 @@ static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
 		 * just delivered gets the bounded sleep; two leads in a row
 		 * that find nothing are 1 ms each, as before.  A lone thread
 		 * reading one file block at a time through POSIX AIO's
-		 * aiocb wait beside an idle socket read on epoll made 873
-		 * reads a second with 1 ms for each lead (docs/PERFORMANCE.md,
-		 * "Polling the processor that did not deliver"). */
+		 * aiocb wait beside an idle socket read on epoll made
+		 * 887-900 reads a second with 1 ms for each lead, and
+		 * 8,419-9,298 this way (docs/PERFORMANCE.md, "Polling the
+		 * processor that did not deliver"). */
 		ms = 0;
 	}
 	return ms < 0 || ms > 1 ? 1 : ms;
