@@ -466,7 +466,9 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * px_handle_events for a shared processor.  The check needs the number
  * to stay closed: if the application opens another file that gets the
  * same number before the pending operations have completed, the
- * behaviour is undefined (they may run on the new file).  Use px_close,
+ * behaviour is undefined (they may run on the new file).  The library
+ * keeps the descriptors it makes while it runs (POSIX AIO's dups, for
+ * one) off such numbers.  Use px_close,
  * which cancels, waits and then closes, so that the number is free only
  * once nothing of the proactor refers to it.
  */

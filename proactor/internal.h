@@ -231,6 +231,15 @@ typedef struct px_result {
 /* Wake px_cancel waiting for r's call (proactor.c). */
 void px__call_end_wake(px_result *r) PX_HIDDEN;
 
+/* fd is a descriptor the library has just made while px runs (a dup, or
+ * a descriptor made at its first need): move it off the number if
+ * operations of px still name that number, which the application then
+ * closed with close(2) under them.  Taking it would hand those
+ * operations the library's own file (proactor.c).  Returns the
+ * descriptor to keep, fd or a dup of it above it, or -errno with fd
+ * closed.  Mutex held; px may be NULL (a provider made alone). */
+int px__fd_keep_off_ops(struct px_proactor *px, int fd) PX_HIDDEN;
+
 /* A provider claims r for a system call it makes with the mutex released
  * (mutex held). */
 static inline void px_call_begin(px_result *r)
@@ -548,6 +557,8 @@ struct px_provider {
 	                              1 for one; more only with a wait that has
 	                              may_lead (see px_wait_ops) */
 	size_t priv_size;          /* private bytes per result */
+	struct px_proactor *px;    /* its proactor, set with lock; NULL for a
+	                              provider made alone (unit tests) */
 	pthread_mutex_t *lock;     /* the proactor mutex; set by the processor
 	                              after create.  start() and next_completed()
 	                              may release it around a system call, and

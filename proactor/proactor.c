@@ -363,6 +363,29 @@ static size_t fac_count_fd(struct px_proactor *px, int fd)
 	return e ? px_list_count(&e->ops) : 0;
 }
 
+/* The kernel gives a new descriptor the lowest free number, and a number
+ * the application closed with close(2) under pending operations is free
+ * until the idle check has ended them (EBADF, "Closed descriptors" in
+ * docs/ARCHITECTURE.md).  A descriptor of the library's own put there
+ * (POSIX AIO's dups, made while a file is busy) would be the file those
+ * operations name: the check finds the number open and leaves them
+ * waiting, and a new start on the number meets the library's file.  So
+ * it moves up, past every such number; each step closes the number it
+ * leaves, which F_DUPFD's lower bound then passes by. */
+int px__fd_keep_off_ops(struct px_proactor *px, int fd)
+{
+	while (px && fd >= 0 && fac_count_fd(px, fd)) {
+		int d = fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
+		int e = errno;
+
+		close(fd);
+		if (d < 0)
+			return -e;
+		fd = d;
+	}
+	return fd;
+}
+
 /* Cancel what of fd is deferred, being started or in the kernel (what has
  * finished keeps its own result).  Returns how many were cancelled. */
 static int fac_cancel_fd(struct px_proactor *px, int fd)

@@ -924,6 +924,7 @@ int px__processor_create(struct px_proactor *px, int index,
 		return rc;
 	}
 	p->prov->lock = &px->lock;
+	p->prov->px = px;
 	p->px = px;
 	p->index = index;
 	p->wait = p->prov->wait;

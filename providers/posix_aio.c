@@ -110,14 +110,25 @@ static void paio_init_glibc(unsigned threads)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
+/* A dup of fd for this provider's own use, on a number no pending
+ * operation names (px__fd_keep_off_ops), or -errno. */
+static int paio_dup(px_paio *p, int fd)
+{
+	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+	return d < 0 ? -errno : px__fd_keep_off_ops(p->prov.px, d);
+}
+
 /* The descriptor a stream write goes through: a dup kept while the
  * descriptor is busy. */
-static int paio_write_fd(px_paio_fd *fe)
+static int paio_write_fd(px_paio *p, px_paio_fd *fe)
 {
 	if (!fe->wfd_open) {
-		fe->wfd = fcntl(fe->fq.fd, F_DUPFD_CLOEXEC, 0);
-		if (fe->wfd < 0)
-			return -errno;
+		int d = paio_dup(p, fe->fq.fd);
+
+		if (d < 0)
+			return d;
+		fe->wfd = d;
 		fe->wfd_open = true;
 	}
 	return fe->wfd;
@@ -158,7 +169,7 @@ static int paio_file_fd(px_paio *p, px_paio_fd *fe)
 	if (!k)
 		return fe->fq.fd;
 	if (!(fe->lanes_open & (1u << k))) {
-		int d = fcntl(fe->fq.fd, F_DUPFD_CLOEXEC, 0);
+		int d = paio_dup(p, fe->fq.fd);
 		if (d < 0)
 			return fe->fq.fd;
 		fe->lane_fd[k] = d;
@@ -176,7 +187,7 @@ static int paio_submit(px_paio *p, px_result *r)
 	int fd = c->fd, rc;
 
 	if (c->op == PX_OP_WRITE_STREAM) {
-		fd = paio_write_fd(q->fe);
+		fd = paio_write_fd(p, q->fe);
 		if (fd < 0)
 			return fd;
 	} else if (!paio_is_stream(c->op) && q->fe) {

@@ -638,7 +638,8 @@ int px__uring_ready_fd(px_uring *u)
 	bool lead_now = u->intr_deferred, stuck = false;
 
 	if (u->ready_efd == -1) {
-		int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		int fd = px__fd_keep_off_ops(u->prov.px,
+					     eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		unsigned i = 0;
 
 		if (fd >= 0)
@@ -1195,7 +1196,8 @@ static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
 	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed))
 		return false;
 	if (rg->gate_ep == -1) {
-		rg->gate_ep = epoll_create1(EPOLL_CLOEXEC);
+		rg->gate_ep = px__fd_keep_off_ops(r->c.proactor,
+						  epoll_create1(EPOLL_CLOEXEC));
 		if (rg->gate_ep < 0) {
 			rg->gate_ep = -2;  /* ordinary reads from now on */
 			return false;

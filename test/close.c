@@ -8,7 +8,9 @@
  *
  *   close 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
+#include <aio.h>
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -758,6 +760,96 @@ static void close_during_start_call(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * A number closed with close(2) under a pending read is free in the
+ * kernel until the idle check ends that read, and the kernel gives the
+ * lowest free number to the next descriptor made.  The library makes some
+ * of its own while it works: POSIX AIO's dups of a file with several
+ * requests in glibc (file_lanes), among others.  Such a dup on the number
+ * would be the file the pending read sees (the check finds the number
+ * open, and the read may be served from it).  Found by fuzz_api on
+ * posix-aio+epoll: a read started on the closed number reached epoll with
+ * the dup of a memfd there and failed with EPERM.  Here the closed number
+ * is made the lowest free one, eight file reads follow at once, and no
+ * request may reach glibc on that number; the read still ends with EBADF.
+ * Engines without POSIX AIO make no such request: for them the test only
+ * checks the outcomes.
+ */
+static atomic_int lo_watch = -1;   /* the closed number */
+static atomic_int lo_hits;         /* requests made on it */
+
+/* The library's aio_read calls come here (the test links it statically). */
+int aio_read(struct aiocb *cb)
+{
+	static int (*real)(struct aiocb *);
+
+	if (!real)
+		real = (int (*)(struct aiocb *))dlsym(RTLD_NEXT, "aio_read");
+	if (cb->aio_fildes == atomic_load(&lo_watch))
+		atomic_fetch_add(&lo_hits, 1);
+	return real(cb);
+}
+
+static void library_keeps_off_a_closed_number(void **state)
+{
+	h_fx *f = *state;
+	enum { NREAD = 8, BLK = 4096 };
+	char path[] = "/tmp/px_close_lanes_XXXXXX";
+	int file = mkstemp(path);
+	assert_true(file >= 0);
+	unlink(path);
+	h_track(f, file);
+	char *data = h_alloc(f, NREAD * BLK);
+	for (int i = 0; i < NREAD * BLK; i++)
+		data[i] = (char)(i * 7 + 3);
+	assert_int_equal(pwrite(file, data, NREAD * BLK, 0), NREAD * BLK);
+
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	/* No free number below a[1]: fill the holes. */
+	for (;;) {
+		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		assert_true(d >= 0);
+		if (d > a[1]) {
+			close(d);
+			break;
+		}
+		h_track(f, d);
+	}
+	atomic_store(&lo_hits, 0);
+	atomic_store(&lo_watch, a[1]);
+	h_close(f, a[1]);
+
+	char *out = h_alloc(f, NREAD * BLK);
+	h_rec *fr[NREAD];
+	for (int i = 0; i < NREAD; i++) {
+		fr[i] = h_rec_new(f);
+		assert_int_equal(px_read_file(f->px, file, out + i * BLK, BLK,
+					      (uint64_t)i * BLK, h_rec_cb, fr[i]),
+				 0);
+	}
+	for (int i = 0; i < NREAD; i++)
+		h_wait_rec(f, fr[i], 5000, "a file read");
+	h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+	atomic_store(&lo_watch, -1);
+	h_settle(f, 20);
+	if (atomic_load(&lo_hits))
+		fail_msg("%d file requests reached glibc on the number of the "
+			 "closed socket, which a read still named (engine '%s')",
+			 atomic_load(&lo_hits), h_engine_text);
+	for (int i = 0; i < NREAD; i++) {
+		expect_once(fr[i], PX_OP_READ_FILE, file, 0, "a file read");
+		assert_int_equal(fr[i]->c.bytes, BLK);
+	}
+	assert_memory_equal(out, data, NREAD * BLK);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+	h_assert_usable(f);
+}
+
 /* ------------------------------------------------------------------ */
 /* max_aio too small for what is pending                                */
 /* ------------------------------------------------------------------ */
@@ -809,6 +901,7 @@ int main(int argc, char **argv)
 		T(close_from_own_callback),
 		T(close_then_destroy),
 		T(close_during_start_call),
+		T(library_keeps_off_a_closed_number),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,

@@ -185,7 +185,8 @@ static int sigw_ready_fd(px_wait *w)
 	if (p->sig_fd == -1) {
 		sigemptyset(&set);
 		sigaddset(&set, p->signo);
-		p->sig_fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+		p->sig_fd = px__fd_keep_off_ops(p->prov.px,
+				signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC));
 		if (p->sig_fd < 0)
 			p->sig_fd = -2;
 	}
