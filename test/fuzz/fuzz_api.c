@@ -162,6 +162,24 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	g_nthreads = t ? atoi(t) : 0;
 	if (g_nthreads < 0 || g_nthreads > 4)
 		g_nthreads = 4;
+#if PX_TEST_TSAN
+	/* glibc starts its AIO helper threads with its own pthread_create,
+	 * which ThreadSanitizer never sees; a helper that starts another
+	 * mallocs in a thread TSan does not know and crashes its allocator
+	 * with a bare SIGSEGV (the test suite skips those engines under
+	 * TSan for the same reason, harness.c). */
+	px_config pc;
+	char perr[256];
+	if (px_config_parse(&pc, g_engine, perr, sizeof perr) == 0 &&
+	    (!strcmp(pc.primary.provider, "posix") ||
+	     !strcmp(pc.secondary.provider, "posix"))) {
+		fprintf(stderr, "fuzz_api: PX_FUZZ_ENGINE '%s': POSIX AIO "
+			"cannot run under ThreadSanitizer (glibc's AIO helper "
+			"threads are unknown to it); use the ASan build\n",
+			g_engine);
+		exit(1);
+	}
+#endif
 	pthread_mutexattr_t ma;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
