@@ -766,8 +766,8 @@ static void close_during_start_call(void **state)
  * lowest free number to the next descriptor made.  The library makes some
  * of its own while it works: POSIX AIO's dups of a file with several
  * requests in glibc (file_lanes), among others.  Such a dup on the number
- * would be the file the pending read sees (the check finds the number
- * open, and the read may be served from it).  Found by fuzz_api on
+ * would be the file the pending read names (the check finds the number
+ * open and leaves the read waiting while the dup lives).  Found by fuzz_api on
  * posix-aio+epoll: a read started on the closed number reached epoll with
  * the dup of a memfd there and failed with EPERM.  Here the closed number
  * is made the lowest free one, eight file reads follow at once, and no

@@ -463,6 +463,9 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 		r->started = 1; /* its callback may run inside the call */
 		rc = px_close(px, fd, cb, r);
 		r->started = rc == 0;
+		if (g_trace)
+			fprintf(stderr, "step %d: px_close fd %d -> %d\n", n,
+				fd, rc);
 		if (rc == 0) {
 			g_slot[slot] = SLOT_PX_CLOSE;
 			g_close_rec[slot] = n;
@@ -483,6 +486,9 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 		if (g_slot[slot] == SLOT_OPEN && !(PX_TEST_TSAN && g_nthreads)) {
 			close(fd);
 			g_slot[slot] = SLOT_CLOSED;
+			if (g_trace)
+				fprintf(stderr, "step %d: close(2) fd %d\n", n,
+					fd);
 		}
 		NOREC;
 	case 19:
