@@ -946,6 +946,10 @@ static void test_provider_wait_interrupt(void **state)
 		{ "select interrupt=pipe wait=poll", "select", "poll", "pipe" },
 		{ "poll-dedicated interrupt=signal", "select", "poll", "signal" },
 		{ "epoll provider=select", "select", "epoll", "eventfd" },
+		/* The example of px_config_parse(3): a readiness preset with
+		 * POSIX AIO's wait is POSIX AIO. */
+		{ "poll wait=sigwait", "posix", "sigwait", "native" },
+		{ "epoll wait=callback", "posix", "callback", "native" },
 #ifdef PX_HAVE_URING
 		{ "provider=uring", "uring", "uring", "native" },
 		{ "provider=uring wait=uring", "uring", "uring", "native" },
