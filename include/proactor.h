@@ -468,7 +468,7 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * same number before the pending operations have completed, the
  * behaviour is undefined (they may run on the new file).  The library
  * keeps the descriptors it makes while it runs (POSIX AIO's dups, for
- * one) off such numbers.  Use px_close,
+ * one) and the sockets px_accept delivers off such numbers.  Use px_close,
  * which cancels, waits and then closes, so that the number is free only
  * once nothing of the proactor refers to it.
  */

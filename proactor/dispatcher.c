@@ -303,6 +303,12 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	 * queue). */
 	if (r->fd_closed && r->c.error == ECANCELED)
 		r->c.error = EBADF;
+	/* The providers move an accepted socket off a number that pending
+	 * operations name as soon as they have it, before they note the new
+	 * file (px__accept_keep_off); this catches the rest (Linux AIO's
+	 * accepts, whose old operations hold their own file meanwhile). */
+	if (r->c.op == PX_OP_ACCEPT)
+		px__accept_keep_off(px, r);
 	disp_count_delivery(px, r);
 	r->state = PX_RS_COMPLETED;
 	px_callback *cb = r->cb;

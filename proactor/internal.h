@@ -239,6 +239,12 @@ void px__call_end_wake(px_result *r) PX_HIDDEN;
  * descriptor to keep, fd or a dup of it above it, or -errno with fd
  * closed.  Mutex held; px may be NULL (a provider made alone). */
 int px__fd_keep_off_ops(struct px_proactor *px, int fd) PX_HIDDEN;
+/* The same for the socket of an accept r that has just succeeded
+ * (r->c.new_fd; anything else is left alone).  The kernel gives it the
+ * lowest free number, which may be one the application closed under
+ * pending operations.  Without a free number the connection is closed and
+ * r fails with that error (EMFILE).  Mutex held; px may be NULL. */
+void px__accept_keep_off(struct px_proactor *px, px_result *r) PX_HIDDEN;
 
 /* A provider claims r for a system call it makes with the mutex released
  * (mutex held). */

@@ -386,6 +386,25 @@ int px__fd_keep_off_ops(struct px_proactor *px, int fd)
 	return fd;
 }
 
+/* A server that close(2)s a connection under a pending read and accepts
+ * the next one would otherwise get the new connection under the number
+ * the read still names: the idle check then finds it open and leaves the
+ * read waiting, and a readiness provider that watches the number again
+ * runs the old read on the new connection and takes its bytes. */
+void px__accept_keep_off(struct px_proactor *px, px_result *r)
+{
+	if (r->c.op != PX_OP_ACCEPT || r->c.error || r->c.new_fd < 0)
+		return;
+	int fd = px__fd_keep_off_ops(px, r->c.new_fd);
+	if (fd < 0) {
+		r->c.new_fd = -1;
+		r->c.addrlen = 0;
+		px_result_finish(r, 0, -fd);
+		return;
+	}
+	r->c.new_fd = fd;
+}
+
 /* Cancel what of fd is deferred, being started or in the kernel (what has
  * finished keeps its own result).  Returns how many were cancelled. */
 static int fac_cancel_fd(struct px_proactor *px, int fd)

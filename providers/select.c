@@ -456,7 +456,11 @@ static void sel_to_done(px_sel *sel, px_result *r)
 static void sel_note_done(px_sel *sel, sel_fd *e, px_result *r)
 {
 	px_fdq_entry *fq;
-	bool ended = px_result_may_close_next(r);
+	bool ended;
+
+	/* First of all, before the new file is noted under its number. */
+	px__accept_keep_off(sel->base.px, r);
+	ended = px_result_may_close_next(r);
 
 	if (ended)
 		e->rd_miss = 0;
@@ -519,6 +523,7 @@ static void sel_run_queue_locked(px_sel *sel, sel_fd *e, int dir)
 		sel_io_store(e, &io);
 		if (rc == PX_NBIO_AGAIN)
 			break;
+		px__accept_keep_off(sel->base.px, r);
 		px_fdq_remove(&e->fq, dir, r);
 		sel_to_done(sel, r);
 		if (rc == PX_NBIO_DONE_STOP)
@@ -935,8 +940,10 @@ static int sel_start(px_provider *p, px_result *r)
 			sel_io_load(&io, e);
 			rc = sel_try(&io, r);
 			sel_io_store(e, &io);
-			if (rc != PX_NBIO_AGAIN)
+			if (rc != PX_NBIO_AGAIN) {
+				px__accept_keep_off(sel->base.px, r);
 				return sel_done_at_start(sel, e, r);
+			}
 		}
 		sel_start_followers(sel, e);
 		if (!r->done)

@@ -1578,7 +1578,6 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		case PX_OP_ACCEPT:
 			c->new_fd = res;
 			bytes = 0;
-			ur_mark_fresh(u, res);
 			break;
 		case PX_OP_CONNECT:
 			bytes = 0;
@@ -1596,6 +1595,12 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 			break;
 		}
 		px_result_finish(r, bytes, error);
+		if (c->op == PX_OP_ACCEPT) {
+			/* Off a number pending requests name, then noted. */
+			px__accept_keep_off(u->prov.px, r);
+			if (c->new_fd >= 0)
+				ur_mark_fresh(u, c->new_fd);
+		}
 	} else {
 		if (c->op == PX_OP_ACCEPT || c->op == PX_OP_READ_DGRAM)
 			c->addrlen = 0;

@@ -861,6 +861,66 @@ static void library_keeps_off_a_closed_number(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * The same for the socket px_accept makes: a server that closes a
+ * connection with close(2) under a pending read and then accepts the next
+ * one.  The kernel would give the new connection the closed number, which
+ * the read still names; the library must hand it out under another number,
+ * so that the read still ends with EBADF (the idle check finds its number
+ * closed) and the new connection's bytes go to the new connection's read.
+ * The client has sent its bytes before the accept, so that a read the
+ * library started again on the reused number would take them.
+ */
+static void accept_keeps_off_a_closed_number(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = listener(f, &la);
+	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	/* No free number below a[1]: fill the holes. */
+	for (;;) {
+		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		assert_true(d >= 0);
+		if (d > a[1]) {
+			close(d);
+			break;
+		}
+		h_track(f, d);
+	}
+	h_close(f, a[1]);
+	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
+	assert_int_equal(send(cl, "hello", 5, MSG_NOSIGNAL), 5);
+
+	h_rec *acc = h_rec_new(f);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, acc), 0);
+	h_wait_rec(f, acc, 5000, "the accept");
+	expect_once(acc, PX_OP_ACCEPT, l, 0, "the accept");
+	int s = acc->c.new_fd;
+	assert_true(s >= 0);
+	h_track(f, s);
+	if (!h_rec_done(rd) && s == a[1])
+		fail_msg("px_accept gave the connection number %d, which a "
+			 "pending read still names (engine '%s')", s,
+			 h_engine_text);
+	char *got = h_alloc(f, 64);
+	h_rec *rs = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, s, got, 64, h_rec_cb, rs), 0);
+	h_wait_rec(f, rs, 5000, "a read of the accepted connection");
+	h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+	h_settle(f, 20);
+	expect_once(rs, PX_OP_READ_STREAM, s, 0, "the new connection's read");
+	assert_int_equal(rs->c.bytes, 5);
+	assert_memory_equal(got, "hello", 5);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the old read");
+	h_assert_usable(f);
+}
+
 /* ------------------------------------------------------------------ */
 /* max_aio too small for what is pending                                */
 /* ------------------------------------------------------------------ */
@@ -913,6 +973,7 @@ int main(int argc, char **argv)
 		T(close_then_destroy),
 		T(close_during_start_call),
 		T(library_keeps_off_a_closed_number),
+		T(accept_keeps_off_a_closed_number),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
