@@ -1297,6 +1297,10 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	sel = calloc(1, sizeof(*sel));
 	if (!sel)
 		return -ENOMEM;
+	/* Probed now, not at the first pipe write: the probe's pipe takes
+	 * the lowest free numbers for a moment, which by then may be one
+	 * the application closed under pending operations. */
+	(void)px__rwf_nosignal();
 	px_list_init(&sel->done);
 	px_list_init(&sel->retry);
 	px_list_init(&sel->suspect);
