@@ -8,8 +8,11 @@
  * through px_start_op, a periodic timer, a vectored read, write or
  * write-all over 1..4 pieces of its buffer, px_close, close(2) by the
  * application, a file read or write at an offset on a memfd, a datagram
- * read or write on a datagram socketpair); the other two pick its
- * descriptor, length and delay.  One more step kind takes the 3 bytes
+ * read or write on a datagram socketpair; from byte 240 up: an accept on
+ * a loopback TCP listener, a connect of one of two TCP sockets to it, a
+ * read or write-all on one of those, and px_cancel, px_close or close(2)
+ * of any of the three); the other two pick its descriptor, length and
+ * delay.  One more step kind takes the 3 bytes
  * after it as the action of the next operation started: its callback
  * performs that step itself (a start, a cancel, a px_close, a close(2),
  * ...), so that callbacks call back into the library, also
@@ -24,13 +27,17 @@
  * ECANCELED callback (by px_timer_cancel or px_destroy), nothing after
  * it.  A px_close's callback comes after the callbacks of every operation
  * started on its descriptor before it, and reports error 0 when the
- * application had not closed the descriptor itself.  Starts fail only
+ * application had not closed the descriptor itself.  An accept's
+ * callback has a socket exactly when it succeeded, and that socket is
+ * never under a number that operations not yet called back still name
+ * (the program closes it there).  Starts fail only
  * with the errors the manual gives for the case.  A violation (or a
  * SIGPIPE, which the library must never raise) aborts.
  *
- * The application never opens a descriptor during an input, so a number
- * it closed stays closed until the input ends (the library requires that
- * of close(2) under pending operations).
+ * The application never opens a descriptor during an input (it closes
+ * each accepted socket in its accept's callback), so a number it closed
+ * stays closed until the input ends (the library requires that of
+ * close(2) under pending operations).
  *
  * Built by scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined).
  */
@@ -42,6 +49,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -53,7 +62,12 @@
 
 enum { MAX_OPS = 512, NPAIRS = 3, NPIPES = 2, NSTREAM = 2 * (NPAIRS + NPIPES),
        FILE_SLOT = NSTREAM, DGRAM_SLOT = NSTREAM + 1, NSLOTS = NSTREAM + 3,
-       MAX_LEN = 4096, BIG_LEN = 256 * 1024, NKINDS = 24 };
+       /* The network slots, beyond the ones a step's byte picks: a TCP
+        * listener on loopback and two TCP sockets to connect to it. */
+       LISTEN_SLOT = NSLOTS, CONN_SLOT = NSLOTS + 1, NALL = NSLOTS + 3,
+       MAX_LEN = 4096, BIG_LEN = 256 * 1024, NKINDS = 24,
+       /* Step bytes from 240 up pick the network kinds 24.. */
+       NET_OP = 240, NNET = 4 };
 
 /* What the application did with a descriptor of its own. */
 enum { SLOT_OPEN = 0, SLOT_CLOSED, SLOT_PX_CLOSE };
@@ -77,9 +91,10 @@ static uint8_t g_big[BIG_LEN];
 static struct iovec g_iov[MAX_OPS][4];
 
 static px_proactor *g_px;
-static int g_fds[NSLOTS];
-static int g_slot[NSLOTS];      /* SLOT_* */
-static int g_close_rec[NSLOTS]; /* SLOT_PX_CLOSE: the record of its px_close */
+static int g_fds[NALL];
+static int g_slot[NALL];        /* SLOT_* */
+static int g_close_rec[NALL];   /* SLOT_PX_CLOSE: the record of its px_close */
+static struct sockaddr_in g_listen_addr;
 static int g_n;                 /* records used */
 static int g_destroying;        /* px_destroy runs: starts fail ESHUTDOWN */
 static int g_act_armed;         /* the next start takes g_act */
@@ -191,6 +206,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 
 static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 		 size_t nmore, size_t *used, int in_cb);
+static void check_accept(int i, const px_completion *c);
+static void set_linger0(int fd);
 
 /* A px_close's callback: every operation started on its descriptor
  * before the px_close has had its callback. */
@@ -235,8 +252,9 @@ static void cb_locked(const px_completion *c)
 	if (r < g_rec || r >= g_rec + MAX_OPS)
 		fail("callback with a user pointer that is no record", -1);
 	if (g_trace)
-		fprintf(stderr, "cb %d: op %d fd %d error %d bytes %zd\n", i,
-			(int)c->op, c->fd, c->error, (ssize_t)c->bytes);
+		fprintf(stderr, "cb %d: op %d fd %d error %d bytes %zd new_fd "
+			"%d\n", i, (int)c->op, c->fd, c->error,
+			(ssize_t)c->bytes, c->new_fd);
 	if (!r->started)
 		fail("callback for an operation whose start failed", i);
 	if (r->periodic && r->calls)
@@ -260,6 +278,8 @@ static void cb_locked(const px_completion *c)
 		fail("timer callback with the wrong id", i);
 	if (r->op == PX_OP_CLOSE)
 		check_close(r, i, c);
+	if (r->op == PX_OP_ACCEPT)
+		check_accept(i, c);
 	if (r->has_act) {
 		r->has_act = 0;
 		size_t used = 0;
@@ -267,9 +287,64 @@ static void cb_locked(const px_completion *c)
 	}
 }
 
+/* An accept's callback: a socket when it succeeded, and never under a
+ * number that operations not yet called back still name (the program may
+ * have closed that number with close(2) under them: the library keeps its
+ * new descriptors off it).  The program owns the socket and closes it. */
+static void check_accept(int i, const px_completion *c)
+{
+	if (c->error == 0 && c->new_fd < 0)
+		fail("an accept succeeded without a socket", i);
+	if (c->error != 0 && c->new_fd >= 0)
+		fail("a failed accept with a socket", i);
+	if (c->new_fd < 0)
+		return;
+	for (int k = 0; k < g_n; k++) {
+		const rec *o = &g_rec[k];
+		if (o->started && o->calls == 0 && o->fd == c->new_fd &&
+		    o->op != PX_OP_POST && o->op != PX_OP_TIMER)
+			fail("an accepted socket took a number that a pending "
+			     "operation names", k);
+	}
+	set_linger0(c->new_fd);
+	close(c->new_fd);
+}
+
+/* Close with a reset rather than a FIN, so that the connections of
+ * hundreds of thousands of inputs leave no TIME_WAIT behind. */
+static void set_linger0(int fd)
+{
+	struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+}
+
+/* The listener (127.0.0.1, a port of its own) and two client sockets. */
+static void make_net_slots(void)
+{
+	socklen_t alen = sizeof g_listen_addr;
+	memset(&g_listen_addr, 0, sizeof g_listen_addr);
+	g_listen_addr.sin_family = AF_INET;
+	g_listen_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	g_fds[LISTEN_SLOT] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (g_fds[LISTEN_SLOT] < 0 ||
+	    bind(g_fds[LISTEN_SLOT], (struct sockaddr *)&g_listen_addr,
+		 sizeof g_listen_addr) ||
+	    listen(g_fds[LISTEN_SLOT], 16) ||
+	    getsockname(g_fds[LISTEN_SLOT], (struct sockaddr *)&g_listen_addr,
+			&alen))
+		abort();
+	for (int i = 0; i < 2; i++) {
+		g_fds[CONN_SLOT + i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC,
+					      0);
+		if (g_fds[CONN_SLOT + i] < 0)
+			abort();
+		set_linger0(g_fds[CONN_SLOT + i]);
+	}
+}
+
 static int slot_of(int fd)
 {
-	for (int s = 0; s < NSLOTS; s++)
+	for (int s = 0; s < NALL; s++)
 		if (g_fds[s] == fd)
 			return s;
 	return -1;
@@ -287,7 +362,19 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 	int fd = g_fds[slot];
 	size_t len = 1 + ((size_t)b * 16) % MAX_LEN;
 	int rc = 1;
-	int kind = op % NKINDS;
+	int kind = op >= NET_OP ? NKINDS + (op - NET_OP) % NNET : op % NKINDS;
+
+	/* The network kinds work on the slots beyond NSLOTS.  Kind 26 is
+	 * px_cancel, px_close or close(2) (kinds 3, 17, 18) of the listener
+	 * or of a client socket. */
+	if (kind >= NKINDS) {
+		slot = kind == 24 ? LISTEN_SLOT
+		     : kind == 26 ? LISTEN_SLOT + b % 3
+		     : CONN_SLOT + (a & 1);  /* kinds 25 and 27 */
+		fd = g_fds[slot];
+		if (kind == 26)
+			kind = a % 3 == 0 ? 3 : a % 3 == 1 ? 17 : 18;
+	}
 
 	if (n >= MAX_OPS)
 		return;
@@ -519,6 +606,47 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 			rc = px_write_dgram(px, fd, g_buf[n], len, NULL, 0, cb, r);
 		}
 		break;
+	case 24:
+		/* An accept on the listener, plain or with a deadline of
+		 * 0..2.5 ms. */
+		r->op = PX_OP_ACCEPT;
+		r->len = 0;
+		if (a & 1)
+			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_ACCEPT,
+					.fd = fd, .timeout_ns = 1 +
+					(uint64_t)(b % 26) * 100000u,
+					.cb = cb, .user = r });
+		else
+			rc = px_accept(px, fd, cb, r);
+		break;
+	case 25:
+		/* A connect of a client socket to the listener (again, once
+		 * connected: EISCONN in the callback), maybe with a deadline. */
+		r->op = PX_OP_CONNECT;
+		r->len = 0;
+		if (b & 1)
+			rc = px_start_op(px, &(px_op_desc){ .op = PX_OP_CONNECT,
+					.fd = fd, .addr = (struct sockaddr *)
+					&g_listen_addr, .addrlen =
+					sizeof g_listen_addr, .timeout_ns = 1 +
+					(uint64_t)(b % 26) * 100000u,
+					.cb = cb, .user = r });
+		else
+			rc = px_connect(px, fd, (struct sockaddr *)&g_listen_addr,
+					sizeof g_listen_addr, cb, r);
+		break;
+	case 27:
+		/* A read or a small write on a client socket: unconnected,
+		 * connected, or with the accepted end closed (the error goes
+		 * to the callback; no SIGPIPE). */
+		if (b & 1) {
+			r->op = PX_OP_READ_STREAM;
+			rc = px_read_stream(px, fd, g_buf[n], len, cb, r);
+		} else {
+			r->op = PX_OP_WRITE_STREAM;
+			rc = px_write_stream_all(px, fd, g_buf[n], len, cb, r);
+		}
+		break;
 	case 21:
 		/* The next 3 bytes are the action of the next operation
 		 * started (its callback performs them). */
@@ -587,6 +715,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, g_fds + DGRAM_SLOT))
 		abort();
+	make_net_slots();
 	memset(g_slot, 0, sizeof g_slot);
 	memset(g_rec, 0, sizeof g_rec);
 	g_n = 0;
@@ -629,7 +758,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!g_rec[i].started && g_rec[i].calls)
 			fail("callback for an operation that did not start", i);
 	}
-	for (int i = 0; i < NSLOTS; i++)
+	for (int i = 0; i < NALL; i++)
 		if (g_slot[i] == SLOT_OPEN)
 			close(g_fds[i]);
 	return 0;
