@@ -482,6 +482,8 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * The cancelled operations complete with ECANCELED (or their own result
  * if they finished first).  When cb runs the number is closed and may be
  * reused at once: no operation of the proactor refers to it any more.
+ * Until cb has returned, px_accept does not deliver a socket under the
+ * number (nor does the library put a descriptor of its own there).
  * With nothing pending, fd is closed in the call and cb is queued.
  * Any thread may call it, also from a callback (including a callback of
  * an operation on fd: the close then waits for that callback to return).

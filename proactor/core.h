@@ -177,6 +177,10 @@ typedef struct px_fdops {
 	 * cancel them, without walking every pending operation. */
 	px_list ops;
 	px_result *closing;        /* its px_close, waiting for them, or NULL */
+	/* px_closes that have closed the number and whose callback has not
+	 * returned yet: the library's new descriptors keep off it until
+	 * then (px__fd_keep_off_ops). */
+	unsigned closed_uncalled;
 } px_fdops;
 
 struct px_proactor {

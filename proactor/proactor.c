@@ -356,7 +356,7 @@ static px_result *fac_closing_of(struct px_proactor *px, int fd)
 }
 
 /* Operations on fd not yet delivered: anywhere from deferred to a
- * callback that is running. */
+ * callback that is running (not counting a px_close that has closed it). */
 static size_t fac_count_fd(struct px_proactor *px, int fd)
 {
 	px_fdops *e = fac_ops_of(px, fd);
@@ -374,7 +374,13 @@ static size_t fac_count_fd(struct px_proactor *px, int fd)
  * leaves, which F_DUPFD's lower bound then passes by. */
 int px__fd_keep_off_ops(struct px_proactor *px, int fd)
 {
-	while (px && fd >= 0 && fac_count_fd(px, fd)) {
+	px_fdops *e;
+
+	/* A px_close whose callback is still to return counts too: an
+	 * application that keys its state by number would otherwise see a
+	 * new connection under the number before that callback. */
+	while (px && fd >= 0 && (e = fac_ops_of(px, fd)) &&
+	       (!px_list_empty(&e->ops) || e->closed_uncalled)) {
 		int d = fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
 		int e = errno;
 
@@ -465,11 +471,14 @@ void px__call_end_wake(px_result *r)
 	pthread_cond_broadcast(&r->proc->px->call_cv);
 }
 
-/* Its callback has returned: r leaves fd's list. */
+/* Its callback has returned: r leaves fd's list (a px_close, fd's count
+ * of closes still to call back). */
 void px__ops_delivered(struct px_proactor *px, px_result *r)
 {
 	if (px_link_linked(&r->flink))
 		px_list_remove(&px->byfd[r->c.fd]->ops, &r->flink);
+	else if (r->c.op == PX_OP_CLOSE && px->byfd[r->c.fd]->closed_uncalled)
+		px->byfd[r->c.fd]->closed_uncalled--;
 }
 
 /* Close r's descriptor (mutex held, so no start can slip in between the
@@ -478,6 +487,7 @@ static void fac_close_now(struct px_proactor *px, px_result *r)
 {
 	px_list_remove(&px->closing, &r->link);
 	px->byfd[r->c.fd]->closing = NULL;
+	px->byfd[r->c.fd]->closed_uncalled++;
 	int err = close(r->c.fd) < 0 ? errno : 0;
 	/* Linux frees the descriptor even when close is interrupted. */
 	if (err == EINTR)

@@ -921,6 +921,96 @@ static void accept_keeps_off_a_closed_number(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * And until a px_close's callback has returned: an application that keys
+ * its connections by number must not see a new connection under a number
+ * before the callback of the px_close that freed it.  The close's
+ * callback waits (in one loop thread) until the accept has called back
+ * or 2 s have passed; another loop thread takes the accept meanwhile.
+ */
+typedef struct {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	h_rec *acc;             /* the accept's record, once started */
+	int fd;                 /* the number the px_close freed */
+	int seen_new_fd;        /* the accept's socket, -1 if it was not in */
+	int calls;
+} close_then_accept;
+
+static void cta_close_cb(const px_completion *c)
+{
+	close_then_accept *k = c->user;
+	pthread_mutex_lock(&k->mu);
+	k->calls++;
+	uint64_t dl = h_deadline(2000);
+	while (!(k->acc && h_rec_done(k->acc)) && h_now_ms() < dl)
+		h_cond_wait_ms(&k->cv, &k->mu, 10);
+	k->seen_new_fd = k->acc && h_rec_done(k->acc) ? k->acc->c.new_fd : -1;
+	pthread_mutex_unlock(&k->mu);
+}
+
+static void accept_waits_for_close_callback(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = listener(f, &la);
+	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int a[2];
+	h_socketpair(f, a);
+	for (;;) {
+		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		assert_true(d >= 0);
+		if (d > a[1]) {
+			close(d);
+			break;
+		}
+		h_track(f, d);
+	}
+	close_then_accept *k = h_alloc(f, sizeof *k);
+	pthread_mutex_init(&k->mu, NULL);
+	pthread_cond_init(&k->cv, NULL);
+	k->fd = a[1];
+	k->seen_new_fd = -1;
+	h_rec *acc = h_rec_new(f);
+	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
+	h_loops_start(f, 2, false);
+	untrack(f, a[1]);
+	assert_int_equal(px_close(f->px, a[1], cta_close_cb, k), 0);
+	pthread_mutex_lock(&k->mu);
+	k->acc = acc;
+	pthread_mutex_unlock(&k->mu);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, acc), 0);
+	wait_done(acc, 5000, "the accept");
+	pthread_mutex_lock(&k->mu);
+	pthread_cond_broadcast(&k->cv);
+	pthread_mutex_unlock(&k->mu);
+	uint64_t dl = h_deadline(5000);
+	for (;;) {
+		pthread_mutex_lock(&k->mu);
+		int calls = k->calls;
+		pthread_mutex_unlock(&k->mu);
+		if (calls)
+			break;
+		if (h_now_ms() > dl)
+			fail_msg("the px_close did not call back");
+		h_sleep_ms(1);
+	}
+	h_loops_stop();
+	h_settle(f, 20);
+	expect_once(acc, PX_OP_ACCEPT, l, 0, "the accept");
+	h_track(f, acc->c.new_fd);
+	if (k->seen_new_fd < 0)
+		fail_msg("the accept did not call back while the px_close's "
+			 "callback waited for it (engine '%s')", h_engine_text);
+	if (k->seen_new_fd == k->fd)
+		fail_msg("px_accept gave number %d while the callback of the "
+			 "px_close that freed it ran (engine '%s')", k->fd,
+			 h_engine_text);
+	pthread_mutex_destroy(&k->mu);
+	pthread_cond_destroy(&k->cv);
+	h_assert_usable(f);
+}
+
 /* ------------------------------------------------------------------ */
 /* max_aio too small for what is pending                                */
 /* ------------------------------------------------------------------ */
@@ -974,6 +1064,7 @@ int main(int argc, char **argv)
 		T(close_during_start_call),
 		T(library_keeps_off_a_closed_number),
 		T(accept_keeps_off_a_closed_number),
+		T(accept_waits_for_close_callback),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
