@@ -374,13 +374,13 @@ static size_t fac_count_fd(struct px_proactor *px, int fd)
  * leaves, which F_DUPFD's lower bound then passes by. */
 int px__fd_keep_off_ops(struct px_proactor *px, int fd)
 {
-	px_fdops *e;
+	px_fdops *ent;
 
 	/* A px_close whose callback is still to return counts too: an
 	 * application that keys its state by number would otherwise see a
 	 * new connection under the number before that callback. */
-	while (px && fd >= 0 && (e = fac_ops_of(px, fd)) &&
-	       (!px_list_empty(&e->ops) || e->closed_uncalled)) {
+	while (px && fd >= 0 && (ent = fac_ops_of(px, fd)) &&
+	       (!px_list_empty(&ent->ops) || ent->closed_uncalled)) {
 		int d = fcntl(fd, F_DUPFD_CLOEXEC, fd + 1);
 		int e = errno;
 
