@@ -63,6 +63,22 @@ static int listener(h_fx *f, struct sockaddr_in *a)
 	return l;
 }
 
+/* Open /dev/null until no number below fd is free (tracked), so that
+ * closing fd makes its number the lowest free one, the one the kernel
+ * gives a new descriptor next. */
+static void fill_holes_below(h_fx *f, int fd)
+{
+	for (;;) {
+		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		assert_true(d >= 0);
+		if (d > fd) {
+			close(d);
+			return;
+		}
+		h_track(f, d);
+	}
+}
+
 static void expect_once(h_rec *r, px_op op, int fd, int error, const char *what)
 {
 	if (atomic_load(&r->calls) != 1)
@@ -819,16 +835,7 @@ static void library_keeps_off_a_closed_number(void **state)
 	h_rec *rd = h_rec_new(f);
 	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
 	h_settle(f, 20);
-	/* No free number below a[1]: fill the holes. */
-	for (;;) {
-		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		assert_true(d >= 0);
-		if (d > a[1]) {
-			close(d);
-			break;
-		}
-		h_track(f, d);
-	}
+	fill_holes_below(f, a[1]);
 	atomic_store(&lo_hits, 0);
 	atomic_store(&lo_read, rd);
 	atomic_store(&lo_watch, a[1]);
@@ -883,16 +890,7 @@ static void accept_keeps_off_a_closed_number(void **state)
 	h_rec *rd = h_rec_new(f);
 	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
 	h_settle(f, 20);
-	/* No free number below a[1]: fill the holes. */
-	for (;;) {
-		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		assert_true(d >= 0);
-		if (d > a[1]) {
-			close(d);
-			break;
-		}
-		h_track(f, d);
-	}
+	fill_holes_below(f, a[1]);
 	h_close(f, a[1]);
 	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
 	assert_int_equal(send(cl, "hello", 5, MSG_NOSIGNAL), 5);
@@ -957,15 +955,7 @@ static void accept_waits_for_close_callback(void **state)
 	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	int a[2];
 	h_socketpair(f, a);
-	for (;;) {
-		int d = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		assert_true(d >= 0);
-		if (d > a[1]) {
-			close(d);
-			break;
-		}
-		h_track(f, d);
-	}
+	fill_holes_below(f, a[1]);
 	close_then_accept *k = h_alloc(f, sizeof *k);
 	pthread_mutex_init(&k->mu, NULL);
 	pthread_cond_init(&k->cv, NULL);
