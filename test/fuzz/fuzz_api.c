@@ -553,6 +553,11 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 		r->op = PX_OP_CLOSE;
 		r->len = 0;
 		r->fd_was_open = g_slot[slot] == SLOT_OPEN;
+		/* On a closed number library_took looked at: with loop
+		 * threads an accept may have taken it since, and this then
+		 * closes the library's new socket (the program's mistake,
+		 * which the accept oracle leaves out). */
+		r->on_closed = !r->fd_was_open;
 		r->started = 1; /* its callback may run inside the call */
 		rc = px_close(px, fd, cb, r);
 		r->started = rc == 0;
