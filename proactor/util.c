@@ -55,11 +55,11 @@ ssize_t px__sys_sendmsg(int fd, const struct msghdr *m, int flags)
 }
 
 /* ThreadSanitizer follows descriptors through the libc calls that make
- * and close them; a socket made by a bare syscall(2) it never sees open,
- * so it took the accept keep-off's close of a new socket, under a number
- * another thread had just closed, for a race with that thread's last use
- * of the old file (fuzz_api, select on poll with two loop threads).
- * Under TSan the accept goes through glibc. */
+ * and close them.  A socket made by a bare syscall(2) it never sees open:
+ * a race it found on one (the accept keep-off closing it) stopped TSan on
+ * a check of its own while it wrote the report, which then named nothing
+ * (fuzz_api, select on poll with two loop threads).  So under TSan the
+ * accept goes through glibc. */
 #if defined(__SANITIZE_THREAD__)
 #define PX_UNDER_TSAN 1
 #elif defined(__has_feature)

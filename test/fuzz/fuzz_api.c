@@ -103,7 +103,7 @@ static struct sockaddr_in g_listen_addr;
 static int g_n;                 /* records used */
 static int g_destroying;        /* px_destroy runs: starts fail ESHUTDOWN */
 static int g_act_armed;         /* the next start takes g_act */
-static int g_nthreads;           /* loop threads (PX_FUZZ_THREADS) */
+static int g_nthreads;          /* loop threads (PX_FUZZ_THREADS) */
 static uint8_t g_act[3];
 
 /* The library may make descriptors of its own while it runs (POSIX AIO's
