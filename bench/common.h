@@ -49,6 +49,8 @@ typedef struct bench_opts {
 	                           blocking instead of O_NONBLOCK */
 	bool check;             /* --check */
 	bool verify;            /* --verify: check every echoed byte */
+	bool per_thread;        /* --per-thread (proactor_test only): one
+	                           proactor per loop thread */
 } bench_opts;
 
 /* Parse argv into *o.  prog names the program in messages; with_engine

@@ -15,6 +15,13 @@
  * what is still pending (ECANCELED) to callbacks that only note it.  The
  * session memory is freed after px_destroy(), so no late callback can touch
  * freed memory.
+ *
+ * --per-thread gives each loop thread a proactor of its own and deals the
+ * sessions out between them (session i to proactor i mod threads; the
+ * accepts all go through the first, and the accepted end then follows its
+ * client).  The threads then share no engine state at all: the figure is
+ * a reference for what sharing one proactor costs, not a run of the
+ * leader/followers design.
  */
 #include "common.h"
 #include "px_bench.h"
@@ -42,6 +49,7 @@ typedef struct client {
 	bool writing;
 	unsigned char *rx;
 	bench_counts n;                 /* client_sent, client_recv */
+	px_proactor *px;                /* the proactor of its operations */
 } client;
 
 typedef struct server {
@@ -50,10 +58,13 @@ typedef struct server {
 	bool reading, writing;
 	bench_ring ring;
 	bench_counts n;                 /* server_sent, server_recv */
+	px_proactor *px;                /* its client's */
 } server;
 
 static bench_opts opt;
-static px_proactor *px;
+static px_proactor *px;                /* the accepts' (and the only one) */
+static px_proactor **pxs;               /* --per-thread: one per thread */
+static int npx = 1;
 static atomic_bool stopping;
 static atomic_bool failed_once;
 static const unsigned char *pattern;
@@ -99,7 +110,7 @@ static void server_read_done(const px_completion *c);
 
 static void start_client_write(client *cl)
 {
-	int r = px_write_stream_all(px, cl->fd, pattern, opt.block,
+	int r = px_write_stream_all(cl->px, cl->fd, pattern, opt.block,
 				    client_write_done, cl);
 
 	if (r < 0 && !stopped())
@@ -108,7 +119,7 @@ static void start_client_write(client *cl)
 
 static void start_client_read(client *cl)
 {
-	int r = px_read_stream(px, cl->fd, cl->rx, opt.block, client_read_done, cl);
+	int r = px_read_stream(cl->px, cl->fd, cl->rx, opt.block, client_read_done, cl);
 
 	if (r < 0 && !stopped())
 		failure("px_read_stream", r);
@@ -187,12 +198,12 @@ static void server_start(server *sv, unsigned char *wp, size_t wn,
 	int r;
 
 	if (wn > 0) {
-		r = px_write_stream(px, sv->fd, wp, wn, server_write_done, sv);
+		r = px_write_stream(sv->px, sv->fd, wp, wn, server_write_done, sv);
 		if (r < 0 && !stopped())
 			failure("px_write_stream", r);
 	}
 	if (rn > 0) {
-		r = px_read_stream(px, sv->fd, rp, rn, server_read_done, sv);
+		r = px_read_stream(sv->px, sv->fd, rp, rn, server_read_done, sv);
 		if (r < 0 && !stopped())
 			failure("px_read_stream", r);
 	}
@@ -291,13 +302,14 @@ static void accept_done(const px_completion *c)
 	pthread_mutex_unlock(&setup_lock);
 
 	sv->fd = c->new_fd;
+	sv->px = own->px;
 	if (bench_tune(sv->fd, !opt.blocking) != 0) {
 		setup_error("accepted socket", EIO);
 		return;
 	}
 	/* The end is not shared yet: no lock needed for its first read. */
 	sv->reading = true;
-	r = px_read_stream(px, sv->fd, sv->ring.buf, opt.block, server_read_done, sv);
+	r = px_read_stream(sv->px, sv->fd, sv->ring.buf, opt.block, server_read_done, sv);
 	if (r < 0)
 		setup_error("px_read_stream", r);
 	if (more) {
@@ -381,14 +393,36 @@ int main(int argc, char **argv)
 		}
 	}
 
-	r = bench_px_create("proactor_test", opt.engine, &px, engine_name,
-			    sizeof engine_name);
-	if (r != BENCH_EXIT_OK)
-		return r;
+	if (opt.per_thread)
+		npx = opt.threads;
+	pxs = calloc((size_t)npx, sizeof *pxs);
+	if (pxs == NULL) {
+		fprintf(stderr, "proactor_test: out of memory\n");
+		return BENCH_EXIT_CHECK;
+	}
+	for (int k = 0; k < npx; k++) {
+		r = bench_px_create("proactor_test", opt.engine, &pxs[k],
+				    engine_name, sizeof engine_name);
+		if (r != BENCH_EXIT_OK)
+			return r;
+	}
+	px = pxs[0];
+	if (opt.per_thread) {
+		size_t len = strlen(engine_name);
+
+		snprintf(engine_name + len, sizeof engine_name - len,
+			 " per-thread=%d", npx);
+	}
+	for (int i = 0; i < opt.sessions; i++)
+		clients[i].px = pxs[i % npx];
 
 	bench_signals();
-	if (bench_px_start_loops("proactor_test", px, th, opt.threads) != 0)
-		return BENCH_EXIT_CHECK;
+	for (int k = 0; k < npx; k++) {
+		int n = opt.per_thread ? 1 : opt.threads;
+
+		if (bench_px_start_loops("proactor_test", pxs[k], th + k, n) != 0)
+			return BENCH_EXIT_CHECK;
+	}
 
 	/* Connect every client while the loop threads accept. */
 	listen_fd = bench_listen(&addr, !opt.blocking);
@@ -423,7 +457,7 @@ int main(int argc, char **argv)
 		clients[i].port = local.sin_port;
 		clients_bound = i + 1;
 		pthread_mutex_unlock(&setup_lock);
-		r = px_connect(px, clients[i].fd, (struct sockaddr *)&addr,
+		r = px_connect(clients[i].px, clients[i].fd, (struct sockaddr *)&addr,
 			       sizeof addr, connect_done, &clients[i]);
 		if (r < 0) {
 			setup_error("px_connect", r);
@@ -450,7 +484,9 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&stopping, true);
 	t1 = bench_now();
-	bench_px_finish("proactor_test", px, th, opt.threads);
+	for (int k = 0; k < npx; k++)
+		bench_px_finish("proactor_test", pxs[k], th + k,
+				opt.per_thread ? 1 : opt.threads);
 
 	if (ok) {
 		for (int i = 0; i < opt.sessions; i++) {
@@ -478,5 +514,6 @@ int main(int argc, char **argv)
 	free(servers);
 	free(per);
 	free(th);
+	free(pxs);
 	return code;
 }

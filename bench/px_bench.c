@@ -28,24 +28,22 @@ int bench_px_create(const char *prog, const char *engine, px_proactor **px,
 	return BENCH_EXIT_OK;
 }
 
-/* One proactor and one program per process: the loop threads' shared
- * arguments. */
-static struct {
-	const char *prog;
-	px_proactor *px;
-} bench_px_loop;
+/* The program's name, for messages of the loop threads. */
+static const char *bench_px_prog;
 
+/* A loop thread of the proactor arg. */
 static void *bench_px_loop_main(void *arg)
 {
-	(void)arg;
+	px_proactor *px = arg;
+
 	for (;;) {
-		int r = px_handle_events(bench_px_loop.px, 100);
+		int r = px_handle_events(px, 100);
 
 		if (r == -ESHUTDOWN)
 			break;
 		if (r < 0) {
 			fprintf(stderr, "%s: px_handle_events: %s\n",
-				bench_px_loop.prog, px_strerror(r));
+				bench_px_prog, px_strerror(r));
 			break;
 		}
 	}
@@ -55,10 +53,9 @@ static void *bench_px_loop_main(void *arg)
 int bench_px_start_loops(const char *prog, px_proactor *px, pthread_t *th,
 			 int n)
 {
-	bench_px_loop.prog = prog;
-	bench_px_loop.px = px;
+	bench_px_prog = prog;
 	for (int i = 0; i < n; i++) {
-		int r = pthread_create(&th[i], NULL, bench_px_loop_main, NULL);
+		int r = pthread_create(&th[i], NULL, bench_px_loop_main, px);
 
 		if (r != 0) {
 			fprintf(stderr, "%s: pthread_create: %s\n", prog, strerror(r));
