@@ -332,6 +332,15 @@ static inline const struct iovec *px_iov_rest(const px_result *r, size_t skip,
 	return tmp;
 }
 
+/* Where the rest of r's flat buffer begins, r->done bytes in.  A
+ * datagram of length 0 may come with no buffer at all, and an offset
+ * added to a null pointer is undefined even when it is 0, so that case
+ * stays NULL. */
+static inline void *px_buf_rest(const px_result *r)
+{
+	return r->c.buf ? (char *)r->c.buf + r->done : NULL;
+}
+
 /* Set the outputs of a finished operation. */
 static inline void px_result_finish(px_result *r, size_t bytes, int error)
 {

@@ -312,7 +312,7 @@ static int nb_write_stream(const px_nbio_rules *rules, px_nbio *io,
 		if (r->flags & PX_RF_VECTORED) {
 			iov = px_iov_rest(r, r->done, &one, &cnt);
 		} else {
-			one.iov_base = (char *)r->c.buf + r->done;
+			one.iov_base = px_buf_rest(r);
 			one.iov_len = r->c.len - r->done;
 			if (one.iov_len > rules->max_len)
 				one.iov_len = rules->max_len;

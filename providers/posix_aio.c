@@ -195,7 +195,7 @@ static int paio_submit(px_paio *p, px_result *r)
 	}
 	memset(&q->cb, 0, sizeof(q->cb));
 	q->cb.aio_fildes = fd;
-	q->cb.aio_buf = (char *)c->buf + r->done;
+	q->cb.aio_buf = px_buf_rest(r);
 	q->cb.aio_nbytes = c->len - r->done;
 	q->cb.aio_offset = paio_is_stream(c->op) ? 0 : (off_t)(c->offset + r->done);
 	q->cb.aio_sigevent.sigev_notify = SIGEV_NONE;

@@ -1096,7 +1096,7 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 	}
 	struct px_uring_priv *pr = ur_priv(r);
 	px_completion *c = &r->c;
-	char *buf = (char *)c->buf + r->done;
+	char *buf = px_buf_rest(r);
 	size_t left = c->len - r->done;
 	unsigned n = left > PX_URING_MAX_RW ? PX_URING_MAX_RW : (unsigned)left;
 
