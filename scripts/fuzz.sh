@@ -156,13 +156,15 @@ run_one() { # target
 		# waited for itself forever, using no CPU (TESTING.md,
 		# "Fuzzing").  The library's own signal handlers are checked by
 		# the TSan test suite, which keeps the default.
-		wrap=(setarch "$(uname -m)" -R)
-		export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0 suppressions=$here/test/fuzz/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}"
+		# (Set for the fuzzer's command only: exported here, each
+		# target would append the options to the previous target's.)
+		wrap=(env "TSAN_OPTIONS=halt_on_error=1 second_deadlock_stack=1 report_signal_unsafe=0 suppressions=$here/test/fuzz/tsan.supp${TSAN_OPTIONS:+ $TSAN_OPTIONS}"
+		      setarch "$(uname -m)" -R)
 	else
 		# A UBSan report stops the run and keeps its input (by
 		# default UBSan prints and goes on, and a fuzzer found a NULL
 		# + 0 that way on 2026-12-04 without saying so).
-		export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+		wrap=(env "UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}")
 	fi
 	if ! timeout -k 10 $((secs + 60)) "${wrap[@]}" "$out/$t" -max_total_time="$secs" \
 		-timeout=20 -rss_limit_mb=4096 -print_final_stats=1 \
