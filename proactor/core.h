@@ -127,7 +127,8 @@ void px__processor_cancelled(px_processor *p) PX_HIDDEN;
  * costs about as much as a lock round trip here).
  * release_min: 0, or how many descriptors must have work that the calling
  * thread can do without leading (px_wait_ops.claim) for this call to stop
- * there and set *claimed.  Then nothing was collected yet: the caller ends
+ * there and set *claimed, should another thread be in px_handle_events
+ * when the wait ends (px->nthreads, read then).  Then nothing was collected yet: the caller ends
  * its lead (another thread may lead meanwhile) and calls
  * px__processor_collect_claimed(p, the returned clock), which does that
  * work, collects and ends what this call began.  When the call collects

@@ -525,11 +525,8 @@ static bool disp_spread(const struct px_proactor *px, size_t n)
  * about 0.4 µs each; releasing them kept both threads at the mutex and
  * moved 0.63 of the round trips of a leader that made its calls itself
  * (docs/PERFORMANCE.md, "The epoll engine's second thread"). */
-static size_t disp_release_min(const struct px_proactor *px,
-			       const px_processor *p)
+static size_t disp_release_min(const px_processor *p)
 {
-	if (px->nthreads <= 1)
-		return 0;
 	if (!p->claim_ns)
 		return PX_RELEASE_MIN;
 	uint64_t n = 1 + (PX_HANDOFF_NS + p->claim_ns - 1) / p->claim_ns;
@@ -743,7 +740,7 @@ lead:
 			 * thread waits meanwhile, woken if it sleeps. */
 			bool claimed = false;
 			now = px__processor_handle_aio_events(
-				p, ms, now, disp_release_min(px, p),
+				p, ms, now, disp_release_min(p),
 				&claimed);
 			px__processor_lead_end(p);
 			px->nleaders--;

@@ -573,6 +573,15 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	uint64_t end = px__now_ns();
 	p->st.wait_ns += end - now;
 	size_t n = 0;  /* descriptors claimed, with a claim op */
+	/* Whether another thread is here is decided now, under the mutex,
+	 * not when the turn began: a wait lasts, and a thread that was
+	 * between two px_handle_events calls then (each returns after the
+	 * callbacks it ran) may be asleep as a follower by now, ready to
+	 * take half of the calls (test/test_epoll_edge.c once saw both
+	 * calls of a slow claim made by the leader alone that way).  And
+	 * one that left meanwhile cannot take any. */
+	if (px->nthreads <= 1)
+		release_min = 0;
 	if (p->wait->ops->claim) {
 		n = p->wait->ops->claim(p->wait);
 		if (release_min && n >= release_min) {
