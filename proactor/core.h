@@ -128,13 +128,14 @@ void px__processor_cancelled(px_processor *p) PX_HIDDEN;
  * release_min: 0, or how many descriptors must have work that the calling
  * thread can do without leading (px_wait_ops.claim) for this call to stop
  * there and set *claimed, should another thread be in px_handle_events
- * when the wait ends (px->nthreads, read then).  Then nothing was collected yet: the caller ends
- * its lead (another thread may lead meanwhile) and calls
- * px__processor_collect_claimed(p, the returned clock), which does that
- * work, collects and ends what this call began.  When the call collects
- * a claim itself, with release_min not 0 and no thread running
- * callbacks before or after, it folds the time per claimed descriptor
- * into p->claim_ns, from which the caller sets release_min. */
+ * when the wait ends (px->nthreads, read then).  Then nothing was
+ * collected yet: the caller ends its lead (another thread may lead
+ * meanwhile) and calls px__processor_collect_claimed(p, the returned
+ * clock), which does that work, collects and ends what this call began.
+ * When the call collects a claim itself, with release_min not 0, another
+ * thread there and no thread running callbacks before or after, it
+ * folds the time per claimed descriptor into p->claim_ns, from which the
+ * caller sets release_min. */
 uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 					 uint64_t now, size_t release_min,
 					 bool *claimed) PX_HIDDEN;

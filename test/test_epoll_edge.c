@@ -30,10 +30,10 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
-#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -75,7 +75,7 @@ static atomic_int g_share_nap_fd = -1;  /* the descriptor of that recv
                                            (set before g_share_napped) */
 /* Where the test expects the calls shared, the napping recv naps on
  * (up to 5 s) until the other thread has made a recv too: on a loaded
- * machine (CI runs four sanitizer builds' programs on two CPUs) a woken
+ * machine (CI runs four test programs at once on two CPUs) a woken
  * follower may take longer than the nap to come, and the leader then
  * makes the shared half itself when done with its own.  How long the
  * other thread took, from the start of the nap, in g_share_other_ms. */
