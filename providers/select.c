@@ -283,11 +283,16 @@ static inline int sel_try(px_nbio *io, px_result *r)
  *     application often closes it next).
  * A start from the callback of the number's own operation (the common
  * case: read, answer, read again) is trusted; its wait goes on the suspect
- * list, and the leader checks those that have waited unverified between
- * one and two SEL_CHECK_MS periods.  So a callback that closes its own
- * descriptor, opens another file that gets the same number (not through
- * px_accept), and starts an operation there that must wait, waits up to
- * 2 * SEL_CHECK_MS for data that was already there, once.
+ * list, and the leader checks those that have waited unverified while
+ * its tick advanced twice (sel_edge_check_suspects: the tick moves at a
+ * check that finds its SEL_CHECK_MS period over, and checks follow waits
+ * capped at SEL_CHECK_MS, so one to about three periods).  So a callback
+ * that closes its own descriptor with close(2), opens another file that
+ * gets the same number (not through px_accept), and starts an operation
+ * there that must wait, waits that long for data that was already there,
+ * once.
+ * px_close tells the provider (sel_closed), which forgets the
+ * registration, so its callback's starts on the number are not caught.
  */
 #define SEL_CHECK_MS 1000
 #define SEL_CHECK_NS ((uint64_t)SEL_CHECK_MS * 1000000u)
@@ -1056,7 +1061,8 @@ static int sel_wait_wait(px_wait *w, int timeout_ms)
 }
 
 /* Edge poller, leader: check the registrations of entries that have waited
- * on them unverified for one to two SEL_CHECK_MS periods. */
+ * on them unverified while the tick advanced twice (one to about three
+ * SEL_CHECK_MS periods: see "Edge-triggered watching" above). */
 static void sel_edge_check_suspects(px_sel *sel)
 {
 	uint64_t now;
@@ -1334,14 +1340,28 @@ fail:
 	return rc;
 }
 
-/* px_close closed fd: its next read tries at the start (sel_skip_try). */
+/* px_close closed fd (nothing is queued on it: px_close waited for its
+ * operations).  Its next read tries at the start (sel_skip_try), and the
+ * edge poller forgets the registration: the kernel dropped it with the
+ * file, and a start on the next file under the number, even one from the
+ * px_close callback (whose descriptor is this number, so the start is
+ * trusted), must register that file instead of waiting for the suspect
+ * check to notice. */
 static void sel_closed(px_provider *p, int fd)
 {
-	px_fdq_entry *fq = px_fdq_lookup(&sel_of(p)->fdq, fd);
+	px_sel *sel = sel_of(p);
+	px_fdq_entry *fq = px_fdq_lookup(&sel->fdq, fd);
+	sel_fd *e;
 
-	if (fq) {
-		sel_fd_of(fq)->rd_miss = 0;
-		sel_fd_of(fq)->rd_skip = 0;
+	if (!fq)
+		return;
+	e = sel_fd_of(fq);
+	e->rd_miss = 0;
+	e->rd_skip = 0;
+	if (sel->edge) {
+		sel->pl->ops->forget(sel->pl, &e->reg);
+		e->recheck = 0;
+		sel_edge_idle(sel, e);
 	}
 }
 

@@ -26,7 +26,10 @@
  *    both threads), each read completing once with its own byte; and the
  *    same with px_cancel of every read, or px_stop and px_destroy, while
  *    those calls are under way: each read still completes exactly once,
- *    with its byte or with ECANCELED and the byte left in the socket.
+ *    with its byte or with ECANCELED and the byte left in the socket;
+ *  - a read started in px_close's callback on the next file under the
+ *    closed number is registered at its start and completes from the
+ *    wait's report, not from a later check.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -523,6 +526,107 @@ static void edge_during_claimed_try_is_not_lost(void **state)
 	close(keep[1]);
 }
 
+/* A read started in px_close's callback on the next file under the closed
+ * number.  That start comes from a callback about the same number, so the
+ * provider trusts what it registered before; the old file's registration
+ * left the epoll set with it, so the provider must register the new file
+ * (px_close tells it of the close) rather than wait on nothing until its
+ * check of suspect registrations, a second or two later. */
+static int g_reuse_old[2], g_reuse_new[2] = {-1, -1};
+static atomic_int g_reuse_calls;
+static atomic_long g_ctl_before_start, g_ctl_after_start;
+static atomic_bool g_reuse_started;
+static px_completion g_reuse_done;
+
+static void reuse_read_cb(const px_completion *c)
+{
+	g_reuse_done = *c;
+	atomic_store(&g_ctl_at_done, atomic_load(&g_ctl));
+	atomic_fetch_add(&g_reuse_calls, 1);
+}
+
+static void reuse_close_cb(const px_completion *c)
+{
+	int sv[2];
+
+	assert_int_equal(c->error, 0);
+	socket_pair(sv);
+	/* The new file under the closed number (the lowest free one, unless
+	 * something else took it meanwhile). */
+	if (sv[0] != c->fd && sv[1] != c->fd) {
+		assert_int_equal(dup3(sv[1], c->fd, O_CLOEXEC), c->fd);
+		close(sv[1]);
+		sv[1] = c->fd;
+	} else if (sv[0] == c->fd) {
+		int t = sv[0];
+
+		sv[0] = sv[1];
+		sv[1] = t;
+	}
+	g_reuse_new[0] = sv[0];
+	g_reuse_new[1] = sv[1];
+	atomic_store(&g_ctl_before_start, atomic_load(&g_ctl));
+	assert_int_equal(px_read_stream(g_px, sv[1], g_rbuf, sizeof(g_rbuf),
+					reuse_read_cb, NULL), 0);
+	atomic_store(&g_ctl_after_start, atomic_load(&g_ctl));
+	atomic_store(&g_reuse_started, true);
+}
+
+static void reuse_first_cb(const px_completion *c)
+{
+	assert_int_equal(c->error, 0);
+	assert_int_equal(c->bytes, 1);
+	assert_int_equal(px_close(g_px, c->fd, reuse_close_cb, NULL), 0);
+}
+
+static void a_number_reused_in_the_close_callback_is_watched(void **state)
+{
+	uint64_t dl;
+
+	(void)state;
+	make_px();
+	socket_pair(g_reuse_old);
+	atomic_store(&g_reuse_calls, 0);
+	atomic_store(&g_reuse_started, false);
+	/* The first read waits, so the number gets registered. */
+	assert_int_equal(px_read_stream(g_px, g_reuse_old[1], g_rbuf,
+					sizeof(g_rbuf), reuse_first_cb, NULL), 0);
+	px_handle_events(g_px, 10);
+	assert_int_equal(write(g_reuse_old[0], "a", 1), 1);
+	dl = now_ms() + 10000;
+	while (!atomic_load(&g_reuse_started) && now_ms() < dl)
+		px_handle_events(g_px, 20);
+	assert_true(atomic_load(&g_reuse_started));
+	/* The new read found nothing and waits: now its byte. */
+	px_handle_events(g_px, 10);
+	assert_int_equal(atomic_load(&g_reuse_calls), 0);
+	assert_int_equal(write(g_reuse_new[0], "b", 1), 1);
+	dl = now_ms() + 10000;
+	while (atomic_load(&g_reuse_calls) == 0 && now_ms() < dl)
+		px_handle_events(g_px, 20);
+	assert_int_equal(atomic_load(&g_reuse_calls), 1);
+	assert_int_equal(g_reuse_done.error, 0);
+	assert_int_equal(g_reuse_done.bytes, 1);
+	assert_int_equal(g_rbuf[0], 'b');
+	print_message("epoll_ctl calls: %ld in the start, %ld after it\n",
+		      atomic_load(&g_ctl_after_start) -
+			      atomic_load(&g_ctl_before_start),
+		      atomic_load(&g_ctl_at_done) -
+			      atomic_load(&g_ctl_after_start));
+	if (atomic_load(&g_ctl_after_start) == atomic_load(&g_ctl_before_start))
+		fail_msg("the read on the new file was not registered at its "
+			 "start");
+	if (atomic_load(&g_ctl_at_done) != atomic_load(&g_ctl_after_start))
+		fail_msg("the read completed only after %ld more epoll_ctl "
+			 "call(s): a check found what its registration missed",
+			 atomic_load(&g_ctl_at_done) -
+				 atomic_load(&g_ctl_after_start));
+	px_destroy(g_px);
+	close(g_reuse_old[0]);
+	close(g_reuse_new[0]);
+	close(g_reuse_new[1]);
+}
+
 /* Eight reads waiting on eight socket pairs; a wait is held until every
  * peer has written, so that it reports all eight while the other loop
  * thread sleeps as a follower.  The claiming thread must share about half
@@ -904,6 +1008,7 @@ int main(void)
 		cmocka_unit_test(edge_refresh_guesses_add_or_mod),
 		cmocka_unit_test(no_epoll_ctl_per_operation),
 		cmocka_unit_test(edge_during_claimed_try_is_not_lost),
+		cmocka_unit_test(a_number_reused_in_the_close_callback_is_watched),
 		cmocka_unit_test(a_wait_s_calls_are_shared),
 		cmocka_unit_test(slow_calls_are_shared),
 		cmocka_unit_test(a_thread_that_came_during_the_wait_shares),
