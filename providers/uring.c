@@ -444,8 +444,10 @@ static bool ur_does(px_op op)
 }
 
 /* Operations that wait for readiness and retry after -EAGAIN.  Not a
- * connect: its EAGAIN (a full AF_UNIX backlog) is its result, as for
- * connect(2).  Nor a file operation: regular files do not return it. */
+ * connect: its EAGAIN (a full AF_UNIX backlog, which the kernel gives
+ * only on a non-blocking socket: on a blocking one io_uring waits for
+ * room itself) is its result, as for connect(2).  Nor a file operation:
+ * regular files do not return it. */
 static bool ur_pollable(px_op op)
 {
 	return op == PX_OP_READ_STREAM || op == PX_OP_WRITE_STREAM ||

@@ -14,12 +14,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -611,6 +613,68 @@ static void connect_refused(void **state)
 	assert_int_equal(fcntl(c, F_GETFL), flags_before);
 	h_settle(f, 20);
 	assert_int_equal(atomic_load(&r->calls), 1);
+}
+
+/* An AF_UNIX listener whose backlog is full answers a non-blocking
+ * connect(2) with EAGAIN and makes a blocking one wait for room.  Every
+ * engine gives EAGAIN for a non-blocking socket; for a blocking one the
+ * io_uring engine waits, as connect(2) would, and the others, which
+ * connect in non-blocking mode, give EAGAIN (px_accept(3)).  Either way:
+ * one completion, and the socket's flags as before. */
+static void connect_to_a_full_unix_backlog(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_un *a = h_alloc(f, sizeof *a);
+	px_config cfg;
+	const px_processor_config *pc = h_proc_for(f, PX_OP_CONNECT, &cfg);
+	bool waits = strcmp(pc->provider, "uring") == 0;
+
+	a->sun_family = AF_UNIX;
+	snprintf(a->sun_path + 1, sizeof(a->sun_path) - 1, "px-conf-%d-%p",
+		 (int)getpid(), (void *)a);
+	socklen_t al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				   strlen(a->sun_path + 1));
+	int l = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(bind(l, (struct sockaddr *)a, al), 0);
+	assert_int_equal(listen(l, 0), 0);
+	for (int n = 0;; n++) {
+		int s = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+						   SOCK_CLOEXEC, 0));
+		if (connect(s, (struct sockaddr *)a, al) < 0) {
+			assert_int_equal(errno, EAGAIN);
+			break;
+		}
+		assert_true(n < 64);
+	}
+	for (int blocking = 0; blocking < 2; blocking++) {
+		int c = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC |
+						   (blocking ? 0 : SOCK_NONBLOCK), 0));
+		int flags_before = fcntl(c, F_GETFL);
+		h_rec *r = h_rec_new(f);
+
+		assert_int_equal(px_connect(f->px, c, (struct sockaddr *)a, al,
+					    h_rec_cb, r), 0);
+		if (blocking && waits) {
+			h_settle(f, 50);
+			assert_int_equal(atomic_load(&r->calls), 0);
+			/* Room for one: the connect goes through. */
+			int acc = h_track(f, accept4(l, NULL, NULL, SOCK_CLOEXEC));
+			assert_true(acc >= 0);
+			h_wait_rec(f, r, 5000, "a blocking connect given room");
+			assert_int_equal(r->c.error, 0);
+		} else {
+			h_wait_rec(f, r, 5000, "a connect to a full backlog");
+			if (r->c.error != EAGAIN)
+				fail_msg("a %s connect to a full backlog completed "
+					 "with %d (%s), expected EAGAIN",
+					 blocking ? "blocking" : "non-blocking",
+					 r->c.error, strerror(r->c.error));
+		}
+		assert_common(r, f->px, PX_OP_CONNECT, c);
+		assert_int_equal(fcntl(c, F_GETFL), flags_before);
+		h_settle(f, 20);
+		assert_int_equal(atomic_load(&r->calls), 1);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -1915,6 +1979,7 @@ int main(int argc, char **argv)
 		T(accept_and_connect_tcp),
 		T(accept_and_connect_tcp_nonblocking),
 		T(connect_refused),
+		T(connect_to_a_full_unix_backlog),
 		T(close_under_pending_read),
 		T(cancel_pending_read),
 		T(cancel_right_after_start),
