@@ -210,6 +210,11 @@ bool px__no_offsets(int fd, const struct stat *st)
 {
 	if (S_ISFIFO(st->st_mode) || S_ISSOCK(st->st_mode))
 		return true;
+	/* No file type at all: an anonymous inode (eventfd, signalfd,
+	 * timerfd, epoll, inotify, ...), which pread(2) refuses although
+	 * lseek may say 0. */
+	if ((st->st_mode & S_IFMT) == 0)
+		return true;
 	/* A terminal has none; /dev/zero and the like do. */
 	return S_ISCHR(st->st_mode) && lseek(fd, 0, SEEK_CUR) < 0 &&
 	       errno == ESPIPE;

@@ -768,8 +768,8 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
 
 /*
  * A file operation on a descriptor without offsets (px__no_offsets).  The
- * kernel's AIO takes a read or write of a pipe, a socket or a terminal as
- * a stream call and makes it inside io_submit, blocking the submitting
+ * kernel's AIO takes a read or write of a pipe, a socket, a terminal or
+ * an eventfd as a stream call and makes it inside io_submit, blocking the submitting
  * thread (the leader, in px_handle_events) until data or room comes,
  * beyond the reach of px_cancel and px_destroy.  pread(2) fails those
  * with ESPIPE, and so do the readiness engines: so does this provider, at

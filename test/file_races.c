@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -1702,18 +1703,31 @@ static void file_bad_input(void **state)
  * inside the call, blocking the thread that submitted it (the leader, in
  * px_handle_events) until data came; it refuses such descriptors with
  * ESPIPE now (fixed problem 34), and so does POSIX AIO for a pipe, whose
- * glibc helper waited the same way (fixed problem 35).
+ * glibc helper waited the same way (fixed problem 35).  A read of an
+ * eventfd whose counter is 0 (a file without a type, which pread refuses
+ * too) waited the same way in io_submit and in glibc's helper (fixed
+ * problem 50).
  */
-static void quiet_socket_file_op(h_fx *f, bool wr, bool pipe)
+enum quiet_kind { QUIET_SOCKET, QUIET_PIPE, QUIET_EVENTFD };
+
+static void quiet_socket_file_op(h_fx *f, bool wr, enum quiet_kind kind)
 {
-	const char *what = pipe ? (wr ? "write_file on a full pipe"
-				      : "read_file on an empty pipe")
+	bool pipe = kind == QUIET_PIPE;
+	const char *what = kind == QUIET_EVENTFD ? "read_file on an eventfd at 0"
+			   : pipe ? (wr ? "write_file on a full pipe"
+					: "read_file on an empty pipe")
 			   : wr ? "write_file on a full socket"
 				: "read_file on a quiet socket";
 	int sv[2];
 	static uint8_t in[16];
 	static uint8_t out[4096];
-	if (pipe) {
+	if (kind == QUIET_EVENTFD) {
+		/* One descriptor: the operation's, and where the unblocking
+		 * write goes. */
+		sv[0] = sv[1] = h_track(f, eventfd(0, EFD_CLOEXEC));
+		assert_true(sv[0] >= 0);
+		assert_false(wr);
+	} else if (pipe) {
 		/* sv[0] the end the operation uses, sv[1] the other. */
 		int p[2];
 		h_pipe(f, p);
@@ -1753,6 +1767,10 @@ static void quiet_socket_file_op(h_fx *f, bool wr, bool pipe)
 			fcntl(sv[1], F_SETFL, fl | O_NONBLOCK);
 			while (read(sv[1], sink, sizeof sink) > 0)
 				;
+		} else if (kind == QUIET_EVENTFD) {
+			uint64_t one = 1;
+			assert_int_equal(write(sv[1], &one, sizeof one),
+					 sizeof one);
 		} else {
 			assert_int_equal(write(sv[1], "x", 1), 1);
 		}
@@ -1771,10 +1789,11 @@ static void quiet_socket_file_op(h_fx *f, bool wr, bool pipe)
 
 static void file_read_on_quiet_socket(void **state)
 {
-	quiet_socket_file_op(*state, false, false);
-	quiet_socket_file_op(*state, true, false);
-	quiet_socket_file_op(*state, false, true);
-	quiet_socket_file_op(*state, true, true);
+	quiet_socket_file_op(*state, false, QUIET_SOCKET);
+	quiet_socket_file_op(*state, true, QUIET_SOCKET);
+	quiet_socket_file_op(*state, false, QUIET_PIPE);
+	quiet_socket_file_op(*state, true, QUIET_PIPE);
+	quiet_socket_file_op(*state, false, QUIET_EVENTFD);
 }
 
 /*
