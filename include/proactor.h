@@ -535,7 +535,8 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
  * ECANCELED.  Returns 0, -ENOENT if it already fired or never existed, or
- * -EINVAL for a NULL px.
+ * -EINVAL for a NULL px.  A one-shot timer whose deadline has passed has
+ * fired, even if its callback has not run yet (it then says error 0).
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 

@@ -268,6 +268,15 @@ int px__timer_cancel(struct px_proactor *px, int64_t id)
 	switch (r->state) {
 	case PX_RS_TIMER:
 		tm_remove(px, r);
+		/* A one-shot timer past its deadline has fired
+		 * (px_timer_start(3)), whether or not a thread has taken it
+		 * out of the heap yet; after px_stop nothing fires. */
+		if (!(r->flags & PX_RF_PERIODIC) && !px->stopped &&
+		    !px->destroying && r->deadline_ns <= px__now_ns()) {
+			r->c.offset = r->deadline_ns;
+			tm_final(px, r, 0, level);
+			return -ENOENT;
+		}
 		tm_final(px, r, ECANCELED, level);
 		return 0;
 	case PX_RS_POSTED:

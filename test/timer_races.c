@@ -842,6 +842,42 @@ static void slow_cb(const px_completion *c)
 		tm_mark_done(t);
 }
 
+/* A one-shot timer whose deadline has passed while no thread was in the
+ * loop to take it out of the heap: px_timer_cancel must see it fired
+ * (-ENOENT) and its one callback say 0 with its deadline, as
+ * px_timer_start(3) says.  A periodic timer in the same state is
+ * cancelled: 0, and one callback, ECANCELED. */
+static void cancel_after_the_deadline(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 2);
+	tm *once = pool_take(p), *per = pool_take(p);
+
+	assert_true(tm_start(f->px, once, 1 * MS, race_cb) > 0);
+	per->tag = 0;   /* slow_cb, without the sleep */
+	assert_true(tm_start_periodic(f->px, per, 1 * MS, 50 * MS, slow_cb) > 0);
+	h_sleep_ms(5);
+	assert_int_equal(atomic_load(&once->calls), 0);
+	int rc_once = px_timer_cancel(f->px, once->id);
+	int rc_per = px_timer_cancel(f->px, per->id);
+	uint64_t dl = h_deadline(2000);
+	while (!atomic_load(&once->done) || !atomic_load(&per->done))
+		h_pump(f, dl, "the callbacks after the cancels");
+	h_settle(f, 20);
+	destroy_now(f);
+	pool_check(p, "cancel after the deadline");
+	h_assert_no_bad("cancel after the deadline");
+	if (rc_once != -ENOENT)
+		fail_msg("px_timer_cancel of a one-shot timer past its deadline "
+			 "returned %d, expected -ENOENT (fired)", rc_once);
+	check_cancel_outcome(once, rc_once, "one-shot past its deadline");
+	if (once->offset < once->t0 + 1 * MS || once->offset > once->t1 + 1 * MS)
+		fail_msg("the fired timer's offset is not its deadline");
+	assert_int_equal(rc_per, 0);
+	check_cancel_outcome(per, rc_per, "periodic past its first deadline");
+}
+
 #define PCANCEL_ROUNDS 12
 
 static void periodic_cancel_while_running(void **state)
@@ -1507,6 +1543,7 @@ int main(int argc, char **argv)
 		T(timers_never_early),
 		T(timer_wakes_sleeping_loop),
 		T(cancel_races_fire),
+		T(cancel_after_the_deadline),
 		T(periodic_cancel_while_running),
 		T(periodic_cancelled_from_callbacks),
 		T(periodic_slow_callback_reports_missed),
