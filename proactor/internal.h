@@ -767,6 +767,9 @@ ssize_t px__sys_recvmsg(int fd, struct msghdr *m, int flags) PX_HIDDEN;
 ssize_t px__sys_sendmsg(int fd, const struct msghdr *m, int flags) PX_HIDDEN;
 int px__sys_accept4(int fd, struct sockaddr *addr, socklen_t *addrlen,
 		    int flags) PX_HIDDEN;
+/* Also out of ThreadSanitizer's sight, where that matters: see util.c. */
+int px__sys_connect(int fd, const struct sockaddr *addr,
+		    socklen_t addrlen) PX_HIDDEN;
 struct epoll_event;
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
 			int timeout_ms, const sigset_t *mask) PX_HIDDEN;

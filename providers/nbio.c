@@ -488,8 +488,9 @@ static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 		    fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)
 			return errno;
 	}
-	int err = connect(io->fd, (const struct sockaddr *)&r->c.addr,
-			  r->c.addrlen) < 0 ? errno : 0;
+	int err = px__sys_connect(io->fd,
+				  (const struct sockaddr *)&r->c.addr,
+				  r->c.addrlen) < 0 ? errno : 0;
 	if (conn == PX_NBIO_CONN_PENDING_BLOCKING && !(fl & O_NONBLOCK))
 		fcntl(io->fd, F_SETFL, fl);
 	/* Marked connected by someone else meanwhile: connected all the
@@ -513,8 +514,9 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 			err = errno;
 			goto out;
 		}
-		err = connect(io->fd, (const struct sockaddr *)&r->c.addr,
-			      r->c.addrlen) < 0 ? errno : 0;
+		err = px__sys_connect(io->fd,
+				      (const struct sockaddr *)&r->c.addr,
+				      r->c.addrlen) < 0 ? errno : 0;
 		if (!(fl & O_NONBLOCK))
 			fcntl(io->fd, F_SETFL, fl);
 		/* Interrupted, a non-blocking connect carries on regardless. */
