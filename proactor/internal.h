@@ -784,11 +784,11 @@ unsigned px__default_max_aio(void) PX_HIDDEN;
 int px__rwf_nosignal(void) PX_HIDDEN;
 /* Whether fd (whose fstat is st) has no offsets, so that pread(2) would
  * fail on it with ESPIPE: a pipe or FIFO, a socket, a terminal, a file
- * without a type (eventfd, signalfd, timerfd and other anonymous inodes).  A file
- * operation on one is a stream call to the kernel's AIO and to glibc's,
- * which wait for data or room where no cancel reaches (Linux AIO inside
- * io_submit, POSIX AIO in a helper thread), so those providers answer
- * ESPIPE at the start. */
+ * without a type (eventfd, signalfd, timerfd and other anonymous
+ * inodes).  A file operation on one is a stream call to the kernel's AIO
+ * and to glibc's, which wait for data or room where no cancel reaches
+ * (Linux AIO inside io_submit, POSIX AIO in a helper thread), so those
+ * providers answer ESPIPE at the start. */
 struct stat;
 bool px__no_offsets(int fd, const struct stat *st) PX_HIDDEN;
 

@@ -769,11 +769,11 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
 /*
  * A file operation on a descriptor without offsets (px__no_offsets).  The
  * kernel's AIO takes a read or write of a pipe, a socket, a terminal or
- * an eventfd as a stream call and makes it inside io_submit, blocking the submitting
- * thread (the leader, in px_handle_events) until data or room comes,
- * beyond the reach of px_cancel and px_destroy.  pread(2) fails those
- * with ESPIPE, and so do the readiness engines: so does this provider, at
- * the start.  One fstat per number, then remembered (la_fd.positional)
+ * an eventfd as a stream call and makes it inside io_submit, blocking
+ * the submitting thread (the leader, in px_handle_events) until data or
+ * room comes, beyond the reach of px_cancel and px_destroy.  pread(2)
+ * fails those with ESPIPE, and so do the readiness engines: so does this
+ * provider, at the start.  One fstat per number, then remembered (la_fd.positional)
  * until px_close or an operation on it fails; a number closed with
  * close(2) and reused unseen keeps the answer.  (fstat failing: the
  * operation gets the kernel's answer.)
