@@ -290,8 +290,7 @@ static inline int sel_try(px_nbio *io, px_result *r)
  * that closes its own descriptor with close(2), opens another file that
  * gets the same number (not through px_accept), and starts an operation
  * there that must wait, waits that long for data that was already there,
- * once.
- * px_close tells the provider (sel_closed), which forgets the
+ * once.  px_close tells the provider (sel_closed), which forgets the
  * registration, so its callback's starts on the number are not caught.
  */
 #define SEL_CHECK_MS 1000
