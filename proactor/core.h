@@ -66,8 +66,6 @@ typedef struct px_processor {
 	uint32_t ops;              /* operations routed here */
 	uint32_t vec_ops;          /* of those, the ones it does vectored */
 	bool has_leader;           /* nleading > 0 */
-	pthread_t leader;          /* the latest to begin leading, valid while
-	                              has_leader */
 	unsigned nleading;         /* threads leading it now */
 	unsigned max_leaders;      /* at most this many (the provider's, >= 1) */
 	bool stop;                 /* dedicated: leave the loop */

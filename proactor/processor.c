@@ -19,9 +19,16 @@
 
 #include "core.h"
 
+/* The processor the calling thread leads now, if any.  A thread leads one
+ * processor at a time, and runs no callback while it leads.  (Naming the
+ * thread that began a lead last in the processor does not tell: with
+ * several leaders at once that thread's lead may have ended while
+ * another's goes on.) */
+static __thread const px_processor *proc_tls_leading;
+
 static bool proc_is_leader(const px_processor *p)
 {
-	return p->has_leader && pthread_equal(p->leader, pthread_self());
+	return p->has_leader && proc_tls_leading == p;
 }
 
 px_provider *px__result_provider(const px_result *r)
@@ -56,7 +63,7 @@ bool px__processor_led_by_other(const px_processor *p)
 {
 	/* With several leaders the caller may be one of them: the interrupt
 	 * then reaches only those that wait (see px_intr_ops). */
-	return p->nleading > 1 || (p->has_leader && !proc_is_leader(p));
+	return p->nleading > (proc_is_leader(p) ? 1 : 0);
 }
 
 void px__processor_interrupt(px_processor *p)
@@ -625,7 +632,7 @@ void px__processor_lead_begin(px_processor *p)
 {
 	p->nleading++;
 	p->has_leader = true;
-	p->leader = pthread_self();
+	proc_tls_leading = p;
 	if (p->intr->ops->leader_activated)
 		p->intr->ops->leader_activated(p->intr);
 }
@@ -636,6 +643,7 @@ void px__processor_lead_end(px_processor *p)
 		p->intr->ops->leader_deactivated(p->intr);
 	p->nleading--;
 	p->has_leader = p->nleading > 0;
+	proc_tls_leading = NULL;
 }
 
 /* ------------------------------------------------------------------ */

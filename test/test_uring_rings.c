@@ -676,6 +676,118 @@ static void team_churn_then_destroy(void **state)
 	       c.called, c.cancelled);
 }
 
+/* ------------------------------------------------------------------ */
+/* A post from a thread whose lead ended interrupts the leader left     */
+/* ------------------------------------------------------------------ */
+
+/* "uring rings=2": thread A leads in px_handle_events(px, -1) (200 reads
+ * without data keep the rings busy).  The main thread B leads the other
+ * ring for px_handle_events(px, 5), returns, and posts from outside the
+ * loop: A must be interrupted and run the post at once.  Before, the
+ * processor took B for its leader as long as B was the last thread to
+ * begin a lead, so B's post interrupted nobody and waited for A's next
+ * bound (13 to 17 ms, 25 of 60 posts over SL_LATE_MS).  With the fix
+ * every post took under 2 ms.  A round of SL_POSTS posts fails when
+ * SL_MAX_LATE or more are late; three failed rounds fail the test. */
+#define SL_PAIRS 200
+#define SL_POSTS 60
+#define SL_LATE_MS 8
+#define SL_MAX_LATE 6
+
+static struct {
+	px_proactor *px;
+	pthread_mutex_t m;
+	pthread_cond_t cv;
+	int ran;
+	atomic_bool done;
+} sl = { .m = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER };
+
+static void sl_post_cb(const px_completion *c)
+{
+	(void)c;
+	pthread_mutex_lock(&sl.m);
+	sl.ran = 1;
+	pthread_cond_broadcast(&sl.cv);
+	pthread_mutex_unlock(&sl.m);
+}
+
+static void sl_read_cb(const px_completion *c)
+{
+	(void)c;
+}
+
+static void *sl_loop(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&sl.done))
+		if (px_handle_events(sl.px, -1) == -ESHUTDOWN)
+			break;
+	return NULL;
+}
+
+/* Posts from the main thread after each of its leads: how many late. */
+static int sl_round(void)
+{
+	int late = 0;
+
+	for (int i = 0; i < SL_POSTS; i++) {
+		px_handle_events(sl.px, 5);  /* lead the other ring a while */
+		usleep(2000);
+		pthread_mutex_lock(&sl.m);
+		sl.ran = 0;
+		pthread_mutex_unlock(&sl.m);
+		uint64_t t0 = now_ns();
+		assert_int_equal(px_post(sl.px, sl_post_cb, NULL), 0);
+		pthread_mutex_lock(&sl.m);
+		while (!sl.ran)
+			pthread_cond_wait(&sl.cv, &sl.m);
+		pthread_mutex_unlock(&sl.m);
+		if (now_ns() - t0 > SL_LATE_MS * 1000000ull)
+			late++;
+	}
+	return late;
+}
+
+static void post_after_own_lead_interrupts(void **state)
+{
+	(void)state;
+	char err[256];
+	int sv[SL_PAIRS][2];
+	char buf[SL_PAIRS][8];
+	pthread_t a;
+
+	assert_int_equal(px_create(&sl.px, "uring rings=2", err, sizeof(err)), 0);
+	for (int i = 0; i < SL_PAIRS; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(sl.px, sv[i][0], buf[i], 8,
+						sl_read_cb, NULL), 0);
+	}
+	atomic_store(&sl.done, false);
+	assert_int_equal(pthread_create(&a, NULL, sl_loop, NULL), 0);
+	int late[3], round;
+	for (round = 0; round < 3; round++) {
+		late[round] = sl_round();
+		printf("round %d: %d of %d posts more than %d ms late\n",
+		       round + 1, late[round], SL_POSTS, SL_LATE_MS);
+		if (late[round] < SL_MAX_LATE)
+			break;
+	}
+	atomic_store(&sl.done, true);
+	px_stop(sl.px);
+	pthread_join(a, NULL);
+	assert_int_equal(px_destroy(sl.px), 0);
+	for (int i = 0; i < SL_PAIRS; i++) {
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	if (round == 3)
+		fail_msg("posts made after the poster's own lead ran more than "
+			 "%d ms late: %d, %d and %d of %d in three rounds (the "
+			 "other thread leading was not interrupted)", SL_LATE_MS,
+			 late[0], late[1], late[2], SL_POSTS);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
@@ -689,6 +801,7 @@ int main(void)
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
 		cmocka_unit_test(team_churn_then_destroy),
+		cmocka_unit_test(post_after_own_lead_interrupts),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
 }
