@@ -290,7 +290,12 @@ void px__dispatch_needs_leader(struct px_proactor *px)
 {
 	if (px__tls_dispatching == px && !px->nfollowers_long)
 		return;
-	px__dispatch_wake_follower(px);
+	if (px__dispatch_wake_follower(px) || px__tls_dispatching == px)
+		return;
+	/* Nobody asleep to take it: a thread leading another shared
+	 * processor (its wait bounded only by the idle check, up to 1 s)
+	 * comes back and leads both in turn. */
+	disp_interrupt_shared_leader(px);
 }
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
