@@ -1059,7 +1059,12 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 			memset(&pr->msg, 0, sizeof(pr->msg));
 			pr->msg.msg_iov = (struct iovec *)iov;
 			pr->msg.msg_iovlen = (size_t)cnt;
-			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg, MSG_NOSIGNAL);
+			/* A message socket: MSG_DONTWAIT, as in ur_prep_op (the
+			 * kernel's own retry after a full receiver sent an empty
+			 * datagram and answered 0). */
+			io_uring_prep_sendmsg(sqe, c->fd, &pr->msg,
+					      MSG_NOSIGNAL |
+					      (pr->fe->msg_sock ? MSG_DONTWAIT : 0));
 		} else {
 			io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
 					     (uint64_t)-1);
