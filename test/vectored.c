@@ -12,17 +12,21 @@
  *   - the completion gives back iov and iovcnt, buf NULL and len the total;
  *   - bad arrays are refused with -EINVAL, and px_start_op takes the
  *     vectored form;
+ *   - a vectored write to a full datagram receiver sends one whole
+ *     datagram once there is room;
  *   - an engine whose processor for the operation has no vectored form
  *     (POSIX AIO) refuses with -EOPNOTSUPP: asserted, not skipped.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -526,6 +530,85 @@ static void start_op_vectored_with_deadline(void **state)
 	assert_int_equal(atomic_load(&r->calls), 1);
 }
 
+/* ------------------------------------------------------------------ */
+/* A vectored write on a datagram socket whose receiver is full         */
+/* ------------------------------------------------------------------ */
+
+/* An AF_UNIX datagram socket connected to a receiver that holds as many
+ * datagrams as it takes (net.unix.max_dgram_qlen).  A vectored write of
+ * three 100-byte buffers, plain and write-all (and the single-buffer
+ * write beside them), waits for room and then sends one datagram of 300
+ * bytes, counted in the completion.  On io_uring the vectored SENDMSG
+ * went without MSG_DONTWAIT, and the kernel's own retry once room came
+ * sent an empty datagram and answered 0: the completion said 0 bytes
+ * and no error, the data was never sent (fixed problem 54). */
+static void writev_to_full_datagram_receiver(void **state)
+{
+	h_fx *f = *state;
+	static const char *what[] = { "px_writev_stream",
+				      "px_writev_stream_all",
+				      "px_write_stream" };
+
+	for (int mode = 0; mode < 3; mode++) {
+		/* The receiver bound, the sender connected to it (the
+		 * queue's length limits a receiver that is not the sender's
+		 * own peer, so no socketpair). */
+		int sv[2];
+		struct sockaddr_un ua = { .sun_family = AF_UNIX };
+		snprintf(ua.sun_path + 1, sizeof(ua.sun_path) - 1,
+			 "px-vectored-%d-%d", (int)getpid(), mode);
+		socklen_t ual = (socklen_t)(offsetof(struct sockaddr_un,
+						     sun_path) + 1 +
+					    strlen(ua.sun_path + 1));
+		sv[1] = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+		sv[0] = h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+		assert_int_equal(bind(sv[1], (struct sockaddr *)&ua, ual), 0);
+		assert_int_equal(connect(sv[0], (struct sockaddr *)&ua, ual), 0);
+		int big = 4 << 20;
+		(void)setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+		char fill[100], b[1000];
+		memset(fill, 'f', sizeof fill);
+		int nfill = 0;
+		while (send(sv[0], fill, sizeof fill, MSG_DONTWAIT) ==
+		       (ssize_t)sizeof fill)
+			nfill++;
+		assert_true(nfill > 0);
+		uint8_t *src = h_alloc(f, 300);
+		for (int i = 0; i < 300; i++)
+			src[i] = (uint8_t)('a' + i % 26);
+		struct iovec *iov = h_alloc(f, 3 * sizeof(*iov));
+		for (int i = 0; i < 3; i++)
+			iov[i] = (struct iovec){ src + 100 * i, 100 };
+		h_rec *w = h_rec_new(f);
+		int rc = mode == 0 ? px_writev_stream(f->px, sv[0], iov, 3,
+						      h_rec_cb, w)
+		       : mode == 1 ? px_writev_stream_all(f->px, sv[0], iov, 3,
+							  h_rec_cb, w)
+		       : px_write_stream(f->px, sv[0], src, 300, h_rec_cb, w);
+		if (mode < 2 && !vec_started(f, PX_OP_WRITE_STREAM, rc, what[mode]))
+			continue;
+		if (mode == 2)
+			assert_int_equal(rc, 0);
+		h_settle(f, 20);
+		/* Room: the fillers are read. */
+		for (int i = 0; i < nfill; i++)
+			assert_int_equal(recv(sv[1], b, sizeof b, 0), 100);
+		h_wait_rec(f, w, 5000, what[mode]);
+		if (w->c.error || w->c.bytes != 300)
+			fail_msg("%s of 300 bytes to a full datagram receiver: "
+				 "error %d, %zu bytes", what[mode], w->c.error,
+				 w->c.bytes);
+		ssize_t n = recv(sv[1], b, sizeof b, 0);
+		if (n != 300 || memcmp(b, src, 300) != 0)
+			fail_msg("%s: the receiver got a datagram of %zd bytes "
+				 "instead of the 300 written", what[mode], n);
+		assert_int_equal(recv(sv[1], b, sizeof b, MSG_DONTWAIT), -1);
+		assert_int_equal(errno, EAGAIN);
+		h_settle(f, 5);
+		assert_int_equal(atomic_load(&w->calls), 1);
+	}
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int vectored_run(void)
@@ -538,6 +621,7 @@ int vectored_run(void)
 		T(readv_writev_file_at_offsets),
 		T(bad_iov_refused),
 		T(start_op_vectored_with_deadline),
+		T(writev_to_full_datagram_receiver),
 	};
 	return cmocka_run_group_tests_name("vectored", tests, NULL, NULL);
 }
