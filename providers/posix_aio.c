@@ -442,12 +442,25 @@ static int paio_start(px_provider *pv, px_result *r)
 			px_result_finish(r, 0, ESPIPE);
 			return PX_START_DONE;
 		}
-		if (p->lanes > 1) {
+		if (p->lanes > 1 && fr == 0) {
+			px_paio_fd *fe;
 			rc = px__fdq_get(&p->fdq, r->c.fd, &fq);
 			if (rc < 0)
 				return rc;
-			q->fe = px_container_of(fq, px_paio_fd, fq);
-			q->fe->files++;
+			fe = px_container_of(fq, px_paio_fd, fq);
+			if (!fe->files) {
+				fe->dev = st.st_dev;
+				fe->ino = st.st_ino;
+			}
+			/* The application may have closed the number under
+			 * requests still in glibc and opened another file
+			 * on it: the lanes are dups of the old file, so this
+			 * request goes on the descriptor it names. */
+			if (!fe->files || (fe->dev == st.st_dev &&
+					   fe->ino == st.st_ino)) {
+				q->fe = fe;
+				fe->files++;
+			}
 		}
 		rc = paio_submit(p, r);
 		if (rc < 0 && q->fe) {
@@ -571,7 +584,11 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		p->kind = PX_PAIO_CALLBACK;
 	else
 		p->kind = PX_PAIO_AIOCB;
-	paio_init_glibc(s->threads ? s->threads : PX_PAIO_DEFAULT_THREADS);
+	/* The aiocb wait's interrupt read keeps one helper for itself
+	 * (wait_strategies/aiocb.c): count it on top, or aio_threads=1 would
+	 * leave no helper for the requests, which would wait for ever. */
+	paio_init_glibc((s->threads ? s->threads : PX_PAIO_DEFAULT_THREADS) +
+			(p->kind == PX_PAIO_AIOCB ? 1u : 0u));
 	px__fdq_init(&p->fdq, sizeof(px_paio_fd));
 	px_list_init(&p->inflight);
 	px_list_init(&p->failed);

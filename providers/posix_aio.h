@@ -25,6 +25,7 @@
 #define PX_PROVIDERS_POSIX_AIO_H
 
 #include <aio.h>
+#include <sys/types.h>
 #include <stdatomic.h>
 
 #include "fdq.h"
@@ -50,6 +51,8 @@ typedef struct px_paio_fd {
 	unsigned next_lane; /* file_lanes: where the next file request goes */
 	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */
 	int lane_fd[PX_POSIX_LANES_MAX];
+	dev_t dev;          /* the file the lanes are dups of (set when the */
+	ino_t ino;          /* first file request comes to an idle entry) */
 } px_paio_fd;
 
 /* The provider's private space in every result. */
@@ -102,6 +105,8 @@ struct px_paio {
 	uint64_t intr_buf;          /* where its reads land */
 	bool intr_armed;            /* intr_cb is in glibc */
 	bool intr_pending;          /* written and not yet drained */
+	bool suspend_idle;          /* the last aio_suspend timed out with
+	                               requests in it (leader only) */
 
 	/* sigwait wait: the signal, the pointers the leader took off the
 	 * queue during its wait (leader only), and whether to scan. */

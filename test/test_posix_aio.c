@@ -541,6 +541,165 @@ static void sigwait_queue_overflow(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* aio_threads=1 with the aiocb wait                                    */
+/* ------------------------------------------------------------------ */
+
+/* The aiocb wait's interrupt is a read of an eventfd that glibc keeps in
+ * one helper thread.  With aio_threads=1 that was glibc's only helper:
+ * every request queued behind the read, which nothing ends while the
+ * leader waits, and no read ever completed (fixed problem 55).  The
+ * provider now asks glibc for one helper more; and where glibc still
+ * cannot start one for the requests (two proactors of this wait share
+ * those two helpers, each keeping one in its interrupt; or
+ * pthread_create fails), a leader whose wait ended with nothing ends
+ * its own interrupt read, so that the helper moves on.  In a child
+ * process run again with "one-helper": glibc takes aio_threads once per
+ * process. */
+enum { OH_READS = 4 };
+
+static bool one_helper_reads(px_proactor **pxs, int npx, int fd)
+{
+	static char buf[4][16];
+	rec r[4] = { 0 };
+	uint64_t end = now_ms() + 10000;
+
+	for (int i = 0; i < npx; i++)
+		if (px_read_file(pxs[i], fd, buf[i], 16, 0, rec_cb, &r[i]) < 0)
+			return false;
+	for (bool all = false; !all && now_ms() < end;) {
+		all = true;
+		for (int i = 0; i < npx; i++) {
+			px_handle_events(pxs[i], 20);
+			all = all && atomic_load(&r[i].calls) == 1;
+		}
+	}
+	for (int i = 0; i < npx; i++)
+		if (atomic_load(&r[i].calls) != 1 || r[i].error ||
+		    r[i].bytes != 16 || memcmp(buf[i], "0123456789abcdef", 16)) {
+			printf("proactor %d of %d: %d calls, error %d, %zu bytes\n",
+			       i + 1, npx, atomic_load(&r[i].calls), r[i].error,
+			       r[i].bytes);
+			return false;
+		}
+	return true;
+}
+
+static int one_helper_child(void)
+{
+	char path[] = "/tmp/px_paio_XXXXXX";
+	px_proactor *pxs[2];
+	int fd = mkstemp(path);
+
+	if (fd < 0)
+		return 2;
+	unlink(path);
+	if (pwrite(fd, "0123456789abcdef", 16, 0) != 16)
+		return 2;
+	for (int i = 0; i < 2; i++)
+		if (px_create(&pxs[i], "provider=posix wait=aiocb aio_threads=1",
+			      NULL, 0) < 0)
+			return 3;
+	/* One proactor, several reads one after another. */
+	for (int k = 0; k < OH_READS; k++)
+		if (!one_helper_reads(pxs, 1, fd))
+			return 4;
+	/* Two, each with its interrupt in a helper of the two. */
+	for (int k = 0; k < OH_READS; k++)
+		if (!one_helper_reads(pxs, 2, fd))
+			return 5;
+	for (int i = 0; i < 2; i++)
+		if (px_destroy(pxs[i]) < 0)
+			return 6;
+	close(fd);
+	return 0;
+}
+
+static void aio_threads_one(void **state)
+{
+	pid_t pid;
+	int status;
+
+	(void)state;
+	fflush(stdout);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_posix_aio", "one-helper",
+		      (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	if (WEXITSTATUS(status))
+		fail_msg("aio_threads=1 with the aiocb wait: the child failed "
+			 "with %d (4: a read on one proactor never completed; "
+			 "5: a read on one of two)", WEXITSTATUS(status));
+}
+
+/* ------------------------------------------------------------------ */
+/* A file number closed with close(2) under reads, and reused           */
+/* ------------------------------------------------------------------ */
+
+/* file_lanes spreads a file's requests over dups of its descriptor while
+ * any are in flight.  The application closes the number with close(2)
+ * under 16 reads and opens another file, which gets the number: a write
+ * started on it must land in the new file.  Before, it went through the
+ * lanes, dups of the old file, and landed there (fixed problem 56). */
+enum { RU_READS = 16, RU_LEN = 1 << 20 };
+
+static void reused_number_on(const char *wait)
+{
+	char text[96], pa[] = "/tmp/px_paio_XXXXXX", pb[] = "/tmp/px_paio_XXXXXX";
+	char got[9] = { 0 }, old[9] = { 0 };
+	rec r[RU_READS + 1];
+	fx f = { 0 };
+	char *bufs = malloc((size_t)RU_READS * RU_LEN);
+	int fa = mkstemp(pa), fb = mkstemp(pb);
+
+	assert_non_null(bufs);
+	assert_true(fa >= 0 && fb >= 0);
+	close(fb);
+	assert_int_equal(ftruncate(fa, (off_t)RU_READS * RU_LEN), 0);
+	memset(r, 0, sizeof(r));
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 1);
+	for (int i = 0; i < RU_READS; i++)
+		assert_int_equal(px_read_file(f.px, fa, bufs + (size_t)i * RU_LEN,
+					      RU_LEN, (uint64_t)i * RU_LEN,
+					      rec_cb, &r[i]), 0);
+	close(fa);
+	int nb = open(pb, O_RDWR | O_CLOEXEC);
+	assert_int_equal(nb, fa);  /* the lowest free number */
+	assert_int_equal(px_write_file(f.px, nb, "NEWDATA!", 8, 0, rec_cb,
+				       &r[RU_READS]), 0);
+	for (int i = 0; i <= RU_READS; i++)
+		assert_true(wait_calls(&r[i], 1, 10000));
+	fx_end(&f);
+	assert_int_equal(r[RU_READS].error, 0);
+	assert_int_equal(r[RU_READS].bytes, 8);
+	assert_int_equal(pread(nb, got, 8, 0), 8);
+	int oa = open(pa, O_RDONLY | O_CLOEXEC);
+	assert_true(oa >= 0);
+	assert_int_equal(pread(oa, old, 8, 0), 8);
+	close(oa);
+	close(nb);
+	unlink(pa);
+	unlink(pb);
+	free(bufs);
+	if (memcmp(got, "NEWDATA!", 8) != 0)
+		fail_msg("wait=%s: a write on a reused number went to the file "
+			 "closed under reads (the new file holds \"%s\", the "
+			 "old one starts with \"%s\")", wait, got, old);
+}
+
+static void reused_number_gets_its_write(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		reused_number_on(waits[i]);
+}
+
+/* ------------------------------------------------------------------ */
 /* Duplex sockets                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -1064,11 +1223,15 @@ int main(int argc, char **argv)
 		cmocka_unit_test(aiocb_interrupt_refused),
 		cmocka_unit_test(queued_read_refused),
 		cmocka_unit_test(ready_fd_and_watch),
+		cmocka_unit_test(aio_threads_one),
+		cmocka_unit_test(reused_number_gets_its_write),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "overflow"))
 		return overflow_child();
+	if (argc > 1 && !strcmp(argv[1], "one-helper"))
+		return one_helper_child();
 #if PX_TEST_TSAN
 	/* glibc starts its AIO helpers with its internal pthread_create,
 	 * unseen by ThreadSanitizer; a helper that starts another one mallocs

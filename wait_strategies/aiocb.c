@@ -73,6 +73,19 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	 * bounded like a short list's, and the next prepare tries again. */
 	if (!p->intr_armed)
 		aiocb_arm(p);
+	/* The interrupt's read holds a helper thread.  When glibc cannot
+	 * have another (aio_threads reached, or pthread_create refused),
+	 * the requests queue behind that read and nothing ever ends it:
+	 * after a wait that timed out with requests in flight, end it here,
+	 * so that its helper goes on to the requests queued meanwhile. */
+	if (p->suspend_idle && p->intr_armed && !p->intr_pending) {
+		uint64_t one = 1;
+		p->intr_pending = true;
+		while (write(p->intr_efd, &one, sizeof(one)) < 0 &&
+		       errno == EINTR)
+			;
+	}
+	p->suspend_idle = false;
 	if (p->list_valid && p->list_gen == p->gen)
 		return 0;
 	want = (unsigned)px_list_count(&p->inflight) + 1;
@@ -128,6 +141,8 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 	}
 	rc = aio_suspend(p->list, (int)p->nlist, tsp);
 	p->scan = true;
+	if (rc < 0 && errno == EAGAIN && p->nlist > (p->intr_armed ? 1u : 0u))
+		p->suspend_idle = true;
 	if (rc < 0)
 		return errno == EAGAIN ? 0 : -errno;
 	return 1;
