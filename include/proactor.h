@@ -207,12 +207,13 @@ typedef struct px_config {
  *               ring_flags=LIST (coop_taskrun, sqpoll; sqpoll adds a
  *               polling kernel thread per ring, which pays only where a
  *               CPU can be spared for it), rings=N (0 to 16; 0, the
- *               default, is one per CPU, at most 4), read_gate=N (0,
- *               the default, to 1000000: once N socket reads would wait
- *               in a ring, new ones wait on an epoll set of the ring
- *               instead of an armed receive, cheaper for a peer in
- *               another process, dearer for one in this process;
- *               not with sqpoll)
+ *               default, is one per CPU, at most 4), read_gate=N (0
+ *               to 1000000: once N socket reads would wait in a ring,
+ *               new ones wait on an epoll set of the ring instead of an
+ *               armed receive, cheaper for a peer in another process,
+ *               dearer for one in this process; 0: never.  Not given:
+ *               8, for sockets whose other end the engine does not
+ *               serve itself; not with sqpoll)
  *       linux_aio  Linux native AIO (libaio); wait=io_getevents|epoll;
  *               depth=N (iocbs in the context, default 1024)
  *       posix   POSIX AIO (glibc); files, and streams on pipes;

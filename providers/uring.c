@@ -252,8 +252,31 @@
  *   RECV).  That lead is what an exchange within this process pays
  *   for: 20 sessions of 8 KiB on two threads ran at half the speed
  *   gated, while the echo example's client on another CPU paid 0.1-0.7
- *   µs less a message (docs/PERFORMANCE.md, "Gated reads").  So the
- *   default is 0, off (PX_URING_GATE_DEFAULT).  Not with SQPOLL.
+ *   µs less a message (docs/PERFORMANCE.md, "Gated reads").  Not with
+ *   SQPOLL.
+ *
+ * Whose peer is here (the default gate; ur_peer_here):
+ *   Without read_gate= the threshold is PX_URING_GATE_DEFAULT (8), and
+ *   only reads of a socket whose other end this provider does not serve
+ *   are gated: where the peer's send would have completed an armed
+ *   receive in the peer's own enter, gating only adds the lead.  The
+ *   first read the gate would take since the number was seen open asks
+ *   where the peer is.  An AF_UNIX socket's peer is here when this
+ *   process made it (SO_PEERCRED).  A TCP socket's is here when the
+ *   peer's address is on this host (loopback, or the socket's own
+ *   address) and its port is held by one of the provider's sockets:
+ *   u->ports counts, per local port, the listeners it accepts on (noted
+ *   at the accept's start), the sockets it connected (at the connect's
+ *   completion) and the sockets it asked about (their own port, at the
+ *   ask).  The port is looked up at every read the gate would take, as
+ *   the other end may be noted later than this one.  Anything else,
+ *   another family, a call that fails, counts as elsewhere.  The cost:
+ *   getsockname and getpeername (or SO_PEERCRED) once per socket, only
+ *   once eight reads wait in its ring, and a getsockname per connect
+ *   and per listener.  A mistake costs speed only, either way: an
+ *   in-process end it cannot pair (connected with connect(2), never
+ *   read from) is gated; a peer in another process of this host that
+ *   uses a port number one of ours also holds is not.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -370,7 +393,26 @@ struct px_uring_fd {
 	/* The ring whose gate epoll set it was last added to, as far as
 	 * this provider knows (an EPOLL_CTL's answer corrects it). */
 	struct px_uring_ring *gate_rg;
+	/* For the default gate ("Whose peer is here"): where its other end
+	 * is (PX_PEER_*), asked at its first read the gate would take since
+	 * the number was last seen open, and the port of a peer on this
+	 * host; the local port it counts in u->ports (0: none). */
+	uint8_t peer;
+	uint16_t peer_port;
+	uint16_t own_port;
 };
+
+/* px_uring_fd.peer */
+enum {
+	PX_PEER_UNKNOWN = 0,  /* not asked since the number was seen open */
+	PX_PEER_AWAY,         /* elsewhere, or nobody can tell */
+	PX_PEER_HERE,         /* an AF_UNIX peer made by this process */
+	PX_PEER_PORT          /* a TCP peer on this host, at peer_port: here
+	                         while one of the provider's sockets holds
+	                         that port (u->ports) */
+};
+
+static void ur_own_port(px_uring *u, px_uring_fd *fe, uint16_t port);
 
 /* The provider's private space in every result. */
 struct px_uring_priv {
@@ -831,6 +873,8 @@ static void ur_mark_fresh(px_uring *u, int fd)
 		fe->open_seen = true;
 		fe->type_seen = false;  /* (an AF_UNIX seqpacket listener's) */
 		fe->seg = 0;
+		fe->peer = PX_PEER_UNKNOWN;
+		ur_own_port(u, fe, 0);  /* (a socket closed with close(2)) */
 	}
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
 		return;  /* (no memory for the entry: it is placed as before) */
@@ -1188,6 +1232,108 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 	}
 }
 
+/* Whose peer is here (the default gate; see "Gated reads").  The port of
+ * an AF_INET or AF_INET6 address, 0 for another family. */
+static uint16_t ur_port_of(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return ntohs(((const struct sockaddr_in *)ss)->sin_port);
+	if (ss->ss_family == AF_INET6)
+		return ntohs(((const struct sockaddr_in6 *)ss)->sin6_port);
+	return 0;
+}
+
+/* Is the address `peer`, seen from a socket bound to `me`, on this host:
+ * a loopback address, or the socket's own? */
+static bool ur_same_host(const struct sockaddr_storage *me,
+			 const struct sockaddr_storage *peer)
+{
+	if (peer->ss_family == AF_INET) {
+		const struct sockaddr_in *p = (const struct sockaddr_in *)peer;
+		const struct sockaddr_in *m = (const struct sockaddr_in *)me;
+		return (ntohl(p->sin_addr.s_addr) >> 24) == 127 ||
+		       (me->ss_family == AF_INET &&
+			p->sin_addr.s_addr == m->sin_addr.s_addr);
+	}
+	if (peer->ss_family == AF_INET6) {
+		const struct in6_addr *p =
+			&((const struct sockaddr_in6 *)peer)->sin6_addr;
+		const struct in6_addr *m =
+			&((const struct sockaddr_in6 *)me)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(p) ||
+		       (IN6_IS_ADDR_V4MAPPED(p) && p->s6_addr[12] == 127) ||
+		       (me->ss_family == AF_INET6 &&
+			IN6_ARE_ADDR_EQUAL(p, m));
+	}
+	return false;
+}
+
+/* fe's socket now holds the local port `port` (0: none) in u->ports. */
+static void ur_own_port(px_uring *u, px_uring_fd *fe, uint16_t port)
+{
+	if (fe->own_port == port)
+		return;
+	if (fe->own_port && u->ports)
+		u->ports[fe->own_port]--;
+	fe->own_port = 0;
+	if (!port)
+		return;
+	if (!u->ports) {
+		u->ports = calloc(65536, sizeof(*u->ports));
+		if (!u->ports)
+			return;  /* peers look away: their reads are gated */
+	}
+	u->ports[port]++;
+	fe->own_port = port;
+}
+
+/* Count the local port of fd, an AF_INET or AF_INET6 socket this provider
+ * connected or accepts on, in u->ports (one getsockname). */
+static void ur_note_port(px_uring *u, px_uring_fd *fe, int fd)
+{
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof(me);
+
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) == 0)
+		ur_own_port(u, fe, ur_port_of(&me));
+}
+
+/* Is fd's other end served by this provider?  Asked once per opening of
+ * the number (two or three syscalls, and only for reads the gate would
+ * take); a TCP peer on this host is looked up in u->ports at every ask,
+ * as its end may be noted after this one. */
+static bool ur_peer_here(px_uring *u, int fd, px_uring_fd *fe)
+{
+	if (fe->peer == PX_PEER_UNKNOWN) {
+		struct sockaddr_storage me, peer;
+		socklen_t ml = sizeof(me), pl = sizeof(peer);
+		fe->peer = PX_PEER_AWAY;
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+			return false;
+		if (me.ss_family == AF_UNIX) {
+			/* Who made the other end: socketpair(2) or connect(2)
+			 * in this process, or another. */
+			struct ucred cr;
+			socklen_t cl = sizeof(cr);
+			if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) == 0 &&
+			    cr.pid == u->pid)
+				fe->peer = PX_PEER_HERE;
+			return fe->peer == PX_PEER_HERE;
+		}
+		uint16_t port = ur_port_of(&me);
+		if (!port || getpeername(fd, (struct sockaddr *)&peer, &pl) < 0)
+			return false;
+		/* Its own port too, for the peer's ask. */
+		ur_own_port(u, fe, port);
+		if (!ur_same_host(&me, &peer))
+			return false;
+		fe->peer = PX_PEER_PORT;
+		fe->peer_port = ur_port_of(&peer);
+	}
+	return fe->peer == PX_PEER_HERE ||
+	       (fe->peer == PX_PEER_PORT && u->ports && u->ports[fe->peer_port]);
+}
+
 /* Gated reads: see "Gated reads" in the opening comment.  Should r, a
  * socket read about to go into rg, wait on rg's epoll set?  Makes the
  * set at the first yes. */
@@ -1201,6 +1347,8 @@ static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
 	    (r->flags & PX_RF_VECTORED) || rg->gate_ep == -2 ||
 	    rg->pf_reads + rg->gated + 1 < rg->gate_min ||
 	    atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed))
+		return false;
+	if (rg->owner->gate_peers && ur_peer_here(rg->owner, r->c.fd, pr->fe))
 		return false;
 	if (rg->gate_ep == -1) {
 		rg->gate_ep = px__fd_keep_off_ops(r->c.proactor,
@@ -1588,6 +1736,10 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 			break;
 		case PX_OP_CONNECT:
 			bytes = 0;
+			/* Its port, for the default gate of the end it
+			 * reached, should that be served here. */
+			if (u->gate_peers)
+				ur_note_port(u, pr->fe, c->fd);
 			break;
 		case PX_OP_READ_DGRAM:
 			c->addrlen = pr->msg.msg_namelen;
@@ -1962,9 +2114,15 @@ static int ur_start(px_provider *p, px_result *r)
 		pr->fe->listener = acc != 0;
 		pr->fe->open_seen = true;
 		pr->fe->seg = 0;  /* maybe another socket */
+		pr->fe->peer = PX_PEER_UNKNOWN;
 	}
-	if (r->c.op == PX_OP_ACCEPT)
+	if (r->c.op == PX_OP_ACCEPT) {
 		pr->fe->listener = true;
+		/* Its port, for the peers of the default gate: a socket that
+		 * connects to it from here is served here. */
+		if (u->gate_peers && !pr->fe->own_port)
+			ur_note_port(u, pr->fe, r->c.fd);
+	}
 	/* A stream write on a datagram or seqpacket socket sends one
 	 * message, and its SEND must not be retried by the kernel
 	 * (ur_prep_op): which kind of socket it is, asked at the first
@@ -2076,6 +2234,8 @@ static void ur_closed(px_provider *p, int fd)
 	fe->late_skip = 0;
 	fe->seg = 0;
 	fe->gate_rg = NULL;  /* closed: out of every epoll set */
+	fe->peer = PX_PEER_UNKNOWN;
+	ur_own_port(u, fe, 0);
 }
 
 static void ur_destroy(px_provider *p)
@@ -2092,6 +2252,7 @@ static void ur_destroy(px_provider *p)
 	if (u->ready_efd >= 0)
 		close(u->ready_efd);
 	px__fdq_fini(&u->fdq);
+	free(u->ports);
 	free(u->rings);
 	free(u);
 }
@@ -2269,6 +2430,7 @@ static int ur_create(const px_processor_config *cfg,
 		u->rings[i].index = i;
 		u->rings[i].kick_fd = -1;
 		u->rings[i].gate_ep = -1;
+		u->rings[i].owner = u;
 		/* Not with SQPOLL, whose kernel thread reads the EPOLL_CTL's
 		 * event at a time of its own. */
 		if (!(u->rings[0].ring.flags & IORING_SETUP_SQPOLL))
@@ -2276,6 +2438,8 @@ static int ur_create(const px_processor_config *cfg,
 							  : PX_URING_GATE_DEFAULT;
 		px_list_init(&u->rings[i].late);
 	}
+	u->gate_peers = !set->gate1;
+	u->pid = getpid();
 	/* The kick, for a dedicated processor's ring (not with SQPOLL, whose
 	 * kernel thread submits; without an eventfd, starts submit). */
 	if (cfg->processor == PX_PROCESSOR_DEDICATED &&

@@ -134,6 +134,7 @@ typedef struct px_uring_ring {
 	int gate_ep;
 	bool gate_armed;
 	unsigned gate_min;          /* u's threshold (0: never gate) */
+	struct px_uring *owner;     /* the provider (for its port table) */
 	unsigned pf_reads;
 	unsigned gated;
 	unsigned parked;
@@ -178,6 +179,15 @@ typedef struct px_uring {
 	int ready_efd;
 
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
+
+	/* The default gate ("Gated reads" in uring.c, "Whose peer is
+	 * here"): read_gate= was not given, so a read is gated only when
+	 * its socket's other end is not one of this provider's.  ports:
+	 * how many of its TCP sockets hold each local port (listeners,
+	 * connected ends), made at the first; pid: this process's. */
+	bool gate_peers;
+	uint32_t *ports;
+	pid_t pid;
 } px_uring;
 
 static inline px_uring *px_uring_of_wait(px_wait *w)
@@ -243,8 +253,10 @@ bool px__uring_may_lead(px_uring *u, bool others_busy) PX_HIDDEN;
 /* A new socket read is gated when, with it, this many reads would wait
  * in its ring (RECVs with POLL_FIRST in the kernel, and reads already
  * gated), unless the config's read_gate= says otherwise ("Gated reads"
- * in uring.c).  1: every read that would wait; 0: never. */
-#define PX_URING_GATE_DEFAULT 0u
+ * in uring.c).  1: every read that would wait; 0: never.  Without
+ * read_gate= only the reads of sockets whose other end is not served by
+ * the same provider are gated (u->gate_peers). */
+#define PX_URING_GATE_DEFAULT 8u
 
 /* ur_balance's margin, in requests (a few echo sessions'). */
 #define PX_URING_BALANCE 16u

@@ -35,7 +35,7 @@ static const px_key_desc uringc_keys[] = {
 	[URINGC_RING] = { "ring", "a number of SQ entries from 0 (default) to 32768" },
 	[URINGC_RING_FLAGS] = { "ring_flags", "a comma list of coop_taskrun and sqpoll" },
 	[URINGC_RINGS] = { "rings", "a number of rings from 0 (default: one per CPU, at most 4) to 16" },
-	[URINGC_READ_GATE] = { "read_gate", "socket reads waiting in a ring from which new ones wait on an epoll set, 0 (never) to 1000000" },
+	[URINGC_READ_GATE] = { "read_gate", "socket reads waiting in a ring from which new ones wait on an epoll set, 0 (never) to 1000000; not given: 8, only for sockets whose peer this engine does not serve" },
 };
 
 static const struct {

@@ -14,7 +14,9 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -471,6 +473,172 @@ static void gate_off_makes_no_set(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* The default gate: only peers served elsewhere                        */
+/* ------------------------------------------------------------------ */
+
+#define PEERS 12
+
+static int tcp_listener(struct sockaddr_in *addr)
+{
+	socklen_t len = sizeof(*addr);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(l >= 0);
+	memset(addr, 0, sizeof(*addr));
+	addr->sin_family = AF_INET;
+	addr->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)addr, sizeof(*addr)), 0);
+	assert_int_equal(listen(l, 64), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)addr, &len), 0);
+	return l;
+}
+
+static int last_accepted;
+
+static void acc_cb(const px_completion *c)
+{
+	rec *r = c->user;
+
+	last_accepted = c->error ? -1 : c->new_fd;
+	r->error = c->error;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+/* px_accept one connection on l: its number. */
+static int accept_one(px_proactor *px, int l)
+{
+	rec a;
+
+	memset(&a, 0, sizeof(a));
+	assert_int_equal(px_accept(px, l, acc_cb, &a), 0);
+	spin(px, &a, 1);
+	assert_int_equal(atomic_load(&a.calls), 1);
+	assert_int_equal(a.error, 0);
+	assert_true(last_accepted >= 0);
+	return last_accepted;
+}
+
+/* Without read_gate=, reads wait armed when the other end is served by
+ * the same proactor (TCP ends connected and accepted by it, socketpairs)
+ * and go through the gate when it is another process's: many TCP
+ * connections from a child.  Bytes arrive whole either way. */
+static void default_gate_spares_peers_here(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	struct sockaddr_in addr;
+	int cli[PEERS], srv[PEERS], sv[PEERS][2];
+	rec rc[PEERS], rs[PEERS], ru[PEERS];
+
+	int before = epoll_fds();
+	assert_int_equal(px_create(&px, "uring", err, sizeof(err)), 0);
+	int l = tcp_listener(&addr);
+	for (int k = 0; k < PEERS; k++) {
+		rec c;
+		memset(&c, 0, sizeof(c));
+		cli[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(cli[k] >= 0);
+		assert_int_equal(px_connect(px, cli[k], (struct sockaddr *)&addr,
+					    sizeof(addr), rec_cb, &c), 0);
+		srv[k] = accept_one(px, l);
+		spin(px, &c, 1);
+		assert_int_equal(c.error, 0);
+	}
+	memset(rc, 0, sizeof(rc));
+	memset(rs, 0, sizeof(rs));
+	for (int k = 0; k < PEERS; k++) {
+		assert_int_equal(px_read_stream(px, cli[k], rc[k].buf,
+						sizeof(rc[k].buf), rec_cb,
+						&rc[k]), 0);
+		assert_int_equal(px_read_stream(px, srv[k], rs[k].buf,
+						sizeof(rs[k].buf), rec_cb,
+						&rs[k]), 0);
+	}
+	pairs_with_reads(px, PEERS, sv, ru);
+	settle(px);
+	/* 36 reads waiting, none gated. */
+	assert_int_equal(epoll_fds(), before);
+	for (int k = 0; k < PEERS; k++) {
+		assert_int_equal(write(cli[k], "to server", 9), 9);
+		assert_int_equal(write(srv[k], "to client", 9), 9);
+		assert_int_equal(write(sv[k][1], "to pair", 7), 7);
+	}
+	for (int k = 0; k < PEERS; k++) {
+		spin(px, &rc[k], 1);
+		spin(px, &rs[k], 1);
+		spin(px, &ru[k], 1);
+		assert_int_equal(rc[k].bytes, 9);
+		assert_memory_equal(rc[k].buf, "to client", 9);
+		assert_int_equal(rs[k].bytes, 9);
+		assert_memory_equal(rs[k].buf, "to server", 9);
+		assert_int_equal(ru[k].bytes, 7);
+		assert_memory_equal(ru[k].buf, "to pair", 7);
+	}
+	assert_int_equal(epoll_fds(), before);
+
+	/* A child's connections: their reads wait at the gate. */
+	int go[2];
+	assert_int_equal(pipe(go), 0);
+	pid_t child = fork();
+	assert_true(child >= 0);
+	if (child == 0) {
+		int fds[PEERS];
+		char b;
+		close(go[1]);
+		alarm(30);
+		for (int k = 0; k < PEERS; k++) {
+			fds[k] = socket(AF_INET, SOCK_STREAM, 0);
+			if (fds[k] < 0 || connect(fds[k], (struct sockaddr *)&addr,
+						  sizeof(addr)) < 0)
+				_exit(2);
+		}
+		if (read(go[0], &b, 1) != 1)
+			_exit(3);
+		for (int k = 0; k < PEERS; k++)
+			if (write(fds[k], "from child", 10) != 10)
+				_exit(4);
+		if (read(go[0], &b, 1) != 0)  /* until the parent is done */
+			_exit(5);
+		_exit(0);
+	}
+	close(go[0]);
+	int away[PEERS];
+	rec ra[PEERS];
+	memset(ra, 0, sizeof(ra));
+	for (int k = 0; k < PEERS; k++) {
+		away[k] = accept_one(px, l);
+		assert_int_equal(px_read_stream(px, away[k], ra[k].buf,
+						sizeof(ra[k].buf), rec_cb,
+						&ra[k]), 0);
+	}
+	settle(px);
+	assert_true(epoll_fds() > before);
+	assert_int_equal(write(go[1], "g", 1), 1);
+	for (int k = 0; k < PEERS; k++) {
+		spin(px, &ra[k], 1);
+		assert_int_equal(atomic_load(&ra[k].calls), 1);
+		assert_int_equal(ra[k].error, 0);
+		assert_int_equal(ra[k].bytes, 10);
+		assert_memory_equal(ra[k].buf, "from child", 10);
+	}
+	close(go[1]);
+	int status;
+	assert_int_equal(waitpid(child, &status, 0), child);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(px_destroy(px), 0);
+	for (int k = 0; k < PEERS; k++) {
+		close(cli[k]);
+		close(srv[k]);
+		close(away[k]);
+		close(sv[k][0]);
+		close(sv[k][1]);
+	}
+	close(l);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_gate", GATED, 60);
@@ -484,6 +652,7 @@ int main(void)
 		cmocka_unit_test(pipe_and_file_are_read),
 		cmocka_unit_test(file_at_reused_number_is_read),
 		cmocka_unit_test(gate_off_makes_no_set),
+		cmocka_unit_test(default_gate_spares_peers_here),
 	};
 	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
 }
