@@ -315,7 +315,7 @@ PX_API int px_destroy(px_proactor *px);
 /*
  * px_engine_name - the canonical configuration text of the engine this
  * proactor runs, e.g. "provider=uring wait=uring interrupt=native
- * processor=shared max_aio=61438" (io_uring's defaults).  Valid until
+ * processor=shared max_aio=61437" (io_uring's defaults).  Valid until
  * px_destroy.
  */
 PX_API const char *px_engine_name(const px_proactor *px);
