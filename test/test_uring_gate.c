@@ -8,7 +8,10 @@
  * and reused for another socket is read correctly (the stale interest
  * is corrected by the EPOLL_CTL's answer); descriptors epoll refuses
  * (a regular file) or that are no socket (a pipe) are still read, also
- * when a socket's number is reused for a file unseen.
+ * when a socket's number is reused for a file unseen.  Without read_gate=
+ * (the default gate), reads of TCP ends the proactor connected and
+ * accepted itself, and of socketpairs, are never gated, while those of
+ * connections from a child process are.
  */
 #include <dirent.h>
 #include <fcntl.h>
