@@ -522,22 +522,29 @@ static int overflow_child(void)
 	return scans ? 0 : 7;
 }
 
-static void sigwait_queue_overflow(void **state)
+/* This program run again as a fresh process with `part` as its argument:
+ * its exit status. */
+static int run_child(const char *part)
 {
 	pid_t pid;
 	int status;
 
-	(void)state;
 	fflush(stdout);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
-		execl("/proc/self/exe", "test_posix_aio", "overflow", (char *)NULL);
+		execl("/proc/self/exe", "test_posix_aio", part, (char *)NULL);
 		_exit(127);
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status));
-	assert_int_equal(WEXITSTATUS(status), 0);
+	return WEXITSTATUS(status);
+}
+
+static void sigwait_queue_overflow(void **state)
+{
+	(void)state;
+	assert_int_equal(run_child("overflow"), 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -616,24 +623,12 @@ static int one_helper_child(void)
 
 static void aio_threads_one(void **state)
 {
-	pid_t pid;
-	int status;
-
 	(void)state;
-	fflush(stdout);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl("/proc/self/exe", "test_posix_aio", "one-helper",
-		      (char *)NULL);
-		_exit(127);
-	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status));
-	if (WEXITSTATUS(status))
+	int rc = run_child("one-helper");
+	if (rc)
 		fail_msg("aio_threads=1 with the aiocb wait: the child failed "
 			 "with %d (4: a read on one proactor never completed; "
-			 "5: a read on one of two)", WEXITSTATUS(status));
+			 "5: a read on one of two)", rc);
 }
 
 /* ------------------------------------------------------------------ */
