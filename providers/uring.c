@@ -395,7 +395,8 @@ struct px_uring_fd {
 	struct px_uring_ring *gate_rg;
 	/* For the default gate ("Whose peer is here"): where its other end
 	 * is (PX_PEER_*), asked at its first read the gate would take since
-	 * the number was last seen open, and the port of a peer on this
+	 * the number was last seen open (a listener: AWAY once its own port
+	 * was asked, at its first accept), and the port of a peer on this
 	 * host; the local port it counts in u->ports (0: none). */
 	uint8_t peer;
 	uint16_t peer_port;
@@ -2119,9 +2120,13 @@ static int ur_start(px_provider *p, px_result *r)
 	if (r->c.op == PX_OP_ACCEPT) {
 		pr->fe->listener = true;
 		/* Its port, for the peers of the default gate: a socket that
-		 * connects to it from here is served here. */
-		if (u->gate_peers && !pr->fe->own_port)
+		 * connects to it from here is served here.  Asked once per
+		 * opening of the number (peer says so: a listener has none),
+		 * also for an AF_UNIX listener, which has no port. */
+		if (u->gate_peers && pr->fe->peer == PX_PEER_UNKNOWN) {
 			ur_note_port(u, pr->fe, r->c.fd);
+			pr->fe->peer = PX_PEER_AWAY;
+		}
 	}
 	/* A stream write on a datagram or seqpacket socket sends one
 	 * message, and its SEND must not be retried by the kernel
