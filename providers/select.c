@@ -133,6 +133,9 @@ typedef struct sel_fd {
 	                      nor tried until held_until */
 	uint64_t held_until;
 	px_link hlink;     /* on px_sel.held while held */
+	/* Writes waiting for room (see "Writers retried"): */
+	px_link wlink;     /* on px_sel.writers while writes are queued */
+	unsigned wstamp;   /* px_sel.wtick when it joined, or last wrote */
 } sel_fd;
 
 typedef struct px_sel {
@@ -156,6 +159,9 @@ typedef struct px_sel {
 	px_list suspect;      /* edge: entries waiting on an unchecked
 	                         registration (slink), oldest first */
 	px_list held;         /* entries whose writes back off (hlink) */
+	px_list writers;      /* entries with writes queued (wlink) */
+	unsigned wtick;       /* SEL_CHECK_MS periods counted for them */
+	uint64_t next_wtick;  /* when wtick next advances (ns), 0: unset */
 	unsigned tick;        /* edge: SEL_CHECK_MS periods counted */
 	uint64_t next_tick;   /* edge: when tick next advances (ns) */
 	px_poll_event ev[SEL_EVENTS]; /* leader: events being claimed */
@@ -383,6 +389,30 @@ static void sel_edge_report(sel_fd *e, unsigned ev)
  * empty write queue, reset the count.  A start's own try does not count:
  * it was not told the socket had room.
  */
+/*
+ * Writers retried.  An AF_UNIX stream socket whose peer called
+ * shutdown(SHUT_RD) refuses every send with EPIPE (a blocking send and
+ * io_uring's fail so), but its poll never changes: no room comes, and no
+ * bit tells the shutdown.  A write-all waiting for room there waited for
+ * good on every poller.  So the write queue heads that have waited for
+ * room over a whole SEL_CHECK_MS period are tried again, as if reported
+ * (one send each per period; the leader's wait is capped for it while
+ * any waits).
+ */
+static void sel_writers_join(px_sel *sel, sel_fd *e)
+{
+	if (!px_link_linked(&e->wlink)) {
+		e->wstamp = sel->wtick;
+		px_list_push_back(&sel->writers, &e->wlink);
+	}
+}
+
+static void sel_writers_leave(px_sel *sel, sel_fd *e)
+{
+	if (px_link_linked(&e->wlink))
+		px_list_remove(&sel->writers, &e->wlink);
+}
+
 static void sel_unhold(px_sel *sel, sel_fd *e)
 {
 	if (e->held) {
@@ -424,6 +454,9 @@ static int sel_update(px_sel *sel, sel_fd *e)
 	if (!(queued & PX_POLL_OUT)) {
 		sel_unhold(sel, e);
 		e->futile = 0;
+		sel_writers_leave(sel, e);
+	} else {
+		sel_writers_join(sel, e);
 	}
 	if (!queued && sel->edge) {
 		sel_edge_idle(sel, e);
@@ -707,6 +740,7 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 					dgram = r->c.op == PX_OP_WRITE_DGRAM;
 				} else if (tried && dir == PX_FDQ_WR) {
 					e->futile = 0;  /* one went out */
+					e->wstamp = sel->wtick;
 				}
 				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried)) {
 					sel_note_done(sel, e, r);
@@ -1036,7 +1070,8 @@ static int sel_wait_prepare(px_wait *w, px_list *started)
 	(void)started;
 	px_poller_drain(sel->pl);
 	/* Suspects are checked after a wait: wake up in time for them. */
-	sel->wait_cap_ms = px_list_empty(&sel->suspect) ? -1 : SEL_CHECK_MS;
+	sel->wait_cap_ms = px_list_empty(&sel->suspect) &&
+			   px_list_empty(&sel->writers) ? -1 : SEL_CHECK_MS;
 	sel_release_held(sel);
 	sel->pl->ops->prepare(sel->pl);
 	sel->no_block = !px_list_empty(&sel->done) ||
@@ -1093,6 +1128,39 @@ static void sel_edge_check_suspects(px_sel *sel)
 	}
 }
 
+/* Leader, after a wait: claim the write queue heads that have waited for
+ * room over a whole period (see "Writers retried"). */
+static void sel_writers_retry(px_sel *sel)
+{
+	uint64_t now;
+	px_link *l, *next;
+
+	if (px_list_empty(&sel->writers))
+		return;
+	now = px__now_ns();
+	if (!sel->next_wtick)
+		sel->next_wtick = now + SEL_CHECK_NS;
+	if (now < sel->next_wtick)
+		return;
+	sel->wtick++;
+	sel->next_wtick = now + SEL_CHECK_NS;
+	for (l = px_list_first(&sel->writers); l; l = next) {
+		sel_fd *e = px_container_of(l, sel_fd, wlink);
+
+		next = px_list_next(&sel->writers, l);
+		if (sel->wtick - e->wstamp < 2 || (e->busy & PX_POLL_OUT) ||
+		    e->held || e->in_batch)
+			continue;
+		e->wstamp = sel->wtick;
+		if (sel->edge) {
+			e->nready &= (uint8_t)~PX_POLL_OUT;
+			sel_edge_claim(sel, e);
+		} else {
+			sel_claim(sel, e, PX_POLL_OUT);
+		}
+	}
+}
+
 /* The batch an edge poller's claim took away from px_sel.batch, for the
  * calling thread to run in its next_completed calls, which may come after
  * it stopped leading while another thread leads and claims (so the batch
@@ -1134,6 +1202,7 @@ static size_t sel_wait_claim(px_wait *w)
 			}
 		}
 	}
+	sel_writers_retry(sel);
 	if (sel->edge && sel->retry_due) {
 		px_link *l;
 
@@ -1310,6 +1379,7 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&sel->retry);
 	px_list_init(&sel->suspect);
 	px_list_init(&sel->held);
+	px_list_init(&sel->writers);
 	px__fdq_init(&sel->fdq, sizeof(sel_fd));
 	sel->wait_ops = sel_wait_ops;
 	sel->wait.ops = &sel->wait_ops;

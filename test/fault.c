@@ -522,6 +522,79 @@ static void cancel_write_peer_shutdown_early(void **state)
 	cancel_write_after_peer_shutdown(state, true);
 }
 
+/* A write-all waiting for room on an AF_UNIX stream socket whose peer
+ * then calls shutdown(SHUT_RD) and keeps its socket open.  Every send
+ * from then on fails with EPIPE, as a blocking send(2) would, but no poll
+ * of the socket changes: no room comes and no bit says so.  The write must
+ * still end, with EPIPE, within seconds (the readiness engines retry a
+ * write head that waited a whole period once a second).  It waited for
+ * good on every engine but io_uring (fixed; TESTING.md, fixed problem 57). */
+static void write_all_peer_shut_rd(void **state)
+{
+	h_fx *f = *state;
+	enum { LEN = 8 << 20 };
+	int sv[2];
+	h_socketpair(f, sv);
+	uint8_t *buf = h_alloc(f, LEN);
+	h_rec *w = h_rec_new(f);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], buf, LEN, h_rec_cb, w),
+			 0);
+	h_settle(f, 50);
+	assert_false(h_rec_done(w));
+	assert_int_equal(shutdown(sv[1], SHUT_RD), 0);
+	h_wait_rec(f, w, 6000, "a write-all whose peer shut down its reading");
+	h_settle(f, 20);
+	assert_once(w, PX_OP_WRITE_STREAM, sv[0]);
+	expect_error(w, EPIPE, "a write-all whose peer shut down its reading");
+	assert_true(w->c.bytes < LEN);
+}
+
+/* One socket under two numbers (y = dup(a), as stdin and stdout of an
+ * inetd-style service): a read pending on y while a write-all on a has to
+ * wait for room and then ends (a goes idle).  Data the peer sends next
+ * must reach the read on y.  The linux_rt wait once turned O_ASYNC off the
+ * shared file when a went idle, and the read on y waited for good (fixed;
+ * TESTING.md, fixed problem 58). */
+static void read_on_dup_after_other_number_idles(void **state)
+{
+	h_fx *f = *state;
+	enum { LEN = 2 << 20 };
+	int sv[2];
+	h_socketpair(f, sv);
+	int a = sv[0], y = h_track(f, dup(sv[0]));
+	assert_true(y >= 0);
+	char *rb = h_alloc(f, 64), *sink = h_alloc(f, 1 << 16);
+	uint8_t *big = h_alloc(f, LEN);
+	h_rec *r = h_rec_new(f), *w = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, y, rb, 64, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	assert_int_equal(px_write_stream_all(f->px, a, big, LEN, h_rec_cb, w), 0);
+	/* The peer drains the write, the loop running in between. */
+	int fl = fcntl(sv[1], F_GETFL);
+	assert_int_equal(fcntl(sv[1], F_SETFL, fl | O_NONBLOCK), 0);
+	size_t got = 0;
+	uint64_t dl = h_deadline(10000);
+	while (got < LEN || !h_rec_done(w)) {
+		ssize_t n = read(sv[1], sink, 1 << 16);
+		if (n > 0)
+			got += (size_t)n;
+		else
+			h_pump(f, dl, "the write-all on the first number");
+	}
+	assert_int_equal(got, LEN);
+	assert_once(w, PX_OP_WRITE_STREAM, a);
+	expect_error(w, 0, "the write-all on the first number");
+	assert_false(h_rec_done(r));
+	h_settle(f, 50);
+	assert_int_equal(write(sv[1], "hello", 5), 5);
+	h_wait_rec(f, r, 5000, "a read on the dup after the first number idled");
+	h_settle(f, 20);
+	assert_once(r, PX_OP_READ_STREAM, y);
+	expect_error(r, 0, "the read on the dup");
+	assert_int_equal(r->c.bytes, 5);
+	assert_memory_equal(rb, "hello", 5);
+}
+
 /* ------------------------------------------------------------------ */
 /* Connect                                                              */
 /* ------------------------------------------------------------------ */
@@ -1502,6 +1575,8 @@ int main(int argc, char **argv)
 		T(half_close),
 		T(cancel_write_peer_shutdown_late),
 		T(cancel_write_peer_shutdown_early),
+		T(write_all_peer_shut_rd),
+		T(read_on_dup_after_other_number_idles),
 		T(connect_refused),
 		T(connect_refused_read_pending),
 		T(connect_stuck_then_cancel),

@@ -52,6 +52,16 @@
  * Locking: as poller.h says.  wait() writes only raw[], nraw, overflow
  * and base.fired, which collect() (same thread) reads under the lock.
  *
+ * Dups.  F_SETOWN_EX, F_SETSIG and O_ASYNC belong to the open file, not
+ * to the number, and its signals carry one number in si_fd: a socket
+ * registered under two numbers (y = dup(a), or stdin and stdout of an
+ * inetd-style service) raised signals for one of them only, and the first
+ * to go idle turned O_ASYNC off for both, so a read pending on the other
+ * waited for good.  So only the registration that turned O_ASYNC on turns
+ * it off, and one that found it on already (a dup registered too, or the
+ * application's own O_ASYNC) is polled as a writer is: the wait lasts at
+ * most LRT_OUT_RECHECK_MS while there is one.
+ *
  * Quirks: a descriptor whose driver has no asynchronous notification
  * (eventfd, timerfd, regular files) is reported only when set() finds it
  * ready.  The signals land on the leader thread: SIGRTMIN+3 and SIGIO stay
@@ -59,7 +69,7 @@
  * thread that led during px_destroy); a process-directed SIGIO the
  * application sends may be taken by the leader (it only costs a full
  * poll).  A descriptor the application itself set to O_ASYNC is taken
- * over, and left without O_ASYNC after use.
+ * over (its owner and signal), polled (see "Dups") and left with O_ASYNC.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -83,6 +93,10 @@ typedef struct lrt_slot {
 	unsigned pend;          /* events to report at the next collect */
 	bool queued;            /* on the ready stack */
 	bool async;             /* owned by the leader, O_ASYNC on */
+	bool mine;              /* its registration turned O_ASYNC on */
+	bool shared;            /* O_ASYNC was on already: the file's signals
+	                           may name another number (a dup), so it is
+	                           polled as a writer is (see "Dups") */
 	bool outw;              /* armed for writing, found not writable */
 } lrt_slot;
 
@@ -104,6 +118,7 @@ struct lrt {
 	size_t nbyfd;
 	bool full;              /* poll every armed descriptor at collect */
 	size_t nout;            /* slots with outw */
+	size_t nshared;         /* slots with shared */
 	bool have_leader;
 	bool intr_async;        /* the interrupt's fd raises the signal */
 	pthread_t leader;
@@ -111,7 +126,8 @@ struct lrt {
 	sigset_t wset;          /* what the wait takes */
 	bool wset_ok;
 	bool nowait;            /* something to report: do not block */
-	bool bounded;           /* nout > 0: LRT_OUT_RECHECK_MS at most */
+	bool bounded;           /* nout or nshared > 0: LRT_OUT_RECHECK_MS at
+	                           most */
 	/* The leader's, between wait and collect: */
 	bool overflow;          /* SIGIO, or a bounded wait ran out */
 	size_t nraw;
@@ -151,7 +167,9 @@ static unsigned lrt_revents(short revents)
 	return ev;
 }
 
-/* Hand fd's signals to the leader thread. */
+/* Hand fd's signals to the leader thread.  Returns 1 if this turned
+ * O_ASYNC on, 0 if it was on already (another number of the same file, or
+ * the application), or -errno. */
 static int lrt_own(struct lrt *w, int fd)
 {
 	struct f_owner_ex o = { .type = F_OWNER_TID, .pid = w->tid };
@@ -162,9 +180,22 @@ static int lrt_own(struct lrt *w, int fd)
 	fl = fcntl(fd, F_GETFL);
 	if (fl < 0)
 		return -errno;
-	if (!(fl & O_ASYNC) && fcntl(fd, F_SETFL, fl | O_ASYNC) < 0)
+	if (fl & O_ASYNC)
+		return 0;
+	if (fcntl(fd, F_SETFL, fl | O_ASYNC) < 0)
 		return -errno;
-	return 0;
+	return 1;
+}
+
+/* s was just owned, lrt_own said rc (>= 0). */
+static void lrt_owned(struct lrt *w, lrt_slot *s, int rc)
+{
+	s->async = true;
+	s->mine = rc == 1;
+	if (!s->mine && !s->shared) {
+		s->shared = true;
+		w->nshared++;
+	}
 }
 
 static void lrt_disown(int fd)
@@ -263,21 +294,28 @@ static int lrt_byfd_grow(struct lrt *w, int fd)
 static int lrt_register(struct lrt *w, px_poll_reg *reg)
 {
 	lrt_slot *s;
-	int rc;
+	int rc, owned = -1;
 
 	if ((size_t)reg->fd >= w->nbyfd && (rc = lrt_byfd_grow(w, reg->fd)) < 0)
 		return rc;
 	if (w->n == w->cap && (rc = lrt_grow(w)) < 0)
 		return rc;
 	/* Without a leader yet, its first prepare() hands it over. */
-	if (w->have_leader && (rc = lrt_own(w, reg->fd)) < 0) {
+	if (w->have_leader && (owned = lrt_own(w, reg->fd)) < 0) {
 		lrt_disown(reg->fd);
-		return rc;
+		return owned;
 	}
 	s = &w->slot[w->n];
 	memset(s, 0, sizeof(*s));
 	s->reg = reg;
-	s->async = w->have_leader;
+	if (owned >= 0) {
+		lrt_owned(w, s, owned);
+		/* The first such slot: a wait already under way in another
+		 * thread has no bound yet. */
+		if (s->shared && w->nshared == 1 &&
+		    !pthread_equal(pthread_self(), w->leader))
+			w->base.intr->ops->interrupt(w->base.intr);
+	}
 	reg->slot = (unsigned)++w->n;
 	reg->armed = 0;
 	w->byfd[reg->fd] = reg;
@@ -338,8 +376,13 @@ static void lrt_remove(px_poller *pl, px_poll_reg *reg)
 		return;
 	i = reg->slot - 1;
 	lrt_outw(w, &w->slot[i], false);
-	if (w->slot[i].async)
+	/* O_ASYNC belongs to the file, not to the number: turned off only
+	 * by the registration that turned it on (a dup of the file that is
+	 * registered too keeps its signals). */
+	if (w->slot[i].async && w->slot[i].mine)
 		lrt_disown(reg->fd);
+	if (w->slot[i].shared)
+		w->nshared--;
 	if (w->slot[i].queued)
 		lrt_unqueue(w, reg);
 	if ((size_t)reg->fd < w->nbyfd && w->byfd[reg->fd] == reg)
@@ -368,10 +411,12 @@ static void lrt_take_leader(struct lrt *w)
 	w->wset_ok = false;
 	for (size_t i = 0; i < w->n; i++) {
 		/* A failure (closed) shows in the full poll as NVAL. */
-		if (lrt_own(w, w->slot[i].reg->fd) == 0)
-			w->slot[i].async = true;
+		int rc = lrt_own(w, w->slot[i].reg->fd);
+
+		if (rc >= 0 && !w->slot[i].async)
+			lrt_owned(w, &w->slot[i], rc);
 	}
-	if (w->base.intr->fd >= 0 && lrt_own(w, w->base.intr->fd) == 0)
+	if (w->base.intr->fd >= 0 && lrt_own(w, w->base.intr->fd) >= 0)
 		w->intr_async = true;
 	w->full = true;
 }
@@ -406,7 +451,7 @@ static void lrt_prepare(px_poller *pl)
 		lrt_take_leader(w);
 	lrt_make_wset(w);
 	w->nowait = w->nready > 0 || w->full;
-	w->bounded = w->nout > 0;
+	w->bounded = w->nout > 0 || w->nshared > 0;
 }
 
 static int lrt_wait(px_poller *pl, int timeout_ms)
