@@ -485,6 +485,10 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * reused at once: no operation of the proactor refers to it any more.
  * Until cb has returned, px_accept does not deliver a socket under the
  * number (nor does the library put a descriptor of its own there).
+ * Reuse it with a call that takes the lowest free number; dup2 or dup3
+ * onto it is safe only while no px_accept is pending: the kernel may give
+ * the number to an accepted connection as soon as it is closed, and dup2
+ * then closes that connection (px_close(3) says what the accept reports).
  * With nothing pending, fd is closed in the call and cb is queued.
  * Any thread may call it, also from a callback (including a callback of
  * an operation on fd: the close then waits for that callback to return).

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -392,15 +393,47 @@ int px__fd_keep_off_ops(struct px_proactor *px, int fd)
 	return fd;
 }
 
+/* Does the number an accept returned still hold the connection it
+ * accepted?  The kernel may hand an accept a number that px_close has just
+ * closed, before the close's callback runs, and that callback may put a
+ * file of the application's there with dup2: the accepted socket is then
+ * gone (dup2 closed it) and the number is the application's, not to be
+ * moved or closed.  An IP connection is told by its peer's address; other
+ * families cannot be, and are taken to be still there. */
+static bool fac_still_accepted(const px_result *r)
+{
+	const struct sockaddr_storage *want = &r->c.addr;
+	struct sockaddr_storage got;
+	socklen_t gl = sizeof(got);
+
+	if (r->c.addrlen < sizeof(sa_family_t) ||
+	    (want->ss_family != AF_INET && want->ss_family != AF_INET6))
+		return true;
+	memset(&got, 0, sizeof(got));
+	if (getpeername(r->c.new_fd, (struct sockaddr *)&got, &gl) < 0)
+		return false;
+	return gl == r->c.addrlen && memcmp(&got, want, gl) == 0;
+}
+
 /* A server that close(2)s a connection under a pending read and accepts
  * the next one would otherwise get the new connection under the number
  * the read still names: the idle check then finds it open and leaves the
  * read waiting, and a readiness provider that watches the number again
- * runs the old read on the new connection and takes its bytes. */
+ * runs the old read on the new connection and takes its bytes.  A number
+ * whose connection the application's dup2 replaced (above) is left alone,
+ * and the accept ends with ECONNABORTED: its connection is gone. */
 void px__accept_keep_off(struct px_proactor *px, px_result *r)
 {
 	if (r->c.op != PX_OP_ACCEPT || r->c.error || r->c.new_fd < 0)
 		return;
+	px_fdops *ent = fac_ops_of(px, r->c.new_fd);
+	if (ent && (!px_list_empty(&ent->ops) || ent->closed_uncalled) &&
+	    !fac_still_accepted(r)) {
+		r->c.new_fd = -1;
+		r->c.addrlen = 0;
+		px_result_finish(r, 0, ECONNABORTED);
+		return;
+	}
 	int fd = px__fd_keep_off_ops(px, r->c.new_fd);
 	if (fd < 0) {
 		r->c.new_fd = -1;
