@@ -185,6 +185,11 @@ struct la_priv {
 	                       in a row (la_hold) */
 	px_nbio io;         /* LA_BUSY: the descriptor, for the call */
 	uint64_t held_until; /* LA_ON_HELD: when it polls again */
+	px_link wlink;      /* u->writers: a stream write whose poll was
+	                       issued */
+	unsigned wstamp;    /* u->wtick when its poll was last issued */
+	bool retry;         /* its poll was cancelled for a try without a
+	                       report (la_writers_retry) */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -246,6 +251,21 @@ static void la_unlist(px_laio *u, px_result *r)
 	pr->slist = LA_NOLIST;
 }
 
+static void la_wake_leader(px_laio *u);
+
+/* A stream write's poll for room is issued (see la_writers_retry).  The
+ * first one starts the periods, and wakes a leader blocked in the kernel
+ * so that its next prepare caps the wait at the period's end. */
+static void la_writers_join(px_laio *u, struct la_priv *pr)
+{
+	if (px_list_empty(&u->writers)) {
+		u->next_wtick =
+			px__now_ns() + (uint64_t)PX_LAIO_RETRY_MS * 1000000u;
+		la_wake_leader(u);
+	}
+	px_list_push_back(&u->writers, &pr->wlink);
+}
+
 /* Fill r's iocb (its file operation, or the readiness poll of a stream
  * operation) and queue it for the next io_submit. */
 static void la_issue(px_laio *u, px_result *r, bool poll)
@@ -257,6 +277,12 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 		io_prep_poll(&pr->cb, c->fd,
 			     px__fdq_dir(c->op) == PX_FDQ_RD ? POLLIN : POLLOUT);
 		pr->phase = LA_POLL;
+		if (c->op == PX_OP_WRITE_STREAM) {
+			/* A wait for room starts (again): la_writers_retry. */
+			pr->wstamp = u->wtick;
+			if (!px_link_linked(&pr->wlink))
+				la_writers_join(u, pr);
+		}
 	} else if (r->flags & PX_RF_VECTORED) {
 		/* The kernel reads the iovec array at io_submit; the caller
 		 * keeps it valid until the callback in any case. */
@@ -302,6 +328,8 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	int dir = px__fdq_dir(r->c.op);
 
 	la_unlist(u, r);
+	if (px_link_linked(&pr->wlink))
+		px_list_remove(&u->writers, &pr->wlink);
 	pr->phase = LA_IDLE;
 	fe->inflight--;
 	fe->open_seen = r->c.error != EBADF;
@@ -319,8 +347,15 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 		px_result *next = px_fdq_head(&fe->fq, dir);
 		/* The next one waits for readiness first: a poll iocb
 		 * completes inside io_submit when the descriptor is ready. */
-		if (next)
+		if (next) {
 			la_issue(u, next, true);
+			/* After a write that failed (EPIPE from a retry:
+			 * la_writers_retry), the next is retried at the
+			 * next period's end, not a whole period later. */
+			if (r->c.error && r->c.op == PX_OP_WRITE_STREAM &&
+			    next->c.op == PX_OP_WRITE_STREAM)
+				la_priv(next)->wstamp = u->wtick - 1;
+		}
 	}
 	if (px_fdq_idle(&fe->fq)) {
 		fe->kind = PX_NBIO_KIND_UNKNOWN;
@@ -534,6 +569,56 @@ static void la_release_held(px_laio *u)
 		u->held_ms = (int)((first - now + 999999u) / 1000000u);
 }
 
+/*
+ * Writers retried.  An AF_UNIX stream socket whose peer called
+ * shutdown(SHUT_RD) refuses every send with EPIPE (a blocking send and
+ * io_uring's fail so), but its poll never changes: no room comes and no
+ * bit tells the shutdown, so a write waiting there in a POLLOUT poll
+ * waited for good.  So the leader counts PX_LAIO_RETRY_MS periods while
+ * any write has its poll issued (u->writers, wait capped at the period's
+ * end), and a write whose poll has been in the kernel over a whole period
+ * has it cancelled (la_priv.retry): its event, 0 or ECANCELED, is taken as
+ * a report, so the send is made again (one per write per period) and
+ * EAGAIN arms a new poll.  Nothing is done while no write waits.  Leader,
+ * prepare, mutex held.
+ */
+static void la_writers_retry(px_laio *u)
+{
+	uint64_t now, period = (uint64_t)PX_LAIO_RETRY_MS * 1000000u;
+	px_link *l;
+
+	u->writers_ms = -1;
+	if (px_list_empty(&u->writers))
+		return;
+	now = px__now_ns();
+	if (now >= u->next_wtick) {
+		u->wtick++;
+		u->next_wtick = now + period;
+		for (l = px_list_first(&u->writers); l;
+		     l = px_list_next(&u->writers, l)) {
+			struct la_priv *pr =
+				px_container_of(l, struct la_priv, wlink);
+			struct io_event ev;
+			int rc;
+
+			/* Only a poll in the kernel (not pending, held, in a
+			 * batch being submitted, fired or being cancelled)
+			 * that was issued before the last period began. */
+			if (u->wtick - pr->wstamp < 2 || pr->phase != LA_POLL ||
+			    pr->slist != LA_NOLIST || pr->cancel_req ||
+			    pr->retry)
+				continue;
+			pr->wstamp = u->wtick;
+			rc = px__laio_io_cancel(u->ctx, &pr->cb, &ev);
+			/* EINVAL: not in the kernel (its event is in the
+			 * ring, or a start's batch is still submitting it). */
+			if (rc == 0 || rc == -EINPROGRESS)
+				pr->retry = true;
+		}
+	}
+	u->writers_ms = (int)((u->next_wtick - now + 999999u) / 1000000u);
+}
+
 int px__laio_prepare(px_laio *u, bool with_intr)
 {
 	unsigned n = 0;
@@ -552,6 +637,7 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 	}
 	u->watch_want = false;
 	la_release_held(u);
+	la_writers_retry(u);
 	n += la_claim(u, u->lb.v + n, u->depth);
 	u->lb.n = n;
 	if (n)
@@ -591,6 +677,10 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 	/* A held datagram write polls again then (la_hold). */
 	if (u->held_ms >= 0 && (timeout_ms < 0 || timeout_ms > u->held_ms))
 		timeout_ms = u->held_ms;
+	/* A write waiting for room is tried again then (la_writers_retry). */
+	if (u->writers_ms >= 0 &&
+	    (timeout_ms < 0 || timeout_ms > u->writers_ms))
+		timeout_ms = u->writers_ms;
 	return timeout_ms;
 }
 
@@ -653,10 +743,14 @@ static void la_event(px_laio *u, const struct io_event *e)
 	/* The readiness poll of a stream operation. */
 	pr->phase = LA_IDLE;
 	if (pr->cancel_req) {
+		pr->retry = false;
 		la_fail(u, r, ECANCELED, true);
 		return;
 	}
-	if (res < 0) {
+	/* A write whose poll la_writers_retry cancelled: try it as if
+	 * reported. */
+	if (res < 0 && !(pr->retry && res == -ECANCELED)) {
+		pr->retry = false;
 		la_fail(u, r, (int)-res, true);
 		return;
 	}
@@ -689,16 +783,23 @@ static void la_run(px_laio *u)
 	for (unsigned i = 0; i < n; i++) {
 		px_result *r = u->claimed[i];
 		struct la_priv *pr = la_priv(r);
+		bool retry = pr->retry;
 
 		la_io_store(pr->fe, &pr->io);
 		pr->phase = LA_IDLE;
+		pr->retry = false;
 		px_call_end(r);
-		if (pr->tried != PX_NBIO_AGAIN)
+		if (pr->tried != PX_NBIO_AGAIN) {
 			la_complete(u, r, true);  /* its data, even if cancelled */
-		else if (pr->cancel_req)
+		} else if (pr->cancel_req) {
 			la_fail(u, r, ECANCELED, true);
-		else if (!la_hold(u, r))
+		} else if (!la_hold(u, r)) {
 			la_issue(u, r, true);
+			/* Retried at the period's start: its new poll will
+			 * have waited a whole period at the next one. */
+			if (retry)
+				pr->wstamp = u->wtick - 1;
+		}
 	}
 }
 
@@ -962,6 +1063,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->recancel);
 	px_list_init(&u->held);
 	u->held_ms = -1;
+	px_list_init(&u->writers);
+	u->writers_ms = -1;
 	px__fdq_init(&u->fdq, sizeof(la_fd));
 	u->lb.v = calloc(depth + 2, sizeof(*u->lb.v));
 	u->lb.err = calloc(depth + 2, sizeof(*u->lb.err));

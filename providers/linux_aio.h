@@ -22,6 +22,10 @@
  * refused with EAGAIN. */
 #define PX_LAIO_STUCK_MS 10
 
+/* How often a write waiting for room is tried again without a report
+ * (la_writers_retry in providers/linux_aio.c). */
+#define PX_LAIO_RETRY_MS 1000
+
 /* Events the leader takes out of the context per io_getevents. */
 #define PX_LAIO_EVENTS 128
 
@@ -65,6 +69,12 @@ typedef struct px_laio {
 	px_list held;               /* datagram writes backing off (la_hold) */
 	int held_ms;                /* prepare: the wait ends within this for
 	                               the first of them (-1: none held) */
+	px_list writers;            /* stream writes whose poll for room was
+	                               issued (la_priv.wlink; la_writers_retry) */
+	unsigned wtick;             /* PX_LAIO_RETRY_MS periods counted */
+	uint64_t next_wtick;        /* when wtick next advances (ns) */
+	int writers_ms;             /* prepare: the wait ends within this for
+	                               the next period (-1: no writer waits) */
 
 	/* The leader's batch (prepare -> wait -> next_completed). */
 	px_laio_batch lb;
