@@ -874,10 +874,13 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
  * the submitting thread (the leader, in px_handle_events) until data or
  * room comes, beyond the reach of px_cancel and px_destroy.  pread(2)
  * fails those with ESPIPE, and so do the readiness engines: so does this
- * provider, at the start.  One fstat per number, then remembered (la_fd.positional)
- * until px_close or an operation on it fails; a number closed with
- * close(2) and reused unseen keeps the answer.  (fstat failing: the
- * operation gets the kernel's answer.)
+ * provider, at the start.  One fstat per number, then remembered
+ * (la_fd.positional) until px_close, an operation on it fails, or a start
+ * finds it idle outside the callback of one of its own operations (it may
+ * have been closed with close(2) and reused meanwhile).  A callback that
+ * closes its own number with close(2), gets it back for a pipe and starts
+ * a file operation there is not caught.  (fstat failing: the operation
+ * gets the kernel's answer.)
  */
 static bool la_no_offsets(int fd)
 {
@@ -908,6 +911,14 @@ static int la_start(px_provider *p, px_result *r)
 			return -EBADF;
 		fe->open_seen = true;
 	}
+	/* Idle, the number may have been closed with close(2) and reused
+	 * for a pipe or a socket, where an IO_CMD_PREAD would block inside
+	 * io_submit: look again, unless the start comes from the callback
+	 * of an operation on this very number (a read chain, which would
+	 * otherwise pay an fstat per read). */
+	if (dir < 0 && fe->positional && !fe->inflight &&
+	    px__dispatch_current_fd(r->c.proactor) != r->c.fd)
+		fe->positional = false;
 	if (dir < 0 && !fe->positional) {
 		if (la_no_offsets(r->c.fd)) {
 			px_result_finish(r, 0, ESPIPE);

@@ -1797,6 +1797,80 @@ static void file_read_on_quiet_socket(void **state)
 }
 
 /*
+ * A file read on a regular file completes, the application closes the
+ * number with close(2) with nothing pending, and a pipe gets it back: a
+ * file read there fails with ESPIPE (px_read_file(3)).  Linux AIO
+ * remembered "has offsets" for the number while it was idle and sent an
+ * IO_CMD_PREAD to the empty pipe, which blocked inside io_submit (the
+ * start's own thread, or the leader) until data came, beyond px_cancel
+ * and px_destroy.  A helper writes to the pipe after 3 s so that a
+ * failing run ends.
+ */
+struct unblock { int fd; atomic_int done; };
+static void *unblock_main(void *arg)
+{
+	struct unblock *u = arg;
+	for (int i = 0; i < 300 && !atomic_load(&u->done); i++)
+		h_sleep_ms(10);
+	if (!atomic_load(&u->done))
+		(void)!write(u->fd, "x", 1);
+	return NULL;
+}
+
+static void file_read_on_pipe_at_reused_number(void **state)
+{
+	h_fx *f = *state;
+	static uint8_t buf[64];
+	char path[] = "/tmp/px_reuse_XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(write(fd, "hello", 5), 5);
+	rec *r = start_rw(f->px, false, fd, buf, sizeof buf, 0, 0, rec_cb, NULL);
+	assert_non_null(r);
+	assert_int_equal(r->start_rc, 0);
+	pump_until(f, r, 5000, "read_file of a regular file");
+	assert_int_equal(r->error, 0);
+	assert_int_equal(close(fd), 0);
+	int p[2];
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	if (p[0] != fd) {
+		assert_int_equal(dup3(p[0], fd, O_CLOEXEC), fd);
+		close(p[0]);
+	}
+	h_track(f, fd);
+	h_track(f, p[1]);
+	struct unblock u = { .fd = p[1] };
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, unblock_main, &u), 0);
+	uint64_t t0 = h_now_ms();
+	r = start_rw(f->px, false, fd, buf, sizeof buf, 0, 1, rec_cb, NULL);
+	assert_non_null(r);
+	if (r->start_rc == 0) {
+		/* io_uring takes the pipe as a stream and waits for data: a
+		 * cancel ends it, as in file_read_on_quiet_socket. */
+		uint64_t end = h_now_ms() + 500;
+		while (!rec_is_done(r) && h_now_ms() < end)
+			px_handle_events(f->px, 10);
+		if (!rec_is_done(r))
+			px_cancel(f->px, fd);
+		pump_until(f, r, 6000, "read_file on a pipe at a reused number");
+	}
+	atomic_store(&u.done, 1);
+	pthread_join(t, NULL);
+	if (h_now_ms() - t0 >= 2500)
+		fail_msg("read_file on an empty pipe at a number that was a "
+			 "regular file: it waited for data past px_cancel (%llu ms, error %d, "
+			 "%zu bytes) instead of failing with ESPIPE",
+			 (unsigned long long)(h_now_ms() - t0), r->error,
+			 r->bytes);
+	if (r->start_rc == 0 && r->error != ESPIPE && r->error != ECANCELED)
+		fail_msg("read_file on a pipe at a reused number: error %d, "
+			 "expected ESPIPE or ECANCELED", r->error);
+	reg_check("read_file on a pipe at a reused number");
+}
+
+/*
  * A file operation on a pipe or a socket, which have no offsets.  The
  * manual does not say what happens, and the engines differ (TESTING.md):
  * the readiness engines make pread/pwrite, which fail with ESPIPE, and
@@ -2155,6 +2229,7 @@ int main(int argc, char **argv)
 		T(file_bad_input),
 		T(file_ops_on_pipe_and_socket),
 		T(file_read_on_quiet_socket),
+		T(file_read_on_pipe_at_reused_number),
 		T(file_closed_behind_back),
 		T(file_and_sockets_one_thread),
 		T(file_chain_beside_idle_read),
