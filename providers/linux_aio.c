@@ -416,6 +416,21 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 	return n;
 }
 
+/* The error io_submit gave for cb, as the other engines would report it:
+ * a read of a directory is refused with EINVAL (the kernel finds no read
+ * method on it), where read(2), preadv and io_uring say EISDIR.  Only on
+ * the error path, so the fstat costs nothing in the common case. */
+static int la_submit_error(const struct iocb *cb, int err)
+{
+	struct stat st;
+
+	if (err == EINVAL && (cb->aio_lio_opcode == IO_CMD_PREAD ||
+			      cb->aio_lio_opcode == IO_CMD_PREADV) &&
+	    fstat(cb->aio_fildes, &st) == 0 && S_ISDIR(st.st_mode))
+		return EISDIR;
+	return err;
+}
+
 /* Submit v[0..n) with as few io_submit calls as the kernel allows; err[i]
  * says what became of v[i] (0: taken; EAGAIN: not tried).  Mutex NOT
  * held.  Returns true when io_submit said EAGAIN. */
@@ -436,7 +451,9 @@ static bool la_submit(px_laio *u, struct iocb **v, int *err, unsigned n)
 			again = true;
 			break;
 		}
-		err[i++] = -rc;  /* io_submit reports the first iocb's error */
+		/* io_submit reports the first iocb's error */
+		err[i] = la_submit_error(v[i], -rc);
+		i++;
 	}
 	for (; i < n; i++)
 		err[i] = EAGAIN;
