@@ -30,7 +30,9 @@
  * start from outside the callbacks of a thread that never led into the
  * ring of its descriptor's last start, the first start on a descriptor an
  * accept returned, or by a thread that never led, into the ring with the
- * fewest descriptors (ur_place_new), other starts into the thread's home
+ * fewest descriptors (ur_place_new; an accepted end of a loopback
+ * connection this provider made, into the ring of its other end), other
+ * starts into the thread's home
  * ring, a resubmission or the next queue head into the ring of the
  * request before it (ur_start_ring,
  * ur_issue_or_stall): so the thread that leads a ring is normally the one
@@ -401,6 +403,12 @@ struct px_uring_fd {
 	uint8_t peer;
 	uint16_t peer_port;
 	uint16_t own_port;
+	/* Returned by an accept from a peer at this port on loopback: while
+	 * fresh, where its other end may be (u->port_ring; 0: nowhere). */
+	uint16_t pair_port;
+	/* A connected socket whose port is in u->port_ring (ur_note_pair):
+	 * a move to another ring updates it. */
+	bool pair_src;
 };
 
 /* px_uring_fd.peer */
@@ -414,6 +422,7 @@ enum {
 };
 
 static void ur_own_port(px_uring *u, px_uring_fd *fe, uint16_t port);
+static uint16_t ur_port_of(const struct sockaddr_storage *ss);
 
 /* The provider's private space in every result. */
 struct px_uring_priv {
@@ -739,12 +748,18 @@ void px__uring_ready_drain(px_uring *u)
 
 /* The thread's home ring, per provider.  A thread that uses several
  * proactors in turn just gets a new home now and then. */
-static __thread px_uring *ur_tls_u;
+static __thread uint64_t ur_tls_serial;
 static __thread unsigned ur_tls_home;
+/* Gives every provider a serial of its own: the thread's home is keyed on
+ * it, not on the provider's address, which a later proactor may get once
+ * this one is destroyed (then a thread that led the first one believed it
+ * had a home in the second, and its outside starts went there instead of
+ * following their descriptors: test_uring_rings under TSan). */
+static _Atomic uint64_t ur_serials;
 
 static bool ur_has_home(px_uring *u)
 {
-	return ur_tls_u == u && ur_tls_home < u->nrings;
+	return ur_tls_serial == u->serial && ur_tls_home < u->nrings;
 }
 
 px_uring_ring *px__uring_home(px_uring *u)
@@ -859,8 +874,14 @@ static px_uring_ring *ur_balance(px_uring *u, px_uring_ring *rg)
  * about 120 and 80 descriptors, and the sessions of the fuller ring moved
  * 0.6-0.8 of what the mean one did (docs/PERFORMANCE.md, "How evenly the
  * sessions are served").  Nothing of a new descriptor is in flight, so it
- * moves whole, and its later starts follow it from its callbacks. */
-static void ur_mark_fresh(px_uring *u, int fd)
+ * moves whole, and its later starts follow it from its callbacks.
+ *
+ * Loopback pairs: an accepted socket whose peer (the address its accept
+ * returned) is on loopback at a port that a socket this provider
+ * connected holds (u->port_ring, ur_note_pair) goes into that socket's
+ * ring instead, past ur_gather_light and ur_balance: both ends of the
+ * connection then stay with one thread, and its data with one CPU. */
+static void ur_mark_fresh(px_uring *u, int fd, uint16_t pair_port)
 {
 	px_fdq_entry *fq = px_fdq_lookup(&u->fdq, fd);
 
@@ -879,7 +900,45 @@ static void ur_mark_fresh(px_uring *u, int fd)
 	}
 	if (u->nrings < 2 || px__fdq_get(&u->fdq, fd, &fq) < 0)
 		return;  /* (no memory for the entry: it is placed as before) */
-	px_container_of(fq, px_uring_fd, fq)->fresh = true;
+	px_uring_fd *fe = px_container_of(fq, px_uring_fd, fq);
+	fe->fresh = true;
+	fe->pair_port = pair_port;
+}
+
+int px__uring_fd_ring(px_uring *u, int fd)
+{
+	px_fdq_entry *fq = px_fdq_lookup(&u->fdq, fd);
+	px_uring_ring *rg = fq ? px_container_of(fq, px_uring_fd, fq)->rg
+			       : NULL;
+
+	return rg ? (int)(rg - u->rings) : -1;
+}
+
+/* A connected socket's local port goes into u->port_ring with the ring of
+ * its connect, for the accepted end of the same loopback connection
+ * (ur_place_new).  Several rings only.  A port whose last holder let it
+ * go is cleared in ur_own_port; a stale entry costs placement only. */
+static void ur_note_pair(px_uring *u, px_uring_fd *fe, int fd,
+			 px_uring_ring *rg)
+{
+	if (u->nrings < 2 || !rg)
+		return;
+	if (!fe->own_port) {
+		struct sockaddr_storage me;
+		socklen_t ml = sizeof(me);
+		if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+			return;
+		ur_own_port(u, fe, ur_port_of(&me));
+		if (!fe->own_port)
+			return;  /* not bound yet, or not TCP */
+	}
+	if (!u->port_ring) {
+		u->port_ring = calloc(65536, 1);
+		if (!u->port_ring)
+			return;
+	}
+	u->port_ring[fe->own_port] = (uint8_t)(1 + (rg - u->rings));
+	fe->pair_src = true;
 }
 
 /* The ring with the fewest descriptors among the rings given to a thread
@@ -900,15 +959,27 @@ static px_uring_ring *ur_fewest_fds(px_uring *u, px_uring_ring *rg)
 }
 
 static px_uring_ring *ur_place_new(px_uring *u, px_result *r,
-				   px_uring_ring *rg)
+				   px_uring_ring *rg, bool *paired)
 {
 	struct px_uring_fd *fe = ur_priv(r)->fe;
+	unsigned pair;
 
+	*paired = false;
 	if (!fe->fresh)
 		return rg;
 	fe->fresh = false;
+	pair = fe->pair_port && u->port_ring ? u->port_ring[fe->pair_port]
+					     : 0;
+	fe->pair_port = 0;
 	if (u->alone || fe->inflight)
 		return rg;
+	/* The other end of a loopback connection is served here: join its
+	 * ring, if a thread leads it or is about to (ur_fewest_fds). */
+	if (pair && pair <= u->nrings &&
+	    (pair <= u->next_home || pair <= 2)) {
+		*paired = true;
+		return &u->rings[pair - 1];
+	}
 	return ur_fewest_fds(u, rg);
 }
 
@@ -959,7 +1030,7 @@ static px_uring_ring *ur_home_unless_fuller(px_uring *u, px_result *r,
  * Then ur_place_new, ur_balance and ur_gather_light. */
 static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 {
-	bool moved;
+	bool moved, paired;
 	px_result *cur = px__dispatch_current(&moved);
 	px_uring_ring *rg;
 
@@ -973,7 +1044,9 @@ static px_uring_ring *ur_start_ring(px_uring *u, px_result *r)
 					: ur_fewest_fds(u, NULL);
 	else
 		rg = ur_home_unless_fuller(u, r, cur);
-	return ur_gather_light(u, ur_balance(u, ur_place_new(u, r, rg)));
+	rg = ur_place_new(u, r, rg, &paired);
+	/* (A paired one stays with its other end, light load or not.) */
+	return paired ? rg : ur_gather_light(u, ur_balance(u, rg));
 }
 
 /* rg got an SQE from a thread outside this proactor's callbacks (a start
@@ -1005,7 +1078,7 @@ static void ur_wake_for(px_uring *u, px_uring_ring *rg, const px_result *r,
  * get as its home when it first leads. */
 static px_uring_ring *ur_lead_home(px_uring *u)
 {
-	if (ur_tls_u == u && ur_tls_home < u->nrings)
+	if (ur_has_home(u))
 		return &u->rings[ur_tls_home];
 	return &u->rings[u->next_home % u->nrings];
 }
@@ -1042,11 +1115,11 @@ px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
 {
 	px_uring_ring *home, *rg = NULL;
 
-	if (ur_tls_u != u || ur_tls_home >= u->nrings) {
+	if (!ur_has_home(u)) {
 		/* First lead: homes are handed out in turn, so two leading
 		 * threads start into two rings and the kernel work of each
 		 * ring runs mostly in its own thread. */
-		ur_tls_u = u;
+		ur_tls_serial = u->serial;
 		ur_tls_home = u->next_home++ % u->nrings;
 	}
 	home = &u->rings[ur_tls_home];
@@ -1269,13 +1342,27 @@ static bool ur_same_host(const struct sockaddr_storage *me,
 	return false;
 }
 
+/* The peer port of an accept's completion when the peer is on loopback,
+ * else 0 (from the address the accept returned: no system call). */
+static uint16_t ur_loopback_port(const px_completion *c)
+{
+	struct sockaddr_storage none = {.ss_family = AF_UNSPEC};
+
+	if (c->addrlen < sizeof(struct sockaddr_in) ||
+	    !ur_same_host(&none, &c->addr))
+		return 0;
+	return ur_port_of(&c->addr);
+}
+
 /* fe's socket now holds the local port `port` (0: none) in u->ports. */
 static void ur_own_port(px_uring *u, px_uring_fd *fe, uint16_t port)
 {
 	if (fe->own_port == port)
 		return;
-	if (fe->own_port && u->ports)
-		u->ports[fe->own_port]--;
+	fe->pair_src = false;
+	if (fe->own_port && u->ports && --u->ports[fe->own_port] == 0 &&
+	    u->port_ring)
+		u->port_ring[fe->own_port] = 0;
 	fe->own_port = 0;
 	if (!port)
 		return;
@@ -1741,6 +1828,7 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 			 * reached, should that be served here. */
 			if (u->gate_peers)
 				ur_note_port(u, pr->fe, c->fd);
+			ur_note_pair(u, pr->fe, c->fd, pr->fe->rg);
 			break;
 		case PX_OP_READ_DGRAM:
 			c->addrlen = pr->msg.msg_namelen;
@@ -1759,7 +1847,8 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 			/* Off a number pending requests name, then noted. */
 			px__accept_keep_off(u->prov.px, r);
 			if (c->new_fd >= 0)
-				ur_mark_fresh(u, c->new_fd);
+				ur_mark_fresh(u, c->new_fd,
+					      ur_loopback_port(c));
 		}
 	} else {
 		if (c->op == PX_OP_ACCEPT || c->op == PX_OP_READ_DGRAM)
@@ -2167,7 +2256,14 @@ static int ur_start(px_provider *p, px_result *r)
 			pr->fe->rg->nfd--;
 		rg->nfd++;
 		pr->fe->rg = rg;
+		if (pr->fe->pair_src)
+			u->port_ring[pr->fe->own_port] =
+				(uint8_t)(1 + (rg - u->rings));
 	}
+	/* A socket bound before its connect: its port is known now, before
+	 * the other end's accept may complete (else at the completion). */
+	if (r->c.op == PX_OP_CONNECT)
+		ur_note_pair(u, pr->fe, r->c.fd, rg);
 	if (ur_hold_late(u, r, rg)) {
 		px_fdq_push(fq, dir, r);
 		pr->fe->inflight++;
@@ -2258,6 +2354,7 @@ static void ur_destroy(px_provider *p)
 		close(u->ready_efd);
 	px__fdq_fini(&u->fdq);
 	free(u->ports);
+	free(u->port_ring);
 	free(u->rings);
 	free(u);
 }
@@ -2377,6 +2474,8 @@ static int ur_create(const px_processor_config *cfg,
 	px_uring *u = calloc(1, sizeof(*u));
 	if (!u)
 		return -ENOMEM;
+	u->serial = atomic_fetch_add_explicit(&ur_serials, 1,
+					      memory_order_relaxed) + 1;
 	u->rings = calloc(nrings, sizeof(*u->rings));
 	if (!u->rings) {
 		free(u);

@@ -148,6 +148,7 @@ typedef struct px_uring {
 
 	px_uring_ring *rings;       /* nrings of them */
 	unsigned nrings;
+	uint64_t serial;            /* this provider's, from 1 (ur_has_home) */
 	unsigned next_home;         /* the home ring the next leader gets */
 	unsigned next_spread;       /* the ring of the next start made by a
 	                               thread that has no home */
@@ -188,6 +189,11 @@ typedef struct px_uring {
 	bool gate_peers;
 	uint32_t *ports;
 	pid_t pid;
+	/* Loopback pairs ("New descriptors" in uring.c): per local TCP
+	 * port, 1 + the index of the ring a socket connected from that port
+	 * went into (0: none), made at the first connect with several
+	 * rings. */
+	uint8_t *port_ring;
 } px_uring;
 
 static inline px_uring *px_uring_of_wait(px_wait *w)
@@ -305,6 +311,10 @@ void px__uring_kick_arm(px_uring_ring *rg) PX_HIDDEN;
  * lead's prepare, before it reaps.  Mutex held, both. */
 int px__uring_ready_fd(px_uring *u) PX_HIDDEN;
 void px__uring_ready_drain(px_uring *u) PX_HIDDEN;
+
+/* The index of the ring of fd's last start, or -1 (none; the number is
+ * unknown).  Mutex held.  For the tests. */
+int px__uring_fd_ring(px_uring *u, int fd) PX_HIDDEN;
 
 /* Make the SQEs filled so far visible to the kernel (no system call).
  * Returns how many it has not taken yet.  Mutex held. */
