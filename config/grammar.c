@@ -14,8 +14,10 @@
  * travel as the section's provider words (px_processor_config.words) and
  * are checked by the provider's class in resolve.c.  Overriding rules, so
  * that one word is enough to switch engine:
- *   - wait=W without provider= picks the class that owns W (the first in
- *     the class list): "auto wait=poll" is the readiness provider;
+ *   - wait=W without provider= keeps the section's provider when it has
+ *     W ("linux-aio wait=epoll" is Linux AIO over epoll), else picks the
+ *     first class in the class list that has W: "auto wait=poll" is the
+ *     readiness provider;
  *   - when a section's provider changes, the wait, interrupt and provider
  *     words it inherited fall back to that provider's defaults (unless
  *     given in the same section), and "auto" stops being auto;
@@ -337,6 +339,20 @@ static int gr_wait(struct gr_parser *ps, struct gr_tok v, bool with_provider,
 {
 	char list[200];
 	const px_provider_class *owner = px__cfg_wait_owner(v.s, v.n);
+
+	/* The section's provider keeps a wait of its own ("linux-aio
+	 * wait=epoll" is Linux AIO over epoll); only a wait it lacks moves
+	 * the section to the first provider that has it. */
+	if (owner && !with_provider && pc->provider[0]) {
+		const px_provider_class *cur =
+			px__class_find(pc->provider, strlen(pc->provider));
+		if (cur && cur != owner) {
+			for (unsigned i = 0; i < cur->nwaits; i++)
+				if (strlen(cur->waits[i].name) == v.n &&
+				    !memcmp(cur->waits[i].name, v.s, v.n))
+					owner = cur;
+		}
+	}
 
 	if (!owner) {
 		const px_provider_class *cls =

@@ -239,8 +239,10 @@ typedef struct px_config {
  *     starts from auto and stays auto while it names no provider or wait.
  *     An interrupt or provider word given to auto narrows its choice to the
  *     engines that take it ("auto interrupt=pipe" is epoll);
- *   - wait=W without provider= selects the provider that owns W, so
- *     "uring wait=epoll" is the select provider over epoll;
+ *   - wait=W without provider= keeps the section's provider if it has
+ *     W ("linux-aio wait=epoll" is Linux AIO over epoll), else selects
+ *     the provider that owns W, so "uring wait=epoll" is the select
+ *     provider over epoll;
  *   - when a section's provider changes, the wait, interrupt and provider
  *     words it inherited return to that provider's defaults;
  *   - a key given twice in one section is an error;

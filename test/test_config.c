@@ -421,6 +421,13 @@ static void test_team_presets(void **state)
 		      "processor=shared max_aio=0 ops=file ; secondary: "
 		      "provider=select wait=epoll interrupt=eventfd "
 		      "processor=shared max_aio=0 ops=socket");
+	/* Linux AIO has an epoll wait of its own: the team keeps it. */
+	expect_format("linux-aio+epoll wait=epoll depth=64",
+		      "provider=linux_aio wait=epoll interrupt=eventfd "
+		      "processor=shared max_aio=0 ops=file depth=64 ; "
+		      "secondary: provider=select wait=epoll "
+		      "interrupt=eventfd processor=shared max_aio=0 "
+		      "ops=socket");
 	parse_bad("foo", "linux-aio+epoll", NULL);
 #endif
 	assert_true(seen >= 1);
@@ -962,6 +969,15 @@ static void test_provider_wait_interrupt(void **state)
 		{ "epoll provider=uring", "uring", "uring", "native" },
 		{ "uring provider=select", "select", "epoll", "eventfd" },
 		{ "uring provider=select wait=poll", "select", "poll", "eventfd" },
+#endif
+#ifdef PX_HAVE_LIBAIO
+		/* A wait the preset's provider has too keeps the provider
+		 * (epoll is both Linux AIO's and the readiness provider's):
+		 * it used to switch to the readiness provider. */
+		{ "linux-aio wait=epoll", "linux_aio", "epoll", "eventfd" },
+		{ "linux-aio-dedicated wait=epoll", "linux_aio", "epoll",
+		  "eventfd" },
+		{ "linux-aio wait=poll", "select", "poll", "eventfd" },
 #endif
 	};
 
