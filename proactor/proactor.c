@@ -8,6 +8,7 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -410,8 +411,32 @@ static bool fac_still_accepted(const px_result *r)
 	    (want->ss_family != AF_INET && want->ss_family != AF_INET6))
 		return true;
 	memset(&got, 0, sizeof(got));
-	if (getpeername(r->c.new_fd, (struct sockaddr *)&got, &gl) < 0)
-		return false;
+	if (getpeername(r->c.new_fd, (struct sockaddr *)&got, &gl) < 0) {
+		/* A connection the peer reset before it was accepted has no
+		 * peer any more (ENOTCONN), but it still holds the
+		 * listener's local port; a file the application put there
+		 * does not (or is no socket at all). */
+		struct sockaddr_storage mine, lis;
+		socklen_t ml = sizeof(mine), ll = sizeof(lis);
+		int acc = 1;
+		socklen_t al = sizeof(acc);
+
+		if (errno != ENOTCONN ||
+		    getsockopt(r->c.new_fd, SOL_SOCKET, SO_ACCEPTCONN, &acc,
+			       &al) < 0 || acc)
+			return false;
+		memset(&mine, 0, sizeof(mine));
+		memset(&lis, 0, sizeof(lis));
+		if (getsockname(r->c.new_fd, (struct sockaddr *)&mine, &ml) < 0 ||
+		    getsockname(r->c.fd, (struct sockaddr *)&lis, &ll) < 0 ||
+		    mine.ss_family != lis.ss_family)
+			return false;
+		if (mine.ss_family == AF_INET)
+			return ((struct sockaddr_in *)&mine)->sin_port ==
+			       ((struct sockaddr_in *)&lis)->sin_port;
+		return ((struct sockaddr_in6 *)&mine)->sin6_port ==
+		       ((struct sockaddr_in6 *)&lis)->sin6_port;
+	}
 	return gl == r->c.addrlen && memcmp(&got, want, gl) == 0;
 }
 

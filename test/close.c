@@ -920,6 +920,71 @@ static void accept_keeps_off_a_closed_number(void **state)
 }
 
 /*
+ * The same with a connection its client reset (SO_LINGER 0) while it
+ * waited in the listen queue.  Its socket has no peer any more
+ * (getpeername: ENOTCONN), which the library used to take for "the
+ * application's dup2 replaced the connection": the accept ended with
+ * ECONNABORTED and no descriptor, the socket stayed open on the closed
+ * number for good (nobody was given it), and the old read never got its
+ * EBADF (select and poll ran it on the socket instead: ECONNRESET).
+ * Found by a helper's review; now the accept delivers the socket under
+ * another number, or reports its error, and nothing is left on the old
+ * number.
+ */
+static void accept_keeps_off_a_closed_number_reset(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = listener(f, &la);
+	int cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int a[2];
+	assert_true(cl >= 0);
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	fill_holes_below(f, a[1]);
+	h_close(f, a[1]);
+	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
+	struct linger lg = {.l_onoff = 1, .l_linger = 0};
+	assert_int_equal(setsockopt(cl, SOL_SOCKET, SO_LINGER, &lg, sizeof lg),
+			 0);
+	close(cl);  /* a reset, while the connection waits in the queue */
+	/* cl's number, below a[1], is free again: taken, so that the
+	 * accept gets a[1]'s. */
+	int hold = h_track(f, open("/dev/null", O_RDONLY | O_CLOEXEC));
+	assert_true(hold >= 0 && hold < a[1]);
+	h_settle(f, 20);
+
+	h_rec *acc = h_rec_new(f);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, acc), 0);
+	h_wait_rec(f, acc, 5000, "the accept");
+	/* (poll and select may have ended the read already: POLLNVAL.) */
+	bool read_pending = !h_rec_done(rd);
+	int s = acc->c.new_fd;
+	if (acc->c.error == 0) {
+		assert_true(s >= 0);
+		h_track(f, s);
+		if (read_pending && s == a[1])
+			fail_msg("px_accept gave the connection number %d, "
+				 "which a pending read still named (engine "
+				 "'%s')", s, h_engine_text);
+	} else {
+		assert_int_equal(s, -1);
+	}
+	h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+	h_settle(f, 20);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the old read");
+	if (s != a[1] && fcntl(a[1], F_GETFD) >= 0)
+		fail_msg("number %d is open after the accept, which gave %d "
+			 "(error %d: %s): a socket nobody was given (engine "
+			 "'%s')", a[1], s, acc->c.error,
+			 strerror(acc->c.error), h_engine_text);
+	h_assert_usable(f);
+}
+
+/*
  * And until a px_close's callback has returned: an application that keys
  * its connections by number must not see a new connection under a number
  * before the callback of the px_close that freed it.  The close's
@@ -1054,6 +1119,7 @@ int main(int argc, char **argv)
 		T(close_during_start_call),
 		T(library_keeps_off_a_closed_number),
 		T(accept_keeps_off_a_closed_number),
+		T(accept_keeps_off_a_closed_number_reset),
 		T(accept_waits_for_close_callback),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
