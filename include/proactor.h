@@ -222,9 +222,10 @@ typedef struct px_config {
  *               maximum, set once per process), sockets=refuse|aio
  *               (sockets are refused with -EOPNOTSUPP unless aio: a read
  *               glibc has started cannot be cancelled), file_lanes=N
- *               (descriptors a file's requests are spread over, 1..16,
+ *               (descriptors a file's reads are spread over, 1..16,
  *               default 8; dups made as requests pile up, closed when
- *               the file is idle)
+ *               the file is idle; writes stay on the file's own
+ *               descriptor, in order)
  * Presets: auto, and each provider's own (uring, uring-dedicated,
  * linux-aio, linux-aio-dedicated, epoll, poll, select, posix-aio, and the
  * same with "-dedicated", linux-rt-dedicated), and the teams posix-aio+epoll

@@ -153,12 +153,12 @@ static void paio_fd_idle(px_paio_fd *fe)
 }
 
 /* The descriptor a file request goes through: glibc performs the requests
- * of one descriptor number one after another, so spreading them over the
+ * of one descriptor number one after another, so spreading reads over the
  * file's descriptor and dups of it (file_lanes=) lets several helpers
- * work on one file at once.  The dups live while the file has requests
+ * work on one file at once (writes do not spread: below).  The dups live while the file has requests
  * in glibc.  A dup that cannot be made leaves the request on the file's
  * own descriptor. */
-static int paio_file_fd(px_paio *p, px_paio_fd *fe)
+static int paio_file_fd(px_paio *p, px_paio_fd *fe, px_op op)
 {
 	/* As many lanes as the file has requests in glibc (this one
 	 * counted), up to file_lanes: a file read one request at a time
@@ -166,6 +166,12 @@ static int paio_file_fd(px_paio *p, px_paio_fd *fe)
 	unsigned n = fe->files < p->lanes ? fe->files : p->lanes;
 	unsigned k = n > 1 ? fe->next_lane++ % n : 0;
 
+	/* Writes keep to the file's own descriptor, where glibc performs
+	 * them one after another in the order they were started (writes on
+	 * two lanes run at once, and a later write to the same bytes could
+	 * land first); reads are spread. */
+	if (paio_is_write(op))
+		k = 0;
 	if (!k)
 		return fe->fq.fd;
 	if (!(fe->lanes_open & (1u << k))) {
@@ -191,7 +197,7 @@ static int paio_submit(px_paio *p, px_result *r)
 		if (fd < 0)
 			return fd;
 	} else if (!paio_is_stream(c->op) && q->fe) {
-		fd = paio_file_fd(p, q->fe);
+		fd = paio_file_fd(p, q->fe, c->op);
 	}
 	memset(&q->cb, 0, sizeof(q->cb));
 	q->cb.aio_fildes = fd;
@@ -207,6 +213,7 @@ static int paio_submit(px_paio *p, px_result *r)
 		px__paio_callback_notify(p, q);
 	atomic_store_explicit(&q->next, NULL, memory_order_relaxed);
 	q->owner = p;
+	q->cancel_sent = false;
 	rc = paio_is_write(c->op) ? aio_write(&q->cb) : aio_read(&q->cb);
 	if (rc < 0)
 		return -errno;
@@ -500,11 +507,58 @@ static int paio_start(px_provider *pv, px_result *r)
 	return PX_START_STARTED;
 }
 
+/* Call aio_cancel for the requests of p on descriptor number fd that
+ * were asked to cancel, from the newest one glibc still has back, and
+ * stop at the first one that was not asked.  glibc's aio_cancel of the
+ * request that heads its number's queue while it waits for a helper takes
+ * it out but never hands the next one of that number to a helper
+ * (rt/aio_cancel.c: __aio_remove_request without add_request_to_runlist,
+ * which a helper's own dequeue does): every later request of the number
+ * then stays EINPROGRESS until it is cancelled itself.  Only a request
+ * with no live request after it on its number is cancelled in glibc, so
+ * none is ever left behind a removed head; the others run to their end
+ * (as one a helper performs) unless the ones after them are cancelled
+ * too (px_cancel, px_close and px_destroy cancel them all).  Mutex
+ * held. */
+static void paio_cancel_tail(px_paio *p, int fd)
+{
+	for (px_link *l = p->inflight.head.prev; l != &p->inflight.head;
+	     l = l->prev) {
+		px_paio_req *o = px_paio_req_of_ilink(l);
+		int rc;
+
+		if (o->cb.aio_fildes != fd || px_paio_done(o))
+			continue;
+		if (!o->cancel_req)
+			return;
+		if (o->cancel_sent)
+			continue;
+		o->cancel_sent = true;
+		/* Whatever glibc answers, the request notifies once more
+		 * (cancelled, or finished) and the wait hands it out:
+		 * exactly one completion. */
+		rc = aio_cancel(fd, &o->cb);
+		switch (rc) {
+		case AIO_CANCELED:
+			p->cancels[PX_PAIO_CANCELED]++;
+			break;
+		case AIO_NOTCANCELED:
+			p->cancels[PX_PAIO_NOTCANCELED]++;
+			break;
+		case AIO_ALLDONE:
+			p->cancels[PX_PAIO_ALLDONE]++;
+			break;
+		default:
+			p->cancels[PX_PAIO_CANCEL_ERR]++;
+			break;
+		}
+	}
+}
+
 static int paio_cancel(px_provider *pv, px_result *r)
 {
 	px_paio *p = paio_of_prov(pv);
 	px_paio_req *q = px_paio_req_of(r);
-	int rc;
 
 	if (!q->submitted) {
 		if (px_link_linked(&q->ilink)) {
@@ -522,23 +576,13 @@ static int paio_cancel(px_provider *pv, px_result *r)
 	if (q->cancel_req)
 		return PX_CANCEL_PENDING;
 	q->cancel_req = true;
-	/* Whatever glibc answers, the request notifies once more (cancelled,
-	 * or finished) and the wait hands it out: exactly one completion. */
-	rc = aio_cancel(q->cb.aio_fildes, &q->cb);
-	switch (rc) {
-	case AIO_CANCELED:
-		p->cancels[PX_PAIO_CANCELED]++;
-		break;
-	case AIO_NOTCANCELED:
-		p->cancels[PX_PAIO_NOTCANCELED]++;
-		break;
-	case AIO_ALLDONE:
+	if (px_paio_done(q)) {
+		/* What aio_cancel would say: the wait hands it out. */
+		q->cancel_sent = true;
 		p->cancels[PX_PAIO_ALLDONE]++;
-		break;
-	default:
-		p->cancels[PX_PAIO_CANCEL_ERR]++;
-		break;
+		return PX_CANCEL_PENDING;
 	}
+	paio_cancel_tail(p, q->cb.aio_fildes);
 	return PX_CANCEL_PENDING;
 }
 

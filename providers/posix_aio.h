@@ -64,6 +64,7 @@ typedef struct px_paio_req {
 	struct px_paio_req *_Atomic next; /* callback wait: hand-over stack */
 	bool submitted;             /* glibc has it (cb valid) */
 	bool cancel_req;            /* px_cancel asked for it */
+	bool cancel_sent;           /* aio_cancel was called for it */
 	unsigned retries;           /* sigwait: redone after a lost signal */
 	bool quiet;                 /* sigwait: submitted without a signal */
 } px_paio_req;

@@ -632,6 +632,101 @@ static void aio_threads_one(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A deadline on the head of a number's queue in glibc                  */
+/* ------------------------------------------------------------------ */
+
+/* glibc's aio_cancel of a request that heads its descriptor's queue while
+ * it waits for a helper takes it out but hands the next request of that
+ * descriptor to no helper: every later one stayed EINPROGRESS for good.
+ * A deadline cancels one request alone.  Child: aio_threads=1 (glibc's
+ * only helper held by a socket read, sockets=aio), file_lanes=1, read A
+ * with a 50 ms deadline, read B behind it without one; A's deadline
+ * passes while both wait, then the helper comes free: B must complete
+ * with its bytes, and A once (ETIMEDOUT or its bytes).  Before, B never
+ * completed (fixed problem 61).  Exit codes: 2 set-up, 3 B never
+ * completed, 4 a wrong outcome. */
+static atomic_int ch_calls[3];
+static int ch_err[3];
+static size_t ch_bytes[3];
+
+static void ch_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+	ch_err[i] = c->error;
+	ch_bytes[i] = c->bytes;
+	atomic_fetch_add(&ch_calls[i], 1);
+}
+
+static int cancel_head_child(const char *wait)
+{
+	char text[128], path[] = "/tmp/px_paio_XXXXXX";
+	static char sbuf[1], a[4096], b[4096], blk[8192];
+	px_proactor *px;
+	int sv[2], fd = mkstemp(path);
+
+	if (fd < 0)
+		return 2;
+	unlink(path);
+	memset(blk, 'x', sizeof(blk));
+	if (pwrite(fd, blk, sizeof(blk), 0) != (ssize_t)sizeof(blk) ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 2;
+	snprintf(text, sizeof(text), "provider=posix wait=%s aio_threads=1 "
+		 "sockets=aio file_lanes=1", wait);
+	if (px_create(&px, text, NULL, 0) < 0)
+		return 2;
+	if (px_read_stream(px, sv[0], sbuf, 1, ch_cb, (void *)0))
+		return 2;
+	for (int i = 0; i < 10; i++)
+		px_handle_events(px, 10);
+	px_op_desc d = {.op = PX_OP_READ_FILE, .fd = fd, .buf = a,
+			.len = sizeof(a), .offset = 0,
+			.timeout_ns = 50000000, .cb = ch_cb, .user = (void *)1};
+	if (px_start_op(px, &d) ||
+	    px_read_file(px, fd, b, sizeof(b), 4096, ch_cb, (void *)2))
+		return 2;
+	for (int i = 0; i < 20; i++)
+		px_handle_events(px, 10);  /* A's deadline passes */
+	if (write(sv[1], "z", 1) != 1)
+		return 2;
+	for (int i = 0; i < 500 && atomic_load(&ch_calls[2]) == 0; i++)
+		px_handle_events(px, 10);
+	bool b_done = atomic_load(&ch_calls[2]) == 1;
+	for (int i = 0; i < 100 && atomic_load(&ch_calls[1]) == 0; i++)
+		px_handle_events(px, 10);
+	px_destroy(px);
+	close(fd);
+	printf("wait=%s: A %d call(s), error %d, %zu bytes; B %d call(s), "
+	       "error %d, %zu bytes\n", wait, atomic_load(&ch_calls[1]),
+	       ch_err[1], ch_bytes[1], atomic_load(&ch_calls[2]), ch_err[2],
+	       ch_bytes[2]);
+	if (!b_done)
+		return 3;
+	if (ch_err[2] || ch_bytes[2] != sizeof(b) ||
+	    atomic_load(&ch_calls[1]) != 1 ||
+	    !(ch_err[1] == ETIMEDOUT ||
+	      (ch_err[1] == 0 && ch_bytes[1] == sizeof(a))))
+		return 4;
+	return 0;
+}
+
+static void deadline_on_queue_head(void **state)
+{
+	(void)state;
+	static const char *const w[] = {"sigwait", "callback", "aiocb"};
+	for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++) {
+		char part[64];
+		snprintf(part, sizeof(part), "cancel-head-%s", w[i]);
+		int rc = run_child(part);
+		if (rc)
+			fail_msg("wait=%s: a read queued behind one whose "
+				 "deadline passed: the child failed with %d (3: "
+				 "it never completed; 4: a wrong outcome)",
+				 w[i], rc);
+	}
+}
+
+/* ------------------------------------------------------------------ */
 /* A file number closed with close(2) under reads, and reused           */
 /* ------------------------------------------------------------------ */
 
@@ -1220,6 +1315,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ready_fd_and_watch),
 		cmocka_unit_test(aio_threads_one),
 		cmocka_unit_test(reused_number_gets_its_write),
+		cmocka_unit_test(deadline_on_queue_head),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1227,6 +1323,8 @@ int main(int argc, char **argv)
 		return overflow_child();
 	if (argc > 1 && !strcmp(argv[1], "one-helper"))
 		return one_helper_child();
+	if (argc > 1 && !strncmp(argv[1], "cancel-head-", 12))
+		return cancel_head_child(argv[1] + 12);
 #if PX_TEST_TSAN
 	/* glibc starts its AIO helpers with its internal pthread_create,
 	 * unseen by ThreadSanitizer; a helper that starts another one mallocs
