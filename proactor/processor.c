@@ -50,8 +50,11 @@ bool px__processor_may_lead(px_processor *p, bool patient)
 	if (p->nleading >= p->max_leaders)
 		return false;
 	/* Kept for the prepare() of the lead that may follow.  The calling
-	 * thread neither leads nor runs callbacks here. */
-	p->wait->others_busy = patient && p->px->nleaders + p->px->nhandlers > 0;
+	 * thread neither leads nor runs callbacks here.  Only leaders of p
+	 * count: a thread leading the other processor of a team does not
+	 * come back to p's parts, and counting it left a part with work
+	 * unled while the calling thread slept as a follower (20 ms). */
+	p->wait->others_busy = patient && p->nleading + p->px->nhandlers > 0;
 	p->wait->others_here = px__dispatch_others_here(p->px);
 	/* Deferred starts need a leader, whichever part it takes. */
 	if (!p->has_leader && !px_list_empty(&p->deferred))
