@@ -878,13 +878,14 @@ static void library_keeps_off_a_closed_number(void **state)
  * The client has sent its bytes before the accept, so that a read the
  * library started again on the reused number would take them.
  */
-static void accept_keeps_off_a_closed_number(void **state)
+/* The set-up of the two tests below: a listener (*l, its address *la), a
+ * socket a[1] with a read pending (returned) closed with close(2) as the
+ * lowest free number, and a client cl of the listener's, made before and
+ * connected after the close. */
+static h_rec *keep_off_setup(h_fx *f, int *l, struct sockaddr_in *la,
+			     int a[2], int cl)
 {
-	h_fx *f = *state;
-	struct sockaddr_in la;
-	int l = listener(f, &la);
-	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	int a[2];
+	*l = listener(f, la);
 	h_socketpair(f, a);
 	char *in = h_alloc(f, 64);
 	h_rec *rd = h_rec_new(f);
@@ -892,7 +893,17 @@ static void accept_keeps_off_a_closed_number(void **state)
 	h_settle(f, 20);
 	fill_holes_below(f, a[1]);
 	h_close(f, a[1]);
-	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
+	assert_int_equal(connect(cl, (struct sockaddr *)la, sizeof *la), 0);
+	return rd;
+}
+
+static void accept_keeps_off_a_closed_number(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l, a[2];
+	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *rd = keep_off_setup(f, &l, &la, a, cl);
 	assert_int_equal(send(cl, "hello", 5, MSG_NOSIGNAL), 5);
 
 	h_rec *acc = h_rec_new(f);
@@ -935,18 +946,10 @@ static void accept_keeps_off_a_closed_number_reset(void **state)
 {
 	h_fx *f = *state;
 	struct sockaddr_in la;
-	int l = listener(f, &la);
+	int l, a[2];
 	int cl = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int a[2];
 	assert_true(cl >= 0);
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
-	h_settle(f, 20);
-	fill_holes_below(f, a[1]);
-	h_close(f, a[1]);
-	assert_int_equal(connect(cl, (struct sockaddr *)&la, sizeof la), 0);
+	h_rec *rd = keep_off_setup(f, &l, &la, a, cl);
 	struct linger lg = {.l_onoff = 1, .l_linger = 0};
 	assert_int_equal(setsockopt(cl, SOL_SOCKET, SO_LINGER, &lg, sizeof lg),
 			 0);
