@@ -200,7 +200,6 @@ struct px_proactor {
 	size_t tids_cap, ntids;
 	px_list closing;           /* px_close results (CLOSING) waiting for
 	                              their descriptor's operations */
-	px_list running;           /* results whose callback runs now */
 	/* Per descriptor number (px_fdops): the operations started on it
 	 * whose callback has not returned yet, and its px_close if one
 	 * waits.  A table of entries made on first use, grown only for a

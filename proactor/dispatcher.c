@@ -322,14 +322,10 @@ void px__dispatch_one(struct px_proactor *px, px_result *r)
 	int saved_fd = disp_tls_fd;
 	px__tls_dispatching = px;
 	disp_tls_fd = r->c.fd;
-	/* On the running list while its callback runs, so that a px_close
-	 * of its descriptor waits for the callback to return. */
-	px_list_push_back(&px->running, &r->link);
 	disp_tls_current = r;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 1 */
 	cb(&r->c);
 	pthread_mutex_lock(&px->lock);
-	px_list_remove(&px->running, &r->link);
 	px__ops_delivered(px, r);
 	if (!px_list_empty(&px->closing) && r->c.op < PX_OP_POST)
 		px__close_delivered(px, r->c.fd);

@@ -182,7 +182,6 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	px_list_init(&px->owns);
 	px_list_init(&px->followers);
 	px_list_init(&px->closing);
-	px_list_init(&px->running);
 	px->order = cfg->followers;
 	px->cfg = *cfg;
 
