@@ -7,6 +7,7 @@
  * by providers/classes.c, never compiled alone; it needs nothing of the
  * provider's code, so the engine list can be printed at configure time.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -101,6 +102,22 @@ static int posixc_parse(void *settings, unsigned key, const char *val,
 	return 0;
 }
 
+/* rtsig= names the signal of wait=sigwait; the other waits take no
+ * signal, and one given to them would be silently ignored. */
+static int posixc_validate(const void *settings, const px_processor_config *pc,
+			   char *err, size_t errlen)
+{
+	const px_posix_settings *s = settings;
+
+	if (!s->rtsig || !strcmp(pc->wait, "sigwait"))
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "rtsig=%d is for wait=sigwait; wait=%s takes no signal",
+			 s->rtsig, pc->wait);
+	return -EINVAL;
+}
+
 static int posixc_format(const void *settings, char *buf, size_t len)
 {
 	const px_posix_settings *s = settings;
@@ -139,6 +156,7 @@ static const px_provider_class px_posix_class = {
 	.settings_size = sizeof(px_posix_settings),
 	.settings_init = posixc_init,
 	.parse_key = posixc_parse,
+	.validate = posixc_validate,
 	.format = posixc_format,
 	.probe = NULL,
 	.auto_rank = 0,   /* never chosen by auto: sockets are its weak side */

@@ -1335,22 +1335,46 @@ static void test_start(void **state)
 		  "leader", NULL);
 }
 
-/* The own keys of every class: a valid value, an invalid one.  Every
- * class key must have a row here (a new class's keys fail until added). */
+/* The own keys of every class: a valid value, an invalid one, and the
+ * words a valid value needs beside it (with; NULL: none).  Every class
+ * key must have a row here (a new class's keys fail until added). */
 static const struct {
-	const char *cls, *key, *good, *canon, *bad;
+	const char *cls, *key, *good, *canon, *bad, *with;
 } own_keys[] = {
-	{ "uring", "ring", "256", "ring=256", "32769" },
+	{ "uring", "ring", "256", "ring=256", "32769", NULL },
 	{ "uring", "ring_flags", "sqpoll,coop_taskrun",
-	  "ring_flags=coop_taskrun,sqpoll", "fast" },
-	{ "uring", "rings", "2", "rings=2", "17" },
-	{ "uring", "read_gate", "8", "read_gate=8", "1000001" },
-	{ "posix", "rtsig", "40", "rtsig=40", "1" },
-	{ "posix", "aio_threads", "64", "aio_threads=64", "0" },
-	{ "posix", "sockets", "aio", "sockets=aio", "maybe" },
-	{ "posix", "file_lanes", "4", "file_lanes=4", "17" },
-	{ "linux_aio", "depth", "64", "depth=64", "1048577" },
+	  "ring_flags=coop_taskrun,sqpoll", "fast", NULL },
+	{ "uring", "rings", "2", "rings=2", "17", NULL },
+	{ "uring", "read_gate", "8", "read_gate=8", "1000001", NULL },
+	{ "posix", "rtsig", "40", "rtsig=40", "1", "wait=sigwait" },
+	{ "posix", "aio_threads", "64", "aio_threads=64", "0", NULL },
+	{ "posix", "sockets", "aio", "sockets=aio", "maybe", NULL },
+	{ "posix", "file_lanes", "4", "file_lanes=4", "17", NULL },
+	{ "linux_aio", "depth", "64", "depth=64", "1048577", NULL },
 };
+
+/* rtsig= is the signal of wait=sigwait: refused beside the other waits
+ * (default or named, primary or secondary, text or struct), where it
+ * would do nothing. */
+static void test_rtsig_needs_sigwait(void **state)
+{
+	(void)state;
+	px_config c = parse_ok("posix-aio wait=sigwait rtsig=40");
+	assert_string_equal(c.primary.words, "rtsig=40");
+	parse_bad("posix-aio rtsig=40", "rtsig=40 is for wait=sigwait",
+		  "wait=aiocb takes no signal", NULL);
+	parse_bad("posix-aio wait=callback rtsig=40", "rtsig=40 is for wait=sigwait",
+		  "wait=callback", NULL);
+	parse_bad("epoll ; secondary: provider=posix rtsig=40", "secondary: ",
+		  "rtsig=40 is for wait=sigwait", NULL);
+	memset(&c, 0, sizeof(c));
+	snprintf(c.primary.provider, PX_NAME_MAX, "posix");
+	snprintf(c.primary.wait, PX_NAME_MAX, "callback");
+	snprintf(c.primary.words, PX_WORDS_MAX, "rtsig=40");
+	char err[256] = "";
+	assert_int_equal(px__config_resolve(&c, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "rtsig=40 is for wait=sigwait"));
+}
 
 static void test_class_keys(void **state)
 {
@@ -1382,15 +1406,19 @@ static void test_class_keys(void **state)
 			continue;   /* not built: see test_not_built */
 		const char *k = own_keys[i].key;
 
+		const char *with = own_keys[i].with ? own_keys[i].with : "";
+		const char *sp = *with ? " " : "";
+
 		/* Accepted with a valid value, written back canonically. */
-		snprintf(text, sizeof(text), "provider=%s %s=%s", cls->name, k,
-			 own_keys[i].good);
+		snprintf(text, sizeof(text), "provider=%s%s%s %s=%s", cls->name,
+			 sp, with, k, own_keys[i].good);
 		c = parse_ok(text);
 		assert_string_equal(c.primary.words, own_keys[i].canon);
 		round_trip(&c);
 		/* Also in the secondary. */
-		snprintf(text, sizeof(text), "epoll ; secondary: provider=%s %s=%s",
-			 cls->name, k, own_keys[i].good);
+		snprintf(text, sizeof(text),
+			 "epoll ; secondary: provider=%s%s%s %s=%s", cls->name,
+			 sp, with, k, own_keys[i].good);
 		c = parse_ok(text);
 		assert_string_equal(c.secondary.words, own_keys[i].canon);
 		assert_string_equal(c.primary.words, "");
@@ -2399,6 +2427,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_ops),
 		cmocka_unit_test(test_start),
 		cmocka_unit_test(test_class_keys),
+		cmocka_unit_test(test_rtsig_needs_sigwait),
 #ifdef PX_HAVE_URING
 		cmocka_unit_test(test_uring_keys),
 #endif
