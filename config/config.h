@@ -75,6 +75,9 @@ void px__cfg_preset_names(char *buf, size_t len) PX_HIDDEN;
 /* The class that owns a wait of that name (the first in the class list),
  * or NULL; and every wait name of every class, for messages. */
 const px_provider_class *px__cfg_wait_owner(const char *s, size_t n) PX_HIDDEN;
+/* Whether class cls has the wait named by s (n bytes). */
+bool px__cfg_class_has_wait(const px_provider_class *cls, const char *s,
+			    size_t n) PX_HIDDEN;
 void px__cfg_all_waits(char *buf, size_t len) PX_HIDDEN;
 /* The waits of one class ("a, b or c"). */
 void px__cfg_class_waits(const px_provider_class *cls, char *buf,

@@ -346,12 +346,8 @@ static int gr_wait(struct gr_parser *ps, struct gr_tok v, bool with_provider,
 	if (owner && !with_provider && pc->provider[0]) {
 		const px_provider_class *cur =
 			px__class_find(pc->provider, strlen(pc->provider));
-		if (cur && cur != owner) {
-			for (unsigned i = 0; i < cur->nwaits; i++)
-				if (strlen(cur->waits[i].name) == v.n &&
-				    !memcmp(cur->waits[i].name, v.s, v.n))
-					owner = cur;
-		}
+		if (cur && cur != owner && px__cfg_class_has_wait(cur, v.s, v.n))
+			owner = cur;
 	}
 
 	if (!owner) {

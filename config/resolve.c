@@ -162,6 +162,12 @@ static const px_wait_desc *res_wait(const px_provider_class *cls, const char *s,
 	return NULL;
 }
 
+bool px__cfg_class_has_wait(const px_provider_class *cls, const char *s,
+			    size_t n)
+{
+	return res_wait(cls, s, n) != NULL;
+}
+
 const px_provider_class *px__cfg_wait_owner(const char *s, size_t n)
 {
 	for (const px_provider_class *const *c = px__classes; *c; c++)
