@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -247,11 +248,14 @@ static long long size_arg(const char *s)
 	v = strtoll(s, &end, 10);
 	if (errno)
 		return -1;
+	long long unit = 1;
 	if (*end == 'K' || *end == 'k')
-		v *= 1024, end++;
+		unit = 1024, end++;
 	else if (*end == 'M' || *end == 'm')
-		v *= 1024 * 1024, end++;
-	return *end ? -1 : v;
+		unit = 1024 * 1024, end++;
+	if (*end || v > LLONG_MAX / unit)
+		return -1;
+	return v * unit;
 }
 
 int main(int argc, char **argv)
@@ -310,13 +314,21 @@ int main(int argc, char **argv)
 	const char *src = argv[optind], *dst = argv[optind + 1];
 
 	cp.src_direct = cp.dst_direct = direct;
-	cp.src = open_file(src, O_RDONLY | O_CLOEXEC, &cp.src_direct);
+	/* O_NONBLOCK only for the open: a FIFO would wait for a writer
+	 * before the check below could refuse it.  Taken off once the file
+	 * is known to be regular (io_uring and Linux AIO would answer EAGAIN
+	 * to a read that has to wait for the disk). */
+	cp.src = open_file(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK, &cp.src_direct);
 	if (cp.src < 0) {
 		fprintf(stderr, "copy: %s: %s\n", src, strerror(errno));
 		return 1;
 	}
 	if (fstat(cp.src, &sst) < 0 || !S_ISREG(sst.st_mode)) {
 		fprintf(stderr, "copy: %s: not a regular file\n", src);
+		return 1;
+	}
+	if (fcntl(cp.src, F_SETFL, fcntl(cp.src, F_GETFL) & ~O_NONBLOCK) < 0) {
+		fprintf(stderr, "copy: %s: %s\n", src, strerror(errno));
 		return 1;
 	}
 	if (stat(dst, &dst_st) == 0 && dst_st.st_dev == sst.st_dev &&

@@ -7,7 +7,10 @@
  * by default, HTTP/1.0 when asked) and "Connection: close".  Each
  * connection runs one chain of operations: a read of the request (with a
  * deadline through px_start_op: a connection silent for IDLE_MS is
- * closed), an open and fstat of the file in the callback, px_read_file of
+ * closed; a write that moved some bytes before its deadline goes on with
+ * a new one, so a slow reader is not taken for a silent one), an open
+ * (O_NONBLOCK, so that a FIFO below ROOT cannot hold the thread) and
+ * fstat of the file in the callback, px_read_file of
  * the next chunk into the connection's buffer, placed right after the
  * response header so that header and first chunk leave in one
  * px_write_stream_all (there is no vectored write), and so on until the
@@ -73,6 +76,7 @@ struct conn {
 	int file;               /* the file being sent, or -1 */
 	uint64_t file_off, file_left;
 	bool keep_alive;        /* after this response */
+	bool head;              /* the request being answered is a HEAD */
 	size_t req_len;         /* bytes in req */
 	size_t req_used;        /* bytes of req belonging to the answered request */
 	size_t hdr_len;         /* response header waiting for the first chunk */
@@ -151,12 +155,16 @@ static void send_error(struct conn *k, int status, const char *reason)
 		close(k->file);
 		k->file = -1;
 	}
+	/* The length of the body a GET would get; a HEAD gets no body. */
 	n = snprintf(p, HDR_ROOM + CHUNK,
 		     "HTTP/1.1 %d %s\r\nServer: px-httpd\r\nDate: %s\r\n"
 		     "Content-Type: text/plain\r\nContent-Length: %zu\r\n"
-		     "%sConnection: close\r\n\r\n%d %s\n",
+		     "%sConnection: close\r\n\r\n",
 		     status, reason, http_date(), strlen(reason) + 5,
-		     status == 405 ? "Allow: GET, HEAD\r\n" : "", status, reason);
+		     status == 405 ? "Allow: GET, HEAD\r\n" : "");
+	if (!k->head)
+		n += snprintf(p + n, (size_t)(HDR_ROOM + CHUNK - n), "%d %s\n",
+			      status, reason);
 	if (start(k, PX_OP_WRITE_STREAM, k->fd, p, (size_t)n, 0,
 		  PX_OPF_WRITE_ALL, on_error_sent) < 0)
 		conn_close(k);
@@ -203,10 +211,26 @@ static void linger_close(struct conn *k)
 	on_linger(&c);
 }
 
+/* A write to the client ended by its deadline after it had moved some
+ * bytes: the client reads, slowly.  Start the rest with a new deadline
+ * (true), so that only a client that takes nothing for IDLE_MS is
+ * closed. */
+static bool write_on(struct conn *k, const px_completion *c, px_callback *cb)
+{
+	if (c->error != ETIMEDOUT || c->bytes == 0 || c->bytes >= c->len)
+		return false;
+	if (start(k, PX_OP_WRITE_STREAM, k->fd, (char *)c->buf + c->bytes,
+		  c->len - c->bytes, 0, PX_OPF_WRITE_ALL, cb) < 0)
+		conn_close(k);
+	return true;
+}
+
 static void on_error_sent(const px_completion *c)
 {
 	struct conn *k = c->user;
 
+	if (write_on(k, c, on_error_sent))
+		return;
 	if (c->error || c->bytes != c->len)
 		conn_close(k);
 	else
@@ -443,6 +467,7 @@ static void answer(struct conn *k, size_t end)
 	struct stat st;
 
 	k->req_used = end;
+	k->head = false;
 	atomic_fetch_add(&k->srv->requests, 1);
 	if (!eol || eol[1] != '\n')
 		return send_error(k, 400, "Bad Request");
@@ -506,7 +531,7 @@ static void answer(struct conn *k, size_t end)
 	if (strcmp(method, "GET") == 0)
 		head = false;
 	else if (strcmp(method, "HEAD") == 0)
-		head = true;
+		head = k->head = true;
 	else
 		return send_error(k, 405, "Method Not Allowed");
 
@@ -534,7 +559,11 @@ static void answer(struct conn *k, size_t end)
 		return;
 	}
 
-	k->file = openat(k->srv->root, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* O_NONBLOCK: opening a FIFO for reading would wait for a writer;
+	 * taken off again below, since io_uring and Linux AIO would answer
+	 * EAGAIN for a regular file's read that has to wait for the disk. */
+	k->file = openat(k->srv->root, path,
+			 O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (k->file < 0) {
 		switch (errno) {
 		case EACCES:
@@ -549,6 +578,8 @@ static void answer(struct conn *k, size_t end)
 	}
 	if (fstat(k->file, &st) < 0 || !S_ISREG(st.st_mode))
 		return send_error(k, 404, "Not Found");
+	if (fcntl(k->file, F_SETFL, fcntl(k->file, F_GETFL) & ~O_NONBLOCK) < 0)
+		return send_error(k, 500, "Internal Server Error");
 
 	/* The header ends right where the body's first chunk will go. */
 	int n = put_header(k, path, (uint64_t)st.st_size, http11);
@@ -606,6 +637,8 @@ static void on_sent(const px_completion *c)
 {
 	struct conn *k = c->user;
 
+	if (write_on(k, c, on_sent))
+		return;
 	if (c->error || c->bytes != c->len) {
 		conn_close(k);
 		return;
@@ -644,7 +677,9 @@ static void serve(struct conn *k)
 		return;
 	}
 	if (k->req_len == sizeof(k->req)) {
-		/* Full without the end of the headers. */
+		/* Full without the end of the headers (of a request whose
+		 * method is not known yet). */
+		k->head = false;
 		if (memmem(k->req, k->req_len, "\r\n", 2))
 			send_error(k, 431, "Request Header Fields Too Large");
 		else
@@ -685,6 +720,7 @@ static void on_conn(struct ex_server *ex, int fd)
 	k->file = -1;
 	k->req_len = k->req_used = 0;
 	k->cacheable = false;
+	k->head = false;
 	k->keep_alive = true;
 	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	atomic_fetch_add(&s->ex.open, 1);

@@ -51,11 +51,14 @@ def main():
                     sys.exit(77)
                 raise
 
-        def run(args, want_ok=True):
+        def run(args, want_ok=True, timeout=60):
             cmd = [copy] + (["-e", engine] if engine else []) + \
                 (["--direct"] if direct else []) + args
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                               timeout=60)
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True,
+                                   env=env, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                fail("%s: still running after %d s" % (cmd, timeout))
             if want_ok and p.returncode != 0:
                 if "cannot create the proactor" in p.stderr and (
                         "not implemented" in p.stderr.lower()
@@ -101,6 +104,17 @@ def main():
         run([src, src], want_ok=False)
         if sha(src) != want:
             fail("copying a file onto itself changed it")
+        # A FIFO as the source is refused at once (its open used to wait
+        # for a writer), and so is a block size too large to hold.
+        fifo = os.path.join(tmp, "fifo")
+        os.mkfifo(fifo)
+        p = run([fifo, os.path.join(tmp, "x")], want_ok=False, timeout=10)
+        if p.returncode != 1 or "not a regular file" not in p.stderr:
+            fail("FIFO source: exit %d, %r" % (p.returncode, p.stderr))
+        p = run(["-b", "17592186044417M", src, os.path.join(tmp, "x")],
+                want_ok=False)
+        if p.returncode != 2 or "bad block size" not in p.stderr:
+            fail("huge -b: exit %d, %r" % (p.returncode, p.stderr))
     print("copy_test: engine %r%s: all copies identical"
           % (engine or "default", " with O_DIRECT" if direct else ""))
 

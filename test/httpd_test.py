@@ -339,6 +339,71 @@ def checks(port, root, small, big):
     expect(port, get("/" + "a" * 9000), 414, closes=True)
     expect(port, get("/small.bin", "X-Long: " + "b" * 9000 + "\r\n"), 431, closes=True)
 
+    # An error answer to HEAD has the headers of the GET answer and no
+    # body (RFC 9110, 9.3.2).
+    for path, status in (("/missing", 404), ("/%2e%2e/x", 403)):
+        c = Conn(port)
+        c.send(get(path, method="HEAD"))
+        r = c.response(head=True)
+        if not r or r[0] != status:
+            fail("HEAD %s: %r, expected %d" % (path, r and r[0], status))
+        rest = c.pending
+        c.s.settimeout(5)
+        while True:
+            d = c.s.recv(65536)
+            if not d:
+                break
+            rest += d
+        if rest:
+            fail("HEAD %s: %d bytes of body after the %d header" % (path, len(rest), status))
+        c.close()
+
+    # A FIFO below the root is no regular file: 404, at once, for as many
+    # requests as there are loop threads (opening it used to wait for a
+    # writer and hold the thread), and the server goes on.
+    os.mkfifo(os.path.join(root, "fifo"))
+    conns = [Conn(port) for _ in range(3)]
+    for c in conns:
+        c.send(get("/fifo"))
+    for c in conns:
+        r = c.response()
+        if not r or r[0] != 404:
+            fail("GET of a FIFO: %r, expected 404" % (r and r[0]))
+        c.close()
+    expect(port, get("/small.bin"), 200, small)
+
+    # A client that reads, but slower than a chunk per IDLE_MS, gets the
+    # whole file: the deadline is for silence, not for a write's whole
+    # length.  (The server's send buffer grows to a few MB on loopback,
+    # so the file is larger than that.)
+    huge = os.urandom(6 * 1024 * 1024)
+    with open(os.path.join(root, "huge.bin"), "wb") as f:
+        f.write(huge)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(5)
+    s.connect(("127.0.0.1", port))
+    s.sendall(get("/huge.bin", "Connection: close\r\n"))
+    data = b""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 5 * IDLE_MS / 1000.0:
+        d = s.recv(4096)
+        if not d:
+            break
+        data += d
+        time.sleep(IDLE_MS / 1000.0 / 8)
+    parts = [data]
+    while True:
+        d = s.recv(1 << 20)
+        if not d:
+            break
+        parts.append(d)
+    s.close()
+    data = b"".join(parts)
+    body = data.partition(b"\r\n\r\n")[2]
+    if body != huge:
+        fail("slow reader: %d of %d bytes of body" % (len(body), len(huge)))
+
     # Idle timeout: a silent connection, and one that sent half a request,
     # are closed after about IDLE_MS; a kept-alive one after its answer too.
     t0 = time.monotonic()
