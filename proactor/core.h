@@ -167,6 +167,8 @@ typedef struct px_follower {
 	px_link link;
 	pthread_cond_t cond;
 	bool woken;
+	uint64_t until;            /* when it wakes by itself (PX_NS_INF: never) */
+	uint64_t deadline;         /* when its px_handle_events call ends */
 } px_follower;
 
 /* What the core keeps per descriptor number (px_proactor.byfd). */
@@ -273,9 +275,9 @@ void px__dispatch_one(struct px_proactor *px, px_result *r) PX_HIDDEN;
 int px__dispatch_level_for_caller(struct px_proactor *px) PX_HIDDEN;
 void px__dispatch_needs_leader(struct px_proactor *px) PX_HIDDEN;
 int px__dispatch_level_for_done(struct px_proactor *px) PX_HIDDEN;
-/* Interrupt the leader of one shared processor other than the caller.
- * Returns true if there was one. */
-bool px__dispatch_interrupt_shared_leader(struct px_proactor *px) PX_HIDDEN;
+/* A timer is now the earliest, due at when: see that a thread in
+ * px_handle_events looks at it in time (dispatcher.c). */
+void px__dispatch_timer_moved(struct px_proactor *px, uint64_t when) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Timers (timer.c)                                                     */

@@ -28,17 +28,21 @@
 /* Notification                                                         */
 /* ------------------------------------------------------------------ */
 
+static void disp_wake(struct px_proactor *px, px_follower *f)
+{
+	px_list_remove(&px->followers, &f->link);
+	px->st.follower_wakeups++;
+	f->woken = true;
+	pthread_cond_signal(&f->cond);
+}
+
 bool px__dispatch_wake_follower(struct px_proactor *px)
 {
 	px_link *l = px->order == PX_FOLLOWERS_FIFO ? px_list_first(&px->followers)
 						     : px_list_last(&px->followers);
 	if (!l)
 		return false;
-	px_follower *f = px_container_of(l, px_follower, link);
-	px_list_remove(&px->followers, l);
-	px->st.follower_wakeups++;
-	f->woken = true;
-	pthread_cond_signal(&f->cond);
+	disp_wake(px, px_container_of(l, px_follower, link));
 	return true;
 }
 
@@ -188,9 +192,35 @@ void px__dispatch_wake_all(struct px_proactor *px)
 			px__processor_interrupt(px->proc[i]);
 }
 
-bool px__dispatch_interrupt_shared_leader(struct px_proactor *px)
+/* A new earliest timer, due at when.  Each sleeping follower computed its
+ * bound without it.  One that wakes by then and whose call lasts until
+ * then will see it: nothing to do.  Else the follower to wake is one
+ * whose call lasts until then (the newest such, or the oldest with
+ * followers=fifo): waking merely the newest follower, as before, woke
+ * one whose own timeout came first, which went back to sleep until that
+ * timeout and left, while a thread in px_handle_events(px, -1) slept on
+ * without a bound and the timer never fired (test/timer_races.c,
+ * timer_reaches_unbounded_follower).  With no such follower, a shared
+ * leader recomputes its wait; with none either, the newest follower is
+ * woken all the same. */
+void px__dispatch_timer_moved(struct px_proactor *px, uint64_t when)
 {
-	return disp_interrupt_shared_leader(px);
+	px_follower *pick = NULL;
+
+	for (px_link *l = px_list_first(&px->followers); l;
+	     l = px_list_next(&px->followers, l)) {
+		px_follower *f = px_container_of(l, px_follower, link);
+		if (f->deadline < when)
+			continue;
+		if (f->until <= when)
+			return;
+		if (!pick || px->order != PX_FOLLOWERS_FIFO)
+			pick = f;
+	}
+	if (pick)
+		disp_wake(px, pick);
+	else if (!disp_interrupt_shared_leader(px))
+		px__dispatch_wake_follower(px);
 }
 
 /* ------------------------------------------------------------------ */
@@ -728,7 +758,14 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 lead:
 		if (p) {
 			uint64_t until = disp_min_u64(deadline, px__timers_next(px));
-			int ms = px__ms_until(until, now);
+			/* A call that has run callbacks has had its round: it
+			 * may still lead (an overdue processor, step 0) but
+			 * not wait, and returns after (below).  It once went
+			 * on to lead with no bound when another thread took
+			 * what was queued meanwhile, and a loop waiting for
+			 * its callback's flag hung (test/lifecycle_races.c,
+			 * round_ends_after_callbacks). */
+			int ms = n ? 0 : px__ms_until(until, now);
 			check = PX_FOLLOWER_CHECK_NS;
 			px->nleaders++;
 			px__processor_lead_begin(p);
@@ -767,7 +804,8 @@ lead:
 			    disp_worth_help(px, px_list_count(&px->completed) + 1))
 				px__dispatch_wake_follower(px);
 			if (!px__dispatch_has_queued(px) &&
-			    !(px__timers_next(px) <= now) && now >= deadline)
+			    !(px__timers_next(px) <= now) &&
+			    (now >= deadline || n))
 				break;
 			continue;
 		}
@@ -796,6 +834,8 @@ lead:
 		uint64_t until = disp_min_u64(deadline, px__timers_next(px));
 		if (disp_any_work(px) || px->nhandlers)
 			until = disp_min_u64(until, now + check);
+		if (n)
+			break;  /* its round is over (see the lead above) */
 		if (until <= now) {
 			if (deadline <= now && !(px__timers_next(px) <= now))
 				break;
@@ -808,6 +848,8 @@ lead:
 		pthread_cond_init(&f.cond, &ca);
 		pthread_condattr_destroy(&ca);
 		f.woken = false;
+		f.until = until;
+		f.deadline = deadline;
 		px_link_init(&f.link);
 		px_list_push_back(&px->followers, &f.link);
 		px->nfollowers++;

@@ -91,13 +91,6 @@ static void tm_unreserve(struct px_proactor *px)
 	px->ntimer_recs--;
 }
 
-/* Anyone asleep or waiting must recompute its bound: a new earliest
- * deadline. */
-static void tm_new_earliest(struct px_proactor *px)
-{
-	if (!px__dispatch_wake_follower(px))
-		px__dispatch_interrupt_shared_leader(px);
-}
 
 void px__timers_insert(struct px_proactor *px, px_result *r)
 {
@@ -105,8 +98,9 @@ void px__timers_insert(struct px_proactor *px, px_result *r)
 	px->theap[i] = r;
 	r->state = PX_RS_TIMER;
 	tm_sift_up(px, i);
+	/* A new earliest deadline: bounds computed before it are late. */
 	if (r->heap_idx == 0)
-		tm_new_earliest(px);
+		px__dispatch_timer_moved(px, r->deadline_ns);
 }
 
 /* Take r (state TIMER) out of the heap. */

@@ -2218,6 +2218,131 @@ static void idle_processor_start_reaches_leader(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A call's round ends after its callbacks                               */
+/* ------------------------------------------------------------------ */
+
+/* Thread A runs while (!done) px_handle_events(px, -1); its callback X
+ * (posted before A starts; B starts while X runs) starts reads that
+ * wait, posts Y and sets done.  Thread B runs Y from
+ * px_handle_events(px, 10) in a loop, so what A's call had queued may be
+ * gone when A comes back from leading the overdue processor.  A's call
+ * must return (it ran X) rather than lead again without a bound: it used
+ * to, in 1 to 15 of 20 rounds depending on the engine, and A waited for
+ * a completion that nothing would bring (a helper's review of
+ * 2026-12-05). */
+#define RE_READS 64
+#define RE_ROUNDS 20
+
+static struct {
+	px_proactor *px;
+	int pipes[RE_READS][2];
+	char buf[RE_READS];
+	atomic_int done, a_out, x_on_a, x_began, b_stop, reads_done;
+	pthread_t a;
+} g_re;
+
+static void re_read_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&g_re.reads_done, 1);
+}
+
+static void re_y_cb(const px_completion *c) { (void)c; }
+
+static void re_x_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_store(&g_re.x_on_a, pthread_equal(pthread_self(), g_re.a));
+	atomic_store(&g_re.x_began, 1);
+	h_sleep_ms(20);   /* B comes in meanwhile */
+	for (int i = 0; i < RE_READS; i++)
+		if (px_read_stream(g_re.px, g_re.pipes[i][0], &g_re.buf[i], 1,
+				   re_read_cb, NULL) < 0)
+			atomic_fetch_add(&g_re.reads_done, 1);
+	px_post(g_re.px, re_y_cb, NULL);
+	atomic_store(&g_re.done, 1);
+}
+
+static void *re_a_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_re.done))
+		if (px_handle_events(g_re.px, -1) < 0)
+			break;
+	atomic_store(&g_re.a_out, 1);
+	return NULL;
+}
+
+static void *re_b_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_re.b_stop))
+		if (px_handle_events(g_re.px, 10) < 0)
+			break;
+	return NULL;
+}
+
+static void round_ends_after_callbacks(void **state)
+{
+	h_fx *f = *state;
+	int stuck = 0;
+
+	g_re.px = f->px;
+	for (int i = 0; i < RE_READS; i++) {
+		assert_int_equal(pipe(g_re.pipes[i]), 0);
+		h_track(f, g_re.pipes[i][0]);
+		h_track(f, g_re.pipes[i][1]);
+	}
+	/* One read that completes first, so that the processor has been
+	 * led (and can be overdue). */
+	atomic_store(&g_re.reads_done, 0);
+	assert_int_equal(px_read_stream(f->px, g_re.pipes[0][0], g_re.buf, 1,
+					re_read_cb, NULL), 0);
+	assert_int_equal(write(g_re.pipes[0][1], "a", 1), 1);
+	uint64_t end = h_deadline(5000);
+	while (!atomic_load(&g_re.reads_done) && h_now_ms() < end)
+		px_handle_events(f->px, 100);
+	assert_int_equal(atomic_load(&g_re.reads_done), 1);
+	for (int round = 0; round < RE_ROUNDS; round++) {
+		pthread_t b;
+		atomic_store(&g_re.done, 0);
+		atomic_store(&g_re.a_out, 0);
+		atomic_store(&g_re.x_on_a, 0);
+		atomic_store(&g_re.x_began, 0);
+		atomic_store(&g_re.b_stop, 0);
+		atomic_store(&g_re.reads_done, 0);
+		h_sleep_ms(5);
+		assert_int_equal(px_post(f->px, re_x_cb, NULL), 0);
+		assert_int_equal(pthread_create(&g_re.a, NULL, re_a_main, NULL), 0);
+		/* B only once A runs X, so that X is A's. */
+		end = h_deadline(5000);
+		while (!atomic_load(&g_re.x_began) && h_now_ms() < end)
+			h_sleep_ms(1);
+		assert_int_equal(atomic_load(&g_re.x_began), 1);
+		assert_int_equal(pthread_create(&b, NULL, re_b_main, NULL), 0);
+		end = h_deadline(1000);
+		while (!atomic_load(&g_re.a_out) && h_now_ms() < end)
+			h_sleep_ms(1);
+		assert_int_equal(atomic_load(&g_re.x_on_a), 1);
+		stuck += !atomic_load(&g_re.a_out);
+		/* Data for every read: A's call returns now in any case. */
+		for (int i = 0; i < RE_READS; i++)
+			assert_int_equal(write(g_re.pipes[i][1], "b", 1), 1);
+		pthread_join(g_re.a, NULL);
+		end = h_deadline(10000);
+		while (atomic_load(&g_re.reads_done) < RE_READS && h_now_ms() < end)
+			h_sleep_ms(1);
+		atomic_store(&g_re.b_stop, 1);
+		pthread_join(b, NULL);
+		assert_int_equal(atomic_load(&g_re.reads_done), RE_READS);
+	}
+	if (stuck)
+		fail_msg("in %d of %d rounds px_handle_events(px, -1) ran a "
+			 "callback and did not return within 1 s", stuck,
+			 RE_ROUNDS);
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2241,6 +2366,7 @@ int main(int argc, char **argv)
 		T(leader_leaves_work_to_follower),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
+		T(round_ends_after_callbacks),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;

@@ -1564,6 +1564,71 @@ static void stop_with_timers_pending(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A timer and a thread that waits without a bound                      */
+/* ------------------------------------------------------------------ */
+
+/* A loop thread sleeps in px_handle_events(px, -1) with nothing to do;
+ * another thread calls px_handle_events(px, 150) once and sleeps too,
+ * newer; then a 300 ms timer starts.  The wake-up for the timer used to
+ * go to the newest sleeper, whose own timeout came first: it left, and
+ * the timer never fired, the loop thread asleep without a bound (a
+ * helper's review of 2026-12-05, every engine). */
+#define UF_SHORT_MS 150
+#define UF_TIMER_MS 300
+#define UF_LATE_MS 700
+
+static atomic_ullong g_uf_fired_ns;
+
+static void uf_timer_cb(const px_completion *c)
+{
+	if (c->error == 0)
+		atomic_store(&g_uf_fired_ns, h_now_ns());
+}
+
+static void *uf_short_main(void *arg)
+{
+	int rc = px_handle_events(arg, UF_SHORT_MS);
+	return (void *)(intptr_t)rc;
+}
+
+static void timer_reaches_unbounded_follower(void **state)
+{
+	h_fx *f = *state;
+	uint64_t late = 0;
+
+	lp_start(f, 1, false);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		pthread_t s;
+		void *rc;
+		atomic_store(&g_uf_fired_ns, 0);
+		h_sleep_ms(50);   /* the loop thread is asleep */
+		assert_int_equal(pthread_create(&s, NULL, uf_short_main, f->px), 0);
+		h_sleep_ms(50);   /* and the short one too, newer */
+		uint64_t t0 = h_now_ns();
+		assert_true(px_timer_start(f->px, UF_TIMER_MS * MS, uf_timer_cb,
+					   NULL) > 0);
+		pthread_join(s, &rc);
+		assert_true((intptr_t)rc >= 0);
+		uint64_t end = h_deadline(UF_TIMER_MS + 2000);
+		while (!atomic_load(&g_uf_fired_ns) && h_now_ms() < end)
+			h_sleep_ms(5);
+		uint64_t at = atomic_load(&g_uf_fired_ns);
+		if (!at)
+			fail_msg("a %d ms timer did not fire in %d ms while a "
+				 "thread waited in px_handle_events(px, -1)",
+				 UF_TIMER_MS, UF_TIMER_MS + 2000);
+		late = at - t0 - UF_TIMER_MS * MS;
+		if (late <= UF_LATE_MS * MS)
+			break;
+		printf("the timer fired %.1f ms late; again\n", (double)late / 1e6);
+	}
+	lp_stop();
+	if (late > UF_LATE_MS * MS)
+		fail_msg("a %d ms timer fired %.1f ms late three times in a row",
+			 UF_TIMER_MS, (double)late / 1e6);
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -1587,6 +1652,7 @@ int main(int argc, char **argv)
 						fx_setup_aio1, fx_teardown),
 		T(io_not_starved_by_due_timers),
 		T(stop_with_timers_pending),
+		T(timer_reaches_unbounded_follower),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
