@@ -120,7 +120,12 @@ static void sig_interrupt(px_intr *in)
 	if (!s->active || s->pending)
 		return;
 	s->pending = true;
-	pthread_kill(s->leader, s->signo);
+	/* A real-time signal is refused (EAGAIN) while the process's queue
+	 * of them is full (RLIMIT_SIGPENDING): then nothing comes for the
+	 * drain to clear, and a pending flag left set would swallow every
+	 * later interrupt.  The leader still ends its wait at its bound. */
+	if (pthread_kill(s->leader, s->signo) != 0)
+		s->pending = false;
 }
 
 static void sig_leader_activated(px_intr *in)

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -270,6 +271,53 @@ static void test_signal(void **state)
 	pre_block = false;
 }
 
+/* A real-time interrupt signal refused while the process's queue of
+ * signals is full (RLIMIT_SIGPENDING): the next interrupt, once there is
+ * room, still wakes the leader.  The refused one used to leave the
+ * strategy's "pending" flag set for good, so that every later interrupt
+ * was skipped and a dedicated leader waited for its bound each time (a
+ * helper's review of 2026-12-05). */
+static void test_signal_after_full_queue(void **state)
+{
+	(void)state;
+	int fill = SIGRTMIN + 10, signo = SIGRTMIN + 8;
+	sigset_t s;
+	struct rlimit old, rl;
+	union sigval v = { 0 };
+	struct timespec zero = { 0, 0 };
+
+	/* Blocked before the leader starts, which inherits the mask: the
+	 * filling signals must reach no thread. */
+	sigemptyset(&s);
+	sigaddset(&s, fill);
+	pthread_sigmask(SIG_BLOCK, &s, NULL);
+	px_intr *in = make(PX_INTR_SIGNAL, signo);
+	struct leader l;
+	pthread_t th;
+	leader_start(&l, &th, in, signo);
+	sem_post(&l.go);
+	usleep(100 * 1000);
+
+	assert_int_equal(getrlimit(RLIMIT_SIGPENDING, &old), 0);
+	rl = old;
+	rl.rlim_cur = old.rlim_max < 16 ? old.rlim_max : 16;
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &rl), 0);
+	int queued = 0;
+	while (queued < 100000 && sigqueue(getpid(), fill, v) == 0)
+		queued++;
+	assert_int_equal(errno, EAGAIN);
+	locked_call(in, in->ops->interrupt);     /* refused */
+	while (sigtimedwait(&s, NULL, &zero) == fill)
+		;
+	assert_int_equal(setrlimit(RLIMIT_SIGPENDING, &old), 0);
+	locked_call(in, in->ops->interrupt);     /* goes */
+
+	leader_join(&l, th);
+	check_woken(in, &l);
+	in->ops->destroy(in);
+	pthread_sigmask(SIG_UNBLOCK, &s, NULL);
+}
+
 /* ------------------------------------------------------------------ */
 /* Properties                                                           */
 /* ------------------------------------------------------------------ */
@@ -417,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_pipe),
 		cmocka_unit_test(test_eventfd),
 		cmocka_unit_test(test_signal),
+		cmocka_unit_test(test_signal_after_full_queue),
 		cmocka_unit_test(test_signal_props),
 		cmocka_unit_test(test_errors),
 	};
