@@ -218,7 +218,8 @@ typedef struct px_config {
  *               depth=N (iocbs in the context, default 1024)
  *       posix   POSIX AIO (glibc); files, and streams on pipes;
  *               wait=aiocb|sigwait|callback, interrupt=native;
- *               rtsig=N (sigwait's signal; -EINVAL with another wait),
+ *               rtsig=N (sigwait's signal; -EINVAL with another wait
+ *               or for SIGRTMIN+3, linux_rt's),
  *               aio_threads=N (glibc's helper
  *               maximum, set once per process), sockets=refuse|aio
  *               (sockets are refused with -EOPNOTSUPP unless aio: a read

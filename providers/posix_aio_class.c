@@ -49,7 +49,8 @@ enum { POSIXC_RTSIG, POSIXC_THREADS, POSIXC_SOCKETS, POSIXC_LANES };
 
 static const px_key_desc posixc_keys[] = {
 	[POSIXC_RTSIG] = { "rtsig", "a real-time signal number, SIGRTMIN to "
-				    "SIGRTMAX, for wait=sigwait" },
+				    "SIGRTMAX but SIGRTMIN+3 (the linux_rt "
+				    "wait's), for wait=sigwait" },
 	[POSIXC_THREADS] = { "aio_threads", "a number of glibc helper threads "
 					    "from 1 to 4096" },
 	[POSIXC_SOCKETS] = { "sockets", "refuse (default) or aio" },
@@ -87,7 +88,12 @@ static int posixc_parse(void *settings, unsigned key, const char *val,
 	if (!px_class_number(val, vlen, PX_POSIX_THREADS_MAX, &n))
 		return posixc_bad(err, errlen, key, val, vlen);
 	if (key == POSIXC_RTSIG) {
-		if ((long)n < SIGRTMIN || (long)n > SIGRTMAX)
+		/* SIGRTMIN+3 is the readiness provider's linux_rt wait's,
+		 * which takes it with sigtimedwait without the sigwait
+		 * wait's table knowing: a proactor of each would share it,
+		 * and the linux_rt thread took POSIX AIO's completions. */
+		if ((long)n < SIGRTMIN || (long)n > SIGRTMAX ||
+		    (long)n == SIGRTMIN + 3)
 			return posixc_bad(err, errlen, key, val, vlen);
 		s->rtsig = (int)n;
 	} else if (key == POSIXC_LANES) {

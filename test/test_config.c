@@ -1367,6 +1367,11 @@ static void test_rtsig_needs_sigwait(void **state)
 		  "wait=callback", NULL);
 	parse_bad("epoll ; secondary: provider=posix rtsig=40", "secondary: ",
 		  "rtsig=40 is for wait=sigwait", NULL);
+	/* SIGRTMIN+3 is the linux_rt wait's signal. */
+	char text[96], want[32];
+	snprintf(text, sizeof(text), "posix-aio wait=sigwait rtsig=%d", SIGRTMIN + 3);
+	snprintf(want, sizeof(want), "rtsig=%d", SIGRTMIN + 3);
+	parse_bad(text, want, "but SIGRTMIN+3", NULL);
 	memset(&c, 0, sizeof(c));
 	snprintf(c.primary.provider, PX_NAME_MAX, "posix");
 	snprintf(c.primary.wait, PX_NAME_MAX, "callback");

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -29,6 +30,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -170,11 +173,79 @@ static void shared_is_refused(void **state)
 	assert_non_null(strstr(err, "one thread"));
 }
 
+/* interrupt=signal given SIGIO, the signal the kernel sends the poller
+ * when its queue overflows: each px_connect from outside the loop (which
+ * finishes inside the poller's set, so only the interrupt wakes the
+ * leader) completes at once.  The poller took every SIGIO for an
+ * overflow and never drained the interrupt, whose pending mark then
+ * swallowed every later one: the connects after the first waited for the
+ * leader's 1 s bound (a helper's review of 2026-12-05). */
+static atomic_int g_connects;
+
+static void on_connect(const px_completion *c)
+{
+	if (c->error == 0)
+		atomic_fetch_add(&g_connects, 1);
+}
+
+static void sigio_interrupt_wakes_every_time(void **state)
+{
+	char text[128], err[256] = "";
+	pthread_t th;
+	int rc;
+
+	(void)state;
+	snprintf(text, sizeof(text), "linux-rt-dedicated interrupt=signal signal=%d",
+		 SIGIO);
+	rc = px_create(&g_px, text, err, sizeof(err));
+	if (rc == -ENOSYS || rc == -EPERM)
+		skip();
+	assert_int_equal(rc, 0);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	assert_true(l >= 0);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(l, 64), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+	atomic_store(&g_stop, 0);
+	atomic_store(&g_connects, 0);
+	assert_int_equal(pthread_create(&th, NULL, loop, NULL), 0);
+	usleep(50 * 1000);
+	int slow = 0, fds[6];
+	for (int i = 0; i < 6; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		assert_true(fds[i] >= 0);
+		uint64_t t0 = now_ms();
+		assert_int_equal(px_connect(g_px, fds[i], (struct sockaddr *)&a,
+					    sizeof(a), on_connect, NULL), 0);
+		while (atomic_load(&g_connects) < i + 1 && now_ms() - t0 < 3000)
+			usleep(200);
+		assert_int_equal(atomic_load(&g_connects), i + 1);
+		if (now_ms() - t0 > 300)
+			slow++;
+		usleep(20 * 1000);
+	}
+	atomic_store(&g_stop, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(px_destroy(g_px), 0);
+	g_px = NULL;
+	for (int i = 0; i < 6; i++)
+		close(fds[i]);
+	close(l);
+	/* One slow connect may be the machine's; each after the first
+	 * was, before. */
+	if (slow > 1)
+		fail_msg("%d of 6 connects from outside took over 300 ms", slow);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(shared_is_refused),
 		cmocka_unit_test(overflow_every_read_once),
+		cmocka_unit_test(sigio_interrupt_wakes_every_time),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

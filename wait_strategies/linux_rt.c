@@ -479,8 +479,13 @@ static int lrt_wait(px_poller *pl, int timeout_ms)
 	}
 	do {
 		if (sig == SIGIO) {
-			/* The queue overflowed: empty it, then poll all. */
+			/* The queue overflowed: empty it, then poll all.  Or
+			 * an interrupt=signal given SIGIO itself: count it as
+			 * the interrupt too (a drain with none pending costs
+			 * nothing), or the strategy's pending mark, never
+			 * drained, swallowed every later interrupt. */
 			w->overflow = true;
+			pl->fired = true;
 		} else if (sig != w->signo ||
 			   si.si_code < POLL_IN || si.si_code > POLL_HUP) {
 			/* The interrupt's signal, or ours sent by hand (as by
