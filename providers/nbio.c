@@ -396,12 +396,21 @@ static int nb_write_dgram(px_nbio *io, px_result *r)
 	return PX_NBIO_DONE;
 }
 
-/* accept4 has no MSG_DONTWAIT: the listener itself must be non-blocking. */
+/* accept4 has no MSG_DONTWAIT: the listener itself must be non-blocking.
+ * Only a listening socket is switched, the first time: px_accept(3)
+ * promises no more, and a pipe, a file or an unlistened socket given by
+ * mistake used to be left non-blocking after its accept failed (the
+ * flag belongs to the open file description, shared with whoever else
+ * holds it).  Anything else cannot block in accept4, which gives it its
+ * own answer at once (ENOTSOCK, EINVAL, EOPNOTSUPP). */
 static int nb_listener_nonblock(px_nbio *io)
 {
-	int fl;
+	int fl, on = 0;
+	socklen_t len = sizeof(on);
 
 	if (io->flags & PX_NBIO_LISTENER_NB)
+		return 0;
+	if (getsockopt(io->fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
 		return 0;
 	fl = fcntl(io->fd, F_GETFL);
 	if (fl < 0)

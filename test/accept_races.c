@@ -1654,6 +1654,16 @@ static void accept_connect_bad_input(void **state)
 	expect_clear("accept on a UDP socket", run_accept(f, udp), EOPNOTSUPP,
 		     false);
 	expect_clear("accept on a pipe", run_accept(f, p[0]), ENOTSOCK, false);
+	/* Each left as it was: only a listening socket is made non-blocking
+	 * (px_accept(3)); the readiness and Linux AIO engines used to leave
+	 * these three non-blocking after their accept failed (a helper's
+	 * review of 2026-12-05). */
+	if (fcntl(notl, F_GETFL) & O_NONBLOCK)
+		fail_msg("accept on a socket that does not listen made it non-blocking");
+	if (fcntl(udp, F_GETFL) & O_NONBLOCK)
+		fail_msg("accept on a UDP socket made it non-blocking");
+	if (fcntl(p[0], F_GETFL) & O_NONBLOCK)
+		fail_msg("accept on a pipe made it non-blocking");
 	/* A read of a listening socket fails at once, as recv(2) does: the
 	 * io_uring engine's poll-first receive waited for a connection to
 	 * arrive first (a listener is readable only then). */
