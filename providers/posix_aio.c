@@ -203,7 +203,22 @@ static int paio_submit(px_paio *p, px_result *r)
 	q->cb.aio_fildes = fd;
 	q->cb.aio_buf = px_buf_rest(r);
 	q->cb.aio_nbytes = c->len - r->done;
-	q->cb.aio_offset = paio_is_stream(c->op) ? 0 : (off_t)(c->offset + r->done);
+	if (!paio_is_stream(c->op)) {
+		q->cb.aio_offset = (off_t)(c->offset + r->done);
+	} else if (q->fe && q->fe->seekable) {
+		/* glibc does a request with pread or pwrite at aio_offset,
+		 * read or write only where there are no offsets (ESPIPE):
+		 * a stream operation on a file (a program's standard input
+		 * or output redirected to one) went at offset 0 every time,
+		 * so a read never reached the end.  It goes at the file's
+		 * position instead, and moves it when it completes
+		 * (px__paio_reap); the operations of one direction of a
+		 * descriptor go one at a time. */
+		q->pos = lseek(fd, 0, SEEK_CUR);
+		if (q->pos < 0)
+			return -errno;
+		q->cb.aio_offset = q->pos;
+	}
 	q->cb.aio_sigevent.sigev_notify = SIGEV_NONE;
 	if (q->quiet)
 		;   /* found by the sigwait wait's scans */
@@ -361,6 +376,15 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 	if (n < 0)
 		return paio_finish(p, r, r->done, EIO);
 	r->done += (size_t)n;
+	if (n > 0 && paio_is_stream(c->op) && q->fe && q->fe->seekable) {
+		/* Moved as read(2) or write(2) would have (see paio_submit);
+		 * O_APPEND writes went to the end, as pwrite's do on Linux. */
+		if (paio_is_write(c->op) &&
+		    (fcntl(q->cb.aio_fildes, F_GETFL) & O_APPEND))
+			lseek(q->cb.aio_fildes, 0, SEEK_END);
+		else
+			lseek(q->cb.aio_fildes, q->pos + n, SEEK_SET);
+	}
 	if (c->op == PX_OP_WRITE_STREAM && (r->flags & PX_RF_WRITE_ALL) &&
 	    n > 0 && r->done < c->len) {
 		int rc;
@@ -491,9 +515,10 @@ static int paio_start(px_provider *pv, px_result *r)
 		/* Once per busy spell of the descriptor (the number may be
 		 * reused while it is idle). */
 		struct stat st;
-		if (!p->sockets && fstat(r->c.fd, &st) == 0 &&
-		    S_ISSOCK(st.st_mode))
+		bool known = fstat(r->c.fd, &st) == 0;
+		if (known && !p->sockets && S_ISSOCK(st.st_mode))
 			return -EOPNOTSUPP;
+		q->fe->seekable = known && !px__no_offsets(r->c.fd, &st);
 		q->fe->checked = true;
 	}
 	if (!px_fdq_push(fq, dir, r))

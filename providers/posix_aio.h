@@ -47,6 +47,9 @@ typedef struct px_paio_fd {
 	bool wfd_open;      /* wfd is valid */
 	bool checked;       /* not a socket (or sockets=aio): looked at when
 	                       the entry left idle */
+	bool seekable;      /* a file with offsets (looked at with checked):
+	                       its stream operations go at the file's
+	                       position, which they then move */
 	unsigned files;     /* file requests in glibc */
 	unsigned next_lane; /* file_lanes: where the next file request goes */
 	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */
@@ -65,6 +68,7 @@ typedef struct px_paio_req {
 	bool submitted;             /* glibc has it (cb valid) */
 	bool cancel_req;            /* px_cancel asked for it */
 	bool cancel_sent;           /* aio_cancel was called for it */
+	off_t pos;                  /* stream on a seekable file: where it went */
 	unsigned retries;           /* sigwait: redone after a lost signal */
 	bool quiet;                 /* sigwait: submitted without a signal */
 } px_paio_req;
