@@ -482,6 +482,9 @@ static void answer(struct conn *k, size_t end)
 	for (char *m = method; *m; m++)
 		if (!token_char(*m))
 			return send_error(k, 400, "Bad Request");
+	/* Known from here on: every answer to a HEAD, errors included, goes
+	 * without a body. */
+	k->head = strcmp(method, "HEAD") == 0;
 	if (strcmp(sp2 + 1, "HTTP/1.1") == 0)
 		http11 = true;
 	else if (strcmp(sp2 + 1, "HTTP/1.0") == 0)
@@ -531,7 +534,7 @@ static void answer(struct conn *k, size_t end)
 	if (strcmp(method, "GET") == 0)
 		head = false;
 	else if (strcmp(method, "HEAD") == 0)
-		head = k->head = true;
+		head = true;
 	else
 		return send_error(k, 405, "Method Not Allowed");
 

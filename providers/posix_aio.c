@@ -184,8 +184,21 @@ static int paio_file_fd(px_paio *p, px_paio_fd *fe, px_op op)
 	return fe->lane_fd[k];
 }
 
-/* Hand r (from r->done on) to glibc.  Returns 0 or -errno (-EAGAIN: glibc
- * is out of room for now). */
+/* paio_submit: r, a stream operation on a file with offsets, waits as
+ * its direction's head until the other direction's head leaves glibc. */
+#define PAIO_HELD 1
+
+/* Whether the head of the direction other than op's is in glibc. */
+static bool paio_other_in_glibc(const px_paio_fd *fe, px_op op)
+{
+	int other = px__fdq_dir(op) == PX_FDQ_RD ? PX_FDQ_WR : PX_FDQ_RD;
+	px_result *h = px_fdq_head(&fe->fq, other);
+
+	return h && px_paio_req_of(h)->submitted;
+}
+
+/* Hand r (from r->done on) to glibc.  Returns 0, PAIO_HELD (see above), or
+ * -errno (-EAGAIN: glibc is out of room for now). */
 static int paio_submit(px_paio *p, px_result *r)
 {
 	px_paio_req *q = px_paio_req_of(r);
@@ -212,8 +225,16 @@ static int paio_submit(px_paio *p, px_result *r)
 		 * or output redirected to one) went at offset 0 every time,
 		 * so a read never reached the end.  It goes at the file's
 		 * position instead, and moves it when it completes
-		 * (px__paio_reap); the operations of one direction of a
-		 * descriptor go one at a time. */
+		 * (px__paio_reap).  The operations of one direction of a
+		 * descriptor go one at a time, and here the two directions
+		 * take turns too: a read and a write in glibc at once would
+		 * both start at the same position, the write over the bytes
+		 * the read returned (read(2) and write(2) each move the
+		 * position before the other looks).  A file read never waits
+		 * for data, so the turn is short.  The held head goes in
+		 * when the other leaves (paio_dequeue). */
+		if (paio_other_in_glibc(q->fe, c->op))
+			return PAIO_HELD;
 		q->pos = lseek(fd, 0, SEEK_CUR);
 		if (q->pos < 0)
 			return -errno;
@@ -268,8 +289,8 @@ static int paio_submit_heads(px_paio *p, px_paio_fd *fe, int dir)
 		px_paio_req *nq = px_paio_req_of(n);
 		int rc = nq->cancel_req ? -ECANCELED : paio_submit(p, n);
 
-		if (rc == 0)
-			return 0;
+		if (rc >= 0)
+			return 0;   /* in glibc, or held (PAIO_HELD) */
 		nq->submitted = false;
 		if (rc == -EAGAIN) {
 			px_list_push_back(&p->again, &nq->ilink);
@@ -311,8 +332,16 @@ static void paio_dequeue(px_paio *p, px_result *r)
 	}
 	if (dir < 0 || !q->fe || !px_link_linked(&r->plink))
 		return;
-	if (px_fdq_remove(&q->fe->fq, dir, r))
+	if (px_fdq_remove(&q->fe->fq, dir, r)) {
+		/* On a file with offsets the other direction's head may be
+		 * held for r (PAIO_HELD): it goes first, having waited. */
+		int other = dir == PX_FDQ_RD ? PX_FDQ_WR : PX_FDQ_RD;
+		px_result *h = px_fdq_head(&q->fe->fq, other);
+		if (q->fe->seekable && h && !px_paio_req_of(h)->submitted &&
+		    !px_link_linked(&px_paio_req_of(h)->ilink))
+			paio_submit_heads(p, q->fe, other);
 		paio_submit_heads(p, q->fe, dir);
+	}
 	paio_fd_idle(q->fe);
 }
 
@@ -391,8 +420,8 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 		if (q->cancel_req)
 			return paio_finish(p, r, r->done, ECANCELED);
 		rc = paio_submit(p, r);
-		if (rc == 0)
-			return NULL;
+		if (rc >= 0)
+			return NULL;    /* in glibc, or held (PAIO_HELD) */
 		if (rc == -EAGAIN) {
 			/* Still the head: the rest goes in later. */
 			px_list_push_back(&p->again, &q->ilink);

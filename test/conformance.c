@@ -459,6 +459,32 @@ static void stream_ops_on_a_file_use_its_position(void **state)
 	assert_int_equal(ngot, 12);
 	assert_memory_equal(got, "hello world!", 12);
 	assert_int_equal(lseek(fd, 0, SEEK_CUR), 12);
+
+	/* A read and a write started together: as read(2) and write(2)
+	 * from two threads, each at the position the other left, in either
+	 * order, so the read gets the file's AAAA and the position ends at
+	 * 8.  POSIX AIO once put both at the same position. */
+	for (int round = 0; round < 5; round++) {
+		assert_int_equal(ftruncate(fd, 0), 0);
+		assert_int_equal(pwrite(fd, "AAAAAAAA", 8, 0), 8);
+		assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+		h_rec *rd = h_rec_new(f), *wr = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, fd, in, 4, h_rec_cb, rd), 0);
+		assert_int_equal(px_write_stream_all(f->px, fd, "BBBB", 4, h_rec_cb,
+						     wr), 0);
+		h_wait_rec(f, rd, 5000, "read_stream beside a write");
+		h_wait_rec(f, wr, 5000, "write_stream_all beside a read");
+		assert_int_equal(rd->c.error, 0);
+		assert_int_equal(rd->c.bytes, 4);
+		assert_memory_equal(in, "AAAA", 4);
+		assert_int_equal(wr->c.error, 0);
+		assert_int_equal(wr->c.bytes, 4);
+		char file[9] = "";
+		assert_int_equal(pread(fd, file, 8, 0), 8);
+		if (memcmp(file, "AAAABBBB", 8) && memcmp(file, "BBBBAAAA", 8))
+			fail_msg("read and write together left \"%.8s\"", file);
+		assert_int_equal(lseek(fd, 0, SEEK_CUR), 8);
+	}
 }
 
 static void file_read_write_at_offsets(void **state)

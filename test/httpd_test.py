@@ -341,9 +341,15 @@ def checks(port, root, small, big):
 
     # An error answer to HEAD has the headers of the GET answer and no
     # body (RFC 9110, 9.3.2).
-    for path, status in (("/missing", 404), ("/%2e%2e/x", 403)):
+    for req, status in ((get("/missing", method="HEAD"), 404),
+                        (get("/%2e%2e/x", method="HEAD"), 403),
+                        (b"HEAD /small.bin HTTP/1.1\r\n\r\n", 400),   # no Host
+                        (get("/small.bin", "bad header\r\n", method="HEAD"), 400),
+                        (get("/small.bin", "Transfer-Encoding: chunked\r\n",
+                             method="HEAD"), 501)):
+        path = req.split(b"\r\n")[0].decode()
         c = Conn(port)
-        c.send(get(path, method="HEAD"))
+        c.send(req)
         r = c.response(head=True)
         if not r or r[0] != status:
             fail("HEAD %s: %r, expected %d" % (path, r and r[0], status))
