@@ -169,6 +169,7 @@ typedef struct px_follower {
 	bool woken;
 	uint64_t until;            /* when it wakes by itself (PX_NS_INF: never) */
 	uint64_t deadline;         /* when its px_handle_events call ends */
+	bool timer_duty;           /* px__dispatch_timer_moved counted on it */
 } px_follower;
 
 /* What the core keeps per descriptor number (px_proactor.byfd). */

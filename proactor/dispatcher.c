@@ -202,7 +202,9 @@ void px__dispatch_wake_all(struct px_proactor *px)
  * without a bound and the timer never fired (test/timer_races.c,
  * timer_reaches_unbounded_follower).  With no such follower, a shared
  * leader recomputes its wait; with none either, the newest follower is
- * woken all the same. */
+ * woken all the same.  The follower counted on has the duty: should its
+ * call end before the timer (it ran a callback first, and a call that ran
+ * callbacks returns), it passes the timer on as it leaves. */
 void px__dispatch_timer_moved(struct px_proactor *px, uint64_t when)
 {
 	px_follower *pick = NULL;
@@ -212,14 +214,17 @@ void px__dispatch_timer_moved(struct px_proactor *px, uint64_t when)
 		px_follower *f = px_container_of(l, px_follower, link);
 		if (f->deadline < when)
 			continue;
-		if (f->until <= when)
+		if (f->until <= when) {
+			f->timer_duty = true;
 			return;
+		}
 		if (!pick || px->order != PX_FOLLOWERS_FIFO)
 			pick = f;
 	}
-	if (pick)
+	if (pick) {
+		pick->timer_duty = true;
 		disp_wake(px, pick);
-	else if (!disp_interrupt_shared_leader(px))
+	} else if (!disp_interrupt_shared_leader(px))
 		px__dispatch_wake_follower(px);
 }
 
@@ -654,6 +659,7 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 	 * that thread is blocked in a callback. */
 	bool patient = true;
 	bool stolen = false;        /* own.items was just taken from another */
+	bool timer_duty = false;    /* counted on for a timer while asleep */
 	px_own own, *saved_own = disp_tls_own;
 
 	px_list_init(&own.items);
@@ -716,6 +722,13 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * off, not of the callbacks, and counting it would
 			 * make hand-offs breed hand-offs. */
 			bool alone = px->nleaders == 0;
+			/* Results wait behind each callback of the batch: should
+			 * one block, a thread asleep without a bound would never
+			 * look (it fell asleep with nothing to do).  Woken, it
+			 * sleeps again on the short bound, after which it takes
+			 * some of this thread's results (step 2b). */
+			if (batch > 1 && px->nfollowers_long && disp_tls_gave != px)
+				px__dispatch_wake_follower(px);
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = q == &own.items ? disp_own_pop(px, &own)
 							     : px_list_pop_front(q);
@@ -848,6 +861,7 @@ lead:
 		pthread_cond_init(&f.cond, &ca);
 		pthread_condattr_destroy(&ca);
 		f.woken = false;
+		f.timer_duty = false;
 		f.until = until;
 		f.deadline = deadline;
 		px_link_init(&f.link);
@@ -873,6 +887,7 @@ lead:
 		}
 		px->nfollowers--;
 		px->nfollowers_long -= long_sleep;
+		timer_duty = timer_duty || f.timer_duty;
 		patient = f.woken;
 		if (f.woken) {
 			check = PX_FOLLOWER_CHECK_NS;
@@ -915,6 +930,10 @@ lead:
 	if (px->nfollowers_long && !px->stopped && !px->destroying &&
 	    disp_unled_work(px))
 		px__dispatch_wake_follower(px);
+	/* Counted on for a timer (px__dispatch_timer_moved) and leaving
+	 * before it: another thread must look at it. */
+	if (timer_duty && px->ntheap && !px->stopped && !px->destroying)
+		px__dispatch_timer_moved(px, px__timers_next(px));
 
 	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);

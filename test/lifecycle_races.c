@@ -2342,6 +2342,82 @@ static void round_ends_after_callbacks(void **state)
 			 RE_ROUNDS);
 }
 
+/* Two reads complete in one lead and the first callback blocks for 2 s;
+ * the other loop thread fell asleep in px_handle_events(px, -1) with
+ * nothing to do.  The second read's callback must not wait for the
+ * blocked one: the thread that starts a batch of more than one wakes a
+ * sleeper without a bound, which takes the rest after its short sleep.
+ * It waited the whole 2 s on io_uring and Linux AIO (a helper's review of
+ * 2026-12-05). */
+static struct {
+	atomic_int n;
+	atomic_ullong first_ns, second_ns;
+} g_bb;
+
+static void bb_read_cb(const px_completion *c)
+{
+	(void)c;
+	if (atomic_fetch_add(&g_bb.n, 1) == 0) {
+		atomic_store(&g_bb.first_ns, h_now_ns());
+		h_sleep_ms(2000);
+	} else {
+		atomic_store(&g_bb.second_ns, h_now_ns());
+	}
+}
+
+static void bb_post_cb(const px_completion *c) { (void)c; }
+
+static void *bb_loop(void *arg)
+{
+	while (px_handle_events(arg, -1) >= 0)
+		;
+	return NULL;
+}
+
+static void blocked_callback_leaves_batch_to_sleeper(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	char *ba = h_alloc(f, 8), *bb = h_alloc(f, 8);
+	pthread_t th[2];
+
+	h_pipe(f, a);
+	h_pipe(f, b);
+	atomic_store(&g_bb.n, 0);
+	atomic_store(&g_bb.first_ns, 0);
+	atomic_store(&g_bb.second_ns, 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, bb_loop, f->px), 0);
+	/* Cheap callbacks first, so that a batch is not worth help by its
+	 * measured cost. */
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(px_post(f->px, bb_post_cb, NULL), 0);
+		if (i % 10 == 0)
+			h_sleep_ms(1);
+	}
+	h_sleep_ms(100);
+	assert_int_equal(px_read_stream(f->px, a[0], ba, 8, bb_read_cb, NULL), 0);
+	assert_int_equal(px_read_stream(f->px, b[0], bb, 8, bb_read_cb, NULL), 0);
+	h_sleep_ms(100);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(write(a[1], "x", 1), 1);
+	assert_int_equal(write(b[1], "y", 1), 1);
+	uint64_t end = h_deadline(5000);
+	while (atomic_load(&g_bb.n) < 2 && h_now_ms() < end)
+		h_sleep_ms(1);
+	uint64_t first = atomic_load(&g_bb.first_ns), second = atomic_load(&g_bb.second_ns);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	assert_true(first && second);
+	/* Both in one lead or not, the second must not wait the 2 s. */
+	if (second - t0 > 1000 * MS)
+		fail_msg("the second read's callback ran %.1f ms after its data, "
+			 "behind a callback blocked for 2 s, while a thread "
+			 "waited in px_handle_events(px, -1)",
+			 (double)(second - t0) / 1e6);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -2367,6 +2443,7 @@ int main(int argc, char **argv)
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
+		T(blocked_callback_leaves_batch_to_sleeper),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;

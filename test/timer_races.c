@@ -1628,6 +1628,65 @@ static void timer_reaches_unbounded_follower(void **state)
 			 UF_TIMER_MS, (double)late / 1e6);
 }
 
+/* The same, when the follower counted on for the timer leaves early: a
+ * loop thread asleep in px_handle_events(px, -1), then a call of 300 ms
+ * asleep too, then timers at 50 and 100 ms.  The 300 ms call is counted
+ * on for both (it wakes in time and lasts); it runs the 50 ms one and,
+ * having run a callback, returns.  It used to take the 100 ms timer's
+ * wake-up with it, and the loop thread slept on (a helper's review of
+ * 2026-12-05); it passes the timer on as it leaves. */
+static atomic_ullong g_td_first_ns;
+
+static void td_first_cb(const px_completion *c)
+{
+	if (c->error == 0)
+		atomic_store(&g_td_first_ns, h_now_ns());
+}
+
+static void *td_short_main(void *arg)
+{
+	int rc = px_handle_events(arg, 300);
+	return (void *)(intptr_t)rc;
+}
+
+static void timer_duty_passes_on_leaving(void **state)
+{
+	h_fx *f = *state;
+	uint64_t late = 0;
+
+	lp_start(f, 1, false);
+	for (int attempt = 0; attempt < 3; attempt++) {
+		pthread_t s;
+		void *rc;
+		atomic_store(&g_uf_fired_ns, 0);
+		atomic_store(&g_td_first_ns, 0);
+		h_sleep_ms(50);
+		assert_int_equal(pthread_create(&s, NULL, td_short_main, f->px), 0);
+		h_sleep_ms(50);
+		uint64_t t0 = h_now_ns();
+		assert_true(px_timer_start(f->px, 50 * MS, td_first_cb, NULL) > 0);
+		assert_true(px_timer_start(f->px, 100 * MS, uf_timer_cb, NULL) > 0);
+		pthread_join(s, &rc);
+		assert_true((intptr_t)rc >= 0);
+		uint64_t end = h_deadline(2100);
+		while (!atomic_load(&g_uf_fired_ns) && h_now_ms() < end)
+			h_sleep_ms(5);
+		uint64_t at = atomic_load(&g_uf_fired_ns);
+		if (!at)
+			fail_msg("a 100 ms timer did not fire in 2.1 s after the call "
+				 "counted on for it ran an earlier timer and left, "
+				 "while a thread waited in px_handle_events(px, -1)");
+		late = at - t0 - 100 * MS;
+		if (late <= UF_LATE_MS * MS)
+			break;
+		printf("the timer fired %.1f ms late; again\n", (double)late / 1e6);
+	}
+	lp_stop();
+	if (late > UF_LATE_MS * MS)
+		fail_msg("a 100 ms timer fired %.1f ms late three times in a row",
+			 (double)late / 1e6);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1653,6 +1712,7 @@ int main(int argc, char **argv)
 		T(io_not_starved_by_due_timers),
 		T(stop_with_timers_pending),
 		T(timer_reaches_unbounded_follower),
+		T(timer_duty_passes_on_leaving),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
