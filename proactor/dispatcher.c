@@ -722,12 +722,16 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * off, not of the callbacks, and counting it would
 			 * make hand-offs breed hand-offs. */
 			bool alone = px->nleaders == 0;
-			/* Results wait behind each callback of the batch: should
-			 * one block, a thread asleep without a bound would never
-			 * look (it fell asleep with nothing to do).  Woken, it
-			 * sleeps again on the short bound, after which it takes
-			 * some of this thread's results (step 2b). */
-			if (batch > 1 && px->nfollowers_long && disp_tls_gave != px)
+			/* Results wait behind each callback of the batch, and
+			 * timers may fall due while it runs: should a callback
+			 * block, a thread asleep without a bound would never
+			 * look (it fell asleep with nothing to do, or before the
+			 * timers, counting on this one).  Woken, it sleeps again
+			 * on the short bound (or until the next timer), after
+			 * which it takes some of this thread's results (step
+			 * 2b). */
+			if ((batch > 1 || px->ntheap) && px->nfollowers_long &&
+			    disp_tls_gave != px)
 				px__dispatch_wake_follower(px);
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = q == &own.items ? disp_own_pop(px, &own)
