@@ -188,11 +188,15 @@ static int paio_file_fd(px_paio *p, px_paio_fd *fe, px_op op)
  * its direction's head until the other direction's head leaves glibc. */
 #define PAIO_HELD 1
 
+static int paio_other_dir(int dir)
+{
+	return dir == PX_FDQ_RD ? PX_FDQ_WR : PX_FDQ_RD;
+}
+
 /* Whether the head of the direction other than op's is in glibc. */
 static bool paio_other_in_glibc(const px_paio_fd *fe, px_op op)
 {
-	int other = px__fdq_dir(op) == PX_FDQ_RD ? PX_FDQ_WR : PX_FDQ_RD;
-	px_result *h = px_fdq_head(&fe->fq, other);
+	px_result *h = px_fdq_head(&fe->fq, paio_other_dir(px__fdq_dir(op)));
 
 	return h && px_paio_req_of(h)->submitted;
 }
@@ -335,7 +339,7 @@ static void paio_dequeue(px_paio *p, px_result *r)
 	if (px_fdq_remove(&q->fe->fq, dir, r)) {
 		/* On a file with offsets the other direction's head may be
 		 * held for r (PAIO_HELD): it goes first, having waited. */
-		int other = dir == PX_FDQ_RD ? PX_FDQ_WR : PX_FDQ_RD;
+		int other = paio_other_dir(dir);
 		px_result *h = px_fdq_head(&q->fe->fq, other);
 		if (q->fe->seekable && h && !px_paio_req_of(h)->submitted &&
 		    !px_link_linked(&px_paio_req_of(h)->ilink))
