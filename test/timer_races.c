@@ -1591,9 +1591,30 @@ static void *uf_short_main(void *arg)
 	return (void *)(intptr_t)rc;
 }
 
-static void timer_reaches_unbounded_follower(void **state)
+static void *td_short_main(void *arg)
 {
-	h_fx *f = *state;
+	int rc = px_handle_events(arg, 300);
+	return (void *)(intptr_t)rc;
+}
+
+static atomic_ullong g_td_first_ns;
+
+static void td_first_cb(const px_completion *c)
+{
+	if (c->error == 0)
+		atomic_store(&g_td_first_ns, h_now_ns());
+}
+
+/* The round both tests below repeat, up to three times while the timer
+ * is late: with one loop thread asleep in px_handle_events(px, -1), a
+ * second thread calls short_main and sleeps too, newer; then the timers
+ * start (the last of them, due in due_ms, calls uf_timer_cb).  Fails when
+ * that timer does not fire within due_ms + 2 s, or fires more than
+ * UF_LATE_MS late in every round. */
+static void late_timer_rounds(h_fx *f, void *(*short_main)(void *),
+			      bool first_timer, unsigned due_ms,
+			      const char *what)
+{
 	uint64_t late = 0;
 
 	lp_start(f, 1, false);
@@ -1601,31 +1622,43 @@ static void timer_reaches_unbounded_follower(void **state)
 		pthread_t s;
 		void *rc;
 		atomic_store(&g_uf_fired_ns, 0);
+		atomic_store(&g_td_first_ns, 0);
 		h_sleep_ms(50);   /* the loop thread is asleep */
-		assert_int_equal(pthread_create(&s, NULL, uf_short_main, f->px), 0);
+		assert_int_equal(pthread_create(&s, NULL, short_main, f->px), 0);
 		h_sleep_ms(50);   /* and the short one too, newer */
 		uint64_t t0 = h_now_ns();
-		assert_true(px_timer_start(f->px, UF_TIMER_MS * MS, uf_timer_cb,
+		if (first_timer)
+			assert_true(px_timer_start(f->px, 50 * MS, td_first_cb,
+						   NULL) > 0);
+		assert_true(px_timer_start(f->px, due_ms * MS, uf_timer_cb,
 					   NULL) > 0);
 		pthread_join(s, &rc);
 		assert_true((intptr_t)rc >= 0);
-		uint64_t end = h_deadline(UF_TIMER_MS + 2000);
+		uint64_t end = h_deadline(due_ms + 2000);
 		while (!atomic_load(&g_uf_fired_ns) && h_now_ms() < end)
 			h_sleep_ms(5);
 		uint64_t at = atomic_load(&g_uf_fired_ns);
 		if (!at)
-			fail_msg("a %d ms timer did not fire in %d ms while a "
-				 "thread waited in px_handle_events(px, -1)",
-				 UF_TIMER_MS, UF_TIMER_MS + 2000);
-		late = at - t0 - UF_TIMER_MS * MS;
+			fail_msg("a %u ms timer did not fire in %u ms %s", due_ms,
+				 due_ms + 2000, what);
+		if (first_timer && !atomic_load(&g_td_first_ns))
+			fail_msg("the 50 ms timer did not fire before the %u ms "
+				 "one", due_ms);
+		late = at - t0 - due_ms * MS;
 		if (late <= UF_LATE_MS * MS)
 			break;
 		printf("the timer fired %.1f ms late; again\n", (double)late / 1e6);
 	}
 	lp_stop();
 	if (late > UF_LATE_MS * MS)
-		fail_msg("a %d ms timer fired %.1f ms late three times in a row",
-			 UF_TIMER_MS, (double)late / 1e6);
+		fail_msg("a %u ms timer fired %.1f ms late three times in a row %s",
+			 due_ms, (double)late / 1e6, what);
+}
+
+static void timer_reaches_unbounded_follower(void **state)
+{
+	late_timer_rounds(*state, uf_short_main, false, UF_TIMER_MS,
+			  "while a thread waited in px_handle_events(px, -1)");
 }
 
 /* The same, when the follower counted on for the timer leaves early: a
@@ -1635,56 +1668,12 @@ static void timer_reaches_unbounded_follower(void **state)
  * having run a callback, returns.  It used to take the 100 ms timer's
  * wake-up with it, and the loop thread slept on (a helper's review of
  * 2026-12-05); it passes the timer on as it leaves. */
-static atomic_ullong g_td_first_ns;
-
-static void td_first_cb(const px_completion *c)
-{
-	if (c->error == 0)
-		atomic_store(&g_td_first_ns, h_now_ns());
-}
-
-static void *td_short_main(void *arg)
-{
-	int rc = px_handle_events(arg, 300);
-	return (void *)(intptr_t)rc;
-}
-
 static void timer_duty_passes_on_leaving(void **state)
 {
-	h_fx *f = *state;
-	uint64_t late = 0;
-
-	lp_start(f, 1, false);
-	for (int attempt = 0; attempt < 3; attempt++) {
-		pthread_t s;
-		void *rc;
-		atomic_store(&g_uf_fired_ns, 0);
-		atomic_store(&g_td_first_ns, 0);
-		h_sleep_ms(50);
-		assert_int_equal(pthread_create(&s, NULL, td_short_main, f->px), 0);
-		h_sleep_ms(50);
-		uint64_t t0 = h_now_ns();
-		assert_true(px_timer_start(f->px, 50 * MS, td_first_cb, NULL) > 0);
-		assert_true(px_timer_start(f->px, 100 * MS, uf_timer_cb, NULL) > 0);
-		pthread_join(s, &rc);
-		assert_true((intptr_t)rc >= 0);
-		uint64_t end = h_deadline(2100);
-		while (!atomic_load(&g_uf_fired_ns) && h_now_ms() < end)
-			h_sleep_ms(5);
-		uint64_t at = atomic_load(&g_uf_fired_ns);
-		if (!at)
-			fail_msg("a 100 ms timer did not fire in 2.1 s after the call "
-				 "counted on for it ran an earlier timer and left, "
-				 "while a thread waited in px_handle_events(px, -1)");
-		late = at - t0 - 100 * MS;
-		if (late <= UF_LATE_MS * MS)
-			break;
-		printf("the timer fired %.1f ms late; again\n", (double)late / 1e6);
-	}
-	lp_stop();
-	if (late > UF_LATE_MS * MS)
-		fail_msg("a 100 ms timer fired %.1f ms late three times in a row",
-			 (double)late / 1e6);
+	late_timer_rounds(*state, td_short_main, true, 100,
+			  "after the call counted on for it ran an earlier "
+			  "timer and left, while a thread waited in "
+			  "px_handle_events(px, -1)");
 }
 
 /* ------------------------------------------------------------------ */
