@@ -354,12 +354,19 @@ bool px__timers_expire(struct px_proactor *px, uint64_t now)
 		tm_remove(px, r);
 		if (r->flags & PX_RF_TIMEOUT) {
 			/* The operation's deadline: cancel it, unless it has
-			 * finished already. */
+			 * finished already.  An operation px_cancel or
+			 * px_close had cancelled before (its outcome still to
+			 * come, or already queued behind a slow callback) stays
+			 * cancelled: only a cancel the deadline itself makes
+			 * turns ECANCELED into ETIMEDOUT at delivery. */
 			tm_unreserve(px);
 			px_result *op = r->peer;
-			op->timed_out = 1;
-			if (op->proc && px__processor_cancel_result(op->proc, op))
+			bool asked = op->cancel_asked || op->cancel_pending;
+			if (op->proc && px__processor_cancel_result(op->proc, op)) {
+				if (!asked)
+					op->timed_out = 1;
 				px__processor_cancelled(op->proc);
+			}
 			continue;
 		}
 		r->c.offset = r->deadline_ns;

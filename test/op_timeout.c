@@ -10,6 +10,8 @@
  *     or ETIMEDOUT, and no byte is lost either way;
  *   - px_cancel racing the deadline (100 rounds): one completion each,
  *     ECANCELED or ETIMEDOUT;
+ *   - px_cancel or px_close well before the deadline, the callback run
+ *     after it: ECANCELED, counted as cancelled;
  *   - a write_all to a peer that does not read: ETIMEDOUT with the bytes
  *     written so far;
  *   - px_start_op refuses what an operation does not take.
@@ -179,6 +181,55 @@ static void cancel_races_deadline(void **state)
 	h_assert_usable(f);
 }
 
+/* px_cancel or px_close well before the deadline, and the callback run
+ * only after it (no thread ran the loop in between, as when the only loop
+ * thread is in a slow callback): the operation was cancelled, not timed
+ * out, so ECANCELED, counted as cancelled.  The deadline's expiry used to
+ * mark it timed out whatever had happened to it, and the delivery turned
+ * its ECANCELED into ETIMEDOUT (a helper's review of 2026-12-05, every
+ * engine). */
+static void cancel_before_deadline_stays_cancelled(void **state)
+{
+	h_fx *f = *state;
+	char *in = h_alloc(f, 16);
+
+	for (int how = 0; how < 2; how++) {
+		const char *what = how ? "px_close" : "px_cancel";
+		int sv[2];
+		struct px_stats st0, st1;
+		h_rec *r = h_rec_new(f), *cl = h_rec_new(f);
+
+		if (how) {
+			/* px_close closes sv[1]: not tracked by the harness */
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+						    SOCK_CLOEXEC, 0, sv), 0);
+			h_track(f, sv[0]);
+		} else {
+			h_socketpair(f, sv);
+		}
+		assert_int_equal(px_stats(f->px, &st0), 0);
+		assert_int_equal(read_with_deadline(f, sv[1], in, 16, 10 * MS, r), 0);
+		if (how)
+			assert_int_equal(px_close(f->px, sv[1], h_rec_cb, cl), 0);
+		else
+			assert_int_equal(px_cancel(f->px, sv[1]), 1);
+		h_sleep_ms(40);  /* the deadline passes; no callback ran yet */
+		h_wait_rec(f, r, 5000, "a read cancelled before its deadline");
+		if (how)
+			h_wait_rec(f, cl, 5000, "px_close's callback");
+		h_settle(f, 20);
+		assert_int_equal(atomic_load(&r->calls), 1);
+		if (r->c.error != ECANCELED)
+			fail_msg("a read cancelled by %s 10 ms before its deadline, "
+				 "its callback run after it: error %d (%s), not "
+				 "ECANCELED", what, r->c.error,
+				 strerror(r->c.error));
+		assert_int_equal(px_stats(f->px, &st1), 0);
+		assert_int_equal(st1.cancelled - st0.cancelled, 1);
+		assert_int_equal(st1.timed_out - st0.timed_out, 0);
+	}
+}
+
 static void write_all_times_out_with_bytes_so_far(void **state)
 {
 	h_fx *f = *state;
@@ -256,6 +307,7 @@ int op_timeout_run(void)
 		T(read_that_completes_first_is_not_timed_out),
 		T(data_races_deadline),
 		T(cancel_races_deadline),
+		T(cancel_before_deadline_stays_cancelled),
 		T(write_all_times_out_with_bytes_so_far),
 		T(start_op_refuses_what_an_op_does_not_take),
 	};
