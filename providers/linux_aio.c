@@ -892,9 +892,13 @@ static void la_learn_try(la_fd *fe, int dir, int rc)
  * room comes, beyond the reach of px_cancel and px_destroy.  pread(2)
  * fails those with ESPIPE, and so do the readiness engines: so does this
  * provider, at the start.  One fstat per number, then remembered
- * (la_fd.positional) until px_close, an operation on it fails, or a start
- * finds it idle outside the callback of one of its own operations (it may
- * have been closed with close(2) and reused meanwhile).  A callback that
+ * (la_fd.positional) until px_close, an operation on it fails, a stream
+ * operation starts on it, or a start finds it idle outside the callback of
+ * one of its own operations (it may have been closed with close(2) and
+ * reused meanwhile).  The stream start counts because a stream operation
+ * pending on the number keeps it busy: a file start behind it, on a
+ * number reused for a pipe, would otherwise trust what an earlier file's
+ * operation found (a helper's review of 2026-12-05).  A callback that
  * closes its own number with close(2), gets it back for a pipe and starts
  * a file operation there is not caught.  (fstat failing: the operation
  * gets the kernel's answer.)
@@ -933,8 +937,8 @@ static int la_start(px_provider *p, px_result *r)
 	 * io_submit: look again, unless the start comes from the callback
 	 * of an operation on this very number (a read chain, which would
 	 * otherwise pay an fstat per read). */
-	if (dir < 0 && fe->positional && !fe->inflight &&
-	    px__dispatch_current_fd(r->c.proactor) != r->c.fd)
+	if (dir >= 0 || (fe->positional && !fe->inflight &&
+			 px__dispatch_current_fd(r->c.proactor) != r->c.fd))
 		fe->positional = false;
 	if (dir < 0 && !fe->positional) {
 		if (la_no_offsets(r->c.fd)) {

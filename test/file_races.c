@@ -1800,7 +1800,10 @@ static void file_read_on_quiet_socket(void **state)
  * IO_CMD_PREAD to the empty pipe, which blocked inside io_submit (the
  * start's own thread, or the leader) until data came, beyond px_cancel
  * and px_destroy.  A helper writes to the pipe after 3 s so that a
- * failing run ends.
+ * failing run ends.  The second test has a stream read pending on the
+ * pipe when the file read starts: Linux AIO took the number's pending
+ * operation for a file operation of the old file and trusted what that
+ * had found (a helper's review of 2026-12-05).
  */
 struct unblock { int fd; atomic_int done; };
 static void *unblock_main(void *arg)
@@ -1813,10 +1816,9 @@ static void *unblock_main(void *arg)
 	return NULL;
 }
 
-static void file_read_on_pipe_at_reused_number(void **state)
+static void reused_pipe_file_read(h_fx *f, bool stream_pending)
 {
-	h_fx *f = *state;
-	static uint8_t buf[64];
+	static uint8_t buf[64], sbuf[64];
 	char path[] = "/tmp/px_reuse_XXXXXX";
 	int fd = mkstemp(path);
 	assert_true(fd >= 0);
@@ -1839,6 +1841,13 @@ static void file_read_on_pipe_at_reused_number(void **state)
 	struct unblock u = { .fd = p[1] };
 	pthread_t t;
 	assert_int_equal(pthread_create(&t, NULL, unblock_main, &u), 0);
+	h_rec *sr = NULL;
+	if (stream_pending) {
+		sr = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, fd, sbuf, sizeof sbuf,
+						h_rec_cb, sr), 0);
+		assert_true(px_handle_events(f->px, 0) >= 0);
+	}
 	uint64_t t0 = h_now_ms();
 	r = start_rw(f->px, false, fd, buf, sizeof buf, 0, 1, rec_cb, NULL);
 	assert_non_null(r);
@@ -1863,7 +1872,28 @@ static void file_read_on_pipe_at_reused_number(void **state)
 	if (r->start_rc == 0 && r->error != ESPIPE && r->error != ECANCELED)
 		fail_msg("read_file on a pipe at a reused number: error %d, "
 			 "expected ESPIPE or ECANCELED", r->error);
+	if (sr) {
+		/* Cancelled, or it took the helper's byte. */
+		px_cancel(f->px, fd);
+		h_wait_rec(f, sr, 5000, "the stream read pending on the pipe");
+		h_settle(f, 20);
+		assert_int_equal(atomic_load(&sr->calls), 1);
+		if (!(sr->c.error == ECANCELED ||
+		      (sr->c.error == 0 && sr->c.bytes == 1)))
+			fail_msg("the stream read on the pipe: error %d, %zu "
+				 "bytes", sr->c.error, sr->c.bytes);
+	}
 	reg_check("read_file on a pipe at a reused number");
+}
+
+static void file_read_on_pipe_at_reused_number(void **state)
+{
+	reused_pipe_file_read(*state, false);
+}
+
+static void file_read_behind_stream_read_at_reused_number(void **state)
+{
+	reused_pipe_file_read(*state, true);
 }
 
 /*
@@ -2275,6 +2305,7 @@ int main(int argc, char **argv)
 		T(file_ops_on_pipe_and_socket),
 		T(file_read_on_quiet_socket),
 		T(file_read_on_pipe_at_reused_number),
+		T(file_read_behind_stream_read_at_reused_number),
 		T(file_closed_behind_back),
 		T(file_and_sockets_one_thread),
 		T(file_chain_beside_idle_read),
