@@ -249,17 +249,22 @@ static inline ssize_t nb_stream_io(const px_nbio_rules *rules, px_nbio *io,
  * returns 0 itself and never gets here; a start's own EAGAIN is not
  * checked, since the wait then reports the descriptor at once.)
  */
-static bool nb_read_shut(const px_nbio *io)
+bool px__sock_read_shut(int fd)
 {
-	struct pollfd p = { .fd = io->fd, .events = POLLRDHUP };
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
 	int n;
 
-	if (!io->reported || io->kind > PX_NBIO_KIND_SOCKET)
-		return false;     /* a start's try, or not a socket */
 	do {
 		n = poll(&p, 1, 0);
 	} while (n < 0 && errno == EINTR);
 	return n > 0 && (p.revents & POLLRDHUP);
+}
+
+static bool nb_read_shut(const px_nbio *io)
+{
+	if (!io->reported || io->kind > PX_NBIO_KIND_SOCKET)
+		return false;     /* a start's try, or not a socket */
+	return px__sock_read_shut(io->fd);
 }
 
 static int nb_read_stream(const px_nbio_rules *rules, px_nbio *io,

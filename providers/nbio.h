@@ -79,6 +79,11 @@ typedef struct px_nbio_rules {
 int px__nbio_try(const px_nbio_rules *rules, px_nbio *io, uint8_t *conn,
 		 px_result *r) PX_HIDDEN;
 
+/* A socket shut down for reading (POLLRDHUP now)?  A datagram socket in
+ * that state polls readable for good while a non-blocking receive says
+ * EAGAIN (nbio.c, nb_read_shut). */
+bool px__sock_read_shut(int fd) PX_HIDDEN;
+
 /* read_file / write_file: one pread or pwrite (preadv / pwritev) at r's
  * offset; outputs set. */
 void px__nbio_file_io(px_result *r) PX_HIDDEN;

@@ -294,6 +294,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nbio.h"
 #include "uring.h"
 #include "uring_class.h"
 
@@ -442,6 +443,9 @@ struct px_uring_priv {
 	bool held;          /* finished while that CQE was still to come:
 	                       handed out with it (ur_cancel_done) */
 	bool reissued;      /* submitted again after the kernel dropped it */
+	bool polled;        /* a readiness poll of it reported the descriptor */
+	bool shut_seen;     /* a datagram read found its socket shut down for
+	                       reading: one more receive, then 0 bytes */
 	bool pf_retry;      /* a RECV with POLL_FIRST said EINVAL: redone as
 	                       READ, which tells whether the flag was refused */
 	bool late;          /* a socket read held back by one prepare */
@@ -2056,6 +2060,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		if (res < 0)
 			return ur_end(u, r, res);
 		pr->want_poll = false;
+		pr->polled = true;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
@@ -2115,6 +2120,22 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		pr->pf_skip = true;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
+	}
+	if (res == -EAGAIN && r->c.op == PX_OP_READ_DGRAM &&
+	    (pr->shut_seen || (pr->polled && px__sock_read_shut(r->c.fd)))) {
+		/* A datagram socket shut down for reading (O_NONBLOCK: on a
+		 * blocking one the kernel's receive returns 0 itself) polls
+		 * readable for good while its receive says EAGAIN: a poll and
+		 * a receive for ever, at full CPU.  One more receive takes a
+		 * datagram that came meanwhile; then 0 bytes and no sender, as
+		 * a blocking receive gives (providers/nbio.c, nb_read_shut). */
+		if (!pr->shut_seen) {
+			pr->shut_seen = true;
+			ur_issue_or_stall(u, r, NULL);
+			return NULL;
+		}
+		pr->msg.msg_namelen = 0;
+		return ur_end(u, r, 0);
 	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		ur_backoff(pr, r->c.op);

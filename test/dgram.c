@@ -2079,9 +2079,13 @@ static void dgram_truncated(void **state)
  * for good and poll, select and Linux AIO spun (fixed problem 26).  The
  * linux_rt wait gets no signal for a shutdown, so its reads pending at
  * that moment stay pending (a px_cancel ends them); later ones end at
- * once, since arming a descriptor looks at it.
+ * once, since arming a descriptor looks at it.  The second test does the
+ * same on O_NONBLOCK sockets: io_uring's receive, which returns 0 there
+ * on a blocking socket, says EAGAIN on a non-blocking one, and its reads
+ * never ended, a poll and a receive in turn at full CPU (a helper's
+ * review of 2026-12-05).
  */
-static void dgram_shut_down_for_reading(void **state)
+static void shut_down_for_reading(void **state, bool nonblock)
 {
 	h_fx *f = *state;
 	edge *e = edge_new(f);
@@ -2092,6 +2096,10 @@ static void dgram_shut_down_for_reading(void **state)
 	h_track(f, u[0]);
 	h_track(f, u[1]);
 	int fds[2] = { udp(f, &aa), u[0] };
+	if (nonblock)
+		for (int k = 0; k < 2; k++)
+			assert_int_equal(fcntl(fds[k], F_SETFL, fcntl(fds[k],
+					 F_GETFL) | O_NONBLOCK), 0);
 	uint8_t *buf = h_alloc(f, 64);
 	op *rd[2][4];
 	for (int k = 0; k < 2; k++) {
@@ -2141,6 +2149,16 @@ static void dgram_shut_down_for_reading(void **state)
 		assert_int_equal(late->addrlen, 0);
 	}
 	edge_end(e, "datagram sockets shut down for reading");
+}
+
+static void dgram_shut_down_for_reading(void **state)
+{
+	shut_down_for_reading(state, false);
+}
+
+static void dgram_nonblocking_shut_down_for_reading(void **state)
+{
+	shut_down_for_reading(state, true);
 }
 
 /* A datagram receiver bound to an abstract name made of tag, with a full
@@ -3124,6 +3142,7 @@ int main(int argc, char **argv)
 		T(dgram_zero_length),
 		T(dgram_truncated),
 		T(dgram_shut_down_for_reading),
+		T(dgram_nonblocking_shut_down_for_reading),
 		T(dgram_unix_named_receiver_full),
 		T(dgram_unix_full_receiver_stream_write),
 		T(dgram_unix_unconnected_full_no_spin),
