@@ -386,8 +386,11 @@ int px__fd_keep_off_ops(struct px_proactor *px, int fd)
 		int e = errno;
 
 		close(fd);
+		/* fd the highest number RLIMIT_NOFILE allows: F_DUPFD says
+		 * EINVAL for a lower bound at the limit; no number is free
+		 * above it, which is EMFILE (px_accept(3)). */
 		if (d < 0)
-			return -e;
+			return -(e == EINVAL ? EMFILE : e);
 		fd = d;
 	}
 	return fd;

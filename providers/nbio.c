@@ -31,7 +31,8 @@
  *  - A socket shut down for reading that says EAGAIN although the wait
  *    reported it (datagram sockets: poll says readable, a non-blocking
  *    receive says EAGAIN) gives 0 bytes, as a blocking receive would
- *    (nb_read_shut).
+ *    (nb_read_shut); an AF_UNIX listener in that state gives EINVAL to
+ *    the accept, as a blocking accept4 would.
  */
 #include <fcntl.h>
 #include <limits.h>
@@ -457,6 +458,14 @@ static int nb_accept(px_nbio *io, px_result *r)
 #if EWOULDBLOCK != EAGAIN
 		case EWOULDBLOCK:
 #endif
+			/* An AF_UNIX listener shut down with shutdown(2)
+			 * polls readable for good while a non-blocking accept
+			 * says EAGAIN (a blocking one says EINVAL, as TCP's
+			 * does either way): taken for "not ready", epoll
+			 * waited for good and poll, select and Linux AIO
+			 * spun.  Checked only after the wait reported it. */
+			if (nb_read_shut(io))
+				return nb_accept_fail(r, EINVAL);
 			return PX_NBIO_AGAIN;
 		/* Linux hands pending network errors of the new connection
 		 * to accept(2); that connection is gone, try the next. */

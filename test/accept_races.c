@@ -2007,6 +2007,69 @@ static void accept_closed_behind_back(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 11. An AF_UNIX listener shut down with shutdown(2)                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Accepts pending on an AF_UNIX listener that the application shuts down
+ * with shutdown(2) (a way to stop a server's accept loop): each ends with
+ * EINVAL, as a blocking accept(2) does, and so does one started after.
+ * Such a listener polls readable for good while a non-blocking accept4
+ * says EAGAIN: the readiness engines and Linux AIO took that for "not
+ * ready", epoll waited for good and poll, select and Linux AIO spun at
+ * full CPU (a helper's review of 2026-12-05).  A TCP listener says EINVAL
+ * either way.  The linux_rt wait gets no signal for the shutdown: its
+ * pending accepts are cancelled, as in dgram_shut_down_for_reading.
+ */
+static void accept_on_shut_down_unix_listener(void **state)
+{
+	h_fx *f = *state;
+	bool rt = strstr(px_engine_name(f->px), "wait=linux_rt") != NULL;
+	int l = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	struct sockaddr_un ua = {.sun_family = AF_UNIX};
+	snprintf(ua.sun_path + 1, sizeof(ua.sun_path) - 1,
+		 "px-accept-races-shut-%d", (int)getpid());
+	if (l < 0 || bind(l, (struct sockaddr *)&ua, sizeof ua) < 0 ||
+	    listen(l, 4) < 0)
+		fail_msg("AF_UNIX listener: %s", strerror(errno));
+	rec *a[2];
+	for (int i = 0; i < 2; i++) {
+		a[i] = start_accept(f->px, l, i, rec_cb);
+		assert_int_equal(atomic_load(&a[i]->started), 1);
+	}
+	h_settle(f, 20);
+	for (int i = 0; i < 2; i++)
+		assert_false(rec_is_done(a[i]));
+	assert_int_equal(shutdown(l, SHUT_RDWR), 0);
+	if (rt) {
+		h_settle(f, 20);
+		px_cancel(f->px, l);
+	}
+	for (int i = 0; i < 2; i++) {
+		pump_until(f, a[i], 1000, "an accept pending on an AF_UNIX "
+			   "listener shut down");
+		if (rt && a[i]->error == ECANCELED)
+			continue;
+		if (a[i]->error != EINVAL || a[i]->new_fd != -1)
+			fail_msg("accept %d pending on the shut-down listener: "
+				 "error %d (%s), new_fd %d; expected EINVAL, -1",
+				 i, a[i]->error, strerror(a[i]->error),
+				 a[i]->new_fd);
+	}
+	rec *late = start_accept(f->px, l, 2, rec_cb);
+	assert_int_equal(atomic_load(&late->started), 1);
+	pump_until(f, late, 1000, "an accept started on an AF_UNIX listener "
+		   "shut down");
+	if (late->error != EINVAL || late->new_fd != -1)
+		fail_msg("accept started on the shut-down listener: error %d "
+			 "(%s), new_fd %d; expected EINVAL, -1", late->error,
+			 strerror(late->error), late->new_fd);
+	destroy_now(f);
+	reg_check("AF_UNIX listener shut down");
+	h_assert_no_bad("AF_UNIX listener shut down");
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2054,6 +2117,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(accept_connect_max_aio_4,
 						fx_setup_aio4, fx_teardown),
 		T(accept_closed_behind_back),
+		T(accept_on_shut_down_unix_listener),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;

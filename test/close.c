@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -988,6 +989,52 @@ static void accept_keeps_off_a_closed_number_reset(void **state)
 }
 
 /*
+ * The same when the closed number is the highest that RLIMIT_NOFILE
+ * allows: no number is free above it, so the accepted socket cannot move,
+ * and px_accept(3) says the connection is closed and the accept completes
+ * with EMFILE.  fcntl(F_DUPFD) with a lower bound at the limit says
+ * EINVAL, which the accept used to report (a helper's review of
+ * 2026-12-05, every engine).
+ */
+static void accept_keeps_off_at_the_limit(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l, a[2];
+	int cl = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	struct rlimit old, low;
+	h_rec *rd = keep_off_setup(f, &l, &la, a, cl);
+
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+	low = old;
+	low.rlim_cur = (rlim_t)a[1] + 1;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+	h_rec *acc = h_rec_new(f);
+	int rc = px_accept(f->px, l, h_rec_cb, acc);
+	if (rc == 0)
+		h_wait_rec(f, acc, 5000, "the accept at the descriptor limit");
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+	assert_int_equal(rc, 0);
+	if (acc->c.error == 0)
+		h_track(f, acc->c.new_fd);
+	h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+	h_settle(f, 20);
+	if (acc->c.error != EMFILE)
+		fail_msg("an accept whose socket came on number %d, the highest "
+			 "the limit allows, which a pending read still named: "
+			 "error %d (%s), new_fd %d; expected EMFILE (engine '%s')",
+			 a[1], acc->c.error, strerror(acc->c.error),
+			 acc->c.new_fd, h_engine_text);
+	expect_once(acc, PX_OP_ACCEPT, l, EMFILE, "the accept");
+	assert_int_equal(acc->c.new_fd, -1);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the old read");
+	if (fcntl(a[1], F_GETFD) >= 0)
+		fail_msg("number %d is open after the accept (engine '%s')",
+			 a[1], h_engine_text);
+	h_assert_usable(f);
+}
+
+/*
  * And until a px_close's callback has returned: an application that keys
  * its connections by number must not see a new connection under a number
  * before the callback of the px_close that freed it.  The close's
@@ -1123,6 +1170,7 @@ int main(int argc, char **argv)
 		T(library_keeps_off_a_closed_number),
 		T(accept_keeps_off_a_closed_number),
 		T(accept_keeps_off_a_closed_number_reset),
+		T(accept_keeps_off_at_the_limit),
 		T(accept_waits_for_close_callback),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
