@@ -2323,13 +2323,25 @@ static int ur_cancel(px_provider *p, px_result *r)
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
+	/* Its SQE may still wait in the ring, unsubmitted (no leader was in
+	 * the kernel to take it, or a dedicated leader is yet to wake for
+	 * it).  The kernel looks the descriptor number up at submission, and
+	 * once px_cancel returns the application may close the number and
+	 * get it back for another file, whose data the request would then
+	 * take (a helper's review of 2026-12-05): submit what waits now, the
+	 * cancel, if it finds room, going right behind. */
+	bool unsubmitted = io_uring_sq_ready(&pr->rg->ring) != 0;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
+			if (unsubmitted)
+				ur_submit(pr->rg);
 			px__uring_kick(pr->rg);
 			ur_wake_for(u, pr->rg, r, false);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
+			if (unsubmitted)
+				ur_submit(pr->rg);
 		}
 	}
 	return PX_CANCEL_PENDING;

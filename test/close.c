@@ -1035,6 +1035,70 @@ static void accept_keeps_off_at_the_limit(void **state)
 }
 
 /*
+ * px_cancel(3) lets the application close(2) the number once px_cancel
+ * returns.  A read cancelled so, its number closed and given at once to a
+ * new socket whose peer sends: the read ends with ECANCELED, or with the
+ * old socket's end of stream (the test closes that socket's peer too),
+ * and the new socket's bytes stay for the new socket.  On io_uring with a shared processor the
+ * read's SQE waited in the ring, unsubmitted, until the next leader's
+ * enter, which looked the number up then: the cancelled read took the new
+ * socket's bytes and said so (a helper's review of 2026-12-05).
+ */
+static void cancelled_read_leaves_reused_number_alone(void **state)
+{
+	h_fx *f = *state;
+	char *in = h_alloc(f, 64);
+
+	for (int round = 0; round < 20; round++) {
+		int sv[2], nv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		/* one read that completes: the number is known open */
+		assert_int_equal(send(sv[1], "x", 1, MSG_NOSIGNAL), 1);
+		h_rec *r0 = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, sv[0], in, 64, h_rec_cb,
+						r0), 0);
+		h_wait_rec(f, r0, 5000, "a read with data there");
+		h_rec *r = h_rec_new(f);
+		assert_int_equal(px_read_stream(f->px, sv[0], in, 64, h_rec_cb,
+						r), 0);
+		int n = px_cancel(f->px, sv[0]);
+		assert_true(n == 0 || n == 1);
+		int old = sv[0];
+		close(sv[0]);
+		close(sv[1]);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, nv), 0);
+		h_track(f, nv[0]);
+		h_track(f, nv[1]);
+		int mine = nv[0] == old ? nv[0] : nv[1];
+		int peer = mine == nv[0] ? nv[1] : nv[0];
+		assert_int_equal(send(peer, "NEWDATA", 7, MSG_NOSIGNAL), 7);
+		h_wait_rec(f, r, 5000, "a read cancelled before its number "
+			   "was closed and reused");
+		h_settle(f, 5);
+		assert_int_equal(atomic_load(&r->calls), 1);
+		/* Its own result may come first: the end of the old
+		 * socket's stream, its peer closed too. */
+		if ((r->c.error != ECANCELED && r->c.error != 0) ||
+		    r->c.bytes != 0)
+			fail_msg("round %d: a read cancelled, its number %d "
+				 "closed and given to a new socket, ended with "
+				 "error %d (%s) and %zu bytes; expected ECANCELED "
+				 "or the old socket's end (engine '%s')", round,
+				 old, r->c.error, strerror(r->c.error),
+				 r->c.bytes, h_engine_text);
+		char b[16];
+		ssize_t got = recv(mine, b, sizeof b, MSG_DONTWAIT);
+		if (got != 7)
+			fail_msg("round %d: the new socket on number %d read %zd "
+				 "bytes of its 7: the cancelled read took them "
+				 "(engine '%s')", round, old, got, h_engine_text);
+	}
+	h_assert_usable(f);
+}
+
+/*
  * And until a px_close's callback has returned: an application that keys
  * its connections by number must not see a new connection under a number
  * before the callback of the px_close that freed it.  The close's
@@ -1171,6 +1235,7 @@ int main(int argc, char **argv)
 		T(accept_keeps_off_a_closed_number),
 		T(accept_keeps_off_a_closed_number_reset),
 		T(accept_keeps_off_at_the_limit),
+		T(cancelled_read_leaves_reused_number_alone),
 		T(accept_waits_for_close_callback),
 		T(close_races_traffic),
 		T(cancel_then_close_races_traffic),
