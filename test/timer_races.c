@@ -1040,7 +1040,13 @@ static void periodic_slow_callback_reports_missed(void **state)
 	t->tag = 12000;
 	h_loops_start(f, 3, false);
 	assert_true(tm_start_periodic(f->px, t, 1 * MS, 5 * MS, slow_cb) > 0);
+	/* 150 ms, or until four ticks came if a loaded machine (a TSan
+	 * build among eight test programs on two CPUs) held the threads
+	 * back: once, one tick in 173 ms. */
 	h_sleep_ms(150);
+	for (uint64_t end = h_deadline(2000);
+	     atomic_load(&t->ticks) < 4 && h_now_ms() < end;)
+		h_sleep_ms(10);
 	uint64_t t_cancel = h_now_ns();
 	assert_int_equal(px_timer_cancel(f->px, t->id), 0);
 	atomic_store(&t->cancelled, 1);
