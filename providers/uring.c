@@ -285,6 +285,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -2300,6 +2301,25 @@ static int ur_start(px_provider *p, px_result *r)
 	return PX_START_STARTED;
 }
 
+/* ur_cancel: submit the SQEs waiting in rg's ring and, with SQPOLL (whose
+ * kernel thread takes them on its own schedule, after io_uring_submit has
+ * only published the tail and woken it), wait until it has taken them:
+ * the kernel looks a request's descriptor number up as it takes it.
+ * Bounded (10 ms) in case the thread cannot run. */
+static void ur_submit_taken(px_uring_ring *rg)
+{
+	struct io_uring_sq *sq = &rg->ring.sq;
+
+	ur_submit(rg);
+	if (!(rg->ring.flags & IORING_SETUP_SQPOLL))
+		return;
+	unsigned tail = sq->sqe_tail;
+	uint64_t end = px__now_ns() + 10000000u;
+	while ((int)(tail - io_uring_smp_load_acquire(sq->khead)) > 0 &&
+	       px__now_ns() < end)
+		sched_yield();
+}
+
 static int ur_cancel(px_provider *p, px_result *r)
 {
 	px_uring *u = ur_of_prov(p);
@@ -2334,14 +2354,14 @@ static int ur_cancel(px_provider *p, px_result *r)
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
 			if (unsubmitted)
-				ur_submit(pr->rg);
+				ur_submit_taken(pr->rg);
 			px__uring_kick(pr->rg);
 			ur_wake_for(u, pr->rg, r, false);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
 			if (unsubmitted)
-				ur_submit(pr->rg);
+				ur_submit_taken(pr->rg);
 		}
 	}
 	return PX_CANCEL_PENDING;
