@@ -105,7 +105,9 @@
  *     redone as IORING_OP_WRITE at offset -1 and the descriptor remembered
  *     as "not a socket" until one of its stream operations fails, or
  *     until a write that finds nothing in flight on it sees a socket
- *     there (fstat: the number was closed and reused).
+ *     there (fstat: the number was closed and reused).  The same fstat
+ *     finds a character device without O_NONBLOCK (a terminal), whose
+ *     WRITE goes with IOSQE_ASYNC (ur_prep_op).
  *   - Vectored operations are IORING_OP_READV / WRITEV (offset -1 for
  *     streams), and IORING_OP_SENDMSG with the iovec array for a vectored
  *     write_stream on a socket (MSG_NOSIGNAL, as SEND).  A write_all
@@ -375,6 +377,10 @@ struct px_uring_fd {
 	bool notsock;       /* a stream operation got ENOTSOCK, or the first
 	                       look at the number found no socket: READ and
 	                       WRITE */
+	bool tty_block;     /* not a socket but a character device without
+	                       O_NONBLOCK, as of the last look: its stream
+	                       writes go to io-wq (IOSQE_ASYNC), see
+	                       ur_prep_op */
 	uint8_t late_skip;  /* reads to start at once before trying a late
 	                       one again (see "Late reads") */
 	bool late_pays;     /* its last read ended in the lead after the one
@@ -1192,6 +1198,8 @@ static void ur_prep_vec(px_result *r, struct io_uring_sqe *sqe)
 			io_uring_prep_writev(sqe, c->fd, iov, (unsigned)cnt,
 					     (uint64_t)-1);
 			sqe->rw_flags = px__rwf_nosignal();
+			if (pr->fe->tty_block)  /* as in ur_prep_op */
+				sqe->flags |= IOSQE_ASYNC;
 		}
 		break;
 	case PX_OP_READ_FILE:
@@ -1262,6 +1270,14 @@ static void ur_prep_op(px_result *r, struct io_uring_sqe *sqe)
 		} else {
 			io_uring_prep_write(sqe, c->fd, buf, n, (uint64_t)-1);
 			sqe->rw_flags = px__rwf_nosignal();
+			/* A terminal's write ignores the kernel's "do not
+			 * block" (n_tty_write waits for room unless the file
+			 * is O_NONBLOCK), so made inline it would hold the
+			 * submitting thread until the reader drains it: send
+			 * it to an io-wq worker, where waiting is harmless
+			 * and a cancel interrupts it. */
+			if (pr->fe->tty_block)
+				sqe->flags |= IOSQE_ASYNC;
 		}
 		break;
 	case PX_OP_READ_FILE:
@@ -2263,8 +2279,14 @@ static int ur_start(px_provider *p, px_result *r)
 	if (pr->fe->notsock && !pr->fe->inflight &&
 	    r->c.op == PX_OP_WRITE_STREAM) {
 		struct stat st;
-		if (fstat(r->c.fd, &st) == 0 && S_ISSOCK(st.st_mode))
-			pr->fe->notsock = false;
+		int fl;
+		if (fstat(r->c.fd, &st) == 0) {
+			if (S_ISSOCK(st.st_mode))
+				pr->fe->notsock = false;
+			pr->fe->tty_block = S_ISCHR(st.st_mode) &&
+					    (fl = fcntl(r->c.fd, F_GETFL)) >= 0 &&
+					    !(fl & O_NONBLOCK);
+		}
 	}
 	if (dir >= 0 && !px_list_empty(&fq->q[dir])) {
 		/* Goes in when everything before it is done. */
