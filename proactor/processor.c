@@ -845,6 +845,26 @@ static bool proc_auto_may_skip(int rc)
 	       rc == -EAGAIN;
 }
 
+/* What auto reports when no candidate worked: the error of the candidate
+ * that came closest, ranked by what it says about the machine.  Out of
+ * memory, a temporary shortage and a refusal by policy outrank "not
+ * offered" (ENOSYS) and a combination the resolver refuses (EINVAL: the
+ * linux_rt wait on a shared processor, say), which say nothing about why
+ * the others failed. */
+static int proc_auto_rank(int rc)
+{
+	switch (rc) {
+	case -ENOMEM:
+		return 3;
+	case -EAGAIN:
+		return 2;
+	case -EPERM:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
 /* Append "name[ wait=W]: why" to auto's list of what it tried. */
 static void proc_note_tried(char *tried, size_t len, size_t *pos,
 			    const char *name, const char *wait, const char *why)
@@ -856,6 +876,8 @@ static void proc_note_tried(char *tried, size_t len, size_t *pos,
 			 why);
 	if (w > 0)
 		*pos += (size_t)w;
+	if (*pos >= len && len > 4)  /* cut short: say so */
+		memcpy(tried + len - 4, "...", 4);
 }
 
 /* "auto": the candidates in order (px__auto_candidates), each probed and
@@ -875,6 +897,7 @@ static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 	char tried[768] = "";
 	size_t pos = 0;
 	int rc = -ENOSYS;
+	int best = -ENOSYS;  /* what to report if nothing works */
 	int given_intr = cfg->interrupt[0] ? px__intr_type(cfg->interrupt) : 0;
 
 	for (unsigned i = 0; i < n; i++) {
@@ -885,7 +908,9 @@ static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 			proc_note_tried(tried, sizeof(tried), &pos, cls->name, "",
 					why);
 			if (!proc_auto_may_skip(rc))
-				break;
+				goto out;
+			if (proc_auto_rank(rc) > proc_auto_rank(best))
+				best = rc;
 			continue;
 		}
 		for (unsigned w = 0; w < cls->nwaits; w++) {
@@ -916,9 +941,13 @@ static int proc_build_auto(px_processor_config *cfg, px_provider **prov,
 						c.wait, why);
 				if (!proc_auto_may_skip(rc))
 					goto out;
+				if (proc_auto_rank(rc) > proc_auto_rank(best))
+					best = rc;
 			}
 		}
 	}
+	/* Every candidate was passed over. */
+	rc = best;
 out:
 	px__set_err(err, errlen, "%sauto found no engine that works here (%s)",
 		   where, n ? tried : "no candidate");

@@ -2451,18 +2451,29 @@ static const uint8_t ur_opcodes[] = {
 	IORING_OP_READV, IORING_OP_WRITEV,
 };
 
+/* -ENOSYS when the kernel lacks an opcode or the probe itself, or the
+ * error that kept the probe from being made (ENOMEM, EAGAIN...), which
+ * says nothing about what the kernel offers.  (liburing's
+ * io_uring_get_probe_ring answers NULL for all of them alike.) */
 static int ur_probe(struct io_uring *ring)
 {
-	struct io_uring_probe *probe = io_uring_get_probe_ring(ring);
-	int rc = 0;
-
+	enum { NOPS = 256 };
+	struct io_uring_probe *probe =
+		calloc(1, sizeof(*probe) + NOPS * sizeof(probe->ops[0]));
 	if (!probe)
-		return -ENOSYS;  /* no IORING_REGISTER_PROBE (before 5.6) */
+		return -ENOMEM;
+	int rc = io_uring_register_probe(ring, probe, NOPS);
+	if (rc < 0) {
+		free(probe);
+		/* EINVAL: no IORING_REGISTER_PROBE (before 5.6). */
+		return rc == -EINVAL ? -ENOSYS : rc;
+	}
+	rc = 0;
 	for (size_t i = 0; i < sizeof(ur_opcodes); i++) {
 		if (!io_uring_opcode_supported(probe, ur_opcodes[i]))
 			rc = -ENOSYS;
 	}
-	io_uring_free_probe(probe);
+	free(probe);
 	return rc;
 }
 
