@@ -362,7 +362,8 @@ PX_API int px_stop(px_proactor *px);
  *               they have seen it open, to keep a syscall off every start;
  *               a descriptor closed after it was used there fails with
  *               EBADF in the completion instead.)
- *   -EINVAL     cb is NULL, or len is 0 where data must move, buf is NULL
+ *   -EINVAL     cb is NULL, or len is 0 where data must move or over
+ *               SSIZE_MAX, buf is NULL
  *               with a length, or an address length is shorter than a
  *               family field or longer than struct sockaddr_storage;
  *   -EOPNOTSUPP no processor of this engine does the operation;

@@ -735,6 +735,11 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		return -EINVAL;
 	if (!a->buf && a->len && !(a->flags & PX_RF_VECTORED))
 		return -EINVAL;
+	/* No buffer is that large, and the engines would each treat it
+	 * their own way; a vectored total is held to the same bound
+	 * (fac_check_iov). */
+	if (a->len > (size_t)SSIZE_MAX)
+		return -EINVAL;
 	if (!a->addr != !a->addrlen)
 		return -EINVAL;
 	if (a->addr && (a->addrlen < sizeof(sa_family_t) ||

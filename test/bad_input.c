@@ -5,13 +5,15 @@
  *
  * What the header promises for a start function: -EBADF when fd is
  * negative or not open, -EINVAL for a NULL callback, a zero length where
- * data must move, a NULL buffer with a length, or a bad address length,
- * -EOPNOTSUPP when no processor does the operation, -EMFILE for an fd the
- * wait strategy cannot watch.  A start that fails never calls back.
+ * data must move or one over SSIZE_MAX, a NULL buffer with a length, or a
+ * bad address length, -EOPNOTSUPP when no processor does the operation,
+ * -EMFILE for an fd the wait strategy cannot watch.  A start that fails
+ * never calls back.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +287,42 @@ static void null_buffer_with_length(void **state)
 				     h_rec_cb, never),
 			  -EINVAL, k, "a NULL buffer of length 16");
 	}
+	assert_no_callback_and_usable(f, never);
+}
+
+/* A length over SSIZE_MAX, which no buffer can have: -EINVAL from every
+ * start that takes one, as for a vectored total (engines once took it
+ * each their own way: io_uring and Linux AIO moved bytes, the readiness
+ * engines failed in the completion with EINVAL or EFAULT). */
+static void length_over_ssize_max(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	const kind with_buf[] = {K_READ_STREAM, K_WRITE_STREAM,
+				 K_WRITE_STREAM_ALL, K_READ_FILE,
+				 K_WRITE_FILE, K_READ_DGRAM, K_WRITE_DGRAM};
+	const size_t lens[] = {(size_t)SSIZE_MAX + 1, SIZE_MAX};
+	for (size_t i = 0; i < sizeof with_buf / sizeof with_buf[0]; i++) {
+		for (size_t j = 0; j < 2; j++) {
+			kind k = with_buf[i];
+			expect_rc(start_kind(f->px, k, fd_for(&d, k), buf,
+					     lens[j], h_rec_cb, never),
+				  -EINVAL, k, "a length over SSIZE_MAX");
+		}
+	}
+	px_op_desc od;
+	memset(&od, 0, sizeof od);
+	od.op = PX_OP_READ_STREAM;
+	od.fd = d.sv[0];
+	od.buf = buf;
+	od.len = SIZE_MAX;
+	od.cb = h_rec_cb;
+	od.user = never;
+	expect_rc(px_start_op(f->px, &od), -EINVAL, K_READ_STREAM,
+		  "px_start_op with a length over SSIZE_MAX");
 	assert_no_callback_and_usable(f, never);
 }
 
@@ -656,6 +694,7 @@ int bad_input_run(void)
 		T(null_callback),
 		T(zero_length),
 		T(null_buffer_with_length),
+		T(length_over_ssize_max),
 		T(bad_address_length),
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
