@@ -89,6 +89,17 @@ out:
 	return rc;
 }
 
+void px__signal_atfork(int phase)
+{
+	/* The parent's proactors keep their counts in the child: the handler
+	 * stays installed there, harmless, and a new proactor of the child
+	 * on the same signal finds it its own. */
+	if (phase == PX_FORK_PREPARE)
+		pthread_mutex_lock(&px_sig_lock);
+	else
+		pthread_mutex_unlock(&px_sig_lock);
+}
+
 static void px_sig_release(int signo)
 {
 	struct sigaction cur;

@@ -427,6 +427,18 @@ int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDE
 int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
+/* fork(2): the library's process-wide locks (the signal tables of the
+ * signal interrupt and of the sigwait wait, the POSIX AIO set-up) are
+ * taken before a fork and released after it in both processes, so that a
+ * child never inherits one held by a thread it does not have; in the
+ * child each module also frees what the parent's proactors held, which
+ * the child can no longer release (their calls fail there with ECHILD).
+ * proactor.c registers the handlers at the first px_create. */
+enum { PX_FORK_PREPARE, PX_FORK_PARENT, PX_FORK_CHILD };
+void px__signal_atfork(int phase) PX_HIDDEN;
+void px__sigwait_atfork(int phase) PX_HIDDEN;
+void px__paio_atfork(int phase) PX_HIDDEN;
+
 /* ------------------------------------------------------------------ */
 /* Wait strategy                                                        */
 /* ------------------------------------------------------------------ */

@@ -50,14 +50,40 @@ static atomic_uint fac_fork_count;
 static atomic_uint *fac_fork_token = &fac_fork_count;
 static pthread_once_t fac_fork_once = PTHREAD_ONCE_INIT;
 
-/* The fallback's handler: registered only when the page was refused. */
+/* Whether the token is the fallback's count, raised by the child
+ * handler (the page was refused). */
+static bool fac_fork_counts;
+
+/* The process-wide locks of the signal tables and the POSIX AIO set-up
+ * (internal.h, PX_FORK_PREPARE): none is ever held with another, so any
+ * order of taking them is safe. */
+static void fac_fork_prepare(void)
+{
+	px__paio_atfork(PX_FORK_PREPARE);
+	px__sigwait_atfork(PX_FORK_PREPARE);
+	px__signal_atfork(PX_FORK_PREPARE);
+}
+
+static void fac_fork_parent(void)
+{
+	px__signal_atfork(PX_FORK_PARENT);
+	px__sigwait_atfork(PX_FORK_PARENT);
+	px__paio_atfork(PX_FORK_PARENT);
+}
+
 static void fac_fork_child(void)
 {
-	atomic_fetch_add_explicit(&fac_fork_count, 1, memory_order_relaxed);
+	if (fac_fork_counts)
+		atomic_fetch_add_explicit(&fac_fork_count, 1,
+					  memory_order_relaxed);
+	px__signal_atfork(PX_FORK_CHILD);
+	px__sigwait_atfork(PX_FORK_CHILD);
+	px__paio_atfork(PX_FORK_CHILD);
 }
 
 static void fac_fork_watch(void)
 {
+	pthread_atfork(fac_fork_prepare, fac_fork_parent, fac_fork_child);
 #ifdef MADV_WIPEONFORK
 	long pg = sysconf(_SC_PAGESIZE);
 	void *p = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE,
@@ -70,7 +96,7 @@ static void fac_fork_watch(void)
 		munmap(p, (size_t)pg);
 	}
 #endif
-	pthread_atfork(NULL, NULL, fac_fork_child);
+	fac_fork_counts = true;
 }
 
 /* The token of this process, drawn on first use in it. */

@@ -92,17 +92,25 @@ static void paio_ai_apply(void)
 	aio_init(&paio_ai);
 }
 
+static pthread_mutex_t paio_ai_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void px__paio_atfork(int phase)
+{
+	if (phase == PX_FORK_PREPARE)
+		pthread_mutex_lock(&paio_ai_lock);
+	else
+		pthread_mutex_unlock(&paio_ai_lock);
+}
+
 static void paio_init_glibc(unsigned threads)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-
-	pthread_mutex_lock(&lock);
+	pthread_mutex_lock(&paio_ai_lock);
 	if (!paio_ai.aio_threads) {
 		paio_ai.aio_threads = (int)threads;
 		paio_ai.aio_num = (int)threads;
 		paio_ai.aio_idle_time = 1;
 	}
-	pthread_mutex_unlock(&lock);
+	pthread_mutex_unlock(&paio_ai_lock);
 	pthread_once(&paio_ai_once, paio_ai_apply);
 }
 

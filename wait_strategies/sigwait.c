@@ -56,6 +56,8 @@ static pthread_mutex_t sigw_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
 	px_paio *owner;
 	struct sigaction old;
+	bool inherited;  /* owned by a proactor of the parent process: old
+	                    is what was there before it */
 } sigw_slot[NSIG];
 
 /* Set by the handler: a signal reached a thread that did not block it. */
@@ -266,8 +268,30 @@ static int sigw_take(px_paio *p, int signo)
 	if (sigaction(signo, &sa, NULL) < 0)
 		return -errno;
 	sigw_slot[signo].owner = p;
-	sigw_slot[signo].old = cur;
+	if (!sigw_slot[signo].inherited)  /* else cur is the parent's handler */
+		sigw_slot[signo].old = cur;
+	sigw_slot[signo].inherited = false;
 	return 0;
+}
+
+void px__sigwait_atfork(int phase)
+{
+	if (phase == PX_FORK_PREPARE) {
+		pthread_mutex_lock(&sigw_lock);
+		return;
+	}
+	/* In the child the parent's proactors can no longer release their
+	 * signals (px_destroy says ECHILD there): free them for the child's
+	 * own proactors, which may ask for the same rtsig=. */
+	if (phase == PX_FORK_CHILD) {
+		for (int s = 0; s < NSIG; s++) {
+			if (sigw_slot[s].owner) {
+				sigw_slot[s].owner = NULL;
+				sigw_slot[s].inherited = true;
+			}
+		}
+	}
+	pthread_mutex_unlock(&sigw_lock);
 }
 
 int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s)
@@ -323,5 +347,6 @@ void px__paio_sigwait_fini(px_paio *p)
 	pthread_mutex_lock(&sigw_lock);
 	sigaction(p->signo, &sigw_slot[p->signo].old, NULL);
 	sigw_slot[p->signo].owner = NULL;
+	sigw_slot[p->signo].inherited = false;
 	pthread_mutex_unlock(&sigw_lock);
 }
