@@ -168,21 +168,27 @@ static unsigned lrt_revents(short revents)
 }
 
 /* Hand fd's signals to the leader thread.  Returns 1 if this turned
- * O_ASYNC on, 0 if it was on already (another number of the same file, or
- * the application), or -errno. */
-static int lrt_own(struct lrt *w, int fd)
+ * O_ASYNC on (or, with ours, found it on: fd was this wait's already, and
+ * its owner moves to a new leader), 0 if it was on already, or -errno.
+ * When it was on and not ours, the
+ * owner and the signal are someone else's and stay so: another number of
+ * the same file here, the application, or another process sharing the
+ * open file (a forked worker's proactor, or its parent's, on an
+ * inherited listener: the owner is a property of the open file, and
+ * taking it sent the parent's signals to the child, and after the child
+ * exited to nobody).  Such a descriptor is polled as shared. */
+static int lrt_own(struct lrt *w, int fd, bool ours)
 {
 	struct f_owner_ex o = { .type = F_OWNER_TID, .pid = w->tid };
-	int fl;
+	int fl = fcntl(fd, F_GETFL);
 
-	if (fcntl(fd, F_SETOWN_EX, &o) < 0 || fcntl(fd, F_SETSIG, w->signo) < 0)
-		return -errno;
-	fl = fcntl(fd, F_GETFL);
 	if (fl < 0)
 		return -errno;
-	if (fl & O_ASYNC)
+	if ((fl & O_ASYNC) && !ours)
 		return 0;
-	if (fcntl(fd, F_SETFL, fl | O_ASYNC) < 0)
+	if (fcntl(fd, F_SETOWN_EX, &o) < 0 || fcntl(fd, F_SETSIG, w->signo) < 0)
+		return -errno;
+	if (!(fl & O_ASYNC) && fcntl(fd, F_SETFL, fl | O_ASYNC) < 0)
 		return -errno;
 	return 1;
 }
@@ -301,7 +307,7 @@ static int lrt_register(struct lrt *w, px_poll_reg *reg)
 	if (w->n == w->cap && (rc = lrt_grow(w)) < 0)
 		return rc;
 	/* Without a leader yet, its first prepare() hands it over. */
-	if (w->have_leader && (owned = lrt_own(w, reg->fd)) < 0) {
+	if (w->have_leader && (owned = lrt_own(w, reg->fd, false)) < 0) {
 		lrt_disown(reg->fd);
 		return owned;
 	}
@@ -411,12 +417,14 @@ static void lrt_take_leader(struct lrt *w)
 	w->wset_ok = false;
 	for (size_t i = 0; i < w->n; i++) {
 		/* A failure (closed) shows in the full poll as NVAL. */
-		int rc = lrt_own(w, w->slot[i].reg->fd);
+		lrt_slot *sl = &w->slot[i];
+		int rc = lrt_own(w, sl->reg->fd, sl->async && sl->mine);
 
-		if (rc >= 0 && !w->slot[i].async)
-			lrt_owned(w, &w->slot[i], rc);
+		if (rc >= 0 && !sl->async)
+			lrt_owned(w, sl, rc);
 	}
-	if (w->base.intr->fd >= 0 && lrt_own(w, w->base.intr->fd) >= 0)
+	if (w->base.intr->fd >= 0 &&
+	    lrt_own(w, w->base.intr->fd, w->intr_async) >= 0)
 		w->intr_async = true;
 	w->full = true;
 }
