@@ -331,6 +331,24 @@ int main(int argc, char **argv)
 		fprintf(stderr, "copy: %s: %s\n", src, strerror(errno));
 		return 1;
 	}
+	/* The copy is planned from the size, so a file whose size says 0
+	 * but which has data (those of /proc and /sys) would be copied
+	 * empty: refuse it rather than claim success.  (A byte read through
+	 * a plain descriptor: the source's may be O_DIRECT.) */
+	if (sst.st_size == 0) {
+		char b;
+		int t = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+		ssize_t n = t >= 0 ? pread(t, &b, 1, 0) : -1;
+		if (t >= 0)
+			close(t);
+		if (n > 0) {
+			fprintf(stderr, "copy: %s: its size says 0 bytes but "
+				"it has data (a file of /proc or /sys?); copy "
+				"plans by the size and does not copy such "
+				"files\n", src);
+			return 1;
+		}
+	}
 	if (stat(dst, &dst_st) == 0 && dst_st.st_dev == sst.st_dev &&
 	    dst_st.st_ino == sst.st_ino) {
 		fprintf(stderr, "copy: %s and %s are the same file\n", src, dst);

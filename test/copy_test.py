@@ -111,6 +111,15 @@ def main():
         p = run([fifo, os.path.join(tmp, "x")], want_ok=False, timeout=10)
         if p.returncode != 1 or "not a regular file" not in p.stderr:
             fail("FIFO source: exit %d, %r" % (p.returncode, p.stderr))
+        # A file whose size says 0 but which has data (/proc) is refused,
+        # not copied empty with success.
+        if os.path.exists("/proc/self/status"):
+            out = os.path.join(tmp, "status")
+            p = run(["/proc/self/status", out], want_ok=False)
+            if p.returncode != 1 or "size says 0" not in p.stderr:
+                fail("/proc source: exit %d, %r" % (p.returncode, p.stderr))
+            if os.path.exists(out):
+                fail("/proc source: the destination was created")
         p = run(["-b", "17592186044417M", src, os.path.join(tmp, "x")],
                 want_ok=False)
         if p.returncode != 2 or "bad block size" not in p.stderr:
