@@ -331,7 +331,9 @@ PX_API const char *px_engine_name(const px_proactor *px);
  * The thread dispatches completed operations, leads a processor (waits for
  * completions in the OS), or sleeps as a follower, as the dispatcher
  * decides.  Any number of threads may call it at once.  Operations that
- * its callbacks start and that finish at once have their callbacks run in
+ * its callbacks start and that finish within their start (on the
+ * readiness and Linux AIO engines; on io_uring none does: they go to the
+ * ring at the next lead) have their callbacks run in
  * the same call: in rounds, each of all the completions queued when it
  * begins, a new round only while fewer than 64 callbacks have run in all.
  * The last round is not cut short, so a call may run many more than 64.
@@ -663,8 +665,10 @@ struct px_stats {
 	uint64_t leader_turns, leader_interrupts, wait_ns;
 	/* The proactor's own. */
 	uint64_t posts;              /* px_post callbacks run */
-	uint64_t timer_callbacks;    /* timer callbacks run (each periodic
-	                                expiry, and cancelled timers) */
+	uint64_t timer_callbacks;    /* timer callbacks run (each callback
+	                                of a periodic timer, one that reports
+	                                missed expiries counting once, and
+	                                those of cancelled timers) */
 	uint64_t callbacks;          /* every callback run */
 	uint64_t follower_wakeups;   /* sleeping threads woken for work */
 	uint64_t follower_sleep_ns;  /* time threads slept as followers */
