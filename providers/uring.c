@@ -105,9 +105,10 @@
  *     redone as IORING_OP_WRITE at offset -1 and the descriptor remembered
  *     as "not a socket" until one of its stream operations fails, or
  *     until a write that finds nothing in flight on it sees a socket
- *     there (fstat: the number was closed and reused).  The same fstat
- *     finds a character device without O_NONBLOCK (a terminal), whose
- *     WRITE goes with IOSQE_ASYNC (ur_prep_op).
+ *     there (fstat: the number was closed and reused).  A terminal
+ *     without O_NONBLOCK (ur_tty_blocks: at the first look at a number
+ *     that is no socket, at a SEND's ENOTSOCK, and at that fstat) has
+ *     its WRITEs go with IOSQE_ASYNC (ur_prep_op).
  *   - Vectored operations are IORING_OP_READV / WRITEV (offset -1 for
  *     streams), and IORING_OP_SENDMSG with the iovec array for a vectored
  *     write_stream on a socket (MSG_NOSIGNAL, as SEND).  A write_all
@@ -377,10 +378,10 @@ struct px_uring_fd {
 	bool notsock;       /* a stream operation got ENOTSOCK, or the first
 	                       look at the number found no socket: READ and
 	                       WRITE */
-	bool tty_block;     /* not a socket but a character device without
-	                       O_NONBLOCK, as of the last look: its stream
-	                       writes go to io-wq (IOSQE_ASYNC), see
-	                       ur_prep_op */
+	bool tty_block;     /* not a socket but a terminal without
+	                       O_NONBLOCK, as of the last look
+	                       (ur_tty_blocks): its stream writes go to
+	                       io-wq (IOSQE_ASYNC), see ur_prep_op */
 	uint8_t late_skip;  /* reads to start at once before trying a late
 	                       one again (see "Late reads") */
 	bool late_pays;     /* its last read ended in the lead after the one
@@ -1223,6 +1224,18 @@ static atomic_bool ur_no_poll_first;
 bool px__uring_poll_first_refused(void)
 {
 	return atomic_load_explicit(&ur_no_poll_first, memory_order_relaxed);
+}
+
+/* Whether fd, not a socket, is a terminal in blocking mode: its stream
+ * writes then go with IOSQE_ASYNC (ur_prep_op).  Asked at the first look
+ * at a number that is no socket, when a SEND says ENOTSOCK (a socket's
+ * number reused for one), and before a write on a "not a socket" number
+ * that has nothing in flight (it may have changed since). */
+static bool ur_tty_blocks(int fd)
+{
+	int fl;
+	return isatty(fd) && (fl = fcntl(fd, F_GETFL)) >= 0 &&
+	       !(fl & O_NONBLOCK);
 }
 
 /* Fill sqe with r's operation (the part from r->done on). */
@@ -2099,6 +2112,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		    (r->c.op == PX_OP_WRITE_STREAM ||
 		     r->c.op == PX_OP_READ_STREAM)) {
 			pr->fe->notsock = true;
+			pr->fe->tty_block = ur_tty_blocks(r->c.fd);
 			res = -ECANCELED;
 		}
 		if (pr->as_send && res == -EINVAL &&
@@ -2163,6 +2177,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	if (res == -ENOTSOCK && pr->as_send &&
 	    (r->c.op == PX_OP_WRITE_STREAM || r->c.op == PX_OP_READ_STREAM)) {
 		pr->fe->notsock = true;
+		pr->fe->tty_block = ur_tty_blocks(r->c.fd);
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
@@ -2239,6 +2254,7 @@ static int ur_start(px_provider *p, px_result *r)
 		 * READ and WRITE from the first, without a RECV or SEND that
 		 * says ENOTSOCK. */
 		pr->fe->notsock = e == ENOTSOCK;
+		pr->fe->tty_block = e == ENOTSOCK && ur_tty_blocks(r->c.fd);
 		pr->fe->listener = acc != 0;
 		pr->fe->open_seen = true;
 		pr->fe->seg = 0;  /* maybe another socket */
@@ -2279,13 +2295,11 @@ static int ur_start(px_provider *p, px_result *r)
 	if (pr->fe->notsock && !pr->fe->inflight &&
 	    r->c.op == PX_OP_WRITE_STREAM) {
 		struct stat st;
-		int fl;
 		if (fstat(r->c.fd, &st) == 0) {
 			if (S_ISSOCK(st.st_mode))
 				pr->fe->notsock = false;
 			pr->fe->tty_block = S_ISCHR(st.st_mode) &&
-					    (fl = fcntl(r->c.fd, F_GETFL)) >= 0 &&
-					    !(fl & O_NONBLOCK);
+					    ur_tty_blocks(r->c.fd);
 		}
 	}
 	if (dir >= 0 && !px_list_empty(&fq->q[dir])) {

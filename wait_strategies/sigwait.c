@@ -268,7 +268,11 @@ static int sigw_take(px_paio *p, int signo)
 	if (sigaction(signo, &sa, NULL) < 0)
 		return -errno;
 	sigw_slot[signo].owner = p;
-	if (!sigw_slot[signo].inherited)  /* else cur is the parent's handler */
+	/* A slot freed in a forked child keeps what was there before the
+	 * parent's proactor, as long as that proactor's handler is still
+	 * in place; what the child put there since is what it gets back. */
+	if (!sigw_slot[signo].inherited ||
+	    !(cur.sa_flags & SA_SIGINFO) || cur.sa_sigaction != sigw_handler)
 		sigw_slot[signo].old = cur;
 	sigw_slot[signo].inherited = false;
 	return 0;
