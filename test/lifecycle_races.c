@@ -2041,11 +2041,9 @@ static void *ll_loop_main(void *arg)
 	return NULL;
 }
 
-static void leader_leaves_work_to_follower(void **state)
+/* One round: R2's lateness in ms, or a failure. */
+static unsigned long long ll_round(h_fx *f)
 {
-	h_fx *f = *state;
-	if (all_dedicated(f))
-		return;
 	memset(&ll, 0, sizeof ll);
 	ll.px = f->px;
 	h_socketpair(f, ll.sv0);
@@ -2091,14 +2089,42 @@ static void leader_leaves_work_to_follower(void **state)
 		fail_msg("the read started by the callback of a leader that "
 			 "left never completed (a follower was in "
 			 "px_handle_events(px, -1))");
-	if (late_ms > LV_LATE_MS)
-		fail_msg("the read completed %llu ms after its data arrived: "
-			 "the follower slept on after the leader that started "
-			 "it left (at most %d ms)",
-			 (unsigned long long)late_ms, LV_LATE_MS);
 	assert_int_equal(atomic_load(&ll.r2->calls), 1);
 	assert_int_equal(ll.r2->c.error, 0);
 	assert_int_equal(ll.r2->c.bytes, 1);
+	return late_ms;
+}
+
+/* As for leaver_hands_over_to_follower: the bug made every round late
+ * (about 270 ms); a loaded machine makes one late now and then (CI once
+ * saw 234 ms on linux_aio-io_getevents-native-shared, in the plain
+ * build's run of eight programs at once).  Up to three rounds, each on a
+ * fresh proactor; only three late rounds fail. */
+static void leader_leaves_work_to_follower(void **state)
+{
+	h_fx *f = *state;
+	unsigned long long late[3];
+	int round;
+
+	if (all_dedicated(f))
+		return;
+	round_cfg_of_fixture();
+	for (round = 0; round < 3; round++) {
+		if (round) {
+			destroy_now(f);
+			round_new(f);
+		}
+		late[round] = ll_round(f);
+		if (late[round] <= LV_LATE_MS)
+			break;
+		printf("round %d: R2 completed %llu ms after its data arrived; "
+		       "once more\n", round + 1, late[round]);
+	}
+	if (round == 3)
+		fail_msg("R2 completed %llu, %llu and %llu ms after its data "
+			 "arrived in three rounds: the follower slept on after "
+			 "the leader that started it left (at most %d ms)",
+			 late[0], late[1], late[2], LV_LATE_MS);
 }
 
 /* ------------------------------------------------------------------ */
