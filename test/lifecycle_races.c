@@ -1960,16 +1960,17 @@ static unsigned long long lv_round(h_fx *f)
 	return late_ms;
 }
 
-/* The bug made every round late (224 to 270 ms); a machine too loaded to
- * schedule the loop thread makes one late now and then (CI once saw 341
- * ms on select-select-pipe-shared, in the plain build's parallel run;
- * 47 runs by hand, some beside two busy loops, never were).  So a late
- * round is run again, on a fresh proactor, up to three rounds in all,
- * and only three late rounds fail, as for fault.c's
- * cancel_frees_slot_for_deferred. */
-static void leaver_hands_over_to_follower(void **state)
+/* The bug these two tests guard made every round late (224 to 270 ms); a
+ * machine too loaded to schedule the loop thread makes one late now and
+ * then (CI once saw 341 ms on select-select-pipe-shared and 234 ms on
+ * linux_aio-io_getevents-native-shared, in the plain build's parallel
+ * run; 47 runs by hand, some beside two busy loops, never were).  So a
+ * late round is run again, on a fresh proactor, up to three rounds in
+ * all, and only three late rounds fail, as for fault.c's
+ * cancel_frees_slot_for_deferred.  what: the read, for the messages. */
+static void late_rounds(h_fx *f, unsigned long long (*one)(h_fx *),
+			const char *what)
 {
-	h_fx *f = *state;
 	unsigned long long late[3];
 	int round;
 
@@ -1981,18 +1982,23 @@ static void leaver_hands_over_to_follower(void **state)
 			destroy_now(f);
 			round_new(f);
 		}
-		late[round] = lv_round(f);
+		late[round] = one(f);
 		if (late[round] <= LV_LATE_MS)
 			break;
-		printf("round %d: the read completed %llu ms after its data "
-		       "arrived; once more\n", round + 1, late[round]);
+		printf("round %d: %s completed %llu ms after its data "
+		       "arrived; once more\n", round + 1, what, late[round]);
 	}
 	if (round == 3)
-		fail_msg("the read completed %llu, %llu and %llu ms after its "
-			 "data arrived in three rounds: the thread in "
+		fail_msg("%s completed %llu, %llu and %llu ms after its data "
+			 "arrived in three rounds: the thread in "
 			 "px_handle_events(px, -1) slept on after the thread "
-			 "that started it left (at most %d ms)",
+			 "that started it left (at most %d ms)", what,
 			 late[0], late[1], late[2], LV_LATE_MS);
+}
+
+static void leaver_hands_over_to_follower(void **state)
+{
+	late_rounds(*state, lv_round, "the read");
 }
 
 /* The same hand-over when the leaving thread led: thread B leads (a read
@@ -2095,36 +2101,9 @@ static unsigned long long ll_round(h_fx *f)
 	return late_ms;
 }
 
-/* As for leaver_hands_over_to_follower: the bug made every round late
- * (about 270 ms); a loaded machine makes one late now and then (CI once
- * saw 234 ms on linux_aio-io_getevents-native-shared, in the plain
- * build's run of eight programs at once).  Up to three rounds, each on a
- * fresh proactor; only three late rounds fail. */
 static void leader_leaves_work_to_follower(void **state)
 {
-	h_fx *f = *state;
-	unsigned long long late[3];
-	int round;
-
-	if (all_dedicated(f))
-		return;
-	round_cfg_of_fixture();
-	for (round = 0; round < 3; round++) {
-		if (round) {
-			destroy_now(f);
-			round_new(f);
-		}
-		late[round] = ll_round(f);
-		if (late[round] <= LV_LATE_MS)
-			break;
-		printf("round %d: R2 completed %llu ms after its data arrived; "
-		       "once more\n", round + 1, late[round]);
-	}
-	if (round == 3)
-		fail_msg("R2 completed %llu, %llu and %llu ms after its data "
-			 "arrived in three rounds: the follower slept on after "
-			 "the leader that started it left (at most %d ms)",
-			 late[0], late[1], late[2], LV_LATE_MS);
+	late_rounds(*state, ll_round, "R2");
 }
 
 /* ------------------------------------------------------------------ */
