@@ -20,6 +20,11 @@
  *    it is).  Those writes carry RWF_NOSIGNAL where the kernel takes it
  *    (6.18); elsewhere SIGPIPE is blocked around the call and swallowed.
  *    Either way EPIPE comes in the completion.
+ *  - A terminal is the exception to "PIPE_BUF bytes after POLLOUT": it
+ *    polls writable with a single byte of room, and its write then waits
+ *    until everything given has gone, whatever RWF_NOWAIT says.  So a
+ *    terminal in blocking mode is written through a description of its
+ *    own, opened non-blocking for that one write (nb_tty_write).
  *  - accept sets O_NONBLOCK on a blocking listening socket (and leaves it
  *    so): a connection reset between readiness and accept4 must not block
  *    the caller.  connect sets O_NONBLOCK only around connect(2) and puts
@@ -38,6 +43,8 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -64,20 +71,22 @@ static int nb_classify(px_nbio *io)
 }
 
 /* The kernel refused RWF_NOWAIT: blocking, unless the rules trust the file
- * status flags and those say O_NONBLOCK. */
+ * status flags and those say O_NONBLOCK; a blocking terminal is told apart
+ * (its writes go through nb_tty_write). */
 static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 {
 	int fl;
 
-	if (!rules->trust_nonblock) {
-		io->kind = PX_NBIO_KIND_BLOCKING;
-		return 0;
+	if (rules->trust_nonblock) {
+		fl = fcntl(io->fd, F_GETFL);
+		if (fl < 0)
+			return -errno;
+		if (fl & O_NONBLOCK) {
+			io->kind = PX_NBIO_KIND_NONBLOCK;
+			return 0;
+		}
 	}
-	fl = fcntl(io->fd, F_GETFL);
-	if (fl < 0)
-		return -errno;
-	io->kind = (fl & O_NONBLOCK) ? PX_NBIO_KIND_NONBLOCK
-				     : PX_NBIO_KIND_BLOCKING;
+	io->kind = isatty(io->fd) ? PX_NBIO_KIND_TTY : PX_NBIO_KIND_BLOCKING;
 	return 0;
 }
 
@@ -113,6 +122,51 @@ static ssize_t nb_writev(int fd, const struct iovec *iov, int cnt)
 	return writev(fd, iov, cnt);
 }
 
+/*
+ * A write to a terminal in blocking mode, which the wait (or poll(0))
+ * reported writable.  The kernel's terminal write (n_tty_write) sleeps
+ * until all it was given has gone unless the file is O_NONBLOCK, and a
+ * terminal polls writable with one byte of room: a reader that stopped
+ * (a pseudo-terminal nobody reads, a terminal stopped with ^S) would hold
+ * the calling thread, the application's leader, for as long.  Making the
+ * application's description O_NONBLOCK would change it for every process
+ * that shares it; so the write goes through a description of our own,
+ * opened non-blocking from /proc/self/fd for this write only and closed
+ * after it (no cache: nothing can go stale when the application closes
+ * or reuses the number).  It is the same terminal (the same device), and
+ * its settings belong to the terminal, not to the description.
+ *
+ * Not for a pseudo-terminal's master side, whose name opens a new
+ * terminal (TIOCGPTN answers only there), nor where /proc is missing or
+ * the device's permissions refuse the open: then -ENOTTY, and the caller
+ * writes at most PIPE_BUF bytes through the application's description,
+ * which may wait for room as before.  Bytes, or -errno (-EAGAIN: no room).
+ */
+static ssize_t nb_tty_write(int fd, const struct iovec *iov, int cnt)
+{
+	char path[40];
+	struct stat a, b;
+	unsigned int ptn;
+	ssize_t n;
+	int own, err;
+
+	if (ioctl(fd, TIOCGPTN, &ptn) == 0)
+		return -ENOTTY;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	own = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	if (own < 0)
+		return -ENOTTY;
+	if (fstat(fd, &a) < 0 || fstat(own, &b) < 0 || !S_ISCHR(b.st_mode) ||
+	    a.st_rdev != b.st_rdev) {
+		close(own);
+		return -ENOTTY;
+	}
+	n = nb_writev(own, iov, cnt);
+	err = errno;
+	close(own);
+	return n < 0 ? -err : n;
+}
+
 /* One read or write of the cnt buffers of iov on a stream that is not a
  * socket.  Bytes, or -errno (-EAGAIN: not ready). */
 static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
@@ -136,12 +190,20 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 			}
 			break;
 		case PX_NBIO_KIND_BLOCKING:
+		case PX_NBIO_KIND_TTY:
 			rc = nb_poll_now(io->fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
 			if (!wr) {
 				n = readv(io->fd, iov, cnt);
 				break;
+			}
+			if (io->kind == PX_NBIO_KIND_TTY) {
+				n = nb_tty_write(io->fd, iov, cnt);
+				if (n == -EINTR)
+					continue;
+				if (n != -ENOTTY)
+					return n;
 			}
 			/* POLLOUT promises room for PIPE_BUF bytes, no more:
 			 * so the first buffer only, cut to that (a short
