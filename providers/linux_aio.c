@@ -190,6 +190,9 @@ struct la_priv {
 	unsigned wstamp;    /* u->wtick when its poll was last issued */
 	bool retry;         /* its poll was cancelled for a try without a
 	                       report (la_writers_retry) */
+	bool refused;       /* LA_ON_HELD: io_submit refused its poll
+	                       (la_hold_refused); tried, not polled, when
+	                       its time comes */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -460,6 +463,49 @@ static bool la_submit(px_laio *u, struct iocb **v, int *err, unsigned n)
 	return again;
 }
 
+/*
+ * A poll the kernel refused.  IOCB_CMD_POLL takes a file that waits on one
+ * queue only: a terminal (its read and write queues) or a FIFO opened for
+ * both directions makes io_submit answer EINVAL.  Such a stream read or
+ * write used to end with that EINVAL whenever it had to wait.  Now it
+ * waits on u->held (no iocb, LA_IDLE: a cancel forgets it at once) and the
+ * leader's prepare makes its call again when its time comes
+ * (la_release_held, with the mutex held: the call cannot block, nbio.c),
+ * after 1 ms, then 2, 4 and 8, then every LA_REFUSED_MAX_MS while it
+ * still has to wait: a wake-up of the leader every 16 ms for as long as
+ * such an operation is pending, and up to that long between the data (or
+ * the room) coming and the call.  Only stream operations on what is not
+ * known as a socket or a file; any other EINVAL stays the operation's.
+ * Mutex held.
+ */
+#define LA_REFUSED_MAX_MS 16u
+
+static bool la_hold_refused(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	unsigned ms;
+
+	/* (A read whose start skipped its try, la_skip_try, may not know
+	 * its descriptor yet: its try here tells.) */
+	if (pr->phase != LA_POLL || pr->fe->kind == PX_NBIO_KIND_SOCKET ||
+	    pr->fe->kind == PX_NBIO_KIND_FILE ||
+	    (r->c.op != PX_OP_READ_STREAM && r->c.op != PX_OP_WRITE_STREAM))
+		return false;
+	if (px_link_linked(&pr->wlink))
+		px_list_remove(&u->writers, &pr->wlink);
+	pr->phase = LA_IDLE;
+	pr->refused = true;
+	ms = pr->futile < 4 ? 1u << pr->futile : LA_REFUSED_MAX_MS;
+	if (pr->futile < UINT8_MAX)
+		pr->futile++;
+	pr->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
+	pr->slist = LA_ON_HELD;
+	px_list_push_back(&u->held, &pr->slink);
+	/* A leader blocked in the kernel computed its bound before this. */
+	la_wake_leader(u);
+	return true;
+}
+
 /* Mutex held again after a batch went to io_submit: what it did not take
  * goes back to the head of u->pending in order, or fails. */
 static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
@@ -492,7 +538,7 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 			again = true;
 			pr->slist = LA_ON_PENDING;
 			px_list_push_front(&u->pending, &pr->slink);
-		} else {
+		} else if (!(err[k] == EINVAL && la_hold_refused(u, r))) {
 			la_fail(u, r, err[k], true);
 		}
 	}
@@ -580,6 +626,21 @@ static void la_release_held(px_laio *u)
 			continue;
 		}
 		la_unlist(u, r);
+		if (!pr->refused) {
+			la_issue(u, r, true);
+			continue;
+		}
+		/* A refused poll (la_hold_refused): the call itself. */
+		pr->refused = false;
+		la_io_load(&pr->io, pr->fe);
+		pr->tried = (uint8_t)la_try(&pr->io, r);
+		la_io_store(pr->fe, &pr->io);
+		if (pr->tried != PX_NBIO_AGAIN) {
+			la_complete(u, r, true);
+			continue;
+		}
+		/* Still waiting: its poll again (a descriptor that no longer
+		 * refuses it waits there), refused again, held longer. */
 		la_issue(u, r, true);
 	}
 	if (first != UINT64_MAX)

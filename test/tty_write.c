@@ -15,10 +15,14 @@
  * then a 50 ms timer, which must fire within 700 ms while the process's
  * own thread runs px_handle_events; then the reader drains the terminal
  * and the write completes, once, with its bytes (a write-all with all of
- * them) and no error.  Linux AIO's poll refuses a terminal (EINVAL,
- * TESTING.md "Known problems"), so there a read or write-all that has to
- * wait may end with EINVAL: accepted, said in the output, the timer
- * still checked.  Exit 0 pass, 1 fail, 77 skip (no pseudo-terminal).
+ * them) and no error.
+ *
+ * Two more modes wait to read: on the terminal, and on a FIFO opened for
+ * reading and writing.  Linux AIO's poll refuses both (a file that waits
+ * on two queues), and a read there that had to wait used to end with
+ * EINVAL at once; each must wait, then complete with the bytes written
+ * after 100 ms, on every engine.  Exit 0 pass, 1 fail, 77 skip (no
+ * pseudo-terminal).
  *
  * A program of its own rather than a test of fault.c, each mode in a
  * child of its own: inside the cmocka harness, and after an earlier
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <time.h>
@@ -97,8 +102,51 @@ static void on_alarm(int sig)
 
 static const char *const mode_name[] = {
 	"alone", "behind a pending read", "on a socket's number reused",
-	"a write-all"};
-#define NMODES 4
+	"a write-all", "a read that waits", "a read of a FIFO opened both ways"};
+#define NMODES 6
+
+/* Modes 4 and 5: a read of fd (the terminal, or the FIFO) must wait, and
+ * complete with what wfd writes 100 ms later.  0 pass, 1 fail. */
+static int read_waits(px_proactor *px, int fd, int wfd, int mode)
+{
+	rec rd = {0};
+	char buf[64];
+	int rc = px_read_stream(px, fd, buf, sizeof(buf), rec_cb, &rd);
+	if (rc != 0) {
+		fprintf(stderr, "tty_write: FAIL (%s): px_read_stream: %s\n",
+			mode_name[mode], px_strerror(rc));
+		return 1;
+	}
+	uint64_t t0 = now_ms();
+	while (!atomic_load(&rd.calls) && now_ms() - t0 < 100)
+		px_handle_events(px, 10);
+	if (atomic_load(&rd.calls)) {
+		fprintf(stderr, "tty_write: FAIL (%s): a read with nothing to "
+			"read completed: %zu bytes, error %d (%s)\n",
+			mode_name[mode], rd.c.bytes, rd.c.error,
+			strerror(rd.c.error));
+		return 1;
+	}
+	if (write(wfd, "hello", 5) != 5) {
+		fprintf(stderr, "tty_write: write: %s\n", strerror(errno));
+		return 1;
+	}
+	uint64_t t1 = now_ms();
+	while (!atomic_load(&rd.calls) && now_ms() - t1 < 5000)
+		px_handle_events(px, 10);
+	if (atomic_load(&rd.calls) != 1 || rd.c.error != 0 ||
+	    rd.c.bytes != 5 || memcmp(buf, "hello", 5) != 0 ||
+	    rd.c.fd != fd) {
+		fprintf(stderr, "tty_write: FAIL (%s): %d read callbacks, %zu "
+			"bytes, error %d (%s), expected one with the 5 bytes "
+			"written\n", mode_name[mode], atomic_load(&rd.calls),
+			rd.c.bytes, rd.c.error, strerror(rd.c.error));
+		return 1;
+	}
+	printf("tty_write: the read completed %llu ms after its data\n",
+	       (unsigned long long)(rd.at_ms - t1));
+	return 0;
+}
 
 /* One run on a fresh proactor and terminal: 0 pass, 1 fail, 77 skip. */
 static int run_mode(const px_config *cfg, const char *text, int mode)
@@ -111,17 +159,28 @@ static int run_mode(const px_config *cfg, const char *text, int mode)
 			px_strerror(rc), err);
 		return 1;
 	}
-	/* Which provider the stream write goes to, as created. */
-	px_config real;
-	if (px_config_parse(&real, px_engine_name(px), NULL, 0) < 0)
-		return 1;
-	const px_processor_config *pc = &real.primary;
-	if (real.secondary.processor != PX_PROCESSOR_NONE && pc->ops &&
-	    !(pc->ops & PX_OP_BIT(PX_OP_WRITE_STREAM)))
-		pc = &real.secondary;
-	/* Linux AIO's IOCB_CMD_POLL refuses a terminal: what has to wait
-	 * there ends with EINVAL (the known problem). */
-	bool poll_refused = strcmp(pc->provider, "linux_aio") == 0;
+	if (mode == 5) {
+		char dir[] = "/tmp/px-fifo-XXXXXX", path[64];
+		if (!mkdtemp(dir))
+			return 1;
+		snprintf(path, sizeof(path), "%s/f", dir);
+		int fd = -1;
+		if (mkfifo(path, 0600) == 0)
+			fd = open(path, O_RDWR | O_CLOEXEC);
+		unlink(path);
+		rmdir(dir);
+		if (fd < 0) {
+			fprintf(stderr, "tty_write: FIFO: %s\n", strerror(errno));
+			return 1;
+		}
+		int fails = read_waits(px, fd, fd, mode);
+		if (px_destroy(px) != 0)
+			fails++;
+		close(fd);
+		printf("tty_write: %s %s on '%s'\n", fails ? "FAIL" : "ok",
+		       mode_name[mode], text);
+		return fails ? 1 : 0;
+	}
 
 	int m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
 	char name[128];
@@ -143,6 +202,16 @@ static int run_mode(const px_config *cfg, const char *text, int mode)
 		return 1;
 
 	int fails = 0;
+	if (mode == 4) {
+		fails = read_waits(px, s, m, mode);
+		if (px_destroy(px) != 0)
+			fails++;
+		close(s);
+		close(m);
+		printf("tty_write: %s %s on '%s'\n", fails ? "FAIL" : "ok",
+		       mode_name[mode], text);
+		return fails ? 1 : 0;
+	}
 	if (mode == 2) {
 		/* A socket with a write done on it, then its number taken
 		 * over by the terminal, as close(2) and a new open would. */
@@ -230,11 +299,6 @@ static int run_mode(const px_config *cfg, const char *text, int mode)
 			"callbacks, expected one each\n", mode_name[mode],
 			atomic_load(&w.calls), atomic_load(&t.calls));
 		fails++;
-	} else if (poll_refused && w.c.error == EINVAL && w.c.bytes > 0 &&
-		   w.c.fd == s) {
-		printf("tty_write: the write ended with EINVAL after %zu bytes "
-		       "on '%s' (Linux AIO's poll refuses terminals: a known "
-		       "problem)\n", w.c.bytes, text);
 	} else if (w.c.error != 0 || w.c.bytes == 0 || w.c.fd != s ||
 		   w.c.op != PX_OP_WRITE_STREAM ||
 		   (mode == 3 && w.c.bytes != len)) {
@@ -251,8 +315,7 @@ static int run_mode(const px_config *cfg, const char *text, int mode)
 		fails++;
 	}
 	if (mode == 1 && (atomic_load(&rd.calls) != 1 ||
-			  (rd.c.error != ECANCELED &&
-			   !(poll_refused && rd.c.error == EINVAL)))) {
+			  rd.c.error != ECANCELED)) {
 		fprintf(stderr, "tty_write: FAIL (%s): the pending read: %d "
 			"callbacks, error %d\n", mode_name[mode],
 			atomic_load(&rd.calls), rd.c.error);
