@@ -469,8 +469,8 @@ static bool la_submit(px_laio *u, struct iocb **v, int *err, unsigned n)
  * both directions makes io_submit answer EINVAL.  Such a stream read or
  * write used to end with that EINVAL whenever it had to wait.  Now it
  * waits on u->held (no iocb, LA_IDLE: a cancel forgets it at once) and the
- * leader's prepare makes its call again when its time comes
- * (la_release_held, with the mutex held: the call cannot block, nbio.c),
+ * leader's prepare claims it when its time comes (la_release_held), for
+ * its call without the mutex at the start of next_completed (la_run),
  * after 1 ms, then 2, 4 and 8, then every LA_REFUSED_MAX_MS while it
  * still has to wait: a wake-up of the leader every 16 ms for as long as
  * such an operation is pending, and up to that long between the data (or
@@ -625,23 +625,27 @@ static void la_release_held(px_laio *u)
 				first = pr->held_until;
 			continue;
 		}
-		la_unlist(u, r);
 		if (!pr->refused) {
+			la_unlist(u, r);
 			la_issue(u, r, true);
 			continue;
 		}
-		/* A refused poll (la_hold_refused): the call itself. */
-		pr->refused = false;
-		la_io_load(&pr->io, pr->fe);
-		pr->tried = (uint8_t)la_try(&pr->io, r);
-		la_io_store(pr->fe, &pr->io);
-		if (pr->tried != PX_NBIO_AGAIN) {
-			la_complete(u, r, true);
+		/* A refused poll (la_hold_refused): its call, made as a fired
+		 * poll's is, by la_run without the mutex, which next_completed
+		 * calls first (the wait does not block meanwhile: prepare's
+		 * skip_wait).  Still waiting, it polls again (a descriptor
+		 * that no longer refuses waits there), is refused again and
+		 * held longer. */
+		if (u->nclaimed == PX_LAIO_EVENTS) {
+			first = now;  /* no room: the next prepare */
 			continue;
 		}
-		/* Still waiting: its poll again (a descriptor that no longer
-		 * refuses it waits there), refused again, held longer. */
-		la_issue(u, r, true);
+		la_unlist(u, r);
+		pr->refused = false;
+		pr->phase = LA_BUSY;
+		px_call_begin(r);
+		la_io_load(&pr->io, pr->fe);
+		u->claimed[u->nclaimed++] = r;
 	}
 	if (first != UINT64_MAX)
 		u->held_ms = (int)((first - now + 999999u) / 1000000u);
@@ -720,7 +724,7 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 	u->lb.n = n;
 	if (n)
 		u->submitting++;
-	u->skip_wait = !px_list_empty(&u->done);
+	u->skip_wait = !px_list_empty(&u->done) || u->nclaimed;
 	u->leader_waiting = true;
 	/* Keep the device's queue full: with files in the kernel, a wait
 	 * takes a quarter of them, so the callbacks start their successors
@@ -891,6 +895,10 @@ px_result *px__laio_next_completed(px_laio *u)
 		la_settle(u, u->lb.v, u->lb.err, u->lb.n);
 		u->lb.n = 0;
 	}
+	/* The calls of held operations whose poll was refused, claimed in
+	 * prepare (la_release_held); before any event claims more. */
+	if (u->nclaimed)
+		la_run(u);
 	for (;;) {
 		if ((l = px_list_pop_front(&u->done))) {
 			px_result *r = px_result_of_plink(l);

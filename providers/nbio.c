@@ -23,8 +23,8 @@
  *  - A terminal is the exception to "PIPE_BUF bytes after POLLOUT": it
  *    polls writable with a single byte of room, and its write then waits
  *    until everything given has gone, whatever RWF_NOWAIT says.  So a
- *    terminal in blocking mode is written through a description of its
- *    own, opened non-blocking for that one write (nb_tty_write).
+ *    terminal in blocking mode is read and written through a description
+ *    of its own, opened non-blocking for that one call (nb_tty_io).
  *  - accept sets O_NONBLOCK on a blocking listening socket (and leaves it
  *    so): a connection reset between readiness and accept4 must not block
  *    the caller.  connect sets O_NONBLOCK only around connect(2) and puts
@@ -72,7 +72,7 @@ static int nb_classify(px_nbio *io)
 
 /* The kernel refused RWF_NOWAIT: blocking, unless the rules trust the file
  * status flags and those say O_NONBLOCK; a blocking terminal is told apart
- * (its writes go through nb_tty_write). */
+ * (its calls go through nb_tty_io). */
 static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 {
 	int fl;
@@ -123,26 +123,28 @@ static ssize_t nb_writev(int fd, const struct iovec *iov, int cnt)
 }
 
 /*
- * A write to a terminal in blocking mode, which the wait (or poll(0))
- * reported writable.  The kernel's terminal write (n_tty_write) sleeps
- * until all it was given has gone unless the file is O_NONBLOCK, and a
- * terminal polls writable with one byte of room: a reader that stopped
- * (a pseudo-terminal nobody reads, a terminal stopped with ^S) would hold
- * the calling thread, the application's leader, for as long.  Making the
- * application's description O_NONBLOCK would change it for every process
- * that shares it; so the write goes through a description of our own,
- * opened non-blocking from /proc/self/fd for this write only and closed
- * after it (no cache: nothing can go stale when the application closes
- * or reuses the number).  It is the same terminal (the same device), and
- * its settings belong to the terminal, not to the description.
+ * A read or write of a terminal in blocking mode, which the wait (or
+ * poll(0)) reported ready.  The kernel's terminal write (n_tty_write)
+ * sleeps until all it was given has gone unless the file is O_NONBLOCK,
+ * and a terminal polls writable with one byte of room: a reader that
+ * stopped (a pseudo-terminal nobody reads, a terminal stopped with ^S)
+ * would hold the calling thread, the application's leader, for as long.
+ * A read is safe after POLLIN only while no other process reads the same
+ * terminal.  Making the application's description O_NONBLOCK would change
+ * it for every process that shares it; so the call goes through a
+ * description of our own, opened non-blocking from /proc/self/fd for this
+ * call only and closed after it (no cache: nothing can go stale when the
+ * application closes or reuses the number).  It is the same terminal (the
+ * same device), and its settings and queues belong to the terminal, not
+ * to the description.  Four more system calls and the close.
  *
  * Not for a pseudo-terminal's master side, whose name opens a new
  * terminal (TIOCGPTN answers only there), nor where /proc is missing or
- * the device's permissions refuse the open: then -ENOTTY, and the caller
- * writes at most PIPE_BUF bytes through the application's description,
- * which may wait for room as before.  Bytes, or -errno (-EAGAIN: no room).
+ * the device refuses the open (permissions, TIOCEXCL): then -ENOTTY, and
+ * the caller uses the application's description as before.  Bytes, or
+ * -errno (-EAGAIN: no data or no room).
  */
-static ssize_t nb_tty_write(int fd, const struct iovec *iov, int cnt)
+static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 {
 	char path[40];
 	struct stat a, b;
@@ -153,7 +155,8 @@ static ssize_t nb_tty_write(int fd, const struct iovec *iov, int cnt)
 	if (ioctl(fd, TIOCGPTN, &ptn) == 0)
 		return -ENOTTY;
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	own = open(path, O_WRONLY | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+	own = open(path, (wr ? O_WRONLY : O_RDONLY) | O_NOCTTY | O_NONBLOCK |
+			 O_CLOEXEC);
 	if (own < 0)
 		return -ENOTTY;
 	if (fstat(fd, &a) < 0 || fstat(own, &b) < 0 || !S_ISCHR(b.st_mode) ||
@@ -161,7 +164,7 @@ static ssize_t nb_tty_write(int fd, const struct iovec *iov, int cnt)
 		close(own);
 		return -ENOTTY;
 	}
-	n = nb_writev(own, iov, cnt);
+	n = wr ? nb_writev(own, iov, cnt) : readv(own, iov, cnt);
 	err = errno;
 	close(own);
 	return n < 0 ? -err : n;
@@ -194,16 +197,16 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 			rc = nb_poll_now(io->fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
-			if (!wr) {
-				n = readv(io->fd, iov, cnt);
-				break;
-			}
 			if (io->kind == PX_NBIO_KIND_TTY) {
-				n = nb_tty_write(io->fd, iov, cnt);
+				n = nb_tty_io(io->fd, iov, cnt, wr);
 				if (n == -EINTR)
 					continue;
 				if (n != -ENOTTY)
 					return n;
+			}
+			if (!wr) {
+				n = readv(io->fd, iov, cnt);
+				break;
 			}
 			/* POLLOUT promises room for PIPE_BUF bytes, no more:
 			 * so the first buffer only, cut to that (a short

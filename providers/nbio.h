@@ -28,9 +28,10 @@ enum {
 	PX_NBIO_KIND_NONBLOCK,  /* O_NONBLOCK: plain read/write */
 	PX_NBIO_KIND_BLOCKING,  /* no RWF_NOWAIT: poll(0) first, writes cut
 	                           to PIPE_BUF */
-	PX_NBIO_KIND_TTY,       /* a blocking terminal: as BLOCKING, but
-	                           written through a non-blocking description
-	                           of its own (nbio.c, nb_tty_write) */
+	PX_NBIO_KIND_TTY,       /* a blocking terminal: as BLOCKING, but read
+	                           and written through a non-blocking
+	                           description of its own (nbio.c,
+	                           nb_tty_io) */
 };
 
 /* px_nbio.flags */
