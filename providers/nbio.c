@@ -136,31 +136,39 @@ static ssize_t nb_writev(int fd, const struct iovec *iov, int cnt)
  * call only and closed after it (no cache: nothing can go stale when the
  * application closes or reuses the number).  It is the same terminal (the
  * same device), and its settings and queues belong to the terminal, not
- * to the description.  Four more system calls and the close.
+ * to the description.  Five more system calls (two ioctls, the open, one
+ * more ioctl, the close).
  *
- * Not for a pseudo-terminal's master side, whose name opens a new
- * terminal (TIOCGPTN answers only there), nor where /proc is missing or
- * the device refuses the open (permissions, TIOCEXCL): then -ENOTTY, and
- * the caller uses the application's description as before.  Bytes, or
- * -errno (-EAGAIN: no data or no room).
+ * The description must reach the very terminal the application's does,
+ * which a path does not promise: a pseudo-terminal's master side (its
+ * name, /dev/ptmx, opens a new terminal; TIOCGPTN answers only there), a
+ * hung-up terminal (its files answer EIO, and a new open would undo the
+ * hang-up: the read would lose its end of file, a write would reach the
+ * next session), /dev/tty or /dev/tty0 (they open whatever terminal is
+ * the controlling or foreground one now).  So the two must name the same
+ * device by TIOCGDEV, asked of the application's description after the
+ * open (a hang-up before the open shows there; one after it hangs up
+ * ours too).  Where that fails, where /proc is missing or the device
+ * refuses the open (permissions, TIOCEXCL): -ENOTTY, and the caller uses
+ * the application's description as before.  Bytes, or -errno (-EAGAIN:
+ * no data or no room).
  */
 static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 {
 	char path[40];
-	struct stat a, b;
-	unsigned int ptn;
+	unsigned int ptn, dev, own_dev;
 	ssize_t n;
 	int own, err;
 
-	if (ioctl(fd, TIOCGPTN, &ptn) == 0)
-		return -ENOTTY;
+	if (ioctl(fd, TIOCGPTN, &ptn) == 0 || errno == EIO)
+		return -ENOTTY;  /* a master side, or hung up */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 	own = open(path, (wr ? O_WRONLY : O_RDONLY) | O_NOCTTY | O_NONBLOCK |
 			 O_CLOEXEC);
 	if (own < 0)
 		return -ENOTTY;
-	if (fstat(fd, &a) < 0 || fstat(own, &b) < 0 || !S_ISCHR(b.st_mode) ||
-	    a.st_rdev != b.st_rdev) {
+	if (ioctl(own, TIOCGDEV, &own_dev) < 0 ||
+	    ioctl(fd, TIOCGDEV, &dev) < 0 || dev != own_dev) {
 		close(own);
 		return -ENOTTY;
 	}
