@@ -604,8 +604,10 @@ static bool la_hold(px_laio *u, px_result *r)
 	return true;
 }
 
-/* Leader, prepare: issue the polls of the held writes whose time has come,
- * and note how long the wait may last for the others (u->held_ms). */
+/* Leader, prepare: issue the polls of the held datagram writes whose time
+ * has come, claim the calls of the held operations whose poll was refused
+ * (la_hold_refused) whose time has come, and note how long the wait may
+ * last for the others (u->held_ms). */
 static void la_release_held(px_laio *u)
 {
 	uint64_t now, first = UINT64_MAX;
