@@ -994,6 +994,17 @@ int px__processor_create(struct px_proactor *px, int index,
 		p->max_leaders = p->prov->max_leaders;
 	p->ops = p->prov->ops_mask & (cfg->ops ? cfg->ops : PX_OPS_IO);
 	p->vec_ops = p->prov->vec_ops & p->ops;
+	if (cfg->ops && !p->ops) {
+		/* Every start would fail with EOPNOTSUPP: say so now. */
+		px__set_err(err, errlen,
+			   "%sprovider %s does none of the operations its ops= "
+			   "names (mask 0x%x): choose another provider or "
+			   "other operations",
+			   where, cfg->provider, (unsigned)cfg->ops);
+		p->prov->ops->destroy(p->prov);
+		free(p);
+		return -EINVAL;
+	}
 	px_list_init(&p->started);
 	px_list_init(&p->deferred);
 	px_list_init(&p->starting);

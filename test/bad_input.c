@@ -522,6 +522,14 @@ static void config_invalid_combination(void **state)
 	assert_int_equal(rc, -EINVAL);
 	assert_non_null(strstr(err, "epoll"));
 
+	/* A processor whose provider does none of its operations (POSIX
+	 * AIO has no accept or connect): refused at creation, not with
+	 * EOPNOTSUPP at every start. */
+	const char *none[] = {"posix", "ops=", NULL};
+	expect_config_error("provider=posix ops=accept,connect", none);
+	expect_config_error("epoll ; secondary: provider=posix ops=connect",
+			    none);
+
 	strcpy(cfg.primary.wait, "epoll");
 	strcpy(cfg.primary.provider, "nosuch");
 	err[0] = '\0';
