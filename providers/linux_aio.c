@@ -26,11 +26,13 @@
  * full, or the kernel is out of memory) puts the rest back at the head of
  * u->pending in order, for the next prepare.  Nothing is dropped.  At most
  * `depth` iocbs of results are claimed or in the kernel at once (the
- * context is set up for one more, the interrupt's poll), so EAGAIN is rare;
- * beyond that depth, operations wait in u->pending in start order.  Note:
- * an operation waiting for a descriptor holds a poll iocb, so depth=
- * should exceed the number of descriptors with an operation pending at
- * once; past it, later polls are armed only as earlier ones complete.
+ * context is set up for three more: the interrupt's poll, the watch's and
+ * the spill set's), so EAGAIN is rare; beyond that depth, operations wait
+ * in u->pending in start order.  An operation waiting for a descriptor
+ * holds a poll iocb, and polls take at most u->poll_cap places (the depth
+ * less an eighth): the polls past that wait in an epoll set instead (see
+ * la_spill), so many idle descriptors never keep a file operation or an
+ * accept out of the context.
  *
  * Locking.  Claim, then unlock (docs/ARCHITECTURE.md, "The mutex"): a
  * claimed iocb is off u->pending and counted in u->inkernel before the
@@ -91,6 +93,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -132,7 +135,8 @@ enum {
 };
 
 /* Which list la_priv.slink is on. */
-enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL, LA_ON_HELD };
+enum { LA_NOLIST = 0, LA_ON_PENDING, LA_ON_RECANCEL, LA_ON_HELD,
+       LA_ON_SPILL };
 
 typedef struct px_laio_fd {
 	px_fdq_entry fq;    /* one FIFO per direction */
@@ -145,6 +149,11 @@ typedef struct px_laio_fd {
 	uint8_t rd_skip;    /* read starts since the last such try */
 	bool positional;    /* a file operation found it has offsets (not a
 	                       pipe, FIFO, socket or terminal: la_no_offsets) */
+	uint8_t spill_dirs; /* directions whose head waits in the spill set
+	                       (bit PX_FDQ_RD, PX_FDQ_WR): la_spill */
+	bool spill_reg;     /* the number was added to the spill set (the
+	                       registration may be disabled, or gone with a
+	                       close) */
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -241,11 +250,15 @@ static int la_try(px_nbio *io, px_result *r)
 /* Lists and completion (mutex held)                                    */
 /* ------------------------------------------------------------------ */
 
+static void la_spill_off(px_laio *u, px_result *r);
+
 static void la_unlist(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 
-	if (pr->slist == LA_ON_PENDING)
+	if (pr->slist == LA_ON_SPILL)
+		la_spill_off(u, r);
+	else if (pr->slist == LA_ON_PENDING)
 		px_list_remove(&u->pending, &pr->slink);
 	else if (pr->slist == LA_ON_RECANCEL)
 		px_list_remove(&u->recancel, &pr->slink);
@@ -402,19 +415,193 @@ static void la_recancel(px_laio *u)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
-/* Take up to max pending iocbs, within the depth, for one io_submit. */
+/*
+ * Polls past the context's share.  Every stream operation that waits holds
+ * a poll iocb, so an idle server with as many connections waiting as the
+ * context's depth used to fill it, and a later accept, file read or read
+ * waited behind them in u->pending until one of them completed: for good,
+ * on a server whose clients were all quiet.  Now at most u->poll_cap
+ * polls (the depth less an eighth, at least one place kept for files) go
+ * to the context; the others wait in an epoll set (u->spill_ep, made when
+ * first needed), on u->spilled, phase LA_POLL, their descriptor
+ * registered one-shot for the directions whose head waits there
+ * (la_fd.spill_dirs, bit PX_FDQ_RD or PX_FDQ_WR).  One poll iocb watches
+ * the set (u->spill_cb, in the batch of the claim that needs it); when it
+ * fires, next_completed takes the set's reports (la_spill_take) and
+ * claims their operations for their calls as a fired poll's (LA_BUSY,
+ * la_run); one that finds nothing goes back to u->pending and is polled
+ * again, in the context if it has room by then.  A cancel forgets a
+ * spilled operation at once (la_unlist takes its direction off the
+ * registration).  The registration is keyed by number: one left behind
+ * by a descriptor closed with close(2) is gone with it, and a disabled
+ * one (one-shot) reports nothing; a report for a number with no
+ * operation in the set is ignored, one for an operation whose descriptor
+ * is not ready ends in EAGAIN and a new wait.  Mutex held throughout.
+ */
+static uint32_t la_spill_events(unsigned dirs)
+{
+	return (dirs & (1u << PX_FDQ_RD) ? (uint32_t)EPOLLIN : 0u) |
+	       (dirs & (1u << PX_FDQ_WR) ? (uint32_t)EPOLLOUT : 0u) |
+	       (uint32_t)EPOLLONESHOT;
+}
+
+/* fe's registration in the set: the directions dirs (0: none). */
+static int la_spill_set(px_laio *u, la_fd *fe, unsigned dirs)
+{
+	struct epoll_event ev = { .events = la_spill_events(dirs) };
+	int op = fe->spill_reg ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+	ev.data.fd = fe->fq.fd;
+	if (!dirs) {
+		/* (ENOENT: closed, or its number reused since; nothing to
+		 * remove) */
+		if (fe->spill_reg)
+			(void)epoll_ctl(u->spill_ep, EPOLL_CTL_DEL, fe->fq.fd,
+					NULL);
+		fe->spill_reg = false;
+		fe->spill_dirs = 0;
+		return 0;
+	}
+	if (epoll_ctl(u->spill_ep, op, fe->fq.fd, &ev) < 0) {
+		/* What fe remembers is stale: the number was closed (its
+		 * registration went with it) or reused after a DEL. */
+		if (errno != (op == EPOLL_CTL_MOD ? ENOENT : EEXIST))
+			return -errno;
+		op = op == EPOLL_CTL_MOD ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+		if (epoll_ctl(u->spill_ep, op, fe->fq.fd, &ev) < 0)
+			return -errno;
+	}
+	fe->spill_reg = true;
+	fe->spill_dirs = (uint8_t)dirs;
+	return 0;
+}
+
+/* r, pending with its poll, waits in the set instead.  False: no set
+ * (out of descriptors or memory), or the kernel refuses the descriptor
+ * (EPERM: a regular file); r stays pending. */
+static bool la_spill(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	unsigned bit = 1u << px__fdq_dir(r->c.op);
+
+	if (u->spill_ep < 0) {
+		u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
+		if (u->spill_ep < 0)
+			return false;
+	}
+	if (la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit) < 0)
+		return false;
+	la_unlist(u, r);
+	pr->slist = LA_ON_SPILL;
+	px_list_push_back(&u->spilled, &pr->slink);
+	return true;
+}
+
+/* r leaves the set (its report came, a cancel, a failure). */
+static void la_spill_off(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	unsigned bit = 1u << px__fdq_dir(r->c.op);
+
+	px_list_remove(&u->spilled, &pr->slink);
+	pr->slist = LA_NOLIST;
+	if (pr->fe->spill_dirs & bit)
+		(void)la_spill_set(u, pr->fe, pr->fe->spill_dirs & ~bit);
+}
+
+/* The watch's poll fired: claim the operations the set reports ready, as
+ * many as u->claimed has room for (the rest stay reported: the watch's
+ * next poll fires at once). */
+static void la_spill_take(px_laio *u)
+{
+	struct epoll_event ev[PX_LAIO_EVENTS / 2];
+	int max = (int)(PX_LAIO_EVENTS - u->nclaimed) / 2, n;
+
+	if (max <= 0 || u->spill_ep < 0)
+		return;
+	n = epoll_wait(u->spill_ep, ev, max, 0);
+	for (int i = 0; i < n; i++) {
+		px_fdq_entry *fq = px_fdq_lookup(&u->fdq, ev[i].data.fd);
+		la_fd *fe;
+		unsigned armed, fired = 0;
+
+		if (!fq)
+			continue;
+		fe = px_container_of(fq, la_fd, fq);
+		armed = fe->spill_dirs;
+		if (ev[i].events & (EPOLLERR | EPOLLHUP))
+			fired = armed;
+		if (ev[i].events & EPOLLIN)
+			fired |= 1u << PX_FDQ_RD;
+		if (ev[i].events & EPOLLOUT)
+			fired |= 1u << PX_FDQ_WR;
+		fired &= armed;
+		/* One-shot: the registration reports nothing more until it is
+		 * set again, for the directions still waiting. */
+		fe->spill_dirs = 0;
+		for (int dir = 0; dir < 2; dir++) {
+			px_result *r;
+			struct la_priv *pr;
+
+			if (!(fired & (1u << dir)))
+				continue;
+			r = px_fdq_head(&fe->fq, dir);
+			if (!r || la_priv(r)->slist != LA_ON_SPILL)
+				continue;
+			pr = la_priv(r);
+			px_list_remove(&u->spilled, &pr->slink);
+			pr->slist = LA_NOLIST;
+			pr->phase = LA_BUSY;
+			px_call_begin(r);
+			la_io_load(&pr->io, fe);
+			pr->io.reported = 1;
+			u->claimed[u->nclaimed++] = r;
+		}
+		if (armed & ~fired)
+			(void)la_spill_set(u, fe, armed & ~fired);
+	}
+}
+
+/* Every operation in the set fails with err: the context refused the
+ * watch's poll for good. */
+static void la_spill_fail(px_laio *u, int err)
+{
+	px_link *l;
+
+	while ((l = px_list_first(&u->spilled)))
+		la_fail(u, la_result_of_slink(l), err, true);
+}
+
+/* Take up to max - 1 pending iocbs, within the depth, for one io_submit,
+ * and the spill set's watch when it must go too (so max >= 2).  Polls past
+ * u->poll_cap go to the spill set instead. */
 static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 {
 	unsigned n = 0;
 	px_link *l;
 
-	while (n < max && u->inkernel < u->depth &&
-	       (l = px_list_first(&u->pending))) {
+	while (n + 1 < max && (l = px_list_first(&u->pending))) {
 		px_result *r = la_result_of_slink(l);
+		struct la_priv *pr = la_priv(r);
+
+		if (pr->phase == LA_POLL &&
+		    u->inkernel - u->files_inkernel >= u->poll_cap &&
+		    la_spill(u, r))
+			continue;
+		if (u->inkernel >= u->depth)
+			break;
 		la_unlist(u, r);
 		u->inkernel++;
-		u->files_inkernel += la_priv(r)->phase == LA_OP;
-		v[n++] = &la_priv(r)->cb;
+		u->files_inkernel += pr->phase == LA_OP;
+		v[n++] = &pr->cb;
+	}
+	if (!u->spill_armed && !px_list_empty(&u->spilled)) {
+		io_prep_poll(&u->spill_cb, u->spill_ep, POLLIN);
+		u->spill_cb.data = NULL;
+		if (u->use_resfd)
+			io_set_eventfd(&u->spill_cb, u->resfd);
+		u->spill_armed = true;
+		v[n++] = &u->spill_cb;
 	}
 	return n;
 }
@@ -518,6 +705,14 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		if (v[k] == &u->intr_cb) {
 			u->intr_armed = false;
 			again = true;
+			continue;
+		}
+		if (v[k] == &u->spill_cb) {
+			u->spill_armed = false;
+			if (err[k] == EAGAIN)
+				again = true;
+			else
+				la_spill_fail(u, err[k]);
 			continue;
 		}
 		if (v[k] == &u->watch_cb) {
@@ -685,6 +880,24 @@ static void la_writers_retry(px_laio *u)
 			struct io_event ev;
 			int rc;
 
+			/* One waiting in the spill set (la_spill) is taken
+			 * out and claimed for its call, as if reported. */
+			if (pr->slist == LA_ON_SPILL) {
+				px_result *r = la_result_of_slink(&pr->slink);
+
+				if (u->wtick - pr->wstamp < 2 || pr->cancel_req ||
+				    u->nclaimed == PX_LAIO_EVENTS)
+					continue;
+				pr->wstamp = u->wtick;
+				la_unlist(u, r);
+				pr->phase = LA_BUSY;
+				pr->retry = true;
+				px_call_begin(r);
+				la_io_load(&pr->io, pr->fe);
+				pr->io.reported = 1;
+				u->claimed[u->nclaimed++] = r;
+				continue;
+			}
 			/* Only a poll in the kernel (not pending, held, in a
 			 * batch being submitted, fired or being cancelled)
 			 * that was issued before the last period began. */
@@ -722,7 +935,7 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 	u->watch_want = false;
 	la_release_held(u);
 	la_writers_retry(u);
-	n += la_claim(u, u->lb.v + n, u->depth);
+	n += la_claim(u, u->lb.v + n, u->depth + 1);
 	u->lb.n = n;
 	if (n)
 		u->submitting++;
@@ -807,6 +1020,13 @@ static void la_event(px_laio *u, const struct io_event *e)
 		/* The watched descriptor is readable: this wait has done its
 		 * part (waking the leader); the dispatcher leads its owner. */
 		u->watch_armed = false;
+		return;
+	}
+	if (e->obj == &u->spill_cb) {
+		/* The spill set has reports: next_completed takes them once
+		 * the claims of this batch have run. */
+		u->spill_armed = false;
+		u->spill_fired = true;
 		return;
 	}
 	r = e->data;
@@ -913,6 +1133,13 @@ px_result *px__laio_next_completed(px_laio *u)
 			 * calls of every poll that fired. */
 			while (u->iev < u->nev)
 				la_event(u, &u->ev[u->iev++]);
+			if (u->nclaimed)
+				la_run(u);
+			continue;
+		}
+		if (u->spill_fired) {
+			u->spill_fired = false;
+			la_spill_take(u);
 			if (u->nclaimed)
 				la_run(u);
 			continue;
@@ -1074,7 +1301,8 @@ static int la_cancel(px_provider *p, px_result *r)
 	 * LA_IDLE, which below would complete it a second time. */
 	if (pr->on_done)
 		return PX_CANCEL_PENDING;
-	if (pr->phase == LA_IDLE || pr->slist == LA_ON_PENDING) {
+	if (pr->phase == LA_IDLE || pr->slist == LA_ON_PENDING ||
+	    pr->slist == LA_ON_SPILL) {
 		/* Not in the kernel: forget it now.  A descriptor's next
 		 * operation may have become pending: the leader submits it. */
 		la_fail(u, r, ECANCELED, false);
@@ -1132,6 +1360,8 @@ static void la_destroy(px_provider *p)
 		close(u->intr_fd);
 	if (u->resfd >= 0)
 		close(u->resfd);
+	if (u->spill_ep >= 0)
+		close(u->spill_ep);
 	px__fdq_fini(&u->fdq);
 	free(u->lb.v);
 	free(u->lb.err);
@@ -1150,10 +1380,10 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	if (!u)
 		return -ENOMEM;
 	(void)px__rwf_nosignal(); /* probed now, not in the first write */
-	u->intr_fd = u->resfd = u->watch_fd = -1;
-	/* Two more events than depth: the native interrupt's poll and the
-	 * watch's. */
-	rc = io_setup((int)depth + 2, &u->ctx);
+	u->intr_fd = u->resfd = u->watch_fd = u->spill_ep = -1;
+	/* Three more events than depth: the native interrupt's poll, the
+	 * watch's and the spill set's. */
+	rc = io_setup((int)depth + 3, &u->ctx);
 	if (rc < 0) {
 		/* EAGAIN: fs.aio-max-nr used up (see the class's explain);
 		 * ENOSYS: no AIO in this kernel; EPERM: seccomp. */
@@ -1161,6 +1391,10 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		return rc;
 	}
 	u->depth = depth;
+	/* An eighth of the context, at least one place, is kept for file
+	 * operations; polls past the rest wait in the spill set. */
+	u->poll_cap = depth - (depth / 8 ? depth / 8 : 1);
+	px_list_init(&u->spilled);
 	px_list_init(&u->pending);
 	px_list_init(&u->done);
 	px_list_init(&u->recancel);
@@ -1169,8 +1403,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->writers);
 	u->writers_ms = -1;
 	px__fdq_init(&u->fdq, sizeof(la_fd));
-	u->lb.v = calloc(depth + 2, sizeof(*u->lb.v));
-	u->lb.err = calloc(depth + 2, sizeof(*u->lb.err));
+	u->lb.v = calloc(depth + 3, sizeof(*u->lb.v));
+	u->lb.err = calloc(depth + 3, sizeof(*u->lb.err));
 	if (!u->lb.v || !u->lb.err) {
 		rc = -ENOMEM;
 		goto fail;

@@ -108,6 +108,17 @@ typedef struct px_laio {
 	bool watch_armed;           /* watch_cb is in the kernel or the batch */
 	bool watch_off;             /* io_submit refused the watch's poll */
 
+	/* Polls past the context's share for them wait in an epoll set of
+	 * their own (la_spill in providers/linux_aio.c), which one poll iocb
+	 * watches, so that file operations always find room in the
+	 * context. */
+	unsigned poll_cap;          /* polls in the kernel at most */
+	int spill_ep;               /* the set, or -1 until first needed */
+	struct iocb spill_cb;       /* the poll iocb on spill_ep */
+	bool spill_armed;           /* spill_cb is in the kernel or a batch */
+	bool spill_fired;           /* it fired: take the set's reports */
+	px_list spilled;            /* results waiting in the set (slink) */
+
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;
 

@@ -45,6 +45,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -62,6 +64,7 @@ typedef struct op {
 	atomic_int calls;
 	int error;
 	size_t bytes;
+	int new_fd;
 } op;
 
 static atomic_int extra_calls;
@@ -76,6 +79,7 @@ static void op_cb(const px_completion *c)
 	}
 	o->error = c->error;
 	o->bytes = c->bytes;
+	o->new_fd = c->new_fd;
 }
 
 static px_proactor *make(const char *text)
@@ -121,6 +125,191 @@ static uint8_t pattern(size_t pos, int seed)
 }
 
 /* ------------------------------------------------------------------ */
+
+/*
+ * More descriptors waiting than the context holds: each idle read holds a
+ * poll, so with depth=4 the twelve reads below used to fill the context
+ * and a later file read, accept or read waited in the provider's queue
+ * until one of them completed (for good on an idle server).  Now polls
+ * past the context's share for them wait in an epoll set.  Checked on the
+ * three waits: the later file read and accept complete at once, cancels
+ * and data reach the reads that wait there, each operation completes
+ * exactly once, and px_destroy ends the ones still waiting.
+ */
+#define IDLE_N 12
+
+static bool drain_within(px_proactor *px, op *v, size_t n, int ms)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		size_t done = 0;
+		for (size_t i = 0; i < n; i++)
+			done += atomic_load(&v[i].calls) != 0;
+		if (done == n)
+			return true;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 +
+		    (t.tv_nsec - t0.tv_nsec) / 1000000 > ms)
+			return false;
+		px_handle_events(px, 10);
+	}
+}
+
+static void run_idle_over_depth(const char *engine)
+{
+	int sv[IDLE_N][2], lsv[2] = { -1, -1 };
+	char bufs[IDLE_N][32], fbuf[64], path[64];
+	static op reads[IDLE_N], again[IDLE_N];
+	op fop, aop, cop, late;
+	char lbuf[8];
+
+	memset(reads, 0, sizeof(reads));
+	memset(again, 0, sizeof(again));
+	memset(&fop, 0, sizeof(fop));
+	memset(&aop, 0, sizeof(aop));
+	memset(&cop, 0, sizeof(cop));
+	memset(&late, 0, sizeof(late));
+	px_proactor *px = make(engine);
+	for (int i = 0; i < IDLE_N; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][1], bufs[i],
+						sizeof(bufs[i]), op_cb,
+						&reads[i]), 0);
+	}
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 1);
+	for (int i = 0; i < IDLE_N; i++)
+		assert_int_equal(atomic_load(&reads[i].calls), 0);
+
+	/* A file read behind them. */
+	int fd = scratch(0, path, sizeof(path));
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(pwrite(fd, "file bytes", 10, 0), 10);
+	assert_int_equal(px_read_file(px, fd, fbuf, sizeof(fbuf), 0, op_cb,
+				      &fop), 0);
+	if (!drain_within(px, &fop, 1, 3000))
+		fail_msg("engine '%s': a file read behind %d idle reads did "
+			 "not complete", engine, IDLE_N);
+	assert_int_equal(fop.error, 0);
+	assert_int_equal(fop.bytes, 10);
+	assert_memory_equal(fbuf, "file bytes", 10);
+
+	/* An accept whose connection comes later (a poll of its own). */
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	assert_int_equal(px_accept(px, lfd, op_cb, &aop), 0);
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 1);
+	int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(cfd >= 0);
+	assert_int_equal(connect(cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	if (!drain_within(px, &aop, 1, 3000))
+		fail_msg("engine '%s': an accept behind %d idle reads did not "
+			 "complete", engine, IDLE_N);
+	assert_int_equal(aop.error, 0);
+
+	/* Cancel three of the idle reads; data for the rest, twice. */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(px_cancel(px, sv[i][1]), 1);
+	for (int i = 3; i < IDLE_N; i++)
+		assert_int_equal(write(sv[i][0], "0123456789", 10), 10);
+	if (!drain_within(px, reads, IDLE_N, 3000))
+		fail_msg("engine '%s': an idle read did not complete", engine);
+	for (int i = 0; i < IDLE_N; i++) {
+		assert_int_equal(atomic_load(&reads[i].calls), 1);
+		if (i < 3) {
+			assert_int_equal(reads[i].error, ECANCELED);
+			continue;
+		}
+		assert_int_equal(reads[i].error, 0);
+		assert_int_equal(reads[i].bytes, 10);
+		assert_memory_equal(bufs[i], "0123456789", 10);
+		assert_int_equal(px_read_stream(px, sv[i][1], bufs[i],
+						sizeof(bufs[i]), op_cb,
+						&again[i]), 0);
+	}
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 1);
+	for (int i = 3; i < IDLE_N; i += 2)
+		assert_int_equal(write(sv[i][0], "abc", 3), 3);
+	for (int i = 3; i < IDLE_N; i += 2) {
+		if (!drain_within(px, &again[i], 1, 3000))
+			fail_msg("engine '%s': a second read did not complete",
+				 engine);
+		assert_int_equal(again[i].error, 0);
+		assert_int_equal(again[i].bytes, 3);
+		assert_memory_equal(bufs[i], "abc", 3);
+	}
+	/* The peer of one waiting read goes away: end of stream. */
+	close(sv[4][0]);
+	sv[4][0] = -1;
+	if (!drain_within(px, &again[4], 1, 3000))
+		fail_msg("engine '%s': a read whose peer closed did not "
+			 "complete", engine);
+	assert_int_equal(again[4].error, 0);
+	assert_int_equal(again[4].bytes, 0);
+
+	/* One more read on a fresh pair, then px_destroy with it and the
+	 * other reads still waiting: each completes once. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    lsv), 0);
+	assert_int_equal(px_read_stream(px, lsv[1], lbuf, sizeof(lbuf), op_cb,
+					&late), 0);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&late.calls), 1);
+	for (int i = 3; i < IDLE_N; i++)
+		assert_int_equal(atomic_load(&again[i].calls), 1);
+	assert_int_equal(atomic_load(&fop.calls), 1);
+	assert_int_equal(atomic_load(&aop.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+
+	if (aop.new_fd >= 0)
+		close(aop.new_fd);
+	for (int i = 0; i < IDLE_N; i++) {
+		if (sv[i][0] >= 0)
+			close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	close(lsv[0]);
+	close(lsv[1]);
+	close(cfd);
+	close(lfd);
+	close(fd);
+}
+
+static void test_idle_over_depth_native(void **state)
+{
+	(void)state;
+	run_idle_over_depth("linux-aio depth=4");
+}
+
+static void test_idle_over_depth_dedicated(void **state)
+{
+	(void)state;
+	run_idle_over_depth("linux-aio-dedicated depth=4");
+}
+
+static void test_idle_over_depth_epoll(void **state)
+{
+	(void)state;
+	run_idle_over_depth("provider=linux_aio wait=epoll depth=4");
+}
+
+static void test_idle_over_depth_one(void **state)
+{
+	(void)state;
+	run_idle_over_depth("linux-aio depth=1");
+}
 
 static void test_odirect_aligned(void **state)
 {
@@ -948,6 +1137,10 @@ int main(void)
 		cmocka_unit_test(test_over_depth_shared),
 		cmocka_unit_test(test_over_depth_dedicated),
 		cmocka_unit_test(test_over_depth_epoll),
+		cmocka_unit_test(test_idle_over_depth_native),
+		cmocka_unit_test(test_idle_over_depth_dedicated),
+		cmocka_unit_test(test_idle_over_depth_epoll),
+		cmocka_unit_test(test_idle_over_depth_one),
 		cmocka_unit_test(test_inject_shared),
 		cmocka_unit_test(test_inject_dedicated),
 		cmocka_unit_test(test_inject_tiny_epoll),
