@@ -154,6 +154,9 @@ typedef struct px_laio_fd {
 	bool spill_reg;     /* the number was added to the spill set (the
 	                       registration may be disabled, or gone with a
 	                       close) */
+	bool poll_refused;  /* io_submit refused its poll (la_hold_refused):
+	                       its polls go to the spill set; forgotten
+	                       when idle */
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -376,6 +379,7 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	if (px_fdq_idle(&fe->fq)) {
 		fe->kind = PX_NBIO_KIND_UNKNOWN;
 		fe->nbflags = 0;
+		fe->poll_refused = false;
 	}
 	if (!deliver)
 		return;
@@ -585,7 +589,8 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		struct la_priv *pr = la_priv(r);
 
 		if (pr->phase == LA_POLL &&
-		    u->inkernel - u->files_inkernel >= u->poll_cap &&
+		    (pr->fe->poll_refused ||
+		     u->inkernel - u->files_inkernel >= u->poll_cap) &&
 		    la_spill(u, r))
 			continue;
 		if (u->inkernel >= u->depth)
@@ -655,15 +660,15 @@ static bool la_submit(px_laio *u, struct iocb **v, int *err, unsigned n)
  * queue only: a terminal (its read and write queues) or a FIFO opened for
  * both directions makes io_submit answer EINVAL.  Such a stream read or
  * write used to end with that EINVAL whenever it had to wait.  Now it
- * waits on u->held (no iocb, LA_IDLE: a cancel forgets it at once) and the
+ * waits in the spill set (la_spill: epoll takes such files), and so do
+ * the later polls of its descriptor until the descriptor goes idle
+ * (la_fd.poll_refused).  Should the set refuse it too, it waits on
+ * u->held (no iocb, LA_IDLE: a cancel forgets it at once) and the
  * leader's prepare claims it when its time comes (la_release_held), for
  * its call without the mutex at the start of next_completed (la_run),
  * after 1 ms, then 2, 4 and 8, then every LA_REFUSED_MAX_MS while it
- * still has to wait: a wake-up of the leader every 16 ms for as long as
- * such an operation is pending, and up to that long between the data (or
- * the room) coming and the call.  Only stream operations on what is not
- * known as a socket or a file; any other EINVAL stays the operation's.
- * Mutex held.
+ * still has to wait.  Only stream operations on what is not known as a
+ * socket or a file; any other EINVAL stays the operation's.  Mutex held.
  */
 #define LA_REFUSED_MAX_MS 16u
 
@@ -678,6 +683,13 @@ static bool la_hold_refused(px_laio *u, px_result *r)
 	    pr->fe->kind == PX_NBIO_KIND_FILE ||
 	    (r->c.op != PX_OP_READ_STREAM && r->c.op != PX_OP_WRITE_STREAM))
 		return false;
+	if (la_spill(u, r)) {
+		pr->fe->poll_refused = true;
+		/* A leader blocked in the kernel waits without the set's
+		 * watch: its next prepare sends it. */
+		la_wake_leader(u);
+		return true;
+	}
 	if (px_link_linked(&pr->wlink))
 		px_list_remove(&u->writers, &pr->wlink);
 	pr->phase = LA_IDLE;

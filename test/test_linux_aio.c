@@ -47,6 +47,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pty.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -309,6 +310,67 @@ static void test_idle_over_depth_one(void **state)
 {
 	(void)state;
 	run_idle_over_depth("linux-aio depth=1");
+}
+
+/*
+ * A terminal's read: io_submit refuses its poll (a terminal waits on two
+ * queues), and the read used to be retried on a timer, a wake-up of the
+ * leader every 16 ms for as long as it waited.  It now waits in the
+ * provider's epoll set: half a second of waiting takes a handful of
+ * leader turns (the test's own 100 ms calls), not about thirty, and the
+ * bytes typed at the master still arrive.
+ */
+static void run_tty_read_waits_quietly(const char *engine)
+{
+	int m, s;
+	char buf[16];
+	op o;
+	struct px_stats st;
+
+	memset(&o, 0, sizeof(o));
+	if (openpty(&m, &s, NULL, NULL, NULL) != 0) {
+		printf("skip: openpty: %s\n", strerror(errno));
+		skip();
+	}
+	px_proactor *px = make(engine);
+	assert_int_equal(px_read_stream(px, s, buf, sizeof(buf), op_cb, &o), 0);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 100);
+	assert_int_equal(atomic_load(&o.calls), 0);
+	assert_int_equal(px_stats(px, &st), 0);
+	if (st.leader_turns > 15)
+		fail_msg("engine '%s': %llu leader turns in 0.5 s while a "
+			 "terminal read waited", engine,
+			 (unsigned long long)st.leader_turns);
+	assert_int_equal(write(m, "typed\n", 6), 6);
+	if (!drain_within(px, &o, 1, 3000))
+		fail_msg("engine '%s': the terminal read did not complete",
+			 engine);
+	assert_int_equal(o.error, 0);
+	assert_int_equal(o.bytes, 6);
+	assert_memory_equal(buf, "typed\n", 6);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(s);
+	close(m);
+}
+
+static void test_tty_read_native(void **state)
+{
+	(void)state;
+	run_tty_read_waits_quietly("linux-aio");
+}
+
+static void test_tty_read_epoll(void **state)
+{
+	(void)state;
+	run_tty_read_waits_quietly("provider=linux_aio wait=epoll");
+}
+
+static void test_tty_read_dedicated(void **state)
+{
+	(void)state;
+	run_tty_read_waits_quietly("linux-aio-dedicated");
 }
 
 static void test_odirect_aligned(void **state)
@@ -1141,6 +1203,9 @@ int main(void)
 		cmocka_unit_test(test_idle_over_depth_dedicated),
 		cmocka_unit_test(test_idle_over_depth_epoll),
 		cmocka_unit_test(test_idle_over_depth_one),
+		cmocka_unit_test(test_tty_read_native),
+		cmocka_unit_test(test_tty_read_epoll),
+		cmocka_unit_test(test_tty_read_dedicated),
 		cmocka_unit_test(test_inject_shared),
 		cmocka_unit_test(test_inject_dedicated),
 		cmocka_unit_test(test_inject_tiny_epoll),
