@@ -480,25 +480,28 @@ static int la_spill_set(px_laio *u, la_fd *fe, unsigned dirs)
 	return 0;
 }
 
-/* r, pending with its poll, waits in the set instead.  False: no set
- * (out of descriptors or memory), or the kernel refuses the descriptor
- * (EPERM: a regular file); r stays pending. */
-static bool la_spill(px_laio *u, px_result *r)
+/* r, pending with its poll, waits in the set instead: 0.  Else -errno
+ * and r stays where it was: no set (out of descriptors or memory), the
+ * kernel refuses the descriptor (EPERM: a regular file), or the number
+ * is not open (EBADF). */
+static int la_spill(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 	unsigned bit = 1u << px__fdq_dir(r->c.op);
+	int rc;
 
 	if (u->spill_ep < 0) {
 		u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
 		if (u->spill_ep < 0)
-			return false;
+			return -errno;
 	}
-	if (la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit) < 0)
-		return false;
+	rc = la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit);
+	if (rc < 0)
+		return rc;
 	la_unlist(u, r);
 	pr->slist = LA_ON_SPILL;
 	px_list_push_back(&u->spilled, &pr->slink);
-	return true;
+	return 0;
 }
 
 /* r leaves the set (its report came, a cancel, a failure). */
@@ -590,9 +593,19 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 
 		if (pr->phase == LA_POLL &&
 		    (pr->fe->poll_refused ||
-		     u->inkernel - u->files_inkernel >= u->poll_cap) &&
-		    la_spill(u, r))
-			continue;
+		     u->inkernel - u->files_inkernel >= u->poll_cap)) {
+			int rc = la_spill(u, r);
+			if (rc == 0)
+				continue;
+			/* Closed under it (close(2) without px_close): its
+			 * poll would fail so at io_submit; it must not hold
+			 * up what is pending behind it while the context is
+			 * full. */
+			if (rc == -EBADF && u->inkernel >= u->depth) {
+				la_fail(u, r, EBADF, true);
+				continue;
+			}
+		}
 		if (u->inkernel >= u->depth)
 			break;
 		la_unlist(u, r);
@@ -683,7 +696,7 @@ static bool la_hold_refused(px_laio *u, px_result *r)
 	    pr->fe->kind == PX_NBIO_KIND_FILE ||
 	    (r->c.op != PX_OP_READ_STREAM && r->c.op != PX_OP_WRITE_STREAM))
 		return false;
-	if (la_spill(u, r)) {
+	if (la_spill(u, r) == 0) {
 		pr->fe->poll_refused = true;
 		/* A leader blocked in the kernel waits without the set's
 		 * watch: its next prepare sends it. */
@@ -721,10 +734,14 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		}
 		if (v[k] == &u->spill_cb) {
 			u->spill_armed = false;
-			if (err[k] == EAGAIN)
+			if (err[k] == EAGAIN) {
 				again = true;
-			else
+				/* A leader blocked in the kernel would not
+				 * send it again before some other event. */
+				la_wake_leader(u);
+			} else {
 				la_spill_fail(u, err[k]);
+			}
 			continue;
 		}
 		if (v[k] == &u->watch_cb) {
