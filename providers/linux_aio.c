@@ -419,6 +419,20 @@ static void la_recancel(px_laio *u)
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
+/* Claim r, whose descriptor is (or is taken as) ready, for its call
+ * without the mutex in the next la_run; reported: a poll said so (else it
+ * is a try on a timer: la_release_held).  Leader, mutex held. */
+static void la_claim_call(px_laio *u, px_result *r, bool reported)
+{
+	struct la_priv *pr = la_priv(r);
+
+	pr->phase = LA_BUSY;
+	px_call_begin(r);
+	la_io_load(&pr->io, pr->fe);
+	pr->io.reported = reported;
+	u->claimed[u->nclaimed++] = r;
+}
+
 /*
  * Polls past the context's share.  Every stream operation that waits holds
  * a poll iocb, so an idle server with as many connections waiting as the
@@ -558,11 +572,7 @@ static void la_spill_take(px_laio *u)
 			pr = la_priv(r);
 			px_list_remove(&u->spilled, &pr->slink);
 			pr->slist = LA_NOLIST;
-			pr->phase = LA_BUSY;
-			px_call_begin(r);
-			la_io_load(&pr->io, fe);
-			pr->io.reported = 1;
-			u->claimed[u->nclaimed++] = r;
+			la_claim_call(u, r, true);
 		}
 		if (armed & ~fired)
 			(void)la_spill_set(u, fe, armed & ~fired);
@@ -868,10 +878,7 @@ static void la_release_held(px_laio *u)
 		}
 		la_unlist(u, r);
 		pr->refused = false;
-		pr->phase = LA_BUSY;
-		px_call_begin(r);
-		la_io_load(&pr->io, pr->fe);
-		u->claimed[u->nclaimed++] = r;
+		la_claim_call(u, r, false);
 	}
 	if (first != UINT64_MAX)
 		u->held_ms = (int)((first - now + 999999u) / 1000000u);
@@ -919,12 +926,8 @@ static void la_writers_retry(px_laio *u)
 					continue;
 				pr->wstamp = u->wtick;
 				la_unlist(u, r);
-				pr->phase = LA_BUSY;
 				pr->retry = true;
-				px_call_begin(r);
-				la_io_load(&pr->io, pr->fe);
-				pr->io.reported = 1;
-				u->claimed[u->nclaimed++] = r;
+				la_claim_call(u, r, true);
 				continue;
 			}
 			/* Only a poll in the kernel (not pending, held, in a
@@ -1089,11 +1092,7 @@ static void la_event(px_laio *u, const struct io_event *e)
 	}
 	/* Ready: claim it; its call runs after this batch of events, with
 	 * the mutex released (la_run). */
-	pr->phase = LA_BUSY;
-	px_call_begin(r);
-	la_io_load(&pr->io, pr->fe);
-	pr->io.reported = 1;     /* its poll fired */
-	u->claimed[u->nclaimed++] = r;
+	la_claim_call(u, r, true);  /* its poll fired */
 }
 
 /* The calls of the results la_event claimed, with the mutex released
