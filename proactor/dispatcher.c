@@ -934,6 +934,20 @@ lead:
 	if (px->nfollowers_long && !px->stopped && !px->destroying &&
 	    disp_unled_work(px))
 		px__dispatch_wake_follower(px);
+	/* Leaving results queued that no thread was told of: a post made
+	 * from one of this call's callbacks woke nobody, counting on this
+	 * thread to come back to the queue, and the call returns after its
+	 * batch or its timeout.  A follower asleep looks at the queue within
+	 * its bound; with none, a leader blocked in the kernel would find
+	 * them only when its wait ends (up to its bound: a chain of posts
+	 * outliving px_handle_events(px, 100) stalled 250 ms to 1 s,
+	 * test/lifecycle_races.c, post_chain_outlives_bounded_call), so it
+	 * is interrupted.  (Waking a follower here as well woke one about
+	 * every other call on the epoll engine's busy loops; the
+	 * interrupts are tens a second there, none on io_uring.) */
+	if (!px_list_empty(&px->completed) && !px->nfollowers &&
+	    !px->stopped && !px->destroying)
+		disp_interrupt_shared_leader(px);
 	/* Counted on for a timer (px__dispatch_timer_moved) and leaving
 	 * before it: another thread must look at it. */
 	if (timer_duty && px->ntheap && !px->stopped && !px->destroying)

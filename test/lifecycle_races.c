@@ -2106,6 +2106,89 @@ static void leader_leaves_work_to_follower(void **state)
 	late_rounds(*state, ll_round, "R2");
 }
 
+/* A chain of posts, each made from the callback of the one before, that
+ * outlives the bounded call running it: the thread in px_handle_events(px,
+ * 100) returns after its batch of callbacks with the chain's next post
+ * queued, and the only other thread leads, blocked in the kernel.  A post
+ * from a callback wakes nobody (its thread comes back to the queue by
+ * itself), so the leader saw the rest of the chain only at the end of its
+ * wait, about a second later (886-891 ms on epoll and io_uring, a
+ * helper's review of 2026-12-05).  Now a call that leaves results queued
+ * with no follower to take them interrupts the leader.  The chain must
+ * end within LV_LATE_MS of the call's return. */
+#define PC_LINKS 200
+
+static struct {
+	px_proactor *px;
+	atomic_int links, loop_started;
+	pthread_t loop;
+	uint64_t end_ns;
+} pc;
+
+static void pc_link_cb(const px_completion *c)
+{
+	(void)c;
+	int k = atomic_fetch_add(&pc.links, 1) + 1;
+	if (k == 1) {
+		/* The first link starts the other loop thread and lets it
+		 * settle into its wait before the chain goes on. */
+		if (pthread_create(&pc.loop, NULL, one_loop_main, pc.px)) {
+			h_bad("pthread_create failed");
+			return;
+		}
+		atomic_store(&pc.loop_started, 1);
+		h_sleep_ms(LV_HOLD_MS);
+	}
+	if (k == PC_LINKS) {
+		pc.end_ns = h_now_ns();
+		return;
+	}
+	int rc = px_post(pc.px, pc_link_cb, NULL);
+	if (rc)
+		h_bad("a post from the chain: %d", rc);
+}
+
+/* One round: how late the chain ended after the call returned, in ms. */
+static unsigned long long pc_round(h_fx *f)
+{
+	memset(&pc, 0, sizeof pc);
+	pc.px = f->px;
+	/* A read that gets no data keeps the processor busy: the other
+	 * thread leads it, blocked in the kernel, rather than sleeping as a
+	 * follower, whom the leaving call would wake. */
+	int sv[2];
+	char buf[8];
+	h_socketpair(f, sv);
+	h_rec *idle = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, sizeof buf,
+					h_rec_cb, idle), 0);
+	assert_int_equal(px_post(f->px, pc_link_cb, NULL), 0);
+	int n = px_handle_events(f->px, 100);
+	uint64_t t0 = h_now_ns();
+	int links_then = atomic_load(&pc.links);
+	bool done = h_wait_at_least(&pc.links, PC_LINKS, PROMPT_MS);
+	uint64_t late_ms = done && pc.end_ns > t0 ? (pc.end_ns - t0) / MS : 0;
+	px_stop(f->px);
+	if (atomic_load(&pc.loop_started))
+		pthread_join(pc.loop, NULL);
+	h_assert_no_bad("post_chain_outlives_bounded_call");
+	if (n < 1)
+		fail_msg("px_handle_events(px, 100) ran no callback (%d)", n);
+	print_message("the call ran %d of the %d links\n", links_then,
+		      PC_LINKS);
+	if (!done)
+		fail_msg("a chain of posts stopped at %d of %d links after the "
+			 "call that ran it returned (another thread was in "
+			 "px_handle_events(px, -1))", atomic_load(&pc.links),
+			 PC_LINKS);
+	return late_ms;
+}
+
+static void post_chain_outlives_bounded_call(void **state)
+{
+	late_rounds(*state, pc_round, "a chain of posts");
+}
+
 /* ------------------------------------------------------------------ */
 /* 9. A dedicated leader while completions wait for a loop thread       */
 /* ------------------------------------------------------------------ */
@@ -2439,6 +2522,7 @@ int main(int argc, char **argv)
 		T(create_destroy_cycles_leave_nothing),
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
+		T(post_chain_outlives_bounded_call),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
