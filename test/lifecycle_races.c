@@ -1967,7 +1967,9 @@ static unsigned long long lv_round(h_fx *f)
  * run; 47 runs by hand, some beside two busy loops, never were).  So a
  * late round is run again, on a fresh proactor, up to three rounds in
  * all, and only three late rounds fail, as for fault.c's
- * cancel_frees_slot_for_deferred.  what: the read, for the messages. */
+ * cancel_frees_slot_for_deferred.  what: the read, for the messages; it
+ * is due when its data arrives (a chain of posts: when the call that ran
+ * its first links returns). */
 static void late_rounds(h_fx *f, unsigned long long (*one)(h_fx *),
 			const char *what)
 {
@@ -1985,12 +1987,12 @@ static void late_rounds(h_fx *f, unsigned long long (*one)(h_fx *),
 		late[round] = one(f);
 		if (late[round] <= LV_LATE_MS)
 			break;
-		printf("round %d: %s completed %llu ms after its data "
-		       "arrived; once more\n", round + 1, what, late[round]);
+		printf("round %d: %s completed %llu ms after it was due; "
+		       "once more\n", round + 1, what, late[round]);
 	}
 	if (round == 3)
-		fail_msg("%s completed %llu, %llu and %llu ms after its data "
-			 "arrived in three rounds: the thread in "
+		fail_msg("%s completed %llu, %llu and %llu ms after it was "
+			 "due in three rounds: the thread in "
 			 "px_handle_events(px, -1) slept on after the thread "
 			 "that started it left (at most %d ms)", what,
 			 late[0], late[1], late[2], LV_LATE_MS);
@@ -2186,7 +2188,7 @@ static unsigned long long pc_round(h_fx *f)
 
 static void post_chain_outlives_bounded_call(void **state)
 {
-	late_rounds(*state, pc_round, "a chain of posts");
+	late_rounds(*state, pc_round, "the last link of a chain of posts");
 }
 
 /* ------------------------------------------------------------------ */
