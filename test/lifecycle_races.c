@@ -2130,7 +2130,11 @@ static struct {
 static void pc_link_cb(const px_completion *c)
 {
 	(void)c;
-	int k = atomic_fetch_add(&pc.links, 1) + 1;
+	/* One link runs at a time (each is posted by the one before), so
+	 * the count is read here and raised before the next post; the last
+	 * link raises it after writing end_ns, which the main thread reads
+	 * once the count is complete. */
+	int k = atomic_load(&pc.links) + 1;
 	if (k == 1) {
 		/* The first link starts the other loop thread and lets it
 		 * settle into its wait before the chain goes on. */
@@ -2143,8 +2147,10 @@ static void pc_link_cb(const px_completion *c)
 	}
 	if (k == PC_LINKS) {
 		pc.end_ns = h_now_ns();
+		atomic_store(&pc.links, k);
 		return;
 	}
+	atomic_store(&pc.links, k);
 	int rc = px_post(pc.px, pc_link_cb, NULL);
 	if (rc)
 		h_bad("a post from the chain: %d", rc);
