@@ -2356,12 +2356,25 @@ static void ur_submit_taken(px_uring_ring *rg)
 	 * a read cancelled and closed meanwhile took the data of the socket
 	 * that got its number next (a helper's review of 2026-12-05).  So
 	 * wait until it has taken them all, waking it whenever it has gone
-	 * to sleep; after the first yields, in 50 us naps. */
+	 * to sleep; after the first yields, in 50 us naps.  One exception:
+	 * older kernels (5.10 among them) refuse submissions while
+	 * completions overflow the CQ, until they are reaped, which the
+	 * mutex held here keeps from happening; with the overflow flag up
+	 * the wait still ends after 10 ms. */
 	unsigned tail = sq->sqe_tail;
+	uint64_t overflow_end = 0;
 	while ((int)(tail - io_uring_smp_load_acquire(sq->khead)) > 0) {
-		if (IO_URING_READ_ONCE(*sq->kflags) & IORING_SQ_NEED_WAKEUP)
+		unsigned kflags = IO_URING_READ_ONCE(*sq->kflags);
+		if (kflags & IORING_SQ_NEED_WAKEUP)
 			(void)io_uring_enter((unsigned)rg->ring.ring_fd, 0, 0,
 					     IORING_ENTER_SQ_WAKEUP, NULL);
+		if (kflags & IORING_SQ_CQ_OVERFLOW) {
+			uint64_t now = px__now_ns();
+			if (!overflow_end)
+				overflow_end = now + 10000000u;
+			else if (now >= overflow_end)
+				break;
+		}
 		if (++spins < 64) {
 			sched_yield();
 		} else {
