@@ -534,7 +534,6 @@ static void unconnected_unix_read_keeps_poll_first(void **state)
 
 typedef struct sq_app {
 	px_proactor *px;
-	atomic_bool *stop;
 	int rounds, stolen, lost;
 } sq_app;
 
@@ -621,7 +620,7 @@ static void sqpoll_cancel_then_reuse(void **state)
 		assert_int_equal(pthread_create(&hogs[i], NULL, sq_hog_main,
 						&stop), 0);
 	for (int i = 0; i < SQ_APPS; i++) {
-		a[i] = (sq_app){ .px = px, .stop = &stop };
+		a[i] = (sq_app){ .px = px };
 		assert_int_equal(pthread_create(&apps[i], NULL, sq_app_main,
 						&a[i]), 0);
 	}
