@@ -240,12 +240,91 @@ static void sigio_interrupt_wakes_every_time(void **state)
 		fail_msg("%d of 6 connects from outside took over 300 ms", slow);
 }
 
+/* A descriptor the application put in signal-driven mode itself (O_ASYNC,
+ * its own owner, SIGIO) is shared with it: the wait polls it and leaves
+ * its owner, its signal and O_ASYNC alone, both when its read completes
+ * and when px_destroy ends a read still pending (its SIGIO must go on
+ * reaching the application after the proactor is gone). */
+static atomic_int g_own_reads;
+
+static void on_own_read(const px_completion *c)
+{
+	if (c->error == 0 && c->bytes == 1)
+		atomic_fetch_add(&g_own_reads, 1);
+	else if (c->error == ECANCELED)
+		atomic_fetch_add(&g_own_reads, 100);
+}
+
+static void assert_app_async(int fd)
+{
+	struct f_owner_ex o;
+
+	assert_int_equal(fcntl(fd, F_GETFL) & O_ASYNC, O_ASYNC);
+	assert_int_equal(fcntl(fd, F_GETOWN_EX, &o), 0);
+	assert_int_equal(o.type, F_OWNER_PID);
+	assert_int_equal(o.pid, getpid());
+	assert_int_equal(fcntl(fd, F_GETSIG), 0);
+}
+
+static void application_async_left_alone(void **state)
+{
+	char err[256] = "", buf[2];
+	int sv[2];
+	sigset_t io, old;
+	pthread_t th;
+
+	(void)state;
+	/* SIGIO blocked here and in the loop thread created below: the
+	 * test's own signals stay pending rather than end the process. */
+	sigemptyset(&io);
+	sigaddset(&io, SIGIO);
+	pthread_sigmask(SIG_BLOCK, &io, &old);
+	int rc = px_create(&g_px, "linux-rt-dedicated", err, sizeof(err));
+	if (rc == -ENOSYS || rc == -EPERM) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(fcntl(sv[0], F_SETOWN, getpid()), 0);
+	assert_int_equal(fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_ASYNC), 0);
+	atomic_store(&g_own_reads, 0);
+	atomic_store(&g_stop, 0);
+	assert_int_equal(pthread_create(&th, NULL, loop, NULL), 0);
+	/* A read that completes: the descriptor goes idle. */
+	assert_int_equal(px_read_stream(g_px, sv[0], buf, 1, on_own_read, NULL), 0);
+	usleep(20 * 1000);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	uint64_t t0 = now_ms();
+	while (atomic_load(&g_own_reads) < 1 && now_ms() - t0 < 3000)
+		usleep(200);
+	assert_int_equal(atomic_load(&g_own_reads), 1);
+	assert_app_async(sv[0]);
+	/* A read pending when the proactor goes. */
+	assert_int_equal(px_read_stream(g_px, sv[0], buf, 1, on_own_read, NULL), 0);
+	usleep(20 * 1000);
+	atomic_store(&g_stop, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(px_destroy(g_px), 0);
+	g_px = NULL;
+	assert_int_equal(atomic_load(&g_own_reads), 101);
+	assert_app_async(sv[0]);
+	close(sv[0]);
+	close(sv[1]);
+	/* Drop the SIGIO the test raised, then restore the mask. */
+	const struct timespec zero = { 0, 0 };
+	while (sigtimedwait(&io, NULL, &zero) > 0)
+		;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(shared_is_refused),
 		cmocka_unit_test(overflow_every_read_once),
 		cmocka_unit_test(sigio_interrupt_wakes_every_time),
+		cmocka_unit_test(application_async_left_alone),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -68,8 +68,8 @@
  * blocked in every thread that led (for good: the dedicated thread, or a
  * thread that led during px_destroy); a process-directed SIGIO the
  * application sends may be taken by the leader (it only costs a full
- * poll).  A descriptor the application itself set to O_ASYNC is taken
- * over (its owner and signal), polled (see "Dups") and left with O_ASYNC.
+ * poll).  A descriptor the application itself set to O_ASYNC keeps its
+ * owner, its signal and O_ASYNC: it is polled (see "Dups"), never owned.
  */
 #include <fcntl.h>
 #include <poll.h>
@@ -595,7 +595,8 @@ static void lrt_destroy(px_poller *pl)
 	struct lrt *w = lrt_of(pl);
 
 	for (size_t i = 0; i < w->n; i++) {
-		if (w->slot[i].async)
+		/* As in lrt_remove: only what this wait turned on. */
+		if (w->slot[i].async && w->slot[i].mine)
 			lrt_disown(w->slot[i].reg->fd);
 		w->slot[i].reg->slot = 0;
 		w->slot[i].reg->armed = 0;
