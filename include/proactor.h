@@ -477,7 +477,11 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * same number before the pending operations have completed, the
  * behaviour is undefined (they may run on the new file).  The library
  * keeps the descriptors it makes while it runs (POSIX AIO's dups, for
- * one) and the sockets px_accept delivers off such numbers.  Use px_close,
+ * one) and the sockets px_accept delivers off such numbers.  POSIX AIO
+ * is slower to follow the rule: glibc's aio_cancel refuses a closed
+ * number, so a request glibc still holds queued for a helper ends only
+ * when a helper comes free, which a stream read on a quiet pipe or socket
+ * can delay without limit (README.md).  Use px_close,
  * which cancels, waits and then closes, so that the number is free only
  * once nothing of the proactor refers to it.
  */
