@@ -554,6 +554,9 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
  * ECANCELED.  Returns 0, -ENOENT if it already fired or never existed, or
  * -EINVAL for a NULL px.  A one-shot timer whose deadline has passed has
  * fired, even if its callback has not run yet (it then says error 0).
+ * px_destroy cancels every pending timer, a one-shot one past its deadline
+ * whose callback has not run included (ECANCELED), before it runs their
+ * callbacks: a px_timer_cancel from one of them returns -ENOENT.
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
