@@ -453,7 +453,8 @@ PX_API int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 PX_API int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
 
 /* Connect a socket to addr.  The socket's file status flags are the same
- * after completion as before. */
+ * after completion as before.  -EALREADY while another connect on fd has
+ * not finished (its callback may start the next one). */
 PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 	       socklen_t addrlen, px_callback *cb, void *user);
 

@@ -749,6 +749,26 @@ static int fac_check_iov(px_start_args *a)
 	return 0;
 }
 
+/* Has fd a connect that has not finished (started, deferred, or being
+ * started)?  One that finished and waits for its callback, or whose
+ * callback runs (a retry from it), does not count.  Mutex held. */
+static bool fac_connect_pending(struct px_proactor *px, int fd)
+{
+	px_fdops *e = fac_ops_of(px, fd);
+
+	if (!e)
+		return false;
+	for (px_link *l = px_list_first(&e->ops); l; l = px_list_next(&e->ops, l)) {
+		const px_result *o = px_container_of(l, px_result, flink);
+
+		if (o->c.op == PX_OP_CONNECT &&
+		    (o->state == PX_RS_INITIALIZED || o->state == PX_RS_STARTED ||
+		     o->state == PX_RS_DEFERRED))
+			return true;
+	}
+	return false;
+}
+
 static int fac_start(struct px_proactor *px, const px_start_args *a)
 {
 	if (!px)
@@ -781,6 +801,15 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	/* A descriptor being closed by px_close takes no new operations. */
 	if (!px_list_empty(&px->closing) && fac_closing_of(px, a->fd)) {
 		rc = -EBADF;
+		goto out;
+	}
+	/* A connect while another one on fd is still under way: refused, as
+	 * connect(2) refuses it.  Queued behind the first, it waited after
+	 * that one's deadline or cancel for the socket to turn writable (up
+	 * to the kernel's last SYN retry on Linux AIO, about 2 s on the
+	 * readiness engines), where io_uring tried it at once. */
+	if (a->op == PX_OP_CONNECT && fac_connect_pending(px, a->fd)) {
+		rc = -EALREADY;
 		goto out;
 	}
 	px_processor *p = NULL;

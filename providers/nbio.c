@@ -629,7 +629,14 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 	if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0) {
 		err = errno;
 	} else if (soerr) {
+		/* Failed (refused, unreachable, timed out).  Linux keeps the
+		 * socket marked as connecting until its next connect(2), so
+		 * a later px_connect on it would say ECONNABORTED where a
+		 * blocking connect(2), and the io_uring engine, leave it
+		 * ready to connect again: this call (ECONNABORTED, the error
+		 * taken) clears the mark. */
 		err = soerr;
+		(void)nb_connect_finish(io, *conn, r);
 	} else {
 		/* No error: connected, or a stale wake-up while still in
 		 * progress. */

@@ -690,6 +690,149 @@ static void connect_refused(void **state)
 	assert_int_equal(atomic_load(&r->calls), 1);
 }
 
+/* A socket whose connect was refused connects when asked again, as after
+ * a blocking connect(2): the second px_connect completes with 0 and a
+ * third with EISCONN, on every engine, blocking socket or not.  The
+ * engines that connect in non-blocking mode gave ECONNABORTED to the
+ * second (Linux keeps such a socket marked as connecting until its next
+ * connect(2)), and 0 only to the third (a helper's review of
+ * 2026-12-05). */
+static void connect_again_after_refused_one(h_fx *f, bool nonblocking)
+{
+	struct sockaddr_in *closed = h_alloc(f, sizeof *closed);
+	struct sockaddr_in *open_ = h_alloc(f, sizeof *open_);
+	(void)h_bound_socket(f, SOCK_STREAM, closed);
+	int l = h_bound_socket(f, SOCK_STREAM, open_);
+	assert_int_equal(listen(l, 8), 0);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (nonblocking)
+		fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+	int flags_before = fcntl(c, F_GETFL);
+	const int want[3] = { ECONNREFUSED, 0, EISCONN };
+	const struct sockaddr_in *to[3] = { closed, open_, open_ };
+
+	for (int i = 0; i < 3; i++) {
+		h_rec *r = h_rec_new(f);
+		assert_int_equal(px_connect(f->px, c, (const struct sockaddr *)to[i],
+					    sizeof *to[i], h_rec_cb, r),
+				 0);
+		h_wait_rec(f, r, 5000, "connect");
+		assert_common(r, f->px, PX_OP_CONNECT, c);
+		if (r->c.error != want[i])
+			fail_msg("connect %d of a %sblocking socket (after a "
+				 "refused one) completed with %d (%s), expected "
+				 "%d (%s)", i + 1, nonblocking ? "non-" : "",
+				 r->c.error, strerror(r->c.error), want[i],
+				 strerror(want[i]));
+		assert_int_equal(fcntl(c, F_GETFL), flags_before);
+	}
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof peer;
+	assert_int_equal(getpeername(c, (struct sockaddr *)&peer, &pl), 0);
+	assert_int_equal(peer.sin_port, open_->sin_port);
+}
+
+static void connect_again_after_refused(void **state)
+{
+	connect_again_after_refused_one(*state, false);
+	connect_again_after_refused_one(*state, true);
+}
+
+/* A px_connect while another connect on the socket is under way is
+ * refused at once with -EALREADY (no callback), on every engine, as
+ * connect(2) refuses it; the first completes as usual; one started from
+ * the first's callback (a retry) is accepted.  Queued behind the first,
+ * it used to wait after that one's deadline for the socket to turn
+ * writable: about 2 s on the readiness engines, until the kernel's last
+ * SYN retry on Linux AIO, at once on io_uring (a helper's review of
+ * 2026-12-05). */
+static struct {
+	h_fx *f;
+	int fd;
+	const struct sockaddr_in *to;
+	h_rec *again;
+	atomic_int rc;
+} cs;
+
+static void cs_first_cb(const px_completion *c)
+{
+	h_rec_cb(c);
+	atomic_store(&cs.rc, px_connect(c->proactor, cs.fd,
+					(const struct sockaddr *)cs.to,
+					sizeof *cs.to, h_rec_cb, cs.again));
+}
+
+static void connect_while_connecting_refused(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *full = h_alloc(f, sizeof *full);
+	struct sockaddr_in *closed = h_alloc(f, sizeof *closed);
+	struct sockaddr_in *open_ = h_alloc(f, sizeof *open_);
+	/* A listener whose accept queue is full drops SYNs: a connect to it
+	 * stays under way (the kernel retries the SYN after 1 s, 3 s...). */
+	int lf = h_bound_socket(f, SOCK_STREAM, full);
+	assert_int_equal(listen(lf, 0), 0);
+	for (int i = 0; i < 4; i++) {
+		int k = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+						   SOCK_CLOEXEC, 0));
+		(void)connect(k, (const struct sockaddr *)full, sizeof *full);
+	}
+	h_sleep_ms(50);
+	(void)h_bound_socket(f, SOCK_STREAM, closed);
+	int l = h_bound_socket(f, SOCK_STREAM, open_);
+	assert_int_equal(listen(l, 8), 0);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+					   SOCK_CLOEXEC, 0));
+	h_rec *r1 = h_rec_new(f), *r2 = h_rec_new(f);
+
+	assert_int_equal(px_connect(f->px, c, (const struct sockaddr *)full,
+				    sizeof *full, h_rec_cb, r1),
+			 0);
+	h_settle(f, 20);
+	if (atomic_load(&r1->calls)) {
+		printf("the connect to a full accept queue finished (%s): "
+		       "skipped\n", strerror(r1->c.error));
+		skip();
+	}
+	assert_int_equal(px_connect(f->px, c, (const struct sockaddr *)open_,
+				    sizeof *open_, h_rec_cb, r2),
+			 -EALREADY);
+	assert_int_equal(px_cancel(f->px, c), 1);
+	h_wait_rec(f, r1, 5000, "the cancelled connect");
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&r1->calls), 1);
+	assert_int_equal(r1->c.error, ECANCELED);
+	assert_int_equal(atomic_load(&r2->calls), 0);
+
+	/* A retry from the callback of a finished one is no second connect
+	 * under way. */
+	int c2 = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+					    SOCK_CLOEXEC, 0));
+	h_rec *r3 = h_rec_new(f);
+	memset(&cs, 0, sizeof cs);
+	cs.f = f;
+	cs.fd = c2;
+	cs.to = open_;
+	cs.again = h_rec_new(f);
+	atomic_store(&cs.rc, 1);
+	assert_int_equal(px_connect(f->px, c2, (const struct sockaddr *)closed,
+				    sizeof *closed, cs_first_cb, r3),
+			 0);
+	h_wait_rec(f, r3, 5000, "the refused connect");
+	if (r3->c.error != ECONNREFUSED)
+		fail_msg("the connect to a closed port completed with %d (%s), "
+			 "expected ECONNREFUSED", r3->c.error,
+			 strerror(r3->c.error));
+	assert_int_equal(atomic_load(&cs.rc), 0);
+	h_wait_rec(f, cs.again, 5000, "the connect from its callback");
+	if (cs.again->c.error)
+		fail_msg("the connect started from the refused one's callback "
+			 "completed with %d (%s)", cs.again->c.error,
+			 strerror(cs.again->c.error));
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&cs.again->calls), 1);
+}
+
 /* An AF_UNIX listener whose backlog is full answers a non-blocking
  * connect(2) with EAGAIN and makes a blocking one wait for room.  Every
  * engine gives EAGAIN for a non-blocking socket; for a blocking one the
@@ -2055,6 +2198,8 @@ int main(int argc, char **argv)
 		T(accept_and_connect_tcp),
 		T(accept_and_connect_tcp_nonblocking),
 		T(connect_refused),
+		T(connect_again_after_refused),
+		T(connect_while_connecting_refused),
 		T(connect_to_a_full_unix_backlog),
 		T(close_under_pending_read),
 		T(cancel_pending_read),
