@@ -693,6 +693,19 @@ static void step(uint8_t op, uint8_t a, uint8_t b, const uint8_t *more,
 			if (!closed)
 				fail("a start on an open descriptor failed with "
 				     "EBADF", n);
+		} else if (rc == -EALREADY && kind == 25) {
+			/* Refused while another connect on fd is under way:
+			 * one must have been started and not called back. */
+			int pending = 0;
+			for (int k = 0; k < n; k++)
+				if (g_rec[k].op == PX_OP_CONNECT &&
+				    g_rec[k].fd == r->fd && g_rec[k].started &&
+				    !g_rec[k].calls)
+					pending = 1;
+			if (!pending)
+				fail("a connect was refused with EALREADY with "
+				     "no other connect pending on its "
+				     "descriptor", n);
 		} else if (rc != -EMFILE) {
 			fprintf(stderr, "fuzz_api: step kind %d on fd %d "
 				"returned %d (%s)\n", kind, fd, rc,
