@@ -112,6 +112,9 @@ struct px_paio {
 	bool intr_pending;          /* written and not yet drained */
 	bool suspend_idle;          /* the last aio_suspend timed out with
 	                               requests in it (leader only) */
+	bool idle_poll;             /* nothing in flight and no read made:
+	                               the next wait polls the eventfd */
+	bool idle_drained;          /* that poll read the eventfd (leader) */
 
 	/* sigwait wait: the signal, the pointers the leader took off the
 	 * queue during its wait (leader only), and whether to scan. */

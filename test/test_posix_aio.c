@@ -632,6 +632,99 @@ static void aio_threads_one(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Idle proactors and glibc's one pool of helpers                       */
+/* ------------------------------------------------------------------ */
+
+/* glibc's helpers are one pool per process.  The aiocb wait used to keep
+ * a helper in its interrupt read from create to destroy, so proactors
+ * idling on it (a loop thread each, nothing in flight), as many as
+ * aio_threads + 1, held every helper, and a file read on any other
+ * POSIX AIO proactor queued for good (found by a review of 2026-12-06:
+ * two idle ones with aio_threads=1).  An idle one now waits on its eventfd
+ * with poll and holds no helper.  In a child process ("idle-helpers"):
+ * aio_threads=1, so the pool has two helpers; three idle proactors, then
+ * a read on a fourth with each wait, which must complete.  Exit codes: 2
+ * set-up, 3 + i the read on wait i never completed, 10 a wrong read. */
+enum { IH_IDLE = 3 };
+
+static atomic_bool ih_quit;
+
+static void *ih_loop(void *arg)
+{
+	while (!atomic_load(&ih_quit))
+		px_handle_events(arg, 20);
+	return NULL;
+}
+
+static int idle_helpers_child(void)
+{
+	static const char *const cwaits[] = { "aiocb", "callback", "sigwait" };
+	char path[] = "/tmp/px_paio_XXXXXX", text[96];
+	px_proactor *idle[IH_IDLE];
+	pthread_t t[IH_IDLE];
+	int fd = mkstemp(path), rc = 0;
+	sigset_t rt;
+
+	if (fd < 0)
+		return 2;
+	unlink(path);
+	if (pwrite(fd, "0123456789abcdef", 16, 0) != 16)
+		return 2;
+	/* The sigwait proactor's signal goes to the process: blocked in
+	 * every thread, as README asks. */
+	sigemptyset(&rt);
+	for (int s = SIGRTMIN + 4; s <= SIGRTMAX; s++)
+		sigaddset(&rt, s);
+	pthread_sigmask(SIG_BLOCK, &rt, NULL);
+	for (int i = 0; i < IH_IDLE; i++) {
+		if (px_create(&idle[i], "provider=posix wait=aiocb aio_threads=1",
+			      NULL, 0) < 0 ||
+		    pthread_create(&t[i], NULL, ih_loop, idle[i]))
+			return 2;
+	}
+	sleep_ms(100);   /* every idle loop thread has waited */
+	for (int w = 0; w < 3 && !rc; w++) {
+		static char buf[16];
+		px_proactor *px;
+		rec r = { 0 };
+
+		snprintf(text, sizeof(text), "provider=posix wait=%s", cwaits[w]);
+		if (px_create(&px, text, NULL, 0) < 0 ||
+		    px_read_file(px, fd, buf, sizeof(buf), 0, rec_cb, &r) < 0)
+			return 2;
+		for (int i = 0; i < 250 && !atomic_load(&r.calls); i++)
+			px_handle_events(px, 20);
+		if (!atomic_load(&r.calls)) {
+			printf("wait=%s: the read beside %d idle proactors never "
+			       "completed\n", cwaits[w], IH_IDLE);
+			fflush(stdout);
+			_exit(3 + w);   /* the read holds px: no destroy */
+		}
+		if (r.error || r.bytes != 16 || memcmp(buf, "0123456789abcdef", 16))
+			rc = 10;
+		px_destroy(px);
+	}
+	atomic_store(&ih_quit, true);
+	for (int i = 0; i < IH_IDLE; i++) {
+		pthread_join(t[i], NULL);
+		if (px_destroy(idle[i]) < 0)
+			rc = 2;
+	}
+	close(fd);
+	return rc;
+}
+
+static void idle_proactors_leave_helpers(void **state)
+{
+	(void)state;
+	int rc = run_child("idle-helpers");
+	if (rc)
+		fail_msg("idle aiocb proactors beside a busy one: the child "
+			 "failed with %d (3-5: the read on wait=aiocb, callback or "
+			 "sigwait never completed)", rc);
+}
+
+/* ------------------------------------------------------------------ */
 /* A deadline on the head of a number's queue in glibc                  */
 /* ------------------------------------------------------------------ */
 
@@ -1314,6 +1407,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(queued_read_refused),
 		cmocka_unit_test(ready_fd_and_watch),
 		cmocka_unit_test(aio_threads_one),
+		cmocka_unit_test(idle_proactors_leave_helpers),
 		cmocka_unit_test(reused_number_gets_its_write),
 		cmocka_unit_test(deadline_on_queue_head),
 	};
@@ -1323,6 +1417,8 @@ int main(int argc, char **argv)
 		return overflow_child();
 	if (argc > 1 && !strcmp(argv[1], "one-helper"))
 		return one_helper_child();
+	if (argc > 1 && !strcmp(argv[1], "idle-helpers"))
+		return idle_helpers_child();
 	if (argc > 1 && !strncmp(argv[1], "cancel-head-", 12))
 		return cancel_head_child(argv[1] + 12);
 #if PX_TEST_TSAN

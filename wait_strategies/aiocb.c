@@ -25,9 +25,9 @@
  * and reaps every request whose aio_error is no longer EINPROGRESS.
  *
  * The interrupt.  aio_suspend only watches aiocbs (a signal would race
- * with the call, which takes no signal mask), so the interrupt is one of
- * them: an 8-byte aio_read on an eventfd, in the array whenever glibc
- * has taken it (see below).  interrupt()
+ * with the call, which takes no signal mask), so while requests are in
+ * flight the interrupt is one of them: an 8-byte aio_read on an eventfd,
+ * in the array whenever glibc has taken it (see below).  interrupt()
  * writes 1 to the eventfd, the helper's read returns and so does
  * aio_suspend; next_completed() sees it finished and queues the next read.
  * The read keeps one glibc helper thread for itself.  At destroy it is
@@ -35,7 +35,18 @@
  * memory, no helper thread), the list goes without it and the wait is
  * bounded to AIOCB_SHORT_MS, so that a start from another thread waits at
  * most that long; each prepare tries the read again.
+ *
+ * Idle.  glibc's helpers are one pool for the whole process, so a read
+ * kept by a proactor with nothing in flight takes a helper from every
+ * other user of POSIX AIO: idle proactors as many as aio_threads left
+ * the others' requests queued for good.  So the read is made only while
+ * requests are in flight (none at create); a prepare that finds nothing
+ * in flight ends the read it has (one write: the helper goes back to the
+ * pool) and, once that read is reaped, the wait is a poll(2) of the
+ * eventfd itself, drained by the leader: no aiocb, no helper.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -68,11 +79,39 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 
 	(void)started;
 	p->retry_soon = !px_list_empty(&p->again);
-	/* glibc may refuse the interrupt's read (EAGAIN: no memory, no
-	 * helper thread).  The list then goes without it, its wait is
-	 * bounded like a short list's, and the next prepare tries again. */
-	if (!p->intr_armed)
+	p->idle_poll = false;
+	if (px_list_empty(&p->inflight)) {
+		/* Nothing in flight: give the interrupt's helper back (see
+		 * "Idle").  A read still queued in glibc is taken back at
+		 * once; one a helper runs is ended by a write, the wait over
+		 * it alone lasts until the helper has read that, and the next
+		 * prepare polls. */
+		if (p->intr_armed &&
+		    aio_cancel(p->intr_efd, &p->intr_cb) != AIO_NOTCANCELED &&
+		    aio_error(&p->intr_cb) != EINPROGRESS) {
+			aio_return(&p->intr_cb);
+			p->intr_armed = false;
+			p->intr_pending = false;
+			p->list_valid = false;
+		}
+		if (!p->intr_armed) {
+			p->idle_poll = true;
+			return 0;
+		}
+		if (!p->intr_pending) {
+			uint64_t one = 1;
+			p->intr_pending = true;
+			while (write(p->intr_efd, &one, sizeof(one)) < 0 &&
+			       errno == EINTR)
+				;
+		}
+	} else if (!p->intr_armed) {
+		/* glibc may refuse the interrupt's read (EAGAIN: no memory,
+		 * no helper thread).  The list then goes without it, its wait
+		 * is bounded like a short list's, and the next prepare tries
+		 * again. */
 		aiocb_arm(p);
+	}
 	/* The interrupt's read holds a helper thread.  When glibc cannot
 	 * have another (aio_threads reached, or pthread_create refused),
 	 * the requests queue behind that read and nothing ever ends it:
@@ -132,6 +171,25 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 		tsp = &ts;
 	}
+	if (p->idle_poll) {
+		/* Nothing in flight, no read on the eventfd: wait on it
+		 * here.  Only the leader reads it now, so a read after POLLIN
+		 * does not block; next_completed() clears intr_pending under
+		 * the lock. */
+		struct pollfd pfd = { .fd = p->intr_efd, .events = POLLIN };
+		uint64_t v;
+
+		rc = poll(&pfd, 1, timeout_ms);
+		p->scan = true;
+		if (rc < 0)
+			return errno == EINTR ? 0 : -errno;
+		if (rc == 0)
+			return 0;
+		while (read(p->intr_efd, &v, sizeof(v)) < 0 && errno == EINTR)
+			;
+		p->idle_drained = true;
+		return 1;
+	}
 	if (!p->nlist) {
 		/* No interrupt and nothing in flight: sleep out the bound. */
 		if (timeout_ms > 0)
@@ -155,14 +213,20 @@ static px_result *aiocb_next_completed(px_wait *w)
 
 	if ((r = px__paio_next_failed(p)))
 		return r;
+	if (p->idle_drained) {
+		p->idle_drained = false;
+		p->intr_pending = false;
+	}
 	if (p->intr_armed && aio_error(&p->intr_cb) != EINPROGRESS) {
 		aio_return(&p->intr_cb);
 		p->intr_armed = false;
 		p->intr_pending = false;
 		/* The list holds the finished read: rebuilt in any case (with
-		 * the new read, or without one if glibc refuses it). */
+		 * the new read while requests are in flight, or without one
+		 * if glibc refuses it or nothing is: see "Idle"). */
 		p->list_valid = false;
-		aiocb_arm(p);
+		if (!px_list_empty(&p->inflight))
+			aiocb_arm(p);
 	}
 	if (!p->scan)
 		return NULL;
@@ -215,8 +279,6 @@ const px_intr_ops px__intr_aiocb_ops = {
 
 int px__paio_aiocb_init(px_paio *p)
 {
-	int rc;
-
 	/* Blocking: the helper's read waits for the write. */
 	p->intr_efd = eventfd(0, EFD_CLOEXEC);
 	if (p->intr_efd < 0)
@@ -230,13 +292,8 @@ int px__paio_aiocb_init(px_paio *p)
 	p->cap = AIOCB_LIST_MIN;
 	p->wait.ops = &px__wait_aiocb_ops;
 	p->intr.ops = &px__intr_aiocb_ops;
-	rc = aiocb_arm(p);
-	if (rc < 0) {
-		free(p->list);
-		p->list = NULL;
-		close(p->intr_efd);
-		return rc;
-	}
+	/* No read yet: the first prepare with requests in flight makes it
+	 * (see "Idle"). */
 	return 0;
 }
 
