@@ -16,6 +16,9 @@
  * a multiple of the alignment, so the last block is read and written
  * rounded up (the padding is zeros) and DST is then cut to SRC's size.
  *
+ * DST must keep offsets (a regular file or a device): a pipe, a socket or
+ * a terminal is refused, since the blocks are written in any order.
+ *
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
@@ -253,6 +256,8 @@ static long long size_arg(const char *s)
 		unit = 1024, end++;
 	else if (*end == 'M' || *end == 'm')
 		unit = 1024 * 1024, end++;
+	else if (*end == 'G' || *end == 'g')
+		unit = 1024 * 1024 * 1024, end++;
 	if (*end || v > LLONG_MAX / unit)
 		return -1;
 	return v * unit;
@@ -354,9 +359,32 @@ int main(int argc, char **argv)
 		fprintf(stderr, "copy: %s and %s are the same file\n", src, dst);
 		return 1;
 	}
-	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-			   &cp.dst_direct);
+	/* Blocks are written at their offsets in whatever order they
+	 * finish, so DST must keep offsets: a pipe, a socket or a terminal
+	 * would get them scrambled (io_uring writes such a descriptor as a
+	 * stream) or refuse them (ESPIPE).  Refused before the open, which
+	 * would wait for a FIFO's reader, and again after it, on what was
+	 * opened (O_NONBLOCK for the open only, as for SRC). */
+	if (stat(dst, &dst_st) == 0 &&
+	    (S_ISFIFO(dst_st.st_mode) || S_ISSOCK(dst_st.st_mode))) {
+		fprintf(stderr, "copy: %s: a pipe or socket; copy writes blocks "
+			"at their offsets, in any order, and needs a file\n", dst);
+		return 1;
+	}
+	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+			   O_NONBLOCK, &cp.dst_direct);
 	if (cp.dst < 0) {
+		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
+		return 1;
+	}
+	if (fstat(cp.dst, &dst_st) < 0 || S_ISFIFO(dst_st.st_mode) ||
+	    S_ISSOCK(dst_st.st_mode) || isatty(cp.dst)) {
+		fprintf(stderr, "copy: %s: a pipe, socket or terminal; copy "
+			"writes blocks at their offsets, in any order, and needs "
+			"a file\n", dst);
+		return 1;
+	}
+	if (fcntl(cp.dst, F_SETFL, fcntl(cp.dst, F_GETFL) & ~O_NONBLOCK) < 0) {
 		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
 		return 1;
 	}

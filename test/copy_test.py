@@ -111,6 +111,21 @@ def main():
         p = run([fifo, os.path.join(tmp, "x")], want_ok=False, timeout=10)
         if p.returncode != 1 or "not a regular file" not in p.stderr:
             fail("FIFO source: exit %d, %r" % (p.returncode, p.stderr))
+        # A FIFO as the destination: refused at once whether or not a
+        # reader has it open (the open used to wait for a reader, and
+        # with one, io_uring wrote the blocks as a stream, out of order,
+        # and said success); so is a socket's name.
+        p = run([src, fifo], want_ok=False, timeout=10)
+        if p.returncode != 1 or "needs a file" not in p.stderr:
+            fail("FIFO destination: exit %d, %r" % (p.returncode, p.stderr))
+        rd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            p = run([src, fifo], want_ok=False, timeout=10)
+        finally:
+            os.close(rd)
+        if p.returncode != 1 or "needs a file" not in p.stderr:
+            fail("FIFO destination with a reader: exit %d, %r"
+                 % (p.returncode, p.stderr))
         # A file whose size says 0 but which has data (/proc) is refused,
         # not copied empty with success.
         if os.path.exists("/proc/self/status"):
