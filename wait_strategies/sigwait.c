@@ -60,15 +60,18 @@ static struct {
 	                    is what was there before it */
 } sigw_slot[NSIG];
 
-/* Set by the handler: a signal reached a thread that did not block it. */
-static atomic_int sigw_stray;
+/* Set by the handler: the signal reached a thread that did not block it.
+ * One flag per signal: with one for the process, the first sigwait
+ * proactor to prepare took another's flag, and the one whose request's
+ * signal strayed waited out its bound before it scanned. */
+static atomic_int sigw_stray[NSIG];
 
 static void sigw_handler(int signo, siginfo_t *si, void *uc)
 {
-	(void)signo;
 	(void)si;
 	(void)uc;
-	atomic_store(&sigw_stray, 1);
+	if (signo > 0 && signo < NSIG)
+		atomic_store(&sigw_stray[signo], 1);
 }
 
 static void sigw_block(int signo)
@@ -94,7 +97,7 @@ static int sigw_prepare(px_wait *w, px_list *started)
 	(void)started;
 	p->ngot = p->igot = 0;
 	p->retry_soon = !px_list_empty(&p->again);
-	if (atomic_exchange(&sigw_stray, 0))
+	if (atomic_exchange(&sigw_stray[p->signo], 0))
 		p->scan = true;
 	p->cap_ms = p->nquiet || px_list_count(&p->inflight) >= p->sigq_max / 4
 			    ? SIGW_BUSY_MS
