@@ -1,15 +1,24 @@
 /*
  * httpd.c - a static-file HTTP/1.1 server on the proactor's public API.
  *
- *     httpd -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] [-b ADDR] [-N]
+ *     httpd -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] [-b ADDR]
+ *           [-N] [-S]
  *
  * Serves the files below ROOT to GET and HEAD, with keep-alive (HTTP/1.1
  * by default, HTTP/1.0 when asked) and "Connection: close".  Each
- * connection runs one chain of operations: a read of the request (with a
- * deadline through px_start_op: a connection silent for IDLE_MS is
- * closed; a write that moved some bytes before its deadline goes on with
- * a new one, so a slow reader is not taken for a silent one), an open
- * (O_NONBLOCK, so that a FIFO below ROOT cannot hold the thread) and
+ * connection runs one chain of operations: reads of the request, each
+ * with a deadline through px_start_op of the time left of IDLE_MS, which
+ * a request's headers have in all, counted from the accept or from the
+ * end of the previous answer (so a connection silent for IDLE_MS is
+ * closed, and so is one that sends its headers a byte at a time: a
+ * deadline per read would let it hold the connection for up to REQ_MAX
+ * times IDLE_MS); writes with a deadline of IDLE_MS (a write that moved
+ * some bytes before its deadline goes on with a new one, so a slow reader
+ * is not taken for a silent one); an open confined below ROOT
+ * (openat2(2) with RESOLVE_BENEATH: symbolic links that stay below ROOT
+ * are followed, those that lead out of it, or are absolute, answer 404;
+ * without openat2, or with -S, no symbolic link is followed at all) with
+ * O_NONBLOCK, so that a FIFO below ROOT cannot hold the thread, and
  * fstat of the file in the callback, px_read_file of
  * the next chunk into the connection's buffer, placed right after the
  * response header so that header and first chunk leave in one
@@ -18,14 +27,17 @@
  * (pipelining) are answered in order.  Files of up to CHUNK bytes, once
  * read, are kept in memory and answered from there while fstatat says
  * they are unchanged (-N turns that off, so that every answer goes
- * through px_read_file).
+ * through px_read_file); only files whose path has no symbolic link in
+ * it are, since that fstatat follows none.
  *
  * Answers: 200; 400 for a malformed request; 403 for a path with a ".."
- * segment; 404 for a missing or non-regular file; 405 for methods other
+ * segment; 404 for a missing or non-regular file, or a path through a
+ * symbolic link that ROOT's confinement refuses; 405 for methods other
  * than GET and HEAD; 414 when the request line, 431 when the headers do
  * not fit in REQ_MAX bytes; 501 for a request body sent chunked; 503 when
  * the server is out of descriptors.  Errors close the connection after
- * the answer.
+ * the answer.  A request not complete within IDLE_MS is not answered: the
+ * connection is closed.
  *
  * THREADS threads run px_handle_events().  Out of descriptors, accepts
  * back off as in echo_server.  SIGUSR1 prints px_stats; SIGINT or SIGTERM
@@ -47,8 +59,17 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__has_include)
+#if __has_include(<linux/openat2.h>)
+#include <linux/openat2.h>  /* struct open_how, RESOLVE_* */
+#endif
+#endif
+#if defined(RESOLVE_BENEATH) && defined(SYS_openat2)
+#define HAVE_OPENAT2 1
+#endif
 
 #include "example_util.h"   /* listening, accepting, threads, signals */
 
@@ -65,8 +86,11 @@
 struct server {
 	struct ex_server ex;    /* first: the listening and accepting */
 	int root;               /* the document root, O_PATH directory */
-	uint64_t idle_ns;       /* a connection's deadline per operation */
+	uint64_t idle_ns;       /* for a request's headers in all, and for
+	                           each write to move some bytes */
 	bool cache;             /* keep small files in memory (-N: no) */
+	bool beneath;           /* open with openat2 RESOLVE_BENEATH; false:
+	                           follow no symbolic link (-S, or no openat2) */
 	atomic_ulong requests, cache_hits;
 };
 
@@ -79,6 +103,8 @@ struct conn {
 	bool head;              /* the request being answered is a HEAD */
 	size_t req_len;         /* bytes in req */
 	size_t req_used;        /* bytes of req belonging to the answered request */
+	uint64_t req_deadline;  /* CLOCK_MONOTONIC ns by which the request
+	                           being read must be complete */
 	size_t hdr_len;         /* response header waiting for the first chunk */
 	bool cacheable;         /* the file being sent may go to the cache */
 	unsigned linger_reads;  /* reads left before a closing connection
@@ -116,16 +142,49 @@ static int start(struct conn *k, px_op op, int fd, void *buf, size_t len,
 		.op = op, .fd = fd, .buf = buf, .len = len, .offset = off,
 		.flags = flags, .cb = cb, .user = k,
 		/* Deadlines only on the socket: a peer that stops reading
-		 * or writing is the idle connection; a file read is ours. */
+		 * is the idle connection; a file read is ours.  (Reads of
+		 * the request go through read_more.) */
 		.timeout_ns = op == PX_OP_READ_FILE ? 0 : k->srv->idle_ns,
 	};
 	return px_start_op(k->srv->ex.px, &d);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The next request's headers have IDLE_MS from now. */
+static void request_clock(struct conn *k)
+{
+	k->req_deadline = now_ns() + k->srv->idle_ns;
+}
+
+/*
+ * Read more of the request, with what is left of its time as the
+ * deadline.  A deadline of IDLE_MS per read would restart with every
+ * byte, and a client sending one byte a little faster than that would
+ * keep the connection (and its descriptor) for up to REQ_MAX times
+ * IDLE_MS; a few dozen such clients would then lock everyone else out.
+ */
 static void read_more(struct conn *k)
 {
-	if (start(k, PX_OP_READ_STREAM, k->fd, k->req + k->req_len,
-		  sizeof(k->req) - k->req_len, 0, 0, on_read) < 0)
+	uint64_t now = now_ns();
+
+	if (now >= k->req_deadline) {
+		conn_close(k);  /* out of time between two reads */
+		return;
+	}
+	px_op_desc d = {
+		.op = PX_OP_READ_STREAM, .fd = k->fd, .buf = k->req + k->req_len,
+		.len = sizeof(k->req) - k->req_len,
+		.timeout_ns = k->req_deadline - now,
+		.cb = on_read, .user = k,
+	};
+	if (px_start_op(k->srv->ex.px, &d) < 0)
 		conn_close(k);  /* -ESHUTDOWN while stopping */
 }
 
@@ -320,6 +379,128 @@ static int target_to_path(char *t, char *out, size_t outlen)
 	return 0;
 }
 
+/*
+ * Open path (from target_to_path: no "..", "." or empty segment) below the
+ * root, never reaching a file outside it.  Refusing ".." in the target is
+ * not enough: a symbolic link below the root, to a file or a directory,
+ * would lead anywhere.  With openat2, RESOLVE_BENEATH makes the kernel
+ * refuse (EXDEV) every link that leads out of the root, or is absolute,
+ * while those that stay below it work; RESOLVE_NO_MAGICLINKS keeps out
+ * the /proc kind.  Without it, each directory on the way is opened with
+ * O_NOFOLLOW (a link there gives ENOTDIR) and the file too (ELOOP): no
+ * link is followed at all, which is safe, and what -S asks for.
+ */
+static int open_nofollow(int root, const char *path, int flags)
+{
+	char name[PATH_LEN];
+	const char *p = path, *slash;
+	int dir = root, fd, err;
+
+	while ((slash = strchr(p, '/'))) {
+		size_t n = (size_t)(slash - p);
+
+		if (n >= sizeof(name)) {
+			errno = ENAMETOOLONG;
+			fd = -1;
+		} else {
+			memcpy(name, p, n);
+			name[n] = '\0';
+			fd = openat(dir, name,
+				    O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		err = errno;
+		if (dir != root)
+			close(dir);
+		if (fd < 0) {
+			errno = err;
+			return -1;
+		}
+		dir = fd;
+		p = slash + 1;
+	}
+	fd = openat(dir, p, flags | O_NOFOLLOW);
+	err = errno;
+	if (dir != root)
+		close(dir);
+	errno = err;
+	return fd;
+}
+
+static int open_below(const struct server *s, const char *path, int flags)
+{
+#ifdef HAVE_OPENAT2
+	if (s->beneath) {
+		struct open_how how = {
+			.flags = (uint64_t)flags,
+			.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+		};
+		return (int)syscall(SYS_openat2, s->root, path, &how,
+				    sizeof(how));
+	}
+#endif
+	return open_nofollow(s->root, path, flags);
+}
+
+/* openat2 works here (Linux 5.6 and later, and no seccomp filter that
+ * answers ENOSYS or EPERM for it). */
+static bool openat2_works(int root)
+{
+#ifdef HAVE_OPENAT2
+	struct open_how how = {
+		.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, root, ".", &how, sizeof(how));
+
+	if (fd >= 0) {
+		close(fd);
+		return true;
+	}
+	fprintf(stderr, "httpd: openat2: %s; following no symbolic link below "
+		"the root\n", strerror(errno));
+#else
+	(void)root;
+	fprintf(stderr, "httpd: built without openat2; following no symbolic "
+		"link below the root\n");
+#endif
+	return false;
+}
+
+/*
+ * fstatat of path below the root for the cache's check, following no
+ * symbolic link: each directory on the way is looked at with
+ * AT_SYMLINK_NOFOLLOW before the next name is looked up in it.  It takes
+ * no descriptor, so that answers from the cache go on at the descriptor
+ * limit.  A path with a link in it fails here and is opened (confined)
+ * instead.  A directory swapped for a link between two of these calls
+ * could have one stat look outside the root, but to no effect: an
+ * answer from the cache needs the inode, size and times of a file that
+ * was read through open_below, and otherwise comes from open_below.
+ */
+static int stat_below(int root, const char *path, struct stat *st)
+{
+	char prefix[PATH_LEN];
+	size_t len = strlen(path);
+
+	if (len >= sizeof(prefix)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	memcpy(prefix, path, len + 1);
+	for (char *slash = strchr(prefix, '/'); slash;
+	     slash = strchr(slash + 1, '/')) {
+		*slash = '\0';
+		if (fstatat(root, prefix, st, AT_SYMLINK_NOFOLLOW) < 0)
+			return -1;
+		*slash = '/';
+		if (!S_ISDIR(st->st_mode)) {
+			errno = ENOTDIR;
+			return -1;
+		}
+	}
+	return fstatat(root, prefix, st, AT_SYMLINK_NOFOLLOW);
+}
+
 static bool token_char(char ch)
 {
 	return ch > ' ' && ch < 127 && !strchr("()<>@,;:\\\"/[]?={}", ch);
@@ -464,7 +645,8 @@ static void answer(struct conn *k, size_t end)
 	bool head, http11, has_host = false, conn_close_hdr = false,
 	     conn_keep = false;
 	int status;
-	struct stat st;
+	struct stat st, lst;    /* lst: from stat_below, if plain */
+	bool plain;             /* path has no symbolic link in it */
 
 	k->req_used = end;
 	k->head = false;
@@ -547,16 +729,16 @@ static void answer(struct conn *k, size_t end)
 		strcat(path, path[0] ? "/index.html" : "index.html");
 
 	/* A small file in the cache: answered without opening it. */
-	if (k->srv->cache && fstatat(k->srv->root, path, &st, 0) == 0 &&
-	    S_ISREG(st.st_mode) && st.st_size <= CACHE_FILE_MAX &&
-	    cache_get(path, &st, k->out + HDR_ROOM)) {
-		int n = put_header(k, path, (uint64_t)st.st_size, http11);
+	plain = k->srv->cache && stat_below(k->srv->root, path, &lst) == 0;
+	if (plain && S_ISREG(lst.st_mode) && lst.st_size <= CACHE_FILE_MAX &&
+	    cache_get(path, &lst, k->out + HDR_ROOM)) {
+		int n = put_header(k, path, (uint64_t)lst.st_size, http11);
 		if (n < 0)
 			return send_error(k, 500, "Internal Server Error");
 		atomic_fetch_add(&k->srv->cache_hits, 1);
 		k->file_left = 0;
 		if (start(k, PX_OP_WRITE_STREAM, k->fd, k->out + HDR_ROOM - n,
-			  (size_t)n + (head ? 0 : (size_t)st.st_size), 0,
+			  (size_t)n + (head ? 0 : (size_t)lst.st_size), 0,
 			  PX_OPF_WRITE_ALL, on_sent) < 0)
 			conn_close(k);
 		return;
@@ -565,8 +747,8 @@ static void answer(struct conn *k, size_t end)
 	/* O_NONBLOCK: opening a FIFO for reading would wait for a writer;
 	 * taken off again below, since io_uring and Linux AIO would answer
 	 * EAGAIN for a regular file's read that has to wait for the disk. */
-	k->file = openat(k->srv->root, path,
-			 O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	k->file = open_below(k->srv, path,
+			     O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (k->file < 0) {
 		switch (errno) {
 		case EACCES:
@@ -576,6 +758,10 @@ static void answer(struct conn *k, size_t end)
 		case ENOMEM:
 			return send_error(k, 503, "Service Unavailable");
 		default:
+			/* Missing, and also a symbolic link out of the root
+			 * (EXDEV) or any link without openat2 (ELOOP,
+			 * ENOTDIR): answered as if there were no such file,
+			 * so that nothing is told about what is outside. */
 			return send_error(k, 404, "Not Found");
 		}
 	}
@@ -598,7 +784,11 @@ static void answer(struct conn *k, size_t end)
 			conn_close(k);
 		return;
 	}
-	k->cacheable = k->srv->cache && st.st_size <= CACHE_FILE_MAX;
+	/* Cached only when the path has no symbolic link in it (the file
+	 * opened is the one stat_below saw), since only then will the
+	 * check of a later request find it. */
+	k->cacheable = k->srv->cache && st.st_size <= CACHE_FILE_MAX && plain &&
+		       lst.st_dev == st.st_dev && lst.st_ino == st.st_ino;
 	if (k->cacheable) {
 		k->st = st;
 		strcpy(k->path, path);
@@ -661,11 +851,13 @@ static void on_sent(const px_completion *c)
 		linger_close(k);
 		return;
 	}
-	/* Keep what followed the request (a pipelined next one). */
+	/* Keep what followed the request (a pipelined next one), which has
+	 * IDLE_MS from now to be complete. */
 	size_t used = k->req_used;
 	memmove(k->req, k->req + used, k->req_len - used);
 	k->req_len -= used;
 	k->req_used = 0;
+	request_clock(k);
 	serve(k);
 }
 
@@ -697,7 +889,9 @@ static void on_read(const px_completion *c)
 	struct conn *k = c->user;
 
 	if (c->error || c->bytes == 0) {
-		/* ETIMEDOUT: idle; end of stream; ECANCELED while stopping. */
+		/* ETIMEDOUT: the request's time is up (a silent
+		 * connection, or one sending too slowly); end of stream;
+		 * ECANCELED while stopping. */
 		conn_close(k);
 		return;
 	}
@@ -727,6 +921,7 @@ static void on_conn(struct ex_server *ex, int fd)
 	k->keep_alive = true;
 	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	atomic_fetch_add(&s->ex.open, 1);
+	request_clock(k);
 	read_more(k);
 }
 
@@ -745,15 +940,19 @@ static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
 		"usage: %s -p PORT -r ROOT [-t THREADS] [-e CONFIG] [-i IDLE_MS] "
-		"[-b BIND_ADDR] [-N]\n"
+		"[-b BIND_ADDR] [-N] [-S]\n"
 		"  -p PORT       TCP port, 0 for any free one\n"
 		"  -r ROOT       directory whose files are served\n"
 		"  -t THREADS    threads running the event loop, 1 to %d (default 2)\n"
 		"  -e CONFIG     engine configuration text (e.g. \"epoll\"); "
 		"PX_ENGINE overrides it\n"
-		"  -i IDLE_MS    close a connection idle this long (default 30000)\n"
+		"  -i IDLE_MS    time for a request's headers in all, and for a\n"
+		"                write to move a byte, before the connection is\n"
+		"                closed (default 30000)\n"
 		"  -b BIND_ADDR  local address to listen on (default: all)\n"
 		"  -N            no cache: read every file with px_read_file\n"
+		"  -S            follow no symbolic link below ROOT (links that\n"
+		"                lead out of ROOT are never followed)\n"
 		"SIGUSR1 prints statistics; SIGINT or SIGTERM stops.\n",
 		prog, EX_MAX_THREADS);
 }
@@ -768,8 +967,9 @@ int main(int argc, char **argv)
 	};
 	char doing[PATH_MAX + 16];
 	int opt, rc;
+	bool no_symlinks = false;
 
-	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:Nh")) != -1) {
+	while ((opt = getopt(argc, argv, "e:p:r:t:i:b:NSh")) != -1) {
 		switch (opt) {
 		case 'e':
 			config = optarg;
@@ -806,6 +1006,9 @@ int main(int argc, char **argv)
 		case 'N':
 			srv.cache = false;
 			break;
+		case 'S':
+			no_symlinks = true;
+			break;
 		case 'h':
 			usage(stdout, argv[0]);
 			return 0;
@@ -824,6 +1027,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "httpd: %s: %s\n", root, strerror(errno));
 		return 1;
 	}
+	srv.beneath = !no_symlinks && openat2_works(srv.root);
 
 	snprintf(doing, sizeof(doing), "serving %s", root);
 	rc = ex_serve(&srv.ex, config, bind_addr, port, nthreads, doing);

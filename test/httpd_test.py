@@ -8,8 +8,11 @@ Starts the server on a loopback port with a short idle timeout over a
 temporary document root, then checks GET, HEAD, keep-alive (two requests
 on one connection, and two sent together), Connection: close, HTTP/1.0,
 404, 400, 405, 414, 431, path traversal, the Content-Type, that a file
-changed on disk is served changed (the small-file cache), and that an
-idle connection is closed.  With --emfile instead: at a low RLIMIT_NOFILE
+changed on disk is served changed (the small-file cache), that an
+idle connection is closed, that symbolic links leading out of the root
+are not followed (those staying below it are, unless -S is given or
+openat2 is missing), and that a client sending its headers a byte at a
+time is closed once they have taken IDLE_MS.  With --emfile instead: at a low RLIMIT_NOFILE
 the server pauses accepts (saying so once), keeps serving, and once
 connections close accepts and answers the ones that waited.  Exit 0 on success, 1 on failure, 77 (skip)
 when the engine is not available here.
@@ -178,7 +181,7 @@ def run(httpd, engine, extra, root, small, big):
         if emfile:
             emfile_checks(port, root, small)
         else:
-            checks(port, root, small, big)
+            checks(port, root, small, big, extra)
     except BaseException:
         p.kill()
         raise
@@ -254,7 +257,7 @@ def emfile_checks(port, root, small):
           % (len(answered), NCONN))
 
 
-def checks(port, root, small, big):
+def checks(port, root, small, big, extra):
     # GET, content types, index, HEAD.
     r = expect(port, get("/small.bin"), 200, small)
     if r[1].get("content-type") != "application/octet-stream":
@@ -429,8 +432,152 @@ def checks(port, root, small, big):
         fail("idle connections closed after %.3f s, before the %d ms timeout"
              % (took, IDLE_MS))
 
+    symlink_checks(port, root, small, "-S" in extra)
+    slow_header_checks(port, small)
+
     # Still serving after all that.
     expect(port, get("/small.bin"), 200, small)
+
+
+def openat2_usable():
+    """True if openat2(2) with RESOLVE_BENEATH works here (Linux 5.6 and
+    later, and no seccomp filter refusing it): the server then follows
+    symbolic links that stay below its root, otherwise none."""
+    import ctypes
+    import struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # struct open_how { flags, mode, resolve }; RESOLVE_BENEATH 0x08,
+    # RESOLVE_NO_MAGICLINKS 0x02; openat2 is 437 on every architecture.
+    how = struct.pack("QQQ", os.O_PATH | os.O_CLOEXEC, 0, 0x08 | 0x02)
+    fd = libc.syscall(ctypes.c_long(437), ctypes.c_long(-100), b".",
+                      ctypes.c_char_p(how), ctypes.c_long(len(how)))
+    if fd < 0:
+        return False
+    os.close(fd)
+    return True
+
+
+def symlink_checks(port, root, small, no_symlinks):
+    """Symbolic links below the root that lead out of it (to a file, to a
+    directory, relative or absolute) get 404 and never the file's bytes;
+    links that stay below the root are followed unless the server follows
+    none (-S, or no openat2 here).  A cached file replaced by a link out
+    is not answered from the cache either."""
+    up = os.path.dirname(root)
+    outside = os.path.join(up, "outside-%d" % os.getpid())
+    outdir = os.path.join(up, "outside-dir-%d" % os.getpid())
+    os.mkdir(outdir)
+    try:
+        with open(os.path.join(outdir, "f.txt"), "wb") as f:
+            f.write(b"secret\n")
+        links = {
+            "in-file": "dir/a.txt",                 # stay below the root
+            "in-dir": "dir",
+            "dir/up-in.txt": "../small.bin",
+            "out-rel": "../outside-%d" % os.getpid(),   # lead out
+            "out-abs": outside,
+            "out-dir": outdir,
+            "out-up": "..",
+            "out-root": "/",
+        }
+        for name, target in links.items():
+            os.symlink(target, os.path.join(root, name))
+        inside = not no_symlinks and openat2_usable()
+        for path, body in (("/in-file", b"a\n"), ("/in-dir/a.txt", b"a\n"),
+                           ("/dir/up-in.txt", small)):
+            if inside:
+                expect(port, get(path), 200, body)
+            else:
+                expect(port, get(path), 404, closes=True)
+        for path in ("/out-rel", "/out-abs", "/out-dir/f.txt",
+                     "/out-up/outside-%d" % os.getpid(),
+                     "/out-up/outside-dir-%d/f.txt" % os.getpid(),
+                     "/out-root" + outside, "/out-root" + outdir + "/f.txt"):
+            for method in ("GET", "HEAD"):
+                r = expect(port, get(path, method=method), 404, closes=True,
+                           head=method == "HEAD")
+                if b"secret" in r[2]:
+                    fail("%s %s served a file outside the root" % (method, path))
+
+        # A file answered from the cache, then replaced by a link out of the
+        # root (the cache's check that the file is unchanged used to follow
+        # it), and a directory replaced by one.
+        os.mkdir(os.path.join(root, "swap"))
+        swap = os.path.join(root, "swap", "f.txt")
+        with open(swap, "wb") as f:
+            f.write(b"inside\n")
+        t = time.time_ns() - 100 * 10**9
+        os.utime(swap, ns=(t, t))
+        os.utime(os.path.join(outdir, "f.txt"), ns=(t, t))
+        for _ in range(2):
+            expect(port, get("/swap/f.txt"), 200, b"inside\n")
+        os.symlink(os.path.join(outdir, "f.txt"), swap + ".new")
+        os.rename(swap + ".new", swap)
+        expect(port, get("/swap/f.txt"), 404, closes=True)
+        os.unlink(swap)
+        os.rmdir(os.path.join(root, "swap"))
+        os.symlink(outdir, os.path.join(root, "swap"))
+        expect(port, get("/swap/f.txt"), 404, closes=True)
+        os.unlink(os.path.join(root, "swap"))
+        for name in links:
+            os.unlink(os.path.join(root, name))
+    finally:
+        os.unlink(os.path.join(outdir, "f.txt"))
+        os.rmdir(outdir)
+
+
+def slow_header_checks(port, small):
+    """A client that sends its request a byte at a time, each byte well
+    within IDLE_MS of the last, is closed about IDLE_MS after it connected
+    (or after the answer to its previous request): the time for a
+    request's headers is bounded, not the time between two bytes, which
+    let such a client keep a connection for up to 8192 x IDLE_MS.  Another
+    connection is answered meanwhile."""
+    step = IDLE_MS / 1000.0 / 3
+    limit = 10 * IDLE_MS / 1000.0    # generous: the server should take ~1 x
+    fresh = Conn(port)
+    t_fresh = time.monotonic()
+    kept = Conn(port)
+    kept.send(get("/dir/a.txt"))
+    r = kept.response()
+    if not r or r[0] != 200:
+        fail("no answer before the slow-header test")
+    t_kept = time.monotonic()
+    req = get("/small.bin", "X-Slow: " + "x" * 200 + "\r\n")
+    slow = {"fresh": [fresh, t_fresh, None], "kept-alive": [kept, t_kept, None]}
+    i = 0
+    while any(v[2] is None for v in slow.values()):
+        for name, v in slow.items():
+            c, t0, took = v
+            if took is not None:
+                continue
+            if time.monotonic() - t0 > limit:
+                fail("%s connection sending a byte every %.0f ms still open "
+                     "after %.1f s (idle %d ms)"
+                     % (name, step * 1000, limit, IDLE_MS))
+            try:
+                c.s.send(req[i:i + 1])
+                c.s.settimeout(0)
+                d = c.s.recv(65536)
+                if d:
+                    fail("%s connection: answered %r" % (name, d[:40]))
+                v[2] = time.monotonic() - t0    # end of stream
+            except (BlockingIOError, socket.timeout):
+                pass
+            except (BrokenPipeError, ConnectionResetError):
+                v[2] = time.monotonic() - t0
+        if i == 1:
+            expect(port, get("/small.bin"), 200, small)
+        i += 1
+        if i >= len(req):
+            fail("the whole slow request was sent")
+        time.sleep(step)
+    for name, (c, _, took) in slow.items():
+        c.close()
+        if took < IDLE_MS / 1000.0 * 0.9:
+            fail("%s slow connection closed after %.3f s, before the %d ms "
+                 "timeout" % (name, took, IDLE_MS))
 
 
 if __name__ == "__main__":
