@@ -211,6 +211,8 @@ struct px_proactor {
 	struct px_fdops **byfd;
 	size_t nbyfd;
 	int64_t next_timer_id;
+	bool has_idle_waits;       /* a shared processor's wait has an idle
+	                              op (disp_idle_waits); set at create */
 	px_list followers;         /* sleeping threads; the newest at the back */
 	px_list owns;              /* threads' own completions, those not
 	                              empty (px_own, dispatcher.c) */

@@ -638,6 +638,19 @@ static bool disp_unled_work(const struct px_proactor *px)
 	return false;
 }
 
+/* Before this thread blocks (a follower's sleep, a lead that may wait)
+ * or leaves: the waits of shared processors that nobody leads and that
+ * have nothing to wait for give back what they hold (px_wait_ops.idle). */
+static void disp_idle_waits(struct px_proactor *px)
+{
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		if (p->wait->ops->idle && p->type == PX_PROCESSOR_SHARED &&
+		    !p->nleading && !px__processor_has_work(p))
+			p->wait->ops->idle(p->wait);
+	}
+}
+
 static uint64_t disp_min_u64(uint64_t a, uint64_t b) { return a < b ? a : b; }
 
 static void disp_abs_timespec(uint64_t ns, struct timespec *ts)
@@ -784,6 +797,8 @@ lead:
 			 * round_ends_after_callbacks). */
 			int ms = n ? 0 : px__ms_until(until, now);
 			check = PX_FOLLOWER_CHECK_NS;
+			if (ms && px->has_idle_waits)
+				disp_idle_waits(px);
 			px->nleaders++;
 			px__processor_lead_begin(p);
 			px_processor *o = disp_other_needs_leader(px, p);
@@ -858,6 +873,8 @@ lead:
 				break;
 			continue; /* a timer is due: loop to expire it */
 		}
+		if (px->has_idle_waits)
+			disp_idle_waits(px);
 		px_follower f;
 		pthread_condattr_t ca;
 		pthread_condattr_init(&ca);
@@ -952,6 +969,8 @@ lead:
 	 * before it: another thread must look at it. */
 	if (timer_duty && px->ntheap && !px->stopped && !px->destroying)
 		px__dispatch_timer_moved(px, px__timers_next(px));
+	if (px->has_idle_waits)
+		disp_idle_waits(px);
 
 	disp_tls_own = saved_own;
 	pthread_mutex_unlock(&px->lock);

@@ -510,6 +510,13 @@ typedef struct px_wait_ops {
 	 * if it has one, and else on its bound. */
 	int (*ready_fd)(px_wait *w);
 	void (*watch)(px_wait *w, int fd);
+	/* Optional (mutex held): the processor is shared, has no work and
+	 * no leader, and a thread is about to block elsewhere (asleep as a
+	 * follower, in another processor's wait) or to leave
+	 * px_handle_events, so nobody may lead it for a long time.  A wait
+	 * that holds something shared while it waits gives it back here
+	 * (the aiocb wait: one of glibc's helper threads). */
+	void (*idle)(px_wait *w);
 } px_wait_ops;
 
 struct px_wait {

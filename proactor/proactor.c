@@ -244,6 +244,10 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 	}
 	px__alloc_init(&px->alloc, priv);
 	px_config_format(&px->cfg, px->engine, sizeof(px->engine));
+	for (int i = 0; i < px->nproc; i++)
+		if (px->proc[i]->type == PX_PROCESSOR_SHARED &&
+		    px->proc[i]->wait->ops->idle)
+			px->has_idle_waits = true;
 
 	for (int i = 0; i < px->nproc; i++) {
 		if (px->proc[i]->type != PX_PROCESSOR_DEDICATED)

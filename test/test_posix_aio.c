@@ -640,11 +640,15 @@ static void aio_threads_one(void **state)
  * idling on it (a loop thread each, nothing in flight), as many as
  * aio_threads + 1, held every helper, and a file read on any other
  * POSIX AIO proactor queued for good (found by a review of 2026-12-06:
- * two idle ones with aio_threads=1).  An idle one now waits on its eventfd
- * with poll and holds no helper.  In a child process ("idle-helpers"):
- * aio_threads=1, so the pool has two helpers; three idle proactors, then
+ * two idle ones with aio_threads=1).  An idle one now holds no helper:
+ * the read is made only while requests are in flight, and given back
+ * when none is (by the dispatcher's idle call, for a shared processor:
+ * one that had done a read kept it, a second review found).  In a child
+ * process ("idle-helpers"): aio_threads=1, so the pool has two helpers;
+ * three proactors, each with a loop thread and one read done, idle, then
  * a read on a fourth with each wait, which must complete.  Exit codes: 2
- * set-up, 3 + i the read on wait i never completed, 10 a wrong read. */
+ * set-up, 3 + i the read on wait i never completed, 6 the first read of
+ * one of the three, 10 a wrong read. */
 enum { IH_IDLE = 3 };
 
 static atomic_bool ih_quit;
@@ -677,10 +681,25 @@ static int idle_helpers_child(void)
 		sigaddset(&rt, s);
 	pthread_sigmask(SIG_BLOCK, &rt, NULL);
 	for (int i = 0; i < IH_IDLE; i++) {
+		static char first[16];
+		rec r = { 0 };
+
 		if (px_create(&idle[i], "provider=posix wait=aiocb aio_threads=1",
 			      NULL, 0) < 0 ||
-		    pthread_create(&t[i], NULL, ih_loop, idle[i]))
+		    pthread_create(&t[i], NULL, ih_loop, idle[i]) ||
+		    px_read_file(idle[i], fd, first, sizeof(first), 0, rec_cb,
+				 &r) < 0)
 			return 2;
+		/* One read done: its interrupt read was made meanwhile. */
+		for (int k = 0; k < 500 && !atomic_load(&r.calls); k++)
+			sleep_ms(10);
+		if (atomic_load(&r.calls) != 1 || r.bytes != 16) {
+			printf("the first read on proactor %d of %d did not "
+			       "complete (the ones before it keep the helpers)\n",
+			       i + 1, IH_IDLE);
+			fflush(stdout);
+			_exit(6);   /* the read holds idle[i]: no destroy */
+		}
 	}
 	sleep_ms(100);   /* every idle loop thread has waited */
 	for (int w = 0; w < 3 && !rc; w++) {
@@ -721,7 +740,8 @@ static void idle_proactors_leave_helpers(void **state)
 	if (rc)
 		fail_msg("idle aiocb proactors beside a busy one: the child "
 			 "failed with %d (3-5: the read on wait=aiocb, callback or "
-			 "sigwait never completed)", rc);
+			 "sigwait never completed; 6: a read on one of the idle "
+			 "ones, behind the others)", rc);
 }
 
 /* ------------------------------------------------------------------ */

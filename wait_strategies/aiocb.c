@@ -40,10 +40,17 @@
  * kept by a proactor with nothing in flight takes a helper from every
  * other user of POSIX AIO: idle proactors as many as aio_threads left
  * the others' requests queued for good.  So the read is made only while
- * requests are in flight (none at create); a prepare that finds nothing
- * in flight ends the read it has (one write: the helper goes back to the
- * pool) and, once that read is reaped, the wait is a poll(2) of the
- * eventfd itself, drained by the leader: no aiocb, no helper.
+ * requests are in flight (none at create).  With nothing in flight it is
+ * given back: taken out of glibc's queue if no helper has it yet, else
+ * ended with a write (the helper goes back to the pool at once; the
+ * finished aiocb is reaped when next looked at).  That happens in a
+ * prepare that finds nothing in flight (a dedicated processor, led all
+ * the time), and in idle(), which the dispatcher calls for a shared
+ * processor that has no work and no leader when a thread is about to
+ * block or leave (a shared processor without work is not led, and its
+ * read would otherwise keep the helper until the next request).  A lead
+ * with nothing in flight and no read waits in poll(2) on the eventfd
+ * itself, drained by the leader: no aiocb, no helper.
  */
 #include <errno.h>
 #include <poll.h>
@@ -72,6 +79,38 @@ static int aiocb_arm(px_paio *p)
 	return 0;
 }
 
+/* The interrupt's read has finished (mutex held): take it out of glibc. */
+static void aiocb_reap_intr(px_paio *p)
+{
+	aio_return(&p->intr_cb);
+	p->intr_armed = false;
+	p->intr_pending = false;
+	/* The list holds the finished read: rebuilt in any case. */
+	p->list_valid = false;
+}
+
+/* Nothing in flight: give the interrupt's helper back (see "Idle").  A
+ * read still queued in glibc is taken back at once; one a helper runs is
+ * ended by a write, and reaped when next looked at (its helper is free
+ * as soon as it has read the write).  Mutex held. */
+static void aiocb_give_back(px_paio *p)
+{
+	if (!p->intr_armed)
+		return;
+	if (aio_cancel(p->intr_efd, &p->intr_cb) != AIO_NOTCANCELED &&
+	    aio_error(&p->intr_cb) != EINPROGRESS) {
+		aiocb_reap_intr(p);
+		return;
+	}
+	if (!p->intr_pending) {
+		uint64_t one = 1;
+		p->intr_pending = true;
+		while (write(p->intr_efd, &one, sizeof(one)) < 0 &&
+		       errno == EINTR)
+			;
+	}
+}
+
 static int aiocb_prepare(px_wait *w, px_list *started)
 {
 	px_paio *p = px_paio_of_wait(w);
@@ -81,30 +120,19 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	p->retry_soon = !px_list_empty(&p->again);
 	p->idle_poll = false;
 	if (px_list_empty(&p->inflight)) {
-		/* Nothing in flight: give the interrupt's helper back (see
-		 * "Idle").  A read still queued in glibc is taken back at
-		 * once; one a helper runs is ended by a write, the wait over
-		 * it alone lasts until the helper has read that, and the next
-		 * prepare polls. */
-		if (p->intr_armed &&
-		    aio_cancel(p->intr_efd, &p->intr_cb) != AIO_NOTCANCELED &&
-		    aio_error(&p->intr_cb) != EINPROGRESS) {
-			aio_return(&p->intr_cb);
-			p->intr_armed = false;
-			p->intr_pending = false;
-			p->list_valid = false;
-		}
+		/* The wait over an ended read alone lasts until its helper
+		 * has read the write; the next prepare polls. */
+		aiocb_give_back(p);
 		if (!p->intr_armed) {
 			p->idle_poll = true;
 			return 0;
 		}
-		if (!p->intr_pending) {
-			uint64_t one = 1;
-			p->intr_pending = true;
-			while (write(p->intr_efd, &one, sizeof(one)) < 0 &&
-			       errno == EINTR)
-				;
-		}
+	} else if (p->intr_armed && p->intr_pending &&
+		   aio_error(&p->intr_cb) != EINPROGRESS) {
+		/* Ended while idle (aiocb_idle), or by an interrupt: a new
+		 * read now rather than a turn of the loop for the old one. */
+		aiocb_reap_intr(p);
+		aiocb_arm(p);
 	} else if (!p->intr_armed) {
 		/* glibc may refuse the interrupt's read (EAGAIN: no memory,
 		 * no helper thread).  The list then goes without it, its wait
@@ -218,19 +246,27 @@ static px_result *aiocb_next_completed(px_wait *w)
 		p->intr_pending = false;
 	}
 	if (p->intr_armed && aio_error(&p->intr_cb) != EINPROGRESS) {
-		aio_return(&p->intr_cb);
-		p->intr_armed = false;
-		p->intr_pending = false;
-		/* The list holds the finished read: rebuilt in any case (with
-		 * the new read while requests are in flight, or without one
-		 * if glibc refuses it or nothing is: see "Idle"). */
-		p->list_valid = false;
+		/* A new read while requests are in flight (none if glibc
+		 * refuses it, or while nothing is: see "Idle"). */
+		aiocb_reap_intr(p);
 		if (!px_list_empty(&p->inflight))
 			aiocb_arm(p);
 	}
 	if (!p->scan)
 		return NULL;
 	return px__paio_scan_next(p);
+}
+
+/* A shared processor nobody leads, with nothing to do (the dispatcher,
+ * mutex held): without this, the read made while requests were in flight
+ * kept its helper until the next request, since only a lead's prepare
+ * gives it back, and a shared processor without work is not led. */
+static void aiocb_idle(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+
+	if (px_list_empty(&p->inflight))
+		aiocb_give_back(p);
 }
 
 static void aiocb_wait_destroy(px_wait *w)
@@ -245,6 +281,7 @@ const px_wait_ops px__wait_aiocb_ops = {
 	.prepare = aiocb_prepare,               /* rebuild the leader's list */
 	.wait = aiocb_wait,                     /* aio_suspend over it */
 	.next_completed = aiocb_next_completed, /* aio_error walk, reap */
+	.idle = aiocb_idle,                     /* give the helper back */
 };
 
 /* ------------------------------------------------------------------ */

@@ -208,6 +208,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		exit(1);
 	}
 #endif
+	/* POSIX AIO alone does no accept or connect (-EOPNOTSUPP), and a
+	 * stream operation it started cannot be ended: px_destroy(3) waits
+	 * for it, so a write-all nobody reads would hang the run.  Its files
+	 * are fuzzed in a team ("posix-aio+epoll"). */
+	{
+		px_config pc;
+		char perr[256];
+		if (px_config_parse(&pc, g_engine, perr, sizeof perr) == 0 &&
+		    !strcmp(pc.primary.provider, "posix") &&
+		    pc.secondary.processor == PX_PROCESSOR_NONE) {
+			fprintf(stderr, "fuzz_api: PX_FUZZ_ENGINE '%s': POSIX "
+				"AIO alone is not fuzzed (no accept or connect, "
+				"and stream operations px_destroy cannot end); "
+				"use posix-aio+epoll\n", g_engine);
+			exit(1);
+		}
+	}
 	pthread_mutexattr_t ma;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
