@@ -104,7 +104,8 @@ struct conn {
 	size_t req_len;         /* bytes in req */
 	size_t req_used;        /* bytes of req belonging to the answered request */
 	uint64_t req_deadline;  /* CLOCK_MONOTONIC ns by which the request
-	                           being read must be complete */
+	                           being read must be complete (closing: by
+	                           which the drain ends, on_linger) */
 	size_t hdr_len;         /* response header waiting for the first chunk */
 	bool cacheable;         /* the file being sent may go to the cache */
 	unsigned linger_reads;  /* reads left before a closing connection
@@ -232,22 +233,26 @@ static void send_error(struct conn *k, int status, const char *reason)
 /*
  * Closing after an answer: shut our side down so that the peer reads the
  * answer and an end of stream, then read and drop what the peer still
- * sends until it closes too, falls silent for LINGER_NS, or has sent
+ * sends until it closes too, LINGER_NS have passed, or it has sent
  * LINGER_READS more buffers.  Closing with unread request bytes would
  * send a reset, which can destroy the answer in the peer's receive queue
- * before it reads it.
+ * before it reads it.  LINGER_NS is for the whole drain, not for each
+ * read: a peer trickling bytes would otherwise keep the connection for
+ * LINGER_READS times as long.
  */
 static void on_linger(const px_completion *c)
 {
 	struct conn *k = c->user;
+	uint64_t now = now_ns();
 
-	if (c->error || c->bytes == 0 || k->linger_reads-- == 0) {
+	if (c->error || c->bytes == 0 || k->linger_reads-- == 0 ||
+	    now >= k->req_deadline) {
 		conn_close(k);
 		return;
 	}
 	px_op_desc d = {
 		.op = PX_OP_READ_STREAM, .fd = k->fd, .buf = k->req,
-		.len = sizeof(k->req), .timeout_ns = LINGER_NS,
+		.len = sizeof(k->req), .timeout_ns = k->req_deadline - now,
 		.cb = on_linger, .user = k,
 	};
 	if (px_start_op(k->srv->ex.px, &d) < 0)
@@ -259,6 +264,7 @@ static void linger_close(struct conn *k)
 	px_completion c = { .user = k, .bytes = 1 };
 
 	k->linger_reads = LINGER_READS;
+	k->req_deadline = now_ns() + LINGER_NS;  /* the drain's, now */
 	if (k->file >= 0) {
 		close(k->file);
 		k->file = -1;

@@ -434,6 +434,7 @@ def checks(port, root, small, big, extra):
 
     symlink_checks(port, root, small, "-S" in extra)
     slow_header_checks(port, small)
+    linger_checks(port)
 
     # Still serving after all that.
     expect(port, get("/small.bin"), 200, small)
@@ -578,6 +579,36 @@ def slow_header_checks(port, small):
         if took < IDLE_MS / 1000.0 * 0.9:
             fail("%s slow connection closed after %.3f s, before the %d ms "
                  "timeout" % (name, took, IDLE_MS))
+
+
+def linger_checks(port):
+    """After an error answer the server drains what the client still
+    sends, for one second in all before it closes: a client trickling a
+    byte every 200 ms once had a second for each read, up to 64 reads
+    (about 13 s)."""
+    c = Conn(port)
+    c.send(b"BOGUS / HTTP/1.1\r\nHost: x\r\n\r\n")
+    r = c.response()
+    if not r or r[0] != 405:
+        fail("linger: no 405 answer (%r)" % (r,))
+    # The server shut its side down after the answer (an end of stream
+    # here at once); its close shows as a reset of the bytes sent after.
+    t0 = time.monotonic()
+    ended = None
+    while ended is None and time.monotonic() - t0 < 8:
+        try:
+            c.s.send(b"x")
+            c.s.settimeout(0)
+            c.s.recv(65536)
+        except (BlockingIOError, socket.timeout):
+            pass
+        except (BrokenPipeError, ConnectionResetError):
+            ended = time.monotonic() - t0
+        time.sleep(0.2)
+    c.close()
+    if ended is None:
+        fail("linger: a client trickling bytes after an error answer was "
+             "still connected after 8 s (the drain is 1 s)")
 
 
 if __name__ == "__main__":
