@@ -67,12 +67,12 @@
  * Cancel.  An operation not in the kernel (queued behind its descriptor's
  * head, or pending) is forgotten at once, unless it has finished already
  * and waits on u->done for the leader (la_priv.on_done), which hands it
- * out with its own result.  A poll in the kernel is
- * cancelled with io_cancel, which answers EINPROGRESS and delivers the
- * poll's event through the ring; the operation then completes with
- * ECANCELED.  File iocbs cannot be cancelled by this kernel interface
- * (io_cancel says EINVAL): they are marked and complete, once, with their
- * own result when their event arrives.
+ * out with its own result.  A poll in the kernel gets an io_cancel and
+ * its operation completes with ECANCELED at once; the poll's event comes
+ * through the ring later and is dropped (la_orphan).  File iocbs cannot
+ * be cancelled by this kernel interface (io_cancel says EINVAL): they
+ * are marked and complete, once, with their own result when their event
+ * arrives.
  *
  * Quirks:
  *   - The calls after a poll are the shared ones of providers/nbio.c
@@ -88,6 +88,7 @@
  *   - io_setup failing with EAGAIN means the system-wide fs.aio-max-nr is
  *     used up; create returns -EAGAIN and the class explains it.
  */
+#include <assert.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -205,6 +206,8 @@ struct la_priv {
 	bool refused;       /* LA_ON_HELD: io_submit refused its poll
 	                       (la_hold_refused); tried, not polled, when
 	                       its time comes */
+	uint8_t tag;        /* the tag its iocb's data carries (la_tag);
+	                       0: none */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -217,6 +220,101 @@ static px_result *la_result_of_slink(px_link *l)
 	struct la_priv *pr = px_container_of(l, struct la_priv, slink);
 
 	return (px_result *)(void *)((char *)pr - PX_RESULT_HDR);
+}
+
+/*
+ * Cancelled polls let go (orphans).  The event of a cancelled poll comes
+ * from a kernel worker after io_cancel has answered EINPROGRESS, and that
+ * worker has been seen to run 5 and 10 s late on a loaded machine (eight
+ * ThreadSanitizer programs on two CPUs, 2026-12-06).  A poll whose
+ * submission raced a wakeup is not on the list io_cancel searches (it
+ * answers EINVAL; fs/aio.c, aio_poll) and, should its descriptor turn
+ * out not ready after all, waits for the descriptor's next wakeup.  The
+ * operation used to wait for that event, and with it px_cancel's,
+ * px_close's, a deadline's and px_destroy's callbacks.  A poll moves no
+ * data, so its operation can end with ECANCELED as soon as the cancel is
+ * asked; only the record has to wait, since the event gives back the
+ * iocb's data, the record's address, and the record may start another
+ * operation meanwhile.  So the data carries a tag in the address's low
+ * bits (records are whole cache lines: PX_LINES), a cancelled poll is
+ * written down as its record and tag (u->orphans), and its event, when it
+ * comes, is dropped; the record's next iocb carries another tag.  Until
+ * then the orphan keeps its place in the context (u->inkernel) and its
+ * file, which the kernel holds, open.  A record with every tag orphaned
+ * (never seen) gets tag 0 and its cancel waits for the event as before.
+ */
+#define LA_TAG_MASK ((uintptr_t)PX_CACHE_LINE - 1)
+_Static_assert(PX_CACHE_LINE >= 16 && (PX_CACHE_LINE & (PX_CACHE_LINE - 1)) == 0,
+	       "records are aligned to a power of two of at least 16 bytes");
+
+static bool la_orphan_has(const px_laio *u, const px_result *r, unsigned tag)
+{
+	for (unsigned i = 0; i < u->norphans; i++)
+		if (u->orphans[i].r == r && u->orphans[i].tag == tag)
+			return true;
+	return false;
+}
+
+/* The data of r's next iocb: its address and a tag none of its orphans
+ * has. */
+static void *la_tag(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	unsigned tries = (unsigned)LA_TAG_MASK;
+
+	assert(((uintptr_t)r & LA_TAG_MASK) == 0);
+	pr->tag = 0;
+	while (tries--) {
+		unsigned t = (u->next_tag + 1u) & (unsigned)LA_TAG_MASK;
+		u->next_tag = (uint16_t)(t ? t : 1u);
+		if (!u->norphans || !la_orphan_has(u, r, u->next_tag)) {
+			pr->tag = (uint8_t)u->next_tag;
+			break;
+		}
+	}
+	return (void *)((uintptr_t)r | pr->tag);
+}
+
+static px_result *la_untag(void *data, unsigned *tag)
+{
+	*tag = (unsigned)((uintptr_t)data & LA_TAG_MASK);
+	return (px_result *)((uintptr_t)data & ~LA_TAG_MASK);
+}
+
+/* r's poll, cancelled, is left to the kernel: true when written down (its
+ * operation may end now); false (no tag, no memory) when its event must
+ * end it.  Mutex held. */
+static bool la_orphan(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+
+	if (!pr->tag)
+		return false;
+	if (u->norphans == u->orphans_cap) {
+		unsigned cap = u->orphans_cap ? 2 * u->orphans_cap : 16;
+		px_laio_orphan *v = realloc(u->orphans, cap * sizeof(*v));
+		if (!v)
+			return false;
+		u->orphans = v;
+		u->orphans_cap = cap;
+	}
+	u->orphans[u->norphans].r = r;
+	u->orphans[u->norphans].tag = pr->tag;
+	u->norphans++;
+	return true;
+}
+
+/* An event for (r, tag): an orphan's, taken off the list (true), or
+ * r's own. */
+static bool la_orphan_take(px_laio *u, const px_result *r, unsigned tag)
+{
+	for (unsigned i = 0; i < u->norphans; i++) {
+		if (u->orphans[i].r == r && u->orphans[i].tag == tag) {
+			u->orphans[i] = u->orphans[--u->norphans];
+			return true;
+		}
+	}
+	return false;
 }
 
 static px_laio *la_of_prov(px_provider *p)
@@ -322,7 +420,7 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 	}
 	if (!poll && c->op == PX_OP_WRITE_FILE)
 		pr->cb.aio_rw_flags = (unsigned)px__rwf_nosignal();
-	pr->cb.data = r;
+	pr->cb.data = la_tag(u, r);
 	if (u->use_resfd)
 		io_set_eventfd(&pr->cb, u->resfd);
 	pr->slist = LA_ON_PENDING;
@@ -401,7 +499,8 @@ static void la_fail(px_laio *u, px_result *r, int err, bool deliver)
 
 /* Retry the io_cancel of polls a cancel could not reach because their
  * batch was still being submitted.  Every batch has settled now: each such
- * poll is in the kernel (the cancel works) or its event is on its way. */
+ * poll is in the kernel or its event is on its way, and the operation
+ * ends now (la_orphan), or when that event comes. */
 static void la_recancel(px_laio *u)
 {
 	px_link *l;
@@ -412,6 +511,8 @@ static void la_recancel(px_laio *u)
 
 		la_unlist(u, r);
 		px__laio_io_cancel(u->ctx, &la_priv(r)->cb, &ev);
+		if (la_orphan(u, r))
+			la_fail(u, r, ECANCELED, true);
 	}
 }
 
@@ -762,7 +863,8 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 				u->watch_off = true;
 			continue;
 		}
-		px_result *r = v[k]->data;
+		unsigned tag;
+		px_result *r = la_untag(v[k]->data, &tag);
 		struct la_priv *pr = la_priv(r);
 		u->inkernel--;
 		u->files_inkernel -= pr->phase == LA_OP;
@@ -1037,6 +1139,7 @@ static void la_event(px_laio *u, const struct io_event *e)
 	long res = (long)e->res;
 	px_result *r;
 	struct la_priv *pr;
+	unsigned tag;
 
 	if (e->obj == &u->intr_cb) {
 		uint64_t v;
@@ -1061,9 +1164,13 @@ static void la_event(px_laio *u, const struct io_event *e)
 		u->spill_fired = true;
 		return;
 	}
-	r = e->data;
-	pr = la_priv(r);
+	r = la_untag(e->data, &tag);
 	u->inkernel--;
+	/* A cancelled poll's, whose operation has ended (la_orphan): the
+	 * record may be another operation's by now. */
+	if (u->norphans && la_orphan_take(u, r, tag))
+		return;
+	pr = la_priv(r);
 	u->files_inkernel -= pr->phase == LA_OP;
 	la_unlist(u, r);  /* off u->recancel, if its cancel was retried */
 	if (pr->phase == LA_OP) {
@@ -1341,19 +1448,26 @@ static int la_cancel(px_provider *p, px_result *r)
 	pr->cancel_req = true;
 	if (pr->phase == LA_POLL) {
 		/* EINPROGRESS: the poll's event comes through the ring.
-		 * EINVAL: it is not in the kernel, because its event is
-		 * already in the ring, or because its batch is still being
-		 * submitted; then try again once every batch has settled.
-		 * One of those batches may be the leader's own, claimed in
-		 * prepare and settled only when its wait returns: wake it,
-		 * or a poll that never fires (a write to a peer that does
-		 * not read) keeps it in io_getevents with the cancel
-		 * unsent, and the operation never completes. */
+		 * EINVAL: it is not in the kernel's list, because its event
+		 * is already in the ring (or a kernel worker will put it
+		 * there), or because its batch is still being submitted;
+		 * then try again once every batch has settled.  One of those
+		 * batches may be the leader's own, claimed in prepare and
+		 * settled only when its wait returns: wake it, or a poll
+		 * that never fires (a write to a peer that does not read)
+		 * keeps it in io_getevents with the cancel unsent, and the
+		 * operation never completes.  Otherwise the operation ends
+		 * now and the event is dropped when it comes (la_orphan). */
 		if (px__laio_io_cancel(u->ctx, &pr->cb, &ev) == -EINVAL &&
 		    u->submitting) {
 			pr->slist = LA_ON_RECANCEL;
 			px_list_push_back(&u->recancel, &pr->slink);
 			la_wake_leader(u);
+		} else if (la_orphan(u, r)) {
+			la_fail(u, r, ECANCELED, false);
+			if (!px_list_empty(&u->pending))
+				la_wake_leader(u);
+			return PX_CANCEL_DONE;
 		}
 	}
 	return PX_CANCEL_PENDING;
@@ -1391,6 +1505,7 @@ static void la_destroy(px_provider *p)
 	if (u->spill_ep >= 0)
 		close(u->spill_ep);
 	px__fdq_fini(&u->fdq);
+	free(u->orphans);
 	free(u->lb.v);
 	free(u->lb.err);
 	free(u);

@@ -32,6 +32,11 @@
 /* A batch of iocbs submitted with one io_submit, and what became of each:
  * 0 submitted, else the errno io_submit gave it (EAGAIN: not tried, the
  * context was full). */
+typedef struct px_laio_orphan {
+	struct px_result *r;
+	uint16_t tag;
+} px_laio_orphan;
+
 typedef struct px_laio_batch {
 	struct iocb **v;
 	int *err;
@@ -66,6 +71,12 @@ typedef struct px_laio {
 	px_list pending;            /* results whose iocb waits for io_submit */
 	px_list done;               /* finished outside the wait (plink) */
 	px_list recancel;           /* polls whose io_cancel came too early */
+	/* Polls let go by a cancel whose events have not come yet (see
+	 * la_orphan in providers/linux_aio.c): each result with the tag
+	 * its iocb's data carries.  Still counted in inkernel. */
+	struct px_laio_orphan *orphans;
+	unsigned norphans, orphans_cap;
+	uint16_t next_tag;          /* the tag of the next poll issued */
 	px_list held;               /* datagram writes backing off (la_hold) */
 	int held_ms;                /* prepare: the wait ends within this for
 	                               the first of them (-1: none held) */

@@ -1167,6 +1167,91 @@ static void test_cancel_then_close_late_event(void **state)
 	close(sv[0]);
 }
 
+/*
+ * A cancelled poll's event comes from a kernel worker, which a loaded
+ * machine has been seen to run 5 and 10 s after io_cancel answered
+ * EINPROGRESS (TESTING.md, 2026-12-06); a poll whose submission raced a
+ * wakeup may get it only with its descriptor's next event.  The
+ * operation must not wait for it.  io_cancel is replaced by one that
+ * answers EINPROGRESS and cancels nothing: the read must still call back,
+ * with ECANCELED.  Then a read on the same socket, started from this
+ * thread, usually gets the record just let go; the real io_cancel of the
+ * first poll makes its event come, which must not end the new read; the
+ * new read takes the bytes written next, once.
+ */
+static atomic_int nc_calls;
+static struct iocb *nc_iocb;
+static io_context_t nc_ctx;
+
+static int no_cancel(io_context_t ctx, struct iocb *iocb, struct io_event *ev)
+{
+	(void)ev;
+	if (atomic_fetch_add(&nc_calls, 1) == 0) {
+		nc_ctx = ctx;
+		nc_iocb = iocb;
+	}
+	return -EINPROGRESS;
+}
+
+static void run_cancel_before_kernel_event(const char *engine)
+{
+	int sv[2];
+	char buf[16], buf2[16];
+	op o, o2;
+	struct io_event ev;
+
+	memset(&o, 0, sizeof(o));
+	memset(&o2, 0, sizeof(o2));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	px_proactor *px = make(engine);
+	assert_int_equal(px_read_stream(px, sv[1], buf, sizeof(buf), op_cb, &o), 0);
+	/* Let the poll reach the kernel. */
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 1);
+	assert_int_equal(atomic_load(&o.calls), 0);
+	atomic_store(&nc_calls, 0);
+	nc_iocb = NULL;
+	px__laio_io_cancel = no_cancel;
+	int n = px_cancel(px, sv[1]);
+	bool ended = drain_within(px, &o, 1, 5000);
+	px__laio_io_cancel = io_cancel;
+	assert_int_equal(n, 1);
+	assert_int_equal(atomic_load(&nc_calls), 1);
+	if (!ended)
+		fail_msg("%s: a read whose poll's cancel event does not come "
+			 "did not call back", engine);
+	assert_int_equal(o.error, ECANCELED);
+	/* The record again, and the first poll's event. */
+	assert_int_equal(px_read_stream(px, sv[1], buf2, sizeof(buf2), op_cb, &o2),
+			 0);
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 1);
+	int rc = io_cancel(nc_ctx, nc_iocb, &ev);
+	if (rc != -EINPROGRESS && rc != 0)
+		fail_msg("%s: the real io_cancel of the first poll: %d", engine, rc);
+	assert_false(drain_within(px, &o2, 1, 200));
+	assert_int_equal(atomic_load(&o.calls), 1);
+	assert_int_equal(write(sv[0], "after", 5), 5);
+	drain(px, &o2, 1);
+	assert_int_equal(o2.error, 0);
+	assert_int_equal(o2.bytes, 5);
+	assert_memory_equal(buf2, "after", 5);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&o.calls), 1);
+	assert_int_equal(atomic_load(&o2.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void test_cancel_before_kernel_event(void **state)
+{
+	(void)state;
+	run_cancel_before_kernel_event("linux-aio");
+	run_cancel_before_kernel_event("provider=linux_aio wait=epoll");
+	run_cancel_before_kernel_event("linux-aio-dedicated");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -1217,6 +1302,7 @@ int main(void)
 		cmocka_unit_test(test_signal_consumed_with_events),
 		cmocka_unit_test(test_concurrent_writes_dedicated),
 		cmocka_unit_test(test_cancel_finished_before_hand_out),
+		cmocka_unit_test(test_cancel_before_kernel_event),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
