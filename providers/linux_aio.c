@@ -125,6 +125,7 @@
 int (*px__laio_io_submit)(io_context_t, long, struct iocb **) = io_submit;
 int (*px__laio_io_cancel)(io_context_t, struct iocb *, struct io_event *) =
 	io_cancel;
+bool px__laio_orphans = true;
 
 /* What the result's iocb is (la_priv.phase). */
 enum {
@@ -288,7 +289,7 @@ static bool la_orphan(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 
-	if (!pr->tag)
+	if (!pr->tag || !px__laio_orphans)
 		return false;
 	if (u->norphans == u->orphans_cap) {
 		unsigned cap = u->orphans_cap ? 2 * u->orphans_cap : 16;

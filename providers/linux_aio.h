@@ -156,6 +156,10 @@ extern int (*px__laio_io_submit)(io_context_t ctx, long nr,
  * cancels later, as when a cancelled poll's event is late. */
 extern int (*px__laio_io_cancel)(io_context_t ctx, struct iocb *iocb,
 				 struct io_event *ev) PX_HIDDEN;
+/* Whether a cancelled poll's operation ends at once (la_orphan): true; a
+ * test sets it false to have it wait for the poll's event, as every
+ * cancel did before, for what comes after such a late event. */
+extern bool px__laio_orphans PX_HIDDEN;
 
 /* Shared by the waits (providers/linux_aio.c). */
 /* Leader, mutex held: claim everything pending (and the native interrupt's
