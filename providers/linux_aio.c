@@ -248,12 +248,13 @@ static px_result *la_result_of_slink(px_link *l)
 _Static_assert(PX_CACHE_LINE >= 16 && (PX_CACHE_LINE & (PX_CACHE_LINE - 1)) == 0,
 	       "records are aligned to a power of two of at least 16 bytes");
 
-static bool la_orphan_has(const px_laio *u, const px_result *r, unsigned tag)
+/* Where (r, tag) is among the orphans, or -1. */
+static int la_orphan_find(const px_laio *u, const px_result *r, unsigned tag)
 {
 	for (unsigned i = 0; i < u->norphans; i++)
 		if (u->orphans[i].r == r && u->orphans[i].tag == tag)
-			return true;
-	return false;
+			return (int)i;
+	return -1;
 }
 
 /* The data of r's next iocb: its address and a tag none of its orphans
@@ -267,9 +268,9 @@ static void *la_tag(px_laio *u, px_result *r)
 	pr->tag = 0;
 	while (tries--) {
 		unsigned t = (u->next_tag + 1u) & (unsigned)LA_TAG_MASK;
-		u->next_tag = (uint16_t)(t ? t : 1u);
-		if (!u->norphans || !la_orphan_has(u, r, u->next_tag)) {
-			pr->tag = (uint8_t)u->next_tag;
+		u->next_tag = (uint8_t)(t ? t : 1u);
+		if (!u->norphans || la_orphan_find(u, r, u->next_tag) < 0) {
+			pr->tag = u->next_tag;
 			break;
 		}
 	}
@@ -309,13 +310,12 @@ static bool la_orphan(px_laio *u, px_result *r)
  * r's own. */
 static bool la_orphan_take(px_laio *u, const px_result *r, unsigned tag)
 {
-	for (unsigned i = 0; i < u->norphans; i++) {
-		if (u->orphans[i].r == r && u->orphans[i].tag == tag) {
-			u->orphans[i] = u->orphans[--u->norphans];
-			return true;
-		}
-	}
-	return false;
+	int i = la_orphan_find(u, r, tag);
+
+	if (i < 0)
+		return false;
+	u->orphans[i] = u->orphans[--u->norphans];
+	return true;
 }
 
 static px_laio *la_of_prov(px_provider *p)

@@ -32,16 +32,18 @@
 /* A batch of iocbs submitted with one io_submit, and what became of each:
  * 0 submitted, else the errno io_submit gave it (EAGAIN: not tried, the
  * context was full). */
-typedef struct px_laio_orphan {
-	struct px_result *r;
-	uint16_t tag;
-} px_laio_orphan;
-
 typedef struct px_laio_batch {
 	struct iocb **v;
 	int *err;
 	unsigned n;
 } px_laio_batch;
+
+/* A cancelled poll left to the kernel (la_orphan in linux_aio.c): its
+ * record, and the tag in its iocb's data. */
+typedef struct px_laio_orphan {
+	struct px_result *r;
+	uint8_t tag;
+} px_laio_orphan;
 
 typedef struct px_laio {
 	px_provider prov;
@@ -76,7 +78,7 @@ typedef struct px_laio {
 	 * its iocb's data carries.  Still counted in inkernel. */
 	struct px_laio_orphan *orphans;
 	unsigned norphans, orphans_cap;
-	uint16_t next_tag;          /* the tag of the next poll issued */
+	uint8_t next_tag;           /* the tag last given to an iocb */
 	px_list held;               /* datagram writes backing off (la_hold) */
 	int held_ms;                /* prepare: the wait ends within this for
 	                               the first of them (-1: none held) */

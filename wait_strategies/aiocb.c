@@ -39,8 +39,8 @@
  * Idle.  glibc's helpers are one pool for the whole process, so a read
  * kept by a proactor with nothing in flight takes a helper from every
  * other user of POSIX AIO: idle proactors as many as aio_threads + 1
- * (the pool's size) left the others' requests queued for good.  So the read is made only while
- * requests are in flight (none at create).  With nothing in flight it is
+ * (the pool's size) left the others' requests queued for good.  So the
+ * read is made only while requests are in flight (none at create).  With nothing in flight it is
  * given back: taken out of glibc's queue if no helper has it yet, else
  * ended with a write (the helper goes back to the pool at once; the
  * finished aiocb is reaped when next looked at).  That happens in a
