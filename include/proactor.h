@@ -555,9 +555,11 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
  * ECANCELED.  Returns 0, -ENOENT if it already fired or never existed, or
  * -EINVAL for a NULL px.  A one-shot timer whose deadline has passed has
  * fired, even if its callback has not run yet (it then says error 0).
- * px_destroy cancels every pending timer, a one-shot one past its deadline
- * whose callback has not run included (ECANCELED), before it runs their
- * callbacks: a px_timer_cancel from one of them returns -ENOENT.
+ * px_destroy cancels every timer still waiting to fire (ECANCELED), a
+ * one-shot one past its deadline that no thread took out of the heap
+ * included, before it runs their callbacks: a px_timer_cancel from one of
+ * them returns -ENOENT.  A one-shot timer a thread had already taken as
+ * fired, its callback not run before px_stop, still says error 0.
  */
 PX_API int px_timer_cancel(px_proactor *px, int64_t id);
 
@@ -632,7 +634,10 @@ typedef struct px_op_desc {
  * stays in the descriptor for the next read.  A px_cancel racing the
  * deadline gives one completion, ECANCELED or ETIMEDOUT.  The deadline
  * is a timer of the proactor: it is noticed by a thread inside
- * px_handle_events, like any timer.
+ * px_handle_events, like any timer.  What cannot be cancelled cannot be
+ * ended by it either: on the POSIX AIO provider, a stream read a glibc
+ * helper performs, and a file request with later requests of its
+ * descriptor behind it (px_start_op(3)).
  *
  * d is read during the call only.  Returns 0 or, as the start functions,
  * a negative errno (the callback then never runs); -EINVAL also for an
