@@ -278,8 +278,12 @@ static void linger_close(struct conn *k)
 
 /* A write to the client ended by its deadline after it had moved some
  * bytes: the client reads, slowly.  Start the rest with a new deadline
- * (true), so that only a client that takes nothing for IDLE_MS is
- * closed. */
+ * (true), so that a client is closed only when no byte went into its
+ * socket for IDLE_MS.  That is not quite "a client that read nothing":
+ * once the socket's send buffer is full, the kernel lets a writer in
+ * again only after the client has taken a good part of it (about a third
+ * on Linux TCP, which can be megabytes), so a client that reads less
+ * than that in IDLE_MS is closed too. */
 static bool write_on(struct conn *k, const px_completion *c, px_callback *cb)
 {
 	if (c->error != ETIMEDOUT || c->bytes == 0 || c->bytes >= c->len)

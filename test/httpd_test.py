@@ -401,10 +401,14 @@ def checks(port, root, small, big, extra):
             break
         data += d
         time.sleep(IDLE_MS / 1000.0 / 8)
-    # Into one buffer: a recv(n) allocates n bytes however few arrive
-    # (about 4 KiB here, at this SO_RCVBUF), and under meson's
-    # MALLOC_PERTURB_ glibc fills every allocation, so recv(1 MiB) per 4
-    # KiB once took 3 of this test's 4 s.
+    # Then read the rest at once: with the server's send buffer full, its
+    # write goes on only after this end has taken about a third of that
+    # buffer (megabytes; examples/httpd.c, write_on), and must within
+    # IDLE_MS.  Into one buffer: a recv(n) allocates n bytes however few
+    # arrive (about 4 KiB here, at this SO_RCVBUF), and under meson's
+    # MALLOC_PERTURB_ glibc fills every allocation: recv(1 MiB) per 4 KiB
+    # took 3 of this test's 4 s, and under load in a TSan suite the server
+    # once closed the connection 3.3 MB into the body.
     parts = [data]
     buf = bytearray(1 << 16)
     while True:
