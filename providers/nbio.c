@@ -72,9 +72,11 @@ static int nb_classify(px_nbio *io)
 
 /* The kernel refused RWF_NOWAIT: blocking, unless the rules trust the file
  * status flags and those say O_NONBLOCK; a blocking terminal is told apart
- * (its calls go through nb_tty_io). */
+ * (its calls go through nb_tty_io), and so is a file of no type
+ * (nb_anon_io). */
 static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 {
+	struct stat st;
 	int fl;
 
 	if (rules->trust_nonblock) {
@@ -86,7 +88,12 @@ static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 			return 0;
 		}
 	}
-	io->kind = isatty(io->fd) ? PX_NBIO_KIND_TTY : PX_NBIO_KIND_BLOCKING;
+	if (isatty(io->fd))
+		io->kind = PX_NBIO_KIND_TTY;
+	else if (fstat(io->fd, &st) == 0 && (st.st_mode & S_IFMT) == 0)
+		io->kind = PX_NBIO_KIND_ANON;
+	else
+		io->kind = PX_NBIO_KIND_BLOCKING;
 	return 0;
 }
 
@@ -178,6 +185,46 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 	return n < 0 ? -err : n;
 }
 
+/*
+ * A read or write of a blocking file of no type (an anonymous inode:
+ * inotify; timerfd, signalfd and others on kernels whose versions refuse
+ * RWF_NOWAIT), which poll(0) reported ready.  Ready is not enough there:
+ * another reader of the same file (a thread of the application, or a
+ * timerfd_settime that resets the count) may take what poll saw before
+ * the call, which would then sleep, holding the loop thread, and with it
+ * px_cancel and px_destroy, until the next event, if one ever comes (a
+ * helper's review of 2026-12-06).  Such a file cannot be opened again
+ * from /proc (ENXIO), so unlike a terminal's it has no description of our
+ * own: the call sets O_NONBLOCK on the application's description and
+ * clears it after, unless it was there already.  For that call's length
+ * another thread's blocking read of the same description would get EAGAIN;
+ * such a file is shared between processes only by inheritance or
+ * SCM_RIGHTS.  Three more system calls per call (F_GETFL, and F_SETFL
+ * twice), on files where the wait already costs the poll.
+ */
+static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
+{
+	int fl = fcntl(fd, F_GETFL);
+	ssize_t n;
+	int err;
+
+	if (fl < 0)
+		return -errno;
+	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	do {
+		n = wr ? nb_writev(fd, iov, cnt) : readv(fd, iov, cnt);
+	} while (n < 0 && errno == EINTR);
+	err = errno;
+	if (!(fl & O_NONBLOCK)) {
+		/* Read again: keep what another thread set meanwhile. */
+		int now = fcntl(fd, F_GETFL);
+		if (now >= 0)
+			(void)fcntl(fd, F_SETFL, now & ~O_NONBLOCK);
+	}
+	return n < 0 ? -err : n;
+}
+
 /* One read or write of the cnt buffers of iov on a stream that is not a
  * socket.  Bytes, or -errno (-EAGAIN: not ready). */
 static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
@@ -202,9 +249,12 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 			break;
 		case PX_NBIO_KIND_BLOCKING:
 		case PX_NBIO_KIND_TTY:
+		case PX_NBIO_KIND_ANON:
 			rc = nb_poll_now(io->fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
+			if (io->kind == PX_NBIO_KIND_ANON)
+				return nb_anon_io(io->fd, iov, cnt, wr);
 			if (io->kind == PX_NBIO_KIND_TTY) {
 				n = nb_tty_io(io->fd, iov, cnt, wr);
 				if (n == -EINTR)

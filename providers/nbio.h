@@ -32,6 +32,10 @@ enum {
 	                           and written through a non-blocking
 	                           description of its own (nbio.c,
 	                           nb_tty_io) */
+	PX_NBIO_KIND_ANON,      /* blocking, of no file type (inotify; on
+	                           older kernels timerfd, signalfd...):
+	                           poll(0) first, then O_NONBLOCK around the
+	                           call (nbio.c, nb_anon_io) */
 };
 
 /* px_nbio.flags */

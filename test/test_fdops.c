@@ -38,6 +38,14 @@
  * after a poll event or in a start's own try, px_cancel(fd) from another
  * thread does not return until that recv has (not on uring, whose calls
  * the kernel makes).
+ * A read of a blocking inotify descriptor (poll wrapped too): the kernel
+ * refuses RWF_NOWAIT there, so the readiness engines and Linux AIO check
+ * with poll(0) before they read; another reader takes the event right
+ * after that poll.  The loop must not sleep in the read (it once did,
+ * until the next event, and px_cancel and px_destroy with it); the read
+ * stays pending, ends with the next event's bytes, and the descriptor is
+ * left blocking (providers/nbio.c, nb_anon_io).  On uring, whose kernel
+ * makes the read, nothing is taken and the first event ends it.
  * (Before the list, px_close and px_cancel walked every pending operation
  * of the proactor: 70-80 us per px_close with 8,000 reads pending on
  * other descriptors, against 4 us now.)
@@ -52,8 +60,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -92,6 +103,26 @@ ssize_t __wrap_px__sys_recv(int fd, void *buf, size_t len, int flags)
 			usleep(1000);
 	}
 	return __real_px__sys_recv(fd, buf, len, flags);
+}
+
+/* poll of g_steal_fd with a zero timeout that finds it readable: another
+ * reader takes what it found, once (g_stolen). */
+int __real_poll(struct pollfd *fds, nfds_t n, int timeout);
+static atomic_int g_steal_fd = -1;
+static atomic_int g_stolen;
+
+int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	int rc = __real_poll(fds, n, timeout);
+
+	if (rc == 1 && n == 1 && timeout == 0 &&
+	    fds[0].fd == atomic_load(&g_steal_fd) &&
+	    (fds[0].revents & POLLIN) && !atomic_load(&g_stolen)) {
+		char sink[4096];
+		if (read(fds[0].fd, sink, sizeof(sink)) > 0)
+			atomic_store(&g_stolen, 1);
+	}
+	return rc;
 }
 
 static const char *g_engine;
@@ -504,6 +535,99 @@ static void cancel_waits_for_a_call_in_progress(void **state)
 	close(sv[1]);
 }
 
+struct anon_read {
+	atomic_int calls, error;
+	atomic_long bytes;
+};
+
+static void anon_cb(const px_completion *c)
+{
+	struct anon_read *a = c->user;
+
+	atomic_store(&a->error, c->error);
+	atomic_store(&a->bytes, (long)c->bytes);
+	atomic_fetch_add(&a->calls, 1);
+}
+
+struct one_turn {
+	px_proactor *px;
+	atomic_int done;
+};
+
+static void *one_turn_main(void *arg)
+{
+	struct one_turn *o = arg;
+
+	px_handle_events(o->px, 100);
+	atomic_store(&o->done, 1);
+	return NULL;
+}
+
+/* An event for the watch on dir: a file made and removed. */
+static void touch_in(const char *dir)
+{
+	char path[160];
+
+	snprintf(path, sizeof(path), "%s/f", dir);
+	int fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	assert_true(fd >= 0);
+	close(fd);
+	unlink(path);
+}
+
+static void blocking_read_after_its_event_was_taken(void **state)
+{
+	(void)state;
+	char dir[] = "/tmp/px_fdops_XXXXXX";
+	static char buf[4096];
+	struct anon_read a = {0};
+	struct one_turn o = {0};
+	pthread_t t;
+
+	assert_non_null(mkdtemp(dir));
+	int fd = inotify_init1(IN_CLOEXEC);  /* blocking */
+	assert_true(fd >= 0);
+	assert_true(inotify_add_watch(fd, dir, IN_CREATE) >= 0);
+	o.px = make();
+	assert_int_equal(px_read_stream(o.px, fd, buf, sizeof(buf), anon_cb, &a), 0);
+	assert_true(px_handle_events(o.px, 10) >= 0);
+	atomic_store(&g_stolen, 0);
+	atomic_store(&g_steal_fd, fd);
+	touch_in(dir);
+	assert_int_equal(pthread_create(&t, NULL, one_turn_main, &o), 0);
+	uint64_t end = now_ms() + 3000;
+	while (!atomic_load(&o.done) && now_ms() < end)
+		usleep(1000);
+	bool held = !atomic_load(&o.done);
+	if (held)
+		touch_in(dir);  /* lets the read that sleeps go */
+	assert_int_equal(pthread_join(t, NULL), 0);
+	atomic_store(&g_steal_fd, -1);
+	if (held)
+		fail_msg("%s: px_handle_events(px, 100) slept over 3 s in a read "
+			 "whose event another reader took", g_engine);
+	if (atomic_load(&g_stolen))
+		assert_int_equal(atomic_load(&a.calls), 0);  /* still pending */
+	else
+		print_message("%s: no poll(0) before the read\n", g_engine);
+	/* The next event ends it, with bytes. */
+	touch_in(dir);
+	end = now_ms() + 10000;
+	while (!atomic_load(&a.calls) && now_ms() < end)
+		assert_true(px_handle_events(o.px, 20) >= 0);
+	assert_int_equal(atomic_load(&a.calls), 1);
+	assert_int_equal(atomic_load(&a.error), 0);
+	assert_true(atomic_load(&a.bytes) > 0);
+	int fl = fcntl(fd, F_GETFL);
+	assert_true(fl >= 0);
+	if (fl & O_NONBLOCK)
+		fail_msg("%s: the application's descriptor was left O_NONBLOCK",
+			 g_engine);
+	assert_int_equal(px_destroy(o.px), 0);
+	close(fd);
+	rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -513,6 +637,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(cancel_and_close_take_one_descriptor),
 		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
 		cmocka_unit_test(cancel_waits_for_a_call_in_progress),
+		cmocka_unit_test(blocking_read_after_its_event_was_taken),
 	};
 
 	alarm(120);
