@@ -92,6 +92,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -156,9 +157,12 @@ typedef struct px_laio_fd {
 	bool spill_reg;     /* the number was added to the spill set (the
 	                       registration may be disabled, or gone with a
 	                       close) */
-	bool poll_refused;  /* io_submit refused its poll (la_hold_refused):
-	                       its polls go to the spill set; forgotten
-	                       when idle */
+	bool poll_refused;  /* io_submit refused its poll (la_hold_refused),
+	                       or it is a signalfd (la_io_store): its polls
+	                       go to the spill set; forgotten when idle */
+	bool sig_hint;      /* it was a signalfd: its reads try at start,
+	                       which tells again; a hint only, kept while
+	                       idle */
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -173,13 +177,42 @@ static void la_io_load(px_nbio *io, const la_fd *fe)
 	io->reported = 0;
 }
 
+/* Is fd a signalfd?  By its name in /proc (one readlink). */
+static bool la_is_signalfd(int fd)
+{
+	static const char want[] = "anon_inode:[signalfd]";
+	char path[40], name[sizeof(want) + 1];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, name, sizeof(name));
+	return n == (ssize_t)sizeof(want) - 1 && memcmp(name, want, (size_t)n) == 0;
+}
+
 /* Mutex held.  The entry is not idle (the operation is queued), so
  * nothing was forgotten meanwhile; later kinds only refine earlier ones
- * (socket, file, or RWF_NOWAIT downgraded to blocking). */
+ * (socket, file, or RWF_NOWAIT downgraded to blocking).
+ *
+ * A signalfd polls the signals of the task that polls it, and a poll iocb
+ * that had to wait is looked at again, when woken, in a kernel worker,
+ * which has none of the process's: a read waited for good with a signal
+ * pending (a helper's review of 2026-12-06).  So when a descriptor first
+ * shows itself to be a stream that is neither socket nor file, its name
+ * is read, and a signalfd's polls go to the spill set, whose epoll wait
+ * runs in a thread of the process (poll_refused).  Once per busy period
+ * of such a descriptor.  A signalfd's read that skipped its try at start
+ * (la_skip_try) would not know it: sig_hint keeps those tries. */
 static void la_io_store(la_fd *fe, const px_nbio *io)
 {
-	if (io->kind > fe->kind)
+	if (io->kind > fe->kind) {
+		if (fe->kind < PX_NBIO_KIND_NOWAIT) {
+			fe->sig_hint = io->kind >= PX_NBIO_KIND_NOWAIT &&
+				       la_is_signalfd(io->fd);
+			if (fe->sig_hint)
+				fe->poll_refused = true;
+		}
 		fe->kind = io->kind;
+	}
 	fe->nbflags |= io->flags;
 }
 
@@ -1300,7 +1333,7 @@ px_result *px__laio_next_completed(px_laio *u)
  * without such a hint keeps it. */
 static bool la_skip_try(la_fd *fe, int dir)
 {
-	if (dir != PX_FDQ_RD || fe->rd_miss < LA_SPEC_MISSES)
+	if (dir != PX_FDQ_RD || fe->rd_miss < LA_SPEC_MISSES || fe->sig_hint)
 		return false;
 	if (++fe->rd_skip < LA_SPEC_PROBE)
 		return true;

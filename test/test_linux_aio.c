@@ -48,6 +48,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pty.h>
+#include <signal.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -373,6 +375,80 @@ static void test_tty_read_dedicated(void **state)
 {
 	(void)state;
 	run_tty_read_waits_quietly("linux-aio-dedicated");
+}
+
+/*
+ * A signalfd's read: a poll iocb that waits is woken and looked at again
+ * in a kernel worker, and a signalfd polls the signals of the task that
+ * polls it, so the kernel never found the process's signal there and the
+ * read waited until cancelled (a helper's review of 2026-12-06).  Its
+ * polls now go to the provider's epoll set, whose wait runs in a thread
+ * of the process.  SIGUSR2 blocked, the read started and left waiting,
+ * then the signal sent to the process: the read must end with its
+ * siginfo.  Four rounds: from the third on, a read that found nothing
+ * at its start twice in a row skips its try, and the descriptor, idle
+ * between rounds, has forgotten what it is.
+ */
+static void run_signalfd_read(const char *engine)
+{
+	sigset_t set, old;
+	struct signalfd_siginfo si;
+	op o;
+
+	memset(&o, 0, sizeof(o));
+	memset(&si, 0, sizeof(si));
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	assert_int_equal(pthread_sigmask(SIG_BLOCK, &set, &old), 0);
+	int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+	assert_true(sfd >= 0);
+	px_proactor *px = make(engine);
+	int early = 0, round;
+	bool ended = true;
+	for (round = 0; round < 4 && ended && !early; round++) {
+		memset(&o, 0, sizeof(o));
+		memset(&si, 0, sizeof(si));
+		assert_int_equal(px_read_stream(px, sfd, &si, sizeof(si), op_cb,
+						&o), 0);
+		for (int i = 0; i < 3; i++)
+			px_handle_events(px, 20);
+		early = atomic_load(&o.calls);
+		assert_int_equal(kill(getpid(), SIGUSR2), 0);
+		ended = drain_within(px, &o, 1, 3000);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	/* Whatever happened, take the signal before SIGUSR2 is unblocked. */
+	struct timespec zero = {0, 0};
+	while (sigtimedwait(&set, NULL, &zero) == SIGUSR2)
+		;
+	close(sfd);
+	assert_int_equal(pthread_sigmask(SIG_SETMASK, &old, NULL), 0);
+	assert_int_equal(early, 0);
+	if (!ended)
+		fail_msg("engine '%s': a signalfd read did not end with the "
+			 "signal pending (round %d)", engine, round);
+	assert_int_equal(o.error, 0);
+	assert_int_equal(o.bytes, sizeof(si));
+	assert_int_equal(si.ssi_signo, SIGUSR2);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+}
+
+static void test_signalfd_read_native(void **state)
+{
+	(void)state;
+	run_signalfd_read("linux-aio");
+}
+
+static void test_signalfd_read_epoll(void **state)
+{
+	(void)state;
+	run_signalfd_read("provider=linux_aio wait=epoll");
+}
+
+static void test_signalfd_read_dedicated(void **state)
+{
+	(void)state;
+	run_signalfd_read("linux-aio-dedicated");
 }
 
 static void test_odirect_aligned(void **state)
@@ -1331,6 +1407,9 @@ int main(void)
 		cmocka_unit_test(test_tty_read_native),
 		cmocka_unit_test(test_tty_read_epoll),
 		cmocka_unit_test(test_tty_read_dedicated),
+		cmocka_unit_test(test_signalfd_read_native),
+		cmocka_unit_test(test_signalfd_read_epoll),
+		cmocka_unit_test(test_signalfd_read_dedicated),
 		cmocka_unit_test(test_inject_shared),
 		cmocka_unit_test(test_inject_dedicated),
 		cmocka_unit_test(test_inject_tiny_epoll),
