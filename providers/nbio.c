@@ -199,8 +199,8 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
  * clears it after, unless it was there already.  For that call's length
  * another thread's blocking read of the same description would get EAGAIN;
  * such a file is shared between processes only by inheritance or
- * SCM_RIGHTS.  Three more system calls per call (F_GETFL, and F_SETFL
- * twice), on files where the wait already costs the poll.
+ * SCM_RIGHTS.  Four more system calls per call (F_GETFL and F_SETFL,
+ * before and after), on files where the wait already costs the poll.
  */
 static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
 {
