@@ -186,14 +186,14 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 }
 
 /*
- * A read or write of a blocking file of no type (an anonymous inode:
- * inotify; timerfd, signalfd and others on kernels whose versions refuse
- * RWF_NOWAIT), which poll(0) reported ready.  Ready is not enough there:
- * another reader of the same file (a thread of the application, or a
- * timerfd_settime that resets the count) may take what poll saw before
- * the call, which would then sleep, holding the loop thread, and with it
- * px_cancel and px_destroy, until the next event, if one ever comes (a
- * helper's review of 2026-12-06).  Such a file cannot be opened again
+ * A read or write of a blocking file of no type (an anonymous inode)
+ * that refuses RWF_NOWAIT (inotify's on 6.18, where timerfd, eventfd and
+ * signalfd take the flag), which poll(0) reported ready.  Ready is not
+ * enough there: another reader of the same file (a thread of the
+ * application) may take what poll saw before the call, which would then
+ * sleep, holding the loop thread, and with it px_cancel and px_destroy,
+ * until the next event, if one ever comes (a helper's review of
+ * 2026-12-06).  Such a file cannot be opened again
  * from /proc (ENXIO), so unlike a terminal's it has no description of our
  * own: the call sets O_NONBLOCK on the application's description and
  * clears it after, unless it was there already.  For that call's length

@@ -32,8 +32,7 @@ enum {
 	                           and written through a non-blocking
 	                           description of its own (nbio.c,
 	                           nb_tty_io) */
-	PX_NBIO_KIND_ANON,      /* blocking, of no file type (inotify; on
-	                           older kernels timerfd, signalfd...):
+	PX_NBIO_KIND_ANON,      /* blocking, of no file type (inotify):
 	                           poll(0) first, then O_NONBLOCK around the
 	                           call (nbio.c, nb_anon_io) */
 };
