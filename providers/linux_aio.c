@@ -145,7 +145,7 @@ typedef struct px_laio_fd {
 	px_fdq_entry fq;    /* one FIFO per direction */
 	unsigned inflight;  /* started here and not finished, any operation */
 	uint8_t kind;       /* PX_NBIO_KIND_* */
-	uint8_t nbflags;    /* PX_NBIO_LISTENER_NB */
+	uint8_t nbflags;    /* PX_NBIO_LISTENER_NB, PX_NBIO_ANON */
 	bool open_seen;     /* known to be open */
 	uint8_t rd_miss;    /* reads tried at start that found nothing, in a
 	                       row; a hint only, kept while idle */
@@ -197,16 +197,16 @@ static bool la_is_signalfd(int fd)
  * that had to wait is looked at again, when woken, in a kernel worker,
  * which has none of the process's: a read waited for good with a signal
  * pending (a helper's review of 2026-12-06).  So when a descriptor first
- * shows itself to be a stream that is neither socket nor file, its name
- * is read, and a signalfd's polls go to the spill set, whose epoll wait
- * runs in a thread of the process (poll_refused).  Once per busy period
- * of such a descriptor.  A signalfd's read that skipped its try at start
+ * shows itself to be an anonymous inode (nb_classify's fstat: a file of
+ * no type; never a pipe or terminal), its name is read, and a signalfd's
+ * polls go to the spill set, whose epoll wait runs in a thread of the
+ * process (poll_refused).  Once per busy period of such a descriptor.  A signalfd's read that skipped its try at start
  * (la_skip_try) would not know it: sig_hint keeps those tries. */
 static void la_io_store(la_fd *fe, const px_nbio *io)
 {
 	if (io->kind > fe->kind) {
 		if (fe->kind < PX_NBIO_KIND_NOWAIT) {
-			fe->sig_hint = io->kind >= PX_NBIO_KIND_NOWAIT &&
+			fe->sig_hint = (io->flags & PX_NBIO_ANON) &&
 				       la_is_signalfd(io->fd);
 			if (fe->sig_hint)
 				fe->poll_refused = true;

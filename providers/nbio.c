@@ -67,6 +67,8 @@ static int nb_classify(px_nbio *io)
 		io->kind = PX_NBIO_KIND_FILE;
 	else
 		io->kind = PX_NBIO_KIND_NOWAIT;
+	if ((st.st_mode & S_IFMT) == 0)
+		io->flags |= PX_NBIO_ANON;
 	return 0;
 }
 
@@ -76,7 +78,6 @@ static int nb_classify(px_nbio *io)
  * (nb_anon_io). */
 static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 {
-	struct stat st;
 	int fl;
 
 	if (rules->trust_nonblock) {
@@ -90,7 +91,7 @@ static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 	}
 	if (isatty(io->fd))
 		io->kind = PX_NBIO_KIND_TTY;
-	else if (fstat(io->fd, &st) == 0 && (st.st_mode & S_IFMT) == 0)
+	else if (io->flags & PX_NBIO_ANON)  /* nb_classify's fstat */
 		io->kind = PX_NBIO_KIND_ANON;
 	else
 		io->kind = PX_NBIO_KIND_BLOCKING;

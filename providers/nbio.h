@@ -39,6 +39,8 @@ enum {
 
 /* px_nbio.flags */
 #define PX_NBIO_LISTENER_NB 0x1u /* accept: the listener is O_NONBLOCK */
+#define PX_NBIO_ANON 0x2u        /* of no file type, an anonymous inode
+                                    (learnt with the kind) */
 
 /* Outcome of one attempt. */
 enum {
@@ -58,7 +60,7 @@ enum { PX_NBIO_CONN_NEW = 0, PX_NBIO_CONN_PENDING, PX_NBIO_CONN_PENDING_BLOCKING
 typedef struct px_nbio {
 	int fd;
 	uint8_t kind;      /* PX_NBIO_KIND_* */
-	uint8_t flags;     /* PX_NBIO_LISTENER_NB */
+	uint8_t flags;     /* PX_NBIO_LISTENER_NB, PX_NBIO_ANON */
 	uint8_t reported;  /* the wait reported the descriptor (a leader's
 	                      attempt, not a start's): a read's EAGAIN is
 	                      then checked for a socket shut down for
