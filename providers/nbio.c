@@ -188,20 +188,25 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 
 /*
  * A read or write of a blocking file of no type (an anonymous inode)
- * that refuses RWF_NOWAIT (inotify's on 6.18, where timerfd, eventfd and
- * signalfd take the flag), which poll(0) reported ready.  Ready is not
- * enough there: another reader of the same file (a thread of the
- * application) may take what poll saw before the call, which would then
- * sleep, holding the loop thread, and with it px_cancel and px_destroy,
- * until the next event, if one ever comes (a helper's review of
- * 2026-12-06).  Such a file cannot be opened again
+ * whose preadv2/pwritev2 with RWF_NOWAIT failed with EOPNOTSUPP or
+ * EINVAL: inotify's read on 6.18 (timerfd, eventfd and signalfd reads
+ * take the flag), and every call such a file has no method for (a read
+ * of an epoll instance, a write to a timerfd or signalfd).  A poll(0)
+ * before the call is no help: another reader of the same file (a thread
+ * of the application) may take what it saw before the call, which would
+ * then sleep, holding the loop thread, and with it px_cancel and
+ * px_destroy, until the next event, if one ever comes (a helper's review
+ * of 2026-12-06); and a call the file has no method for never polls
+ * ready, so it waited until cancelled where read(2) and write(2) say
+ * EINVAL at once (the same review).  Such a file cannot be opened again
  * from /proc (ENXIO), so unlike a terminal's it has no description of our
  * own: the call sets O_NONBLOCK on the application's description and
  * clears it after, unless it was there already.  For that call's length
  * another thread's blocking read of the same description would get EAGAIN;
  * such a file is shared between processes only by inheritance or
  * SCM_RIGHTS.  Four more system calls per call (F_GETFL and F_SETFL,
- * before and after), on files where the wait already costs the poll.
+ * before and after), made whether or not the file is ready: once at the
+ * start and once per readiness report.
  */
 static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
 {
@@ -248,14 +253,17 @@ static ssize_t nb_other_io(const px_nbio_rules *rules, px_nbio *io,
 				continue;
 			}
 			break;
+		case PX_NBIO_KIND_ANON:
+			/* No poll(0) first: the call cannot sleep, and a
+			 * file that never polls ready for it (a read of an
+			 * epoll instance, a write to a timerfd) fails at
+			 * once with EINVAL, as read(2) and write(2) do. */
+			return nb_anon_io(io->fd, iov, cnt, wr);
 		case PX_NBIO_KIND_BLOCKING:
 		case PX_NBIO_KIND_TTY:
-		case PX_NBIO_KIND_ANON:
 			rc = nb_poll_now(io->fd, wr ? POLLOUT : POLLIN);
 			if (rc <= 0)
 				return rc ? rc : -EAGAIN;
-			if (io->kind == PX_NBIO_KIND_ANON)
-				return nb_anon_io(io->fd, iov, cnt, wr);
 			if (io->kind == PX_NBIO_KIND_TTY) {
 				n = nb_tty_io(io->fd, iov, cnt, wr);
 				if (n == -EINTR)

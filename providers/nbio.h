@@ -32,9 +32,10 @@ enum {
 	                           and written through a non-blocking
 	                           description of its own (nbio.c,
 	                           nb_tty_io) */
-	PX_NBIO_KIND_ANON,      /* blocking, of no file type (inotify):
-	                           poll(0) first, then O_NONBLOCK around the
-	                           call (nbio.c, nb_anon_io) */
+	PX_NBIO_KIND_ANON,      /* blocking, of no file type (inotify, or
+	                           a call the file has no method for):
+	                           O_NONBLOCK around the call (nbio.c,
+	                           nb_anon_io) */
 };
 
 /* px_nbio.flags */

@@ -39,13 +39,21 @@
  * thread does not return until that recv has (not on uring, whose calls
  * the kernel makes).
  * A read of a blocking inotify descriptor (poll wrapped too): the kernel
- * refuses RWF_NOWAIT there, so the readiness engines and Linux AIO check
- * with poll(0) before they read; another reader takes the event right
- * after that poll.  The loop must not sleep in the read (it once did,
- * until the next event, and px_cancel and px_destroy with it); the read
- * stays pending, ends with the next event's bytes, and the descriptor is
- * left blocking (providers/nbio.c, nb_anon_io).  On uring, whose kernel
- * makes the read, nothing is taken and the first event ends it.
+ * refuses RWF_NOWAIT there; another reader takes the event after the
+ * readiness engines and Linux AIO saw it and before their read (when they
+ * set O_NONBLOCK for the call, or, as they once did, right after a
+ * poll(0)).  The loop must not sleep in the read (it once did, until the
+ * next event, and px_cancel and px_destroy with it); the read stays
+ * pending, ends with the next event's bytes, and the descriptor is left
+ * blocking (providers/nbio.c, nb_anon_io).  On uring, whose kernel makes
+ * the read, nothing is taken and the first event ends it.
+ * Calls a file has no method for (a stream read of an epoll instance, a
+ * stream write to a timerfd, a signalfd or an epoll instance, all
+ * blocking): one callback with EINVAL at once, as read(2) and write(2)
+ * say; they once waited until cancelled, the file never polling ready
+ * for them.  On uring the kernel arms a poll for the epoll instance's
+ * read and write, which then wait until px_cancel (asserted, a known
+ * problem in TESTING.md).
  * (Before the list, px_close and px_cancel walked every pending operation
  * of the proactor: 70-80 us per px_close with 8,000 reads pending on
  * other descriptors, against 4 us now.)
@@ -64,7 +72,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/epoll.h>
 #include <sys/inotify.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -77,6 +89,34 @@ ssize_t __real_px__sys_recv(int fd, void *buf, size_t len, int flags);
 
 static atomic_long g_getfd;     /* fcntl(F_GETFD) calls */
 
+/* Another reader of g_steal_fd, which takes what is there, once
+ * (g_stolen): right after the library's poll(0) of it found it readable,
+ * or when the library sets O_NONBLOCK on it for its call (nb_anon_io). */
+int __real_poll(struct pollfd *fds, nfds_t n, int timeout);
+static atomic_int g_steal_fd = -1;
+static atomic_int g_stolen;
+
+static void steal_from(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char sink[4096];
+
+	if (fd != atomic_load(&g_steal_fd) || atomic_load(&g_stolen))
+		return;
+	if (__real_poll(&p, 1, 0) == 1 && (p.revents & POLLIN) &&
+	    read(fd, sink, sizeof(sink)) > 0)
+		atomic_store(&g_stolen, 1);
+}
+
+int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout)
+{
+	int rc = __real_poll(fds, n, timeout);
+
+	if (rc == 1 && n == 1 && timeout == 0 && (fds[0].revents & POLLIN))
+		steal_from(fds[0].fd);
+	return rc;
+}
+
 int __wrap_fcntl64(int fd, int cmd, ...)
 {
 	va_list ap;
@@ -87,6 +127,8 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 	va_end(ap);
 	if (cmd == F_GETFD)
 		atomic_fetch_add(&g_getfd, 1);
+	if (cmd == F_SETFL && ((intptr_t)arg & O_NONBLOCK))
+		steal_from(fd);
 	return __real_fcntl64(fd, cmd, arg);
 }
 
@@ -105,25 +147,6 @@ ssize_t __wrap_px__sys_recv(int fd, void *buf, size_t len, int flags)
 	return __real_px__sys_recv(fd, buf, len, flags);
 }
 
-/* poll of g_steal_fd with a zero timeout that finds it readable: another
- * reader takes what it found, once (g_stolen). */
-int __real_poll(struct pollfd *fds, nfds_t n, int timeout);
-static atomic_int g_steal_fd = -1;
-static atomic_int g_stolen;
-
-int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout)
-{
-	int rc = __real_poll(fds, n, timeout);
-
-	if (rc == 1 && n == 1 && timeout == 0 &&
-	    fds[0].fd == atomic_load(&g_steal_fd) &&
-	    (fds[0].revents & POLLIN) && !atomic_load(&g_stolen)) {
-		char sink[4096];
-		if (read(fds[0].fd, sink, sizeof(sink)) > 0)
-			atomic_store(&g_stolen, 1);
-	}
-	return rc;
-}
 
 static const char *g_engine;
 
@@ -609,7 +632,7 @@ static void blocking_read_after_its_event_was_taken(void **state)
 	if (atomic_load(&g_stolen))
 		assert_int_equal(atomic_load(&a.calls), 0);  /* still pending */
 	else
-		print_message("%s: no poll(0) before the read\n", g_engine);
+		print_message("%s: nothing taken before the read\n", g_engine);
 	/* The next event ends it, with bytes. */
 	touch_in(dir);
 	end = now_ms() + 10000;
@@ -628,6 +651,67 @@ static void blocking_read_after_its_event_was_taken(void **state)
 	rmdir(dir);
 }
 
+/* One stream call on fd that the file has no method for: EINVAL within
+ * 2 s, or, where known_wait (uring and an epoll instance), no callback
+ * until px_cancel, then ECANCELED. */
+static void no_method(px_proactor *px, const char *what, int fd, bool wr,
+		      bool known_wait)
+{
+	static char buf[64];
+	struct anon_read a = {0};
+	int rc = wr ? px_write_stream(px, fd, buf, 8, anon_cb, &a)
+		    : px_read_stream(px, fd, buf, sizeof(buf), anon_cb, &a);
+
+	assert_int_equal(rc, 0);
+	uint64_t end = now_ms() + (known_wait ? 200 : 2000);
+	while (!atomic_load(&a.calls) && now_ms() < end)
+		assert_true(px_handle_events(px, 20) >= 0);
+	if (known_wait) {
+		assert_int_equal(atomic_load(&a.calls), 0);
+		print_message("%s: %s waits until px_cancel (known problem)\n",
+			      g_engine, what);
+		assert_int_equal(px_cancel(px, fd), 1);
+		end = now_ms() + 2000;
+		while (!atomic_load(&a.calls) && now_ms() < end)
+			assert_true(px_handle_events(px, 20) >= 0);
+		assert_int_equal(atomic_load(&a.calls), 1);
+		assert_int_equal(atomic_load(&a.error), ECANCELED);
+		return;
+	}
+	if (atomic_load(&a.calls) != 1)
+		fail_msg("%s: %s: no callback in 2 s (read(2)/write(2) say "
+			 "EINVAL at once)", g_engine, what);
+	assert_int_equal(atomic_load(&a.error), EINVAL);
+	assert_int_equal(atomic_load(&a.bytes), 0);
+}
+
+static void calls_without_a_method_fail_at_once(void **state)
+{
+	(void)state;
+	sigset_t set;
+	bool uring = strncmp(g_engine, "uring", 5) == 0;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	int tf = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
+	int sf = signalfd(-1, &set, SFD_CLOEXEC);
+	assert_true(ep >= 0 && tf >= 0 && sf >= 0);
+	px_proactor *px = make();
+	no_method(px, "read of an epoll instance", ep, false, uring);
+	no_method(px, "write to an epoll instance", ep, true, uring);
+	no_method(px, "write to a timerfd", tf, true, false);
+	no_method(px, "write to a signalfd", sf, true, false);
+	/* Each descriptor is left as it was: blocking. */
+	assert_false(fcntl(ep, F_GETFL) & O_NONBLOCK);
+	assert_false(fcntl(tf, F_GETFL) & O_NONBLOCK);
+	assert_false(fcntl(sf, F_GETFL) & O_NONBLOCK);
+	assert_int_equal(px_destroy(px), 0);
+	close(ep);
+	close(tf);
+	close(sf);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -638,6 +722,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
 		cmocka_unit_test(cancel_waits_for_a_call_in_progress),
 		cmocka_unit_test(blocking_read_after_its_event_was_taken),
+		cmocka_unit_test(calls_without_a_method_fail_at_once),
 	};
 
 	alarm(120);
