@@ -148,6 +148,7 @@ static void paio_fd_idle(px_paio_fd *fe)
 	if (!px_fdq_idle(&fe->fq) || fe->files)
 		return;
 	fe->checked = false;
+	fe->lock_seen = false;
 	if (fe->wfd_open) {
 		close(fe->wfd);
 		fe->wfd_open = false;
@@ -158,6 +159,31 @@ static void paio_fd_idle(px_paio_fd *fe)
 			fe->lanes_open &= ~(1u << k);
 		}
 	}
+}
+
+/* Whether this process holds a POSIX record lock (fcntl F_SETLK) on fd's
+ * file.  Closing any descriptor of a file releases every such lock of the
+ * process on it (close(2)), a lane's dup closed when the file goes idle
+ * included: an application that had locked the file and read it through
+ * this provider lost its lock (a helper's review of 2026-12-06).  The
+ * kernel lists the locks taken through fd's file description in
+ * /proc/self/fdinfo; without /proc, taken as none. */
+static bool paio_posix_locked(int fd)
+{
+	char path[40], buf[1024];
+	ssize_t n;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return false;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, " POSIX ") != NULL;
 }
 
 /* The descriptor a file request goes through: glibc performs the requests
@@ -183,6 +209,15 @@ static int paio_file_fd(px_paio *p, px_paio_fd *fe, px_op op)
 	if (!k)
 		return fe->fq.fd;
 	if (!(fe->lanes_open & (1u << k))) {
+		/* A file the process holds a record lock on gets no dup:
+		 * closing it would release the lock.  Looked at once per
+		 * busy spell, when the first dup would be made. */
+		if (!fe->lock_seen) {
+			fe->locked = paio_posix_locked(fe->fq.fd);
+			fe->lock_seen = true;
+		}
+		if (fe->locked)
+			return fe->fq.fd;
 		int d = paio_dup(p, fe->fq.fd);
 		if (d < 0)
 			return fe->fq.fd;

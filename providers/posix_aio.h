@@ -53,6 +53,8 @@ typedef struct px_paio_fd {
 	unsigned files;     /* file requests in glibc */
 	unsigned next_lane; /* file_lanes: where the next file request goes */
 	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */
+	bool lock_seen;     /* looked for a POSIX record lock this busy spell */
+	bool locked;        /* ... and found one: no lanes (paio_file_fd) */
 	int lane_fd[PX_POSIX_LANES_MAX];
 	dev_t dev;          /* the file the lanes are dups of (set when the */
 	ino_t ino;          /* first file request comes to an idle entry) */

@@ -903,6 +903,79 @@ static void reused_number_gets_its_write(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A record lock of the application's on a file read through lanes      */
+/* ------------------------------------------------------------------ */
+
+/* Closing any descriptor of a file releases the process's POSIX record
+ * locks on it, so the dups file_lanes made for 16 reads, closed when the
+ * file went idle, released the lock the application held on the file
+ * (a helper's review of 2026-12-06).  A child, which does not share the
+ * lock, asks with F_GETLK whether it is still held. */
+enum { RL_READS = 16, RL_LEN = 64 << 10 };
+
+static bool rl_lock_held(const char *path)
+{
+	pid_t pid = fork();
+	int st;
+
+	if (pid == 0) {
+		struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+
+		if (fd < 0 || fcntl(fd, F_GETLK, &fl) < 0)
+			_exit(2);
+		_exit(fl.l_type == F_UNLCK ? 0 : 1);
+	}
+	assert_true(pid > 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 2);
+	return WEXITSTATUS(st) == 1;
+}
+
+static void record_lock_on(const char *wait)
+{
+	char text[64], path[] = "/tmp/px_paio_XXXXXX";
+	rec r[RL_READS];
+	fx f = { 0 };
+	char *bufs = malloc((size_t)RL_READS * RL_LEN);
+	int fd = mkstemp(path);
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+	assert_non_null(bufs);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)RL_READS * RL_LEN), 0);
+	assert_int_equal(fcntl(fd, F_SETLK, &fl), 0);
+	assert_true(rl_lock_held(path));
+	memset(r, 0, sizeof(r));
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 2);
+	for (int i = 0; i < RL_READS; i++)
+		assert_int_equal(px_read_file(f.px, fd, bufs + (size_t)i * RL_LEN,
+					      RL_LEN, (uint64_t)i * RL_LEN,
+					      rec_cb, &r[i]), 0);
+	for (int i = 0; i < RL_READS; i++) {
+		assert_true(wait_calls(&r[i], 1, 10000));
+		assert_int_equal(r[i].error, 0);
+		assert_int_equal(r[i].bytes, RL_LEN);
+	}
+	fx_end(&f);
+	bool held = rl_lock_held(path);
+	close(fd);
+	unlink(path);
+	free(bufs);
+	if (!held)
+		fail_msg("wait=%s: the application's record lock on the file "
+			 "was gone after reads through file lanes", wait);
+}
+
+static void record_lock_survives_lanes(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		record_lock_on(waits[i]);
+}
+
+/* ------------------------------------------------------------------ */
 /* Duplex sockets                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -1429,6 +1502,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(aio_threads_one),
 		cmocka_unit_test(idle_proactors_leave_helpers),
 		cmocka_unit_test(reused_number_gets_its_write),
+		cmocka_unit_test(record_lock_survives_lanes),
 		cmocka_unit_test(deadline_on_queue_head),
 	};
 
