@@ -128,9 +128,13 @@ static int paio_dup(px_paio *p, int fd)
 }
 
 /* The descriptor a stream write goes through: a dup kept while the
- * descriptor is busy. */
+ * descriptor is busy.  Not on a file with offsets, whose two directions
+ * take turns in glibc anyway (PAIO_HELD): closing the dup released the
+ * process's record locks on the file (paio_posix_locked). */
 static int paio_write_fd(px_paio *p, px_paio_fd *fe)
 {
+	if (fe->seekable)
+		return fe->fq.fd;
 	if (!fe->wfd_open) {
 		int d = paio_dup(p, fe->fq.fd);
 

@@ -909,8 +909,9 @@ static void reused_number_gets_its_write(void **state)
 /* Closing any descriptor of a file releases the process's POSIX record
  * locks on it, so the dups file_lanes made for 16 reads, closed when the
  * file went idle, released the lock the application held on the file
- * (a helper's review of 2026-12-06).  A child, which does not share the
- * lock, asks with F_GETLK whether it is still held. */
+ * (a helper's review of 2026-12-06); so did the dup that stream writes went
+ * through.  A child, which does not share the lock, asks with F_GETLK
+ * whether it is still held. */
 enum { RL_READS = 16, RL_LEN = 64 << 10 };
 
 static bool rl_lock_held(const char *path)
@@ -958,6 +959,16 @@ static void record_lock_on(const char *wait)
 		assert_int_equal(r[i].error, 0);
 		assert_int_equal(r[i].bytes, RL_LEN);
 	}
+	/* Stream writes on the file (at its position) went through a dup
+	 * of their own too. */
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(px_write_stream(f.px, fd, bufs, 4096, rec_cb,
+						 &r[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		assert_true(wait_calls(&r[i], 1, 10000));
+		assert_int_equal(r[i].error, 0);
+	}
 	fx_end(&f);
 	bool held = rl_lock_held(path);
 	close(fd);
@@ -965,7 +976,8 @@ static void record_lock_on(const char *wait)
 	free(bufs);
 	if (!held)
 		fail_msg("wait=%s: the application's record lock on the file "
-			 "was gone after reads through file lanes", wait);
+			 "was gone after reads through file lanes and stream "
+			 "writes", wait);
 }
 
 static void record_lock_survives_lanes(void **state)
