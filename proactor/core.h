@@ -91,6 +91,12 @@ typedef struct px_processor {
 	                              once, so it will again (disp_lone_lead) */
 	bool collected;            /* its latest collection found results
 	                              (disp_lone_lead) */
+	uint64_t wait_end;         /* shared: the latest end of its leader's
+	                              wait in the kernel (CLOCK_MONOTONIC ns,
+	                              UINT64_MAX: none); 0 when no leader
+	                              waits, or one was interrupted for a
+	                              result queued meanwhile (dispatcher.c,
+	                              disp_nudge_leader) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 

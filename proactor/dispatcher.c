@@ -61,6 +61,8 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px)
 	return false;
 }
 
+static void disp_nudge_leader(struct px_proactor *px);
+
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
 	px_list_push_back(&px->completed, &r->link);
@@ -70,6 +72,8 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 		return;
 	if (level == PX_NOTIFY_STRONG)
 		disp_interrupt_shared_leader(px);
+	else
+		disp_nudge_leader(px);
 }
 
 /* Own completions.  With a processor that several threads lead at once
@@ -571,6 +575,33 @@ static size_t disp_release_min(const px_processor *p)
 	return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
+
+/* A result queued by a thread that runs a callback, with no follower
+ * asleep to wake (PX_NOTIFY_FOLLOWER): that thread takes it when its
+ * callback returns.  Should the callback block, a thread leading a shared
+ * processor saw the result only when its wait in the kernel ended, bounded
+ * by the idle check's gap, up to a second: a post from a callback that
+ * then slept ran 150-755 ms later on every engine with a shared processor
+ * (a helper's review of 2026-12-06).  A follower asleep beside a
+ * running callback looks within PX_FOLLOWER_CHECK_NS (step 3); a leader
+ * whose wait lasts longer is interrupted, once per wait, so that a
+ * thread running callbacks costs a busy leader at most one interrupt a
+ * turn (test/lifecycle_races.c, post_from_blocked_callback_reaches_leader). */
+static void disp_nudge_leader(struct px_proactor *px)
+{
+	uint64_t soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
+
+	for (int i = 0; i < px->nproc; i++) {
+		px_processor *p = px->proc[i];
+		if (p->type == PX_PROCESSOR_SHARED && p->wait_end > soon &&
+		    px__processor_led_by_other(p)) {
+			p->wait_end = 0;
+			p->st.leader_interrupts++;
+			p->intr->ops->interrupt(p->intr);
+			return;
+		}
+	}
+}
 
 static bool disp_run_shared(struct px_proactor *px, uint64_t now)
 {

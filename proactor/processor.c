@@ -577,9 +577,12 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	p->st.leader_turns++;
+	p->wait_end = timeout_ms < 0 ? UINT64_MAX
+				     : now + (uint64_t)timeout_ms * 1000000u;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	p->wait->ops->wait(p->wait, timeout_ms);
 	pthread_mutex_lock(&px->lock);
+	p->wait_end = 0;
 	uint64_t end = px__now_ns();
 	p->st.wait_ns += end - now;
 	size_t n = 0;  /* descriptors claimed, with a claim op */

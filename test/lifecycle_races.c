@@ -2197,6 +2197,77 @@ static void post_chain_outlives_bounded_call(void **state)
 	late_rounds(*state, pc_round, "the last link of a chain of posts");
 }
 
+/* A post made from a callback that then blocks: two threads in
+ * px_handle_events(px, -1), one leading (a read that gets no data keeps
+ * the processor busy) and one asleep; a post from outside wakes the
+ * sleeper, whose callback posts again and then sleeps PB_BLOCK_MS.  The
+ * second post woke nobody (no follower asleep, and its thread would come
+ * back to the queue by itself), so it waited for the leader's wait to end:
+ * up to the idle check's gap (about 750 ms after PB_QUIET_MS of quiet on
+ * epoll, io_uring, the teams and auto; a helper's review of 2026-12-06),
+ * or here for the whole block.  It must run within LV_LATE_MS. */
+#define PB_QUIET_MS 650
+#define PB_BLOCK_MS 400
+
+static struct {
+	px_proactor *px;
+	uint64_t posted_ns, ran_ns;
+	atomic_int ran, blocked;
+} pb;
+
+static void pb_second_cb(const px_completion *c)
+{
+	(void)c;
+	pb.ran_ns = h_now_ns();
+	atomic_store(&pb.ran, 1);
+}
+
+static void pb_first_cb(const px_completion *c)
+{
+	(void)c;
+	pb.posted_ns = h_now_ns();
+	int rc = px_post(pb.px, pb_second_cb, NULL);
+	if (rc)
+		h_bad("the post from the blocking callback: %d", rc);
+	h_sleep_ms(PB_BLOCK_MS);
+	atomic_store(&pb.blocked, 1);
+}
+
+static unsigned long long pb_round(h_fx *f)
+{
+	memset(&pb, 0, sizeof pb);
+	pb.px = f->px;
+	int sv[2];
+	char *buf = h_alloc(f, 8);
+	h_socketpair(f, sv);
+	h_rec *idle = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, 8, h_rec_cb, idle),
+			 0);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						f->px), 0);
+	h_sleep_ms(PB_QUIET_MS);
+	assert_int_equal(px_post(f->px, pb_first_cb, NULL), 0);
+	bool done = h_wait_at_least(&pb.ran, 1, PROMPT_MS);
+	uint64_t late_ms = done ? (pb.ran_ns - pb.posted_ns) / MS : 0;
+	h_wait_at_least(&pb.blocked, 1, PROMPT_MS);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	h_assert_no_bad("post_from_blocked_callback_reaches_leader");
+	if (!done)
+		fail_msg("a post from a callback that then blocked never ran "
+			 "(another thread was in px_handle_events(px, -1))");
+	return late_ms;
+}
+
+static void post_from_blocked_callback_reaches_leader(void **state)
+{
+	late_rounds(*state, pb_round,
+		    "a post from a callback that then blocked");
+}
+
 /* ------------------------------------------------------------------ */
 /* 9. A dedicated leader while completions wait for a loop thread       */
 /* ------------------------------------------------------------------ */
@@ -2531,6 +2602,7 @@ int main(int argc, char **argv)
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
 		T(post_chain_outlives_bounded_call),
+		T(post_from_blocked_callback_reaches_leader),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
