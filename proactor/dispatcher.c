@@ -589,12 +589,16 @@ static size_t disp_release_min(const px_processor *p)
  * turn (test/lifecycle_races.c, post_from_blocked_callback_reaches_leader). */
 static void disp_nudge_leader(struct px_proactor *px)
 {
-	uint64_t soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
+	uint64_t soon = 0;  /* read from the clock only when a leader waits */
 
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
-		if (p->type == PX_PROCESSOR_SHARED && p->wait_end > soon &&
-		    px__processor_led_by_other(p)) {
+		if (p->type != PX_PROCESSOR_SHARED || !p->wait_end ||
+		    !px__processor_led_by_other(p))
+			continue;
+		if (!soon)
+			soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
+		if (p->wait_end > soon) {
 			p->wait_end = 0;
 			p->st.leader_interrupts++;
 			p->intr->ops->interrupt(p->intr);
