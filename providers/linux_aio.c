@@ -229,7 +229,10 @@ struct la_priv {
 	bool on_done;       /* finished, on u->done for next_completed */
 	uint8_t tried;      /* LA_BUSY: what the call gave (PX_NBIO_*) */
 	uint8_t futile;     /* datagram write: EAGAINs after its poll fired,
-	                       in a row (la_hold) */
+	                       in a row (la_hold); any stream operation:
+	                       the same after a poll that said POLLERR alone */
+	bool err_alone;     /* its last poll fired with POLLERR and not its
+	                       direction (an error queue entry) */
 	px_nbio io;         /* LA_BUSY: the descriptor, for the call */
 	uint64_t held_until; /* LA_ON_HELD: when it polls again */
 	px_link wlink;      /* u->writers: a stream write whose poll was
@@ -707,6 +710,11 @@ static void la_spill_take(px_laio *u)
 			pr = la_priv(r);
 			px_list_remove(&u->spilled, &pr->slink);
 			pr->slist = LA_NOLIST;
+			/* (an error queue entry: la_hold) */
+			pr->err_alone = (ev[i].events & EPOLLERR) &&
+					!(ev[i].events & (EPOLLHUP |
+							  (dir == PX_FDQ_RD ?
+							   EPOLLIN : EPOLLOUT)));
 			la_claim_call(u, r, true);
 		}
 		if (armed & ~fired)
@@ -954,14 +962,19 @@ static void la_kick(px_laio *u)
  * (no iocb, LA_IDLE, so a cancel forgets it at once) for
  * px__futile_wait_ms; the leader's prepare issues its poll again when the
  * time has come, and its wait ends in time for that
- * (px__laio_submit_leader).  Leader, mutex held.
+ * (px__laio_submit_leader).  The same for any operation whose poll
+ * fired (or whose spill set reported, la_spill_take) with POLLERR and
+ * not its own direction: a socket's error queue
+ * (IP_RECVERR, transmit timestamps) polls so until the application reads
+ * it with MSG_ERRQUEUE, while recv and send say EAGAIN, and a poll iocb
+ * always takes POLLERR.  Leader, mutex held.
  */
 static bool la_hold(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 	unsigned ms;
 
-	if (r->c.op != PX_OP_WRITE_DGRAM)
+	if (r->c.op != PX_OP_WRITE_DGRAM && !pr->err_alone)
 		return false;
 	if (pr->futile < UINT8_MAX)
 		pr->futile++;
@@ -1233,6 +1246,9 @@ static void la_event(px_laio *u, const struct io_event *e)
 	}
 	/* Ready: claim it; its call runs after this batch of events, with
 	 * the mutex released (la_run). */
+	pr->err_alone = res > 0 && (res & POLLERR) &&
+			!(res & (POLLHUP | (px__fdq_dir(r->c.op) == PX_FDQ_RD ?
+					    POLLIN : POLLOUT)));
 	la_claim_call(u, r, true);  /* its poll fired */
 }
 
@@ -1249,7 +1265,11 @@ static void la_run(px_laio *u)
 	for (unsigned i = 0; i < n; i++) {
 		px_result *r = u->claimed[i];
 		struct la_priv *pr = la_priv(r);
+		size_t before = r->done;
+
 		pr->tried = (uint8_t)la_try(&pr->io, r);
+		if (r->done != before)
+			pr->futile = 0;   /* a write-all moved bytes */
 	}
 	pthread_mutex_lock(u->prov.lock);
 	u->nclaimed = 0;

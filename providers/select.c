@@ -71,6 +71,7 @@
  *    fail with -ENOMEM.
  */
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -130,7 +131,15 @@ typedef struct sel_fd {
 	uint8_t futile;    /* write-queue heads' EAGAINs after a report, in a
 	                      row (datagram writes only) */
 	uint8_t held;      /* PX_POLL_OUT: the write queue is neither watched
-	                      nor tried until held_until */
+	                      nor tried until held_until; PX_POLL_IN |
+	                      PX_POLL_OUT: neither queue (sel_errq_futile) */
+	/* An error with nothing to take (see "Futile error reports"),
+	 * level-triggered pollers only: */
+	uint8_t rerr;      /* batch: PX_POLL_IN / _OUT whose call said EAGAIN
+	                      while the descriptor polled an error alone;
+	                      SEL_RERR_MOVED: a write-all moved bytes first */
+	uint8_t efutile;   /* batches in a row that moved nothing on it and
+	                      had such a direction */
 	uint64_t held_until;
 	px_link hlink;     /* on px_sel.held while held */
 	/* Writes waiting for room (see "Writers retried"): */
@@ -442,6 +451,52 @@ static void sel_futile(px_sel *sel, sel_fd *e)
 	sel_kick(sel);
 }
 
+/*
+ * Futile error reports.  poll and select report POLLERR whether asked or
+ * not, and a socket's error queue (IP_RECVERR's ICMP reports, transmit
+ * timestamps, MSG_ZEROCOPY notices) keeps it set until the application
+ * reads the queue with MSG_ERRQUEUE, while recv and send say EAGAIN: with
+ * a read or a write waiting there, every wait returned at once, a whole
+ * CPU for as long as the entry stayed (select shows the error as
+ * readable).  epoll's edge poller and io_uring are told once.  So after a
+ * claimed head says EAGAIN, the batch asks poll(2) whether the descriptor
+ * shows an error without that direction (sel_error_alone), counts the
+ * batches in a row that moved nothing on it and met that (e->efutile),
+ * and from PX_FUTILE_MIN on holds the descriptor as a futile write is,
+ * both queues: not watched and not tried for px__futile_wait_ms.
+ * Anything on it that finishes or moves bytes, and empty queues, reset
+ * the count.
+ *
+ * sel_error_alone: after an EAGAIN (batch, unlocked), does fd poll an
+ * error and not the direction dir?  One poll(2), on this path only.
+ */
+#define SEL_RERR_MOVED 0x80u
+
+static bool sel_error_alone(int fd, int dir)
+{
+	short want = dir == PX_FDQ_RD ? POLLIN : POLLOUT;
+	struct pollfd p = { .fd = fd, .events = want };
+
+	return poll(&p, 1, 0) > 0 && (p.revents & POLLERR) &&
+	       !(p.revents & (want | POLLHUP | POLLNVAL));
+}
+
+static void sel_errq_futile(px_sel *sel, sel_fd *e)
+{
+	unsigned ms;
+
+	if (e->efutile < UINT8_MAX)
+		e->efutile++;
+	ms = px__futile_wait_ms(e->efutile);
+	if (!ms)
+		return;
+	e->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
+	if (!e->held)
+		px_list_push_back(&sel->held, &e->hlink);
+	e->held = PX_POLL_IN | PX_POLL_OUT;
+	sel_kick(sel);
+}
+
 /* Bring the poller's watch of e in line with e's queues: nothing when
  * idle, else the queued directions (with a LIVE poller, only those whose
  * head nobody is working on: the thread holding a claim calls this again
@@ -451,8 +506,11 @@ static int sel_update(px_sel *sel, sel_fd *e)
 {
 	unsigned queued = sel_queued(e);
 
-	if (!(queued & PX_POLL_OUT)) {
+	if (!(queued & e->held))
 		sel_unhold(sel, e);
+	if (!queued)
+		e->efutile = 0;
+	if (!(queued & PX_POLL_OUT)) {
 		e->futile = 0;
 		sel_writers_leave(sel, e);
 	} else {
@@ -639,9 +697,9 @@ static void sel_claim(px_sel *sel, sel_fd *e, unsigned ev)
 		ev |= PX_POLL_ERR;  /* stale: it was reopened since */
 	}
 	e->chain[PX_FDQ_RD] = e->chain[PX_FDQ_WR] = NULL;  /* not in a batch */
-	if (ev & (PX_POLL_IN | PX_POLL_ERR))
+	if ((ev & (PX_POLL_IN | PX_POLL_ERR)) && !(e->held & PX_POLL_IN))
 		sel_claim_queue(e, PX_FDQ_RD);
-	if ((ev & (PX_POLL_OUT | PX_POLL_ERR)) && !e->held)
+	if ((ev & (PX_POLL_OUT | PX_POLL_ERR)) && !(e->held & PX_POLL_OUT))
 		sel_claim_queue(e, PX_FDQ_WR);
 	if (!e->chain[PX_FDQ_RD] && !e->chain[PX_FDQ_WR]) {
 		/* Nothing to do now; the report disarmed it, so watch it
@@ -707,9 +765,16 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 		for (int dir = 0; dir < 2; dir++) {
 			for (px_result *r = e->chain[dir]; r;
 			     r = sel_priv(r)->cnext) {
+				size_t before = r->done;
 				int rc = sel_try(&e->bio, r);
 
 				sel_priv(r)->res = (uint8_t)(rc + 1);
+				if (rc == PX_NBIO_AGAIN && !sel->edge) {
+					if (r->done != before)
+						e->rerr |= SEL_RERR_MOVED;
+					else if (sel_error_alone(e->bio.fd, dir))
+						e->rerr |= (uint8_t)sel_bit(dir);
+				}
 				if (rc != PX_NBIO_DONE)
 					break;
 			}
@@ -718,6 +783,7 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 	if (sel->base.lock)
 		pthread_mutex_lock(sel->base.lock);
 	while ((e = *batch)) {
+		bool futile_err = false, moved = false;
 		int rc;
 
 		*batch = e->bnext;
@@ -738,9 +804,12 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 				if (tried && pv->res - 1 == PX_NBIO_AGAIN) {
 					again = true;
 					dgram = r->c.op == PX_OP_WRITE_DGRAM;
-				} else if (tried && dir == PX_FDQ_WR) {
-					e->futile = 0;  /* one went out */
-					e->wstamp = sel->wtick;
+				} else if (tried) {
+					moved = true;
+					if (dir == PX_FDQ_WR) {
+						e->futile = 0;  /* one went out */
+						e->wstamp = sel->wtick;
+					}
 				}
 				if (sel_unclaim(e, r, tried ? pv->res - 1 : 0, tried)) {
 					sel_note_done(sel, e, r);
@@ -749,12 +818,19 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 			}
 			if (again && dgram && px_fdq_head(&e->fq, dir))
 				sel_futile(sel, e);
+			if (again && (e->rerr & sel_bit(dir)))
+				futile_err = true;
 			/* Not ready, unless a report came while we tried. */
 			if (again && e->gen[dir] == e->bgen[dir])
 				e->nready |= (uint8_t)sel_bit(dir);
 			e->busy &= ~sel_bit(dir);
 			e->chain[dir] = NULL;
 		}
+		if (moved || (e->rerr & SEL_RERR_MOVED))
+			e->efutile = 0;
+		else if (futile_err)
+			sel_errq_futile(sel, e);
+		e->rerr = 0;
 		rc = sel_update(sel, e);
 		if (rc < 0) {
 			/* Cannot watch it any more (closed: EBADF); nothing

@@ -47,6 +47,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <sys/signalfd.h>
@@ -357,6 +358,112 @@ static void run_tty_read_waits_quietly(const char *engine)
 	assert_int_equal(atomic_load(&extra_calls), 0);
 	close(s);
 	close(m);
+}
+
+/*
+ * A read waiting in the spill set (the context's share of polls taken by
+ * idle reads) on a UDP socket whose error queue holds an ICMP report
+ * (IP_RECVERR): the set reports EPOLLERR at every look while the receive
+ * says EAGAIN, and the leader spun a CPU (75 to 100%) until the
+ * operation was held like one whose poll iocb said POLLERR alone
+ * (la_hold, fixed problem 103).  Over 200 ms of waiting: under a third
+ * of a CPU; then the read is cancelled, once.
+ */
+#define ERRQ_IDLE 8
+
+static double errq_cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void run_error_queue_spilled(const char *engine)
+{
+	int sv[ERRQ_IDLE][2];
+	char bufs[ERRQ_IDLE][8], rbuf[64];
+	static op reads[ERRQ_IDLE];
+	op r;
+	int one = 1;
+
+	memset(reads, 0, sizeof(reads));
+	memset(&r, 0, sizeof(r));
+	px_proactor *px = make(engine);
+	for (int i = 0; i < ERRQ_IDLE; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][1], bufs[i],
+						sizeof(bufs[i]), op_cb,
+						&reads[i]), 0);
+	}
+	int tmp = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t tl = sizeof(to);
+	assert_int_equal(bind(tmp, (struct sockaddr *)&to, sizeof(to)), 0);
+	assert_int_equal(getsockname(tmp, (struct sockaddr *)&to, &tl), 0);
+	close(tmp);
+	int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(setsockopt(u, IPPROTO_IP, IP_RECVERR, &one,
+				    sizeof(one)), 0);
+	assert_int_equal(connect(u, (struct sockaddr *)&to, sizeof(to)), 0);
+	assert_int_equal(send(u, "ping", 4, 0), 4);
+	/* The ICMP error: taken by a receive, its report stays queued. */
+	struct pollfd p = { .fd = u, .events = 0 };
+	assert_int_equal(poll(&p, 1, 3000), 1);
+	assert_int_equal(recv(u, rbuf, sizeof(rbuf), MSG_DONTWAIT), -1);
+	assert_int_equal(errno, ECONNREFUSED);
+	assert_int_equal(poll(&p, 1, 0), 1);
+	assert_true(p.revents & POLLERR);
+	assert_int_equal(px_read_dgram(px, u, rbuf, sizeof(rbuf), op_cb, &r),
+			 0);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 10);
+	double c0 = errq_cpu_s();
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		px_handle_events(px, 10);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+	} while ((t1.tv_sec - t0.tv_sec) * 1000 +
+		 (t1.tv_nsec - t0.tv_nsec) / 1000000 < 200);
+	double used = errq_cpu_s() - c0;
+	double wall = (double)(t1.tv_sec - t0.tv_sec) +
+		      1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+	if (atomic_load(&r.calls))
+		fail_msg("engine '%s': the read ended (%s) with only an error "
+			 "queue entry there", engine, strerror(r.error));
+	if (used > wall / 3)
+		fail_msg("engine '%s': %.3f CPU seconds in %.3f s with a "
+			 "spilled read beside an error queue entry", engine,
+			 used, wall);
+	assert_int_equal(px_cancel(px, u), 1);
+	if (!drain_within(px, &r, 1, 3000))
+		fail_msg("engine '%s': the cancelled read did not complete",
+			 engine);
+	assert_int_equal(r.error, ECANCELED);
+	assert_int_equal(px_destroy(px), 0);
+	for (int i = 0; i < ERRQ_IDLE; i++) {
+		assert_int_equal(atomic_load(&reads[i].calls), 1);
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(u);
+}
+
+static void test_error_queue_spilled_native(void **state)
+{
+	(void)state;
+	run_error_queue_spilled("linux-aio depth=4");
+}
+
+static void test_error_queue_spilled_epoll(void **state)
+{
+	(void)state;
+	run_error_queue_spilled("provider=linux_aio wait=epoll depth=4");
 }
 
 static void test_tty_read_native(void **state)
@@ -1404,6 +1511,8 @@ int main(void)
 		cmocka_unit_test(test_idle_over_depth_dedicated),
 		cmocka_unit_test(test_idle_over_depth_epoll),
 		cmocka_unit_test(test_idle_over_depth_one),
+		cmocka_unit_test(test_error_queue_spilled_native),
+		cmocka_unit_test(test_error_queue_spilled_epoll),
 		cmocka_unit_test(test_tty_read_native),
 		cmocka_unit_test(test_tty_read_epoll),
 		cmocka_unit_test(test_tty_read_dedicated),
