@@ -1523,7 +1523,10 @@ void px__uring_gate_arm(px_uring_ring *rg)
 
 	if (!rg->parked || rg->gate_armed)
 		return;
-	sqe = px__uring_get_sqe(rg, 1);  /* the interrupt's NOP keeps its slot */
+	/* The interrupt's NOP keeps its slot, unless the SQ has only that
+	 * one (ring=1: sq_reserve 0), where a reserve of 1 would never let
+	 * the POLL_ADD in and the parked reads would wait for good. */
+	sqe = px__uring_get_sqe(rg, rg->owner->sq_reserve ? 1 : 0);
 	if (!sqe)
 		return;  /* the next prepare tries again */
 	/* No work of the ring's (pending), as the kick's READ is not: the

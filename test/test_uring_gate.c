@@ -417,6 +417,37 @@ static void pipe_and_file_are_read(void **state)
 	pipe_and_file_read_with("uring");
 }
 
+/* ring=1: the SQ has one entry, so the POLL_ADD on the gate's set must
+ * take it (it used to leave it to the interrupt's NOP, and the parked
+ * read never heard of its data); ring=2 for the smallest SQ with a
+ * reserve. */
+static void one_entry_ring_reads_gated(void **state)
+{
+	static const char *const engines[] = {
+		"uring ring=1 read_gate=1",
+		"uring ring=1 read_gate=1 rings=2",
+		"uring-dedicated ring=1 read_gate=1",
+		"uring ring=2 read_gate=1",
+	};
+	(void)state;
+	for (size_t e = 0; e < sizeof(engines) / sizeof(engines[0]); e++) {
+		char err[256];
+		px_proactor *px;
+		int sv[2];
+		rec r;
+
+		memset(&r, 0, sizeof(r));
+		assert_int_equal(px_create(&px, engines[e], err, sizeof(err)), 0);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		read_then_feed(px, sv[0], sv[1], &r, "one");
+		read_then_feed(px, sv[0], sv[1], &r, "two");
+		assert_int_equal(px_destroy(px), 0);
+		close(sv[0]);
+		close(sv[1]);
+	}
+}
+
 /* A socket number closed with close(2), unseen by the provider, and
  * reused for a regular file: the provider still takes it for a socket.
  * Gated, the EPOLL_CTL is refused (EPERM) and the read goes ungated; a
@@ -653,6 +684,7 @@ int main(void)
 		cmocka_unit_test(parked_read_ends_once),
 		cmocka_unit_test(reused_number_is_read),
 		cmocka_unit_test(pipe_and_file_are_read),
+		cmocka_unit_test(one_entry_ring_reads_gated),
 		cmocka_unit_test(file_at_reused_number_is_read),
 		cmocka_unit_test(gate_off_makes_no_set),
 		cmocka_unit_test(default_gate_spares_peers_here),
