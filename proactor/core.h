@@ -96,7 +96,7 @@ typedef struct px_processor {
 	                              UINT64_MAX: none); 0 when no leader
 	                              waits, or one was interrupted for a
 	                              result queued meanwhile (dispatcher.c,
-	                              disp_nudge_leader) */
+	                              disp_interrupt_shared_leader) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 } px_processor;
 

@@ -46,22 +46,50 @@ bool px__dispatch_wake_follower(struct px_proactor *px)
 	return true;
 }
 
-/* Interrupt the leader of one shared processor (not the caller itself). */
-static bool disp_interrupt_shared_leader(struct px_proactor *px)
+/* See step 3 of px__dispatch_handle_events: a follower's first bound on
+ * its sleep, which doubles (to PX_FOLLOWER_CHECK_MAX_NS) while the checks
+ * find nothing to do (an idle proactor with operations pending). */
+#define PX_FOLLOWER_CHECK_NS 20000000u
+
+/* Interrupt the leader of one shared processor (not the caller itself).
+ *
+ * long_only: only one whose wait in the kernel would last more than
+ * PX_FOLLOWER_CHECK_NS, and only once per wait.  For a result queued by a
+ * thread that runs a callback, with no follower asleep to wake
+ * (PX_NOTIFY_FOLLOWER): that thread takes it when its callback returns,
+ * but should the callback block, a shared leader saw the result only when
+ * its wait ended, bounded by the idle check's gap, up to a second (a post
+ * from a callback that then slept ran 150-755 ms later on every engine
+ * with a shared processor; a helper's review of 2026-12-06).  A follower
+ * asleep beside a running callback looks within PX_FOLLOWER_CHECK_NS
+ * (step 3); so a thread running callbacks costs a busy leader at most one
+ * interrupt a turn (test/lifecycle_races.c,
+ * post_from_blocked_callback_reaches_leader). */
+static bool disp_interrupt_shared_leader(struct px_proactor *px,
+					 bool long_only)
 {
+	uint64_t soon = 0;  /* read from the clock only when a leader waits */
+
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
-		if (p->type == PX_PROCESSOR_SHARED &&
-		    px__processor_led_by_other(p)) {
-			p->st.leader_interrupts++;
-			p->intr->ops->interrupt(p->intr);
-			return true;
+		if (p->type != PX_PROCESSOR_SHARED ||
+		    !px__processor_led_by_other(p))
+			continue;
+		if (long_only) {
+			if (!p->wait_end)
+				continue;
+			if (!soon)
+				soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
+			if (p->wait_end <= soon)
+				continue;
 		}
+		p->wait_end = 0;
+		p->st.leader_interrupts++;
+		p->intr->ops->interrupt(p->intr);
+		return true;
 	}
 	return false;
 }
-
-static void disp_nudge_leader(struct px_proactor *px);
 
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
@@ -70,10 +98,7 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 		return;
 	if (px__dispatch_wake_follower(px))
 		return;
-	if (level == PX_NOTIFY_STRONG)
-		disp_interrupt_shared_leader(px);
-	else
-		disp_nudge_leader(px);
+	disp_interrupt_shared_leader(px, level != PX_NOTIFY_STRONG);
 }
 
 /* Own completions.  With a processor that several threads lead at once
@@ -228,7 +253,7 @@ void px__dispatch_timer_moved(struct px_proactor *px, uint64_t when)
 	if (pick) {
 		pick->timer_duty = true;
 		disp_wake(px, pick);
-	} else if (!disp_interrupt_shared_leader(px))
+	} else if (!disp_interrupt_shared_leader(px, false))
 		px__dispatch_wake_follower(px);
 }
 
@@ -334,7 +359,7 @@ void px__dispatch_needs_leader(struct px_proactor *px)
 	/* Nobody asleep to take it: a thread leading another shared
 	 * processor (its wait bounded only by the idle check, up to 1 s)
 	 * comes back and leads both in turn. */
-	disp_interrupt_shared_leader(px);
+	disp_interrupt_shared_leader(px, false);
 }
 
 void px__dispatch_one(struct px_proactor *px, px_result *r)
@@ -537,10 +562,6 @@ static bool disp_spread(const struct px_proactor *px, size_t n)
 	return false;
 }
 
-/* See step 3 of px__dispatch_handle_events: the first bound, and how far it
- * doubles while the checks find nothing to do (an idle proactor with
- * operations pending). */
-#define PX_FOLLOWER_CHECK_NS 20000000u
 /* The most callbacks one px_handle_events runs before it returns, when
  * its batches keep finding more of its own (see step 1). */
 #define PX_DISPATCH_MORE 64
@@ -575,37 +596,6 @@ static size_t disp_release_min(const px_processor *p)
 	return n > SIZE_MAX ? SIZE_MAX : (size_t)n;
 }
 #define PX_FOLLOWER_CHECK_MAX_NS 1000000000u
-
-/* A result queued by a thread that runs a callback, with no follower
- * asleep to wake (PX_NOTIFY_FOLLOWER): that thread takes it when its
- * callback returns.  Should the callback block, a thread leading a shared
- * processor saw the result only when its wait in the kernel ended, bounded
- * by the idle check's gap, up to a second: a post from a callback that
- * then slept ran 150-755 ms later on every engine with a shared processor
- * (a helper's review of 2026-12-06).  A follower asleep beside a
- * running callback looks within PX_FOLLOWER_CHECK_NS (step 3); a leader
- * whose wait lasts longer is interrupted, once per wait, so that a
- * thread running callbacks costs a busy leader at most one interrupt a
- * turn (test/lifecycle_races.c, post_from_blocked_callback_reaches_leader). */
-static void disp_nudge_leader(struct px_proactor *px)
-{
-	uint64_t soon = 0;  /* read from the clock only when a leader waits */
-
-	for (int i = 0; i < px->nproc; i++) {
-		px_processor *p = px->proc[i];
-		if (p->type != PX_PROCESSOR_SHARED || !p->wait_end ||
-		    !px__processor_led_by_other(p))
-			continue;
-		if (!soon)
-			soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
-		if (p->wait_end > soon) {
-			p->wait_end = 0;
-			p->st.leader_interrupts++;
-			p->intr->ops->interrupt(p->intr);
-			return;
-		}
-	}
-}
 
 static bool disp_run_shared(struct px_proactor *px, uint64_t now)
 {
@@ -999,7 +989,7 @@ lead:
 	 * interrupts are tens a second there, none on io_uring.) */
 	if (!px_list_empty(&px->completed) && !px->nfollowers &&
 	    !px->stopped && !px->destroying)
-		disp_interrupt_shared_leader(px);
+		disp_interrupt_shared_leader(px, false);
 	/* Counted on for a timer (px__dispatch_timer_moved) and leaving
 	 * before it: another thread must look at it. */
 	if (timer_duty && px->ntheap && !px->stopped && !px->destroying)

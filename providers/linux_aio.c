@@ -711,10 +711,8 @@ static void la_spill_take(px_laio *u)
 			px_list_remove(&u->spilled, &pr->slink);
 			pr->slist = LA_NOLIST;
 			/* (an error queue entry: la_hold) */
-			pr->err_alone = (ev[i].events & EPOLLERR) &&
-					!(ev[i].events & (EPOLLHUP |
-							  (dir == PX_FDQ_RD ?
-							   EPOLLIN : EPOLLOUT)));
+			pr->err_alone = px__nbio_error_alone(ev[i].events,
+							     dir);
 			la_claim_call(u, r, true);
 		}
 		if (armed & ~fired)
@@ -1246,9 +1244,9 @@ static void la_event(px_laio *u, const struct io_event *e)
 	}
 	/* Ready: claim it; its call runs after this batch of events, with
 	 * the mutex released (la_run). */
-	pr->err_alone = res > 0 && (res & POLLERR) &&
-			!(res & (POLLHUP | (px__fdq_dir(r->c.op) == PX_FDQ_RD ?
-					    POLLIN : POLLOUT)));
+	pr->err_alone = res > 0 &&
+			px__nbio_error_alone((unsigned)res,
+					     px__fdq_dir(r->c.op));
 	la_claim_call(u, r, true);  /* its poll fired */
 }
 

@@ -16,7 +16,23 @@
 #ifndef PX_PROVIDERS_NBIO_H
 #define PX_PROVIDERS_NBIO_H
 
+#include <poll.h>
+#include <stdbool.h>
+
+#include "fdq.h"
 #include "internal.h"
+
+/* A readiness report of an error with neither the direction dir
+ * (PX_FDQ_RD or _WR) nor a hang-up: what a socket with an entry in its
+ * error queue (IP_RECVERR, SO_TIMESTAMPING) polls while recv and send say
+ * EAGAIN, until the application reads the queue with MSG_ERRQUEUE.
+ * revents in poll(2)'s bits, which epoll's equal on Linux. */
+static inline bool px__nbio_error_alone(unsigned revents, int dir)
+{
+	unsigned want = dir == PX_FDQ_RD ? POLLIN : POLLOUT;
+
+	return (revents & POLLERR) && !(revents & (want | POLLHUP | POLLNVAL));
+}
 
 /* What a stream descriptor is, learnt on first use; later kinds only
  * refine earlier ones (a provider merging a copy back keeps the larger). */

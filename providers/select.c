@@ -132,7 +132,7 @@ typedef struct sel_fd {
 	                      row (datagram writes only) */
 	uint8_t held;      /* PX_POLL_OUT: the write queue is neither watched
 	                      nor tried until held_until; PX_POLL_IN |
-	                      PX_POLL_OUT: neither queue (sel_errq_futile) */
+	                      PX_POLL_OUT: neither queue (an error alone: sel_run) */
 	/* An error with nothing to take (see "Futile error reports"),
 	 * level-triggered pollers only: */
 	uint8_t rerr;      /* batch: PX_POLL_IN / _OUT whose call said EAGAIN
@@ -430,24 +430,23 @@ static void sel_unhold(px_sel *sel, sel_fd *e)
 	}
 }
 
-/* A datagram write at the head of e's write queue said EAGAIN after a
- * report (mutex held): count it, and hold the queue from the threshold
- * on.  A leader blocked meanwhile (the caller ran a batch after giving up
- * the lead) must shorten its wait: interrupted. */
-static void sel_futile(px_sel *sel, sel_fd *e)
+/* One more futile attempt on e in a row (*count, mutex held): from the
+ * threshold on, hold the directions dirs of e (see sel_run's two callers
+ * below).  A leader blocked meanwhile (the caller ran a batch after giving
+ * up the lead) must shorten its wait: interrupted. */
+static void sel_hold(px_sel *sel, sel_fd *e, uint8_t *count, unsigned dirs)
 {
 	unsigned ms;
 
-	if (e->futile < UINT8_MAX)
-		e->futile++;
-	ms = px__futile_wait_ms(e->futile);
+	if (*count < UINT8_MAX)
+		(*count)++;
+	ms = px__futile_wait_ms(*count);
 	if (!ms)
 		return;
 	e->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
-	if (!e->held) {
-		e->held = PX_POLL_OUT;
+	if (!e->held)
 		px_list_push_back(&sel->held, &e->hlink);
-	}
+	e->held |= (uint8_t)dirs;
 	sel_kick(sel);
 }
 
@@ -474,27 +473,10 @@ static void sel_futile(px_sel *sel, sel_fd *e)
 
 static bool sel_error_alone(int fd, int dir)
 {
-	short want = dir == PX_FDQ_RD ? POLLIN : POLLOUT;
-	struct pollfd p = { .fd = fd, .events = want };
+	struct pollfd p = { .fd = fd,
+			    .events = dir == PX_FDQ_RD ? POLLIN : POLLOUT };
 
-	return poll(&p, 1, 0) > 0 && (p.revents & POLLERR) &&
-	       !(p.revents & (want | POLLHUP | POLLNVAL));
-}
-
-static void sel_errq_futile(px_sel *sel, sel_fd *e)
-{
-	unsigned ms;
-
-	if (e->efutile < UINT8_MAX)
-		e->efutile++;
-	ms = px__futile_wait_ms(e->efutile);
-	if (!ms)
-		return;
-	e->held_until = px__now_ns() + (uint64_t)ms * 1000000u;
-	if (!e->held)
-		px_list_push_back(&sel->held, &e->hlink);
-	e->held = PX_POLL_IN | PX_POLL_OUT;
-	sel_kick(sel);
+	return poll(&p, 1, 0) > 0 && px__nbio_error_alone(p.revents, dir);
 }
 
 /* Bring the poller's watch of e in line with e's queues: nothing when
@@ -817,7 +799,7 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 				}
 			}
 			if (again && dgram && px_fdq_head(&e->fq, dir))
-				sel_futile(sel, e);
+				sel_hold(sel, e, &e->futile, PX_POLL_OUT);
 			if (again && (e->rerr & sel_bit(dir)))
 				futile_err = true;
 			/* Not ready, unless a report came while we tried. */
@@ -829,7 +811,8 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 		if (moved || (e->rerr & SEL_RERR_MOVED))
 			e->efutile = 0;
 		else if (futile_err)
-			sel_errq_futile(sel, e);
+			sel_hold(sel, e, &e->efutile,
+				 PX_POLL_IN | PX_POLL_OUT);
 		e->rerr = 0;
 		rc = sel_update(sel, e);
 		if (rc < 0) {
