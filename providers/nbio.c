@@ -28,7 +28,10 @@
  *  - accept sets O_NONBLOCK on a blocking listening socket (and leaves it
  *    so): a connection reset between readiness and accept4 must not block
  *    the caller.  connect sets O_NONBLOCK only around connect(2) and puts
- *    the saved file status flags back at once, whatever the outcome.
+ *    the saved file status flags back at once, whatever the outcome.  A
+ *    connect is finished with one more connect(2) (the kernel's
+ *    "connecting" mark), to AF_UNSPEC when the TCP socket is closed
+ *    already (nb_connect_finish).
  *  - Vectored forms (PX_RF_VECTORED): recvmsg/sendmsg on sockets,
  *    readv/writev or preadv2/pwritev2 elsewhere, preadv/pwritev on files.
  *    A write_all resumed inside a buffer first writes the rest of that
@@ -41,6 +44,8 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -630,11 +635,29 @@ static int nb_accept(px_nbio *io, px_result *r)
  * handshake still under way, as in a simultaneous open, would wait).
  * Returns 0, EALREADY (still under way) or the connection's error
  * (ECONNABORTED when that error was taken already).
+ *
+ * A TCP socket found closed is the exception: its connect failed, or the
+ * application ended it with shutdown(2) or a connect(2) to AF_UNSPEC,
+ * which clear the mark themselves.  connect(2) to the address would then
+ * start a new handshake that nobody asked for (the socket in SYN_SENT
+ * after the callback, and EINPROGRESS in the completion when a read had
+ * taken the reset); a blocking connect(2) ended that way leaves the
+ * socket closed.  A connect(2) to AF_UNSPEC clears the mark where it is
+ * still set and starts nothing.
  */
 static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 {
 	int fl = 0;
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
 
+	if (getsockopt(io->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+	    tl > 0 && ti.tcpi_state == TCP_CLOSE) {
+		struct sockaddr un = { .sa_family = AF_UNSPEC };
+
+		(void)px__sys_connect(io->fd, &un, sizeof(un));
+		return ECONNABORTED;
+	}
 	if (conn == PX_NBIO_CONN_PENDING_BLOCKING) {
 		fl = fcntl(io->fd, F_GETFL);
 		if (fl < 0)

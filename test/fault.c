@@ -710,6 +710,112 @@ static void connect_stuck_then_cancel(void **state)
 	expect_error(r, ECANCELED, "a cancelled connect");
 }
 
+/* A loopback listener with backlog 0 filled until it drops SYNs, so that
+ * a connect to *la stays under way; fails the test when it cannot be
+ * filled. */
+static void fill_backlog(h_fx *f, struct sockaddr_in *la)
+{
+	int l = h_bound_socket(f, SOCK_STREAM, la);
+	assert_int_equal(listen(l, 0), 0);
+	for (int i = 0; i < 16; i++) {
+		int fd = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+						      SOCK_NONBLOCK, 0));
+		int rc = connect(fd, (struct sockaddr *)la, sizeof *la);
+		if (rc < 0 && errno != EINPROGRESS)
+			fail_msg("filling the backlog: connect: %s",
+				 strerror(errno));
+		struct pollfd p = {.fd = fd, .events = POLLOUT};
+		if (rc < 0 && poll(&p, 1, 200) == 0)
+			return;
+	}
+	fail_msg("a loopback listener with backlog 0 kept accepting "
+		 "connections: cannot make a connect that stays pending");
+}
+
+/*
+ * The application ends a connect under way with shutdown(2) (or a
+ * connect(2) to AF_UNSPEC), as a blocking connect(2) in another thread is
+ * ended: the connect completes within 1 s with the reset (ECONNRESET, or
+ * ECONNABORTED when a read pending on the socket took it first, as in
+ * connect_refused_read_pending), and the socket stays closed, with its
+ * file status flags as before.  The readiness and Linux AIO engines
+ * finished such a connect with one more connect(2) to the same address,
+ * to clear the kernel's "connecting" mark (fixed problem 94), but the
+ * shutdown had already cleared it: that call started a new handshake
+ * behind the application's back (the socket in SYN_SENT after the
+ * callback), and with a read pending, which took the reset, the connect
+ * completed with EINPROGRESS (a helper's review of 2026-12-06).
+ */
+static void connect_shut_down_one(h_fx *f, bool read_pending)
+{
+	struct sockaddr_in *la = h_alloc(f, sizeof *la);
+	fill_backlog(f, la);
+	for (int k = 0; k < 4; k++) {
+		bool nb = k & 1, unspec = k & 2;
+		int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+						  (nb ? SOCK_NONBLOCK : 0), 0));
+		int flags_before = fcntl(c, F_GETFL);
+		char *buf = h_alloc(f, 16);
+		h_rec *rc = h_rec_new(f), *rr = h_rec_new(f);
+		const char *how = unspec ? "connect(AF_UNSPEC)" : "shutdown(2)";
+
+		assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la,
+					    sizeof *la, h_rec_cb, rc), 0);
+		if (read_pending)
+			assert_int_equal(px_read_stream(f->px, c, buf, 16,
+							h_rec_cb, rr), 0);
+		h_settle(f, 50);
+		if (h_rec_done(rc))
+			fail_msg("a connect to a full backlog completed (error "
+				 "%d %s)", rc->c.error, strerror(rc->c.error));
+		if (unspec) {
+			struct sockaddr un = {.sa_family = AF_UNSPEC};
+			assert_int_equal(connect(c, &un, sizeof un), 0);
+		} else {
+			assert_int_equal(shutdown(c, SHUT_RDWR), 0);
+		}
+		h_wait_rec(f, rc, 1000, "a connect ended by the application");
+		if (read_pending)
+			h_wait_rec(f, rr, 1000, "a read on a connect ended by "
+				   "the application");
+		h_settle(f, 20);
+		assert_once(rc, PX_OP_CONNECT, c);
+		if (rc->c.error != ECONNRESET && rc->c.error != ECONNABORTED)
+			fail_msg("a %sblocking connect ended by %s%s completed "
+				 "with %d (%s), expected ECONNRESET or "
+				 "ECONNABORTED", nb ? "non-" : "", how,
+				 read_pending ? " with a read pending" : "",
+				 rc->c.error, strerror(rc->c.error));
+		if (read_pending) {
+			assert_once(rr, PX_OP_READ_STREAM, c);
+			assert_int_equal(rr->c.bytes, 0);
+		}
+		struct tcp_info ti;
+		socklen_t tl = sizeof ti;
+		assert_int_equal(getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &tl), 0);
+		if (ti.tcpi_state != TCP_CLOSE)
+			fail_msg("a %sblocking socket whose connect %s ended%s is "
+				 "in TCP state %d after the callback, not closed: "
+				 "a new handshake was started", nb ? "non-" : "",
+				 how, read_pending ? " (read pending)" : "",
+				 ti.tcpi_state);
+		assert_int_equal(fcntl(c, F_GETFL), flags_before);
+	}
+}
+
+static void connect_shut_down_under_way(void **state)
+{
+	connect_shut_down_one(*state, false);
+}
+
+/* The same with a read pending, which takes the reset first.  Not run on
+ * io_uring (TESTING.md, known problems): the kernel's own retry of the
+ * connect starts the new handshake there. */
+static void connect_shut_down_read_pending(void **state)
+{
+	connect_shut_down_one(*state, true);
+}
+
 /* ------------------------------------------------------------------ */
 /* Descriptor closed under a pending operation                          */
 /* ------------------------------------------------------------------ */
@@ -1600,6 +1706,8 @@ int main(int argc, char **argv)
 		T(connect_refused),
 		T(connect_refused_read_pending),
 		T(connect_stuck_then_cancel),
+		T(connect_shut_down_under_way),
+		T(connect_shut_down_read_pending),
 		T(close_pending_then_cancel),
 		T(cancel_races_completion),
 		T1(cancel_races_deferred_start),
