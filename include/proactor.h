@@ -445,15 +445,18 @@ PX_API int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 		   const struct sockaddr *addr, socklen_t addrlen,
 		   px_callback *cb, void *user);
 
-/* Accept a connection on a listening socket; the new socket (close-on-exec)
- * is in c->new_fd and the peer in c->addr.  The readiness engines (select,
+/* Accept a connection on a listening socket; the new socket (close-on-exec
+ * and blocking on every engine, whatever the listener's flags) is in
+ * c->new_fd and the peer in c->addr.  The readiness engines (select,
  * poll, epoll) and Linux AIO put a blocking listening socket in
  * non-blocking mode and leave it so, since a connection reset between readiness and accept must
  * not block the thread. */
 PX_API int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
 
 /* Connect a socket to addr.  The socket's file status flags are the same
- * after completion as before.  -EALREADY while another connect on fd has
+ * after completion as before (the readiness and Linux AIO engines set
+ * O_NONBLOCK on a blocking socket for the length of each connect(2) they
+ * make: px_connect(3)).  -EALREADY while another connect on fd has
  * not finished (its callback may start the next one). */
 PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 	       socklen_t addrlen, px_callback *cb, void *user);

@@ -612,8 +612,12 @@ static void accept_connect(h_fx *f, bool nonblocking_client)
 	int l = h_bound_socket(f, SOCK_STREAM, &la);
 	assert_int_equal(listen(l, 8), 0);
 	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	if (nonblocking_client)
+	/* The non-blocking case makes the listener non-blocking too: the
+	 * accepted socket is blocking either way (below). */
+	if (nonblocking_client) {
 		fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+		fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK);
+	}
 	int flags_before = fcntl(c, F_GETFL);
 	struct sockaddr_in *dst = h_alloc(f, sizeof *dst);
 	*dst = la;
@@ -642,6 +646,9 @@ static void accept_connect(h_fx *f, bool nonblocking_client)
 	assert_true(s >= 0);
 	h_track(f, s);
 	assert_true(fcntl(s, F_GETFD) & FD_CLOEXEC);
+	/* Blocking on every engine, whatever the listener's flags, as
+	 * accept4(2) without SOCK_NONBLOCK makes it (px_accept(3)). */
+	assert_false(fcntl(s, F_GETFL) & O_NONBLOCK);
 	const struct sockaddr_in *peer = (const struct sockaddr_in *)&ra->c.addr;
 	assert_int_equal(ra->c.addrlen, sizeof(struct sockaddr_in));
 	assert_int_equal(peer->sin_family, AF_INET);
