@@ -163,6 +163,12 @@ typedef struct px_laio_fd {
 	bool sig_hint;      /* it was a signalfd: its reads try at start,
 	                       which tells again; a hint only, kept while
 	                       idle */
+	/* Its file writes not yet finished, in the order they were started
+	 * (by r->plink, which u->done takes only after la_complete), those
+	 * in the kernel or pending and those held behind one they overlap;
+	 * how many are held (la_fwrite_held). */
+	px_list fwrites;
+	unsigned fwrites_held;
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -245,6 +251,8 @@ struct la_priv {
 	                       its time comes */
 	uint8_t tag;        /* the tag its iocb's data carries (la_tag);
 	                       0: none */
+	bool wheld;         /* a file write held on fe->fwrites behind an
+	                       earlier one to the same bytes */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -464,6 +472,96 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
 	px_list_push_back(&u->pending, &pr->slink);
 }
 
+/*
+ * Writes to one place.  Two file writes to the same bytes, started in
+ * that order on one descriptor, must land in that order (proactor(3):
+ * the operations of one descriptor in one direction run in the order
+ * they were started).  io_submit takes them in order, but a direct
+ * (O_DIRECT) write is in the kernel's block layer until it completes,
+ * and two in flight to the same blocks may be written in either order:
+ * eight writes of one block to one new place ended with an earlier
+ * one's block in 1 of 40 trials beside a test run (fixed problem 106;
+ * io_uring, which hands some of them to a kernel worker, did so far more
+ * often).  So a file write waits, on its descriptor's fwrites list, while
+ * an earlier unfinished file write on the same descriptor overlaps its
+ * bytes, and is issued when the last such one finishes.  Writes to other
+ * places go at once as before, for a walk of the list.  (Appends to an
+ * O_APPEND file take their places in the order io_submit takes them.)
+ */
+
+/* The bytes a file write covers, [*lo, *hi), saturating at the top. */
+static void la_fwrite_range(const px_result *r, uint64_t *lo, uint64_t *hi)
+{
+	*lo = r->c.offset;
+	*hi = r->c.offset + r->c.len < r->c.offset ? UINT64_MAX
+						 : r->c.offset + r->c.len;
+}
+
+/* Whether r overlaps a file write before it, from the list's first
+ * element up to (not including) stop, or to its end when stop is NULL. */
+static bool la_fwrite_blocked(la_fd *fe, const px_result *r,
+			      const px_link *stop)
+{
+	uint64_t lo, hi;
+	px_link *l;
+
+	la_fwrite_range(r, &lo, &hi);
+	for (l = px_list_first(&fe->fwrites); l && l != stop;
+	     l = px_list_next(&fe->fwrites, l)) {
+		uint64_t olo, ohi;
+		la_fwrite_range(px_result_of_plink(l), &olo, &ohi);
+		if (olo < hi && lo < ohi)
+			return true;
+	}
+	return false;
+}
+
+/* At the start of file write r: on fe->fwrites in any case; true when it
+ * is held there behind an earlier one (not issued). */
+static bool la_fwrite_held(la_fd *fe, px_result *r)
+{
+	bool held;
+
+	if (!fe->fwrites.head.next)
+		px_list_init(&fe->fwrites);  /* a new entry is zeroed */
+	held = !px_list_empty(&fe->fwrites) && la_fwrite_blocked(fe, r, NULL);
+	if (held) {
+		la_priv(r)->wheld = true;
+		fe->fwrites_held++;
+	}
+	px_list_push_back(&fe->fwrites, &r->plink);
+	return held;
+}
+
+/* File write r is over (done, failed, or cancelled while held): off the
+ * list, and the held writes it was the last obstacle of are issued (the
+ * leader submits them: it reaped r, or a cancel wakes it). */
+static void la_fwrite_done(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+	la_fd *fe = pr->fe;
+	px_link *l, *next;
+
+	if (!px_link_linked(&r->plink))
+		return;
+	px_list_remove(&fe->fwrites, &r->plink);
+	if (pr->wheld) {
+		pr->wheld = false;
+		fe->fwrites_held--;
+	}
+	for (l = px_list_first(&fe->fwrites); l && fe->fwrites_held; l = next) {
+		px_result *w = px_result_of_plink(l);
+		struct la_priv *wp = la_priv(w);
+
+		next = px_list_next(&fe->fwrites, l);
+		if (!wp->wheld || la_fwrite_blocked(fe, w, l))
+			continue;
+		wp->wheld = false;
+		fe->fwrites_held--;
+		la_issue(u, w, false);
+	}
+}
+
 /* Make the leader come back to next_completed: it is blocked in the
  * kernel (else its next prepare sees u->done or u->pending by itself). */
 static void la_wake_leader(px_laio *u)
@@ -481,6 +579,8 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	la_fd *fe = pr->fe;
 	int dir = px__fdq_dir(r->c.op);
 
+	if (r->c.op == PX_OP_WRITE_FILE)
+		la_fwrite_done(u, r);
 	la_unlist(u, r);
 	if (px_link_linked(&pr->wlink))
 		px_list_remove(&u->writers, &pr->wlink);
@@ -1460,6 +1560,10 @@ static int la_start(px_provider *p, px_result *r)
 			}
 		}
 		la_issue(u, r, true);
+	} else if (r->c.op == PX_OP_WRITE_FILE && la_fwrite_held(fe, r)) {
+		/* Issued when the earlier write to its bytes is done
+		 * ("Writes to one place"). */
+		return PX_START_STARTED;
 	} else {
 		la_issue(u, r, false);
 	}
