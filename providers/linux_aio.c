@@ -13,6 +13,29 @@
  * usually finishes inside its start (reads that keep finding nothing at
  * start go straight to their poll: LA_SPEC_MISSES).
  *
+ * Readiness and the epoll wait.  The epoll wait (wait_strategies/
+ * aio_epoll.c) learns of events through the eventfd every iocb names
+ * (IOCB_FLAG_RESFD).  A poll iocb that names an eventfd and is woken by
+ * its descriptor is not completed in the wake-up itself: the kernel hands
+ * it to a work item of the system workqueue (aio_poll_wake queues
+ * aio_poll_put_work; seen by tracing on 6.18 for UDP, AF_UNIX and pipes),
+ * and only that work item puts the event in the ring and signals the
+ * eventfd.  On a loaded machine that work item has run 3 to 4 s late
+ * (six dgram programs beside three busy loops on two CPUs, 2026-12-06),
+ * and for 15 s or more in CI: a read whose datagram had arrived stayed
+ * unfinished all that time, its poll in the kernel, the eventfd at zero
+ * and the leader's wait armed on it (dgram_same_socket_threads: "the
+ * reads stopped taking datagrams", 24 received of 48 sent).  So with
+ * the epoll wait no stream operation waits in a poll iocb: every
+ * readiness wait goes to the spill set (la_spill; u->spill_all), an
+ * epoll set whose reports wake the leader's poller directly, in the
+ * wake-up's own context (the poller watches the set: u->spill_reg, armed
+ * by la_spill_watch).  A start made while the leader is blocked
+ * registers its operation there itself (la_kick), as it would have
+ * submitted its poll.  Polls the set refuses (a regular file) still go
+ * to the context.  The io_getevents wait names no eventfd, and the
+ * kernel completes its polls in the wake-up.
+ *
  * Submission.  A start fills the iocb in the result's private space and
  * appends it to u->pending.  The leader claims everything pending in its
  * prepare() and submits it with one io_submit at the start of its wait,
@@ -682,17 +705,19 @@ static void la_claim_call(px_laio *u, px_result *r, bool reported)
  * first needed), on u->spilled, phase LA_POLL, their descriptor
  * registered one-shot for the directions whose head waits there
  * (la_fd.spill_dirs, bit PX_FDQ_RD or PX_FDQ_WR).  One poll iocb watches
- * the set (u->spill_cb, in the batch of the claim that needs it); when it
- * fires, next_completed takes the set's reports (la_spill_take) and
- * claims their operations for their calls as a fired poll's (LA_BUSY,
- * la_run); one that finds nothing goes back to u->pending and is polled
- * again, in the context if it has room by then.  A cancel forgets a
- * spilled operation at once (la_unlist takes its direction off the
- * registration).  The registration is keyed by number: one left behind
- * by a descriptor closed with close(2) is gone with it, and a disabled
- * one (one-shot) reports nothing; a report for a number with no
- * operation in the set is ignored, one for an operation whose descriptor
- * is not ready ends in EAGAIN and a new wait.  Mutex held throughout.
+ * the set (u->spill_cb, in the batch of the claim that needs it; with the
+ * epoll wait, where every poll waits here, the leader's poller watches it
+ * instead: la_spill_watch); when it fires, next_completed takes the set's
+ * reports (la_spill_take) and claims their operations for their calls as
+ * a fired poll's (LA_BUSY, la_run); one that finds nothing goes back to
+ * u->pending and waits again, in the context if it has room by then (not
+ * with the epoll wait).  A cancel forgets a spilled operation at once
+ * (la_unlist takes its direction off the registration).  The
+ * registration is keyed by number: one left behind by a descriptor closed
+ * with close(2) is gone with it, and a disabled one (one-shot) reports
+ * nothing; a report for a number with no operation in the set is
+ * ignored, one for an operation whose descriptor is not ready ends in
+ * EAGAIN and a new wait.  Mutex held throughout.
  */
 static uint32_t la_spill_events(unsigned dirs)
 {
@@ -746,6 +771,7 @@ static int la_spill(px_laio *u, px_result *r)
 		u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
 		if (u->spill_ep < 0)
 			return -errno;
+		u->spill_reg.fd = u->spill_ep;
 	}
 	rc = la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit);
 	if (rc < 0)
@@ -830,9 +856,34 @@ static void la_spill_fail(px_laio *u, int err)
 		la_fail(u, la_result_of_slink(l), err, true);
 }
 
+/* Operations wait in the spill set: something must wake the leader when
+ * it reports.  With the epoll wait the leader's poller watches the set
+ * itself (an epoll_ctl takes effect in a wait already under way, so this
+ * serves a start made while the leader is blocked too); otherwise, or
+ * should the poller refuse it, one poll iocb on the set goes with the
+ * batch (v[*n]; the caller left room for it). */
+static void la_spill_watch(px_laio *u, struct iocb **v, unsigned *n)
+{
+	if (px_list_empty(&u->spilled))
+		return;
+	if (u->spill_all &&
+	    (u->spill_reg.armed ||
+	     u->pl->ops->set(u->pl, &u->spill_reg, PX_POLL_IN) == 0))
+		return;
+	if (!u->spill_armed) {
+		io_prep_poll(&u->spill_cb, u->spill_ep, POLLIN);
+		u->spill_cb.data = NULL;
+		if (u->use_resfd)
+			io_set_eventfd(&u->spill_cb, u->resfd);
+		u->spill_armed = true;
+		v[(*n)++] = &u->spill_cb;
+	}
+}
+
 /* Take up to max - 1 pending iocbs, within the depth, for one io_submit,
  * and the spill set's watch when it must go too (so max >= 2).  Polls past
- * u->poll_cap go to the spill set instead. */
+ * u->poll_cap go to the spill set instead, and so do all of them with the
+ * epoll wait (u->spill_all). */
 static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 {
 	unsigned n = 0;
@@ -843,7 +894,7 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		struct la_priv *pr = la_priv(r);
 
 		if (pr->phase == LA_POLL &&
-		    (pr->fe->poll_refused ||
+		    (u->spill_all || pr->fe->poll_refused ||
 		     u->inkernel - u->files_inkernel >= u->poll_cap)) {
 			int rc = la_spill(u, r);
 			if (rc == 0)
@@ -864,14 +915,7 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		u->files_inkernel += pr->phase == LA_OP;
 		v[n++] = &pr->cb;
 	}
-	if (!u->spill_armed && !px_list_empty(&u->spilled)) {
-		io_prep_poll(&u->spill_cb, u->spill_ep, POLLIN);
-		u->spill_cb.data = NULL;
-		if (u->use_resfd)
-			io_set_eventfd(&u->spill_cb, u->resfd);
-		u->spill_armed = true;
-		v[n++] = &u->spill_cb;
-	}
+	la_spill_watch(u, v, &n);
 	return n;
 }
 
@@ -1728,6 +1772,10 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		if (rc < 0)
 			goto fail;
 		u->reg.fd = u->resfd;
+		/* Readiness waits in the spill set, which the poller watches
+		 * (see "Readiness and the epoll wait" above). */
+		u->spill_all = true;
+		u->spill_reg.fd = -1;
 	} else if (spec->intr == PX_INTR_NATIVE) {
 		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->intr_fd < 0) {

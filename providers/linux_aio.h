@@ -124,13 +124,17 @@ typedef struct px_laio {
 	/* Polls past the context's share for them wait in an epoll set of
 	 * their own (la_spill in providers/linux_aio.c), which one poll iocb
 	 * watches, so that file operations always find room in the
-	 * context. */
+	 * context.  With the epoll wait every readiness wait goes there, and
+	 * the leader's poller watches the set itself (spill_all: see
+	 * "Readiness and the epoll wait" in providers/linux_aio.c). */
 	unsigned poll_cap;          /* polls in the kernel at most */
 	int spill_ep;               /* the set, or -1 until first needed */
 	struct iocb spill_cb;       /* the poll iocb on spill_ep */
 	bool spill_armed;           /* spill_cb is in the kernel or a batch */
 	bool spill_fired;           /* it fired: take the set's reports */
 	px_list spilled;            /* results waiting in the set (slink) */
+	bool spill_all;             /* epoll wait: no poll iocb for streams */
+	px_poll_reg spill_reg;      /* spill_all: spill_ep in the poller */
 
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;

@@ -8,7 +8,12 @@
  * posts.  The poller watches the eventfd and the interrupt's descriptor
  * (pipe or eventfd; with the signal interrupt, its wait_mask), so the
  * context's completions are one more readable descriptor among those of
- * an epoll set.  Reports are one-shot: prepare() arms the eventfd again
+ * an epoll set.  Stream operations do not wait in poll iocbs here but in
+ * the provider's epoll set (the spill set), which the poller watches too
+ * (u->spill_reg, armed by the provider when operations wait there): the
+ * kernel completes a poll iocb that carries IOCB_FLAG_RESFD from a work
+ * item, which a loaded machine has run seconds late (see "Readiness and
+ * the epoll wait" in providers/linux_aio.c).  Reports are one-shot: prepare() arms the eventfd again
  * when the last wait reported it.  After a report the eventfd is reset
  * first and the ring reaped second (io_getevents without waiting): an
  * event posted after the reap signals the eventfd after the reset, so none
@@ -63,6 +68,13 @@ static px_result *aep_next_completed(px_wait *w)
 				struct timespec zero = { 0, 0 };
 				uint64_t v;
 
+				/* The provider's spill set, where every
+				 * readiness wait is (u->spill_all): its
+				 * reports are taken by next_completed. */
+				if (ev[i].fd == u->spill_ep) {
+					u->spill_fired = true;
+					continue;
+				}
 				if (ev[i].fd != u->resfd)
 					continue;
 				while (read(u->resfd, &v, sizeof(v)) < 0 &&
