@@ -701,8 +701,8 @@ static void la_claim_call(px_laio *u, px_result *r, bool reported)
  * waited behind them in u->pending until one of them completed: for good,
  * on a server whose clients were all quiet.  Now at most u->poll_cap
  * polls (the depth less an eighth, at least one place kept for files) go
- * to the context; the others wait in an epoll set (u->spill_ep, made when
- * first needed), on u->spilled, phase LA_POLL, their descriptor
+ * to the context; the others wait in an epoll set (u->spill_ep, made with
+ * the provider), on u->spilled, phase LA_POLL, their descriptor
  * registered one-shot for the directions whose head waits there
  * (la_fd.spill_dirs, bit PX_FDQ_RD or PX_FDQ_WR).  One poll iocb watches
  * the set (u->spill_cb, in the batch of the claim that needs it; with the
@@ -758,21 +758,15 @@ static int la_spill_set(px_laio *u, la_fd *fe, unsigned dirs)
 }
 
 /* r, pending with its poll, waits in the set instead: 0.  Else -errno
- * and r stays where it was: no set (out of descriptors or memory), the
- * kernel refuses the descriptor (EPERM: a regular file), or the number
- * is not open (EBADF). */
+ * and r stays where it was: the kernel is out of memory, refuses the
+ * descriptor (EPERM: a regular file), or the number is not open
+ * (EBADF). */
 static int la_spill(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 	unsigned bit = 1u << px__fdq_dir(r->c.op);
 	int rc;
 
-	if (u->spill_ep < 0) {
-		u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
-		if (u->spill_ep < 0)
-			return -errno;
-		u->spill_reg.fd = u->spill_ep;
-	}
 	rc = la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit);
 	if (rc < 0)
 		return rc;
@@ -1752,6 +1746,18 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		rc = -ENOMEM;
 		goto fail;
 	}
+	/* The spill set is made here, not when an operation first needs it:
+	 * a descriptor the library opens in the middle of a start takes the
+	 * lowest free number, which may be the one the application has just
+	 * closed with close(2) and is about to pass to px_close, which then
+	 * closed the set (test/close.c, close_during_start_call, once every
+	 * wait of the epoll wait went to the set). */
+	u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
+	if (u->spill_ep < 0) {
+		rc = -errno;
+		goto fail;
+	}
+	u->spill_reg.fd = u->spill_ep;
 
 	if (epoll) {
 		px_intr *in;
@@ -1775,7 +1781,6 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		/* Readiness waits in the spill set, which the poller watches
 		 * (see "Readiness and the epoll wait" above). */
 		u->spill_all = true;
-		u->spill_reg.fd = -1;
 	} else if (spec->intr == PX_INTR_NATIVE) {
 		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->intr_fd < 0) {
