@@ -792,6 +792,11 @@ int px__sys_connect(int fd, const struct sockaddr *addr,
 struct epoll_event;
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
 			int timeout_ms, const sigset_t *mask) PX_HIDDEN;
+/* epoll_ctl(2) on a descriptor of the application's (the Linux AIO
+ * provider's set, providers/linux_aio.c, la_spill_set): out of
+ * ThreadSanitizer's sight like the calls above. */
+int px__sys_epoll_ctl(int epfd, int op, int fd,
+		      struct epoll_event *ev) PX_HIDDEN;
 /* The default max_aio of a provider whose in-flight operations are not
  * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
  * (docs/ARCHITECTURE.md, "max_aio"). */

@@ -90,6 +90,11 @@ int px__sys_connect(int fd, const struct sockaddr *addr, socklen_t addrlen)
 	return (int)syscall(SYS_connect, fd, addr, (size_t)addrlen);
 }
 
+int px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
+}
+
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
 			int timeout_ms, const sigset_t *mask)
 {
