@@ -128,7 +128,7 @@ typedef struct px_laio {
 	 * the leader's poller watches the set itself (spill_all: see
 	 * "Readiness and the epoll wait" in providers/linux_aio.c). */
 	unsigned poll_cap;          /* polls in the kernel at most */
-	int spill_ep;               /* the set, or -1 until first needed */
+	int spill_ep;               /* the set (made with the provider) */
 	struct iocb spill_cb;       /* the poll iocb on spill_ep */
 	bool spill_armed;           /* spill_cb is in the kernel or a batch */
 	bool spill_fired;           /* it fired: take the set's reports */

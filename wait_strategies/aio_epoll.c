@@ -13,11 +13,11 @@
  * (u->spill_reg, armed by the provider when operations wait there): the
  * kernel completes a poll iocb that carries IOCB_FLAG_RESFD from a work
  * item, which a loaded machine has run seconds late (see "Readiness and
- * the epoll wait" in providers/linux_aio.c).  Reports are one-shot: prepare() arms the eventfd again
- * when the last wait reported it.  After a report the eventfd is reset
- * first and the ring reaped second (io_getevents without waiting): an
- * event posted after the reap signals the eventfd after the reset, so none
- * goes unnoticed.
+ * the epoll wait" in providers/linux_aio.c).  Reports are one-shot:
+ * prepare() arms the eventfd again when the last wait reported it.
+ * After a report the eventfd is reset first and the ring reaped second
+ * (io_getevents without waiting): an event posted after the reap signals
+ * the eventfd after the reset, so none goes unnoticed.
  */
 #include <time.h>
 #include <unistd.h>
