@@ -138,4 +138,31 @@ static inline bool px_fdq_remove(px_fdq_entry *e, int dir, px_result *r)
 	return head;
 }
 
+/* File writes are not queued, but two to the same bytes must still land
+ * in start order: the io_uring and Linux AIO providers keep each
+ * descriptor's unfinished file writes on a list of their own (through
+ * plink, oldest first) and hold back a write that overlaps an earlier one
+ * ("Writes to one place" in providers/uring.c and linux_aio.c).  Whether
+ * file write r overlaps one on ws before stop (NULL: the whole list); a
+ * range reaching past the top of the offsets counts to the top. */
+static inline bool px_fdq_fwrite_overlaps(const px_list *ws,
+					  const px_result *r,
+					  const px_link *stop)
+{
+	uint64_t lo = r->c.offset;
+	uint64_t hi = lo + r->c.len < lo ? UINT64_MAX : lo + r->c.len;
+
+	for (px_link *l = px_list_first(ws); l && l != stop;
+	     l = px_list_next(ws, l)) {
+		const px_result *w = px_result_of_plink(l);
+		uint64_t wlo = w->c.offset;
+		uint64_t whi = wlo + w->c.len < wlo ? UINT64_MAX
+						    : wlo + w->c.len;
+
+		if (wlo < hi && lo < whi)
+			return true;
+	}
+	return false;
+}
+
 #endif /* PX_FDQ_H */

@@ -512,33 +512,6 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
  * O_APPEND file take their places in the order io_submit takes them.)
  */
 
-/* The bytes a file write covers, [*lo, *hi), saturating at the top. */
-static void la_fwrite_range(const px_result *r, uint64_t *lo, uint64_t *hi)
-{
-	*lo = r->c.offset;
-	*hi = r->c.offset + r->c.len < r->c.offset ? UINT64_MAX
-						 : r->c.offset + r->c.len;
-}
-
-/* Whether r overlaps a file write before it, from the list's first
- * element up to (not including) stop, or to its end when stop is NULL. */
-static bool la_fwrite_blocked(la_fd *fe, const px_result *r,
-			      const px_link *stop)
-{
-	uint64_t lo, hi;
-	px_link *l;
-
-	la_fwrite_range(r, &lo, &hi);
-	for (l = px_list_first(&fe->fwrites); l && l != stop;
-	     l = px_list_next(&fe->fwrites, l)) {
-		uint64_t olo, ohi;
-		la_fwrite_range(px_result_of_plink(l), &olo, &ohi);
-		if (olo < hi && lo < ohi)
-			return true;
-	}
-	return false;
-}
-
 /* At the start of file write r: on fe->fwrites in any case; true when it
  * is held there behind an earlier one (not issued). */
 static bool la_fwrite_held(la_fd *fe, px_result *r)
@@ -547,7 +520,7 @@ static bool la_fwrite_held(la_fd *fe, px_result *r)
 
 	if (!fe->fwrites.head.next)
 		px_list_init(&fe->fwrites);  /* a new entry is zeroed */
-	held = !px_list_empty(&fe->fwrites) && la_fwrite_blocked(fe, r, NULL);
+	held = px_fdq_fwrite_overlaps(&fe->fwrites, r, NULL);
 	if (held) {
 		la_priv(r)->wheld = true;
 		fe->fwrites_held++;
@@ -577,7 +550,7 @@ static void la_fwrite_done(px_laio *u, px_result *r)
 		struct la_priv *wp = la_priv(w);
 
 		next = px_list_next(&fe->fwrites, l);
-		if (!wp->wheld || la_fwrite_blocked(fe, w, l))
+		if (!wp->wheld || px_fdq_fwrite_overlaps(&fe->fwrites, w, l))
 			continue;
 		wp->wheld = false;
 		fe->fwrites_held--;

@@ -1843,33 +1843,14 @@ static void ur_advance(px_uring *u, px_list *q, px_uring_ring *near)
  * F_SETFL while writes are in flight counts from the next spell.
  */
 
-/* The bytes a file write covers, [*lo, *hi), saturating at the top. */
-static void ur_fwrite_range(const px_result *r, uint64_t *lo, uint64_t *hi)
-{
-	*lo = r->c.offset;
-	*hi = r->c.offset + r->c.len < r->c.offset ? UINT64_MAX
-						 : r->c.offset + r->c.len;
-}
-
 /* Whether r must wait for a file write before it, from the list's first
  * element up to (not including) stop, or to its end when stop is NULL. */
 static bool ur_fwrite_blocked(px_uring_fd *fe, const px_result *r,
 			      const px_link *stop)
 {
-	uint64_t lo, hi;
-	px_link *l;
-
 	if (fe->fwrites_append)
 		return px_list_first(&fe->fwrites) != stop;
-	ur_fwrite_range(r, &lo, &hi);
-	for (l = px_list_first(&fe->fwrites); l && l != stop;
-	     l = px_list_next(&fe->fwrites, l)) {
-		uint64_t olo, ohi;
-		ur_fwrite_range(px_result_of_plink(l), &olo, &ohi);
-		if (olo < hi && lo < ohi)
-			return true;
-	}
-	return false;
+	return px_fdq_fwrite_overlaps(&fe->fwrites, r, stop);
 }
 
 /* At the start of file write r: true when it is held behind an earlier
