@@ -671,45 +671,6 @@ static void connect_refused_read_pending(void **state)
 	}
 }
 
-/* A loopback listener that never accepts, backlog 0: once its queue is
- * full the kernel drops further SYNs, and a connect stays in progress
- * (retransmitting) for a long time. */
-static void connect_stuck_then_cancel(void **state)
-{
-	h_fx *f = *state;
-	struct sockaddr_in *la = h_alloc(f, sizeof *la);
-	int l = h_bound_socket(f, SOCK_STREAM, la);
-	assert_int_equal(listen(l, 0), 0);
-	bool full = false;
-	for (int i = 0; i < 16 && !full; i++) {
-		int fd = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
-						      SOCK_NONBLOCK, 0));
-		int rc = connect(fd, (struct sockaddr *)la, sizeof *la);
-		if (rc < 0 && errno != EINPROGRESS)
-			fail_msg("filling the backlog: connect: %s",
-				 strerror(errno));
-		struct pollfd p = {.fd = fd, .events = POLLOUT};
-		if (rc < 0 && poll(&p, 1, 200) == 0)
-			full = true;
-	}
-	if (!full)
-		fail_msg("a loopback listener with backlog 0 kept accepting "
-			 "connections: cannot make a connect that stays pending");
-	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	h_rec *r = h_rec_new(f);
-	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la,
-				    sizeof *la, h_rec_cb, r), 0);
-	h_settle(f, 200);
-	if (h_rec_done(r))
-		fail_msg("a connect to a full backlog completed (error %d %s)",
-			 r->c.error, strerror(r->c.error));
-	assert_int_equal(px_cancel(f->px, c), 1);
-	h_wait_rec(f, r, 5000, "the cancelled connect");
-	h_settle(f, 20);
-	assert_once(r, PX_OP_CONNECT, c);
-	expect_error(r, ECANCELED, "a cancelled connect");
-}
-
 /* A loopback listener with backlog 0 filled until it drops SYNs, so that
  * a connect to *la stays under way; fails the test when it cannot be
  * filled. */
@@ -730,6 +691,29 @@ static void fill_backlog(h_fx *f, struct sockaddr_in *la)
 	}
 	fail_msg("a loopback listener with backlog 0 kept accepting "
 		 "connections: cannot make a connect that stays pending");
+}
+
+/* A loopback listener that never accepts, backlog 0: once its queue is
+ * full the kernel drops further SYNs, and a connect stays in progress
+ * (retransmitting) for a long time. */
+static void connect_stuck_then_cancel(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *la = h_alloc(f, sizeof *la);
+	fill_backlog(f, la);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la,
+				    sizeof *la, h_rec_cb, r), 0);
+	h_settle(f, 200);
+	if (h_rec_done(r))
+		fail_msg("a connect to a full backlog completed (error %d %s)",
+			 r->c.error, strerror(r->c.error));
+	assert_int_equal(px_cancel(f->px, c), 1);
+	h_wait_rec(f, r, 5000, "the cancelled connect");
+	h_settle(f, 20);
+	assert_once(r, PX_OP_CONNECT, c);
+	expect_error(r, ECANCELED, "a cancelled connect");
 }
 
 /*
