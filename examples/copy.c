@@ -22,6 +22,8 @@
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
+ * DST is opened, and so truncated, only once SRC has been checked and the
+ * proactor and buffers made: an error before that leaves DST as it was.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -216,6 +218,20 @@ static int open_file(const char *path, int flags, bool *direct)
 	return open(path, flags, 0666);
 }
 
+/* Give back what main set up; any part of it may be missing. */
+static void release(struct copy *cp, unsigned depth)
+{
+	if (cp->px)
+		px_destroy(cp->px);
+	if (cp->dst >= 0)
+		close(cp->dst);
+	if (cp->src >= 0)
+		close(cp->src);
+	for (unsigned i = 0; cp->slots && i < depth; i++)
+		free(cp->slots[i].buf);
+	free(cp->slots);
+}
+
 static void progress(const struct copy *cp, double t0, bool last)
 {
 	double mb = (double)cp->written / 1e6, t = now_s() - t0;
@@ -371,31 +387,16 @@ int main(int argc, char **argv)
 			"at their offsets, in any order, and needs a file\n", dst);
 		return 1;
 	}
-	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-			   O_NONBLOCK, &cp.dst_direct);
-	if (cp.dst < 0) {
-		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
-		return 1;
-	}
-	if (fstat(cp.dst, &dst_st) < 0 || S_ISFIFO(dst_st.st_mode) ||
-	    S_ISSOCK(dst_st.st_mode) || isatty(cp.dst)) {
-		fprintf(stderr, "copy: %s: a pipe, socket or terminal; copy "
-			"writes blocks at their offsets, in any order, and needs "
-			"a file\n", dst);
-		return 1;
-	}
-	if (fcntl(cp.dst, F_SETFL, fcntl(cp.dst, F_GETFL) & ~O_NONBLOCK) < 0) {
-		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
-		return 1;
-	}
-	cp.size = (uint64_t)sst.st_size;
-
+	/* The proactor and the buffers before DST is opened: its open
+	 * truncates it, so whatever can still fail (a mistyped -e, too much
+	 * memory asked for) must fail while DST is as it was. */
 	if (ex_create(&cp.px, config, "copy") < 0)
 		return 1;
 	snprintf(engine, sizeof(engine), "%s", px_engine_name(cp.px));
 	cp.slots = calloc(depth, sizeof(*cp.slots));
 	if (!cp.slots) {
 		fprintf(stderr, "copy: out of memory\n");
+		release(&cp, depth);
 		return 1;
 	}
 	for (unsigned i = 0; i < depth; i++) {
@@ -404,9 +405,31 @@ int main(int argc, char **argv)
 		if (rc) {
 			fprintf(stderr, "copy: %u buffers of %zu bytes: %s\n", depth,
 				cp.block, strerror(rc));
+			release(&cp, depth);
 			return 1;
 		}
 	}
+	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
+			   O_NONBLOCK, &cp.dst_direct);
+	if (cp.dst < 0) {
+		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
+		release(&cp, depth);
+		return 1;
+	}
+	if (fstat(cp.dst, &dst_st) < 0 || S_ISFIFO(dst_st.st_mode) ||
+	    S_ISSOCK(dst_st.st_mode) || isatty(cp.dst)) {
+		fprintf(stderr, "copy: %s: a pipe, socket or terminal; copy "
+			"writes blocks at their offsets, in any order, and needs "
+			"a file\n", dst);
+		release(&cp, depth);
+		return 1;
+	}
+	if (fcntl(cp.dst, F_SETFL, fcntl(cp.dst, F_GETFL) & ~O_NONBLOCK) < 0) {
+		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
+		release(&cp, depth);
+		return 1;
+	}
+	cp.size = (uint64_t)sst.st_size;
 
 	tty = isatty(STDERR_FILENO);
 	double t0 = now_s(), shown = t0;
@@ -431,12 +454,11 @@ int main(int argc, char **argv)
 	if (tty)
 		progress(&cp, t0, true);
 	px_destroy(cp.px);
+	cp.px = NULL;
 	if (close(cp.dst) < 0)
 		fail(&cp, errno, "close");
-	close(cp.src);
-	for (unsigned i = 0; i < depth; i++)
-		free(cp.slots[i].buf);
-	free(cp.slots);
+	cp.dst = -1;
+	release(&cp, depth);
 
 	if (cp.error) {
 		fprintf(stderr, "copy: %s %s to %s: %s\n", cp.what, src, dst,

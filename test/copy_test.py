@@ -104,6 +104,18 @@ def main():
         run([src, src], want_ok=False)
         if sha(src) != want:
             fail("copying a file onto itself changed it")
+        # A mistyped engine leaves an existing destination as it was: the
+        # proactor is made before DST is opened, and truncated (it used to
+        # be made after, and the copy exited 1 with DST emptied).
+        keep = os.path.join(tmp, "keep")
+        with open(keep, "wb") as f:
+            f.write(b"precious\n")
+        p = run(["-e", "no-such-engine", src, keep], want_ok=False)
+        if p.returncode != 1 or "cannot create the proactor" not in p.stderr:
+            fail("bad -e: exit %d, %r" % (p.returncode, p.stderr))
+        with open(keep, "rb") as f:
+            if f.read() != b"precious\n":
+                fail("a bad -e truncated the destination")
         # A FIFO as the source is refused at once (its open used to wait
         # for a writer), and so is a block size too large to hold.
         fifo = os.path.join(tmp, "fifo")
