@@ -14,7 +14,9 @@
  * a file system that refuses it (open fails with EINVAL) gets a message
  * and a buffered copy of that file.  Under O_DIRECT every transfer must be
  * a multiple of the alignment, so the last block is read and written
- * rounded up (the padding is zeros) and DST is then cut to SRC's size.
+ * rounded up (the padding is zeros) and DST is then cut to SRC's size;
+ * a device cannot be cut, so one is written through the page cache when
+ * SRC's size is not a multiple of the alignment.
  *
  * DST must keep offsets (a regular file or a device): a pipe, a socket or
  * a terminal is refused, since the blocks are written in any order.
@@ -424,7 +426,20 @@ int main(int argc, char **argv)
 		release(&cp, depth);
 		return 1;
 	}
-	if (fcntl(cp.dst, F_SETFL, fcntl(cp.dst, F_GETFL) & ~O_NONBLOCK) < 0) {
+	/* A padded last block is cut off afterwards with ftruncate, which
+	 * only a regular file takes: on a device the padding would land on
+	 * whatever follows SRC's bytes there.  So a device whose copy would
+	 * end inside an alignment unit is written through the page cache
+	 * (O_DIRECT off, before any write has started). */
+	int dst_flags = fcntl(cp.dst, F_GETFL) & ~O_NONBLOCK;
+	if (cp.dst_direct && !S_ISREG(dst_st.st_mode) && sst.st_size % ALIGN) {
+		fprintf(stderr, "copy: %s: not a regular file, and %s does not "
+			"end on a %u-byte boundary; writing it through the "
+			"page cache\n", dst, src, ALIGN);
+		dst_flags &= ~O_DIRECT;
+		cp.dst_direct = false;
+	}
+	if (fcntl(cp.dst, F_SETFL, dst_flags) < 0) {
 		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
 		release(&cp, depth);
 		return 1;
@@ -448,7 +463,8 @@ int main(int argc, char **argv)
 	}
 	/* With an error the loop ran on until every operation in flight had
 	 * completed; px_destroy delivers the rest if it stopped early. */
-	if (!cp.error && cp.dst_direct && ftruncate(cp.dst, (off_t)cp.size) < 0)
+	if (!cp.error && cp.dst_direct && S_ISREG(dst_st.st_mode) &&
+	    ftruncate(cp.dst, (off_t)cp.size) < 0)
 		fail(&cp, errno, "truncate");
 	double t = now_s() - t0;
 	if (tty)
