@@ -30,13 +30,18 @@
  * through px_read_file); only files whose path has no symbolic link in
  * it are, since that fstatat follows none.
  *
- * Answers: 200; 400 for a malformed request; 403 for a path with a ".."
- * segment; 404 for a missing or non-regular file, or a path through a
- * symbolic link that ROOT's confinement refuses; 405 for methods other
- * than GET and HEAD; 414 when the request line, 431 when the headers do
- * not fit in REQ_MAX bytes; 501 for a request body sent chunked; 503 when
- * the server is out of descriptors.  Errors close the connection after
- * the answer.  A request not complete within IDLE_MS is not answered: the
+ * Request targets in the origin form ("/path?query") and the absolute
+ * form ("http://host/path?query", whose host is ignored, as Host is) are
+ * taken.
+ *
+ * Answers: 200; 400 for a malformed request (among them an HTTP/1.1
+ * request without a Host header, and any with two); 403 for a path with
+ * a ".." segment; 404 for a missing or non-regular file, or a path
+ * through a symbolic link that ROOT's confinement refuses; 405 for
+ * methods other than GET and HEAD; 414 when the request line, 431 when
+ * the headers do not fit in REQ_MAX bytes; 501 for a request body sent
+ * chunked; 503 when the server is out of descriptors.  Errors close the
+ * connection after the answer.  A request not complete within IDLE_MS is not answered: the
  * connection is closed.
  *
  * THREADS threads run px_handle_events().  Out of descriptors, accepts
@@ -335,6 +340,32 @@ static int hexval(char c)
 	if (c >= 'a' && c <= 'f')
 		return c - 'a' + 10;
 	return -1;
+}
+
+/*
+ * The absolute form of a request target, "http://host:port/path?query",
+ * which a server must take as well as the origin form "/path?query"
+ * (RFC 9112, 3.2.2; a client talking to a proxy sends it), to the origin
+ * form, in place.  The host is ignored, as the Host header is: this server
+ * has one root.  Other targets are returned as they are.
+ */
+static char *origin_form(char *t)
+{
+	char *auth, *end;
+
+	if (strncasecmp(t, "http://", 7) == 0)
+		auth = t + 7;
+	else if (strncasecmp(t, "https://", 8) == 0)
+		auth = t + 8;
+	else
+		return t;
+	end = auth + strcspn(auth, "/?");
+	if (*end == '/')
+		return end;
+	/* No path ("http://host" or "http://host?q"): the path is "/", put
+	 * over the last character before it (of the host, or the "//"). */
+	end[-1] = '/';
+	return end - 1;
 }
 
 /*
@@ -705,6 +736,10 @@ static void answer(struct conn *k, size_t end)
 			vlen--;
 		size_t nlen = (size_t)(colon - h);
 		if (nlen == 4 && strncasecmp(h, "host", 4) == 0) {
+			/* More than one is an error (RFC 9112, 3.2): a
+			 * proxy in front might have gone by another. */
+			if (has_host)
+				return send_error(k, 400, "Bad Request");
 			has_host = true;
 		} else if (nlen == 10 && strncasecmp(h, "connection", 10) == 0) {
 			conn_close_hdr |= has_word(v, vlen, "close");
@@ -730,6 +765,7 @@ static void answer(struct conn *k, size_t end)
 	else
 		return send_error(k, 405, "Method Not Allowed");
 
+	target = origin_form(target);
 	status = target_to_path(target, path, sizeof(path) - 16);
 	if (status == 400)
 		return send_error(k, 400, "Bad Request");

@@ -267,6 +267,13 @@ def checks(port, root, small, big, extra):
         fail("Content-Type of index.html: %r" % r[1].get("content-type"))
     expect(port, get("/dir/a.txt?x=1"), 200, b"a\n")
     expect(port, get("/dir/%61.txt"), 200, b"a\n")
+    # The absolute form, which a server must take (RFC 9112, 3.2.2): its
+    # host is ignored; with no path it means "/".  (It used to get 400.)
+    expect(port, get("http://t/dir/a.txt"), 200, b"a\n")
+    expect(port, get("HTTP://t:8080/dir/a.txt?x=1"), 200, b"a\n")
+    expect(port, get("https://t"), 200, b"<p>index</p>\n")
+    expect(port, get("http://?x"), 200, b"<p>index</p>\n")
+    expect(port, get("http://t/../outside-%d" % os.getpid()), 403, closes=True)
     expect(port, get("/big.bin"), 200, big)
     r = expect(port, get("/big.bin", method="HEAD"), 200, b"", head=True)
     if r[1]["content-length"] != str(len(big)):
@@ -332,6 +339,9 @@ def checks(port, root, small, big, extra):
     expect(port, b"GET /small.bin HTTP/1.1\r\n\r\n", 400, closes=True)  # no Host
     expect(port, b"GET /small.bin HTTP/1.1\r\nno colon here\r\n\r\n", 400, closes=True)
     expect(port, get("small.bin"), 400, closes=True)
+    # Two Host headers: 400 (RFC 9112, 3.2), as a proxy in front may have
+    # gone by the other one (they used to be taken).
+    expect(port, get("/small.bin", "Host: other\r\n"), 400, closes=True)
     expect(port, get("/", method="POST"), 405, closes=True)
     expect(port, get("/", method="DELETE"), 405, closes=True)
     for path in ("/../outside-%d" % os.getpid(), "/dir/../../outside-%d" % os.getpid(),
