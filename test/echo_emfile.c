@@ -7,8 +7,12 @@
  * than it can hold.  The server must back off (one message per episode, no
  * accept loop burning a CPU), keep serving the connections it has, and
  * once some of them close, accept and serve the ones that waited in the
- * backlog.  Loopback only.  Exit 0 on success, 1 on failure, 77 (skip)
- * when the engine is not available here.
+ * backlog.  Then, with descriptors to spare: a client that sends 256 KiB
+ * and half-closes (shutdown(SHUT_WR)) must get all of it back and then
+ * the end of stream; and the server must stop cleanly on SIGTERM while a
+ * client that sent 4 MiB without reading holds one of its writes.
+ * Loopback only.  Exit 0 on success, 1 on failure, 77 (skip) when the
+ * engine is not available here.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -98,6 +102,65 @@ static bool echoes(int c, int ms)
 	if (poll(&p, 1, ms) != 1)
 		return false;
 	return recv(c, &y, 1, 0) == 1 && y == 'x';
+}
+
+static int connect_to(int port)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (c < 0 || connect(c, (struct sockaddr *)&a, sizeof a) < 0)
+		die("connect: %s", strerror(errno));
+	return c;
+}
+
+/* Send n bytes (a pattern) and half-close, reading the echo meanwhile; all
+ * of it must come back, in order, followed by the end of stream. */
+static void half_close_echoes(int port, size_t n)
+{
+	int c = connect_to(port);
+	size_t sent = 0, got = 0;
+	bool shut = false;
+	char buf[16384];
+	long dl = now_ms() + 10000;
+
+	fcntl(c, F_SETFL, O_NONBLOCK);
+	for (;;) {
+		if (now_ms() > dl)
+			die("half-close: %zu of %zu bytes back after 10 s%s", got, n,
+			    shut ? " (after the shutdown)" : "");
+		struct pollfd p = { .fd = c, .events = POLLIN | (shut ? 0 : POLLOUT) };
+		poll(&p, 1, 100);
+		while (sent < n) {
+			size_t k = n - sent < sizeof buf ? n - sent : sizeof buf;
+			for (size_t i = 0; i < k; i++)
+				buf[i] = (char)((sent + i) % 251);
+			ssize_t w = send(c, buf, k, MSG_NOSIGNAL);
+			if (w <= 0)
+				break;
+			sent += (size_t)w;
+		}
+		if (sent == n && !shut) {
+			if (shutdown(c, SHUT_WR) < 0)
+				die("shutdown: %s", strerror(errno));
+			shut = true;
+		}
+		ssize_t r;
+		while ((r = recv(c, buf, sizeof buf, 0)) > 0) {
+			for (ssize_t i = 0; i < r; i++)
+				if (buf[i] != (char)((got + (size_t)i) % 251))
+					die("half-close: byte %zu wrong", got + (size_t)i);
+			got += (size_t)r;
+		}
+		if (r == 0) {
+			if (!shut || got != n)
+				die("half-close: end of stream after %zu of %zu bytes", got, n);
+			break;
+		}
+		if (errno != EAGAIN)
+			die("half-close: recv: %s", strerror(errno));
+	}
+	close(c);
 }
 
 int main(int argc, char **argv)
@@ -224,11 +287,28 @@ int main(int argc, char **argv)
 	for (int i = 0; i < NCONN; i++)
 		if (c[i] >= 0)
 			close(c[i]);
+
+	half_close_echoes(port, 256 * 1024);
+	/* A client that sends and never reads: the server's write of the
+	 * echo waits (its memory stays one buffer), and SIGTERM must still
+	 * stop it cleanly, cancelling that write. */
+	int hog = connect_to(port);
+	fcntl(hog, F_SETFL, O_NONBLOCK);
+	size_t hogged = 0;
+	static char junk[65536];
+	for (long hdl = now_ms() + 1000; now_ms() < hdl && hogged < 4u << 20;) {
+		ssize_t w = send(hog, junk, sizeof junk, MSG_NOSIGNAL);
+		if (w > 0)
+			hogged += (size_t)w;
+		else
+			usleep(10 * 1000);
+	}
 	kill(g_child, SIGTERM);
 	int st;
 	if (waitpid(g_child, &st, 0) != g_child)
 		die("waitpid: %s", strerror(errno));
 	g_child = -1;
+	close(hog);
 	drain(out[0], obuf, sizeof obuf, &olen);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		die("the server did not stop cleanly (status %#x): %s", st, ebuf);
