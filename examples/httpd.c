@@ -41,8 +41,8 @@
  * methods other than GET and HEAD; 414 when the request line, 431 when
  * the headers do not fit in REQ_MAX bytes; 501 for a request body sent
  * chunked; 503 when the server is out of descriptors.  Errors close the
- * connection after the answer.  A request not complete within IDLE_MS is not answered: the
- * connection is closed.
+ * connection after the answer.  A request not complete within IDLE_MS is
+ * not answered: the connection is closed.
  *
  * THREADS threads run px_handle_events().  Out of descriptors, accepts
  * back off as in echo_server.  SIGUSR1 prints px_stats; SIGINT or SIGTERM
