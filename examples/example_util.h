@@ -178,8 +178,19 @@ static inline void ex_on_accept(const px_completion *c)
 				   s) < 0)
 			ex_accept_again(s);
 		return;
+	case EBADF:
+	case EINVAL:
+	case ENOTSOCK:
+	case EFAULT:
+		/* The listener itself is unusable (closed, shut down, not
+		 * listening): every retry would fail at once, so say it and
+		 * stop accepting rather than spin. */
+		fprintf(stderr, "%s: accept: %s; no longer accepting\n",
+			s->prog, px_strerror(c->error));
+		return;
 	default:
-		/* ECONNABORTED and friends concern one connection only. */
+		/* ECONNABORTED, EPROTO, ENETDOWN and the other network
+		 * errors of accept(2) concern one connection only. */
 		ex_accept_again(s);
 		return;
 	}
