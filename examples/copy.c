@@ -372,11 +372,6 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	if (stat(dst, &dst_st) == 0 && dst_st.st_dev == sst.st_dev &&
-	    dst_st.st_ino == sst.st_ino) {
-		fprintf(stderr, "copy: %s and %s are the same file\n", src, dst);
-		return 1;
-	}
 	/* Blocks are written at their offsets in whatever order they
 	 * finish, so DST must keep offsets: a pipe, a socket or a terminal
 	 * would get them scrambled (io_uring writes such a descriptor as a
@@ -389,9 +384,9 @@ int main(int argc, char **argv)
 			"at their offsets, in any order, and needs a file\n", dst);
 		return 1;
 	}
-	/* The proactor and the buffers before DST is opened: its open
-	 * truncates it, so whatever can still fail (a mistyped -e, too much
-	 * memory asked for) must fail while DST is as it was. */
+	/* The proactor and the buffers before DST is opened and cut, so
+	 * that whatever can still fail (a mistyped -e, too much memory
+	 * asked for) fails while DST is as it was. */
 	if (ex_create(&cp.px, config, "copy") < 0)
 		return 1;
 	snprintf(engine, sizeof(engine), "%s", px_engine_name(cp.px));
@@ -411,8 +406,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC |
-			   O_NONBLOCK, &cp.dst_direct);
+	/* Opened without O_TRUNC, and cut only once it is known not to be
+	 * SRC under another name (a hard link, a symbolic link, the same
+	 * path): a check by name before the open could be raced. */
+	cp.dst = open_file(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK,
+			   &cp.dst_direct);
 	if (cp.dst < 0) {
 		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
 		release(&cp, depth);
@@ -423,6 +421,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "copy: %s: a pipe, socket or terminal; copy "
 			"writes blocks at their offsets, in any order, and needs "
 			"a file\n", dst);
+		release(&cp, depth);
+		return 1;
+	}
+	if (dst_st.st_dev == sst.st_dev && dst_st.st_ino == sst.st_ino) {
+		fprintf(stderr, "copy: %s and %s are the same file\n", src, dst);
+		release(&cp, depth);
+		return 1;
+	}
+	if (S_ISREG(dst_st.st_mode) && ftruncate(cp.dst, 0) < 0) {
+		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
 		release(&cp, depth);
 		return 1;
 	}

@@ -170,6 +170,23 @@ def main():
         with open(keep, "rb") as f:
             if f.read() != b"precious\n":
                 fail("a bad -e truncated the destination")
+        # SRC again under another name (the same path, a hard link, a
+        # symbolic link) is refused and left whole: DST is opened
+        # without O_TRUNC and cut only after it is compared with SRC.
+        same = os.path.join(tmp, "same")
+        with open(same, "wb") as f:
+            f.write(b"the only copy\n")
+        os.link(same, os.path.join(tmp, "same-hard"))
+        os.symlink(same, os.path.join(tmp, "same-sym"))
+        for other in (same, os.path.join(tmp, "same-hard"),
+                      os.path.join(tmp, "same-sym")):
+            p = run([same, other], want_ok=False)
+            if p.returncode != 1 or "are the same file" not in p.stderr:
+                fail("SRC onto %s: exit %d, %r" % (os.path.basename(other),
+                                                   p.returncode, p.stderr))
+            with open(same, "rb") as f:
+                if f.read() != b"the only copy\n":
+                    fail("SRC onto %s changed SRC" % os.path.basename(other))
         # A FIFO as the source is refused at once (its open used to wait
         # for a writer), and so is a block size too large to hold.
         fifo = os.path.join(tmp, "fifo")
