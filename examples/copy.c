@@ -19,13 +19,16 @@
  * SRC's size is not a multiple of the alignment.
  *
  * DST must keep offsets (a regular file or a device): a pipe, a socket or
- * a terminal is refused, since the blocks are written in any order.
+ * a terminal is refused, since the blocks are written in any order.  So
+ * is SRC itself under any name (compared by device and inode once DST is
+ * open).
  *
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
- * DST is opened, and so truncated, only once SRC has been checked and the
- * proactor and buffers made: an error before that leaves DST as it was.
+ * DST is opened, and then truncated, only once SRC has been checked and
+ * the proactor and buffers made: an error before that leaves DST as it
+ * was.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
