@@ -128,6 +128,10 @@ struct px_paio {
 	bool scanning;
 	px_link *scan_pos;
 	bool sig_intr_pending;
+	bool took_none;             /* the last wait ended without a signal
+	                               (ran out, or EINTR; leader only) */
+	pthread_t tid_of;           /* the thread tid belongs to */
+	pid_t tid;                  /* the leader's thread id, 0: not known */
 	int cap_ms;                 /* bound of the next wait (prepare) */
 	uint64_t last_seen_ns;      /* last signal taken, or last scan */
 

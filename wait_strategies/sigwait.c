@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,12 +67,41 @@ static struct {
  * signal strayed waited out its bound before it scanned. */
 static atomic_int sigw_stray[NSIG];
 
+/* Per signal: the thread id of the leader while it is inside
+ * sigtimedwait, else 0. */
+static atomic_int sigw_waiter[NSIG];
+
+/* A signal that reached a thread that did not block it is handed on to
+ * the leader inside its wait (with its value, so that the request or
+ * interrupt it names is taken at once), else left to the scan the flag
+ * asks for.  Without the hand-on the leader waited out its bound, up to
+ * a second, for every completion and interrupt: the kernel gives a
+ * process's signal to the same willing thread again and again.  Never
+ * to this thread itself (it has the signal unblocked: that would loop);
+ * sent to the leader thread alone, which keeps the signal blocked, so it
+ * cannot land in this handler again.  rt_tgsigqueueinfo and getpid are
+ * async-signal-safe system calls. */
 static void sigw_handler(int signo, siginfo_t *si, void *uc)
 {
-	(void)si;
+	int saved = errno;
+
 	(void)uc;
-	if (signo > 0 && signo < NSIG)
-		atomic_store(&sigw_stray[signo], 1);
+	if (signo <= 0 || signo >= NSIG)
+		return;
+	atomic_store(&sigw_stray[signo], 1);
+	pid_t to = (pid_t)atomic_load(&sigw_waiter[signo]);
+	if (si && to > 0 && to != (pid_t)syscall(SYS_gettid)) {
+		siginfo_t fw;
+
+		memset(&fw, 0, sizeof(fw));
+		fw.si_signo = signo;
+		fw.si_code = SI_QUEUE;
+		fw.si_pid = getpid();
+		fw.si_uid = getuid();
+		fw.si_value = si->si_value;
+		(void)syscall(SYS_rt_tgsigqueueinfo, getpid(), to, signo, &fw);
+	}
+	errno = saved;
 }
 
 static void sigw_block(int signo)
@@ -97,8 +127,22 @@ static int sigw_prepare(px_wait *w, px_list *started)
 	(void)started;
 	p->ngot = p->igot = 0;
 	p->retry_soon = !px_list_empty(&p->again);
-	if (atomic_exchange(&sigw_stray[p->signo], 0))
+	/* The last wait ended without a signal (ran out, or EINTR: woken
+	 * for a signal another thread took first) while an interrupt was
+	 * marked as queued: a thread of the application may have taken it
+	 * (with sigwaitinfo, sigtimedwait or a signalfd).  Left set, the
+	 * mark kept every later interrupt from being sent, and each waited
+	 * out the leader's bound.  Cleared, it costs at most one interrupt
+	 * more in the queue, taken as a stale one.  A stray that reached
+	 * the handler may have been the interrupt too. */
+	if (p->took_none) {
+		p->took_none = false;
+		p->sig_intr_pending = false;
+	}
+	if (atomic_exchange(&sigw_stray[p->signo], 0)) {
 		p->scan = true;
+		p->sig_intr_pending = false;
+	}
 	p->cap_ms = p->nquiet || px_list_count(&p->inflight) >= p->sigq_max / 4
 			    ? SIGW_BUSY_MS
 			    : SIGW_IDLE_MS;
@@ -126,9 +170,18 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 		timeout_ms = cap;
 	ts.tv_sec = timeout_ms / 1000;
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+	if (!p->tid || !pthread_equal(p->tid_of, pthread_self())) {
+		p->tid_of = pthread_self();
+		p->tid = (pid_t)syscall(SYS_gettid);
+	}
+	atomic_store_explicit(&sigw_waiter[p->signo], p->tid,
+			      memory_order_relaxed);
 	rc = sigtimedwait(&set, &si, &ts);
-	if (rc < 0)
+	atomic_store_explicit(&sigw_waiter[p->signo], 0, memory_order_relaxed);
+	if (rc < 0) {
+		p->took_none = true;
 		return errno == EAGAIN ? 0 : -errno;
+	}
 	p->last_seen_ns = px__now_ns();
 	do {
 		p->got[p->ngot++] = si.si_value.sival_ptr;
