@@ -24,6 +24,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -343,6 +345,155 @@ static void pipe_reader_gone_no_sigpipe(void **state)
 	if (pipes != 0)
 		fail_msg("%d SIGPIPE raised by %d writes to a pipe without "
 			 "reader", pipes, started);
+}
+
+/* One child of sigpipe_default_disposition: SIGPIPE at its default
+ * disposition (the process dies of it), a proactor of its own, and every
+ * write form on descriptor kind `kind`; each must complete once with
+ * EPIPE (ECONNRESET allowed on TCP) and nothing written.  Exit 0, or 1
+ * with a message on stdout. */
+static int sigpipe_child(int kind, bool pipes)
+{
+	static const char *what[] = {"px_write_stream", "px_writev_stream",
+				     "px_write_stream_all",
+				     "px_writev_stream_all", "px_write_dgram"};
+	static char data[200];
+	struct iovec iov[2] = {{data, 100}, {data + 100, 100}};
+	signal(SIGPIPE, SIG_DFL);
+	px_proactor *px;
+	char err[256];
+	if (px_create_config(&px, &h_cfg, err, sizeof err) < 0) {
+		printf("child: px_create_config: %s\n", err);
+		return 1;
+	}
+	int bad = 0;
+	for (int form = 0; form < 5; form++) {
+		int sv[2] = {-1, -1}, fd, keep = -1;
+		if (kind == 3 && (!pipes || form == 4))
+			continue;  /* a pipe takes no datagram */
+		switch (kind) {
+		case 0: /* AF_UNIX stream, peer closed */
+		case 1: /* AF_UNIX seqpacket, peer closed */
+			socketpair(AF_UNIX, kind ? SOCK_SEQPACKET : SOCK_STREAM,
+				   0, sv);
+			close(sv[1]);
+			fd = sv[0];
+			break;
+		case 2: { /* TCP, own side shut down for writing */
+			struct sockaddr_in a = {.sin_family = AF_INET};
+			socklen_t al = sizeof a;
+			a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+			int l = socket(AF_INET, SOCK_STREAM, 0);
+			if (bind(l, (struct sockaddr *)&a, al) < 0 ||
+			    listen(l, 1) < 0 ||
+			    getsockname(l, (struct sockaddr *)&a, &al) < 0)
+				return 1;
+			fd = socket(AF_INET, SOCK_STREAM, 0);
+			if (connect(fd, (struct sockaddr *)&a, al) < 0)
+				return 1;
+			keep = accept(l, NULL, NULL);
+			close(l);
+			shutdown(fd, SHUT_WR);
+			break;
+		}
+		default: /* pipe, reader closed */
+			if (pipe(sv) < 0)
+				return 1;
+			close(sv[0]);
+			fd = sv[1];
+			break;
+		}
+		h_rec r;
+		memset(&r, 0, sizeof r);
+		int rc;
+		switch (form) {
+		case 0:
+			rc = px_write_stream(px, fd, data, 200, h_rec_cb, &r);
+			break;
+		case 1:
+			rc = px_writev_stream(px, fd, iov, 2, h_rec_cb, &r);
+			break;
+		case 2:
+			rc = px_write_stream_all(px, fd, data, 200, h_rec_cb, &r);
+			break;
+		case 3:
+			rc = px_writev_stream_all(px, fd, iov, 2, h_rec_cb, &r);
+			break;
+		default:
+			rc = px_write_dgram(px, fd, data, 200, NULL, 0,
+					    h_rec_cb, &r);
+			break;
+		}
+		if (rc == 0) {
+			uint64_t dl = h_deadline(5000);
+			while (!h_rec_done(&r) && h_now_ms() < dl)
+				px_handle_events(px, 10);
+			int e = r.c.error;
+			if (atomic_load(&r.calls) != 1) {
+				printf("child: %s on kind %d: %d callbacks\n",
+				       what[form], kind, atomic_load(&r.calls));
+				bad++;
+			} else if ((e != EPIPE && !(kind == 2 && e == ECONNRESET)) ||
+				   r.c.bytes != 0) {
+				printf("child: %s on kind %d: error %d (%s), "
+				       "%zu bytes; expected EPIPE, 0 bytes\n",
+				       what[form], kind, e, strerror(e),
+				       r.c.bytes);
+				bad++;
+			}
+		} else if (rc != -EOPNOTSUPP) { /* vectored, dgram: not everywhere */
+			printf("child: %s on kind %d: start %d (%s)\n",
+			       what[form], kind, rc, px_strerror(rc));
+			bad++;
+		}
+		close(fd);
+		if (keep >= 0)
+			close(keep);
+	}
+	px_destroy(px);
+	fflush(stdout);
+	return bad ? 1 : 0;
+}
+
+/* Writes to a peer that has gone, with SIGPIPE at its default
+ * disposition (the harness ignores it; a counting handler would hide a
+ * death's cause no better), each kind in a forked child so that a
+ * SIGPIPE shows as a failure, not as the end of the suite: an AF_UNIX
+ * stream socket and a seqpacket socket whose peer closed, a TCP socket
+ * shut down for writing by its own side, a pipe whose reader closed
+ * (every write form, px_write_dgram on the sockets): each completes with
+ * EPIPE and nothing written, and the child lives.  The pipe is left out
+ * on io_uring and Linux AIO when the kernel has no RWF_NOSIGNAL, where
+ * the manual says SIGPIPE comes (pipe_reader_gone_no_sigpipe). */
+static void sigpipe_default_disposition(void **state)
+{
+	h_fx *f = *state;
+	const char *name = px_engine_name(f->px);
+	bool pipes = !((strstr(name, "uring") || strstr(name, "linux_aio")) &&
+		       !kernel_has_rwf_nosignal());
+	static const char *kinds[] = {"AF_UNIX stream socket, peer closed",
+				      "AF_UNIX seqpacket socket, peer closed",
+				      "TCP socket shut down for writing",
+				      "pipe, reader closed"};
+	if (!pipes)
+		print_message("this kernel has no RWF_NOSIGNAL: the pipe "
+			      "is left out on %s\n", name);
+	fflush(stdout);
+	for (int kind = 0; kind < 4; kind++) {
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(sigpipe_child(kind, pipes));
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (WIFSIGNALED(st))
+			fail_msg("%s: the child died of signal %d (%s)",
+				 kinds[kind], WTERMSIG(st),
+				 strsignal(WTERMSIG(st)));
+		if (WEXITSTATUS(st) != 0)
+			fail_msg("%s: the child exited with %d (its message "
+				 "above)", kinds[kind], WEXITSTATUS(st));
+	}
 }
 
 /* A descriptor number that was a pipe, closed with close(2) (not
@@ -1305,11 +1456,11 @@ static void storm_stop(void)
 	g_storm.on = false;
 }
 
-/* SIGUSR2 at 10 kHz from a POSIX timer, handled without SA_RESTART, so
- * waits and other calls in every thread keep seeing EINTR. */
-static void eintr_storm(void **state)
+/* SIGUSR2 every period_ns from a POSIX timer, handled without
+ * SA_RESTART, so waits and other calls in every thread keep seeing
+ * EINTR; storm_stop (also in the teardown) ends it. */
+static void storm_start(long period_ns)
 {
-	h_fx *f = *state;
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_storm;
@@ -1325,11 +1476,204 @@ static void eintr_storm(void **state)
 		fail_msg("timer_create: %s", strerror(errno));
 	}
 	g_storm.on = true;
-	struct itimerspec its = {{0, 100000}, {0, 100000}}; /* 10 kHz */
+	struct itimerspec its = {{0, period_ns}, {0, period_ns}};
 	assert_int_equal(timer_settime(g_storm.tm, 0, &its, NULL), 0);
+}
+
+/* SIGUSR2 at 10 kHz during 8 echo sessions with 2 loop threads. */
+static void eintr_storm(void **state)
+{
+	h_fx *f = *state;
+	storm_start(100000); /* 10 kHz */
 	h_loops_start(f, 2, true);
 	run_echo(f, 8, 700);
 	storm_stop();
+}
+
+static atomic_int g_storm_calls;
+
+static void storm_count_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&g_storm_calls, 1);
+}
+
+/* px_handle_events(px, -1) until *done >= want: a return of 0 means the
+ * call gave up waiting without a timeout, which the manual does not
+ * allow (EINTR must not end it early); an error fails too. */
+static void storm_pump(h_fx *f, atomic_int *done, int want, const char *what)
+{
+	while (atomic_load(done) < want) {
+		int rc = px_handle_events(f->px, -1);
+		if (rc == 0)
+			fail_msg("px_handle_events(px, -1) returned 0 while "
+				 "waiting for %s", what);
+		if (rc < 0)
+			fail_msg("px_handle_events(px, -1) returned %d (%s) "
+				 "while waiting for %s", rc, px_strerror(rc),
+				 what);
+	}
+}
+
+static void storm_pump_once(h_fx *f, const char *what)
+{
+	int rc = px_handle_events(f->px, -1);
+	if (rc <= 0)
+		fail_msg("px_handle_events(px, -1) returned %d while waiting "
+			 "for %s%s", rc, what,
+			 rc == 0 ? " (0: gave up without a timeout)" : "");
+}
+
+/* Forget a tracked descriptor that something else closed. */
+static void forget_fd(h_fx *f, int fd)
+{
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] == fd)
+			f->fds[i] = -1;
+}
+
+/* SIGUSR2 at 5 kHz (handler without SA_RESTART) hits the test's own
+ * calls, one thread: px_handle_events(px, 100) with nothing to do
+ * returns 0 after its 100 ms, not early; px_handle_events(px, -1) never
+ * returns 0, and a 150 ms timer fires on time; 4 rounds of 32 file
+ * reads complete with their bytes; px_close of a descriptor with a read
+ * pending gives ECANCELED and the close's callback; px_destroy with 200
+ * reads pending calls each back once (h_teardown's check). */
+static void eintr_storm_waits(void **state)
+{
+	h_fx *f = *state;
+	storm_start(200000); /* 5 kHz */
+	for (int i = 0; i < 3; i++) {
+		uint64_t t0 = h_now_ns();
+		int rc = px_handle_events(f->px, 100);
+		uint64_t ms = (h_now_ns() - t0) / 1000000u;
+		if (rc != 0 || ms < 95)
+			fail_msg("px_handle_events(px, 100) with nothing to do "
+				 "returned %d after %llu ms", rc,
+				 (unsigned long long)ms);
+	}
+	int sv[2];
+	char *rbuf;
+	h_rec *rd = h_start_pending_read(f, sv, 16, &rbuf);
+	atomic_store(&g_storm_calls, 0);
+	uint64_t t0 = h_now_ns();
+	assert_true(px_timer_start(f->px, 150000000u, storm_count_cb, NULL) > 0);
+	storm_pump(f, &g_storm_calls, 1, "a 150 ms timer");
+	uint64_t ms = (h_now_ns() - t0) / 1000000u;
+	if (ms < 145)
+		fail_msg("a 150 ms timer fired after %llu ms",
+			 (unsigned long long)ms);
+
+	char path[] = "/tmp/px_fault_eintr_XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	unlink(path);
+	h_track(f, fd);
+	enum { NR = 32, BLK = 4096 };
+	uint8_t *fbuf = h_alloc(f, NR * BLK), *dst = h_alloc(f, NR * BLK);
+	h_rec *recs = h_alloc(f, NR * sizeof *recs);
+	h_pattern(fbuf, NR * BLK, 7, 0);
+	assert_int_equal(pwrite(fd, fbuf, NR * BLK, 0), NR * BLK);
+	for (int round = 0; round < 4; round++) {
+		h_rec *r[NR];
+		memset(dst, 0, NR * BLK);
+		memset(recs, 0, NR * sizeof *recs);
+		for (int i = 0; i < NR; i++) {
+			r[i] = &recs[i];
+			assert_int_equal(px_read_file(f->px, fd, dst + i * BLK,
+						      BLK, (uint64_t)i * BLK,
+						      h_rec_cb, r[i]), 0);
+		}
+		for (int i = 0; i < NR; i++)
+			while (!h_rec_done(r[i]))
+				storm_pump_once(f, "file reads");
+		for (int i = 0; i < NR; i++) {
+			assert_once(r[i], PX_OP_READ_FILE, fd);
+			assert_int_equal(r[i]->c.error, 0);
+			assert_int_equal(r[i]->c.bytes, BLK);
+		}
+		assert_memory_equal(dst, fbuf, NR * BLK);
+	}
+
+	h_rec *cl = h_rec_new(f);
+	assert_int_equal(px_close(f->px, sv[1], h_rec_cb, cl), 0);
+	while (!h_rec_done(cl) || !h_rec_done(rd))
+		storm_pump_once(f, "px_close");
+	forget_fd(f, sv[1]);
+	assert_once(rd, PX_OP_READ_STREAM, sv[1]);
+	expect_error(rd, ECANCELED, "a read ended by px_close");
+	assert_once(cl, PX_OP_CLOSE, sv[1]);
+	assert_int_equal(cl->c.error, 0);
+
+	int pv[2];
+	h_socketpair(f, pv);
+	char *b = h_alloc(f, 200);
+	for (int i = 0; i < 200; i++)
+		assert_int_equal(px_read_stream(f->px, pv[0], b + i, 1,
+						storm_count_cb, NULL), 0);
+	atomic_store(&g_storm_calls, 0);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	storm_stop();
+	assert_int_equal(atomic_load(&g_storm_calls), 200);
+}
+
+static void nop_wake(const px_completion *c)
+{
+	(void)c;
+}
+
+/* interrupt=signal only: the application sets the interrupt's signal to
+ * SIG_IGN, then to SIG_DFL (ignored by default for SIGURG), after
+ * px_create, which px_create(3) asks it not to do.  A signal that finds
+ * the leader inside its wait is then discarded by the kernel, and a post
+ * from another thread reaches a leader in px_handle_events(px, -1) only
+ * when its wait runs out: as the manual says, within about a second (2 s
+ * allowed), never a hang.  The library's handler is put back after. */
+static void signal_interrupt_disposition_changed(void **state)
+{
+	h_fx *f = *state;
+	const char *name = px_engine_name(f->px);
+	if (!strstr(name, "interrupt=signal")) {
+		print_message("no signal interrupt in %s; skipped\n", name);
+		skip();
+	}
+	const char *sn = strstr(name, " signal=");
+	int signo = sn ? atoi(sn + 8) : SIGURG;
+	struct sigaction ours, sa;
+	assert_int_equal(sigaction(signo, NULL, &ours), 0);
+	int sv[2];
+	char *rbuf;
+	h_rec *rd = h_start_pending_read(f, sv, 16, &rbuf);
+	h_loops_start_ms(f, 1, true, -1);
+	h_sleep_ms(50);
+	uint64_t worst = 0;
+	int late = 0;
+	memset(&sa, 0, sizeof sa);
+	sigemptyset(&sa.sa_mask);
+	for (int i = 0; i < 6; i++) {
+		sa.sa_handler = i < 3 ? SIG_IGN : SIG_DFL;
+		sigaction(signo, &sa, NULL);
+		h_sleep_ms(30);
+		h_rec *r = h_rec_new(f);
+		uint64_t t0 = h_now_ms();
+		assert_int_equal(px_post(f->px, h_rec_cb, r), 0);
+		uint64_t dl = h_deadline(2000);
+		while (!h_rec_done(r) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		uint64_t ms = h_now_ms() - t0;
+		worst = ms > worst ? ms : worst;
+		late += !h_rec_done(r);
+	}
+	sigaction(signo, &ours, NULL);
+	h_loops_stop_waking(f, nop_wake);
+	print_message("signal %d ignored by the application: posts ran "
+		      "after at most %llu ms\n", signo,
+		      (unsigned long long)worst);
+	if (late)
+		fail_msg("%d of 6 posts did not run within 2 s with signal "
+			 "%d ignored", late, signo);
+	assert_int_equal(atomic_load(&rd->calls), 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1681,6 +2025,7 @@ int main(int argc, char **argv)
 		T(peer_reset_during_write),
 		T(reused_pipe_number_socket_write),
 		T(pipe_reader_gone_no_sigpipe),
+		T(sigpipe_default_disposition),
 		T(half_close),
 		T(cancel_write_peer_shutdown_late),
 		T(cancel_write_peer_shutdown_early),
@@ -1702,6 +2047,8 @@ int main(int argc, char **argv)
 		T(callback_cancels_and_closes_own),
 		T(destroy_with_thousands_pending),
 		T(eintr_storm),
+		T(eintr_storm_waits),
+		T(signal_interrupt_disposition_changed),
 		T(accept_at_fd_limit),
 		T1(max_aio_1_load),
 		T2(max_aio_2_load),
