@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -1181,6 +1184,704 @@ static void accept_waits_for_close_callback(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* px_close over every kind of operation, deadlines, threads            */
+/* ------------------------------------------------------------------ */
+
+/* One descriptor closed with px_close, and the operations pending on it:
+ * each operation's callback checks that the descriptor is still the file
+ * it was started on (not closed, not reused) and that the close has not
+ * called back; the close's callback checks that every operation has and
+ * that the number is closed. */
+enum { MIX_OPS = 6 };
+
+typedef struct mix_fd mix_fd;
+
+typedef struct mix_op {
+	h_rec rec;
+	mix_fd *m;
+	const char *what;
+} mix_op;
+
+struct mix_fd {
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	mix_op ops[MIX_OPS];
+	int nops;
+	h_rec close;
+	atomic_int ops_called;       /* operation callbacks so far */
+	atomic_int seen_by_close;    /* ops_called when the close called back */
+	atomic_int open_in_close;    /* fcntl(F_GETFD) worked in the close's */
+};
+
+static void mix_op_cb(const px_completion *c)
+{
+	mix_op *o = c->user;
+	mix_fd *m = o->m;
+	struct stat st;
+
+	if (fstat(c->fd, &st) < 0)
+		h_bad("%s on %d: the descriptor was closed before its callback "
+		      "(%s)", o->what, c->fd, strerror(errno));
+	else if (st.st_dev != m->dev || st.st_ino != m->ino)
+		h_bad("%s on %d: the number named another file in its callback",
+		      o->what, c->fd);
+	if (atomic_load(&m->close.calls))
+		h_bad("%s on %d: called back after the px_close", o->what, c->fd);
+	if (c->fd != m->fd)
+		h_bad("%s: fd %d, started on %d", o->what, c->fd, m->fd);
+	atomic_fetch_add(&m->ops_called, 1);
+	h_rec_cb(c);
+}
+
+static void mix_close_cb(const px_completion *c)
+{
+	mix_fd *m = (mix_fd *)((char *)c->user - offsetof(mix_fd, close));
+
+	atomic_store(&m->seen_by_close, atomic_load(&m->ops_called));
+	atomic_store(&m->open_in_close, fcntl(c->fd, F_GETFD) >= 0);
+	h_rec_cb(c);
+}
+
+static void mix_init(mix_fd *m, int fd)
+{
+	struct stat st;
+
+	assert_int_equal(fstat(fd, &st), 0);
+	m->fd = fd;
+	m->dev = st.st_dev;
+	m->ino = st.st_ino;
+}
+
+static mix_op *mix_op_new(mix_fd *m, const char *what)
+{
+	assert_true(m->nops < MIX_OPS);
+	mix_op *o = &m->ops[m->nops++];
+	o->m = m;
+	o->what = what;
+	return o;
+}
+
+/* Start d on m (d->cb and d->user filled here); the start must work. */
+static void mix_start(h_fx *f, mix_fd *m, px_op_desc d, const char *what)
+{
+	mix_op *o = mix_op_new(m, what);
+	d.fd = m->fd;
+	d.cb = mix_op_cb;
+	d.user = o;
+	int rc = px_start_op(f->px, &d);
+	if (rc != 0)
+		fail_msg("%s on %d: px_start_op returned %d (%s)", what, m->fd,
+			 rc, px_strerror(rc));
+}
+
+/* m's close called back once, after each of its operations once, with
+ * the number closed; each operation's error is ECANCELED, or one of the
+ * others allowed (its own result where the engine finishes it at once). */
+static void mix_check(mix_fd *m, const char *name, const int *also_ok)
+{
+	expect_once(&m->close, PX_OP_CLOSE, m->fd, 0, name);
+	if (atomic_load(&m->seen_by_close) != m->nops)
+		fail_msg("%s: the close called back with %d of the %d "
+			 "operations called back (engine '%s')", name,
+			 atomic_load(&m->seen_by_close), m->nops, h_engine_text);
+	if (atomic_load(&m->open_in_close))
+		fail_msg("%s: the number was still open in the close's callback",
+			 name);
+	for (int i = 0; i < m->nops; i++) {
+		mix_op *o = &m->ops[i];
+		int n = atomic_load(&o->rec.calls), e = o->rec.c.error;
+		if (n != 1)
+			fail_msg("%s, %s: %d callbacks", name, o->what, n);
+		bool ok = e == ECANCELED;
+		for (int j = 0; also_ok && also_ok[j]; j++)
+			ok |= e == also_ok[j];
+		if (!ok)
+			fail_msg("%s, %s: error %d (%s) (engine '%s')", name,
+				 o->what, e, strerror(e), h_engine_text);
+		assert_true(o->rec.seq < m->close.seq);
+	}
+}
+
+/*
+ * Every kind of operation pending at once, some with deadlines far off,
+ * each descriptor closed with px_close while two threads run the loop: a
+ * socket with a read and a write-all half done (both with deadlines) and
+ * a file read (which a team gives to its other processor, so the one
+ * number has operations on both), a listener with two accepts, a connect
+ * under way to a full backlog, a datagram socket with two reads, and the
+ * read end of a pipe with a stream read and a file read.  Each operation
+ * calls back once, with the descriptor still its file; each close after
+ * all of its operations, with the number closed.
+ */
+static void close_every_kind_pending(void **state)
+{
+	h_fx *f = *state;
+	const uint64_t far = 10000000000ull;  /* 10 s: never reached */
+	enum { NFD = 5, LEN = 1 << 20 };
+	mix_fd *m = h_alloc(f, NFD * sizeof(*m));
+	char *in = h_alloc(f, 1024);
+	char *out = h_alloc(f, LEN);
+	struct sockaddr_in *la = h_alloc(f, sizeof *la);
+	struct sockaddr_in *full = h_alloc(f, sizeof *full);
+	int a[2], p[2];
+	/* Not tracked: px_close closes them. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+	h_track(f, a[0]);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	h_track(f, p[1]);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	la->sin_family = AF_INET;
+	la->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t sl = sizeof *la;
+	assert_int_equal(bind(l, (struct sockaddr *)la, sizeof *la), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)la, &sl), 0);
+	assert_int_equal(listen(l, 8), 0);
+	{
+		/* A loopback listener with backlog 0 filled until it drops
+		 * SYNs, so that a connect to it stays under way. */
+		int fl = h_bound_socket(f, SOCK_STREAM, full);
+		assert_int_equal(listen(fl, 0), 0);
+		bool filled = false;
+		for (int i = 0; i < 16 && !filled; i++) {
+			int fd = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+						   SOCK_NONBLOCK, 0));
+			int rc = connect(fd, (struct sockaddr *)full, sizeof *full);
+			assert_true(rc == 0 || errno == EINPROGRESS);
+			struct pollfd pf = {.fd = fd, .events = POLLOUT};
+			filled = rc < 0 && poll(&pf, 1, 200) == 0;
+		}
+		assert_true(filled);
+	}
+	int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int u = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in ua = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	assert_int_equal(bind(u, (struct sockaddr *)&ua, sizeof ua), 0);
+	assert_true(l >= 0 && c >= 0 && u >= 0);
+	fill_sndbuf(a[1]);
+
+	mix_init(&m[0], a[1]);
+	mix_init(&m[1], l);
+	mix_init(&m[2], c);
+	mix_init(&m[3], u);
+	mix_init(&m[4], p[0]);
+	mix_start(f, &m[0], (px_op_desc){ .op = PX_OP_READ_STREAM, .buf = in,
+			.len = 64, .timeout_ns = far }, "a read with a deadline");
+	mix_start(f, &m[0], (px_op_desc){ .op = PX_OP_WRITE_STREAM, .buf = out,
+			.len = LEN, .flags = PX_OPF_WRITE_ALL, .timeout_ns = far },
+		  "a write-all with a deadline");
+	mix_start(f, &m[0], (px_op_desc){ .op = PX_OP_READ_FILE, .buf = in + 64,
+			.len = 64 }, "a file read of a socket");
+	mix_start(f, &m[1], (px_op_desc){ .op = PX_OP_ACCEPT, .timeout_ns = far },
+		  "an accept with a deadline");
+	mix_start(f, &m[1], (px_op_desc){ .op = PX_OP_ACCEPT }, "an accept");
+	mix_start(f, &m[2], (px_op_desc){ .op = PX_OP_CONNECT,
+			.addr = (struct sockaddr *)full, .addrlen = sizeof *full,
+			.timeout_ns = far }, "a connect with a deadline");
+	mix_start(f, &m[3], (px_op_desc){ .op = PX_OP_READ_DGRAM, .buf = in + 128,
+			.len = 64, .timeout_ns = far },
+		  "a datagram read with a deadline");
+	mix_start(f, &m[3], (px_op_desc){ .op = PX_OP_READ_DGRAM, .buf = in + 192,
+			.len = 64 }, "a datagram read");
+	mix_start(f, &m[4], (px_op_desc){ .op = PX_OP_READ_STREAM, .buf = in + 256,
+			.len = 64, .timeout_ns = far }, "a pipe read with a deadline");
+	mix_start(f, &m[4], (px_op_desc){ .op = PX_OP_READ_FILE, .buf = in + 320,
+			.len = 64 }, "a file read of a pipe");
+
+	h_loops_start(f, 2, false);
+	h_sleep_ms(50);
+	/* The write-all moved part of its bytes, no more. */
+	char *sink = h_alloc(f, 65536);
+	assert_true(recv(a[0], sink, 65536, MSG_DONTWAIT) > 0);
+	h_sleep_ms(20);
+	for (int i = 0; i < NFD; i++)
+		assert_int_equal(px_close(f->px, m[i].fd, mix_close_cb, &m[i].close), 0);
+	for (int i = 0; i < NFD; i++)
+		wait_done(&m[i].close, 5000, "a px_close with operations pending");
+	h_sleep_ms(30);
+	h_loops_stop();
+	h_assert_no_bad("operations ended by px_close");
+	/* A file read of a socket or pipe may end at once (ESPIPE), or with
+	 * what the socket held; the stream read may see a byte of nothing. */
+	static const int file_ok[] = { ESPIPE, EINVAL, 0 };
+	mix_check(&m[0], "px_close(socket)", file_ok);
+	mix_check(&m[1], "px_close(listener)", NULL);
+	mix_check(&m[2], "px_close(connecting socket)", NULL);
+	mix_check(&m[3], "px_close(datagram socket)", NULL);
+	mix_check(&m[4], "px_close(pipe)", file_ok);
+	assert_true(m[0].ops[1].rec.c.bytes > 0 && m[0].ops[1].rec.c.bytes < LEN);
+	for (int i = 0; i < NFD; i++)
+		assert_false(fd_open(m[i].fd));
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_int_equal(st.timed_out, 0);
+	assert_int_equal(st.in_flight, 0);
+	h_assert_usable(f);
+}
+
+/* On a descriptor with a stream read and a file read pending (a team
+ * gives them to its two processors), px_cancel reaches both: each calls
+ * back once, ECANCELED unless the file read ended first; the count is
+ * what was pending. */
+static void cancel_reaches_both_processors(void **state)
+{
+	h_fx *f = *state;
+	int p[2];
+	h_pipe(f, p);
+	char *in = h_alloc(f, 128);
+	h_rec *rs = h_rec_new(f), *rf = h_rec_new(f);
+	assert_int_equal(px_start_op(f->px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+			.fd = p[0], .buf = in, .len = 64, .timeout_ns = 10000000000ull,
+			.cb = h_rec_cb, .user = rs }), 0);
+	assert_int_equal(px_read_file(f->px, p[0], in + 64, 64, 0, h_rec_cb, rf), 0);
+	h_settle(f, 50);
+	int pending = !h_rec_done(rs) + !h_rec_done(rf);
+	assert_false(h_rec_done(rs));
+	int n = px_cancel(f->px, p[0]);
+	if (n != pending)
+		fail_msg("px_cancel returned %d with %d operations pending "
+			 "(engine '%s')", n, pending, h_engine_text);
+	h_wait_rec(f, rs, 5000, "the cancelled stream read");
+	h_wait_rec(f, rf, 5000, "the file read");
+	h_settle(f, 30);
+	expect_once(rs, PX_OP_READ_STREAM, p[0], ECANCELED, "the stream read");
+	if (pending == 2)
+		expect_once(rf, PX_OP_READ_FILE, p[0], ECANCELED, "the file read");
+	else
+		assert_int_equal(atomic_load(&rf->calls), 1);
+	/* Nothing left behind takes the pipe's data. */
+	h_assert_reads_back(f, p[1], p[0], in, 64, "after", "a read after the cancel");
+}
+
+/* Two threads call px_close on one descriptor at the same moment, with
+ * reads pending on it (one with a deadline): one call returns 0, the
+ * other -EALREADY (or -EBADF when the first had closed it already); one
+ * callback, after the reads'. */
+typedef struct twin_close {
+	pthread_barrier_t go;
+	px_proactor *px;
+	int fd;
+	int rc[2];
+	h_rec *k[2];
+} twin_close;
+
+static void *twin_close_main(void *arg)
+{
+	twin_close *t = arg;
+	pthread_barrier_wait(&t->go);
+	t->rc[1] = px_close(t->px, t->fd, h_rec_cb, t->k[1]);
+	return NULL;
+}
+
+static void close_from_two_threads_at_once(void **state)
+{
+	h_fx *f = *state;
+	enum { ROUNDS = 40 };
+	char *in = h_alloc(f, 64 * ROUNDS);
+	twin_close *t = h_alloc(f, sizeof *t);
+	h_rec *recs = h_alloc(f, 4 * ROUNDS * sizeof(*recs));
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < ROUNDS; i++) {
+		int a[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+		h_rec *r1 = &recs[4 * i], *r2 = &recs[4 * i + 1];
+		int nops = i % 3;  /* 0, 1 or 2 pending */
+		if (nops > 0)
+			assert_int_equal(px_start_op(f->px, &(px_op_desc){
+					.op = PX_OP_READ_STREAM, .fd = a[1],
+					.buf = in + 64 * i, .len = 32,
+					.timeout_ns = 10000000000ull,
+					.cb = h_rec_cb, .user = r1 }), 0);
+		if (nops > 1)
+			assert_int_equal(px_read_stream(f->px, a[1], in + 64 * i + 32,
+							32, h_rec_cb, r2), 0);
+		t->px = f->px;
+		t->fd = a[1];
+		t->k[0] = &recs[4 * i + 2];
+		t->k[1] = &recs[4 * i + 3];
+		pthread_barrier_init(&t->go, NULL, 2);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, twin_close_main, t), 0);
+		pthread_barrier_wait(&t->go);
+		t->rc[0] = px_close(f->px, a[1], h_rec_cb, t->k[0]);
+		pthread_join(th, NULL);
+		pthread_barrier_destroy(&t->go);
+		int won = t->rc[0] == 0 ? 0 : 1;
+		int other = t->rc[1 - won];
+		if (t->rc[won] != 0 || (other != -EALREADY && other != -EBADF))
+			fail_msg("round %d: px_close from two threads returned %d "
+				 "and %d", i, t->rc[0], t->rc[1]);
+		wait_done(t->k[won], 5000, "the px_close that was taken");
+		if (nops > 0)
+			wait_done(r1, 5000, "the read with a deadline");
+		if (nops > 1)
+			wait_done(r2, 5000, "the read");
+		h_sleep_ms(2);
+		expect_once(t->k[won], PX_OP_CLOSE, a[1], 0, "the px_close");
+		assert_int_equal(atomic_load(&t->k[1 - won]->calls), 0);
+		if (nops > 0) {
+			expect_once(r1, PX_OP_READ_STREAM, a[1], ECANCELED, "the read");
+			assert_true(r1->seq < t->k[won]->seq);
+		}
+		if (nops > 1) {
+			expect_once(r2, PX_OP_READ_STREAM, a[1], ECANCELED, "the read");
+			assert_true(r2->seq < t->k[won]->seq);
+		}
+		assert_false(fd_open(a[1]));
+		close(a[0]);
+	}
+	h_loops_stop();
+}
+
+/* px_close called again from the callback of an operation it cancelled
+ * (-EALREADY), from its own callback (-EBADF: the number is closed), and
+ * from its own callback on the next descriptor of a chain (each with a
+ * read pending, with a deadline): every close calls back once, in chain
+ * order, each after its read. */
+enum { CHAIN = 8 };
+
+typedef struct chain {
+	px_proactor *px;
+	int fd[CHAIN];
+	h_rec rd[CHAIN];
+	h_rec k[CHAIN];
+	int again_in_read[CHAIN];   /* px_close of the same fd from the read's cb */
+	int again_in_close[CHAIN];  /* px_close of the same fd from its close cb */
+	int next_rc[CHAIN];         /* px_close of the next fd from the close cb */
+	char buf[CHAIN][16];
+} chain;
+
+static void chain_close_cb(const px_completion *c);
+
+static void chain_read_cb(const px_completion *c)
+{
+	chain *ch = c->user;
+	int i = 0;
+	while (ch->fd[i] != c->fd)
+		i++;
+	ch->again_in_read[i] = px_close(c->proactor, c->fd, chain_close_cb, ch);
+	h_rec_cb(&(px_completion){ .user = &ch->rd[i], .op = c->op, .fd = c->fd,
+				   .error = c->error });
+}
+
+static void chain_close_cb(const px_completion *c)
+{
+	chain *ch = c->user;
+	int i = 0;
+	while (ch->fd[i] != c->fd)
+		i++;
+	h_rec_cb(&(px_completion){ .user = &ch->k[i], .op = c->op, .fd = c->fd,
+				   .error = c->error });
+	ch->again_in_close[i] = px_close(c->proactor, c->fd, chain_close_cb, ch);
+	if (i + 1 < CHAIN)
+		ch->next_rc[i] = px_close(c->proactor, ch->fd[i + 1],
+					  chain_close_cb, ch);
+}
+
+static void close_chain_from_close_callbacks(void **state)
+{
+	h_fx *f = *state;
+	chain *ch = h_alloc(f, sizeof *ch);
+	ch->px = f->px;
+	for (int i = 0; i < CHAIN; i++) {
+		int a[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+		h_track(f, a[0]);
+		ch->fd[i] = a[1];
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_READ_STREAM, .fd = a[1], .buf = ch->buf[i],
+				.len = sizeof ch->buf[i], .timeout_ns = 10000000000ull,
+				.cb = chain_read_cb, .user = ch }), 0);
+	}
+	h_settle(f, 20);
+	h_loops_start(f, 2, false);
+	assert_int_equal(px_close(f->px, ch->fd[0], chain_close_cb, ch), 0);
+	wait_done(&ch->k[CHAIN - 1], 5000, "the last close of the chain");
+	h_sleep_ms(30);
+	h_loops_stop();
+	for (int i = 0; i < CHAIN; i++) {
+		expect_once(&ch->rd[i], PX_OP_READ_STREAM, ch->fd[i], ECANCELED,
+			    "a read of the chain");
+		expect_once(&ch->k[i], PX_OP_CLOSE, ch->fd[i], 0, "a close of the chain");
+		assert_true(ch->rd[i].seq < ch->k[i].seq);
+		if (i > 0)
+			assert_true(ch->k[i - 1].seq < ch->k[i].seq);
+		assert_int_equal(ch->again_in_read[i], -EALREADY);
+		assert_int_equal(ch->again_in_close[i], -EBADF);
+		if (i + 1 < CHAIN)
+			assert_int_equal(ch->next_rc[i], 0);
+		assert_false(fd_open(ch->fd[i]));
+	}
+}
+
+/* A thread outside the loop starts reads (half of them with deadlines,
+ * some expiring) and file reads on a descriptor while another px_closes
+ * it: each start returns 0 or -EBADF; each that returned 0 calls back
+ * once, before the close's callback; none hangs. */
+typedef struct starter {
+	px_proactor *px;
+	int fd;
+	atomic_int started, refused, other, called, late;
+	h_rec *close;
+	char buf[64];
+} starter;
+
+static void starter_cb(const px_completion *c)
+{
+	starter *s = c->user;
+	if (atomic_load(&s->close->calls))
+		atomic_fetch_add(&s->late, 1);
+	atomic_fetch_add(&s->called, 1);
+}
+
+static void *starter_main(void *arg)
+{
+	starter *s = arg;
+	for (unsigned i = 0;; i++) {
+		px_op_desc d = { .op = (i % 3 == 2) ? PX_OP_READ_FILE
+						    : PX_OP_READ_STREAM,
+				 .fd = s->fd, .buf = s->buf, .len = 8,
+				 .timeout_ns = (i % 2) ? (1 + i % 5) * 200000ull : 0,
+				 .cb = starter_cb, .user = s };
+		int rc = px_start_op(s->px, &d);
+		if (rc == 0)
+			atomic_fetch_add(&s->started, 1);
+		else if (rc == -EBADF) {
+			/* Refused from the px_close on: a few more, then
+			 * stop. */
+			if (atomic_fetch_add(&s->refused, 1) >= 20)
+				break;
+		}
+		else
+			atomic_fetch_add(&s->other, 1);
+		if (atomic_load(&s->started) - atomic_load(&s->called) > 64)
+			sched_yield();
+	}
+	return NULL;
+}
+
+static void starts_race_close_from_threads(void **state)
+{
+	h_fx *f = *state;
+	enum { ROUNDS = 20 };
+	starter *ss = h_alloc(f, ROUNDS * sizeof(*ss));
+	h_rec *closes = h_alloc(f, ROUNDS * sizeof(*closes));
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < ROUNDS; i++) {
+		int p[2];
+		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+		h_track(f, p[1]);
+		starter *s = &ss[i];
+		s->px = f->px;
+		s->fd = p[0];
+		s->close = &closes[i];
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, starter_main, s), 0);
+		h_sleep_ms(1 + i % 4);
+		assert_int_equal(px_close(f->px, p[0], h_rec_cb, s->close), 0);
+		pthread_join(th, NULL);
+		wait_done(s->close, 5000, "a px_close racing starts");
+		uint64_t dl = h_deadline(5000);
+		while (atomic_load(&s->called) < atomic_load(&s->started) &&
+		       h_now_ms() < dl)
+			h_sleep_ms(1);
+		h_sleep_ms(5);
+		if (atomic_load(&s->called) != atomic_load(&s->started))
+			fail_msg("round %d: %d starts, %d callbacks (engine '%s')", i,
+				 atomic_load(&s->started), atomic_load(&s->called),
+				 h_engine_text);
+		assert_int_equal(atomic_load(&s->late), 0);
+		assert_int_equal(atomic_load(&s->other), 0);
+		assert_true(atomic_load(&s->refused) > 0);
+		expect_once(s->close, PX_OP_CLOSE, p[0], 0, "the px_close");
+		assert_false(fd_open(p[0]));
+	}
+	h_loops_stop();
+}
+
+/* Deadlines at the edges: UINT64_MAX and other huge ones (no wrap to an
+ * early expiry), 1 ns (at once), then px_close of one and px_destroy of
+ * the rest while they wait: each calls back once, ECANCELED but the one
+ * that timed out; stats balance. */
+static void deadline_edges_then_destroy(void **state)
+{
+	h_fx *f = *state;
+	enum { N = 5 };
+	static const uint64_t tmo[N] = { UINT64_MAX, UINT64_MAX - 1,
+					 (uint64_t)INT64_MAX + 1, 1, 3600000000000ull };
+	int sv[N][2];
+	h_rec *r[N];
+	char *in = h_alloc(f, 16 * N);
+	for (int i = 0; i < N; i++) {
+		h_socketpair(f, sv[i]);
+		r[i] = h_rec_new(f);
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_READ_STREAM, .fd = sv[i][1],
+				.buf = in + 16 * i, .len = 16, .timeout_ns = tmo[i],
+				.cb = h_rec_cb, .user = r[i] }), 0);
+	}
+	h_settle(f, 100);
+	for (int i = 0; i < N; i++)
+		if (i != 3 && h_rec_done(r[i]))
+			fail_msg("a read with deadline %llu ns completed within "
+				 "100 ms: error %d", (unsigned long long)tmo[i],
+				 r[i]->c.error);
+	h_wait_rec(f, r[3], 5000, "the read with a 1 ns deadline");
+	assert_int_equal(r[3]->c.error, ETIMEDOUT);
+	h_rec *k = h_rec_new(f);
+	assert_int_equal(px_close(f->px, sv[0][1], h_rec_cb, k), 0);
+	untrack(f, sv[0][1]);
+	h_wait_rec(f, k, 5000, "px_close of the read with the largest deadline");
+	expect_once(r[0], PX_OP_READ_STREAM, sv[0][1], ECANCELED, "its read");
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_int_equal(st.started, N);
+	assert_int_equal(st.timed_out, 1);
+	assert_int_equal(st.in_flight, N - 2);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	for (int i = 0; i < N; i++) {
+		if (atomic_load(&r[i]->calls) != 1)
+			fail_msg("read %d: %d callbacks", i, atomic_load(&r[i]->calls));
+		if (i != 3)
+			assert_int_equal(r[i]->c.error, ECANCELED);
+	}
+}
+
+
+/* After px_close has called back, the number is closed (nothing opened
+ * since): a start of any kind on it fails at once with -EBADF, or calls
+ * back once with EBADF soon (well before its deadline), never waits. */
+static void starts_on_a_number_px_close_closed(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a), 0);
+	h_track(f, a[0]);
+	char *buf = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f), *k = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], buf, 8, h_rec_cb, rd), 0);
+	h_settle(f, 10);
+	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k), 0);
+	h_wait_rec(f, k, 5000, "the px_close");
+	assert_false(fd_open(a[1]));
+	struct sockaddr_in *sin = h_alloc(f, sizeof *sin);
+	sin->sin_family = AF_INET;
+	sin->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sin->sin_port = htons(9);
+	static const char *names[] = { "read_stream", "write_stream",
+		"write_stream_all", "read_file", "write_file", "read_dgram",
+		"write_dgram", "accept", "connect" };
+	enum { N = 9 };
+	h_rec *r[N];
+	int rc[N];
+	for (int dl = 0; dl < 2; dl++) {
+		uint64_t t = dl ? 10000000000ull : 0;
+		px_op_desc d[N] = {
+			{ .op = PX_OP_READ_STREAM, .buf = buf, .len = 8 },
+			{ .op = PX_OP_WRITE_STREAM, .buf = buf, .len = 8 },
+			{ .op = PX_OP_WRITE_STREAM, .buf = buf, .len = 8,
+			  .flags = PX_OPF_WRITE_ALL },
+			{ .op = PX_OP_READ_FILE, .buf = buf, .len = 8 },
+			{ .op = PX_OP_WRITE_FILE, .buf = buf, .len = 8 },
+			{ .op = PX_OP_READ_DGRAM, .buf = buf, .len = 8 },
+			{ .op = PX_OP_WRITE_DGRAM, .buf = buf, .len = 8,
+			  .addr = (struct sockaddr *)sin, .addrlen = sizeof *sin },
+			{ .op = PX_OP_ACCEPT },
+			{ .op = PX_OP_CONNECT, .addr = (struct sockaddr *)sin,
+			  .addrlen = sizeof *sin },
+		};
+		uint64_t t0 = h_now_ms();
+		for (int i = 0; i < N; i++) {
+			r[i] = h_rec_new(f);
+			d[i].fd = a[1];
+			d[i].timeout_ns = t;
+			d[i].cb = h_rec_cb;
+			d[i].user = r[i];
+			rc[i] = px_start_op(f->px, &d[i]);
+			if (rc[i] != 0 && rc[i] != -EBADF)
+				fail_msg("%s on a closed number: %d (%s) (engine '%s')",
+					 names[i], rc[i], px_strerror(rc[i]),
+					 h_engine_text);
+		}
+		for (int i = 0; i < N; i++) {
+			if (rc[i])
+				continue;
+			uint64_t dlm = h_deadline(3000);
+			while (!h_rec_done(r[i]) && h_now_ms() < dlm)
+				h_pump(f, dlm + 1000, "a start on a closed number");
+			if (!h_rec_done(r[i]))
+				fail_msg("%s on a closed number%s: no callback in 3 s "
+					 "(engine '%s')", names[i],
+					 dl ? " with a deadline" : "", h_engine_text);
+			if (r[i]->c.error != EBADF)
+				fail_msg("%s on a closed number: error %d (%s) "
+					 "(engine '%s')", names[i], r[i]->c.error,
+					 strerror(r[i]->c.error), h_engine_text);
+		}
+		printf("# %s: %d of %d refused at the start, the rest called back "
+		       "within %llu ms\n", dl ? "with deadlines" : "no deadlines",
+		       (rc[0] != 0) + (rc[1] != 0) + (rc[2] != 0) + (rc[3] != 0) +
+		       (rc[4] != 0) + (rc[5] != 0) + (rc[6] != 0) + (rc[7] != 0) +
+		       (rc[8] != 0), N, (unsigned long long)(h_now_ms() - t0));
+		h_settle(f, 20);
+		for (int i = 0; i < N; i++)
+			assert_int_equal(atomic_load(&r[i]->calls), rc[i] ? 0 : 1);
+	}
+	h_assert_usable(f);
+}
+
+
+static int setup_aio2(void **state)
+{
+	return h_setup_max_aio(state, 2, h_setup);
+}
+
+/* max_aio=2 and 24 reads with a 30 ms deadline on quiet sockets: the
+ * deferred ones time out on time too (no start needed for a deadline),
+ * each once, and the sockets work afterwards. */
+static void deadlines_of_deferred_operations(void **state)
+{
+	h_fx *f = *state;
+	enum { N = 24 };
+	int (*sv)[2] = h_alloc(f, N * sizeof(*sv));
+	h_rec **r = h_alloc(f, N * sizeof(*r));
+	char *in = h_alloc(f, 16 * N);
+	for (int i = 0; i < N; i++)
+		h_socketpair(f, sv[i]);
+	uint64_t t0 = h_now_ns();
+	for (int i = 0; i < N; i++) {
+		r[i] = h_rec_new(f);
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_READ_STREAM, .fd = sv[i][1],
+				.buf = in + 16 * i, .len = 16, .timeout_ns = 30000000,
+				.cb = h_rec_cb, .user = r[i] }), 0);
+	}
+	for (int i = 0; i < N; i++)
+		h_wait_rec(f, r[i], 5000, "a read with a 30 ms deadline");
+	uint64_t worst = 0;
+	for (int i = 0; i < N; i++) {
+		expect_once(r[i], PX_OP_READ_STREAM, sv[i][1], ETIMEDOUT, "a read");
+		uint64_t dt = r[i]->at_ns - t0;
+		if (dt < 30000000)
+			fail_msg("read %d timed out after %llu us", i,
+				 (unsigned long long)(dt / 1000));
+		if (dt > worst)
+			worst = dt;
+	}
+	printf("# last of %d deadlines of 30 ms called back after %llu ms\n", N,
+	       (unsigned long long)(worst / 1000000));
+	if (worst > 700000000)
+		fail_msg("a deferred read's 30 ms deadline called back after "
+			 "%llu ms (engine '%s')",
+			 (unsigned long long)(worst / 1000000), h_engine_text);
+	for (int i = 0; i < N; i += 5)
+		h_assert_reads_back(f, sv[i][0], sv[i][1], in + 16 * i, 16, "ok",
+				    "a read after the deadline");
+}
+
+/* ------------------------------------------------------------------ */
 /* max_aio too small for what is pending                                */
 /* ------------------------------------------------------------------ */
 
@@ -1241,6 +1942,15 @@ int main(int argc, char **argv)
 		T(cancel_then_close_races_traffic),
 		cmocka_unit_test_setup_teardown(tiny_max_aio_does_not_starve,
 						setup_aio1, fx_teardown),
+		T(close_every_kind_pending),
+		T(cancel_reaches_both_processors),
+		T(close_from_two_threads_at_once),
+		T(close_chain_from_close_callbacks),
+		T(starts_race_close_from_threads),
+		T(deadline_edges_then_destroy),
+		T(starts_on_a_number_px_close_closed),
+		cmocka_unit_test_setup_teardown(deadlines_of_deferred_operations,
+						setup_aio2, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }
