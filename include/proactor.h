@@ -508,6 +508,10 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * With nothing pending, fd is closed in the call and cb is queued.
  * Any thread may call it, also from a callback (including a callback of
  * an operation on fd: the close then waits for that callback to return).
+ * The close(2) is made by the calling thread when nothing is pending, else
+ * by the thread that ran the last of those callbacks; if it waits (a
+ * socket with SO_LINGER and unsent data), only that thread waits, the
+ * number is free meanwhile, and cb is queued after the wait.
  * px_destroy, or px_stop followed by px_destroy, still runs cb once.
  * Returns 0 (cb will run once), or (cb will not run):
  *   -EINVAL    px or cb is NULL;

@@ -223,6 +223,9 @@ struct px_proactor {
 	px_list owns;              /* threads' own completions, those not
 	                              empty (px_own, dispatcher.c) */
 	unsigned nthreads;         /* inside px_handle_events */
+	unsigned ncloses_in_call;  /* px_close's close(2) under way, mutex
+	                              released (fac_close_now); px_destroy
+	                              waits for them on call_cv */
 	const void *left_by;       /* the thread that last left it, and when
 	                              (px__dispatch_others_here) */
 	uint64_t left_ns;

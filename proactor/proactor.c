@@ -572,13 +572,35 @@ void px__ops_delivered(struct px_proactor *px, px_result *r)
 }
 
 /* Close r's descriptor (mutex held, so no start can slip in between the
- * close and the end of the refusal) and queue its callback. */
+ * close and the end of the refusal) and queue its callback.
+ *
+ * close(2) can wait: the last close of a socket with SO_LINGER and data
+ * its peer has not taken waits up to the linger time, a terminal's waits
+ * for its output to drain.  Made with the mutex held, that wait held
+ * every thread of the proactor (timers, posts, starts, the leaders'
+ * collecting).  So the number is closed under the mutex through a dup of
+ * the file made first, which keeps that close from being the last, and
+ * the dup, the last reference, is closed with the mutex released (unlock
+ * point 7): only this thread waits, while the number is already free and
+ * takes starts again.  The callback is queued after that last close, and
+ * reports its error.  Without a number for the dup, the close is made
+ * under the mutex as before. */
 static void fac_close_now(struct px_proactor *px, px_result *r)
 {
+	px_fdops *e = px->byfd[r->c.fd];
+	int fd = r->c.fd;
+	/* The dup goes above every number the core has an entry for, so it
+	 * never sits, not even for a moment, on a number that operations
+	 * name or that a px_close has freed and whose callback may be
+	 * putting a file there with dup2 (px__fd_keep_off_ops would move it
+	 * off such a number, but only after taking it).  EINVAL (that
+	 * bound is at the descriptor limit) or EMFILE: no dup. */
+	int last = px->nbyfd < INT_MAX ? fcntl(fd, F_DUPFD_CLOEXEC, (int)px->nbyfd)
+				       : -1;
 	px_list_remove(&px->closing, &r->link);
-	px->byfd[r->c.fd]->closing = NULL;
-	px->byfd[r->c.fd]->closed_uncalled++;
-	int err = close(r->c.fd) < 0 ? errno : 0;
+	e->closing = NULL;
+	e->closed_uncalled++;
+	int err = close(fd) < 0 ? errno : 0;
 	/* Linux frees the descriptor even when close is interrupted. */
 	if (err == EINTR)
 		err = 0;
@@ -587,7 +609,17 @@ static void fac_close_now(struct px_proactor *px, px_result *r)
 	for (int i = 0; i < px->nproc; i++) {
 		px_provider *pv = px->proc[i]->prov;
 		if (pv->ops->closed)
-			pv->ops->closed(pv, r->c.fd);
+			pv->ops->closed(pv, fd);
+	}
+	if (last >= 0) {
+		px->ncloses_in_call++;
+		pthread_mutex_unlock(&px->lock);      /* unlock point 7 */
+		int lerr = close(last) < 0 ? errno : 0;
+		pthread_mutex_lock(&px->lock);
+		if (--px->ncloses_in_call == 0 && px->destroying)
+			pthread_cond_broadcast(&px->call_cv);
+		if (!err && lerr != EINTR)
+			err = lerr;
 	}
 	px_result_finish(r, 0, err);
 	r->state = PX_RS_POSTED;
@@ -666,6 +698,11 @@ int px_destroy(px_proactor *px)
 		return -EBUSY;
 	}
 	px->destroying = true;
+	/* A px_close made by a thread outside the loop may be in its
+	 * close(2), with the mutex released (fac_close_now): when the mutex
+	 * was held over that call, this waited for it on the mutex. */
+	while (px->ncloses_in_call)
+		pthread_cond_wait(&px->call_cv, &px->lock);
 
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_stop_dedicated(px->proc[i]);

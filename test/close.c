@@ -1833,6 +1833,137 @@ static void starts_on_a_number_px_close_closed(void **state)
 }
 
 
+/*
+ * px_close of a TCP socket with SO_LINGER set and unsent data: close(2)
+ * waits up to the linger time (the kernel sends what it can, the peer
+ * reads nothing).  That wait is the closing thread's own, as with
+ * close(2): the one that called px_close when nothing is pending, else
+ * the loop thread that ran the last callback.  The rest of the proactor
+ * goes on meanwhile: a timer due during it fires on time, a post from
+ * another thread runs, and starting them does not wait.  The close used
+ * to be made with the proactor's mutex held, and everything waited for
+ * the linger time.
+ */
+typedef struct linger_close {
+	px_proactor *px;
+	int fd;
+	int rc;
+	h_rec *k;
+	uint64_t took_ns;
+} linger_close;
+
+static void *linger_close_main(void *arg)
+{
+	linger_close *lc = arg;
+	uint64_t t0 = h_now_ns();
+	lc->rc = px_close(lc->px, lc->fd, h_rec_cb, lc->k);
+	lc->took_ns = h_now_ns() - t0;
+	return NULL;
+}
+
+static void lingering_close_holds_only_its_thread(void **state)
+{
+	h_fx *f = *state;
+	enum { LINGER_S = 2 };
+	struct sockaddr_in la;
+	int l = listener(f, &la);
+	char *in = h_alloc(f, 16);
+	int lingered = 0;
+
+	h_loops_start(f, 2, false);
+	for (int pending = 0; pending < 2; pending++) {
+		int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(c >= 0);
+		assert_int_equal(connect(c, (struct sockaddr *)&la, sizeof la), 0);
+		int s = h_track(f, accept4(l, NULL, NULL, SOCK_CLOEXEC));
+		assert_true(s >= 0);
+		int small = 4096;
+		setsockopt(s, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+		fill_sndbuf(c);
+		struct linger lg = { .l_onoff = 1, .l_linger = LINGER_S };
+		assert_int_equal(setsockopt(c, SOL_SOCKET, SO_LINGER, &lg,
+					    sizeof lg), 0);
+		h_rec *rd = h_rec_new(f);
+		if (pending) {
+			assert_int_equal(px_read_stream(f->px, c, in, 16, h_rec_cb,
+							rd), 0);
+			h_sleep_ms(20);
+		}
+		linger_close *lc = h_alloc(f, sizeof *lc);
+		lc->px = f->px;
+		lc->fd = c;
+		lc->k = h_rec_new(f);
+		pthread_t th;
+		uint64_t tc = h_now_ns();
+		assert_int_equal(pthread_create(&th, NULL, linger_close_main, lc), 0);
+		h_sleep_ms(100);     /* the close lingers now */
+		h_rec *tm = h_rec_new(f), *po = h_rec_new(f), *nr = h_rec_new(f);
+		uint64_t t0 = h_now_ns();
+		assert_true(px_timer_start(f->px, 50000000, h_rec_cb, tm) > 0);
+		assert_int_equal(px_post(f->px, h_rec_cb, po), 0);
+		uint64_t call_ns = h_now_ns() - t0;
+		/* The number is closed (px_close(3): free from the close(2)
+		 * on) and takes a new socket, and a read there. */
+		uint64_t dl = h_deadline(5000);
+		while (fd_open(c) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		assert_false(fd_open(c));
+		int np[2];
+		h_socketpair(f, np);
+		assert_int_equal(dup2(np[0], c), c);
+		h_track(f, c);
+		int nrc = px_read_stream(f->px, c, in, 16, h_rec_cb, nr);
+		if (nrc != 0)
+			fail_msg("%s: a read on a socket put at the number the "
+				 "lingering px_close had closed: %d (%s) (engine "
+				 "'%s')", pending ? "a read pending" : "nothing pending",
+				 nrc, px_strerror(nrc), h_engine_text);
+		assert_int_equal(send(np[1], "new", 3, MSG_NOSIGNAL), 3);
+		wait_done(nr, 5000, "a read at the reused number");
+		expect_once(nr, PX_OP_READ_STREAM, c, 0, "the read at the reused number");
+		assert_int_equal(nr->c.bytes, 3);
+		wait_done(tm, 10000, "a timer of 50 ms");
+		wait_done(po, 10000, "a post");
+		uint64_t timer_ns = tm->at_ns - t0;
+		pthread_join(th, NULL);
+		wait_done(lc->k, 10000, "the px_close");
+		/* The close ended the old socket, not the new one. */
+		assert_true(fd_open(c));
+		uint64_t close_ns = lc->k->at_ns - tc;
+		printf("# %s: the close called back after %llu ms; meanwhile "
+		       "px_timer_start and px_post returned in %llu ms, the "
+		       "50 ms timer fired after %llu ms\n",
+		       pending ? "a read pending" : "nothing pending",
+		       (unsigned long long)(close_ns / 1000000),
+		       (unsigned long long)(call_ns / 1000000),
+		       (unsigned long long)(timer_ns / 1000000));
+		assert_int_equal(lc->rc, 0);
+		expect_once(lc->k, PX_OP_CLOSE, c, 0, "the lingering close");
+		if (pending) {
+			expect_once(rd, PX_OP_READ_STREAM, c, ECANCELED, "the read");
+			assert_true(rd->seq < lc->k->seq);
+		}
+		/* A close that did not linger shows nothing (Linux AIO's
+		 * cancelled poll of the pending read may hold the file, and
+		 * the kernel then lingers later, elsewhere). */
+		if (close_ns < 500000000ull)
+			continue;
+		lingered++;
+		if (call_ns > 200000000ull || timer_ns > 700000000ull)
+			fail_msg("%s: while px_close lingered %llu ms in close(2), "
+				 "starting a timer and a post took %llu ms and the "
+				 "50 ms timer fired after %llu ms (engine '%s')",
+				 pending ? "a read pending" : "nothing pending",
+				 (unsigned long long)(close_ns / 1000000),
+				 (unsigned long long)(call_ns / 1000000),
+				 (unsigned long long)(timer_ns / 1000000),
+				 h_engine_text);
+	}
+	h_loops_stop();
+	if (!lingered)
+		skip();
+}
+
 static int setup_aio2(void **state)
 {
 	return h_setup_max_aio(state, 2, h_setup);
@@ -1949,6 +2080,7 @@ int main(int argc, char **argv)
 		T(starts_race_close_from_threads),
 		T(deadline_edges_then_destroy),
 		T(starts_on_a_number_px_close_closed),
+		T(lingering_close_holds_only_its_thread),
 		cmocka_unit_test_setup_teardown(deadlines_of_deferred_operations,
 						setup_aio2, fx_teardown),
 	};
