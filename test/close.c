@@ -2,9 +2,12 @@
  * close.c - closing descriptors, per engine: the rule for a descriptor the
  * application closes under pending operations (they complete with EBADF
  * in bounded time), px_close (cancel, wait for the callbacks, close, then
- * one callback; the number may be reused at once), and a max_aio too
- * small for what is pending (the deferred operations are started beyond
- * it instead of starving).  Public API only.
+ * one callback; the number may be reused at once) over every kind of
+ * operation, with deadlines, from several threads and from callbacks,
+ * and of a lingering socket (only the closing thread waits), deadlines at
+ * their edges and of deferred operations, and a max_aio too small for
+ * what is pending (the deferred operations are started beyond it instead
+ * of starving).  Public API only.
  *
  *   close 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
