@@ -575,16 +575,15 @@ void px__ops_delivered(struct px_proactor *px, px_result *r)
  * close and the end of the refusal) and queue its callback.
  *
  * close(2) can wait: the last close of a socket with SO_LINGER and data
- * its peer has not taken waits up to the linger time, a terminal's waits
- * for its output to drain.  Made with the mutex held, that wait held
- * every thread of the proactor (timers, posts, starts, the leaders'
- * collecting).  So the number is closed under the mutex through a dup of
- * the file made first, which keeps that close from being the last, and
- * the dup, the last reference, is closed with the mutex released (unlock
- * point 7): only this thread waits, while the number is already free and
- * takes starts again.  The callback is queued after that last close, and
- * reports its error.  Without a number for the dup, the close is made
- * under the mutex as before. */
+ * its peer has not taken waits up to the linger time.  Made with the
+ * mutex held, that wait held every thread of the proactor (timers, posts,
+ * starts, the leaders' collecting).  So the number is closed under the
+ * mutex through a dup of the file made first, which keeps that close from
+ * being the last, and the dup, the last reference, is closed with the
+ * mutex released (unlock point 7): only this thread waits, while the
+ * number is already free and takes starts again.  The callback is queued
+ * after that last close, and reports its error.  Without a number for
+ * the dup, the close is made under the mutex as before. */
 static void fac_close_now(struct px_proactor *px, px_result *r)
 {
 	px_fdops *e = px->byfd[r->c.fd];
