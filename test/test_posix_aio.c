@@ -30,7 +30,12 @@
  *     the callback and sigwait waits offer a descriptor that polls
  *     readable once a request finished and until it is reaped, and the
  *     callback wait's wait also ends when a watched descriptor becomes
- *     readable, reporting nothing; the aiocb wait offers neither.
+ *     readable, reporting nothing; the aiocb wait offers neither;
+ *   - the sigwait wait's signal taken by the application, or landing in
+ *     the library's handler, which hands it on to the leader (fixed
+ *     problems 111, 112), also when the hand-on arrives after the
+ *     leader's wait has ended (syscall wrapped at link time to hold it;
+ *     fixed problem 123).
  *
  * Two or four threads run px_handle_events throughout, so starts and
  * cancels come from threads that are not the leader.
@@ -51,6 +56,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1697,6 +1703,161 @@ static void sigwait_signal_taken_elsewhere(void **state)
 	close(fd);
 }
 
+/* ------------------------------------------------------------------ */
+/* A handed-on signal that finds the leader gone                        */
+/* ------------------------------------------------------------------ */
+
+/* syscall is wrapped at link time (test/meson.build): while hold_handon_ms
+ * is set, the sigwait wait's handler, which hands a stray signal on to the
+ * leader with rt_tgsigqueueinfo, sleeps that long first.  That widens to
+ * 100 ms a window of a few instructions: the handler has read the
+ * leader's thread id, and the leader's wait ends before the signal
+ * reaches it.  Everything else passes straight through. */
+static atomic_int hold_handon_ms;
+static atomic_int handons;
+
+long __real_syscall(long n, ...);
+long __wrap_syscall(long n, ...);
+
+long __wrap_syscall(long n, ...)
+{
+	va_list ap;
+	long a[6];
+
+	va_start(ap, n);
+	for (int i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (n == SYS_rt_tgsigqueueinfo) {
+		int ms = atomic_load(&hold_handon_ms);
+
+		atomic_fetch_add(&handons, 1);
+		if (ms > 0) {
+			struct timespec ts = { 0, (long)ms * 1000000L };
+
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
+		}
+	}
+	return __real_syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+typedef struct strand {
+	px_proactor *px;
+	int signo;
+	rec post;
+	atomic_bool done_leading, go_unblock;
+} strand;
+
+/* Leads in px_handle_events(px, 30) until the post has run, then leads no
+ * more; once the proactor is destroyed it unblocks the signal, as an
+ * application thread may (a library's blocks are not for ever). */
+static void *strand_leader(void *arg)
+{
+	strand *s = arg;
+	uint64_t end = now_ms() + 5000;
+	sigset_t set;
+
+	while (!atomic_load(&s->post.calls) && now_ms() < end)
+		px_handle_events(s->px, 30);
+	atomic_store(&s->done_leading, true);
+	while (!atomic_load(&s->go_unblock))
+		sleep_ms(1);
+	sigemptyset(&set);
+	sigaddset(&set, s->signo);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	sleep_ms(50);
+	return NULL;
+}
+
+/* The child's part (run again with "handed-on"): it may die of it. */
+static int handed_on_child(void)
+{
+	static char buf[1];
+	strand s = { 0 };
+	rec idle = { 0 };
+	pthread_t t;
+	sigset_t set;
+	int p[2];
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return 2;
+	if (px_create(&s.px, "provider=posix wait=sigwait", NULL, 0) < 0)
+		return 3;
+	s.signo = px_paio_of_wait(s.px->proc[0]->wait)->signo;
+	/* A pipe read that stays in glibc: the thread leads. */
+	if (px_read_stream(s.px, p[0], buf, 1, rec_cb, &idle) < 0)
+		return 4;
+	if (pthread_create(&t, NULL, strand_leader, &s) != 0)
+		return 5;
+	sleep_ms(50);
+	/* With the signal unblocked here, the post's interrupt comes to
+	 * this thread's handler, which hands it on to the leader 100 ms
+	 * late: the leader's 30 ms wait has ended by then. */
+	sigemptyset(&set);
+	sigaddset(&set, s.signo);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	atomic_store(&hold_handon_ms, 100);
+	if (px_post(s.px, rec_cb, &s.post) < 0)
+		return 6;
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	atomic_store(&hold_handon_ms, 0);
+	if (!atomic_load(&handons)) {
+		printf("the interrupt was not handed on (no leader in its "
+		       "wait?)\n");
+		return 7;
+	}
+	if (!wait_calls(&s.post, 1, 5000))
+		return 8;
+	while (!atomic_load(&s.done_leading))
+		sleep_ms(1);
+	if (write(p[1], "x", 1) != 1)
+		return 9;
+	if (px_destroy(s.px) < 0)
+		return 10;
+	/* The signal has its old disposition again (SIG_DFL: a real-time
+	 * signal ends the process).  Anything left pending on the thread
+	 * that led ends it now. */
+	atomic_store(&s.go_unblock, true);
+	pthread_join(t, NULL);
+	close(p[0]);
+	close(p[1]);
+	return atomic_load(&idle.calls) == 1 ? 0 : 11;
+}
+
+/*
+ * The handler hands a stray signal on to the thread inside the wait.  When
+ * that wait ended just before the signal arrived, the signal (directed at
+ * that thread) stayed pending there, the signal blocked.  Had the thread
+ * led again it would have taken it; it did not, px_destroy gave the
+ * signal its old disposition back, and the thread's unblock of the signal
+ * ended the process.  Now the leader waits, as its wait ends, for any
+ * hand-on under way and takes what it sent.
+ */
+static void sigwait_handed_on_after_wait(void **state)
+{
+	pid_t pid;
+	int status;
+
+	(void)state;
+	fflush(stdout);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_posix_aio", "handed-on",
+		      (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (WIFSIGNALED(status))
+		fail_msg("the child died of signal %d: a signal handed on to "
+			 "the leader stayed pending on its thread after its "
+			 "wait, and killed the process when that thread "
+			 "unblocked it after px_destroy", WTERMSIG(status));
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1717,11 +1878,14 @@ int main(int argc, char **argv)
 		cmocka_unit_test(record_lock_survives_lanes),
 		cmocka_unit_test(deadline_on_queue_head),
 		cmocka_unit_test(sigwait_signal_taken_elsewhere),
+		cmocka_unit_test(sigwait_handed_on_after_wait),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc > 1 && !strcmp(argv[1], "overflow"))
 		return overflow_child();
+	if (argc > 1 && !strcmp(argv[1], "handed-on"))
+		return handed_on_child();
 	if (argc > 1 && !strcmp(argv[1], "one-helper"))
 		return one_helper_child();
 	if (argc > 1 && !strcmp(argv[1], "idle-helpers"))

@@ -40,6 +40,7 @@
  * already taken fails with -EBUSY.
  */
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -71,6 +72,12 @@ static atomic_int sigw_stray[NSIG];
  * sigtimedwait, else 0. */
 static atomic_int sigw_waiter[NSIG];
 
+/* Per signal: handlers between their look at sigw_waiter and the end of
+ * their hand-on.  A leader whose wait has ended waits for them to finish
+ * before its last look at the queue (sigw_wait), so that no handed-on
+ * signal is left pending on its thread. */
+static atomic_int sigw_handing[NSIG];
+
 /* A signal that reached a thread that did not block it is handed on to
  * the leader inside its wait (with its value, so that the request or
  * interrupt it names is taken at once), else left to the scan the flag
@@ -89,6 +96,9 @@ static void sigw_handler(int signo, siginfo_t *si, void *uc)
 	if (signo <= 0 || signo >= NSIG)
 		return;
 	atomic_store(&sigw_stray[signo], 1);
+	/* Counted before the look (both sequentially consistent): a leader
+	 * that clears sigw_waiter after this look sees the count. */
+	atomic_fetch_add(&sigw_handing[signo], 1);
 	pid_t to = (pid_t)atomic_load(&sigw_waiter[signo]);
 	if (si && to > 0 && to != (pid_t)syscall(SYS_gettid)) {
 		siginfo_t fw;
@@ -101,6 +111,7 @@ static void sigw_handler(int signo, siginfo_t *si, void *uc)
 		fw.si_value = si->si_value;
 		(void)syscall(SYS_rt_tgsigqueueinfo, getpid(), to, signo, &fw);
 	}
+	atomic_fetch_sub(&sigw_handing[signo], 1);
 	errno = saved;
 }
 
@@ -156,7 +167,7 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 	struct timespec ts;
 	siginfo_t si;
 	sigset_t set;
-	int cap, rc;
+	int cap, rc, err;
 
 	sigemptyset(&set);
 	sigaddset(&set, p->signo);
@@ -177,10 +188,27 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 	atomic_store_explicit(&sigw_waiter[p->signo], p->tid,
 			      memory_order_relaxed);
 	rc = sigtimedwait(&set, &si, &ts);
-	atomic_store_explicit(&sigw_waiter[p->signo], 0, memory_order_relaxed);
+	err = errno;
+	/* A handler that read this thread's id just before the store may
+	 * still hand its signal on, to this thread alone: a signal directed
+	 * at a thread stays with it.  Left there, it waited for this thread
+	 * to lead again, and if it never did it was pending, blocked, when
+	 * px_destroy gave the signal its old disposition back; the thread's
+	 * next unblock of it then ended the process (SIG_DFL).  So wait
+	 * until every such handler is done (they are a few system calls
+	 * long), and take what they sent: below, a thread's own signals
+	 * come off before the process's. */
+	atomic_store(&sigw_waiter[p->signo], 0);
+	for (int spins = 0; atomic_load(&sigw_handing[p->signo]); spins++)
+		if (spins < 64)
+			sched_yield();
+		else
+			nanosleep(&(struct timespec){ 0, 50000 }, NULL);
+	if (rc < 0)
+		rc = sigtimedwait(&set, &si, &zero);
 	if (rc < 0) {
 		p->took_none = true;
-		return errno == EAGAIN ? 0 : -errno;
+		return err == EAGAIN ? 0 : -err;
 	}
 	p->last_seen_ns = px__now_ns();
 	do {
@@ -345,6 +373,13 @@ void px__sigwait_atfork(int phase)
 	 * own proactors, which may ask for the same rtsig=. */
 	if (phase == PX_FORK_CHILD) {
 		for (int s = 0; s < NSIG; s++) {
+			/* A handler the fork caught in another thread's
+			 * hand-on left its count here, which no thread of
+			 * the child would ever take back: the child's
+			 * leader on that signal would wait for it for
+			 * ever.  Nor is the parent's leader here. */
+			atomic_store(&sigw_handing[s], 0);
+			atomic_store(&sigw_waiter[s], 0);
 			if (sigw_slot[s].owner) {
 				sigw_slot[s].owner = NULL;
 				sigw_slot[s].inherited = true;
