@@ -13,6 +13,7 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -823,9 +824,28 @@ static int proc_build(const px_processor_config *cfg, px_provider **prov,
 		(*prov)->vec_ops = spec.cls->vectored_ops & (*prov)->ops_mask;
 	if (rc < 0) {
 		char why[256];
+		bool known = spec.cls->explain &&
+			     spec.cls->explain(rc, why, sizeof(why));
+		/* EBUSY alone said nothing of the signal it is about: a
+		 * handler of the application's own is never replaced. */
+		if (!known && rc == -EBUSY && !strcmp(cfg->interrupt, "signal")) {
+			snprintf(why, sizeof(why),
+				 "signal %d (signal=) has a handler the "
+				 "application installed, which interrupt=signal "
+				 "does not replace",
+				 cfg->intr_signo ? cfg->intr_signo : SIGURG);
+			known = true;
+		} else if (!known && rc == -EBUSY &&
+			   !strcmp(cfg->wait, "sigwait")) {
+			snprintf(why, sizeof(why),
+				 "the wait's real-time signal (rtsig=) has a "
+				 "handler the application installed, or another "
+				 "proactor waits on it");
+			known = true;
+		}
 		/* Name the wait and the interrupt too: either may be what
 		 * the kernel lacks (epoll, eventfd). */
-		if (spec.cls->explain && spec.cls->explain(rc, why, sizeof(why)))
+		if (known)
 			px__set_err(err, errlen,
 				   "%scannot create provider %s (wait=%s interrupt=%s): "
 				   "%s (%s)", where, spec.cls->name, cfg->wait,

@@ -455,6 +455,18 @@ static void test_errors(void **state)
 	assert_int_equal(px__intr_create(&c, &in), -EBUSY);
 	sigaction(SIGUSR2, NULL, &sa);
 	assert_ptr_equal(sa.sa_handler, app_handler);
+
+	/* px_create says which signal, and why: its message was "cannot
+	 * create provider select (...): Device or resource busy". */
+	char text[96], err[512] = "";
+	px_proactor *px = NULL;
+	snprintf(text, sizeof(text), "epoll interrupt=signal signal=%d", SIGUSR2);
+	assert_int_equal(px_create(&px, text, err, sizeof(err)), -EBUSY);
+	char want[32];
+	snprintf(want, sizeof(want), "signal %d", SIGUSR2);
+	if (!strstr(err, want) || !strstr(err, "handler"))
+		fail_msg("px_create's message does not name the signal and "
+			 "the application's handler: %s", err);
 	sigaction(SIGUSR2, &old, NULL);
 }
 
