@@ -26,7 +26,24 @@
  *     the library tells a fork(2) child by its pthread_atfork handler
  *     instead of a page the kernel clears; a child forked from the case
  *     must still get -ECHILD from every call on the inherited proactor,
- *     and the parent's read must still complete.
+ *     and the parent's read must still complete;
+ *   - pwritev2 with RWF_NOSIGNAL with EOPNOTSUPP: every kernel before
+ *     6.18, where the shared non-blocking calls (providers/nbio.c) keep
+ *     SIGPIPE blocked around a write to a pipe instead;
+ *   - preadv2 and pwritev2 with RWF_NOWAIT or RWF_NOSIGNAL with
+ *     EOPNOTSUPP: a kernel before 4.14, which knows neither (and, for
+ *     RWF_NOWAIT, a pipe of kernels before 5.x), where a pipe is checked
+ *     with poll(0) first and written PIPE_BUF bytes at a time;
+ *   - preadv2 and pwritev2 with ENOSYS: a kernel before 4.6, which glibc
+ *     answers with EOPNOTSUPP as soon as a flag is given;
+ *   - eventfd alone with ENOSYS, and engines named explicitly, each made
+ *     and run or refused with a message: io_uring's dedicated ring, its
+ *     team with epoll, epoll and Linux AIO;
+ *   - io_uring_setup with EINVAL for IORING_SETUP_COOP_TASKRUN (before
+ *     5.19), and for it and IORING_SETUP_SUBMIT_ALL (before 5.18): these
+ *     flags are in a structure seccomp cannot read, so those two cases
+ *     refuse them through io_uring_queue_init_params, wrapped at link
+ *     time; the provider must drop them and auto still choose io_uring.
  *
  * In every case px_create(NULL) must pick an engine that does not use what
  * is refused (where io_uring is refused and Linux AIO works: Linux AIO for
@@ -50,6 +67,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <proactor.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -61,9 +79,12 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "tsan.h"
 
 #if defined(__x86_64__)
 #define OK_ARCH AUDIT_ARCH_X86_64
@@ -73,7 +94,18 @@
 
 /* The system call groups a case can refuse. */
 enum { G_URING = 1, G_URING_SETUP = 2, G_AIO = 4, G_EPOLL = 8, G_EVENTFD = 16,
-       G_URING_REGISTER = 32, G_WIPEONFORK = 64 };
+       G_URING_REGISTER = 32, G_WIPEONFORK = 64, G_NOSIGNAL = 128,
+       G_NOWAIT = 256, G_RWV2 = 512 };
+
+/* The groups of the read and write flags: the pipe run follows. */
+#define G_RWFLAGS (G_NOSIGNAL | G_NOWAIT | G_RWV2)
+
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+#ifndef RWF_NOSIGNAL
+#define RWF_NOSIGNAL 0x00000100 /* linux/fs.h of 6.18 */
+#endif
 
 #ifndef MADV_WIPEONFORK
 #define MADV_WIPEONFORK 18
@@ -95,6 +127,7 @@ static const long eventfd_calls[] = {
 	SYS_eventfd,
 #endif
 	SYS_eventfd2, -1};
+static const long rwv2_calls[] = {SYS_preadv2, SYS_pwritev2, -1};
 static const long epoll_calls[] = {
 #ifdef SYS_epoll_create
 	SYS_epoll_create,
@@ -121,40 +154,107 @@ typedef struct kase {
 	const char *in_name[2];
 	/* the error the refused texts must fail with (errno) */
 	int want;
+	/* engine texts that may be made or refused: made, they run the short
+	 * run; refused, with a message */
+	const char *also[8];
+	/* io_uring setup flags refused with EINVAL (the wrap below) */
+	unsigned uring_flags;
 } kase;
+
+/* io_uring_setup's flags are in a structure seccomp cannot read, so the
+ * library's io_uring_queue_init_params is wrapped at link time: with a
+ * flag of uring_refused asked for, EINVAL, as a kernel that does not
+ * know the flag answers. */
+static unsigned uring_refused;
+#ifdef OK_URING_WRAP
+#include <liburing.h>
+int __real_io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+				      struct io_uring_params *p);
+int __wrap_io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+				      struct io_uring_params *p);
+int __wrap_io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
+				      struct io_uring_params *p)
+{
+	if (p->flags & uring_refused)
+		return -EINVAL;
+	return __real_io_uring_queue_init_params(entries, ring, p);
+}
+#define OK_COOP_TASKRUN IORING_SETUP_COOP_TASKRUN
+#define OK_SUBMIT_ALL IORING_SETUP_SUBMIT_ALL
+#else
+#define OK_COOP_TASKRUN 0
+#define OK_SUBMIT_ALL 0
+#endif
+
+/* POSIX AIO's engines, but not under TSan, which never sees glibc's
+ * helper threads start (tsan.h). */
+#if PX_TEST_TSAN
+#define POSIX_AIO NULL
+#define POSIX_AIO_SIGWAIT NULL
+#else
+#define POSIX_AIO "posix-aio+epoll"
+#define POSIX_AIO_SIGWAIT "posix-aio+epoll wait=sigwait"
+#endif
 
 /* Without io_uring auto builds Linux AIO for files and epoll for the rest. */
 #define LAIO_TEAM {"provider=linux_aio", "secondary: provider=select wait=epoll"}
 
 static const kase cases[] = {
 	{"no io_uring (ENOSYS)", G_URING, ENOSYS, {"uring", NULL},
-	 {"uring", NULL}, LAIO_TEAM, ENOSYS},
+	 {"uring", NULL}, LAIO_TEAM, ENOSYS, {NULL}, 0},
 	{"io_uring refused (EPERM)", G_URING, EPERM, {"uring", NULL},
-	 {"uring", NULL}, LAIO_TEAM, EPERM},
+	 {"uring", NULL}, LAIO_TEAM, EPERM, {NULL}, 0},
 	{"io_uring_setup out of locked memory (ENOMEM)", G_URING_SETUP, ENOMEM,
-	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM},
+	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0},
 	{"io_uring_register refused (EINVAL: no opcode probe before 5.6)",
 	 G_URING_REGISTER, EINVAL, {"uring", NULL}, {"uring", NULL}, LAIO_TEAM,
-	 ENOSYS},
+	 ENOSYS, {NULL}, 0},
 	/* The probe failing for want of memory says nothing of what the
 	 * kernel offers: ENOMEM, not ENOSYS. */
 	{"io_uring_register out of memory (ENOMEM)", G_URING_REGISTER, ENOMEM,
-	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM},
+	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0},
 	/* Linux AIO cannot have its team: it does everything alone. */
 	{"no io_uring, no epoll (ENOSYS)", G_URING | G_EPOLL, ENOSYS,
 	 {"uring", "epoll", NULL}, {"uring", "secondary", "epoll"},
-	 {"provider=linux_aio", NULL}, ENOSYS},
+	 {"provider=linux_aio", NULL}, ENOSYS, {NULL}, 0},
 	{"no io_uring, no Linux AIO (ENOSYS)", G_URING | G_AIO, ENOSYS,
 	 {"uring", "linux-aio", NULL}, {"uring", "linux_aio", NULL}, {NULL},
-	 ENOSYS},
+	 ENOSYS, {NULL}, 0},
 	{"no io_uring, no Linux AIO, no eventfd (ENOSYS)",
 	 G_URING | G_AIO | G_EVENTFD, ENOSYS, {"uring", "linux-aio", NULL},
-	 {"uring", "linux_aio", "eventfd"}, {NULL}, ENOSYS},
+	 {"uring", "linux_aio", "eventfd"}, {NULL}, ENOSYS, {NULL}, 0},
 	{"no io_uring, no Linux AIO, no epoll (ENOSYS)",
 	 G_URING | G_AIO | G_EPOLL, ENOSYS, {"uring", "linux-aio", "epoll"},
-	 {"uring", "linux_aio", "epoll"}, {NULL}, ENOSYS},
+	 {"uring", "linux_aio", "epoll"}, {NULL}, ENOSYS, {NULL}, 0},
 	{"madvise(MADV_WIPEONFORK) refused (EINVAL: before 4.14)", G_WIPEONFORK,
-	 EINVAL, {NULL}, {NULL}, {NULL}, 0},
+	 EINVAL, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0},
+	/* eventfd alone missing: io_uring's dedicated ring goes without its
+	 * kick, a team of io_uring and epoll without the ready descriptor
+	 * io_uring's lead registers with its ring, and the others' default
+	 * interrupt (POSIX AIO's waits: their own) is an eventfd. */
+	{"no eventfd (ENOSYS)", G_EVENTFD, ENOSYS, {NULL}, {"eventfd", NULL},
+	 {NULL}, 0,
+	 {"uring-dedicated", "epoll", "epoll-dedicated", "linux-aio",
+	  "provider=uring ops=file ; secondary: provider=select wait=epoll "
+	  "interrupt=pipe", POSIX_AIO, POSIX_AIO_SIGWAIT}, 0},
+	/* Linux 5.18 knew SUBMIT_ALL, not COOP_TASKRUN; 5.11 to 5.17 neither.
+	 * Each is dropped: auto is still io_uring, and so is a ring that asks
+	 * for COOP_TASKRUN by name. */
+	{"io_uring_setup without COOP_TASKRUN (EINVAL: before 5.19)", 0,
+	 EINVAL, {NULL}, {NULL}, {NULL}, 0,
+	 {"uring-dedicated", "uring ring_flags=coop_taskrun", "uring rings=1"},
+	 OK_COOP_TASKRUN},
+	{"io_uring_setup without COOP_TASKRUN, SUBMIT_ALL (EINVAL: before "
+	 "5.18)", 0, EINVAL, {NULL}, {NULL}, {NULL}, 0,
+	 {"uring-dedicated", "uring ring_flags=coop_taskrun", "uring rings=1"},
+	 OK_COOP_TASKRUN | OK_SUBMIT_ALL},
+	{"pwritev2 without RWF_NOSIGNAL (EOPNOTSUPP: before 6.18)", G_NOSIGNAL,
+	 EOPNOTSUPP, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0},
+	{"preadv2/pwritev2 without RWF_NOWAIT and RWF_NOSIGNAL (EOPNOTSUPP: "
+	 "before 4.14)", G_NOWAIT, EOPNOTSUPP, {NULL}, {NULL}, {NULL}, 0,
+	 {NULL}, 0},
+	{"no preadv2/pwritev2 (ENOSYS: before 4.6)", G_RWV2, ENOSYS, {NULL},
+	 {NULL}, {NULL}, 0, {NULL}, 0},
 };
 
 static int failures;
@@ -184,6 +284,26 @@ static int add_calls(struct sock_filter *f, int n, const long *calls, int err)
 	return n;
 }
 
+/* call with any bit of mask in its flags (args[5], an int: the low word of
+ * the argument on these little-endian architectures) fails with err.  The
+ * call number is loaded again after. */
+static int add_flag_call(struct sock_filter *f, int n, long call,
+			 unsigned mask, int err)
+{
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+					      (unsigned)call, 0, 4);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		offsetof(struct seccomp_data, args[5]));
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K,
+					      mask, 0, 1);
+	f[n++] = (struct sock_filter)BPF_STMT(
+		BPF_RET | BPF_K,
+		SECCOMP_RET_ERRNO | ((unsigned)err & SECCOMP_RET_DATA));
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+		offsetof(struct seccomp_data, nr));
+	return n;
+}
+
 /* Returns 0, or the errno of prctl (EINVAL: no seccomp filters here). */
 static int refuse(unsigned groups, int err)
 {
@@ -209,6 +329,16 @@ static int refuse(unsigned groups, int err)
 		n = add_calls(f, n, epoll_calls, err);
 	if (groups & G_EVENTFD)
 		n = add_calls(f, n, eventfd_calls, err);
+	if (groups & G_RWV2)
+		n = add_calls(f, n, rwv2_calls, err);
+	if (groups & G_NOSIGNAL)
+		n = add_flag_call(f, n, SYS_pwritev2, RWF_NOSIGNAL, err);
+	if (groups & G_NOWAIT) {
+		n = add_flag_call(f, n, SYS_preadv2, RWF_NOWAIT | RWF_NOSIGNAL,
+				  err);
+		n = add_flag_call(f, n, SYS_pwritev2, RWF_NOWAIT | RWF_NOSIGNAL,
+				  err);
+	}
 	if (groups & G_WIPEONFORK) {
 		/* Last: it leaves the advice, not the call number, loaded. */
 		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
@@ -527,6 +657,336 @@ static void fork_check(void)
 	close(sv[1]);
 }
 
+/* ---- pipes without the read and write flags -------------------------- */
+
+/* The case's filter must be what the library met: the flag refused with
+ * the case's errno, as glibc hands it on (ENOSYS with a flag given comes
+ * back as EOPNOTSUPP). */
+static bool flags_refused(unsigned groups)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) {
+		bad("pipe2: %s", strerror(errno));
+		return false;
+	}
+	struct iovec v = {.iov_base = "x", .iov_len = 1};
+	ssize_t n = pwritev2(p[1], &v, 1, -1, RWF_NOSIGNAL);
+	int e = errno;
+	bool ok = n < 0 && e == EOPNOTSUPP;
+	if (ok && (groups & (G_NOWAIT | G_RWV2))) {
+		char c;
+		n = pwritev2(p[1], &v, 1, -1, RWF_NOWAIT);
+		e = errno;
+		ok = n < 0 && e == EOPNOTSUPP;
+		if (ok) {
+			v.iov_base = &c;
+			n = preadv2(p[0], &v, 1, -1, RWF_NOWAIT);
+			e = errno;
+			ok = n < 0 && e == EOPNOTSUPP;
+		}
+	}
+	close(p[0]);
+	close(p[1]);
+	if (!ok)
+		bad("a flag of preadv2/pwritev2 was not refused with EOPNOTSUPP "
+		    "(returned %zd, %s)", n, n < 0 ? strerror(e) : "no error");
+	return ok;
+}
+
+/* Is SIGPIPE pending for this thread or the process? */
+static bool sigpipe_pending(void)
+{
+	sigset_t pend;
+	return sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE);
+}
+
+/* Writes to a pipe whose reader has gone, with SIGPIPE at its default
+ * disposition: each EPIPE, and the process lives (the parent sees a
+ * death).  Then with SIGPIPE blocked: none left pending after the write
+ * when none was before, and the application's own still pending. */
+static void pipe_reader_gone(px_proactor *px, const char *eng)
+{
+	char what[160];
+	static char big[100000];
+	struct iovec iov[2] = {{"ab", 2}, {"cd", 2}};
+
+	signal(SIGPIPE, SIG_DFL);
+	for (int i = 0; i < 6; i++) {
+		int p[2];
+		if (pipe2(p, O_CLOEXEC) < 0) {
+			bad("pipe2: %s", strerror(errno));
+			return;
+		}
+		close(p[0]);
+		sigset_t pipe_set, old;
+		sigemptyset(&pipe_set);
+		sigaddset(&pipe_set, SIGPIPE);
+		if (i >= 4)
+			pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+		if (i == 5)
+			raise(SIGPIPE);  /* the application's own */
+		rec w = {0};
+		int rc;
+		const char *form;
+		switch (i) {
+		case 0:
+			form = "px_write_stream";
+			rc = px_write_stream(px, p[1], "x", 1, rec_cb, &w);
+			break;
+		case 1:
+			form = "px_write_stream_all";
+			rc = px_write_stream_all(px, p[1], big, sizeof big,
+						 rec_cb, &w);
+			break;
+		case 2:
+			form = "px_writev_stream";
+			rc = px_writev_stream(px, p[1], iov, 2, rec_cb, &w);
+			break;
+		case 3:
+			form = "px_writev_stream_all";
+			rc = px_writev_stream_all(px, p[1], iov, 2, rec_cb, &w);
+			break;
+		default:
+			form = i == 4 ? "px_write_stream, SIGPIPE blocked"
+				      : "px_write_stream, SIGPIPE blocked and "
+					"pending";
+			rc = px_write_stream(px, p[1], "x", 1, rec_cb, &w);
+			break;
+		}
+		snprintf(what, sizeof what, "%s: %s to a pipe without reader",
+			 eng, form);
+		if (rc == -EOPNOTSUPP && (i == 2 || i == 3)) {
+			/* not this engine's */
+		} else if (rc < 0) {
+			bad("%s: %s", what, px_strerror(rc));
+		} else if (wait_rec(px, &w, what)) {
+			expect(&w, what, EPIPE, 0);
+		}
+		if (i >= 4) {
+			bool pend = sigpipe_pending();
+			if (i == 4 && pend)
+				bad("%s: SIGPIPE left pending", what);
+			if (i == 5 && !pend)
+				bad("%s: the application's SIGPIPE was taken",
+				    what);
+			if (pend) {
+				const struct timespec zero = {0, 0};
+				sigtimedwait(&pipe_set, NULL, &zero);
+			}
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+		}
+		close(p[1]);
+	}
+	signal(SIGPIPE, SIG_IGN);
+}
+
+/* Blocking pipes: a write-all of four times the pipe's capacity read by
+ * the test as it comes, a read that waits (the loop must not wait in the
+ * read) and then gets its bytes, a cancelled read and one left pending to
+ * px_destroy. */
+static void pipe_data(px_proactor *px, const char *eng)
+{
+	enum { BIG = 256 * 1024 };
+	static unsigned char out[BIG], in[BIG];
+	char what[160];
+	int a[2], b[2];
+
+	if (pipe2(a, O_CLOEXEC) < 0 || pipe2(b, O_CLOEXEC) < 0) {
+		bad("pipe2: %s", strerror(errno));
+		return;
+	}
+	/* The test's end of a non-blocking (a description of its own). */
+	fcntl(a[0], F_SETFL, O_NONBLOCK);
+	for (size_t i = 0; i < BIG; i++)
+		out[i] = (unsigned char)(i * 7 + i / 4099);
+
+	snprintf(what, sizeof what, "%s: a 256 KiB write-all into a pipe", eng);
+	rec w = {0};
+	size_t got = 0;
+	int rc = px_write_stream_all(px, a[1], out, BIG, rec_cb, &w);
+	if (rc < 0) {
+		bad("%s: %s", what, px_strerror(rc));
+	} else {
+		uint64_t end = now_ms() + 10000;
+		while ((w.calls == 0 || got < BIG) && now_ms() < end) {
+			rc = px_handle_events(px, 5);
+			if (rc < 0) {
+				bad("%s: px_handle_events: %s", what,
+				    px_strerror(rc));
+				break;
+			}
+			ssize_t n = read(a[0], in + got, BIG - got);
+			if (n > 0)
+				got += (size_t)n;
+		}
+		if (w.calls == 0 || got < BIG)
+			bad("%s: %d callbacks and %zu bytes read after 10 s",
+			    what, w.calls, got);
+		else {
+			expect(&w, what, 0, BIG);
+			if (memcmp(in, out, BIG) != 0)
+				bad("%s: the bytes differ", what);
+		}
+	}
+
+	snprintf(what, sizeof what, "%s: a read of a blocking pipe that waits",
+		 eng);
+	char buf[64] = {0};
+	rec r = {0};
+	rc = px_read_stream(px, b[0], buf, sizeof buf, rec_cb, &r);
+	if (rc < 0) {
+		bad("%s: %s", what, px_strerror(rc));
+	} else {
+		uint64_t t0 = now_ms();
+		px_handle_events(px, 20);
+		px_handle_events(px, 20);
+		if (now_ms() - t0 > 2000)
+			bad("%s: the loop waited %llu ms", what,
+			    (unsigned long long)(now_ms() - t0));
+		if (r.calls != 0)
+			bad("%s: completed on an empty pipe (error %d)", what,
+			    r.c.error);
+		else if (write(b[1], "pipe data", 9) != 9)
+			bad("write: %s", strerror(errno));
+		else if (wait_rec(px, &r, what)) {
+			expect(&r, what, 0, 9);
+			if (r.calls == 1 && memcmp(buf, "pipe data", 9) != 0)
+				bad("%s: the bytes differ", what);
+		}
+	}
+
+	snprintf(what, sizeof what, "%s: a cancelled read of a blocking pipe",
+		 eng);
+	rec cr = {0};
+	rc = px_read_stream(px, b[0], buf, sizeof buf, rec_cb, &cr);
+	if (rc < 0) {
+		bad("%s: %s", what, px_strerror(rc));
+	} else {
+		px_handle_events(px, 20);
+		rc = px_cancel(px, b[0]);
+		if (rc != 1)
+			bad("%s: px_cancel returned %d, not 1", what, rc);
+		if (wait_rec(px, &cr, what))
+			expect(&cr, what, ECANCELED, 0);
+	}
+
+	rec dr = {0};
+	rc = px_read_stream(px, b[0], buf, sizeof buf, rec_cb, &dr);
+	if (rc < 0)
+		bad("%s: px_read_stream (left to px_destroy): %s", eng,
+		    px_strerror(rc));
+	px_handle_events(px, 0);
+	rc = px_destroy(px);
+	if (rc != 0)
+		bad("%s: px_destroy: %s", eng, px_strerror(rc));
+	else if (dr.calls != 1 || dr.c.error != ECANCELED)
+		bad("%s: the pipe read left to px_destroy: %d callbacks, "
+		    "error %d", eng, dr.calls, dr.c.error);
+	close(a[0]);
+	close(a[1]);
+	close(b[0]);
+	close(b[1]);
+}
+
+/* The engines whose pipes are tried; sigpipe: their pipe writes are the
+ * shared non-blocking calls, which must keep SIGPIPE away. */
+static const struct {
+	const char *text;
+	bool sigpipe;
+} pipe_engines[] = {
+	{"epoll", true},      {"poll", true},
+	{"select", true},     {"linux-aio", true},
+	{"linux-aio+epoll", true}, {"uring", false},
+};
+
+/* Each engine in a process of its own: a SIGPIPE that kills it is this
+ * engine's failure, and the next engine still runs. */
+static void pipe_runs(void)
+{
+	size_t n = sizeof pipe_engines / sizeof pipe_engines[0];
+	for (size_t i = 0; i < n; i++) {
+		const char *eng = pipe_engines[i].text;
+		fflush(NULL);
+		pid_t pid = fork();
+		if (pid < 0) {
+			bad("fork: %s", strerror(errno));
+			return;
+		}
+		if (pid == 0) {
+			alarm(40);
+			failures = 0;
+			px_proactor *px = NULL;
+			char err[256] = "";
+			int rc = px_create(&px, eng, err, sizeof err);
+			if (rc < 0) {
+				printf("  '%s' not here (%s: %s)\n", eng,
+				       px_strerror(rc), err);
+				fflush(stdout);
+				_exit(rc == -ENOSYS || rc == -EPERM ||
+				      rc == -EAGAIN || rc == -EINVAL ? 0 : 1);
+			}
+			if (pipe_engines[i].sigpipe)
+				pipe_reader_gone(px, eng);
+			pipe_data(px, eng);  /* destroys px */
+			if (failures == 0)
+				printf("  '%s': pipes ok\n", eng);
+			fflush(NULL);
+			_exit(failures ? 1 : 0);
+		}
+		int st;
+		if (waitpid(pid, &st, 0) != pid)
+			bad("waitpid: %s", strerror(errno));
+		else if (WIFSIGNALED(st))
+			bad("'%s': the pipe run was killed by signal %d (%s)",
+			    eng, WTERMSIG(st), strsignal(WTERMSIG(st)));
+		else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad("'%s': the pipe run failed", eng);
+	}
+}
+
+/* The case's other engines, each in a process of its own: made, the short
+ * run; refused, a message. */
+static void also_runs(const kase *k)
+{
+	for (int i = 0; i < 8 && k->also[i]; i++) {
+		const char *eng = k->also[i];
+		fflush(NULL);
+		pid_t pid = fork();
+		if (pid < 0) {
+			bad("fork: %s", strerror(errno));
+			return;
+		}
+		if (pid == 0) {
+			alarm(40);
+			failures = 0;
+			px_proactor *px = NULL;
+			char err[256] = "";
+			int rc = px_create(&px, eng, err, sizeof err);
+			if (rc < 0) {
+				printf("  '%s' refused: %s (%s)\n", eng,
+				       px_strerror(rc), err);
+				if (err[0] == 0)
+					bad("'%s' failed (%s) without a message",
+					    eng, px_strerror(rc));
+			} else {
+				printf("  '%s' made: %s\n", eng,
+				       px_engine_name(px));
+				fflush(stdout);
+				short_run(px);  /* destroys px */
+			}
+			fflush(NULL);
+			_exit(failures ? 1 : 0);
+		}
+		int st;
+		if (waitpid(pid, &st, 0) != pid)
+			bad("waitpid: %s", strerror(errno));
+		else if (WIFSIGNALED(st))
+			bad("'%s' was killed by signal %d", eng, WTERMSIG(st));
+		else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			bad("'%s' failed", eng);
+	}
+}
+
 /* ---- one case, in a child ------------------------------------------- */
 
 #ifdef OK_ARCH
@@ -535,6 +995,31 @@ static int child(const kase *k)
 	/* The count inherited from main holds the failed cases before this
 	 * one; short_run skips its waits when it is not 0. */
 	failures = 0;
+	if (k->groups == 0 && k->uring_flags == 0) {
+		printf("old_kernels: built without liburing; skipped\n");
+		fflush(stdout);
+		return 77;
+	}
+	/* Whether Linux AIO works here, asked before the filter: asked
+	 * under it, a Linux AIO that failed for want of what the filter
+	 * refuses (epoll) passed over in_name unseen. */
+	bool laio_here = false;
+	if (k->in_name[0]) {
+		px_proactor *l = NULL;
+		laio_here = px_create(&l, "linux-aio", NULL, 0) == 0;
+		if (laio_here)
+			px_destroy(l);
+	}
+	/* Where io_uring works here, auto must still choose it when only
+	 * its setup flags are refused. */
+	bool uring_here = false;
+	if (k->uring_flags) {
+		px_proactor *u = NULL;
+		uring_here = px_create(&u, "uring", NULL, 0) == 0;
+		if (uring_here)
+			px_destroy(u);
+		uring_refused = k->uring_flags;
+	}
 	int e = refuse(k->groups, k->err);
 	if (e != 0) {
 		printf("old_kernels: no seccomp filter here (%s)\n", strerror(e));
@@ -575,13 +1060,13 @@ static int child(const kase *k)
 	fflush(stdout);
 	/* First the run (its waits are skipped once something failed). */
 	short_run(px);
+	if (uring_here && !strstr(name, "uring"))
+		bad("auto did not choose io_uring");
 	for (int i = 0; i < 3 && k->not_in_name[i]; i++)
 		if (strstr(name, k->not_in_name[i]))
 			bad("auto chose an engine with '%s'", k->not_in_name[i]);
 	/* What auto must have built, where Linux AIO works here. */
-	px_proactor *laio = NULL;
-	if (k->in_name[0] && px_create(&laio, "linux-aio", NULL, 0) == 0) {
-		px_destroy(laio);
+	if (laio_here) {
 		for (int i = 0; i < 2 && k->in_name[i]; i++)
 			if (!strstr(name, k->in_name[i]))
 				bad("auto chose an engine without '%s'",
@@ -589,6 +1074,9 @@ static int child(const kase *k)
 	}
 	if (k->groups & G_WIPEONFORK)
 		fork_check();
+	if ((k->groups & G_RWFLAGS) && flags_refused(k->groups))
+		pipe_runs();
+	also_runs(k);
 	return failures ? 1 : 0;
 }
 #endif
