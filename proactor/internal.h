@@ -719,6 +719,11 @@ struct px_proc_spec {
 	const px_wait_desc *wait;
 	int intr;                  /* PX_INTR_* */
 	_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
+	/* Where a failing create may say which call failed ("eventfd:
+	 * Function not implemented"), for px_create's message; NULL or
+	 * why_len 0: nowhere. */
+	char *why;
+	size_t why_len;
 };
 typedef struct px_proc_spec px_proc_spec;
 

@@ -819,13 +819,19 @@ static int proc_build(const px_processor_config *cfg, px_provider **prov,
 
 	if (rc < 0)
 		return rc;
+	char why[256] = "";
+	spec.why = why;
+	spec.why_len = sizeof(why);
 	rc = spec.cls->ops->create(cfg, &spec, prov);
 	if (rc == 0)
 		(*prov)->vec_ops = spec.cls->vectored_ops & (*prov)->ops_mask;
 	if (rc < 0) {
-		char why[256];
-		bool known = spec.cls->explain &&
-			     spec.cls->explain(rc, why, sizeof(why));
+		/* The call that failed, where the create said (a provider's
+		 * own eventfd is named by neither the wait nor the
+		 * interrupt), else what the class makes of the error. */
+		bool known = why[0] ||
+			     (spec.cls->explain &&
+			      spec.cls->explain(rc, why, sizeof(why)));
 		/* EBUSY alone said nothing of the signal it is about: a
 		 * handler of the application's own is never replaced. */
 		if (!known && rc == -EBUSY && !strcmp(cfg->interrupt, "signal")) {

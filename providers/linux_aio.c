@@ -741,13 +741,15 @@ static int la_spill_set(px_laio *u, la_fd *fe, unsigned dirs)
 /* r, pending with its poll, waits in the set instead: 0.  Else -errno
  * and r stays where it was: the kernel is out of memory, refuses the
  * descriptor (EPERM: a regular file), or the number is not open
- * (EBADF). */
+ * (EBADF); or there is no set (ENOSYS: a kernel without epoll). */
 static int la_spill(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
 	unsigned bit = 1u << px__fdq_dir(r->c.op);
 	int rc;
 
+	if (u->spill_ep < 0)
+		return -ENOSYS;  /* no epoll here (la_create) */
 	rc = la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit);
 	if (rc < 0)
 		return rc;
@@ -1686,6 +1688,14 @@ static void la_destroy(px_provider *p)
 	free(u);
 }
 
+/* The call that kept the provider from being made, for px_create's
+ * message. */
+static void la_why(const px_proc_spec *spec, const char *call, int rc)
+{
+	if (spec->why_len)
+		snprintf(spec->why, spec->why_len, "%s: %s", call, strerror(-rc));
+}
+
 static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		     px_provider **out)
 {
@@ -1705,6 +1715,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	if (rc < 0) {
 		/* EAGAIN: fs.aio-max-nr used up (see the class's explain);
 		 * ENOSYS: no AIO in this kernel; EPERM: seccomp. */
+		if (rc != -EAGAIN)
+			la_why(spec, "io_setup", rc);
 		free(u);
 		return rc;
 	}
@@ -1736,7 +1748,14 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
 	if (u->spill_ep < 0) {
 		rc = -errno;
-		goto fail;
+		/* A kernel without epoll (CONFIG_EPOLL off), or a sandbox
+		 * that refuses it: no spill set, and every poll waits in the
+		 * context (la_spill), as before there was one.  The epoll
+		 * wait cannot do without it. */
+		if (epoll || (rc != -ENOSYS && rc != -EPERM)) {
+			la_why(spec, "epoll_create1", rc);
+			goto fail;
+		}
 	}
 	u->spill_reg.fd = u->spill_ep;
 
@@ -1753,6 +1772,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->resfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->resfd < 0) {
 			rc = -errno;
+			la_why(spec, "eventfd", rc);
 			goto fail;
 		}
 		rc = px__poller_epoll_create(in, &u->pl);
@@ -1766,6 +1786,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 		if (u->intr_fd < 0) {
 			rc = -errno;
+			la_why(spec, "eventfd", rc);
 			goto fail;
 		}
 		u->nintr.ops = &px__intr_laio_ops;

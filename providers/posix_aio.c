@@ -759,6 +759,11 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		break;
 	}
 	if (rc < 0) {
+		/* The aiocb and callback waits fail for their eventfd, or
+		 * for memory. */
+		if (p->kind != PX_PAIO_SIGWAIT && rc != -ENOMEM && spec->why_len)
+			snprintf(spec->why, spec->why_len, "eventfd: %s",
+				 strerror(-rc));
 		px__fdq_fini(&p->fdq);
 		free(p);
 		return rc;

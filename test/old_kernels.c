@@ -37,8 +37,8 @@
  *   - preadv2 and pwritev2 with ENOSYS: a kernel before 4.6, which glibc
  *     answers with EOPNOTSUPP as soon as a flag is given;
  *   - eventfd alone with ENOSYS, and engines named explicitly, each made
- *     and run or refused with a message: io_uring's dedicated ring, its
- *     team with epoll, epoll and Linux AIO;
+ *     and run or refused with a message that names eventfd: io_uring's
+ *     dedicated ring, its team with epoll, epoll, Linux AIO, POSIX AIO;
  *   - io_uring_setup with EINVAL for IORING_SETUP_COOP_TASKRUN (before
  *     5.19), and for it and IORING_SETUP_SUBMIT_ALL (before 5.18): these
  *     flags are in a structure seccomp cannot read, so those two cases
@@ -159,6 +159,8 @@ typedef struct kase {
 	const char *also[8];
 	/* io_uring setup flags refused with EINVAL (the wrap below) */
 	unsigned uring_flags;
+	/* what the message of each also engine refused must name */
+	const char *also_why;
 } kase;
 
 /* io_uring_setup's flags are in a structure seccomp cannot read, so the
@@ -201,33 +203,33 @@ int __wrap_io_uring_queue_init_params(unsigned entries, struct io_uring *ring,
 
 static const kase cases[] = {
 	{"no io_uring (ENOSYS)", G_URING, ENOSYS, {"uring", NULL},
-	 {"uring", NULL}, LAIO_TEAM, ENOSYS, {NULL}, 0},
+	 {"uring", NULL}, LAIO_TEAM, ENOSYS, {NULL}, 0, NULL},
 	{"io_uring refused (EPERM)", G_URING, EPERM, {"uring", NULL},
-	 {"uring", NULL}, LAIO_TEAM, EPERM, {NULL}, 0},
+	 {"uring", NULL}, LAIO_TEAM, EPERM, {NULL}, 0, NULL},
 	{"io_uring_setup out of locked memory (ENOMEM)", G_URING_SETUP, ENOMEM,
-	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0},
+	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0, NULL},
 	{"io_uring_register refused (EINVAL: no opcode probe before 5.6)",
 	 G_URING_REGISTER, EINVAL, {"uring", NULL}, {"uring", NULL}, LAIO_TEAM,
-	 ENOSYS, {NULL}, 0},
+	 ENOSYS, {NULL}, 0, NULL},
 	/* The probe failing for want of memory says nothing of what the
 	 * kernel offers: ENOMEM, not ENOSYS. */
 	{"io_uring_register out of memory (ENOMEM)", G_URING_REGISTER, ENOMEM,
-	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0},
+	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0, NULL},
 	/* Linux AIO cannot have its team: it does everything alone. */
 	{"no io_uring, no epoll (ENOSYS)", G_URING | G_EPOLL, ENOSYS,
 	 {"uring", "epoll", NULL}, {"uring", "secondary", "epoll"},
-	 {"provider=linux_aio", NULL}, ENOSYS, {NULL}, 0},
+	 {"provider=linux_aio", NULL}, ENOSYS, {NULL}, 0, NULL},
 	{"no io_uring, no Linux AIO (ENOSYS)", G_URING | G_AIO, ENOSYS,
 	 {"uring", "linux-aio", NULL}, {"uring", "linux_aio", NULL}, {NULL},
-	 ENOSYS, {NULL}, 0},
+	 ENOSYS, {NULL}, 0, NULL},
 	{"no io_uring, no Linux AIO, no eventfd (ENOSYS)",
 	 G_URING | G_AIO | G_EVENTFD, ENOSYS, {"uring", "linux-aio", NULL},
-	 {"uring", "linux_aio", "eventfd"}, {NULL}, ENOSYS, {NULL}, 0},
+	 {"uring", "linux_aio", "eventfd"}, {NULL}, ENOSYS, {NULL}, 0, NULL},
 	{"no io_uring, no Linux AIO, no epoll (ENOSYS)",
 	 G_URING | G_AIO | G_EPOLL, ENOSYS, {"uring", "linux-aio", "epoll"},
-	 {"uring", "linux_aio", "epoll"}, {NULL}, ENOSYS, {NULL}, 0},
+	 {"uring", "linux_aio", "epoll"}, {NULL}, ENOSYS, {NULL}, 0, NULL},
 	{"madvise(MADV_WIPEONFORK) refused (EINVAL: before 4.14)", G_WIPEONFORK,
-	 EINVAL, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0},
+	 EINVAL, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0, NULL},
 	/* eventfd alone missing: io_uring's dedicated ring goes without its
 	 * kick, a team of io_uring and epoll without the ready descriptor
 	 * io_uring's lead registers with its ring, and the others' default
@@ -236,25 +238,25 @@ static const kase cases[] = {
 	 {NULL}, 0,
 	 {"uring-dedicated", "epoll", "epoll-dedicated", "linux-aio",
 	  "provider=uring ops=file ; secondary: provider=select wait=epoll "
-	  "interrupt=pipe", POSIX_AIO, POSIX_AIO_SIGWAIT}, 0},
+	  "interrupt=pipe", POSIX_AIO, POSIX_AIO_SIGWAIT}, 0, "eventfd"},
 	/* Linux 5.18 knew SUBMIT_ALL, not COOP_TASKRUN; 5.11 to 5.17 neither.
 	 * Each is dropped: auto is still io_uring, and so is a ring that asks
 	 * for COOP_TASKRUN by name. */
 	{"io_uring_setup without COOP_TASKRUN (EINVAL: before 5.19)", 0,
 	 EINVAL, {NULL}, {NULL}, {NULL}, 0,
 	 {"uring-dedicated", "uring ring_flags=coop_taskrun", "uring rings=1"},
-	 OK_COOP_TASKRUN},
+	 OK_COOP_TASKRUN, NULL},
 	{"io_uring_setup without COOP_TASKRUN, SUBMIT_ALL (EINVAL: before "
 	 "5.18)", 0, EINVAL, {NULL}, {NULL}, {NULL}, 0,
 	 {"uring-dedicated", "uring ring_flags=coop_taskrun", "uring rings=1"},
-	 OK_COOP_TASKRUN | OK_SUBMIT_ALL},
+	 OK_COOP_TASKRUN | OK_SUBMIT_ALL, NULL},
 	{"pwritev2 without RWF_NOSIGNAL (EOPNOTSUPP: before 6.18)", G_NOSIGNAL,
-	 EOPNOTSUPP, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0},
+	 EOPNOTSUPP, {NULL}, {NULL}, {NULL}, 0, {NULL}, 0, NULL},
 	{"preadv2/pwritev2 without RWF_NOWAIT and RWF_NOSIGNAL (EOPNOTSUPP: "
 	 "before 4.14)", G_NOWAIT, EOPNOTSUPP, {NULL}, {NULL}, {NULL}, 0,
-	 {NULL}, 0},
+	 {NULL}, 0, NULL},
 	{"no preadv2/pwritev2 (ENOSYS: before 4.6)", G_RWV2, ENOSYS, {NULL},
-	 {NULL}, {NULL}, 0, {NULL}, 0},
+	 {NULL}, {NULL}, 0, {NULL}, 0, NULL},
 };
 
 static int failures;
@@ -968,6 +970,10 @@ static void also_runs(const kase *k)
 				if (err[0] == 0)
 					bad("'%s' failed (%s) without a message",
 					    eng, px_strerror(rc));
+				else if (k->also_why &&
+					 !strstr(err, k->also_why))
+					bad("'%s': the message does not name %s",
+					    eng, k->also_why);
 			} else {
 				printf("  '%s' made: %s\n", eng,
 				       px_engine_name(px));
