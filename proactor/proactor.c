@@ -187,6 +187,67 @@ static void fac_auto_team(struct px_proactor *px,
 	p->vec_ops = p->prov->vec_ops & p->ops;
 }
 
+/* Operations on one descriptor and direction run in start order
+ * (proactor.h), but only within one processor: each keeps its own
+ * per-descriptor queues, so a team whose processors share out the socket
+ * operations of one direction started a write on the secondary while a
+ * connect the primary had queued before it had not even been made (EPIPE
+ * on io_uring), and a stream read overtook a datagram read started
+ * before it.  Such a team is refused, naming who takes what.  Files are
+ * in no such queue and may go anywhere. */
+#define FAC_READ_DIR                                                           \
+	(PX_OP_BIT(PX_OP_READ_STREAM) | PX_OP_BIT(PX_OP_READ_DGRAM) |          \
+	 PX_OP_BIT(PX_OP_ACCEPT))
+#define FAC_WRITE_DIR                                                          \
+	(PX_OP_BIT(PX_OP_WRITE_STREAM) | PX_OP_BIT(PX_OP_WRITE_DGRAM) |        \
+	 PX_OP_BIT(PX_OP_CONNECT))
+
+static void fac_op_list(char *buf, size_t len, uint32_t mask)
+{
+	size_t pos = 0;
+
+	buf[0] = '\0';
+	for (int op = 0; op < PX_OP_POST && pos < len; op++) {
+		if (!(mask & PX_OP_BIT(op)))
+			continue;
+		int w = snprintf(buf + pos, len - pos, "%s%s", pos ? "," : "",
+				 px_op_name((px_op)op));
+		if (w < 0)
+			break;
+		pos += (size_t)w;
+	}
+}
+
+static int fac_check_split(const struct px_proactor *px, char *err,
+			   size_t errlen)
+{
+	static const uint32_t dirs[2] = { FAC_READ_DIR, FAC_WRITE_DIR };
+	static const char *const names[2] = { "read", "write" };
+
+	if (px->nproc < 2)
+		return 0;
+	/* What each processor is routed: the first whose mask has it. */
+	uint32_t first = px->proc[0]->ops;
+	uint32_t second = px->proc[1]->ops & ~first;
+	for (int d = 0; d < 2; d++) {
+		if (!(first & dirs[d]) || !(second & dirs[d]))
+			continue;
+		char a[96], b[96];
+		fac_op_list(a, sizeof(a), first & dirs[d]);
+		fac_op_list(b, sizeof(b), second & dirs[d]);
+		px__set_err(err, errlen,
+			   "the two processors share out the %s operations of a "
+			   "socket (the primary takes %s, the secondary %s), so "
+			   "their order on one descriptor could not be kept: "
+			   "give read_stream, read_dgram and accept to one "
+			   "processor, and write_stream, write_dgram and connect "
+			   "to one (ops=socket or ops=file on the primary, say)",
+			   names[d], a, b);
+		return -EINVAL;
+	}
+	return 0;
+}
+
 static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		    size_t errlen)
 {
@@ -241,6 +302,11 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 		px__set_err(err, errlen, "the configuration names no processor");
 		fac_free(px);
 		return -EINVAL;
+	}
+	int src = fac_check_split(px, err, errlen);
+	if (src < 0) {
+		fac_free(px);
+		return src;
 	}
 	px__alloc_init(&px->alloc, priv);
 	px_config_format(&px->cfg, px->engine, sizeof(px->engine));
