@@ -313,8 +313,16 @@ static void proc_of(h_fx *f, px_op op, char *provider, size_t n, bool *streams)
 	const px_processor_config *pc = h_proc_for(f, op, &cfg);
 
 	snprintf(provider, n, "%s", pc->provider);
-	if (streams)
-		*streams = !pc->ops || (pc->ops & PX_OP_BIT(PX_OP_READ_STREAM));
+	/* Stream reads reach this processor only if none before it takes
+	 * them (in "provider=select wait=epoll ops=socket ; secondary:
+	 * provider=uring" the file processor's ops say streams, but the
+	 * primary gets them). */
+	if (streams) {
+		px_config cfg2;
+		const px_processor_config *ps =
+			h_proc_for(f, PX_OP_READ_STREAM, &cfg2);
+		*streams = (pc == &cfg.primary) == (ps == &cfg2.primary);
+	}
 }
 
 /* Whether file operations have a vectored form here (not POSIX AIO). */
