@@ -229,6 +229,21 @@ static int fac_check_split(const struct px_proactor *px, char *err,
 	/* What each processor is routed: the first whose mask has it. */
 	uint32_t first = px->proc[0]->ops;
 	uint32_t second = px->proc[1]->ops & ~first;
+	if (!second) {
+		/* Nothing would ever reach it (overlapping lists, or a
+		 * primary that does all): a processor, and with
+		 * processor=dedicated a thread, for nothing, as silent as
+		 * an ops= its provider cannot do, which is refused too. */
+		char a[160];
+		fac_op_list(a, sizeof(a), px->proc[1]->ops);
+		px__set_err(err, errlen,
+			   "secondary: no operation would reach it: the "
+			   "primary comes first and takes all of the "
+			   "secondary's (%s); narrow the primary's ops= "
+			   "(ops=file, say) or leave the secondary out",
+			   a);
+		return -EINVAL;
+	}
 	for (int d = 0; d < 2; d++) {
 		if (!(first & dirs[d]) || !(second & dirs[d]))
 			continue;

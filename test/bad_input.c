@@ -588,6 +588,28 @@ static void config_team_splits_a_direction(void **state)
 	}
 }
 
+/* A secondary that no operation can reach (the primary takes all of its
+ * operations first: overlapping lists, or a primary that does all) was
+ * created all the same, a processor (and with processor=dedicated a
+ * thread) for nothing, where an ops= its provider cannot do is refused.
+ * Refused now, with a message naming the secondary's operations (fixed
+ * problem 128). */
+static void config_team_secondary_gets_nothing(void **state)
+{
+	(void)state;
+	const char *none[] = {"secondary: no operation would reach it",
+			      "read_file,write_file", NULL};
+	expect_config_error("provider=select wait=epoll ops=all ; secondary: "
+			    "provider=select wait=poll ops=file",
+			    none);
+	const char *all[] = {"secondary: no operation would reach it",
+			     "read_stream", "connect", NULL};
+	expect_config_error("provider=select wait=epoll ; secondary: "
+			    "provider=select wait=poll processor=dedicated",
+			    all);
+	expect_config_error("auto ; secondary: provider=select wait=poll", all);
+}
+
 /* The header: secondary.processor = PX_PROCESSOR_NONE means no secondary,
  * whatever the other fields of the secondary say. */
 static void config_struct_secondary_none(void **state)
@@ -761,6 +783,7 @@ int bad_input_run(void)
 		T(config_invalid_combination),
 		T(config_struct_secondary_none),
 		T(config_team_splits_a_direction),
+		T(config_team_secondary_gets_nothing),
 	};
 	return cmocka_run_group_tests_name("bad_input", tests, NULL, NULL);
 }
