@@ -1664,7 +1664,10 @@ static void signal_interrupt_disposition_changed(void **state)
 		h_rec *r = h_rec_new(f);
 		uint64_t t0 = h_now_ms();
 		assert_int_equal(px_post(f->px, h_rec_cb, r), 0);
-		uint64_t dl = h_deadline(2000);
+		/* About a second at most on a quiet machine (974 ms
+		 * seen); the rest is room for a loaded one.  What it
+		 * tells apart is a post that never runs. */
+		uint64_t dl = h_deadline(4000);
 		while (!h_rec_done(r) && h_now_ms() < dl)
 			h_sleep_ms(1);
 		uint64_t ms = h_now_ms() - t0;
@@ -1677,7 +1680,7 @@ static void signal_interrupt_disposition_changed(void **state)
 		      "after at most %llu ms\n", signo,
 		      (unsigned long long)worst);
 	if (late)
-		fail_msg("%d of 6 posts did not run within 2 s with signal "
+		fail_msg("%d of 6 posts did not run within 4 s with signal "
 			 "%d ignored", late, signo);
 	assert_int_equal(atomic_load(&rd->calls), 0);
 }
