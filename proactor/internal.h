@@ -802,6 +802,12 @@ int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
  * ThreadSanitizer's sight like the calls above. */
 int px__sys_epoll_ctl(int epfd, int op, int fd,
 		      struct epoll_event *ev) PX_HIDDEN;
+/* rt_tgsigqueueinfo(2), which glibc does not wrap: the POSIX AIO sigwait
+ * wait's handler hands a stray signal on to the leader's thread with it
+ * (wait_strategies/sigwait.c).  A function of its own so that a test can
+ * wrap it at link time (test_posix_aio).  Async-signal-safe. */
+int px__sys_rt_tgsigqueueinfo(pid_t tgid, pid_t tid, int sig,
+			      siginfo_t *si) PX_HIDDEN;
 /* The default max_aio of a provider whose in-flight operations are not
  * bounded by a kernel resource: RLIMIT_NOFILE-scale, at least 65536
  * (docs/ARCHITECTURE.md, "max_aio"). */

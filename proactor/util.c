@@ -95,6 +95,11 @@ int px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 	return (int)syscall(SYS_epoll_ctl, epfd, op, fd, ev);
 }
 
+int px__sys_rt_tgsigqueueinfo(pid_t tgid, pid_t tid, int sig, siginfo_t *si)
+{
+	return (int)syscall(SYS_rt_tgsigqueueinfo, tgid, tid, sig, si);
+}
+
 int px__sys_epoll_pwait(int epfd, struct epoll_event *ev, int max,
 			int timeout_ms, const sigset_t *mask)
 {

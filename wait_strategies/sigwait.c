@@ -109,7 +109,7 @@ static void sigw_handler(int signo, siginfo_t *si, void *uc)
 		fw.si_pid = getpid();
 		fw.si_uid = getuid();
 		fw.si_value = si->si_value;
-		(void)syscall(SYS_rt_tgsigqueueinfo, getpid(), to, signo, &fw);
+		(void)px__sys_rt_tgsigqueueinfo(getpid(), to, signo, &fw);
 	}
 	atomic_fetch_sub(&sigw_handing[signo], 1);
 	errno = saved;
