@@ -932,48 +932,82 @@ static const struct {
 	{"linux-aio+epoll", true}, {"uring", false},
 };
 
-/* Each engine in a process of its own: a SIGPIPE that kills it is this
- * engine's failure, and the next engine still runs. */
+/* Run body(eng, arg) in a process of its own (a signal that kills it is
+ * that engine's failure, and the next engine still runs), with a 40 s
+ * alarm; it exits 1 when it counted failures, unless body exits first. */
+static void in_child(const char *eng,
+		     void (*body)(const char *eng, const void *arg),
+		     const void *arg)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		bad("fork: %s", strerror(errno));
+		return;
+	}
+	if (pid == 0) {
+		alarm(40);
+		failures = 0;
+		body(eng, arg);
+		fflush(NULL);
+		_exit(failures ? 1 : 0);
+	}
+	int st;
+	if (waitpid(pid, &st, 0) != pid)
+		bad("waitpid: %s", strerror(errno));
+	else if (WIFSIGNALED(st))
+		bad("'%s' was killed by signal %d (%s)", eng, WTERMSIG(st),
+		    strsignal(WTERMSIG(st)));
+	else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		bad("'%s' failed", eng);
+}
+
+static void pipe_run(const char *eng, const void *arg)
+{
+	bool sigpipe = *(const bool *)arg;
+	px_proactor *px = NULL;
+	char err[256] = "";
+	int rc = px_create(&px, eng, err, sizeof err);
+	if (rc < 0) {
+		printf("  '%s' not here (%s: %s)\n", eng, px_strerror(rc), err);
+		fflush(stdout);
+		_exit(rc == -ENOSYS || rc == -EPERM || rc == -EAGAIN ||
+		      rc == -EINVAL ? 0 : 1);
+	}
+	if (sigpipe)
+		pipe_reader_gone(px, eng);
+	pipe_data(px, eng);  /* destroys px */
+	if (failures == 0)
+		printf("  '%s': pipes ok\n", eng);
+}
+
+/* Each engine's pipe run. */
 static void pipe_runs(void)
 {
 	size_t n = sizeof pipe_engines / sizeof pipe_engines[0];
-	for (size_t i = 0; i < n; i++) {
-		const char *eng = pipe_engines[i].text;
-		fflush(NULL);
-		pid_t pid = fork();
-		if (pid < 0) {
-			bad("fork: %s", strerror(errno));
-			return;
-		}
-		if (pid == 0) {
-			alarm(40);
-			failures = 0;
-			px_proactor *px = NULL;
-			char err[256] = "";
-			int rc = px_create(&px, eng, err, sizeof err);
-			if (rc < 0) {
-				printf("  '%s' not here (%s: %s)\n", eng,
-				       px_strerror(rc), err);
-				fflush(stdout);
-				_exit(rc == -ENOSYS || rc == -EPERM ||
-				      rc == -EAGAIN || rc == -EINVAL ? 0 : 1);
-			}
-			if (pipe_engines[i].sigpipe)
-				pipe_reader_gone(px, eng);
-			pipe_data(px, eng);  /* destroys px */
-			if (failures == 0)
-				printf("  '%s': pipes ok\n", eng);
-			fflush(NULL);
-			_exit(failures ? 1 : 0);
-		}
-		int st;
-		if (waitpid(pid, &st, 0) != pid)
-			bad("waitpid: %s", strerror(errno));
-		else if (WIFSIGNALED(st))
-			bad("'%s': the pipe run was killed by signal %d (%s)",
-			    eng, WTERMSIG(st), strsignal(WTERMSIG(st)));
-		else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			bad("'%s': the pipe run failed", eng);
+	for (size_t i = 0; i < n; i++)
+		in_child(pipe_engines[i].text, pipe_run,
+			 &pipe_engines[i].sigpipe);
+}
+
+static void also_run(const char *eng, const void *arg)
+{
+	const kase *k = arg;
+	px_proactor *px = NULL;
+	char err[256] = "";
+	int rc = px_create(&px, eng, err, sizeof err);
+	if (rc < 0) {
+		printf("  '%s' refused: %s (%s)\n", eng, px_strerror(rc), err);
+		if (err[0] == 0)
+			bad("'%s' failed (%s) without a message", eng,
+			    px_strerror(rc));
+		else if (k->also_why && !strstr(err, k->also_why))
+			bad("'%s': the message does not name %s", eng,
+			    k->also_why);
+	} else {
+		printf("  '%s' made: %s\n", eng, px_engine_name(px));
+		fflush(stdout);
+		short_run(px);  /* destroys px */
 	}
 }
 
@@ -981,47 +1015,8 @@ static void pipe_runs(void)
  * run; refused, a message. */
 static void also_runs(const kase *k)
 {
-	for (int i = 0; i < 8 && k->also[i]; i++) {
-		const char *eng = k->also[i];
-		fflush(NULL);
-		pid_t pid = fork();
-		if (pid < 0) {
-			bad("fork: %s", strerror(errno));
-			return;
-		}
-		if (pid == 0) {
-			alarm(40);
-			failures = 0;
-			px_proactor *px = NULL;
-			char err[256] = "";
-			int rc = px_create(&px, eng, err, sizeof err);
-			if (rc < 0) {
-				printf("  '%s' refused: %s (%s)\n", eng,
-				       px_strerror(rc), err);
-				if (err[0] == 0)
-					bad("'%s' failed (%s) without a message",
-					    eng, px_strerror(rc));
-				else if (k->also_why &&
-					 !strstr(err, k->also_why))
-					bad("'%s': the message does not name %s",
-					    eng, k->also_why);
-			} else {
-				printf("  '%s' made: %s\n", eng,
-				       px_engine_name(px));
-				fflush(stdout);
-				short_run(px);  /* destroys px */
-			}
-			fflush(NULL);
-			_exit(failures ? 1 : 0);
-		}
-		int st;
-		if (waitpid(pid, &st, 0) != pid)
-			bad("waitpid: %s", strerror(errno));
-		else if (WIFSIGNALED(st))
-			bad("'%s' was killed by signal %d", eng, WTERMSIG(st));
-		else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			bad("'%s' failed", eng);
-	}
+	for (int i = 0; i < 8 && k->also[i]; i++)
+		in_child(k->also[i], also_run, k);
 }
 
 /* ---- one case, in a child ------------------------------------------- */
