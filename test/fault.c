@@ -772,6 +772,369 @@ static void read_on_dup_after_other_number_idles(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Stream sockets at their edges                                        */
+/* ------------------------------------------------------------------ */
+
+/*
+ * End of stream, exactly once per read: TCP and AF_UNIX stream, the peer
+ * ending with shutdown(SHUT_WR) or with close(2), after 3 bytes.  Two
+ * reads are pending when it comes: the first gets the 3 bytes, the second
+ * the end (0 bytes, error 0); two reads started afterwards get the end
+ * again, at once; none is called twice.
+ */
+static void eof_pending_and_later_reads(void **state)
+{
+	h_fx *f = *state;
+	static const char *kinds[] = {"TCP, peer shutdown(SHUT_WR)",
+				      "TCP, peer close",
+				      "AF_UNIX stream, peer shutdown(SHUT_WR)",
+				      "AF_UNIX stream, peer close"};
+	for (int kind = 0; kind < 4; kind++) {
+		int c, s;
+		if (kind < 2) {
+			tcp_pair(f, &c, &s, 0, 0);
+		} else {
+			int sv[2];
+			h_socketpair(f, sv);
+			c = sv[0];
+			s = sv[1];
+		}
+		char *buf = h_alloc(f, 4 * 64);
+		h_rec *r[4];
+		for (int i = 0; i < 4; i++)
+			r[i] = h_rec_new(f);
+		for (int i = 0; i < 2; i++)
+			assert_int_equal(px_read_stream(f->px, s, buf + 64 * i, 64,
+							h_rec_cb, r[i]), 0);
+		h_settle(f, 20);
+		assert_false(h_rec_done(r[0]));
+		assert_int_equal(send(c, "abc", 3, MSG_NOSIGNAL), 3);
+		if (kind & 1)
+			h_close(f, c);
+		else
+			assert_int_equal(shutdown(c, SHUT_WR), 0);
+		h_wait_rec(f, r[0], 5000, kinds[kind]);
+		h_wait_rec(f, r[1], 5000, kinds[kind]);
+		for (int i = 2; i < 4; i++) {
+			assert_int_equal(px_read_stream(f->px, s, buf + 64 * i,
+							64, h_rec_cb, r[i]), 0);
+			h_wait_rec(f, r[i], 5000, kinds[kind]);
+		}
+		h_settle(f, 20);
+		for (int i = 0; i < 4; i++) {
+			assert_once(r[i], PX_OP_READ_STREAM, s);
+			if (r[i]->c.error != 0 || r[i]->c.bytes != (i ? 0u : 3u))
+				fail_msg("%s: read %d (%s) completed with error "
+					 "%d (%s), %zu bytes; expected %s", kinds[kind],
+					 i + 1, i < 2 ? "pending" : "started after",
+					 r[i]->c.error, strerror(r[i]->c.error),
+					 r[i]->c.bytes, i ? "the end of stream"
+						      : "the 3 bytes");
+		}
+		assert_memory_equal(buf, "abc", 3);
+	}
+}
+
+/* A connected TCP pair (small buffers on the client when small) made
+ * without the fixture, for a forked child. */
+static int child_tcp_pair(int *c, int *s, bool small)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET};
+	socklen_t al = sizeof a;
+	int sz = 32768;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (l < 0)
+		return -1;
+	if (small)
+		setsockopt(l, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+	if (bind(l, (struct sockaddr *)&a, al) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&a, &al) < 0)
+		return -1;
+	*c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (small)
+		setsockopt(*c, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	if (*c < 0 || connect(*c, (struct sockaddr *)&a, al) < 0)
+		return -1;
+	*s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	close(l);
+	return *s < 0 ? -1 : 0;
+}
+
+/* Pump px until r completed or ms passed (a forked child's loop). */
+static bool child_wait(px_proactor *px, h_rec *r, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!h_rec_done(r) && h_now_ms() < dl)
+		px_handle_events(px, 10);
+	return h_rec_done(r);
+}
+
+/*
+ * One child of peer_gone_sigpipe_default: SIGPIPE at its default
+ * disposition, a proactor of its own, an 8 MiB px_write_stream_all to a
+ * peer that does not read (and, kinds 0 and 1, a read pending beside it);
+ * then the peer goes:
+ *   0  TCP, the peer closes with a reset (SO_LINGER 0);
+ *   1  AF_UNIX stream, the peer closes with data unread (the kernel then
+ *      reports ECONNRESET on this side);
+ *   2  TCP, the peer reads 64 KiB, stops, and closes with data unread;
+ *   3  TCP, the peer drains what came and closes (FIN first: the sends
+ *      after it are answered with a reset);
+ *   4  AF_UNIX stream, the peer reads 64 KiB, stops, and closes.
+ * The kernel reports a reset once, to whichever call asks first: the
+ * read ends with ECONNRESET or, when the write took it, with the end of
+ * the stream; the write with ECONNRESET or EPIPE, fewer bytes than asked
+ * and at least what the peer read; at least one of them says
+ * ECONNRESET in kinds 0 and 1.  A write started afterwards fails the
+ * same way.  Exit 0, or 1 with a message on stdout.
+ */
+static int peer_gone_child(int kind)
+{
+	enum { LEN = 8 << 20, PEEK = 64 << 10 };
+	static const char *what[] = {"TCP reset", "AF_UNIX close, data unread",
+				     "TCP peer stopped reading, closed",
+				     "TCP peer drained, closed",
+				     "AF_UNIX peer stopped reading, closed"};
+	signal(SIGPIPE, SIG_DFL);
+	px_proactor *px;
+	char err[256];
+	if (px_create_config(&px, &h_cfg, err, sizeof err) < 0) {
+		printf("child: px_create_config: %s\n", err);
+		return 1;
+	}
+	int c, s, bad = 0;
+	bool tcp = kind == 0 || kind == 2 || kind == 3;
+	if (tcp) {
+		if (child_tcp_pair(&c, &s, true) < 0) {
+			printf("child: TCP pair: %s\n", strerror(errno));
+			return 1;
+		}
+	} else {
+		int sv[2];
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+			return 1;
+		c = sv[0];
+		s = sv[1];
+	}
+	uint8_t *out = calloc(1, LEN), *in = malloc(PEEK);
+	static char rbuf[64];
+	h_rec r, w, w2;
+	memset(&r, 0, sizeof r);
+	memset(&w, 0, sizeof w);
+	memset(&w2, 0, sizeof w2);
+	if (!out || !in)
+		return 1;
+	if (kind == 1 && write(c, "unread", 6) != 6)
+		return 1;
+	if (kind <= 1 && px_read_stream(px, c, rbuf, sizeof rbuf, h_rec_cb, &r))
+		return 1;
+	if (px_write_stream_all(px, c, out, LEN, h_rec_cb, &w))
+		return 1;
+	uint64_t dl = h_deadline(50);
+	while (h_now_ms() < dl)
+		px_handle_events(px, 10);
+	if (h_rec_done(&w) || h_rec_done(&r)) {
+		printf("child: %s: an operation ended before the peer went\n",
+		       what[kind]);
+		return 1;
+	}
+	size_t peer_got = 0;
+	if (kind >= 2) {
+		/* The peer reads (or drains) while the write goes on. */
+		fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
+		dl = h_deadline(3000);
+		while (peer_got < PEEK && h_now_ms() < dl) {
+			ssize_t n = read(s, in, PEEK - peer_got);
+			if (n > 0)
+				peer_got += (size_t)n;
+			else
+				px_handle_events(px, 1);
+		}
+		for (ssize_t n; kind == 3 && (n = read(s, in, PEEK)) > 0;)
+			peer_got += (size_t)n;
+	}
+	if (kind == 0) {
+		struct linger lg = {1, 0};
+		setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	}
+	close(s);
+	if (!child_wait(px, &w, 5000) || (kind <= 1 && !child_wait(px, &r, 5000))) {
+		printf("child: %s: the %s did not end within 5 s\n", what[kind],
+		       h_rec_done(&w) ? "read" : "write-all");
+		return 1;
+	}
+	if (px_write_stream(px, c, out, 100, h_rec_cb, &w2) ||
+	    !child_wait(px, &w2, 5000)) {
+		printf("child: %s: a later write did not end\n", what[kind]);
+		return 1;
+	}
+	dl = h_deadline(20);
+	while (h_now_ms() < dl)
+		px_handle_events(px, 10);
+	if (atomic_load(&w.calls) != 1 || atomic_load(&w2.calls) != 1 ||
+	    (kind <= 1 && atomic_load(&r.calls) != 1)) {
+		printf("child: %s: callbacks: write %d, read %d, later write "
+		       "%d\n", what[kind], atomic_load(&w.calls),
+		       atomic_load(&r.calls), atomic_load(&w2.calls));
+		bad++;
+	}
+	if ((w.c.error != ECONNRESET && w.c.error != EPIPE) ||
+	    w.c.bytes >= LEN || w.c.bytes < peer_got) {
+		printf("child: %s: the write-all ended with error %d (%s), %zu "
+		       "bytes (the peer read %zu); expected ECONNRESET or EPIPE\n",
+		       what[kind], w.c.error, strerror(w.c.error), w.c.bytes,
+		       peer_got);
+		bad++;
+	}
+	if (kind <= 1) {
+		bool eos = r.c.error == 0 && r.c.bytes == 0;
+		if ((r.c.error != ECONNRESET && !eos) ||
+		    (r.c.error != ECONNRESET && w.c.error != ECONNRESET)) {
+			printf("child: %s: the read ended with error %d (%s), "
+			       "%zu bytes, the write with %d (%s): the reset "
+			       "was not reported\n", what[kind], r.c.error,
+			       strerror(r.c.error), r.c.bytes, w.c.error,
+			       strerror(w.c.error));
+			bad++;
+		}
+	}
+	if ((w2.c.error != EPIPE && w2.c.error != ECONNRESET) || w2.c.bytes) {
+		printf("child: %s: a later write ended with error %d (%s), %zu "
+		       "bytes\n", what[kind], w2.c.error, strerror(w2.c.error),
+		       w2.c.bytes);
+		bad++;
+	}
+	px_destroy(px);
+	close(c);
+	fflush(stdout);
+	return bad ? 1 : 0;
+}
+
+/* Peers that go while a write-all (and a read) is pending, with SIGPIPE
+ * at its default disposition: each kind of peer_gone_child in a forked
+ * child, so that a SIGPIPE shows as a failure. */
+static void peer_gone_sigpipe_default(void **state)
+{
+	h_fx *f = *state;
+	/* The children make proactors of their own: fork without the
+	 * fixture's (sigpipe_default_disposition says why). */
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	fflush(stdout);
+	for (int kind = 0; kind < 5; kind++) {
+		pid_t pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0)
+			_exit(peer_gone_child(kind));
+		int st;
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (WIFSIGNALED(st))
+			fail_msg("kind %d: the child died of signal %d (%s)",
+				 kind, WTERMSIG(st), strsignal(WTERMSIG(st)));
+		if (WEXITSTATUS(st) != 0)
+			fail_msg("kind %d: the child exited with %d (its "
+				 "message above)", kind, WEXITSTATUS(st));
+	}
+}
+
+/* CPU seconds of this process so far. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/*
+ * TCP urgent data (send with MSG_OOB) beside a stream read.  Linux takes
+ * the urgent byte out of the stream (unless SO_OOBINLINE) and reports it
+ * with POLLPRI, not POLLIN, so a read must neither end on it nor spin:
+ *   - the urgent byte alone, read pending: over 150 ms the read stays
+ *     pending and the process uses under a third of a CPU; in-band bytes
+ *     sent next complete it;
+ *   - "ab", urgent "!", "cd": two reads get "ab" and "cd";
+ *   - the urgent byte then the end of the stream: the read gets the end;
+ *   - SO_OOBINLINE: the read gets the byte.
+ */
+static void tcp_urgent_data(void **state)
+{
+	h_fx *f = *state;
+	int c, s;
+	char *buf = h_alloc(f, 4 * 64);
+	h_rec *r = h_rec_new(f);
+
+	tcp_pair(f, &c, &s, 0, 0);
+	assert_int_equal(px_read_stream(f->px, s, buf, 64, h_rec_cb, r), 0);
+	h_settle(f, 20);
+	assert_int_equal(send(c, "!", 1, MSG_OOB), 1);
+	h_settle(f, 20);
+	double c0 = cpu_s();
+	uint64_t t0 = h_now_ms();
+	h_settle(f, 150);
+	double used = cpu_s() - c0, wall = (double)(h_now_ms() - t0) / 1e3;
+	if (h_rec_done(r))
+		fail_msg("a read ended (error %d, %zu bytes) with only an urgent "
+			 "byte there", r->c.error, r->c.bytes);
+	if (used > wall / 3)
+		fail_msg("spun: %.3f CPU seconds in %.3f s with a read waiting "
+			 "beside an urgent byte", used, wall);
+	assert_int_equal(send(c, "zz", 2, 0), 2);
+	h_wait_rec(f, r, 5000, "a read after an urgent byte");
+	assert_once(r, PX_OP_READ_STREAM, s);
+	expect_error(r, 0, "a read after an urgent byte");
+	assert_int_equal(r->c.bytes, 2);
+	assert_memory_equal(buf, "zz", 2);
+
+	/* Around the urgent byte. */
+	h_rec *a = h_rec_new(f), *b = h_rec_new(f);
+	assert_int_equal(send(c, "ab", 2, 0), 2);
+	assert_int_equal(send(c, "!", 1, MSG_OOB), 1);
+	assert_int_equal(send(c, "cd", 2, 0), 2);
+	h_settle(f, 20);
+	assert_int_equal(px_read_stream(f->px, s, buf + 64, 64, h_rec_cb, a), 0);
+	h_wait_rec(f, a, 5000, "a read before the urgent mark");
+	assert_int_equal(px_read_stream(f->px, s, buf + 128, 64, h_rec_cb, b), 0);
+	h_wait_rec(f, b, 5000, "a read after the urgent mark");
+	expect_error(a, 0, "a read before the urgent mark");
+	expect_error(b, 0, "a read after the urgent mark");
+	if (a->c.bytes != 2 || memcmp(buf + 64, "ab", 2) != 0 ||
+	    b->c.bytes != 2 || memcmp(buf + 128, "cd", 2) != 0)
+		fail_msg("reads around an urgent byte got \"%.*s\" and \"%.*s\", "
+			 "expected \"ab\" and \"cd\"", (int)a->c.bytes, buf + 64,
+			 (int)b->c.bytes, buf + 128);
+
+	/* The urgent byte, then the end of the stream. */
+	h_rec *e = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, s, buf + 192, 64, h_rec_cb, e), 0);
+	h_settle(f, 20);
+	assert_int_equal(send(c, "!", 1, MSG_OOB), 1);
+	assert_int_equal(shutdown(c, SHUT_WR), 0);
+	h_wait_rec(f, e, 5000, "the end of stream after an urgent byte");
+	h_settle(f, 20);
+	assert_once(e, PX_OP_READ_STREAM, s);
+	expect_error(e, 0, "the end of stream after an urgent byte");
+	assert_int_equal(e->c.bytes, 0);
+
+	/* Inline. */
+	int c2, s2, on = 1;
+	h_rec *i = h_rec_new(f);
+	tcp_pair(f, &c2, &s2, 0, 0);
+	assert_int_equal(setsockopt(s2, SOL_SOCKET, SO_OOBINLINE, &on, sizeof on),
+			 0);
+	assert_int_equal(px_read_stream(f->px, s2, buf, 64, h_rec_cb, i), 0);
+	h_settle(f, 20);
+	assert_int_equal(send(c2, "!", 1, MSG_OOB), 1);
+	h_wait_rec(f, i, 5000, "a read of an inline urgent byte");
+	h_settle(f, 20);
+	assert_once(i, PX_OP_READ_STREAM, s2);
+	expect_error(i, 0, "a read of an inline urgent byte");
+	assert_int_equal(i->c.bytes, 1);
+	assert_int_equal(buf[0], '!');
+}
+
+/* ------------------------------------------------------------------ */
 /* Connect                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -2041,6 +2404,9 @@ int main(int argc, char **argv)
 		T(write_all_peer_shut_rd),
 		T(write_all_own_shut_wr),
 		T(read_on_dup_after_other_number_idles),
+		T(eof_pending_and_later_reads),
+		T(peer_gone_sigpipe_default),
+		T(tcp_urgent_data),
 		T(connect_refused),
 		T(connect_refused_read_pending),
 		T(connect_stuck_then_cancel),
