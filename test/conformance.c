@@ -673,6 +673,326 @@ static void accept_and_connect_tcp_nonblocking(void **state)
 	accept_connect(*state, true);
 }
 
+/* IPv6 loopback, when this machine has it: a listener on [::1] (its
+ * address in *a), tracked; -1 when IPv6 or ::1 is missing. */
+static int listener6(h_fx *f, struct sockaddr_in6 *a, bool listening)
+{
+	int l = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	socklen_t al = sizeof *a;
+	if (l < 0)
+		return -1;
+	memset(a, 0, sizeof *a);
+	a->sin6_family = AF_INET6;
+	a->sin6_addr = in6addr_loopback;
+	if (bind(l, (struct sockaddr *)a, sizeof *a) < 0) {
+		close(l);
+		return -1;
+	}
+	h_track(f, l);
+	assert_int_equal(getsockname(l, (struct sockaddr *)a, &al), 0);
+	if (listening)
+		assert_int_equal(listen(l, 8), 0);
+	return l;
+}
+
+/*
+ * accept and connect over IPv6 loopback: the accept's c->addr is the
+ * client (sockaddr_in6, its port, ::1), the connect's the destination as
+ * given; a connect to a bound port nobody listens on is refused.  Then
+ * an AF_INET client to an IPv6 listener bound to ::ffff:127.0.0.1 (the
+ * peer comes as a v4-mapped sockaddr_in6).  Skipped without IPv6.
+ */
+static void accept_and_connect_ipv6(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in6 *la = h_alloc(f, sizeof *la);
+	struct sockaddr_in6 *closed = h_alloc(f, sizeof *closed);
+	int l = listener6(f, la, true);
+	if (l < 0) {
+		printf("no IPv6 loopback here (%s): skipped\n", strerror(errno));
+		skip();
+	}
+	int c = h_track(f, socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *ra = h_rec_new(f), *rc = h_rec_new(f);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, ra), 0);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la, sizeof *la,
+				    h_rec_cb, rc), 0);
+	h_wait_rec(f, rc, 5000, "an IPv6 connect");
+	h_wait_rec(f, ra, 5000, "an IPv6 accept");
+	assert_common(rc, f->px, PX_OP_CONNECT, c);
+	assert_common(ra, f->px, PX_OP_ACCEPT, l);
+	if (rc->c.error || ra->c.error)
+		fail_msg("IPv6: connect error %d (%s), accept error %d (%s)",
+			 rc->c.error, strerror(rc->c.error), ra->c.error,
+			 strerror(ra->c.error));
+	int s = h_track(f, ra->c.new_fd);
+	struct sockaddr_in6 me;
+	socklen_t ml = sizeof me;
+	assert_int_equal(getsockname(c, (struct sockaddr *)&me, &ml), 0);
+	const struct sockaddr_in6 *peer = (const void *)&ra->c.addr;
+	assert_int_equal(ra->c.addrlen, sizeof(struct sockaddr_in6));
+	assert_int_equal(peer->sin6_family, AF_INET6);
+	assert_int_equal(ntohs(peer->sin6_port), ntohs(me.sin6_port));
+	assert_memory_equal(&peer->sin6_addr, &in6addr_loopback,
+			    sizeof in6addr_loopback);
+	const struct sockaddr_in6 *dst = (const void *)&rc->c.addr;
+	assert_int_equal(rc->c.addrlen, sizeof(struct sockaddr_in6));
+	assert_int_equal(dst->sin6_family, AF_INET6);
+	assert_int_equal(dst->sin6_port, la->sin6_port);
+	stream_round_trip(f, c, s, "IPv6 client to server");
+	stream_round_trip(f, s, c, "IPv6 server to client");
+
+	/* Bound, not listening: refused. */
+	(void)listener6(f, closed, false);
+	int c2 = h_track(f, socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *rr = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c2, (struct sockaddr *)closed,
+				    sizeof *closed, h_rec_cb, rr), 0);
+	h_wait_rec(f, rr, 5000, "a refused IPv6 connect");
+	assert_common(rr, f->px, PX_OP_CONNECT, c2);
+	if (rr->c.error != ECONNREFUSED)
+		fail_msg("a connect to a closed IPv6 port completed with %d (%s), "
+			 "expected ECONNREFUSED", rr->c.error,
+			 strerror(rr->c.error));
+
+	/* An IPv4 client, an IPv6 listener on the v4-mapped loopback. */
+	int l4 = h_track(f, socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int off = 0;
+	struct sockaddr_in6 m = {.sin6_family = AF_INET6};
+	socklen_t mlen = sizeof m;
+	assert_int_equal(inet_pton(AF_INET6, "::ffff:127.0.0.1", &m.sin6_addr), 1);
+	if (setsockopt(l4, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off) < 0 ||
+	    bind(l4, (struct sockaddr *)&m, sizeof m) < 0) {
+		printf("no v4-mapped IPv6 listener here (%s)\n", strerror(errno));
+		return;
+	}
+	assert_int_equal(getsockname(l4, (struct sockaddr *)&m, &mlen), 0);
+	assert_int_equal(listen(l4, 8), 0);
+	struct sockaddr_in *d4 = h_alloc(f, sizeof *d4);
+	d4->sin_family = AF_INET;
+	d4->sin_port = m.sin6_port;
+	d4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int c4 = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *ra4 = h_rec_new(f), *rc4 = h_rec_new(f);
+	assert_int_equal(px_accept(f->px, l4, h_rec_cb, ra4), 0);
+	assert_int_equal(px_connect(f->px, c4, (struct sockaddr *)d4, sizeof *d4,
+				    h_rec_cb, rc4), 0);
+	h_wait_rec(f, rc4, 5000, "an IPv4 connect to a v4-mapped listener");
+	h_wait_rec(f, ra4, 5000, "a v4-mapped accept");
+	assert_int_equal(rc4->c.error, 0);
+	assert_int_equal(ra4->c.error, 0);
+	h_track(f, ra4->c.new_fd);
+	const struct sockaddr_in6 *p4 = (const void *)&ra4->c.addr;
+	assert_int_equal(ra4->c.addrlen, sizeof(struct sockaddr_in6));
+	assert_int_equal(p4->sin6_family, AF_INET6);
+	assert_int_equal(ntohs(p4->sin6_port), h_port_of(c4));
+	assert_memory_equal(&p4->sin6_addr, &m.sin6_addr, sizeof m.sin6_addr);
+}
+
+/* An AF_UNIX address in the abstract namespace: a NUL, then tag and this
+ * process's id; its exact length in *len. */
+static void abstract_name(struct sockaddr_un *a, socklen_t *len, const char *tag)
+{
+	memset(a, 0, sizeof *a);
+	a->sun_family = AF_UNIX;
+	int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1,
+			 "px-conformance-%s-%d", tag, (int)getpid());
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+/*
+ * AF_UNIX stream sockets named in the abstract namespace (a leading NUL,
+ * the length saying where the name ends): the accept's c->addr is the
+ * client's bound name, byte for byte and with its exact length (an
+ * unbound client: the family alone); the connect's c->addr and addrlen
+ * are the destination as given.  A connect to an abstract name nobody
+ * listens on is refused, one to a path that does not exist fails with
+ * ENOENT.
+ */
+static void accept_and_connect_unix_abstract(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_un *la = h_alloc(f, sizeof *la);
+	struct sockaddr_un *nobody = h_alloc(f, sizeof *nobody);
+	struct sockaddr_un *nofile = h_alloc(f, sizeof *nofile);
+	struct sockaddr_un ca;
+	socklen_t lal, cal, nbl;
+	abstract_name(la, &lal, "listener");
+	abstract_name(&ca, &cal, "client");
+	abstract_name(nobody, &nbl, "nobody");
+	int l = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(bind(l, (struct sockaddr *)la, lal), 0);
+	assert_int_equal(listen(l, 8), 0);
+
+	for (int bound = 1; bound >= 0; bound--) {
+		int c = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+		if (bound)
+			assert_int_equal(bind(c, (struct sockaddr *)&ca, cal), 0);
+		h_rec *ra = h_rec_new(f), *rc = h_rec_new(f);
+		assert_int_equal(px_accept(f->px, l, h_rec_cb, ra), 0);
+		assert_int_equal(px_connect(f->px, c, (struct sockaddr *)la, lal,
+					    h_rec_cb, rc), 0);
+		h_wait_rec(f, rc, 5000, "a connect to an abstract name");
+		h_wait_rec(f, ra, 5000, "an accept on an abstract name");
+		assert_common(rc, f->px, PX_OP_CONNECT, c);
+		assert_common(ra, f->px, PX_OP_ACCEPT, l);
+		if (rc->c.error || ra->c.error)
+			fail_msg("abstract name: connect error %d (%s), accept "
+				 "error %d (%s)", rc->c.error,
+				 strerror(rc->c.error), ra->c.error,
+				 strerror(ra->c.error));
+		int s = h_track(f, ra->c.new_fd);
+		assert_int_equal(rc->c.addrlen, lal);
+		assert_memory_equal(&rc->c.addr, la, lal);
+		if (bound) {
+			assert_int_equal(ra->c.addrlen, cal);
+			assert_memory_equal(&ra->c.addr, &ca, cal);
+		} else {
+			assert_int_equal(ra->c.addrlen, sizeof(sa_family_t));
+			assert_int_equal(ra->c.addr.ss_family, AF_UNIX);
+		}
+		stream_round_trip(f, c, s, "abstract AF_UNIX, client to server");
+		stream_round_trip(f, s, c, "abstract AF_UNIX, server to client");
+	}
+
+	int c2 = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r2 = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c2, (struct sockaddr *)nobody, nbl,
+				    h_rec_cb, r2), 0);
+	h_wait_rec(f, r2, 5000, "a connect to an abstract name nobody has");
+	assert_common(r2, f->px, PX_OP_CONNECT, c2);
+	if (r2->c.error != ECONNREFUSED)
+		fail_msg("a connect to an abstract name nobody listens on "
+			 "completed with %d (%s), expected ECONNREFUSED",
+			 r2->c.error, strerror(r2->c.error));
+	nofile->sun_family = AF_UNIX;
+	snprintf(nofile->sun_path, sizeof nofile->sun_path,
+		 "/nonexistent/px-conformance-%d", (int)getpid());
+	int c3 = h_track(f, socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r3 = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c3, (struct sockaddr *)nofile,
+				    sizeof *nofile, h_rec_cb, r3), 0);
+	h_wait_rec(f, r3, 5000, "a connect to a path that does not exist");
+	assert_common(r3, f->px, PX_OP_CONNECT, c3);
+	if (r3->c.error != ENOENT)
+		fail_msg("a connect to a missing path completed with %d (%s), "
+			 "expected ENOENT", r3->c.error, strerror(r3->c.error));
+}
+
+/*
+ * AF_UNIX SOCK_SEQPACKET through the stream operations (px_read_stream(3),
+ * "Message sockets"): each read takes one message, cut to its length (the
+ * rest of the message is dropped, as recv(2) drops it); an empty message
+ * reads as 0 bytes with error 0, like the end of the stream, and the
+ * reads after it go on with the next messages; reads pending when several
+ * messages come at once get one each; each write sends one message, a
+ * write-all never splits one, and one larger than the socket can carry
+ * fails with EMSGSIZE and 0 bytes; after the peer closes, every read gets
+ * the end.  The same on every engine.
+ */
+static void seqpacket_through_stream_ops(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv),
+			 0);
+	h_track(f, sv[0]);
+	h_track(f, sv[1]);
+	char *in = h_alloc(f, 8 * 16);
+	h_rec *r[8];
+	for (int i = 0; i < 8; i++)
+		r[i] = h_rec_new(f);
+
+	/* Three reads pending, three messages at once, one of them empty. */
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(px_read_stream(f->px, sv[1], in + 16 * i, 16,
+						h_rec_cb, r[i]), 0);
+	h_settle(f, 20);
+	assert_int_equal(send(sv[0], "a", 1, 0), 1);
+	assert_int_equal(send(sv[0], "", 0, 0), 0);
+	assert_int_equal(send(sv[0], "ccc", 3, 0), 3);
+	for (int i = 0; i < 3; i++)
+		h_wait_rec(f, r[i], 5000, "reads of a burst of messages");
+	const size_t want[3] = {1, 0, 3};
+	for (int i = 0; i < 3; i++) {
+		assert_common(r[i], f->px, PX_OP_READ_STREAM, sv[1]);
+		if (r[i]->c.error || r[i]->c.bytes != want[i])
+			fail_msg("read %d of messages \"a\", \"\", \"ccc\": error "
+				 "%d (%s), %zu bytes; expected %zu", i + 1,
+				 r[i]->c.error, strerror(r[i]->c.error),
+				 r[i]->c.bytes, want[i]);
+	}
+	assert_memory_equal(in, "a", 1);
+	assert_memory_equal(in + 32, "ccc", 3);
+
+	/* A message longer than the buffer: cut, the rest dropped. */
+	assert_int_equal(send(sv[0], "0123456789abcdefXYZ", 19, 0), 19);
+	assert_int_equal(send(sv[0], "next", 4, 0), 4);
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 48, 8, h_rec_cb, r[3]),
+			 0);
+	h_wait_rec(f, r[3], 5000, "a read of a long message");
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 64, 16, h_rec_cb,
+					r[4]), 0);
+	h_wait_rec(f, r[4], 5000, "a read after a long message");
+	assert_int_equal(r[3]->c.error, 0);
+	assert_int_equal(r[3]->c.bytes, 8);
+	assert_memory_equal(in + 48, "01234567", 8);
+	assert_int_equal(r[4]->c.error, 0);
+	if (r[4]->c.bytes != 4 || memcmp(in + 64, "next", 4) != 0)
+		fail_msg("the read after a cut message got %zu bytes \"%.*s\", "
+			 "expected the next message", r[4]->c.bytes,
+			 (int)r[4]->c.bytes, in + 64);
+
+	/* Writes: one message each. */
+	h_rec *w1 = h_rec_new(f), *w2 = h_rec_new(f), *wbig = h_rec_new(f);
+	assert_int_equal(px_write_stream(f->px, sv[0], "hello", 5, h_rec_cb, w1),
+			 0);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], "world!", 6, h_rec_cb,
+					     w2), 0);
+	h_wait_rec(f, w1, 5000, "a write of a message");
+	h_wait_rec(f, w2, 5000, "a write-all of a message");
+	assert_int_equal(w1->c.error, 0);
+	assert_int_equal(w1->c.bytes, 5);
+	assert_int_equal(w2->c.error, 0);
+	assert_int_equal(w2->c.bytes, 6);
+	char got[16];
+	assert_int_equal(recv(sv[1], got, sizeof got, MSG_DONTWAIT), 5);
+	assert_memory_equal(got, "hello", 5);
+	assert_int_equal(recv(sv[1], got, sizeof got, MSG_DONTWAIT), 6);
+	assert_memory_equal(got, "world!", 6);
+	int sndbuf = 0;
+	socklen_t sl = sizeof sndbuf;
+	assert_int_equal(getsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl), 0);
+	size_t biglen = (size_t)sndbuf + 4096;
+	uint8_t *big = h_alloc(f, biglen);
+	assert_int_equal(px_write_stream_all(f->px, sv[0], big, biglen, h_rec_cb,
+					     wbig), 0);
+	h_wait_rec(f, wbig, 5000, "a write-all of a message too large");
+	assert_common(wbig, f->px, PX_OP_WRITE_STREAM, sv[0]);
+	if (wbig->c.error != EMSGSIZE || wbig->c.bytes != 0)
+		fail_msg("a write-all of a %zu-byte message (send buffer %d) "
+			 "completed with %d (%s), %zu bytes; expected EMSGSIZE, "
+			 "0 bytes", biglen, sndbuf, wbig->c.error,
+			 strerror(wbig->c.error), wbig->c.bytes);
+
+	/* The end: a pending read and a later one. */
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 80, 16, h_rec_cb, r[5]),
+			 0);
+	h_settle(f, 20);
+	h_close(f, sv[0]);
+	h_wait_rec(f, r[5], 5000, "the end of a seqpacket connection");
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 96, 16, h_rec_cb, r[6]),
+			 0);
+	h_wait_rec(f, r[6], 5000, "a read after the end");
+	h_settle(f, 20);
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(atomic_load(&r[i]->calls), 1);
+	for (int i = 5; i < 7; i++) {
+		assert_int_equal(r[i]->c.error, 0);
+		assert_int_equal(r[i]->c.bytes, 0);
+	}
+}
+
 static void connect_refused(void **state)
 {
 	h_fx *f = *state;
@@ -2204,6 +2524,9 @@ int main(int argc, char **argv)
 		T(dgram_udp_loopback),
 		T(accept_and_connect_tcp),
 		T(accept_and_connect_tcp_nonblocking),
+		T(accept_and_connect_ipv6),
+		T(accept_and_connect_unix_abstract),
+		T(seqpacket_through_stream_ops),
 		T(connect_refused),
 		T(connect_again_after_refused),
 		T(connect_while_connecting_refused),
