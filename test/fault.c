@@ -1,6 +1,7 @@
 /*
- * fault.c - faults and races, per engine: peers that reset or half-close,
- * connects that fail or never finish, descriptors closed under pending
+ * fault.c - faults and races, per engine: peers that reset, half-close or
+ * stop reading and close, TCP urgent data, connects that fail or never
+ * finish, descriptors closed under pending
  * operations, cancels racing with completions and with deferred starts,
  * callbacks that tear down their own or another session, destroy under
  * load, signal storms, descriptor exhaustion, and load with a tiny
