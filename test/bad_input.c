@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bad_input.h"
@@ -759,6 +760,132 @@ static void engine_descriptors_close_on_exec(void **state)
 			 "close-on-exec", bad);
 }
 
+/* Run this program again through fork and exec, in its H_LIST_FDS mode,
+ * and compare what it inherited with inheritable[] (the numbers that
+ * were open without close-on-exec before the engine existed: the test
+ * program's own).  Returns the first other number it held, or -1 (-2:
+ * the run failed); what gets its name. */
+static int exec_inherits(const char *inheritable, int n, char *what,
+			 size_t whatsz)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0)
+		return -2;
+	pid_t pid = fork();
+	if (pid == 0) {
+		/* Only async-signal-safe calls: other threads run. */
+		if (dup2(p[1], 1) == 1) {
+			char *const argv[] = {(char *)"conformance",
+					      (char *)H_LIST_FDS, NULL};
+			execv("/proc/self/exe", argv);
+		}
+		_exit(127);
+	}
+	close(p[1]);
+	char out[8192];
+	size_t len = 0;
+	ssize_t got;
+	while (pid > 0 && len < sizeof out - 1 &&
+	       ((got = read(p[0], out + len, sizeof out - 1 - len)) > 0 ||
+		(got < 0 && errno == EINTR)))
+		len += got > 0 ? (size_t)got : 0;
+	out[len] = '\0';
+	close(p[0]);
+	int status = 0;
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) != 0) {
+		snprintf(what, whatsz, "the exec'd program failed (status %#x)",
+			 status);
+		return -2;
+	}
+	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+		int fd = atoi(line);
+		if (fd >= 0 && fd < n && inheritable[fd])
+			continue;
+		const char *sp = strchr(line, ' ');
+		snprintf(what, whatsz, "%s", sp ? sp + 1 : "?");
+		return fd;
+	}
+	return -1;
+}
+
+typedef struct exec_in_cb {
+	const char *inheritable;
+	int n;
+	atomic_int ran;
+	int bad;
+	char what[256];
+} exec_in_cb;
+
+static void exec_from_cb(const px_completion *c)
+{
+	exec_in_cb *e = c->user;
+	e->bad = exec_inherits(e->inheritable, e->n, e->what, sizeof e->what);
+	atomic_store(&e->ran, 1);
+}
+
+/* What the kernel itself hands a program at exec(2): with the engine
+ * live (two loop threads, so io_uring has a ring per thread; a read
+ * pending; files and sockets moved), a fork and exec from a callback and
+ * from a thread that is not in the loop.  The exec'd program is this one,
+ * which lists what it inherited: nothing of the engine's may be there. */
+static void engine_descriptors_close_on_exec_after_exec(void **state)
+{
+	h_fx *f = *state;
+	enum { NFD = 4096 };
+	/* The list is made without the fixture's proactor, whose
+	 * descriptors are the engine's; then a new one. */
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	char *inheritable = h_alloc(f, NFD);
+	for (int i = 0; i < NFD; i++) {
+		int fl = fcntl(i, F_GETFD);
+		inheritable[i] = fl >= 0 && !(fl & FD_CLOEXEC);
+	}
+	char err[512] = "";
+	int rc = px_create_config(&f->px, &h_cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config: %s: %s", px_strerror(rc), err);
+	int sv[2], file = h_track(f, memfd_create("exec", MFD_CLOEXEC));
+	assert_true(file >= 0);
+	h_socketpair(f, sv);
+	h_loops_start(f, 2, false);
+	h_rec *w = h_rec_new(f), *rd = h_rec_new(f), *fw = h_rec_new(f);
+	h_rec *fr = h_rec_new(f), *pending = h_rec_new(f);
+	char *in = h_alloc(f, 16), *back = h_alloc(f, 16);
+	assert_int_equal(px_read_stream(f->px, sv[0], in, 4, h_rec_cb, rd), 0);
+	assert_int_equal(px_write_stream(f->px, sv[1], "exec", 4, h_rec_cb, w), 0);
+	bool files = px_write_file(f->px, file, "exec", 4, 0, h_rec_cb, fw) == 0;
+	assert_true(h_wait_at_least(&rd->calls, 1, 5000));
+	assert_true(h_wait_at_least(&w->calls, 1, 5000));
+	if (files) {
+		assert_true(h_wait_at_least(&fw->calls, 1, 5000));
+		assert_int_equal(px_read_file(f->px, file, back, 4, 0, h_rec_cb, fr), 0);
+		assert_true(h_wait_at_least(&fr->calls, 1, 5000));
+	}
+	assert_int_equal(px_read_stream(f->px, sv[1], in + 8, 4, h_rec_cb,
+					pending), 0);
+	exec_in_cb *e = h_alloc(f, sizeof *e);
+	e->inheritable = inheritable;
+	e->n = NFD;
+	assert_int_equal(px_post(f->px, exec_from_cb, e), 0);
+	char what[256] = "";
+	int bad = exec_inherits(inheritable, NFD, what, sizeof what);
+	bool ran = h_wait_at_least(&e->ran, 1, 10000);
+	h_loops_stop();
+	assert_int_equal(atomic_load(&pending->calls), 0);
+	if (bad != -1)
+		fail_msg("exec from a thread outside the loop: %s %d (%s)",
+			 bad == -2 ? "" : "the program inherited descriptor",
+			 bad, what);
+	if (!ran)
+		fail_msg("the post that execs never ran");
+	if (e->bad != -1)
+		fail_msg("exec from a callback: %s %d (%s)",
+			 e->bad == -2 ? "" : "the program inherited descriptor",
+			 e->bad, e->what);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
@@ -778,6 +905,7 @@ int bad_input_run(void)
 		T(select_fd_beyond_fd_setsize),
 		T(create_at_descriptor_limit),
 		T(engine_descriptors_close_on_exec),
+		T(engine_descriptors_close_on_exec_after_exec),
 		T(config_unknown_key),
 		T(config_unknown_value),
 		T(config_invalid_combination),

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,8 +89,31 @@ static void h_watchdog(int sig)
 	_exit(1);
 }
 
+/* The descriptors this process holds from 3 up, one "N target" line
+ * each: what a program run by exec(2) inherited.  A test execs its own
+ * program in this mode (engine_descriptors_close_on_exec_after_exec). */
+static void h_list_fds(void)
+{
+	struct rlimit rl;
+	int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536
+			  ? (int)rl.rlim_cur : 65536;
+	for (int i = 3; i < top; i++) {
+		if (fcntl(i, F_GETFD) < 0)
+			continue;
+		char path[64], target[256];
+		snprintf(path, sizeof path, "/proc/self/fd/%d", i);
+		ssize_t n = readlink(path, target, sizeof target - 1);
+		target[n > 0 ? n : 0] = '\0';
+		printf("%d %s\n", i, target);
+	}
+	fflush(stdout);
+	_exit(0);
+}
+
 void harness_engine_init(int argc, char **argv, const char *prog)
 {
+	if (argc == 2 && !strcmp(argv[1], H_LIST_FDS))
+		h_list_fds();
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s 'ENGINE CONFIG TEXT' [...]\n", prog);

@@ -44,6 +44,10 @@ extern px_config h_cfg;
  * "[ RUN ]" line in the log.
  */
 void harness_engine_init(int argc, char **argv, const char *prog);
+/* argv[1] that makes harness_engine_init list the descriptors the
+ * process holds from 3 up ("N target" a line) and exit 0: run through
+ * exec(2), it shows what an exec inherits. */
+#define H_LIST_FDS "--list-fds"
 
 /* CLOCK_MONOTONIC in nanoseconds / milliseconds. */
 uint64_t h_now_ns(void);
