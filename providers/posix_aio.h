@@ -122,6 +122,8 @@ struct px_paio {
 	 * queue during its wait (leader only), and whether to scan. */
 	int signo;
 	unsigned long sigq_max;     /* RLIMIT_SIGPENDING when created */
+	pthread_t creator;          /* the thread px_create ran in, and */
+	bool creator_blocked;       /* whether it blocked signo before */
 	void *got[64];
 	unsigned ngot, igot;
 	bool scan;                  /* look at every started request */

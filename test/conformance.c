@@ -11,9 +11,11 @@
  * input tests live in bad_input.c and run from the same main().
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -2394,6 +2396,216 @@ static void raw_fork_child_gets_echild(void **state)
 	fork_case(*state, true);
 }
 
+/* The signal state px_create and px_destroy must give back: the calling
+ * thread's mask and every signal's disposition. */
+typedef struct sig_state {
+	sigset_t mask;
+	struct sigaction act[NSIG];
+	bool have[NSIG];
+} sig_state;
+
+static void sig_state_take(sig_state *s)
+{
+	pthread_sigmask(SIG_BLOCK, NULL, &s->mask);
+	for (int i = 1; i < NSIG; i++)
+		s->have[i] = sigaction(i, NULL, &s->act[i]) == 0;
+}
+
+/* The first difference between a and b (dispositions too when acts), in
+ * words into out; false when there is none.  A signal the kernel reports
+ * with SA_RESTORER after glibc's sigaction put the same handler back is
+ * not a difference. */
+static bool sig_state_differs(const sig_state *a, const sig_state *b,
+			      bool acts, char *out, size_t n)
+{
+	for (int i = 1; i < NSIG; i++) {
+		if (sigismember(&a->mask, i) != sigismember(&b->mask, i)) {
+			snprintf(out, n, "signal %d %s", i,
+				 sigismember(&b->mask, i) ? "blocked"
+							   : "unblocked");
+			return true;
+		}
+		if (!acts || !a->have[i] || !b->have[i])
+			continue;
+		const struct sigaction *x = &a->act[i], *y = &b->act[i];
+		bool mask_same = true;
+		for (int j = 1; j < NSIG; j++)
+			if (sigismember(&x->sa_mask, j) != sigismember(&y->sa_mask, j))
+				mask_same = false;
+		if (x->sa_handler != y->sa_handler || !mask_same ||
+		    (x->sa_flags & ~0x04000000) != (y->sa_flags & ~0x04000000)) {
+			snprintf(out, n, "disposition of signal %d: handler %p "
+				 "flags %#x, was %p flags %#x", i,
+				 (void *)y->sa_handler, (unsigned)y->sa_flags,
+				 (void *)x->sa_handler, (unsigned)x->sa_flags);
+			return true;
+		}
+	}
+	return false;
+}
+
+static int task_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	int n = 0;
+	if (!d)
+		return -1;
+	for (struct dirent *e; (e = readdir(d));)
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+typedef struct sig_life {
+	px_proactor *px;
+	atomic_int stop;
+	sig_state loop_before, loop_after;
+	int loop_rc;
+	char err[512];         /* what went wrong, "" when nothing */
+	atomic_int done;
+} sig_life;
+
+static void sig_life_cb(const px_completion *c)
+{
+	atomic_fetch_add(&((sig_life *)c->user)->done, 1);
+}
+
+/* A second loop thread, so that leaders other than the creator come and
+ * go too. */
+static void *sig_life_loop(void *arg)
+{
+	sig_life *l = arg;
+	sig_state_take(&l->loop_before);
+	int rc = 0;
+	while (!atomic_load(&l->stop) && rc >= 0)
+		rc = px_handle_events(l->px, 5);
+	l->loop_rc = rc < 0 ? rc : 0;
+	sig_state_take(&l->loop_after);
+	return NULL;
+}
+
+/* Runs in a thread of its own: px_create, operations of every kind run
+ * by this thread and a second loop thread, a read left pending, then
+ * px_destroy here; the mask and every disposition must be as before. */
+static void *sig_life_main(void *arg)
+{
+	sig_life *l = arg;
+	sig_state *before = malloc(sizeof *before), *after = malloc(sizeof *after);
+	char what[256];
+	int sv[2] = {-1, -1}, file = -1;
+	pthread_t loop;
+	if (!before || !after)
+		goto out;
+	/* Start from a mask with nothing blocked: the main thread's may
+	 * carry what an earlier proactor of the program left there. */
+	sigset_t none;
+	sigemptyset(&none);
+	pthread_sigmask(SIG_SETMASK, &none, NULL);
+	sig_state_take(before);
+	char cerr[256] = "";
+	int rc = px_create_config(&l->px, &h_cfg, cerr, sizeof cerr);
+	if (rc != 0) {
+		snprintf(l->err, sizeof l->err, "px_create_config: %s: %s",
+			 px_strerror(rc), cerr);
+		goto out;
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+	    (file = memfd_create("sigstate", MFD_CLOEXEC)) < 0 ||
+	    pthread_create(&loop, NULL, sig_life_loop, l) != 0) {
+		snprintf(l->err, sizeof l->err, "set-up failed");
+		px_destroy(l->px);
+		goto out;
+	}
+	static char in[8], back[8], later[8];
+	int want = 0;
+	want += px_read_stream(l->px, sv[0], in, 4, sig_life_cb, l) == 0;
+	want += px_write_stream(l->px, sv[1], "sigs", 4, sig_life_cb, l) == 0;
+	if (px_write_file(l->px, file, "sigs", 4, 0, sig_life_cb, l) == 0) {
+		want++;
+		want += px_read_file(l->px, file, back, 4, 0, sig_life_cb, l) == 0;
+	}
+	want += px_post(l->px, sig_life_cb, l) == 0;
+	want += px_timer_start(l->px, 1, sig_life_cb, l) > 0;
+	uint64_t dl = h_deadline(5000);
+	while (atomic_load(&l->done) < want && h_now_ms() < dl)
+		px_handle_events(l->px, 5);
+	atomic_store(&l->stop, 1);
+	pthread_join(loop, NULL);
+	if (atomic_load(&l->done) < want)
+		snprintf(l->err, sizeof l->err, "%d of %d completed in 5 s",
+			 atomic_load(&l->done), want);
+	/* Pending at the destroy. */
+	if (px_read_stream(l->px, sv[1], later, 4, sig_life_cb, l) == 0)
+		want++;
+	px_destroy(l->px);
+	sig_state_take(after);
+	if (!l->err[0] && sig_state_differs(before, after, true, what, sizeof what))
+		snprintf(l->err, sizeof l->err,
+			 "after px_create and px_destroy in this thread: %s",
+			 what);
+	if (!l->err[0] && atomic_load(&l->done) != want)
+		snprintf(l->err, sizeof l->err, "%d of %d callbacks",
+			 atomic_load(&l->done), want);
+out:
+	if (sv[0] >= 0) {
+		close(sv[0]);
+		close(sv[1]);
+	}
+	if (file >= 0)
+		close(file);
+	free(before);
+	free(after);
+	return NULL;
+}
+
+static bool engine_has_wait(const char *wait)
+{
+	return !strcmp(h_cfg.primary.wait, wait) ||
+	       !strcmp(h_cfg.secondary.wait, wait);
+}
+
+/* px_create and px_destroy leave the signal state of the application as
+ * they found it: the mask of the thread that called them (which also ran
+ * the loop), every signal's disposition, and no thread of the library's
+ * left behind.  A thread that led the loop without creating the proactor
+ * gets its mask back when it leaves px_handle_events, except for the
+ * sigwait wait's signal, which stays blocked in every leader
+ * (docs/ARCHITECTURE.md, "POSIX AIO provider"). */
+static void create_destroy_keep_signal_state(void **state)
+{
+	h_fx *f = *state;
+	/* The fixture's proactor would hold the signal interrupt's handler. */
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	sig_life *l = h_alloc(f, sizeof *l);
+	int tasks = task_count();
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, sig_life_main, l), 0);
+	pthread_join(t, NULL);
+	int tasks_after = task_count();
+	if (l->err[0])
+		fail_msg("%s", l->err);
+	assert_int_equal(l->loop_rc, 0);
+	char what[256];
+	if (sig_state_differs(&l->loop_before, &l->loop_after, false, what,
+			      sizeof what)) {
+		int sig = 0;
+		bool sigwait_signal = engine_has_wait("sigwait") &&
+				      sscanf(what, "signal %d blocked", &sig) == 1 &&
+				      sig >= SIGRTMIN + 4;
+		if (!sigwait_signal)
+			fail_msg("a loop thread after px_handle_events: %s", what);
+	}
+	/* glibc's AIO helper threads live a second past their last request
+	 * (they are glibc's); every other engine's threads are gone. */
+	if (engine_has_wait("aiocb") || engine_has_wait("sigwait") ||
+	    engine_has_wait("callback"))
+		return;
+	if (tasks_after != tasks)
+		fail_msg("%d threads after px_destroy, %d before px_create",
+			 tasks_after, tasks);
+}
+
 static void destroy_completes_every_pending_op(void **state)
 {
 	h_fx *f = *state;
@@ -2551,6 +2763,7 @@ int main(int argc, char **argv)
 		T(many_posts_two_threads),
 		T(fork_child_gets_echild),
 		T(raw_fork_child_gets_echild),
+		T(create_destroy_keep_signal_state),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
 	};

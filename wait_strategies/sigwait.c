@@ -115,13 +115,16 @@ static void sigw_handler(int signo, siginfo_t *si, void *uc)
 	errno = saved;
 }
 
-static void sigw_block(int signo)
+/* Block signo in this thread; was it blocked already? */
+static bool sigw_block(int signo)
 {
-	sigset_t set;
+	sigset_t set, old;
 
 	sigemptyset(&set);
 	sigaddset(&set, signo);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (pthread_sigmask(SIG_BLOCK, &set, &old) != 0)
+		return true;
+	return sigismember(&old, signo) == 1;
 }
 
 void px__paio_sigwait_notify(px_paio *p, px_paio_req *q)
@@ -314,7 +317,7 @@ static void sigw_intr_interrupt(px_intr *in)
  * must never reach it through the handler). */
 static void sigw_intr_activated(px_intr *in)
 {
-	sigw_block(px_paio_of_intr(in)->signo);
+	(void)sigw_block(px_paio_of_intr(in)->signo);
 }
 
 static void sigw_intr_nop(px_intr *in)
@@ -410,8 +413,11 @@ int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s)
 	pthread_mutex_unlock(&sigw_lock);
 	if (rc < 0)
 		return rc;
-	/* Threads this one creates from now on inherit the block. */
-	sigw_block(signo);
+	/* Threads this one creates from now on inherit the block.  The
+	 * thread gets its mask back if it is also the one that destroys the
+	 * proactor (px__paio_sigwait_fini), or that undoes a failed create. */
+	p->creator = pthread_self();
+	p->creator_blocked = sigw_block(signo);
 	p->signo = signo;
 	p->sigq_max = getrlimit(RLIMIT_SIGPENDING, &rl) == 0 &&
 				      rl.rlim_cur != RLIM_INFINITY
@@ -435,7 +441,12 @@ void px__paio_sigwait_fini(px_paio *p)
 	pthread_sigmask(SIG_BLOCK, &set, &old);
 	while (sigtimedwait(&set, NULL, &zero) == p->signo)
 		;
-	if (!sigismember(&old, p->signo))
+	/* This thread's mask as it was before: before this call, or, in the
+	 * thread that made the proactor, before px_create blocked it there
+	 * (a leader's block stays: docs/ARCHITECTURE.md, "POSIX AIO
+	 * provider"). */
+	if (!sigismember(&old, p->signo) ||
+	    (pthread_equal(pthread_self(), p->creator) && !p->creator_blocked))
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	if (p->sig_fd >= 0)
 		close(p->sig_fd);
