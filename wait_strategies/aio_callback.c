@@ -21,8 +21,12 @@
  * notifiers count themselves in and out (px_paio.notifying) and destroy
  * waits for the count to reach zero before it closes the eventfd.
  *
- * glibc creates one thread per notification (with every signal blocked).
- * Should that pthread_create fail, glibc drops the notification without a
+ * glibc creates one thread per notification and unblocks every signal
+ * in it before it calls cbw_notify (its __aio_start_notify_thread), so
+ * a signal the application blocks in all its own threads, to take it
+ * with sigwait, may be delivered there instead (TESTING.md, known
+ * problems); nothing here can block it first.  Should that
+ * pthread_create fail, glibc drops the notification without a
  * word and that request is never handed over; nothing here can tell it
  * apart from a request still running.  The aiocb and sigwait waits look
  * at aio_error themselves and have no such hole.
