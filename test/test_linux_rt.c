@@ -13,7 +13,7 @@
  *
  * Also checked: the config refuses the wait on a shared processor with a
  * message that says why; a descriptor is left without O_ASYNC once it has
- * nothing pending; the application's own signal-driven pipe, its signal
+ * nothing pending, and with the owner and signal it had before; the application's own signal-driven pipe, its signal
  * taken by its own thread, gets every signal when F_SETSIG names one of
  * the application's (with SIGIO, the leader takes them: known problem).
  */
@@ -320,6 +320,68 @@ static void application_async_left_alone(void **state)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
+static void assert_owner_and_signal(int fd, const char *when)
+{
+	struct f_owner_ex o;
+
+	if (fcntl(fd, F_GETFL) & O_ASYNC)
+		fail_msg("%s: O_ASYNC left on", when);
+	assert_int_equal(fcntl(fd, F_GETOWN_EX, &o), 0);
+	if (fcntl(fd, F_GETSIG) != 0 || o.type != F_OWNER_PID ||
+	    o.pid != getpid())
+		fail_msg("%s: the descriptor's signal is %d (was 0), its owner "
+			 "type %d id %d (was the process, %d)", when,
+			 fcntl(fd, F_GETSIG), o.type, o.pid, (int)getpid());
+}
+
+/* The wait sets a descriptor's owner (F_SETOWN_EX, its leader thread) and
+ * signal (F_SETSIG) when it turns O_ASYNC on; both belong to the open
+ * file, which stays the application's.  When the wait lets the file go
+ * (its read done, or px_destroy) they must be as the application left
+ * them: here an owner named with F_SETOWN (the process) ahead of an
+ * O_ASYNC of its own to come, and no F_SETSIG.  Before, the file kept
+ * SIGRTMIN+3 and the leader thread as owner, so the application's own
+ * O_ASYNC would later have raised SIGRTMIN+3 (its default action ends
+ * the process) at a thread that was gone. */
+static void owner_and_signal_given_back(void **state)
+{
+	char err[256] = "", buf[2];
+	int sv[2];
+	pthread_t th;
+
+	(void)state;
+	int rc = px_create(&g_px, "linux-rt-dedicated", err, sizeof(err));
+	if (rc == -ENOSYS || rc == -EPERM)
+		skip();
+	assert_int_equal(rc, 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(fcntl(sv[0], F_SETOWN, getpid()), 0);
+	atomic_store(&g_own_reads, 0);
+	atomic_store(&g_stop, 0);
+	assert_int_equal(pthread_create(&th, NULL, loop, NULL), 0);
+	/* A read that waits, then completes: the descriptor goes idle. */
+	assert_int_equal(px_read_stream(g_px, sv[0], buf, 1, on_own_read, NULL), 0);
+	usleep(20 * 1000);
+	assert_true(fcntl(sv[0], F_GETFL) & O_ASYNC);
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	uint64_t t0 = now_ms();
+	while (atomic_load(&g_own_reads) < 1 && now_ms() - t0 < 3000)
+		usleep(200);
+	assert_int_equal(atomic_load(&g_own_reads), 1);
+	assert_owner_and_signal(sv[0], "after its read completed");
+	/* A read pending when the proactor goes. */
+	assert_int_equal(px_read_stream(g_px, sv[0], buf, 1, on_own_read, NULL), 0);
+	usleep(20 * 1000);
+	atomic_store(&g_stop, 1);
+	pthread_join(th, NULL);
+	assert_int_equal(px_destroy(g_px), 0);
+	g_px = NULL;
+	assert_int_equal(atomic_load(&g_own_reads), 101);
+	assert_owner_and_signal(sv[0], "after px_destroy");
+	close(sv[0]);
+	close(sv[1]);
+}
+
 /* The application's own signal-driven descriptor, its signals taken by a
  * thread of its own with sigtimedwait (blocked in every thread), beside a
  * proactor of the wait.  The wait takes SIGIO (its sign of a full signal
@@ -442,6 +504,7 @@ int main(void)
 		cmocka_unit_test(overflow_every_read_once),
 		cmocka_unit_test(sigio_interrupt_wakes_every_time),
 		cmocka_unit_test(application_async_left_alone),
+		cmocka_unit_test(owner_and_signal_given_back),
 		cmocka_unit_test(application_signals_own_descriptor),
 	};
 

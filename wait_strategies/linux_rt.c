@@ -87,6 +87,15 @@
 #define LRT_MIN_CAP 64
 #define LRT_OUT_RECHECK_MS 10   /* see "Writing" */
 
+/* What a descriptor had before this wait turned its O_ASYNC on: the
+ * owner and the signal belong to the open file, the application's, and
+ * are put back when the wait lets it go (lrt_disown). */
+typedef struct lrt_saved {
+	struct f_owner_ex owner;
+	int signo;
+	bool have;
+} lrt_saved;
+
 /* One registered descriptor (reg->slot - 1). */
 typedef struct lrt_slot {
 	px_poll_reg *reg;
@@ -98,6 +107,7 @@ typedef struct lrt_slot {
 	                           may name another number (a dup), so it is
 	                           polled as a writer is (see "Dups") */
 	bool outw;              /* armed for writing, found not writable */
+	lrt_saved saved;        /* with mine: owner and signal before */
 } lrt_slot;
 
 /* One signal taken by the last wait. */
@@ -177,7 +187,7 @@ static unsigned lrt_revents(short revents)
  * inherited listener: the owner is a property of the open file, and
  * taking it sent the parent's signals to the child, and after the child
  * exited to nobody).  Such a descriptor is polled as shared. */
-static int lrt_own(struct lrt *w, int fd, bool ours)
+static int lrt_own(struct lrt *w, int fd, bool ours, lrt_saved *sv)
 {
 	struct f_owner_ex o = { .type = F_OWNER_TID, .pid = w->tid };
 	int fl = fcntl(fd, F_GETFL);
@@ -186,6 +196,14 @@ static int lrt_own(struct lrt *w, int fd, bool ours)
 		return -errno;
 	if ((fl & O_ASYNC) && !ours)
 		return 0;
+	/* Turning O_ASYNC on: keep what the application had (sv: NULL for
+	 * the interrupt's descriptor, the library's own). */
+	if (sv && !(fl & O_ASYNC)) {
+		int sig = fcntl(fd, F_GETSIG);
+
+		sv->have = sig >= 0 && fcntl(fd, F_GETOWN_EX, &sv->owner) == 0;
+		sv->signo = sig;
+	}
 	if (fcntl(fd, F_SETOWN_EX, &o) < 0 || fcntl(fd, F_SETSIG, w->signo) < 0)
 		return -errno;
 	if (!(fl & O_ASYNC) && fcntl(fd, F_SETFL, fl | O_ASYNC) < 0)
@@ -204,13 +222,19 @@ static void lrt_owned(struct lrt *w, lrt_slot *s, int rc)
 	}
 }
 
-static void lrt_disown(int fd)
+static void lrt_disown(int fd, const lrt_saved *sv)
 {
 	int fl = fcntl(fd, F_GETFL);
 
 	/* EBADF: closed already, nothing to undo. */
-	if (fl >= 0 && (fl & O_ASYNC))
-		fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+	if (fl < 0 || !(fl & O_ASYNC))
+		return;
+	fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+	/* O_ASYNC off first: no signal goes to the old owner meanwhile. */
+	if (sv && sv->have) {
+		fcntl(fd, F_SETOWN_EX, &sv->owner);
+		fcntl(fd, F_SETSIG, sv->signo);
+	}
 }
 
 static lrt_slot *lrt_slot_of(struct lrt *w, const px_poll_reg *reg)
@@ -301,19 +325,21 @@ static int lrt_register(struct lrt *w, px_poll_reg *reg)
 {
 	lrt_slot *s;
 	int rc, owned = -1;
+	lrt_saved sv = { .have = false };
 
 	if ((size_t)reg->fd >= w->nbyfd && (rc = lrt_byfd_grow(w, reg->fd)) < 0)
 		return rc;
 	if (w->n == w->cap && (rc = lrt_grow(w)) < 0)
 		return rc;
 	/* Without a leader yet, its first prepare() hands it over. */
-	if (w->have_leader && (owned = lrt_own(w, reg->fd, false)) < 0) {
-		lrt_disown(reg->fd);
+	if (w->have_leader && (owned = lrt_own(w, reg->fd, false, &sv)) < 0) {
+		lrt_disown(reg->fd, &sv);
 		return owned;
 	}
 	s = &w->slot[w->n];
 	memset(s, 0, sizeof(*s));
 	s->reg = reg;
+	s->saved = sv;
 	if (owned >= 0) {
 		lrt_owned(w, s, owned);
 		/* The first such slot: a wait already under way in another
@@ -386,7 +412,7 @@ static void lrt_remove(px_poller *pl, px_poll_reg *reg)
 	 * by the registration that turned it on (a dup of the file that is
 	 * registered too keeps its signals). */
 	if (w->slot[i].async && w->slot[i].mine)
-		lrt_disown(reg->fd);
+		lrt_disown(reg->fd, &w->slot[i].saved);
 	if (w->slot[i].shared)
 		w->nshared--;
 	if (w->slot[i].queued)
@@ -418,13 +444,14 @@ static void lrt_take_leader(struct lrt *w)
 	for (size_t i = 0; i < w->n; i++) {
 		/* A failure (closed) shows in the full poll as NVAL. */
 		lrt_slot *sl = &w->slot[i];
-		int rc = lrt_own(w, sl->reg->fd, sl->async && sl->mine);
+		int rc = lrt_own(w, sl->reg->fd, sl->async && sl->mine,
+				 &sl->saved);
 
 		if (rc >= 0 && !sl->async)
 			lrt_owned(w, sl, rc);
 	}
 	if (w->base.intr->fd >= 0 &&
-	    lrt_own(w, w->base.intr->fd, w->intr_async) >= 0)
+	    lrt_own(w, w->base.intr->fd, w->intr_async, NULL) >= 0)
 		w->intr_async = true;
 	w->full = true;
 }
@@ -597,12 +624,12 @@ static void lrt_destroy(px_poller *pl)
 	for (size_t i = 0; i < w->n; i++) {
 		/* As in lrt_remove: only what this wait turned on. */
 		if (w->slot[i].async && w->slot[i].mine)
-			lrt_disown(w->slot[i].reg->fd);
+			lrt_disown(w->slot[i].reg->fd, &w->slot[i].saved);
 		w->slot[i].reg->slot = 0;
 		w->slot[i].reg->armed = 0;
 	}
 	if (w->intr_async)
-		lrt_disown(pl->intr->fd);
+		lrt_disown(pl->intr->fd, NULL);
 	if (w->have_leader && pthread_equal(pthread_self(), w->leader)) {
 		/* Leave nothing of ours queued to this thread. */
 		const struct timespec zero = { 0, 0 };
