@@ -798,7 +798,9 @@ static int exec_inherits(const char *inheritable, int n, char *what,
 			 status);
 		return -2;
 	}
-	for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) {
+	char *save = NULL;
+	for (char *line = strtok_r(out, "\n", &save); line;
+	     line = strtok_r(NULL, "\n", &save)) {
 		int fd = atoi(line);
 		if (fd >= 0 && fd < n && inheritable[fd])
 			continue;
