@@ -591,7 +591,8 @@ PX_API int px_timer_cancel(px_proactor *px, int64_t id);
  * px_timer_cancel returns 0 once; the timer then ends with exactly one
  * more callback, with error ECANCELED (after the one running, if any).
  * px_destroy cancels it the same way.  (One-shot timers also carry their
- * deadline in c->offset.)
+ * deadline in c->offset, in every completion: fired, or ECANCELED by
+ * px_timer_cancel or px_destroy.)
  *
  * Returns the timer id (> 0), or -EINVAL (cb NULL or period_ns 0),
  * -ENOMEM, -ESHUTDOWN.

@@ -234,6 +234,11 @@ int64_t px__timer_start(struct px_proactor *px, uint64_t delay_ns,
 	if (period_ns)
 		r->flags = PX_RF_PERIODIC;
 	r->deadline_ns = tm_deadline(now, delay_ns);
+	/* Every completion of a one-shot timer carries its deadline, the
+	 * ECANCELED of px_timer_cancel and px_destroy too (a periodic one's
+	 * callbacks with error 0 carry their first expiry's, set at each
+	 * expiry). */
+	r->c.offset = r->deadline_ns;
 	if (tm_ids_add(px, r) < 0) {
 		tm_unreserve(px);
 		px__alloc_put(&px->alloc, r);
@@ -267,7 +272,6 @@ int px__timer_cancel(struct px_proactor *px, int64_t id)
 		 * out of the heap yet; after px_stop nothing fires. */
 		if (!(r->flags & PX_RF_PERIODIC) && !px->stopped &&
 		    !px->destroying && r->deadline_ns <= px__now_ns()) {
-			r->c.offset = r->deadline_ns;
 			tm_final(px, r, 0, level);
 			return -ENOENT;
 		}

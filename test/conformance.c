@@ -2103,25 +2103,45 @@ static void timers_fire_in_order(void **state)
 	assert_true(checked > 0);
 }
 
+/* A one-shot timer's completion carries its deadline in c->offset
+ * (px_timer_start(3)), cancelled or fired: between the delay added to the
+ * clock before the start and to the clock after it. */
+static void assert_timer_deadline(const h_rec *r, uint64_t t0, uint64_t t1,
+				  uint64_t delay_ns, const char *what)
+{
+	if (r->c.offset < t0 + delay_ns || r->c.offset > t1 + delay_ns)
+		fail_msg("%s (error %d): c->offset %llu is not its deadline "
+			 "(%llu to %llu)", what, r->c.error,
+			 (unsigned long long)r->c.offset,
+			 (unsigned long long)(t0 + delay_ns),
+			 (unsigned long long)(t1 + delay_ns));
+}
+
 static void timer_cancel(void **state)
 {
 	h_fx *f = *state;
 	h_rec *r = h_rec_new(f), *fired = h_rec_new(f);
+	uint64_t t0 = h_now_ns();
 	int64_t id = px_timer_start(f->px, 100 * 1000000u, h_rec_cb, r);
+	uint64_t t1 = h_now_ns();
 	assert_true(id > 0);
 	assert_int_equal(px_timer_cancel(f->px, id), 0);
 	h_wait_rec(f, r, 5000, "cancelled timer");
 	assert_int_equal(r->c.op, PX_OP_TIMER);
 	assert_int_equal(r->c.error, ECANCELED);
 	assert_int_equal(r->c.timer_id, id);
+	assert_timer_deadline(r, t0, t1, 100 * 1000000u, "a cancelled timer");
 	assert_int_equal(px_timer_cancel(f->px, id), -ENOENT);
 	h_settle(f, 200); /* past its original deadline */
 	assert_int_equal(atomic_load(&r->calls), 1);
 
+	t0 = h_now_ns();
 	int64_t id2 = px_timer_start(f->px, 1000000, h_rec_cb, fired);
+	t1 = h_now_ns();
 	assert_true(id2 > 0);
 	h_wait_rec(f, fired, 5000, "timer");
 	assert_int_equal(fired->c.error, 0);
+	assert_timer_deadline(fired, t0, t1, 1000000, "a timer that fired");
 	assert_int_equal(px_timer_cancel(f->px, id2), -ENOENT);
 	assert_int_equal(px_timer_cancel(f->px, id2 + 1000), -ENOENT);
 	assert_int_equal(px_timer_cancel(f->px, 0), -ENOENT);
@@ -2735,7 +2755,9 @@ static void destroy_completes_every_pending_op(void **state)
 	assert_int_equal(px_read_stream(f->px, s2[1], buf + 256, 64, h_rec_cb,
 					rlate),
 			 0);
+	uint64_t t0 = h_now_ns();
 	int64_t tid = px_timer_start(f->px, 3600ull * 1000000000u, h_rec_cb, rt);
+	uint64_t t1 = h_now_ns();
 	assert_true(tid > 0);
 	assert_int_equal(px_post(f->px, h_rec_cb, rpost), 0);
 
@@ -2770,6 +2792,8 @@ static void destroy_completes_every_pending_op(void **state)
 				 strerror(want[i].r->c.error), want[i].error);
 	}
 	assert_int_equal(rt->c.timer_id, tid);
+	assert_timer_deadline(rt, t0, t1, 3600ull * 1000000000u,
+			      "a timer cancelled by px_destroy");
 	assert_int_equal(d->rc_post, -ESHUTDOWN);
 	assert_int_equal(d->rc_read, -ESHUTDOWN);
 	assert_int_equal(d->rc_timer, -ESHUTDOWN);
