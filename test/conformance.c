@@ -2279,7 +2279,8 @@ static void fork_count_cb(const px_completion *c)
 	(*(int *)c->user)++;
 }
 
-/* In a child made by fork(2), every call on the parent's proactor fails
+/* In a child made by fork(2), every call on the parent's proactor (each
+ * function that takes one, as their pages' ERRORS say) fails
  * with -ECHILD and touches nothing (the rings, sets and interrupts are
  * shared with the parent, its threads are not there); the parent's
  * pending read then completes as if nothing happened.  The child may make
@@ -2287,6 +2288,13 @@ static void fork_count_cb(const px_completion *c)
 static int fork_child_calls(px_proactor *px, int fd)
 {
 	char b[4];
+	struct iovec iov = {b, sizeof b};
+	struct sockaddr_in sin = {.sin_family = AF_INET,
+				  .sin_port = htons(9),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	px_op_desc od = {.op = PX_OP_READ_STREAM, .fd = fd, .buf = b,
+			 .len = sizeof b, .timeout_ns = 1000000,
+			 .cb = fork_noop_cb};
 	struct px_stats st;
 	const struct {
 		const char *what;
@@ -2294,8 +2302,30 @@ static int fork_child_calls(px_proactor *px, int fd)
 	} calls[] = {
 		{"px_read_stream", px_read_stream(px, fd, b, 4, fork_noop_cb, NULL)},
 		{"px_write_stream", px_write_stream(px, fd, "x", 1, fork_noop_cb, NULL)},
+		{"px_write_stream_all",
+		 px_write_stream_all(px, fd, "x", 1, fork_noop_cb, NULL)},
+		{"px_read_file", px_read_file(px, fd, b, 4, 0, fork_noop_cb, NULL)},
+		{"px_write_file", px_write_file(px, fd, "x", 1, 0, fork_noop_cb, NULL)},
+		{"px_readv_stream", px_readv_stream(px, fd, &iov, 1, fork_noop_cb, NULL)},
+		{"px_writev_stream",
+		 px_writev_stream(px, fd, &iov, 1, fork_noop_cb, NULL)},
+		{"px_writev_stream_all",
+		 px_writev_stream_all(px, fd, &iov, 1, fork_noop_cb, NULL)},
+		{"px_readv_file",
+		 px_readv_file(px, fd, &iov, 1, 0, fork_noop_cb, NULL)},
+		{"px_writev_file",
+		 px_writev_file(px, fd, &iov, 1, 0, fork_noop_cb, NULL)},
+		{"px_read_dgram", px_read_dgram(px, fd, b, 4, fork_noop_cb, NULL)},
+		{"px_write_dgram",
+		 px_write_dgram(px, fd, "x", 1, NULL, 0, fork_noop_cb, NULL)},
+		{"px_accept", px_accept(px, fd, fork_noop_cb, NULL)},
+		{"px_connect", px_connect(px, fd, (struct sockaddr *)&sin,
+					  sizeof sin, fork_noop_cb, NULL)},
+		{"px_start_op", px_start_op(px, &od)},
 		{"px_post", px_post(px, fork_noop_cb, NULL)},
 		{"px_timer_start", px_timer_start(px, 1000, fork_noop_cb, NULL)},
+		{"px_timer_periodic",
+		 px_timer_periodic(px, 1000, 1000, fork_noop_cb, NULL)},
 		{"px_timer_cancel", px_timer_cancel(px, 1)},
 		{"px_cancel", px_cancel(px, fd)},
 		{"px_close", px_close(px, fd, fork_noop_cb, NULL)},
