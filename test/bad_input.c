@@ -361,6 +361,90 @@ static void bad_address_length(void **state)
 	assert_no_callback_and_usable(f, never);
 }
 
+/* A NULL proactor, or a NULL out-pointer, is -EINVAL from every function
+ * whose page lists it (px_destroy(NULL) is 0, px_engine_name(NULL) ""),
+ * and a failed px_create leaves *out as it was. */
+static void null_arguments(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	struct iovec *iov = h_alloc(f, sizeof *iov);
+	iov->iov_base = buf;
+	iov->iov_len = 16;
+	for (kind k = 0; k < K_COUNT; k++)
+		expect_rc(start_kind(NULL, k, fd_for(&d, k), buf, 16, h_rec_cb,
+				     never),
+			  -EINVAL, k, "a NULL proactor");
+	const int sfd = d.sv[0];
+	const struct {
+		const char *what;
+		int64_t rc;
+	} calls[] = {
+		{"px_readv_stream",
+		 px_readv_stream(NULL, sfd, iov, 1, h_rec_cb, never)},
+		{"px_writev_stream",
+		 px_writev_stream(NULL, sfd, iov, 1, h_rec_cb, never)},
+		{"px_writev_stream_all",
+		 px_writev_stream_all(NULL, sfd, iov, 1, h_rec_cb, never)},
+		{"px_readv_file",
+		 px_readv_file(NULL, d.file, iov, 1, 0, h_rec_cb, never)},
+		{"px_writev_file",
+		 px_writev_file(NULL, d.file, iov, 1, 0, h_rec_cb, never)},
+		{"px_post", px_post(NULL, h_rec_cb, never)},
+		{"px_cancel", px_cancel(NULL, sfd)},
+		{"px_close", px_close(NULL, sfd, h_rec_cb, never)},
+		{"px_timer_start", px_timer_start(NULL, 1, h_rec_cb, never)},
+		{"px_timer_periodic",
+		 px_timer_periodic(NULL, 1, 1, h_rec_cb, never)},
+		{"px_timer_cancel", px_timer_cancel(NULL, 1)},
+		{"px_handle_events", px_handle_events(NULL, 0)},
+		{"px_stop", px_stop(NULL)},
+		{"px_stats(NULL, NULL)", px_stats(NULL, NULL)},
+		{"px_stats(px, NULL)", px_stats(f->px, NULL)},
+		{"px_start_op(px, NULL)", px_start_op(f->px, NULL)},
+		{"px_close with a NULL callback",
+		 px_close(f->px, sfd, NULL, NULL)},
+		{"px_timer_periodic with a NULL callback",
+		 px_timer_periodic(f->px, 1, 1, NULL, NULL)},
+		{"px_timer_periodic with period 0",
+		 px_timer_periodic(f->px, 1, 0, h_rec_cb, never)},
+		{"px_readv_stream with a NULL callback",
+		 px_readv_stream(f->px, sfd, iov, 1, NULL, NULL)},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++)
+		if (calls[i].rc != -EINVAL)
+			fail_msg("%s returned %lld, expected -EINVAL",
+				 calls[i].what, (long long)calls[i].rc);
+	assert_int_equal(px_destroy(NULL), 0);
+	assert_string_equal(px_engine_name(NULL), "");
+
+	unsetenv("PX_ENGINE");
+	char err[256];
+	px_proactor *out = (px_proactor *)&out; /* a value to see kept */
+	assert_int_equal(px_create(NULL, h_engine_text, err, sizeof err),
+			 -EINVAL);
+	assert_int_equal(px_create_config(NULL, &h_cfg, err, sizeof err),
+			 -EINVAL);
+	assert_int_equal(px_create_config(&out, NULL, err, sizeof err),
+			 -EINVAL);
+	assert_ptr_equal(out, &out);
+	err[0] = 'x';
+	assert_int_equal(px_create(&out, "frobnicate=3", err, sizeof err),
+			 -EINVAL);
+	assert_ptr_equal(out, &out);
+	assert_true(err[0] != 'x' && strlen(err) > 0);
+	/* errlen 1: room for the NUL alone, which is written. */
+	err[0] = 'x';
+	assert_int_equal(px_create(&out, "frobnicate=3", err, 1), -EINVAL);
+	assert_int_equal(err[0], '\0');
+	assert_int_equal(px_create(&out, "frobnicate=3", NULL, 0), -EINVAL);
+	assert_ptr_equal(out, &out);
+	assert_no_callback_and_usable(f, never);
+}
+
 /* An engine narrowed to stream operations refuses the others. */
 static void unsupported_operation(void **state)
 {
@@ -903,6 +987,7 @@ int bad_input_run(void)
 		T(null_buffer_with_length),
 		T(length_over_ssize_max),
 		T(bad_address_length),
+		T(null_arguments),
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
 		T(create_at_descriptor_limit),
