@@ -214,6 +214,67 @@ static void read_write_socketpair(void **state)
 	stream_round_trip(f, sv[1], sv[0], "socketpair 1 -> 0");
 }
 
+/* px_read_stream(3): the library leaves the application's file status
+ * flags as they were, blocking or not (the linux_rt wait alone turns
+ * O_ASYNC on while an operation waits, and off once the descriptor is
+ * idle).  Pipes and socketpairs in both modes: a read that waits, then a
+ * write-all that feeds it. */
+static void stream_ops_keep_file_status_flags(void **state)
+{
+	h_fx *f = *state;
+	px_config cfg;
+	const px_processor_config *pc = h_proc_for(f, PX_OP_READ_STREAM, &cfg);
+	const int allowed = strcmp(pc->wait, "linux_rt") == 0 ? O_ASYNC : 0;
+	char *in = h_alloc(f, 8);
+	for (int k = 0; k < 4; k++) {
+		int sv[2];
+		if (k < 2)
+			h_pipe(f, sv);   /* sv[0] reads, sv[1] writes */
+		else
+			h_socketpair(f, sv);
+		if (k % 2)
+			for (int i = 0; i < 2; i++)
+				fcntl(sv[i], F_SETFL,
+				      fcntl(sv[i], F_GETFL) | O_NONBLOCK);
+		const char *what = k == 0 ? "a blocking pipe"
+				   : k == 1 ? "a non-blocking pipe"
+				   : k == 2 ? "a blocking socketpair"
+					    : "a non-blocking socketpair";
+		int before[2] = {fcntl(sv[0], F_GETFL), fcntl(sv[1], F_GETFL)};
+		h_rec *r = h_rec_new(f), *w = h_rec_new(f);
+		int rrc = px_read_stream(f->px, sv[0], in, 8, h_rec_cb, r);
+		if (rrc == -EOPNOTSUPP) {
+			/* POSIX AIO alone refuses sockets: pipes only. */
+			continue;
+		}
+		assert_int_equal(rrc, 0);
+		h_settle(f, 20);
+		for (int i = 0; i < 2; i++) {
+			int now = fcntl(sv[i], F_GETFL);
+			if ((now & ~allowed) != before[i])
+				fail_msg("%s: with a read pending, end %d's flags "
+					 "are %#x, were %#x", what, i, now,
+					 before[i]);
+		}
+		assert_int_equal(px_write_stream_all(f->px, sv[1], "flags", 5,
+						     h_rec_cb, w),
+				 0);
+		h_wait_rec(f, r, 5000, "a read fed by a write-all");
+		h_wait_rec(f, w, 5000, "a write-all");
+		assert_int_equal(r->c.error, 0);
+		assert_int_equal(w->c.error, 0);
+		assert_int_equal(w->c.bytes, 5);
+		h_settle(f, 20);
+		for (int i = 0; i < 2; i++) {
+			int now = fcntl(sv[i], F_GETFL);
+			if (now != before[i])
+				fail_msg("%s: after the operations ended, end "
+					 "%d's flags are %#x, were %#x", what, i,
+					 now, before[i]);
+		}
+	}
+}
+
 static void read_write_pipe(void **state)
 {
 	h_fx *f = *state;
@@ -2871,6 +2932,7 @@ int main(int argc, char **argv)
 		T(engine_name_round_trips),
 		T(read_write_socketpair),
 		T(read_write_pipe),
+		T(stream_ops_keep_file_status_flags),
 		T(read_with_data_waiting),
 		T(write_stream_all_4mib_socketpair),
 		T(write_stream_all_1mib_pipe),
