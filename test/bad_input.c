@@ -445,6 +445,65 @@ static void null_arguments(void **state)
 	assert_no_callback_and_usable(f, never);
 }
 
+/* A start deferred behind a full max_aio (1 here, held by a read that
+ * waits) meets the engine's checks later: on a number the proactor has
+ * met and the application has since closed with close(2) it returns 0
+ * and its callback says EBADF (px_read_stream(3), ERRORS); a negative
+ * fd, a NULL callback and a zero length are refused by the call all the
+ * same. */
+static int setup_max_aio_1(void **state)
+{
+	return h_setup_max_aio(state, 1, h_setup);
+}
+
+static void deferred_start_checks_come_in_the_completion(void **state)
+{
+	h_fx *f = *state;
+	int x[2], sv[2];
+	h_socketpair(f, x);
+	h_socketpair(f, sv);   /* before x[0] closes: not on its number */
+	char *buf = h_alloc(f, 16);
+	h_rec *met = h_rec_new(f), *holder = h_rec_new(f);
+	h_rec *late = h_rec_new(f), *never = h_rec_new(f);
+	assert_int_equal(write(x[1], "met", 3), 3);
+	assert_int_equal(px_read_stream(f->px, x[0], buf, 16, h_rec_cb, met),
+			 0);
+	h_wait_rec(f, met, 5000, "a read of the descriptor to close");
+	assert_int_equal(met->c.error, 0);
+	const int gone = x[0];
+	h_close(f, gone);
+	assert_int_equal(px_read_stream(f->px, sv[0], buf, 16, h_rec_cb,
+					holder),
+			 0);
+	h_settle(f, 20);
+	struct px_stats st0, st1;
+	assert_int_equal(px_stats(f->px, &st0), 0);
+	assert_int_equal(fcntl(gone, F_GETFD), -1);
+	assert_int_equal(px_read_stream(f->px, gone, buf, 16, h_rec_cb, late),
+			 0);
+	assert_int_equal(px_stats(f->px, &st1), 0);
+	assert_int_equal(st1.deferred, st0.deferred + 1);
+	assert_int_equal(px_read_stream(f->px, -1, buf, 16, h_rec_cb, never),
+			 -EBADF);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, 16, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, 0, h_rec_cb, never),
+			 -EINVAL);
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&late->calls), 0);
+	assert_int_equal(px_cancel(f->px, sv[0]), 1);
+	h_wait_rec(f, holder, 5000, "the cancelled read that held max_aio");
+	h_wait_rec(f, late, 5000, "the deferred read of a closed number");
+	assert_int_equal(holder->c.error, ECANCELED);
+	assert_int_equal(late->c.error, EBADF);
+	assert_int_equal(late->c.fd, gone);
+	/* (Not assert_no_callback_and_usable: its read would hold the one
+	 * place and its write wait behind it for a second.) */
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&never->calls), 0);
+	h_assert_usable(f);
+}
+
 /* An engine narrowed to stream operations refuses the others. */
 static void unsupported_operation(void **state)
 {
@@ -988,6 +1047,9 @@ int bad_input_run(void)
 		T(length_over_ssize_max),
 		T(bad_address_length),
 		T(null_arguments),
+		cmocka_unit_test_setup_teardown(
+			deferred_start_checks_come_in_the_completion,
+			setup_max_aio_1, h_teardown),
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
 		T(create_at_descriptor_limit),
