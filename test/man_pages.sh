@@ -12,7 +12,9 @@
 #   - a page in docs/man is not listed in docs/man/meson.build (it would
 #     not be installed);
 #   - man(1), when present, warns while rendering a page, or cannot find a
-#     function's page in a tree laid out as `meson install` lays it out.
+#     function's page in a tree laid out as `meson install` lays it out;
+#   - README.md's summary of the API (the tables under "What it is")
+#     does not name a function.
 set -u
 src=${1:?usage: man_pages.sh SRCDIR}
 hdr=$src/include/proactor.h
@@ -51,6 +53,13 @@ for f in $funcs; do
 	if ! sed -n '/^\.SH SYNOPSIS/,/^\.SH DESCRIPTION/p' "$target" | grep -q "$f("; then
 		err "$(basename "$target") has no prototype of $f in its SYNOPSIS"
 	fi
+done
+
+# README's summary: the section "What it is" up to the next heading.
+summary=$(sed -n '/^## What it is/,/^## A short example/p' "$src/README.md")
+for f in $funcs; do
+	printf '%s\n' "$summary" | grep -q "\`$f\`" ||
+		err "README.md's API summary (\"What it is\") does not name $f"
 done
 
 for page in "$dir"/*.3; do
