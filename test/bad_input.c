@@ -778,6 +778,73 @@ static void config_struct_secondary_none(void **state)
 			 name);
 }
 
+/* The engine a text makes, or "" with the error in err. */
+static void engine_of(const char *text, const px_config *cfg, char *name,
+		      size_t len, int *rc, char *err, size_t errlen)
+{
+	px_proactor *px = NULL;
+	*rc = cfg ? px_create_config(&px, cfg, err, errlen)
+		  : px_create(&px, text, err, errlen);
+	snprintf(name, len, "%s", *rc == 0 ? px_engine_name(px) : "");
+	if (*rc == 0)
+		assert_int_equal(px_destroy(px), 0);
+}
+
+/* px_create(3): a non-empty PX_ENGINE replaces the application's text
+ * (a broken one too) and struct, unless the struct carries
+ * PX_CF_NO_ENV; an empty one is ignored, and one that does not parse
+ * fails the create with -EINVAL and a message that names PX_ENGINE. */
+static void engine_environment_variable(void **state)
+{
+	(void)state;
+	char want[512], got[512], other[512], err[512];
+	int rc;
+	px_config cfg = h_cfg;
+	engine_of(NULL, &cfg, want, sizeof want, &rc, err, sizeof err);
+	if (rc != 0)
+		fail_msg("the engine under test: %s: %s", px_strerror(rc), err);
+	/* Something else the application might ask for. */
+	const char *app = strstr(want, "wait=poll") ? "select" : "poll";
+	unsetenv("PX_ENGINE");
+	engine_of(app, NULL, other, sizeof other, &rc, err, sizeof err);
+	assert_int_equal(rc, 0);
+	assert_string_not_equal(other, want);
+
+	setenv("PX_ENGINE", h_engine_text, 1);
+	engine_of(app, NULL, got, sizeof got, &rc, err, sizeof err);
+	if (rc != 0 || strcmp(got, want))
+		fail_msg("PX_ENGINE='%s', px_create('%s'): %d '%s', expected "
+			 "'%s'", h_engine_text, app, rc, got, want);
+	engine_of("frobnicate=3", NULL, got, sizeof got, &rc, err, sizeof err);
+	if (rc != 0 || strcmp(got, want))
+		fail_msg("PX_ENGINE='%s', px_create of a broken text: %d '%s' "
+			 "(%s)", h_engine_text, rc, got, err);
+	px_config mine;
+	assert_int_equal(px_config_parse(&mine, app, NULL, 0), 0);
+	engine_of(NULL, &mine, got, sizeof got, &rc, err, sizeof err);
+	if (rc != 0 || strcmp(got, want))
+		fail_msg("PX_ENGINE='%s', px_create_config('%s'): %d '%s'",
+			 h_engine_text, app, rc, got);
+	mine.flags |= PX_CF_NO_ENV;
+	engine_of(NULL, &mine, got, sizeof got, &rc, err, sizeof err);
+	if (rc != 0 || strcmp(got, other))
+		fail_msg("PX_CF_NO_ENV with PX_ENGINE set: %d '%s', expected "
+			 "'%s'", rc, got, other);
+
+	setenv("PX_ENGINE", "", 1);
+	engine_of(app, NULL, got, sizeof got, &rc, err, sizeof err);
+	if (rc != 0 || strcmp(got, other))
+		fail_msg("an empty PX_ENGINE: %d '%s', expected '%s'", rc, got,
+			 other);
+
+	setenv("PX_ENGINE", "frobnicate=3", 1);
+	engine_of(app, NULL, got, sizeof got, &rc, err, sizeof err);
+	unsetenv("PX_ENGINE");
+	if (rc != -EINVAL || strncmp(err, "PX_ENGINE", 9) != 0)
+		fail_msg("a PX_ENGINE that does not parse: %d (%s), message "
+			 "'%s'", rc, px_strerror(rc), err);
+}
+
 /* How many descriptor numbers below 4096 are open. */
 static int open_fds(void)
 {
@@ -1059,6 +1126,7 @@ int bad_input_run(void)
 		T(config_unknown_value),
 		T(config_invalid_combination),
 		T(config_struct_secondary_none),
+		T(engine_environment_variable),
 		T(config_team_splits_a_direction),
 		T(config_team_secondary_gets_nothing),
 	};
