@@ -130,7 +130,9 @@ typedef enum px_processor_type {
  *                   auto is for the primary only: a secondary with
  *                   neither provider nor wait is -EINVAL;
  *   wait      ""  = the provider's default wait strategy;
- *   interrupt ""  = the wait strategy's default interrupt.
+ *   interrupt ""  = the wait strategy's default interrupt;
+ * and the primary's processor PX_PROCESSOR_NONE (0, as in a zeroed
+ * struct) is PX_PROCESSOR_SHARED.
  * What providers and waits exist, and which combinations are valid, is
  * listed by the error message of a bad choice and in README.md.
  * words carries settings that only one provider understands, written as

@@ -776,6 +776,22 @@ static void config_struct_secondary_none(void **state)
 		fail_msg("secondary.processor = PX_PROCESSOR_NONE, but the "
 			 "engine runs a secondary: '%s'",
 			 name);
+
+	/* And the primary's PX_PROCESSOR_NONE, a zeroed struct's, is a
+	 * shared processor. */
+	assert_int_equal(px_config_parse(&cfg, "provider=select wait=poll "
+					 "processor=dedicated", NULL, 0), 0);
+	cfg.flags |= PX_CF_NO_ENV;
+	cfg.primary.processor = PX_PROCESSOR_NONE;
+	rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc != 0)
+		fail_msg("px_create_config, primary PX_PROCESSOR_NONE: %s: %s",
+			 px_strerror(rc), err);
+	snprintf(name, sizeof name, "%s", px_engine_name(px));
+	px_destroy(px);
+	if (!strstr(name, "processor=shared"))
+		fail_msg("primary.processor = PX_PROCESSOR_NONE made '%s', not "
+			 "a shared processor", name);
 }
 
 /* The engine a text makes, or "" with the error in err. */
