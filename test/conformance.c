@@ -2890,6 +2890,80 @@ static void destroy_completes_every_pending_op(void **state)
 	assert_int_equal(d->rc_timer, -ESHUTDOWN);
 }
 
+/* px_stats(3): each kind of callback lands in its counter, the I/O
+ * operations in the processor that did them, and the totals are the sums
+ * over proc[0 .. nproc - 1] (nproc 2 for a team). */
+static void stats_count_each_kind(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2], c[2];
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	h_socketpair(f, c);
+	char *buf = h_alloc(f, 24);
+	enum { NREC = 8 };
+	h_rec *r[NREC];
+	for (int i = 0; i < NREC; i++)
+		r[i] = h_rec_new(f);
+	assert_int_equal(px_post(f->px, h_rec_cb, r[0]), 0);
+	assert_int_equal(px_post(f->px, h_rec_cb, r[1]), 0);
+	assert_true(px_timer_start(f->px, 1000000, h_rec_cb, r[2]) > 0);
+	int64_t t = px_timer_start(f->px, 3600ull * 1000000000u, h_rec_cb, r[3]);
+	int64_t p = px_timer_periodic(f->px, 3600ull * 1000000000u, 1000000,
+				      h_rec_cb, r[4]);
+	assert_int_equal(px_timer_cancel(f->px, t), 0);
+	assert_int_equal(px_timer_cancel(f->px, p), 0);
+	assert_int_equal(write(a[1], "hi", 2), 2);
+	assert_int_equal(px_read_stream(f->px, a[0], buf, 8, h_rec_cb, r[5]), 0);
+	assert_int_equal(px_read_stream(f->px, b[0], buf + 8, 8, h_rec_cb, r[6]),
+			 0);
+	assert_int_equal(px_start_op(f->px, &(px_op_desc){
+			.op = PX_OP_READ_STREAM, .fd = c[0], .buf = buf + 16,
+			.len = 8, .timeout_ns = 10000000, .cb = h_rec_cb,
+			.user = r[7] }), 0);
+	assert_int_equal(px_cancel(f->px, b[0]), 1);
+	for (int i = 0; i < NREC; i++)
+		h_wait_rec(f, r[i], 5000, "a callback to count");
+	h_settle(f, 20);
+	assert_int_equal(r[5]->c.error, 0);
+	assert_int_equal(r[6]->c.error, ECANCELED);
+	assert_int_equal(r[7]->c.error, ETIMEDOUT);
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	assert_int_equal(st.posts, 2);
+	assert_int_equal(st.timer_callbacks, 3);
+	assert_int_equal(st.callbacks, NREC);
+	assert_int_equal(st.started, 3);
+	assert_int_equal(st.completed, 1);
+	assert_int_equal(st.cancelled, 1);
+	assert_int_equal(st.timed_out, 1);
+	assert_int_equal(st.in_flight, 0);
+	bool team = strstr(px_engine_name(f->px), "secondary:") != NULL;
+	assert_int_equal(st.nproc, team ? 2 : 1);
+	struct px_proc_stats sum = {0};
+	for (unsigned i = 0; i < st.nproc; i++) {
+		sum.started += st.proc[i].started;
+		sum.deferred += st.proc[i].deferred;
+		sum.completed += st.proc[i].completed;
+		sum.cancelled += st.proc[i].cancelled;
+		sum.timed_out += st.proc[i].timed_out;
+		sum.in_flight += st.proc[i].in_flight;
+		sum.leader_turns += st.proc[i].leader_turns;
+		sum.leader_interrupts += st.proc[i].leader_interrupts;
+		sum.wait_ns += st.proc[i].wait_ns;
+	}
+	assert_int_equal(sum.started, st.started);
+	assert_int_equal(sum.deferred, st.deferred);
+	assert_int_equal(sum.completed, st.completed);
+	assert_int_equal(sum.cancelled, st.cancelled);
+	assert_int_equal(sum.timed_out, st.timed_out);
+	assert_int_equal(sum.in_flight, st.in_flight);
+	assert_int_equal(sum.leader_turns, st.leader_turns);
+	assert_int_equal(sum.leader_interrupts, st.leader_interrupts);
+	assert_int_equal(sum.wait_ns, st.wait_ns);
+	assert_true(st.leader_turns > 0);
+}
+
 static void stop_wakes_and_refuses(void **state)
 {
 	h_fx *f = *state;
@@ -2975,6 +3049,7 @@ int main(int argc, char **argv)
 		T(create_destroy_keep_signal_state),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
+		T(stats_count_each_kind),
 	};
 	int failed = cmocka_run_group_tests_name("conformance", tests, NULL,
 						 NULL);
