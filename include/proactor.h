@@ -546,8 +546,9 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * for good.  See README.md, "Engines and configuration".  Likewise Linux
  * AIO performs a file read or write on a descriptor not opened with
  * O_DIRECT inside its io_submit, which px_cancel neither stops nor waits
- * for; on a pipe or socket that lasts until data or room comes
- * (px_read_file(3)).
+ * for.  (A file read or write on a pipe, socket or terminal, where that
+ * would last until data or room came, fails with ESPIPE on both AIO
+ * providers instead, as pread does: px_read_file(3).)
  */
 PX_API int px_cancel(px_proactor *px, int fd);
 
