@@ -312,10 +312,10 @@ PX_API int px_create_config(px_proactor **out, const px_config *cfg, char *err,
  * pending timers are delivered too.  Starts made from those callbacks fail
  * with -ESHUTDOWN; px_close is still accepted.  No thread may be inside
  * px_handle_events() or start further operations; so it cannot be called
- * from a callback that px_handle_events() runs.  Returns 0, or -EBUSY if
- * a thread, the caller included, is inside px_handle_events(), or if the
- * caller is a callback that px_destroy() itself runs (nothing is freed
- * then).
+ * from a callback that px_handle_events() runs.  Returns 0 (also for a
+ * NULL px), or -EBUSY if a thread, the caller included, is inside
+ * px_handle_events(), or if the caller is a callback that px_destroy()
+ * itself runs (nothing is freed then).
  */
 PX_API int px_destroy(px_proactor *px);
 
@@ -323,7 +323,7 @@ PX_API int px_destroy(px_proactor *px);
  * px_engine_name - the canonical configuration text of the engine this
  * proactor runs, e.g. "provider=uring wait=uring interrupt=native
  * processor=shared max_aio=61437" (io_uring's defaults).  Valid until
- * px_destroy.
+ * px_destroy; "" for a NULL px.
  */
 PX_API const char *px_engine_name(const px_proactor *px);
 
