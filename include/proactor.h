@@ -450,7 +450,8 @@ PX_API int px_write_dgram(px_proactor *px, int fd, const void *buf, size_t len,
 /* Accept a connection on a listening socket; the new socket (close-on-exec
  * and blocking on every engine, whatever the listener's flags) is in
  * c->new_fd and the peer in c->addr.  The readiness engines (select,
- * poll, epoll) and Linux AIO put a blocking listening socket in
+ * poll, epoll, linux_rt, and the teams whose sockets they serve) and
+ * Linux AIO put a blocking listening socket in
  * non-blocking mode and leave it so, since a connection reset between readiness and accept must
  * not block the thread. */
 PX_API int px_accept(px_proactor *px, int listen_fd, px_callback *cb, void *user);
