@@ -14,7 +14,10 @@
 #   - man(1), when present, warns while rendering a page, or cannot find a
 #     function's page in a tree laid out as `meson install` lays it out;
 #   - README.md's summary of the API (the tables under "What it is")
-#     does not name a function.
+#     does not name a function;
+#   - (with man(1)) a function's prototype in its page's SYNOPSIS, as
+#     rendered, differs from its declaration in include/proactor.h
+#     (whitespace aside).
 set -u
 src=${1:?usage: man_pages.sh SRCDIR}
 hdr=$src/include/proactor.h
@@ -85,6 +88,28 @@ if command -v man >/dev/null 2>&1; then
 		man -w -M "$tmp" 3 "$f" >/dev/null 2>&1 ||
 			err "man cannot find $f in an installed layout"
 	done
+	# Each prototype as its page renders it against the header's
+	# declaration, both on one line with the blanks around ( ) , *
+	# dropped.
+	norm() {
+		tr '\n\t' '  ' | tr -s ' ' |
+			sed 's/ *\([(),*]\) */\1/g; s/^ //; s/ $//'
+	}
+	awk '/^PX_API/ { p = 1; s = "" } p { s = s " " $0 } p && /;/ { print s; p = 0 }' "$hdr" |
+		sed 's/^ *PX_API //; s/;.*//' >"$tmp/decls"
+	while IFS= read -r decl; do
+		f=$(printf '%s' "$decl" | grep -oE '\bpx_[a-z0-9_]+\(' | head -n 1 | tr -d '(')
+		want=$(printf '%s' "$decl" | norm)
+		page=$tmp/man3/$f.3
+		so=$(sed -n 's/^\.so man3\/\(.*\)$/\1/p' "$page")
+		[ -z "$so" ] || page=$tmp/man3/$so
+		got=$(MANWIDTH=200 man -l "$page" 2>/dev/null |
+			sed -n '/^SYNOPSIS/,/^DESCRIPTION/p' | tr '\n' ' ' |
+			tr ';' '\n' | sed 's/.*#include <proactor\.h> *//' |
+			grep -E "[ *]$f\(" | norm)
+		[ "$got" = "$want" ] ||
+			err "$f.3's SYNOPSIS says '$got', include/proactor.h '$want'"
+	done <"$tmp/decls"
 	# Render each page once (a '.so' link renders its target).
 	for page in "$tmp"/man3/*.3; do
 		grep -q '^\.so ' "$page" && continue
