@@ -88,38 +88,35 @@ if command -v man >/dev/null 2>&1; then
 		man -w -M "$tmp" 3 "$f" >/dev/null 2>&1 ||
 			err "man cannot find $f in an installed layout"
 	done
-	# Each prototype as its page renders it against the header's
-	# declaration, both on one line with the blanks around ( ) , *
-	# dropped.
-	norm() {
-		tr '\n\t' '  ' | tr -s ' ' |
-			sed 's/ *\([(),*]\) */\1/g; s/^ //; s/ $//'
-	}
-	awk '/^PX_API/ { p = 1; s = "" } p { s = s " " $0 } p && /;/ { print s; p = 0 }' "$hdr" |
-		sed 's/^ *PX_API //; s/;.*//' >"$tmp/decls"
-	while IFS= read -r decl; do
-		f=$(printf '%s' "$decl" | grep -oE '\bpx_[a-z0-9_]+\(' | head -n 1 | tr -d '(')
-		want=$(printf '%s' "$decl" | norm)
-		page=$tmp/man3/$f.3
-		so=$(sed -n 's/^\.so man3\/\(.*\)$/\1/p' "$page")
-		[ -z "$so" ] || page=$tmp/man3/$so
-		got=$(MANWIDTH=200 man -l "$page" 2>/dev/null |
-			sed -n '/^SYNOPSIS/,/^DESCRIPTION/p' | tr '\n' ' ' |
-			tr ';' '\n' | sed 's/.*#include <proactor\.h> *//' |
-			grep -E "[ *]$f\(" | norm)
-		[ "$got" = "$want" ] ||
-			err "$f.3's SYNOPSIS says '$got', include/proactor.h '$want'"
-	done <"$tmp/decls"
 	# Render each page once (a '.so' link renders its target).
 	for page in "$tmp"/man3/*.3; do
 		grep -q '^\.so ' "$page" && continue
 		b=$(basename "$page" .3)
-		MANWIDTH=80 man --warnings -l "$page" >"$tmp/out" 2>"$tmp/err"
+		MANWIDTH=80 man --warnings -l "$page" >"$tmp/$b.txt" 2>"$tmp/err"
 		if [ -s "$tmp/err" ]; then
 			err "man -l $b.3: $(cat "$tmp/err")"
 		fi
-		grep -q "$b" "$tmp/out" || err "man -l $b.3 renders no text naming $b"
+		grep -q "$b" "$tmp/$b.txt" || err "man -l $b.3 renders no text naming $b"
 	done
+	# Each prototype as the pages rendered it (above) against the
+	# header's declarations, each on one line with the blanks around
+	# ( ) , * dropped: every declaration must be among the prototypes.
+	norm() {
+		tr -s ' \t' ' ' | sed 's/ *\([(),*]\) */\1/g; s/^ //; s/ $//'
+	}
+	awk '/^PX_API/ { p = 1; s = "" } p { s = s " " $0 } p && /;/ { print s; p = 0 }' "$hdr" |
+		sed 's/^ *PX_API //; s/;.*//' | norm | sort -u >"$tmp/decls"
+	for t in "$tmp"/*.txt; do
+		sed -n '/^SYNOPSIS/,/^DESCRIPTION/p' "$t" | tr '\n' ' '
+		echo
+	done | sed 's/#include <[^>]*>/;/g' | tr ';' '\n' | norm | sort -u >"$tmp/protos"
+	comm -23 "$tmp/decls" "$tmp/protos" | while IFS= read -r d; do
+		echo "FAIL: no page's SYNOPSIS renders the declaration '$d' of include/proactor.h"
+	done >"$tmp/protofail"
+	if [ -s "$tmp/protofail" ]; then
+		cat "$tmp/protofail"
+		fail=1
+	fi
 else
 	echo "note: man(1) not installed; rendering not checked"
 fi
