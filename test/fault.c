@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "model.h"
 
 static void storm_stop(void);
 
@@ -2433,9 +2434,19 @@ int main(int argc, char **argv)
 	/* Tests that show a known problem of this engine: a comma list
 	 * (meson passes it; TESTING.md lists them), left out here. */
 	const char *known = argc > 3 ? argv[3] : "";
-	struct CMUnitTest run[sizeof tests / sizeof tests[0]];
+	/* and the seeded random model check (model.c) */
+	size_t nmodel;
+	const struct CMUnitTest *model = model_tests(&nmodel);
+	size_t ntests = sizeof tests / sizeof tests[0];
+	struct CMUnitTest all[sizeof tests / sizeof tests[0] + 4];
+	assert_true(nmodel <= 4);
+	memcpy(all, tests, sizeof tests);
+	memcpy(all + ntests, model, nmodel * sizeof *model);
+	ntests += nmodel;
+	struct CMUnitTest run[sizeof all / sizeof all[0]];
 	size_t n = 0;
-	for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+	for (size_t i = 0; i < ntests; i++) {
+		const struct CMUnitTest *tests = all;
 		size_t len = strlen(tests[i].name);
 		const char *p = known;
 		bool skip = false;

@@ -1,0 +1,1521 @@
+/*
+ * model.c - a seeded random driver checked against a model of the
+ * promises, run by the fault program for each engine (argv[1]).
+ *
+ * One seed is one proactor (its max_aio drawn small: 1 to 8, or the
+ * default) with an AF_UNIX stream socketpair, a TCP loopback pair, a pipe,
+ * an AF_UNIX datagram socketpair and a regular file, all with small
+ * buffers.  One or two driver threads take random steps: stream reads and
+ * writes (plain, write-all, vectored, with a deadline through
+ * px_start_op), datagram reads and writes, file reads and writes at block
+ * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket, posts,
+ * one-shot and periodic timers and their cancels, and px_handle_events
+ * (zero, one or two loop threads besides).  Some operations get a step of
+ * their own that their callback takes (a follow-up start, a cancel or a
+ * px_close of its descriptor, a post), also while px_destroy delivers.
+ * A seed ends either with px_cancel of every descriptor, every callback
+ * awaited, then px_destroy, or with px_destroy straight away.
+ *
+ * The model, checked in each callback and after px_destroy:
+ *   - every start that returned 0 gets exactly one callback, with its own
+ *     op, descriptor and user pointer, bytes <= its length; a start fails
+ *     only as the manual allows (-EBADF on a descriptor px_close is
+ *     closing, -ESHUTDOWN from callbacks that px_destroy runs,
+ *     -EOPNOTSUPP for vectored file operations on POSIX AIO);
+ *   - ECANCELED only for an operation started before a px_cancel or
+ *     px_close of its descriptor, or during px_destroy; ETIMEDOUT only
+ *     with a deadline, and not before it; end of stream only once the
+ *     writer shut down or closed its end; EPIPE and ECONNRESET only on a
+ *     channel one of whose ends was shut down or closed; a write-all
+ *     with no error moved every byte;
+ *   - streams: each channel's bytes, as the reads report them in start
+ *     order and then what is left in the descriptor after px_destroy, are
+ *     exactly the prefixes the writes report, in start order (nothing
+ *     lost, duplicated or out of order, whatever was cancelled, timed out
+ *     or destroyed); a channel whose reader was closed, or a TCP pair one
+ *     of whose ends was, only a prefix of that;
+ *   - datagrams: each arrives whole and once, in start order, exactly the
+ *     writes that reported success (a write that reports ECANCELED or
+ *     ETIMEDOUT was not sent);
+ *   - the file: a read of blocks no write is in flight on gives their
+ *     last written contents (a write that ended with an error leaves its
+ *     blocks unknown until the next one);
+ *   - a one-shot timer fires not before its delay, and ends with
+ *     ECANCELED exactly when px_timer_cancel returned 0 (or px_destroy
+ *     cancelled it); a periodic timer ends with one ECANCELED;
+ *   - px_close's callback comes after every callback of an operation
+ *     started on its descriptor before it, with error 0.
+ *
+ * The suite runs a few fixed seeds (model_random_seeds, well under a
+ * second per engine).  Any other seed or range runs with
+ *
+ *   PX_MODEL_SEED=N [PX_MODEL_COUNT=K] [PX_MODEL_STEPS=S] [PX_MODEL_TRACE=1] \
+ *     build/test/fault 'ENGINE' model_random_seeds
+ *
+ * A failure names its seed and the command that runs it again.  With loop
+ * threads or two drivers (the seed chooses) a replay takes the same steps
+ * but not the same interleaving.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "model.h"
+
+enum {
+	M_MAX_OPS = 3000,
+	M_MAX_FDS = 12,
+	M_MAX_CH = 10,
+	M_BLK = 512,            /* file block */
+	M_NBLK = 16,
+	M_DGRAM_MAX = 600,
+	M_DEFAULT_SEEDS = 4,
+	M_DEFAULT_STEPS = 250,
+};
+
+enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
+       MK_POST, MK_TIMER, MK_CLOSE };
+
+static const char *const kind_name[] = {
+	"?", "read", "write", "dread", "dwrite", "fread", "fwrite", "post",
+	"timer", "close"
+};
+
+typedef struct mop {
+	int id;
+	int kind;
+	px_op op;
+	int fdi;                /* index in g.fd, -1 */
+	int fd;
+	int ch;                 /* channel, -1 */
+	bool vec, all, timed, periodic;
+	uint64_t timeout_ns;
+	uint64_t start_ns;
+	size_t len;
+	uint8_t *buf;
+	struct iovec iov[4];
+	int iovcnt;
+	uint64_t off;
+	int blk0, nblk;
+	int rc;                 /* what the start returned */
+	int calls;              /* final callbacks (a periodic timer's
+	                           expiries are counted apart) */
+	int expiries;
+	int cb_seq;
+	int error;
+	size_t bytes;
+	int act;                /* a step its callback takes: 0 none */
+	int64_t timer_id;
+	int cancel_rc;          /* px_timer_cancel's return; 1: not called */
+	uint64_t due_ns;
+	int thread;             /* which driver started it (0, 1) or callback (2) */
+} mop;
+
+typedef struct mfd {
+	int fd;
+	int wch, rch;           /* channel written / read through it, -1 */
+	int peer;               /* the other end, -1 */
+	int kind;               /* 's' stream, 'd' datagram, 'f' file */
+	bool tcp;
+	bool closing;           /* px_close called */
+	int close_op;
+	bool shut_wr;
+	int cancel_mark;        /* ops with id below it may be cancelled */
+} mfd;
+
+typedef struct mch {
+	int wfdi, rfdi;
+	bool dgram, tcp;
+	bool eof_ok;            /* writer shut down or closing */
+	bool broken;            /* a close or a shutdown: EPIPE, ECONNRESET */
+	bool inexact;           /* only a prefix must arrive */
+	uint8_t *drain;         /* stream: left in the descriptor after destroy */
+	size_t ndrain;
+	int dg_next;            /* datagram: index of the next write expected */
+} mch;
+
+static struct {
+	pthread_mutex_t mu;     /* recursive: the model's state */
+	px_proactor *px;
+	uint64_t seed;
+	mop *op[M_MAX_OPS];
+	int nops;
+	mfd fd[M_MAX_FDS];
+	int nfd;
+	mch ch[M_MAX_CH];
+	int nch;
+	int file_fdi;
+	int blk_w[M_NBLK];      /* writes in flight on the block */
+	int blk_r[M_NBLK];      /* reads in flight on the block */
+	int blk_ver[M_NBLK];    /* id of its last write, 0 zeros, -1 unknown */
+	int cbseq;
+	bool destroying, draining;
+	unsigned max_aio;
+	int nloops;
+	int ndrivers;
+	int steps;
+	bool vec_file;
+	bool trace;
+	atomic_int bad;
+	char msg[1536];
+	atomic_int loop_stop;
+	atomic_int loop_err;
+	uint64_t cb_rng;        /* callbacks' steps, under mu */
+} g;
+
+/* ------------------------------------------------------------------ */
+
+static uint64_t rnd(uint64_t *s)
+{
+	uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static unsigned rn(uint64_t *s, unsigned n) { return (unsigned)(rnd(s) % n); }
+
+static void bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void bad(const char *fmt, ...)
+{
+	if (atomic_fetch_add(&g.bad, 1))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g.msg, sizeof g.msg, fmt, ap);
+	va_end(ap);
+	if (g.trace)
+		printf("model: BAD: %s\n", g.msg);
+}
+
+static void lock(void) { pthread_mutex_lock(&g.mu); }
+static void unlock(void) { pthread_mutex_unlock(&g.mu); }
+
+/* The bytes of write id at pos. */
+static void fill(mop *o)
+{
+	h_pattern(o->buf, o->len, (uint32_t)(g.seed * 31u) ^ (uint32_t)o->id *
+		  2654435761u, 0);
+	if (o->kind == MK_DWRITE) {
+		memcpy(o->buf, &o->id, sizeof o->id);
+		uint32_t l = (uint32_t)o->len;
+		memcpy(o->buf + 4, &l, 4);
+	}
+}
+
+static uint8_t pat_at(int id, size_t pos)
+{
+	uint8_t b;
+	h_pattern(&b, 1, (uint32_t)(g.seed * 31u) ^ (uint32_t)id * 2654435761u,
+		  pos);
+	return b;
+}
+
+static mop *new_op(int kind, int fdi, size_t len)
+{
+	if (g.nops >= M_MAX_OPS)
+		return NULL;
+	mop *o = calloc(1, sizeof *o);
+	if (!o)
+		return NULL;
+	o->id = g.nops + 1;
+	g.op[g.nops++] = o;
+	o->kind = kind;
+	o->fdi = fdi;
+	o->fd = fdi >= 0 ? g.fd[fdi].fd : -1;
+	o->ch = -1;
+	o->len = len;
+	o->cancel_rc = 1;
+	o->rc = 1;
+	if (len) {
+		o->buf = calloc(1, len);
+		if (!o->buf)
+			o->len = 0;
+	}
+	return o;
+}
+
+/* Cut o->buf into 1..4 pieces (one may be empty, not all). */
+static void cut(mop *o, uint64_t *r)
+{
+	int cnt = 1 + (int)rn(r, 4);
+	size_t pos = 0;
+	for (int k = 0; k < cnt; k++) {
+		size_t piece = k == cnt - 1 ? o->len - pos
+					    : rn(r, (unsigned)(o->len - pos + 1));
+		o->iov[k].iov_base = o->buf + pos;
+		o->iov[k].iov_len = piece;
+		pos += piece;
+	}
+	o->iovcnt = cnt;
+	o->vec = true;
+}
+
+static void trace_start(const mop *o, const char *how)
+{
+	if (!g.trace)
+		return;
+	printf("model: #%d %s%s%s%s fd %d len %zu off %" PRIu64 " -> %d (%s)%s\n",
+	       o->id, kind_name[o->kind], o->vec ? " vec" : "",
+	       o->all ? " all" : "", o->timed ? " timed" : "", o->fd, o->len,
+	       o->off, o->rc, how, o->act ? " +act" : "");
+}
+
+/* ------------------------------------------------------------------ */
+/* Callbacks                                                            */
+/* ------------------------------------------------------------------ */
+
+static void cb(const px_completion *c);
+static void step(uint64_t *r, int who, mop *self);
+static bool can_cancel(const mop *o);
+
+/* An error any operation may end with here: cancelled, timed out (not
+ * early), or EBADF for one started on a descriptor px_close was closing
+ * (its close may have been made before the start reached the engine). */
+static bool common_error(const mop *o, int e)
+{
+	if (e == ECANCELED && can_cancel(o))
+		return true;
+	if (e == EBADF && o->fdi >= 0 && o->id > g.fd[o->fdi].close_op &&
+	    g.fd[o->fdi].closing)
+		return true;
+	if (e == ETIMEDOUT && o->timed) {
+		uint64_t now = h_now_ns();
+		if (now < o->start_ns + o->timeout_ns)
+			bad("#%d %s: ETIMEDOUT after %" PRIu64 " ns, deadline %"
+			    PRIu64 " ns", o->id, kind_name[o->kind],
+			    now - o->start_ns, o->timeout_ns);
+		return true;
+	}
+	return false;
+}
+
+static bool can_cancel(const mop *o)
+{
+	if (g.destroying)
+		return true;
+	return o->fdi >= 0 && o->id < g.fd[o->fdi].cancel_mark;
+}
+
+static void check_stream(mop *o, const px_completion *c)
+{
+	mch *ch = &g.ch[o->ch];
+	int e = c->error;
+	if (e == 0) {
+		if (o->kind == MK_READ && c->bytes == 0 && !ch->eof_ok)
+			bad("#%d read: end of stream (0 bytes, no error) but the "
+			    "writer neither shut down nor closed", o->id);
+		if (o->kind == MK_WRITE && o->all && c->bytes != o->len)
+			bad("#%d write-all: error 0 with %zu of %zu bytes", o->id,
+			    c->bytes, o->len);
+		if (o->kind == MK_WRITE && !o->all && c->bytes == 0)
+			bad("#%d write: error 0 with 0 bytes", o->id);
+		return;
+	}
+	if (common_error(o, e))
+		return;
+	if ((e == EPIPE || e == ECONNRESET) && ch->broken)
+		return;
+	bad("#%d %s%s%s on fd %d: unexpected error %d (%s), %zu bytes; "
+	    "cancel mark %d", o->id, kind_name[o->kind], o->vec ? " vec" : "",
+	    o->all ? " all" : "", o->fd, e, strerror(e), c->bytes,
+	    g.fd[o->fdi].cancel_mark);
+}
+
+static void check_file_read(mop *o, const px_completion *c)
+{
+	if (c->error == 0 && c->bytes != o->len) {
+		bad("#%d file read: %zu of %zu bytes within the file", o->id,
+		    c->bytes, o->len);
+		return;
+	}
+	if (c->error) {
+		if (!common_error(o, c->error))
+			bad("#%d file read: unexpected error %d (%s)", o->id,
+			    c->error, strerror(c->error));
+		return;
+	}
+	for (int b = 0; b < o->nblk; b++) {
+		int v = g.blk_ver[o->blk0 + b];
+		if (v < 0)
+			continue;
+		const uint8_t *got = o->buf + (size_t)b * M_BLK;
+		const mop *w = v ? g.op[v - 1] : NULL;
+		for (size_t i = 0; i < M_BLK; i++) {
+			uint8_t want = 0;
+			if (w) {
+				size_t pos = (size_t)(o->blk0 + b - w->blk0) *
+					     M_BLK + i;
+				want = pat_at(w->id, pos);
+			}
+			if (got[i] != want) {
+				bad("#%d file read: block %d byte %zu is %02x, "
+				    "want %02x (version #%d)", o->id,
+				    o->blk0 + b, i, got[i], want, v);
+				return;
+			}
+		}
+	}
+}
+
+static void check_file_write(mop *o, const px_completion *c)
+{
+	bool whole = c->error == 0 && c->bytes == o->len;
+	if (c->error == 0 && !whole)
+		bad("#%d file write: %zu of %zu bytes, no error", o->id,
+		    c->bytes, o->len);
+	if (c->error && !common_error(o, c->error))
+		bad("#%d file write: unexpected error %d (%s)", o->id, c->error,
+		    strerror(c->error));
+	for (int b = 0; b < o->nblk; b++)
+		g.blk_ver[o->blk0 + b] = whole ? o->id : -1;
+}
+
+static void check_dgram_read(mop *o, const px_completion *c)
+{
+	mch *ch = &g.ch[o->ch];
+	if (c->error) {
+		if (!common_error(o, c->error) &&
+		    !((c->error == EPIPE || c->error == ECONNRESET) &&
+		      ch->broken))
+			bad("#%d datagram read: unexpected error %d (%s)", o->id,
+			    c->error, strerror(c->error));
+		if (c->bytes)
+			bad("#%d datagram read: error %d with %zu bytes", o->id,
+			    c->error, c->bytes);
+		return;
+	}
+	if (c->bytes == 0) {
+		if (!ch->eof_ok)
+			bad("#%d datagram read: 0 bytes with no shutdown", o->id);
+		return;
+	}
+}
+
+static void cb(const px_completion *c)
+{
+	mop *o = c->user;
+	lock();
+	if (o->kind == MK_TIMER && o->periodic && c->error == 0) {
+		o->expiries++;
+		if (g.trace)
+			printf("model: #%d periodic expiry %d (id %" PRId64 ", %zu)\n",
+			       o->id, o->expiries, c->timer_id, c->bytes);
+		if (o->calls)
+			bad("#%d periodic timer: an expiry after its end", o->id);
+		unlock();
+		return;
+	}
+	if (++o->calls > 1) {
+		bad("#%d %s on fd %d: called back %d times (error %d)", o->id,
+		    kind_name[o->kind], o->fd, o->calls, c->error);
+		unlock();
+		return;
+	}
+	o->cb_seq = ++g.cbseq;
+	o->error = c->error;
+	o->bytes = c->bytes;
+	if (g.trace)
+		printf("model: #%d %s fd %d -> error %d bytes %zu\n", o->id,
+		       kind_name[o->kind], o->fd, c->error, c->bytes);
+	if (c->op != o->op || c->user != o)
+		bad("#%d: completion says op %d, started as %d", o->id, c->op,
+		    o->op);
+	if (o->fdi >= 0 && c->fd != o->fd)
+		bad("#%d: completion says fd %d, started on %d", o->id, c->fd,
+		    o->fd);
+	if (c->bytes > o->len)
+		bad("#%d %s: %zu bytes of %zu", o->id, kind_name[o->kind],
+		    c->bytes, o->len);
+	switch (o->kind) {
+	case MK_READ:
+	case MK_WRITE:
+		check_stream(o, c);
+		break;
+	case MK_DREAD:
+		check_dgram_read(o, c);
+		break;
+	case MK_DWRITE:
+		if (c->error == 0 && c->bytes != o->len)
+			bad("#%d datagram write: %zu of %zu bytes", o->id,
+			    c->bytes, o->len);
+		else if (c->error && !common_error(o, c->error) &&
+			 !((c->error == EPIPE || c->error == ECONNRESET ||
+			    c->error == ECONNREFUSED || c->error == ENOTCONN) &&
+			   g.ch[o->ch].broken))
+			bad("#%d datagram write: unexpected error %d (%s)",
+			    o->id, c->error, strerror(c->error));
+		break;
+	case MK_FREAD:
+		check_file_read(o, c);
+		for (int b = 0; b < o->nblk; b++)
+			g.blk_r[o->blk0 + b]--;
+		break;
+	case MK_FWRITE:
+		check_file_write(o, c);
+		for (int b = 0; b < o->nblk; b++)
+			g.blk_w[o->blk0 + b]--;
+		break;
+	case MK_POST:
+		if (c->error)
+			bad("#%d post: error %d", o->id, c->error);
+		break;
+	case MK_TIMER:
+		if (c->error == ECANCELED) {
+			if (o->cancel_rc != 0 && !g.destroying)
+				bad("#%d timer: ECANCELED, but px_timer_cancel "
+				    "returned %d", o->id, o->cancel_rc);
+		} else if (c->error == 0) {
+			if (o->cancel_rc == 0)
+				bad("#%d timer: fired after px_timer_cancel "
+				    "returned 0", o->id);
+			if (h_now_ns() < o->due_ns)
+				bad("#%d timer: fired %" PRIu64 " ns early",
+				    o->id, o->due_ns - h_now_ns());
+		} else {
+			bad("#%d timer: error %d", o->id, c->error);
+		}
+		if (o->periodic && c->error != ECANCELED)
+			bad("#%d periodic timer ended with error %d", o->id,
+			    c->error);
+		break;
+	case MK_CLOSE:
+		if (c->error)
+			bad("#%d px_close: error %d (%s)", o->id, c->error,
+			    strerror(c->error));
+		for (int i = 0; i < o->id - 1; i++) {
+			mop *p = g.op[i];
+			if (p->fdi == o->fdi && p->rc == 0 && p->calls == 0 &&
+			    p->kind != MK_CLOSE)
+				bad("#%d px_close of fd %d called back before "
+				    "#%d %s started on it", o->id, o->fd,
+				    p->id, kind_name[p->kind]);
+		}
+		break;
+	}
+	if (o->act && !g.draining) {
+		uint64_t r = g.cb_rng ^ (uint64_t)o->act;
+		g.cb_rng = rnd(&r);
+		step(&r, 2, o);
+	}
+	unlock();
+}
+
+/* ------------------------------------------------------------------ */
+/* Starts                                                               */
+/* ------------------------------------------------------------------ */
+
+/* The start's return: 0, or an error the manual allows here. */
+static void check_rc(mop *o)
+{
+	if (o->rc == 0)
+		return;
+	if (o->rc == -ESHUTDOWN && g.destroying)
+		return;
+	if (o->rc == -EBADF && o->fdi >= 0 && g.fd[o->fdi].closing)
+		return;
+	if (o->rc == -EOPNOTSUPP && o->vec &&
+	    (o->kind == MK_FREAD || o->kind == MK_FWRITE) && !g.vec_file)
+		return;
+	bad("#%d %s%s on fd %d: the start returned %d (%s)", o->id,
+	    kind_name[o->kind], o->vec ? " vec" : "", o->fd, o->rc,
+	    px_strerror(o->rc));
+}
+
+/* Whether to try a start on a descriptor px_close is closing (it must
+ * fail with -EBADF): now and then, with no loop thread and before the
+ * close has called back, and not where POSIX AIO's dups may take the
+ * number once closed. */
+static bool probe_ok(uint64_t *r, const mfd *f)
+{
+	return !rn(r, 8) && !g.nloops && g.vec_file &&
+	       !g.op[f->close_op - 1]->calls;
+}
+
+static int pick_fd(uint64_t *r, int kind, bool want_w, bool want_r)
+{
+	int cand[M_MAX_FDS], n = 0;
+	for (int i = 0; i < g.nfd; i++) {
+		mfd *f = &g.fd[i];
+		if (f->kind != kind)
+			continue;
+		if (want_w && f->wch < 0)
+			continue;
+		if (want_r && f->rch < 0)
+			continue;
+		/* A start on a closing descriptor now and then: -EBADF. */
+		if (f->closing && !probe_ok(r, f))
+			continue;
+		cand[n++] = i;
+	}
+	return n ? cand[rn(r, (unsigned)n)] : -1;
+}
+
+static void start_timed(mop *o, uint64_t *r, px_op_desc *d)
+{
+	o->timed = true;
+	o->timeout_ns = 100000u + rn(r, 3000000);
+	d->timeout_ns = o->timeout_ns;
+	o->start_ns = h_now_ns();
+	o->rc = px_start_op(g.px, d);
+}
+
+static void do_stream(uint64_t *r, bool write, int who, int fdi)
+{
+	if (fdi < 0)
+		fdi = pick_fd(r, 's', write, !write);
+	if (fdi < 0)
+		return;
+	mfd *f = &g.fd[fdi];
+	size_t len;
+	unsigned how = rn(r, 10);
+	if (!write)
+		len = 1 + rn(r, rn(r, 2) ? 8192 : 64);
+	else if (how < 2)
+		len = 1 + rn(r, 256 * 1024);   /* write-all likely to wait */
+	else
+		len = 1 + rn(r, rn(r, 2) ? 16384 : 100);
+	mop *o = new_op(write ? MK_WRITE : MK_READ, fdi, len);
+	if (!o || !o->len)
+		return;
+	o->thread = who;
+	o->ch = write ? f->wch : f->rch;
+	o->op = write ? PX_OP_WRITE_STREAM : PX_OP_READ_STREAM;
+	if (write)
+		fill(o);
+	o->all = write && (how < 2 || rn(r, 3) == 0);
+	if (rn(r, 3) == 0)
+		cut(o, r);
+	if (rn(r, 4) == 0)
+		o->act = 1 + (int)rn(r, 1000);
+	o->start_ns = h_now_ns();
+	if (rn(r, 6) == 0) {
+		px_op_desc d = {
+			.op = o->op, .fd = o->fd, .cb = cb, .user = o,
+			.flags = (o->all ? PX_OPF_WRITE_ALL : 0) |
+				 (o->vec ? PX_OPF_VECTORED : 0),
+		};
+		if (o->vec) {
+			d.iov = o->iov;
+			d.iovcnt = o->iovcnt;
+		} else {
+			d.buf = o->buf;
+			d.len = o->len;
+		}
+		start_timed(o, r, &d);
+	} else if (!write) {
+		o->rc = o->vec ? px_readv_stream(g.px, o->fd, o->iov, o->iovcnt,
+						 cb, o)
+			       : px_read_stream(g.px, o->fd, o->buf, o->len, cb,
+						o);
+	} else if (o->vec) {
+		o->rc = o->all ? px_writev_stream_all(g.px, o->fd, o->iov,
+						      o->iovcnt, cb, o)
+			       : px_writev_stream(g.px, o->fd, o->iov,
+						  o->iovcnt, cb, o);
+	} else {
+		o->rc = o->all ? px_write_stream_all(g.px, o->fd, o->buf,
+						     o->len, cb, o)
+			       : px_write_stream(g.px, o->fd, o->buf, o->len,
+						 cb, o);
+	}
+	trace_start(o, "stream");
+	check_rc(o);
+}
+
+static void do_dgram(uint64_t *r, bool write, int who, int fdi)
+{
+	if (fdi < 0)
+		fdi = pick_fd(r, 'd', write, !write);
+	if (fdi < 0)
+		return;
+	mfd *f = &g.fd[fdi];
+	size_t len = write ? 8 + rn(r, M_DGRAM_MAX - 8) : M_DGRAM_MAX;
+	mop *o = new_op(write ? MK_DWRITE : MK_DREAD, fdi, len);
+	if (!o || !o->len)
+		return;
+	o->thread = who;
+	o->ch = write ? f->wch : f->rch;
+	o->op = write ? PX_OP_WRITE_DGRAM : PX_OP_READ_DGRAM;
+	if (write)
+		fill(o);
+	if (rn(r, 4) == 0)
+		o->act = 1 + (int)rn(r, 1000);
+	o->start_ns = h_now_ns();
+	if (rn(r, 6) == 0) {
+		px_op_desc d = { .op = o->op, .fd = o->fd, .buf = o->buf,
+				 .len = o->len, .cb = cb, .user = o };
+		start_timed(o, r, &d);
+	} else if (write) {
+		o->rc = px_write_dgram(g.px, o->fd, o->buf, o->len, NULL, 0, cb,
+				       o);
+	} else {
+		o->rc = px_read_dgram(g.px, o->fd, o->buf, o->len, cb, o);
+	}
+	trace_start(o, "dgram");
+	check_rc(o);
+}
+
+static void do_file(uint64_t *r, bool write, int who)
+{
+	int fdi = g.file_fdi;
+	if (fdi < 0 || (g.fd[fdi].closing && !probe_ok(r, &g.fd[fdi])))
+		return;
+	int nblk = 1 + (int)rn(r, 3);
+	int b0 = (int)rn(r, M_NBLK - (unsigned)nblk + 1);
+	for (int b = b0; b < b0 + nblk; b++)
+		if (g.blk_w[b] || (write && g.blk_r[b]))
+			return;
+	mop *o = new_op(write ? MK_FWRITE : MK_FREAD, fdi,
+			(size_t)nblk * M_BLK);
+	if (!o || !o->len)
+		return;
+	o->thread = who;
+	o->op = write ? PX_OP_WRITE_FILE : PX_OP_READ_FILE;
+	o->blk0 = b0;
+	o->nblk = nblk;
+	o->off = (uint64_t)b0 * M_BLK;
+	if (write)
+		fill(o);
+	if (rn(r, 4) == 0)
+		cut(o, r);
+	if (rn(r, 4) == 0)
+		o->act = 1 + (int)rn(r, 1000);
+	o->start_ns = h_now_ns();
+	if (rn(r, 8) == 0) {
+		px_op_desc d = { .op = o->op, .fd = o->fd, .offset = o->off,
+				 .cb = cb, .user = o,
+				 .flags = o->vec ? PX_OPF_VECTORED : 0 };
+		if (o->vec) {
+			d.iov = o->iov;
+			d.iovcnt = o->iovcnt;
+		} else {
+			d.buf = o->buf;
+			d.len = o->len;
+		}
+		start_timed(o, r, &d);
+	} else if (write) {
+		o->rc = o->vec ? px_writev_file(g.px, o->fd, o->iov, o->iovcnt,
+						o->off, cb, o)
+			       : px_write_file(g.px, o->fd, o->buf, o->len,
+					       o->off, cb, o);
+	} else {
+		o->rc = o->vec ? px_readv_file(g.px, o->fd, o->iov, o->iovcnt,
+					       o->off, cb, o)
+			       : px_read_file(g.px, o->fd, o->buf, o->len,
+					      o->off, cb, o);
+	}
+	trace_start(o, "file");
+	check_rc(o);
+	if (o->rc == 0)
+		for (int b = b0; b < b0 + nblk; b++) {
+			if (write)
+				g.blk_w[b]++;
+			else
+				g.blk_r[b]++;
+		}
+}
+
+static void do_cancel(uint64_t *r, int fdi)
+{
+	if (fdi < 0)
+		fdi = (int)rn(r, (unsigned)g.nfd);
+	mfd *f = &g.fd[fdi];
+	if (f->closing)
+		return;
+	f->cancel_mark = g.nops + 1;
+	int pend = 0;
+	for (int i = 0; i < g.nops; i++)
+		if (g.op[i]->fdi == fdi && g.op[i]->rc == 0 && !g.op[i]->calls)
+			pend++;
+	int rc = px_cancel(g.px, f->fd);
+	if (g.trace)
+		printf("model: px_cancel(%d) -> %d (%d not called back)\n",
+		       f->fd, rc, pend);
+	if (rc < 0 || rc > pend)
+		bad("px_cancel(fd %d) returned %d with %d operations not "
+		    "called back", f->fd, rc, pend);
+}
+
+static void mark_broken(int fdi, bool closed)
+{
+	mfd *f = &g.fd[fdi];
+	if (f->wch >= 0) {
+		g.ch[f->wch].eof_ok = true;
+		g.ch[f->wch].broken = true;
+	}
+	if (closed && f->rch >= 0) {
+		g.ch[f->rch].broken = true;
+		g.ch[f->rch].inexact = true;
+		if (g.ch[f->rch].dgram)
+			g.ch[f->rch].eof_ok = true;
+	}
+	/* A TCP close may reset: what either end had in flight may go.  An
+	 * AF_UNIX datagram socket whose peer closed drops what it holds as
+	 * soon as it notices (unix_dgram_disconnected: "messages are lost"). */
+	if (closed && f->kind == 'd' && f->peer >= 0) {
+		g.ch[f->wch].inexact = true;
+		g.ch[f->rch].inexact = true;
+	}
+	if (closed && f->tcp) {
+		for (int c = 0; c < g.nch; c++)
+			if (g.ch[c].tcp) {
+				g.ch[c].inexact = true;
+				g.ch[c].broken = true;
+			}
+	}
+	/* AF_UNIX: a shutdown or close shuts the peer's reading of us and
+	 * its writing to us as the kernel sees it (unix_shutdown). */
+	if (!f->tcp && f->kind != 'f' && f->peer >= 0 && f->rch >= 0) {
+		g.ch[f->rch].broken = true;
+		if (g.ch[f->rch].dgram)
+			g.ch[f->rch].eof_ok = true;
+	}
+}
+
+static void do_close(uint64_t *r, int who, int fdi)
+{
+	if (fdi < 0)
+		fdi = (int)rn(r, (unsigned)g.nfd);
+	mfd *f = &g.fd[fdi];
+	if (f->closing)
+		return;
+	mop *o = new_op(MK_CLOSE, fdi, 0);
+	if (!o)
+		return;
+	o->thread = who;
+	o->op = PX_OP_CLOSE;
+	f->closing = true;
+	f->close_op = o->id;
+	f->cancel_mark = o->id;
+	mark_broken(fdi, true);
+	o->rc = px_close(g.px, f->fd, cb, o);
+	trace_start(o, "px_close");
+	if (o->rc != 0)
+		bad("px_close(fd %d) returned %d (%s)", f->fd, o->rc,
+		    px_strerror(o->rc));
+}
+
+static void do_shutdown(uint64_t *r)
+{
+	int fdi = (int)rn(r, (unsigned)g.nfd);
+	mfd *f = &g.fd[fdi];
+	if (f->closing || f->shut_wr || f->kind == 'f' || f->wch < 0 ||
+	    f->peer < 0)
+		return;
+	bool was_broken = g.ch[f->wch].broken;
+	f->shut_wr = true;
+	mark_broken(fdi, false);
+	if (g.trace)
+		printf("model: shutdown(%d, SHUT_WR)\n", f->fd);
+	/* ENOTCONN: a TCP peer's reset came first */
+	if (shutdown(f->fd, SHUT_WR) < 0 && !(errno == ENOTCONN && was_broken))
+		bad("shutdown(%d): %s", f->fd, strerror(errno));
+}
+
+static void do_post(int who)
+{
+	mop *o = new_op(MK_POST, -1, 0);
+	if (!o)
+		return;
+	o->thread = who;
+	o->op = PX_OP_POST;
+	o->rc = px_post(g.px, cb, o);
+	trace_start(o, "post");
+	check_rc(o);
+}
+
+static void do_timer(uint64_t *r, int who)
+{
+	if (rn(r, 3) == 0) {
+		/* cancel one not yet cancelled */
+		for (int i = g.nops - 1, k = 0; i >= 0 && k < 20; i--) {
+			mop *t = g.op[i];
+			if (t->kind != MK_TIMER || t->rc != 0 || t->cancel_rc != 1)
+				continue;
+			k++;
+			if (rn(r, 3))
+				continue;
+			t->cancel_rc = px_timer_cancel(g.px, t->timer_id);
+			if (g.trace)
+				printf("model: px_timer_cancel #%d (id %" PRId64
+				       ") -> %d\n", t->id, t->timer_id,
+				       t->cancel_rc);
+			if (t->cancel_rc == 0 && t->calls && !t->periodic)
+				bad("#%d timer: px_timer_cancel returned 0 after "
+				    "its callback ran (error %d)", t->id,
+				    t->error);
+			if (t->cancel_rc != 0 && t->cancel_rc != -ENOENT)
+				bad("#%d: px_timer_cancel returned %d", t->id,
+				    t->cancel_rc);
+			/* px_destroy cancels every timer before it runs
+			 * their callbacks: then -ENOENT (px_timer_cancel(3)) */
+			if (t->periodic && t->cancel_rc != 0 && !g.destroying)
+				bad("#%d periodic timer: px_timer_cancel returned "
+				    "%d", t->id, t->cancel_rc);
+			return;
+		}
+		return;
+	}
+	mop *o = new_op(MK_TIMER, -1, 0);
+	if (!o)
+		return;
+	o->thread = who;
+	o->op = PX_OP_TIMER;
+	uint64_t delay = rn(r, 4) == 0 ? 0 : rn(r, 3000000);
+	o->periodic = rn(r, 6) == 0;
+	o->due_ns = h_now_ns() + delay;
+	int64_t id = o->periodic
+			     ? px_timer_periodic(g.px, delay, 200000 + rn(r, 800000),
+						 cb, o)
+			     : px_timer_start(g.px, delay, cb, o);
+	o->rc = id > 0 ? 0 : (int)id;
+	o->timer_id = id;
+	trace_start(o, o->periodic ? "periodic" : "timer");
+	check_rc(o);
+}
+
+/* One random step, under g.mu.  who: 0 or 1 a driver, 2 a callback (self
+ * its operation, whose descriptor it prefers). */
+static void step(uint64_t *r, int who, mop *self)
+{
+	if (g.nops >= M_MAX_OPS - 4)
+		return;
+	unsigned k = rn(r, 100);
+	int own = self && self->fdi >= 0 && rn(r, 2) ? self->fdi : -1;
+	if (own >= 0 && g.fd[own].closing)
+		own = -1;
+	if (k < 20) {
+		if (own >= 0 && g.fd[own].kind == 's' && g.fd[own].rch < 0)
+			own = -1;
+		if (own >= 0 && g.fd[own].kind != 's')
+			own = -1;
+		do_stream(r, false, who, own);
+	} else if (k < 42) {
+		if (own >= 0 && (g.fd[own].kind != 's' || g.fd[own].wch < 0))
+			own = -1;
+		do_stream(r, true, who, own);
+	} else if (k < 50) {
+		bool w = rn(r, 2);
+		if (own >= 0 && (g.fd[own].kind != 'd' ||
+				 (w ? g.fd[own].wch : g.fd[own].rch) < 0))
+			own = -1;
+		do_dgram(r, w, who, own);
+	} else if (k < 58) {
+		do_file(r, rn(r, 2), who);
+	} else if (k < 64) {
+		do_cancel(r, own);
+	} else if (k < 65) {
+		if (rn(r, 3) == 0)
+			do_close(r, who, own);
+	} else if (k < 66) {
+		if (rn(r, 2) == 0)
+			do_shutdown(r);
+	} else if (k < 70) {
+		do_post(who);
+	} else if (k < 75) {
+		do_timer(r, who);
+	}
+	/* else nothing here: the driver pumps or yields */
+}
+
+/* ------------------------------------------------------------------ */
+/* One seed                                                             */
+/* ------------------------------------------------------------------ */
+
+static int add_fd(int fd, int kind, bool tcp)
+{
+	if (fd < 0 || g.nfd >= M_MAX_FDS) {
+		bad("descriptor set-up failed: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	mfd *f = &g.fd[g.nfd];
+	memset(f, 0, sizeof *f);
+	f->fd = fd;
+	f->kind = kind;
+	f->tcp = tcp;
+	f->wch = f->rch = f->peer = -1;
+	return g.nfd++;
+}
+
+static void add_ch(int wfdi, int rfdi, bool dgram, bool tcp)
+{
+	mch *c = &g.ch[g.nch];
+	memset(c, 0, sizeof *c);
+	c->wfdi = wfdi;
+	c->rfdi = rfdi;
+	c->dgram = dgram;
+	c->tcp = tcp;
+	g.fd[wfdi].wch = g.nch;
+	g.fd[rfdi].rch = g.nch;
+	g.nch++;
+}
+
+/* Small buffers, so that writes wait for room.  Not a TCP receive buffer:
+ * below two segments (64 KiB on loopback) the receiver keeps its window
+ * shut and the sender moves on through zero-window probes, seconds apart. */
+static void small_bufs(int fd, bool tcp)
+{
+	int sz = 4096;
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	if (!tcp)
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof sz);
+}
+
+static bool make_pair(int type, bool tcp)
+{
+	int sv[2] = { -1, -1 };
+	if (tcp) {
+		int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET,
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof a;
+		if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof a) < 0 ||
+		    listen(l, 1) < 0 ||
+		    getsockname(l, (struct sockaddr *)&a, &al) < 0) {
+			if (l >= 0)
+				close(l);
+			bad("TCP listener: %s", strerror(errno));
+			return false;
+		}
+		sv[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (sv[0] >= 0)
+			small_bufs(sv[0], true);
+		if (sv[0] < 0 || connect(sv[0], (struct sockaddr *)&a, al) < 0) {
+			bad("TCP connect: %s", strerror(errno));
+			close(l);
+			return false;
+		}
+		sv[1] = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+		close(l);
+		int one = 1;
+		setsockopt(sv[0], IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+		if (sv[1] >= 0) {
+			small_bufs(sv[1], true);
+			setsockopt(sv[1], IPPROTO_TCP, TCP_NODELAY, &one,
+				   sizeof one);
+		}
+	} else if (socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sv) < 0) {
+		bad("socketpair: %s", strerror(errno));
+		return false;
+	} else {
+		small_bufs(sv[0], false);
+		small_bufs(sv[1], false);
+	}
+	int kind = type == SOCK_DGRAM ? 'd' : 's';
+	int a = add_fd(sv[0], kind, tcp), b = add_fd(sv[1], kind, tcp);
+	if (a < 0 || b < 0)
+		return false;
+	g.fd[a].peer = b;
+	g.fd[b].peer = a;
+	add_ch(a, b, type == SOCK_DGRAM, tcp);
+	add_ch(b, a, type == SOCK_DGRAM, tcp);
+	return true;
+}
+
+static bool setup_fds(void)
+{
+	g.file_fdi = -1;
+	if (!make_pair(SOCK_STREAM, false) || !make_pair(SOCK_STREAM, true) ||
+	    !make_pair(SOCK_DGRAM, false))
+		return false;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		bad("pipe2: %s", strerror(errno));
+		return false;
+	}
+	fcntl(p[1], F_SETPIPE_SZ, 4096);
+	int a = add_fd(p[1], 's', false), b = add_fd(p[0], 's', false);
+	if (a < 0 || b < 0)
+		return false;
+	add_ch(a, b, false, false);
+	char path[] = "/tmp/px_model_XXXXXX";
+	int fd = mkostemp(path, O_CLOEXEC);
+	if (fd >= 0) {
+		unlink(path);
+		if (ftruncate(fd, (off_t)M_NBLK * M_BLK) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	g.file_fdi = add_fd(fd, 'f', false);
+	return g.file_fdi >= 0;
+}
+
+static void *loop_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g.loop_stop)) {
+		int rc = px_handle_events(g.px, 2);
+		if (rc < 0) {
+			atomic_store(&g.loop_err, rc);
+			break;
+		}
+	}
+	return NULL;
+}
+
+typedef struct driver {
+	uint64_t rng;
+	int who;
+	int steps;
+} driver;
+
+static void drive(driver *d)
+{
+	for (int i = 0; i < d->steps && !g.bad; i++) {
+		lock();
+		step(&d->rng, d->who, NULL);
+		unlock();
+		unsigned k = rn(&d->rng, 4);
+		if (g.nloops == 0 && d->who == 0) {
+			if (k == 0) {
+				int rc = px_handle_events(g.px, rn(&d->rng, 3) ? 0 : 1);
+				if (rc < 0) {
+					lock();
+					bad("px_handle_events: %d", rc);
+					unlock();
+				}
+			}
+		} else if (k == 0) {
+			struct timespec ts = { 0, 20000 + (long)rn(&d->rng, 200000) };
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+static void *driver_main(void *arg)
+{
+	drive(arg);
+	return NULL;
+}
+
+/* Pending: started, not yet called back (a periodic timer that was not
+ * cancelled counts). */
+static int pending_ops(bool io_only)
+{
+	int n = 0;
+	for (int i = 0; i < g.nops; i++) {
+		mop *o = g.op[i];
+		if (o->rc != 0 || o->calls)
+			continue;
+		if (io_only && (o->kind == MK_TIMER || o->kind == MK_POST))
+			continue;
+		n++;
+	}
+	return n;
+}
+
+static void describe_pending(char *out, size_t len)
+{
+	size_t pos = 0;
+	out[0] = '\0';
+	for (int i = 0; i < g.nops && pos + 80 < len; i++) {
+		mop *o = g.op[i];
+		if (o->rc != 0 || o->calls)
+			continue;
+		pos += (size_t)snprintf(out + pos, len - pos, " #%d %s%s%s fd %d;",
+					o->id, kind_name[o->kind],
+					o->vec ? " vec" : "", o->all ? " all" : "",
+					o->fd);
+	}
+}
+
+/* After px_destroy: what is left in the readers, and the streams and
+ * datagrams against what the writes reported. */
+static void drain_and_compare(void)
+{
+	for (int c = 0; c < g.nch && !g.bad; c++) {
+		mch *ch = &g.ch[c];
+		mfd *rf = &g.fd[ch->rfdi];
+		/* the expected stream */
+		size_t elen = 0;
+		for (int i = 0; i < g.nops; i++)
+			if (g.op[i]->ch == c && g.op[i]->rc == 0 &&
+			    (g.op[i]->kind == MK_WRITE || g.op[i]->kind == MK_DWRITE))
+				elen += g.op[i]->bytes;
+		size_t rlen = 0;        /* what the reads got */
+		for (int i = 0; i < g.nops; i++)
+			if (g.op[i]->ch == c && g.op[i]->rc == 0 &&
+			    g.op[i]->kind == MK_READ)
+				rlen += g.op[i]->bytes;
+		if (!rf->closing) {
+			int fl = fcntl(rf->fd, F_GETFL);
+			fcntl(rf->fd, F_SETFL, fl | O_NONBLOCK);
+			ch->drain = malloc(elen + M_DGRAM_MAX + 1);
+			/* TCP: what the sender's queue still holds comes as the
+			 * window opens; wait for it a little while */
+			uint64_t quiet = h_deadline(ch->tcp ? 300 : 0);
+			for (;;) {
+				ssize_t n = read(rf->fd, ch->drain + ch->ndrain,
+						 ch->dgram ? M_DGRAM_MAX
+							   : elen + 1 - ch->ndrain);
+				if (n < 0 && errno == EAGAIN && !ch->dgram &&
+				    rlen + ch->ndrain < elen &&
+				    h_now_ms() < quiet) {
+					struct pollfd pfd = { .fd = rf->fd,
+							      .events = POLLIN };
+					poll(&pfd, 1, 10);
+					continue;
+				}
+				if (n <= 0)
+					break;
+				quiet = h_deadline(ch->tcp ? 300 : 0);
+				if (ch->dgram) {
+					/* one datagram: kept as a read of its own,
+					 * after the others */
+					mop *o = new_op(MK_DREAD, ch->rfdi, (size_t)n);
+					if (!o || !o->len)
+						break;
+					memcpy(o->buf, ch->drain, (size_t)n);
+					o->ch = c;
+					o->rc = 0;
+					o->calls = 1;
+					o->bytes = (size_t)n;
+					continue;
+				}
+				ch->ndrain += (size_t)n;
+				if (ch->ndrain > elen)
+					break;
+			}
+		}
+		if (ch->dgram) {
+			/* the datagrams that arrived, in read start order, must
+			 * be the writes that reported success, in start order */
+			int wi = 0;
+			for (int i = 0; i < g.nops && !g.bad; i++) {
+				mop *o = g.op[i];
+				if (o->ch != c || o->rc != 0 || o->kind != MK_DREAD ||
+				    o->error || o->bytes == 0)
+					continue;
+				uint32_t id, l;
+				memcpy(&id, o->buf, 4);
+				memcpy(&l, o->buf + 4, 4);
+				mop *w = o->bytes >= 8 && id >= 1 &&
+						 (int)id <= g.nops ? g.op[id - 1] : NULL;
+				if (!w || w->ch != c || w->kind != MK_DWRITE ||
+				    l != w->len || o->bytes != w->len ||
+				    memcmp(o->buf + 8, w->buf + 8, w->len - 8)) {
+					bad("channel %d: read #%d got %zu bytes that "
+					    "are no whole datagram of a write", c,
+					    o->id, o->bytes);
+					break;
+				}
+				if (w->rc != 0 || w->error) {
+					bad("channel %d: write #%u reported error %d "
+					    "(%s) (start %d), but its datagram arrived "
+					    "(read #%d)", c, id, w->error,
+					    strerror(w->error), w->rc, o->id);
+					break;
+				}
+				while (wi < g.nops &&
+				       !(g.op[wi]->ch == c &&
+					 g.op[wi]->kind == MK_DWRITE &&
+					 g.op[wi]->rc == 0 && g.op[wi]->error == 0))
+					wi++;
+				if (wi >= g.nops || g.op[wi] != w) {
+					bad("channel %d: read #%d got write #%u's "
+					    "datagram; expected next: #%d (lost, "
+					    "twice or out of order)", c, o->id, id,
+					    wi < g.nops ? g.op[wi]->id : -1);
+					break;
+				}
+				wi++;
+			}
+			if (!ch->inexact && !g.bad)
+				for (; wi < g.nops; wi++) {
+					mop *x = g.op[wi];
+					if (x->ch == c && x->kind == MK_DWRITE &&
+					    x->rc == 0 && x->error == 0) {
+						bad("channel %d: write #%d reported "
+						    "sent, its datagram never arrived",
+						    c, x->id);
+						break;
+					}
+				}
+			continue;
+		}
+		/* stream: reads in start order, then the drain */
+		int wi = -1;
+		size_t wpos = 0, at = 0;
+		mop *w = NULL;
+		for (int i = 0; i <= g.nops && !g.bad; i++) {
+			const uint8_t *src;
+			size_t n;
+			int rid;
+			if (i < g.nops) {
+				mop *o = g.op[i];
+				if (o->ch != c || o->rc != 0 || o->kind != MK_READ ||
+				    o->bytes == 0)
+					continue;
+				/* the read's bytes, gathered from its pieces */
+				src = o->buf;
+				n = o->bytes;
+				rid = o->id;
+			} else {
+				src = ch->drain;
+				n = ch->ndrain;
+				rid = 0;
+			}
+			for (size_t j = 0; j < n; j++, at++) {
+				while (!w || wpos >= w->bytes) {
+					w = NULL;
+					wpos = 0;
+					for (wi++; wi < g.nops; wi++) {
+						mop *x = g.op[wi];
+						if (x->ch == c && x->kind == MK_WRITE &&
+						    x->rc == 0 && x->bytes) {
+							w = x;
+							break;
+						}
+					}
+					if (!w)
+						break;
+				}
+				if (!w) {
+					bad("channel %d (fd %d -> %d): byte %zu "
+					    "(%s #%d) beyond the %zu bytes the writes "
+					    "report", c, g.fd[ch->wfdi].fd, rf->fd,
+					    at, rid ? "read" : "left after destroy,",
+					    rid, at);
+					break;
+				}
+				if (src[j] != w->buf[wpos]) {
+					bad("channel %d (fd %d -> %d): byte %zu (%s "
+					    "#%d, its byte %zu) is %02x, want %02x: "
+					    "byte %zu of write #%d (%zu of %zu "
+					    "bytes reported, error %d)", c,
+					    g.fd[ch->wfdi].fd, rf->fd, at,
+					    rid ? "read" : "left after destroy,", rid,
+					    j, src[j], w->buf[wpos], wpos, w->id,
+					    w->bytes, w->len, w->error);
+					break;
+				}
+				wpos++;
+			}
+		}
+		if (g.bad || ch->inexact)
+			continue;
+		/* everything reported written arrived */
+		if (w && wpos < w->bytes)
+			bad("channel %d: %zu bytes arrived; write #%d reported "
+			    "%zu, only %zu of them arrived", c, at, w->id,
+			    w->bytes, wpos);
+		else
+			for (wi++; wi < g.nops; wi++) {
+				mop *x = g.op[wi];
+				if (x->ch == c && x->kind == MK_WRITE && x->rc == 0 &&
+				    x->bytes) {
+					bad("channel %d: %zu bytes arrived; write "
+					    "#%d reported %zu bytes (error %d), none "
+					    "arrived", c, at, x->id, x->bytes,
+					    x->error);
+					break;
+				}
+			}
+	}
+}
+
+static void free_seed(void)
+{
+	for (int i = 0; i < g.nops; i++) {
+		free(g.op[i]->buf);
+		free(g.op[i]);
+	}
+	for (int c = 0; c < g.nch; c++)
+		free(g.ch[c].drain);
+	for (int i = 0; i < g.nfd; i++)
+		if (!g.fd[i].closing && g.fd[i].fd >= 0)
+			close(g.fd[i].fd);
+	g.nops = g.nfd = g.nch = 0;
+}
+
+static bool run_seed(uint64_t seed, int steps)
+{
+	pthread_mutexattr_t ma;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	bool trace = g.trace;
+	memset(&g, 0, sizeof g);
+	g.trace = trace;
+	pthread_mutex_init(&g.mu, &ma);
+	g.seed = seed;
+	uint64_t r = seed * 0x100000001b3ull + 7;
+	static const unsigned aio[] = { 0, 0, 1, 2, 3, 4, 8 };
+	g.max_aio = aio[rn(&r, sizeof aio / sizeof aio[0])];
+	g.nloops = (int)rn(&r, 3);
+	g.ndrivers = rn(&r, 3) == 0 ? 2 : 1;
+	g.steps = steps;
+	bool destroy_at_once = rn(&r, 3) == 0;
+	g.cb_rng = rnd(&r);
+
+	px_config cfg = h_cfg;
+	cfg.primary.max_aio = g.max_aio;
+	if (cfg.secondary.processor != PX_PROCESSOR_NONE)
+		cfg.secondary.max_aio = g.max_aio;
+	char err[512] = "";
+	int rc = px_create_config(&g.px, &cfg, err, sizeof err);
+	if (rc != 0) {
+		bad("px_create_config: %d %s: %s", rc, px_strerror(rc), err);
+		return false;
+	}
+	px_config ecfg;
+	px_config_parse(&ecfg, px_engine_name(g.px), NULL, 0);
+	g.vec_file = true;
+	const px_processor_config *pc[2] = { &ecfg.primary, &ecfg.secondary };
+	for (int i = 0; i < 2; i++)
+		if (pc[i]->processor != PX_PROCESSOR_NONE &&
+		    (!pc[i]->ops || (pc[i]->ops & PX_OP_BIT(PX_OP_READ_FILE)))) {
+			g.vec_file = strcmp(pc[i]->provider, "posix") != 0;
+			break;
+		}
+	if (g.trace)
+		printf("model: seed %" PRIu64 ": max_aio %u, %d loop threads, %d "
+		       "drivers, %s, %d steps\n", seed, g.max_aio, g.nloops,
+		       g.ndrivers, destroy_at_once ? "destroy at once" : "drain",
+		       steps);
+	if (!setup_fds())
+		goto out;
+	if (g.trace)
+		for (int c = 0; c < g.nch; c++)
+			printf("model: channel %d: fd %d -> fd %d (%s)\n", c,
+			       g.fd[g.ch[c].wfdi].fd, g.fd[g.ch[c].rfdi].fd,
+			       g.ch[c].dgram ? "datagram" : g.ch[c].tcp ? "TCP" :
+			       g.fd[g.ch[c].wfdi].peer < 0 ? "pipe" : "AF_UNIX");
+
+	pthread_t lt[2], dt;
+	atomic_store(&g.loop_stop, 0);
+	atomic_store(&g.loop_err, 0);
+	for (int i = 0; i < g.nloops; i++)
+		pthread_create(&lt[i], NULL, loop_main, NULL);
+	driver d0 = { .rng = rnd(&r), .who = 0, .steps = steps };
+	driver d1 = { .rng = rnd(&r), .who = 1, .steps = steps / 2 };
+	if (g.ndrivers == 2)
+		pthread_create(&dt, NULL, driver_main, &d1);
+	drive(&d0);
+	if (g.ndrivers == 2)
+		pthread_join(dt, NULL);
+
+	if (!destroy_at_once) {
+		/* every descriptor cancelled, every callback awaited */
+		lock();
+		g.draining = true;
+		for (int i = 0; i < g.nfd; i++)
+			do_cancel(&r, i);
+		for (int i = 0; i < g.nops; i++) {
+			mop *t = g.op[i];
+			if (t->kind == MK_TIMER && t->rc == 0 && t->cancel_rc == 1 &&
+			    t->periodic)
+				t->cancel_rc = px_timer_cancel(g.px, t->timer_id);
+		}
+		unlock();
+		uint64_t dl = h_deadline(3000);
+		for (;;) {
+			lock();
+			int n = pending_ops(false);
+			unlock();
+			if (!n || g.bad || h_now_ms() > dl)
+				break;
+			if (g.nloops)
+				h_sleep_ms(1);
+			else
+				px_handle_events(g.px, 5);
+		}
+		lock();
+		if (pending_ops(false) && !g.bad) {
+			char list[600];
+			describe_pending(list, sizeof list);
+			bad("%d operations not called back 3 s after px_cancel of "
+			    "every descriptor:%s", pending_ops(false), list);
+		}
+		unlock();
+	}
+	atomic_store(&g.loop_stop, 1);
+	for (int i = 0; i < g.nloops; i++)
+		pthread_join(lt[i], NULL);
+	if (atomic_load(&g.loop_err))
+		bad("px_handle_events in a loop thread: %d",
+		    atomic_load(&g.loop_err));
+out:
+	g.destroying = true;
+	rc = px_destroy(g.px);
+	g.px = NULL;
+	if (rc != 0)
+		bad("px_destroy: %d", rc);
+	for (int i = 0; i < g.nops && !g.bad; i++) {
+		mop *o = g.op[i];
+		if (o->rc == 0 && o->calls != 1)
+			bad("#%d %s on fd %d: %d callbacks after px_destroy",
+			    o->id, kind_name[o->kind], o->fd, o->calls);
+		if (o->rc != 0 && o->calls)
+			bad("#%d %s: the start failed (%d) but it was called back",
+			    o->id, kind_name[o->kind], o->rc);
+	}
+	if (!g.bad)
+		drain_and_compare();
+	bool ok = !g.bad;
+	if (!ok || g.trace)
+		printf("model: seed %" PRIu64 " (max_aio %u, %d loop threads, %d "
+		       "drivers, %s): %d operations%s%s\n", seed, g.max_aio,
+		       g.nloops, g.ndrivers,
+		       destroy_at_once ? "destroyed at once" : "drained", g.nops,
+		       ok ? "" : ": ", ok ? "" : g.msg);
+	free_seed();
+	pthread_mutex_destroy(&g.mu);
+	return ok;
+}
+
+static uint64_t env_u64(const char *name, uint64_t dflt)
+{
+	const char *s = getenv(name);
+	return s && *s ? strtoull(s, NULL, 0) : dflt;
+}
+
+static void model_random_seeds(void **state)
+{
+	(void)state;
+	g.trace = getenv("PX_MODEL_TRACE") != NULL;
+	uint64_t first = env_u64("PX_MODEL_SEED", 1);
+	uint64_t count = env_u64("PX_MODEL_COUNT",
+				 getenv("PX_MODEL_SEED") ? 1 : M_DEFAULT_SEEDS);
+	int steps = (int)env_u64("PX_MODEL_STEPS", M_DEFAULT_STEPS);
+	uint64_t t0 = h_now_ms();
+	for (uint64_t s = first; s < first + count; s++) {
+		alarm(H_WATCHDOG_S);
+		if (!run_seed(s, steps)) {
+			alarm(0);
+			fail_msg("model: seed %" PRIu64 " failed: %s\n  again: "
+				 "PX_MODEL_SEED=%" PRIu64 " PX_MODEL_STEPS=%d "
+				 "PX_MODEL_TRACE=1 build/test/fault '%s' "
+				 "model_random_seeds", s, g.msg, s, steps,
+				 h_engine_text);
+		}
+	}
+	alarm(0);
+	if (count > M_DEFAULT_SEEDS)
+		printf("model: %" PRIu64 " seeds from %" PRIu64 " passed in %" PRIu64
+		       " ms\n", count, first, h_now_ms() - t0);
+}
+
+static const struct CMUnitTest g_tests[] = {
+	cmocka_unit_test(model_random_seeds),
+};
+
+const struct CMUnitTest *model_tests(size_t *n)
+{
+	*n = sizeof g_tests / sizeof g_tests[0];
+	return g_tests;
+}
