@@ -124,7 +124,8 @@
  *     held the mutex: a starter or the leader).  Its task work runs in that
  *     thread; once the thread has exited, the kernel completes such a
  *     request with -ECANCELED without performing it, and cancels io-wq work
- *     queued by it.  An ECANCELED nobody asked for is therefore submitted
+ *     queued by it (one a worker is performing ends with -EINTR).  An
+ *     ECANCELED or EINTR nobody asked for is therefore submitted
  *     again, from the leader; a connect submitted again treats EISCONN as
  *     success and EALREADY as "still in progress" (poll, then ask again).
  *   - IORING_OP_ASYNC_CANCEL (5.5) may interrupt a request running in io-wq
@@ -2231,12 +2232,15 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		return ur_end(u, r, res);
 	}
 
-	if (res == -ECANCELED) {
+	if (res == -ECANCELED || res == -EINTR) {
 		/* Nobody asked for this cancel: the thread that submitted
 		 * the request has exited, and the kernel dropped the request
 		 * before performing it (task work that cannot run in that
-		 * thread any more, or io-wq work of that thread).  Submit it
-		 * again from this one. */
+		 * thread any more, or io-wq work of that thread), or, for one
+		 * an io-wq worker was performing, interrupted it with a
+		 * signal: -EINTR, nothing moved by this request (a send
+		 * that moved bytes returns their count).  Submit it again
+		 * from this one (fixed problem 149). */
 		pr->reissued = true;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;

@@ -727,6 +727,90 @@ static void write_all_own_shut_wr(void **state)
 	write_all_then_shutdown(state, true);
 }
 
+/* A write-all started by a thread that then exits, on a socketpair whose
+ * peer has shut down its writing, the thread leading the loop for a
+ * while before it leaves (so that on io_uring the send, its
+ * internal poll firing at once every time, goes to an io-wq worker, as in
+ * fixed problem 2).  The kernel cancels the io-wq work of an exiting
+ * thread by signalling the worker: the send ended with EINTR, which
+ * io_uring handed to the application (found by model_random_seeds, seed
+ * 1117, in px_destroy after the loop threads had left).  The write must
+ * go on from another thread and move every byte to a peer that reads
+ * them (TESTING.md, fixed problem 149). */
+typedef struct exiting_starter {
+	px_proactor *px;
+	int fd;
+	const uint8_t *buf;
+	size_t len;
+	h_rec *rec;
+	int rc;
+} exiting_starter;
+
+static void *exiting_starter_main(void *arg)
+{
+	exiting_starter *e = arg;
+	e->rc = px_write_stream_all(e->px, e->fd, e->buf, e->len, h_rec_cb,
+				    e->rec);
+	/* a loop thread for a while: it submits (and leads) */
+	uint64_t dl = h_deadline(50);
+	while (h_now_ms() < dl)
+		px_handle_events(e->px, 5);
+	return NULL;
+}
+
+typedef struct drain_peer {
+	int fd;
+	size_t want, got;
+} drain_peer;
+
+static void *drain_peer_main(void *arg)
+{
+	drain_peer *d = arg;
+	static uint8_t sink[65536];
+	uint64_t dl = h_deadline(5000);
+	while (d->got < d->want && h_now_ms() < dl) {
+		struct pollfd pfd = { .fd = d->fd, .events = POLLIN };
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		ssize_t n = read(d->fd, sink, sizeof sink);
+		if (n <= 0)
+			break;
+		d->got += (size_t)n;
+	}
+	return NULL;
+}
+
+static void write_all_starter_thread_exits(void **state)
+{
+	h_fx *f = *state;
+	enum { LEN = 1 << 20 };
+	int sv[2];
+	h_socketpair(f, sv);
+	assert_int_equal(shutdown(sv[1], SHUT_WR), 0);
+	uint8_t *buf = h_alloc(f, LEN);
+	h_rec *w = h_rec_new(f);
+	exiting_starter e = { f->px, sv[0], buf, LEN, w, 1 };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, exiting_starter_main, &e), 0);
+	pthread_join(th, NULL);
+	assert_int_equal(e.rc, 0);
+	h_settle(f, 20);
+	drain_peer d = { sv[1], LEN, 0 };
+	assert_int_equal(pthread_create(&th, NULL, drain_peer_main, &d), 0);
+	uint64_t dl = h_deadline(5000);
+	while (!h_rec_done(w) && h_now_ms() < dl)
+		px_handle_events(f->px, 10);
+	pthread_join(th, NULL);
+	h_wait_rec(f, w, 1000, "a write-all whose starting thread exited");
+	assert_once(w, PX_OP_WRITE_STREAM, sv[0]);
+	if (w->c.error)
+		fail_msg("write-all whose starting thread exited: error %d (%s) "
+			 "after %zu of %d bytes", w->c.error,
+			 strerror(w->c.error), w->c.bytes, LEN);
+	assert_int_equal(w->c.bytes, LEN);
+	assert_int_equal(d.got, LEN);
+}
+
 /* One socket under two numbers (y = dup(a), as stdin and stdout of an
  * inetd-style service): a read pending on y while a write-all on a has to
  * wait for room and then ends (a goes idle).  Data the peer sends next
@@ -2405,6 +2489,7 @@ int main(int argc, char **argv)
 		T(cancel_write_peer_shutdown_early),
 		T(write_all_peer_shut_rd),
 		T(write_all_own_shut_wr),
+		T(write_all_starter_thread_exits),
 		T(read_on_dup_after_other_number_idles),
 		T(eof_pending_and_later_reads),
 		T(peer_gone_sigpipe_default),
