@@ -5,7 +5,8 @@
  * operations, cancels racing with completions and with deferred starts,
  * callbacks that tear down their own or another session, destroy under
  * load, signal storms, descriptor exhaustion, and load with a tiny
- * max_aio.  Public API only.  Every test checks that each started
+ * max_aio; and the seeded random model check of model.c
+ * (model_random_seeds).  Public API only.  Every test checks that each started
  * operation completes exactly once, and with which error.
  *
  *   fault 'ENGINE CONFIG TEXT' [TEST FILTER [KNOWN,PROBLEMS]]   ('' = none)
@@ -2524,28 +2525,28 @@ int main(int argc, char **argv)
 	const struct CMUnitTest *model = model_tests(&nmodel);
 	size_t ntests = sizeof tests / sizeof tests[0];
 	struct CMUnitTest all[sizeof tests / sizeof tests[0] + 4];
-	assert_true(nmodel <= 4);
+	if (nmodel > 4)
+		nmodel = 4;
 	memcpy(all, tests, sizeof tests);
 	memcpy(all + ntests, model, nmodel * sizeof *model);
 	ntests += nmodel;
 	struct CMUnitTest run[sizeof all / sizeof all[0]];
 	size_t n = 0;
 	for (size_t i = 0; i < ntests; i++) {
-		const struct CMUnitTest *tests = all;
-		size_t len = strlen(tests[i].name);
+		size_t len = strlen(all[i].name);
 		const char *p = known;
 		bool skip = false;
 		while (*p && !skip) {
 			const char *end = strchr(p, ',');
 			size_t plen = end ? (size_t)(end - p) : strlen(p);
-			skip = plen == len && strncmp(p, tests[i].name, len) == 0;
+			skip = plen == len && strncmp(p, all[i].name, len) == 0;
 			p += plen + (end ? 1 : 0);
 		}
 		if (skip)
 			printf("fault: %s: not run on this engine (known problem, "
-			       "see TESTING.md)\n", tests[i].name);
+			       "see TESTING.md)\n", all[i].name);
 		else
-			run[n++] = tests[i];
+			run[n++] = all[i];
 	}
 	return _cmocka_run_group_tests("fault", run, n, NULL, NULL) ? 1 : 0;
 }

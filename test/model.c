@@ -8,7 +8,8 @@
  * buffers.  One or two driver threads take random steps: stream reads and
  * writes (plain, write-all, vectored, with a deadline through
  * px_start_op), datagram reads and writes, file reads and writes at block
- * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket, posts,
+ * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
+ * of an AF_UNIX stream reader), posts,
  * one-shot and periodic timers and their cancels, and px_handle_events
  * (zero, one or two loop threads besides).  Some operations get a step of
  * their own that their callback takes (a follow-up start, a cancel or a
@@ -44,7 +45,8 @@
  *     ECANCELED exactly when px_timer_cancel returned 0 (or px_destroy
  *     cancelled it); a periodic timer ends with one ECANCELED;
  *   - px_close's callback comes after every callback of an operation
- *     started on its descriptor before it, with error 0.
+ *     started on its descriptor before it, with error 0;
+ *   - after the drain, px_stats balances with nothing in flight.
  *
  * The suite runs a few fixed seeds (model_random_seeds, well under a
  * second per engine).  Any other seed or range runs with
@@ -130,7 +132,7 @@ typedef struct mfd {
 	bool tcp;
 	bool closing;           /* px_close called */
 	int close_op;
-	bool shut_wr;
+	bool shut_wr, shut_rd;
 	int cancel_mark;        /* ops with id below it may be cancelled */
 } mfd;
 
@@ -811,8 +813,24 @@ static void do_shutdown(uint64_t *r)
 {
 	int fdi = (int)rn(r, (unsigned)g.nfd);
 	mfd *f = &g.fd[fdi];
-	if (f->closing || f->shut_wr || f->kind == 'f' || f->wch < 0 ||
-	    f->peer < 0)
+	if (f->closing || f->kind == 'f' || f->peer < 0)
+		return;
+	/* AF_UNIX stream: SHUT_RD now and then.  What was queued can still
+	 * be read, then end of stream; the peer's writes fail with EPIPE
+	 * (unix_shutdown shuts the peer's sending), so the channel stays
+	 * exact. */
+	if (f->kind == 's' && !f->tcp && !f->shut_rd && rn(r, 3) == 0) {
+		mch *ch = &g.ch[f->rch];
+		f->shut_rd = true;
+		ch->broken = true;
+		ch->eof_ok = true;
+		if (g.trace)
+			printf("model: shutdown(%d, SHUT_RD)\n", f->fd);
+		if (shutdown(f->fd, SHUT_RD) < 0)
+			bad("shutdown(%d, SHUT_RD): %s", f->fd, strerror(errno));
+		return;
+	}
+	if (f->shut_wr || f->wch < 0)
 		return;
 	bool was_broken = g.ch[f->wch].broken;
 	f->shut_wr = true;
@@ -1435,6 +1453,16 @@ static bool run_seed(uint64_t seed, int steps)
 				px_handle_events(g.px, 5);
 		}
 		lock();
+		struct px_stats st;
+		if (!pending_ops(false) && !g.bad &&
+		    px_stats(g.px, &st) == 0 &&
+		    (st.in_flight ||
+		     st.started != st.completed + st.cancelled + st.timed_out))
+			bad("px_stats with every callback run: started %" PRIu64
+			    ", completed %" PRIu64 ", cancelled %" PRIu64
+			    ", timed out %" PRIu64 ", in flight %" PRIu64,
+			    st.started, st.completed, st.cancelled,
+			    st.timed_out, st.in_flight);
 		if (pending_ops(false) && !g.bad) {
 			char list[600];
 			describe_pending(list, sizeof list);
