@@ -11,7 +11,8 @@
  * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
  * of an AF_UNIX stream reader), posts,
  * one-shot and periodic timers and their cancels, and px_handle_events
- * (zero, one or two loop threads besides).  Some operations get a step of
+ * (zero, one or two loop threads besides, which in some seeds leave and
+ * are replaced every few milliseconds).  Some operations get a step of
  * their own that their callback takes (a follow-up start, a cancel or a
  * px_close of its descriptor, a post), also while px_destroy delivers.
  * A seed ends either with px_cancel of every descriptor, every callback
@@ -1075,13 +1076,39 @@ static bool setup_fds(void)
 
 static void *loop_main(void *arg)
 {
-	(void)arg;
-	while (!atomic_load(&g.loop_stop)) {
+	atomic_int *quit = arg;
+	while (!atomic_load(&g.loop_stop) && !atomic_load(quit)) {
 		int rc = px_handle_events(g.px, 2);
 		if (rc < 0) {
 			atomic_store(&g.loop_err, rc);
 			break;
 		}
+	}
+	return NULL;
+}
+
+/* Loop threads that come and go: every few milliseconds one of them
+ * leaves (its thread exits) and a new one takes its place, so that work a
+ * thread submitted outlives it. */
+static struct {
+	pthread_t th[2];
+	atomic_int quit[2];
+	uint64_t rng;
+} g_lt;
+
+static void *churn_main(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g.loop_stop)) {
+		struct timespec ts = { 0, 2000000 + (long)rn(&g_lt.rng, 15000000) };
+		nanosleep(&ts, NULL);
+		if (atomic_load(&g.loop_stop))
+			break;
+		int i = (int)rn(&g_lt.rng, (unsigned)g.nloops);
+		atomic_store(&g_lt.quit[i], 1);
+		pthread_join(g_lt.th[i], NULL);
+		atomic_store(&g_lt.quit[i], 0);
+		pthread_create(&g_lt.th[i], NULL, loop_main, &g_lt.quit[i]);
 	}
 	return NULL;
 }
@@ -1414,13 +1441,21 @@ static bool run_seed(uint64_t seed, int steps)
 			       g.ch[c].dgram ? "datagram" : g.ch[c].tcp ? "TCP" :
 			       g.fd[g.ch[c].wfdi].peer < 0 ? "pipe" : "AF_UNIX");
 
-	pthread_t lt[2], dt;
+	pthread_t dt, ct;
 	atomic_store(&g.loop_stop, 0);
 	atomic_store(&g.loop_err, 0);
-	for (int i = 0; i < g.nloops; i++)
-		pthread_create(&lt[i], NULL, loop_main, NULL);
 	driver d0 = { .rng = rnd(&r), .who = 0, .steps = steps };
 	driver d1 = { .rng = rnd(&r), .who = 1, .steps = steps / 2 };
+	bool churn = g.nloops && rn(&r, 3) == 0;
+	g_lt.rng = rnd(&r);
+	if (g.trace && churn)
+		printf("model: loop threads come and go\n");
+	for (int i = 0; i < g.nloops; i++) {
+		atomic_store(&g_lt.quit[i], 0);
+		pthread_create(&g_lt.th[i], NULL, loop_main, &g_lt.quit[i]);
+	}
+	if (churn)
+		pthread_create(&ct, NULL, churn_main, NULL);
 	if (g.ndrivers == 2)
 		pthread_create(&dt, NULL, driver_main, &d1);
 	drive(&d0);
@@ -1472,8 +1507,10 @@ static bool run_seed(uint64_t seed, int steps)
 		unlock();
 	}
 	atomic_store(&g.loop_stop, 1);
+	if (churn)
+		pthread_join(ct, NULL);
 	for (int i = 0; i < g.nloops; i++)
-		pthread_join(lt[i], NULL);
+		pthread_join(g_lt.th[i], NULL);
 	if (atomic_load(&g.loop_err))
 		bad("px_handle_events in a loop thread: %d",
 		    atomic_load(&g.loop_err));
