@@ -130,7 +130,12 @@ static int paio_dup(px_paio *p, int fd)
 /* The descriptor a stream write goes through: a dup kept while the
  * descriptor is busy.  Not on a file with offsets, whose two directions
  * take turns in glibc anyway (PAIO_HELD): closing the dup released the
- * process's record locks on the file (paio_posix_locked). */
+ * process's record locks on the file (paio_posix_locked).  The dup is
+ * there only so that the write does not queue in glibc behind a read of
+ * the same number; with no read of the descriptor pending, a dup that
+ * cannot be made (the process out of descriptors) leaves the write on
+ * the descriptor itself, as write(2) would go, rather than failing a
+ * write to a pipe with EMFILE. */
 static int paio_write_fd(px_paio *p, px_paio_fd *fe)
 {
 	if (fe->seekable)
@@ -138,6 +143,8 @@ static int paio_write_fd(px_paio *p, px_paio_fd *fe)
 	if (!fe->wfd_open) {
 		int d = paio_dup(p, fe->fq.fd);
 
+		if (d < 0 && !px_fdq_head(&fe->fq, PX_FDQ_RD))
+			return fe->fq.fd;
 		if (d < 0)
 			return d;
 		fe->wfd = d;

@@ -992,6 +992,77 @@ static void record_lock_survives_lanes(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Stream writes with the descriptor table full                        */
+/* ------------------------------------------------------------------ */
+
+/* A stream write goes through a dup of the application's descriptor of
+ * the provider's own.  With every number RLIMIT_NOFILE allows taken, that
+ * dup cannot be made, and a write to a pipe, which write(2) would do,
+ * failed with EMFILE: at the start (-EMFILE) for the first, in the
+ * completion for one queued behind it.  Nothing reads the write end of a
+ * pipe, so the write goes through the descriptor itself. */
+enum { FW_WRITES = 3 };
+
+static void full_table_write_on(const char *wait)
+{
+	char text[64], got[FW_WRITES * 4 + 1] = { 0 };
+	rec r[FW_WRITES];
+	fx f = { 0 };
+	int p[2], filler[64], nfill = 0, fd;
+	struct rlimit rl, lo;
+
+	memset(r, 0, sizeof(r));
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 1);
+	/* Every number below the limit taken (the highest in use is below
+	 * 64 here: a fresh process and one proactor). */
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	lo = rl;
+	lo.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lo), 0);
+	while (nfill < 64 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		filler[nfill++] = fd;
+	assert_int_equal(errno, EMFILE);
+	static const char data[] = "abcdefghijkl";
+	int rc[FW_WRITES];
+	for (int i = 0; i < FW_WRITES; i++)
+		rc[i] = px_write_stream(f.px, p[1], data + 4 * i, 4, rec_cb,
+					&r[i]);
+	for (int i = 0; i < FW_WRITES; i++)
+		if (rc[i] == 0)
+			assert_true(wait_calls(&r[i], 1, 10000));
+	for (int i = 0; i < nfill; i++)
+		close(filler[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	fx_end(&f);
+	/* Non-blocking: nothing may have been written. */
+	assert_int_equal(fcntl(p[0], F_SETFL, O_NONBLOCK), 0);
+	ssize_t n = read(p[0], got, sizeof(got) - 1);
+	close(p[0]);
+	close(p[1]);
+	for (int i = 0; i < FW_WRITES; i++) {
+		if (rc[i] != 0)
+			fail_msg("wait=%s: write %d on a pipe with the descriptor "
+				 "table full refused: %s", wait, i,
+				 px_strerror(rc[i]));
+		if (r[i].error != 0 || r[i].bytes != 4)
+			fail_msg("wait=%s: write %d on a pipe with the descriptor "
+				 "table full: error %s, %zu bytes", wait, i,
+				 px_strerror(-r[i].error), r[i].bytes);
+	}
+	assert_int_equal(n, FW_WRITES * 4);
+	assert_string_equal(got, "abcdefghijkl");
+}
+
+static void write_with_descriptor_table_full(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		full_table_write_on(waits[i]);
+}
+
+/* ------------------------------------------------------------------ */
 /* Duplex sockets                                                       */
 /* ------------------------------------------------------------------ */
 
@@ -1995,6 +2066,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(idle_proactors_leave_helpers),
 		cmocka_unit_test(reused_number_gets_its_write),
 		cmocka_unit_test(record_lock_survives_lanes),
+		cmocka_unit_test(write_with_descriptor_table_full),
 		cmocka_unit_test(deadline_on_queue_head),
 		cmocka_unit_test(sigwait_signal_taken_elsewhere),
 		cmocka_unit_test(sigwait_handed_on_after_wait),
