@@ -21,6 +21,7 @@
 #include <sys/resource.h>
 #include <sys/select.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -575,6 +576,167 @@ static void select_fd_beyond_fd_setsize(void **state)
 	assert_int_equal(r->c.error, 0);
 	assert_int_equal(r->c.bytes, 3);
 	assert_no_callback_and_usable(f, never);
+}
+
+/* A high number: fd moved to the first free number at or above want. */
+static int move_high(h_fx *f, int fd, int want)
+{
+	int hi = fcntl(fd, F_DUPFD_CLOEXEC, want);
+	assert_true(hi >= want);
+	close(fd);
+	return h_track(f, hi);
+}
+
+/* Every other wait takes descriptors at and beyond FD_SETSIZE: an engine
+ * made while every number below FD_SETSIZE is taken (so that its own
+ * descriptors are above it) does each kind of operation on such
+ * numbers, and px_close of one with a read pending. */
+static void numbers_beyond_fd_setsize_work(void **state)
+{
+	h_fx *f = *state;
+	if (!strcmp(h_cfg.primary.wait, "select") ||
+	    !strcmp(h_cfg.secondary.wait, "select")) {
+		print_message("a select wait strategy refuses them "
+			      "(select_fd_beyond_fd_setsize): skipped\n");
+		skip();
+	}
+	enum { BASE = FD_SETSIZE + 40 };
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	const rlim_t need = FD_SETSIZE + 300;
+	if (rl.rlim_cur < need) {
+		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+			print_message("RLIMIT_NOFILE hard limit %llu is too "
+				      "low: skipped\n",
+				      (unsigned long long)rl.rlim_max);
+			skip();
+		}
+		rl.rlim_cur = need;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+	/* Every free number below FD_SETSIZE taken while the engine is
+	 * made. */
+	int *fill = h_alloc(f, FD_SETSIZE * sizeof(int));
+	int nfill = 0, fd;
+	while ((fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0 &&
+	       fd < FD_SETSIZE)
+		fill[nfill++] = fd;
+	assert_true(fd >= FD_SETSIZE);
+	close(fd);
+	px_config cfg = h_cfg;
+	cfg.flags |= PX_CF_NO_ENV;
+	px_proactor *px = NULL;
+	char err[512] = "";
+	int rc = px_create_config(&px, &cfg, err, sizeof err);
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	if (rc != 0)
+		fail_msg("px_create with every number below FD_SETSIZE taken: "
+			 "%s: %s", px_strerror(rc), err);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = px;  /* the teardown destroys it */
+
+	int sv[2], p[2];
+	h_socketpair(f, sv);
+	sv[0] = move_high(f, sv[0], BASE);
+	sv[1] = move_high(f, sv[1], BASE);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	p[0] = move_high(f, p[0], BASE);
+	p[1] = move_high(f, p[1], BASE);
+	char path[] = "/tmp/px-bad-input-XXXXXX";
+	int file = move_high(f, mkostemp(path, O_CLOEXEC), BASE);
+	unlink(path);
+	struct sockaddr_in ua, la;
+	int udp = move_high(f, h_bound_socket(f, SOCK_DGRAM, &ua), BASE);
+	int lis = move_high(f, h_bound_socket(f, SOCK_STREAM, &la), BASE);
+	assert_int_equal(listen(lis, 4), 0);
+	int tcp = move_high(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+			    BASE);
+	char *buf = h_alloc(f, 64), *fbuf = h_alloc(f, 64);
+	h_rec *r[12];
+	for (int i = 0; i < 12; i++)
+		r[i] = h_rec_new(f);
+
+	/* Streams: a socket both ways, vectored where the engine has it, and
+	 * a pipe. */
+	assert_int_equal(px_read_stream(px, sv[0], buf, 64, h_rec_cb, r[0]), 0);
+	assert_int_equal(px_write_stream_all(px, sv[1], "beyond", 6, h_rec_cb,
+					     r[1]), 0);
+	h_wait_rec(f, r[0], 5000, "read on a socket beyond FD_SETSIZE");
+	h_wait_rec(f, r[1], 5000, "write on a socket beyond FD_SETSIZE");
+	assert_int_equal(r[0]->c.error, 0);
+	assert_int_equal(r[0]->c.bytes, 6);
+	assert_memory_equal(buf, "beyond", 6);
+	if (h_vec_supported(f, PX_OP_WRITE_STREAM)) {
+		static const struct iovec out[2] = {
+			{ (void *)"vec", 3 }, { (void *)"tor", 3 } };
+		struct iovec *in = h_alloc(f, 2 * sizeof *in);
+		in[0] = (struct iovec){ buf, 2 };
+		in[1] = (struct iovec){ buf + 2, 4 };
+		assert_int_equal(px_writev_stream(px, sv[0], out, 2, h_rec_cb,
+						  r[2]), 0);
+		h_wait_rec(f, r[2], 5000, "writev beyond FD_SETSIZE");
+		assert_int_equal(px_readv_stream(px, sv[1], in, 2, h_rec_cb,
+						 r[3]), 0);
+		h_wait_rec(f, r[3], 5000, "readv beyond FD_SETSIZE");
+		assert_int_equal(r[3]->c.error, 0);
+		assert_int_equal(r[3]->c.bytes, 6);
+		assert_memory_equal(buf, "vector", 6);
+	}
+	assert_int_equal(px_read_stream(px, p[0], buf, 64, h_rec_cb, r[4]), 0);
+	assert_int_equal(px_write_stream(px, p[1], "pipe", 4, h_rec_cb, r[5]),
+			 0);
+	h_wait_rec(f, r[4], 5000, "read on a pipe beyond FD_SETSIZE");
+	h_wait_rec(f, r[5], 5000, "write on a pipe beyond FD_SETSIZE");
+	assert_int_equal(r[4]->c.bytes, 4);
+	assert_memory_equal(buf, "pipe", 4);
+
+	/* A file. */
+	assert_int_equal(px_write_file(px, file, "at 4096", 7, 4096, h_rec_cb,
+				       r[6]), 0);
+	h_wait_rec(f, r[6], 5000, "file write beyond FD_SETSIZE");
+	assert_int_equal(r[6]->c.error, 0);
+	assert_int_equal(px_read_file(px, file, fbuf, 64, 4096, h_rec_cb, r[7]),
+			 0);
+	h_wait_rec(f, r[7], 5000, "file read beyond FD_SETSIZE");
+	assert_int_equal(r[7]->c.error, 0);
+	assert_int_equal(r[7]->c.bytes, 7);
+	assert_memory_equal(fbuf, "at 4096", 7);
+
+	/* A datagram to itself, an accept and a connect. */
+	if (px_read_dgram(px, udp, buf, 64, h_rec_cb, r[8]) == 0) {
+		assert_int_equal(px_write_dgram(px, udp, "dgram", 5,
+						(struct sockaddr *)&ua,
+						sizeof ua, h_rec_cb, r[9]), 0);
+		h_wait_rec(f, r[8], 5000, "datagram read beyond FD_SETSIZE");
+		h_wait_rec(f, r[9], 5000, "datagram write beyond FD_SETSIZE");
+		assert_int_equal(r[8]->c.error, 0);
+		assert_int_equal(r[8]->c.bytes, 5);
+		assert_memory_equal(buf, "dgram", 5);
+	}
+	if (px_accept(px, lis, h_rec_cb, r[10]) == 0) {
+		assert_int_equal(px_connect(px, tcp, (struct sockaddr *)&la,
+					    sizeof la, h_rec_cb, r[11]), 0);
+		h_wait_rec(f, r[10], 5000, "accept beyond FD_SETSIZE");
+		h_wait_rec(f, r[11], 5000, "connect beyond FD_SETSIZE");
+		assert_int_equal(r[10]->c.error, 0);
+		assert_true(r[10]->c.new_fd >= 0);
+		h_track(f, r[10]->c.new_fd);
+		assert_int_equal(r[11]->c.error, 0);
+	}
+
+	/* px_close of a number beyond FD_SETSIZE with a read pending. */
+	h_rec *pend = h_rec_new(f), *closed = h_rec_new(f);
+	assert_int_equal(px_read_stream(px, sv[0], buf, 64, h_rec_cb, pend), 0);
+	assert_int_equal(px_close(px, sv[0], h_rec_cb, closed), 0);
+	h_wait_rec(f, closed, 5000, "px_close beyond FD_SETSIZE");
+	assert_int_equal(pend->calls, 1);
+	assert_int_equal(pend->c.error, ECANCELED);
+	assert_int_equal(closed->c.error, 0);
+	assert_true(fcntl(sv[0], F_GETFD) < 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(r[i]->calls <= 1);
+	h_assert_usable(f);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1135,6 +1297,7 @@ int bad_input_run(void)
 			setup_max_aio_1, h_teardown),
 		T(unsupported_operation),
 		T(select_fd_beyond_fd_setsize),
+		T(numbers_beyond_fd_setsize_work),
 		T(create_at_descriptor_limit),
 		T(engine_descriptors_close_on_exec),
 		T(engine_descriptors_close_on_exec_after_exec),
