@@ -2350,6 +2350,147 @@ static int setup_aio2(void **state) { return setup_max_aio(state, 2); }
 static int setup_aio3(void **state) { return setup_max_aio(state, 3); }
 
 /* ------------------------------------------------------------------ */
+/* Thousands pending at once through a tiny max_aio                     */
+/* ------------------------------------------------------------------ */
+
+/* max_aio 1, 2, 3: 48 socketpairs with 8 writes and 8 reads of 32 bytes
+ * each (every write started before the read that takes it, so nothing
+ * waits on a deferred operation), 600 file writes at distinct offsets,
+ * and posts and timers among them, all started before two loop threads
+ * run: each completes once, each socket's reads hold its writes' bytes in
+ * start order, and the file holds every write. */
+enum { MX_PAIRS = 48, MX_PER = 8, MX_LEN = 32, MX_FILE = 600, MX_EXTRA = 96 };
+
+static uint8_t mx_byte(int pair, size_t pos)
+{
+	return (uint8_t)(pair * 31 + pos * 7 + pos / 251);
+}
+
+static void max_aio_mixed_thousands(void **state)
+{
+	h_fx *f = *state;
+	enum { NREC = MX_PAIRS * MX_PER * 2 + MX_FILE + MX_EXTRA * 2 };
+	h_rec *recs = h_alloc(f, NREC * sizeof(h_rec));
+	uint8_t *wbuf = h_alloc(f, MX_PAIRS * MX_PER * MX_LEN);
+	uint8_t *rbuf = h_alloc(f, MX_PAIRS * MX_PER * MX_LEN);
+	uint8_t *fbuf = h_alloc(f, MX_FILE * MX_LEN);
+	int (*sv)[2] = h_alloc(f, MX_PAIRS * sizeof *sv);
+	h_rec *rd[MX_PAIRS][MX_PER];
+	int nrec = 0, started = 0;
+	char path[] = "/tmp/px-fault-mixed-XXXXXX";
+	int file = h_track(f, mkostemp(path, O_CLOEXEC));
+	assert_true(file >= 0);
+	unlink(path);
+	for (int i = 0; i < MX_PAIRS; i++)
+		h_socketpair(f, sv[i]);
+	for (size_t b = 0; b < (size_t)MX_PAIRS * MX_PER * MX_LEN; b++)
+		wbuf[b] = mx_byte((int)(b / (MX_PER * MX_LEN)),
+				  b % (MX_PER * MX_LEN));
+	for (size_t b = 0; b < (size_t)MX_FILE * MX_LEN; b++)
+		fbuf[b] = (uint8_t)(b * 13 + 5);
+	for (int k = 0; k < MX_FILE; k++) {
+		/* (-EOPNOTSUPP: no processor of this engine does files) */
+		int rc = px_write_file(f->px, file, fbuf + k * MX_LEN, MX_LEN,
+				       (uint64_t)k * MX_LEN, h_rec_cb,
+				       &recs[nrec]);
+		if (rc == -EOPNOTSUPP)
+			break;
+		assert_int_equal(rc, 0);
+		nrec++;
+		started++;
+	}
+	int nfile = started;
+	for (int j = 0; j < MX_PER; j++) {
+		for (int i = 0; i < MX_PAIRS; i++) {
+			size_t at = ((size_t)i * MX_PER + j) * MX_LEN;
+			assert_int_equal(px_write_stream_all(f->px, sv[i][0],
+							     wbuf + at, MX_LEN,
+							     h_rec_cb,
+							     &recs[nrec++]), 0);
+			rd[i][j] = &recs[nrec++];
+			assert_int_equal(px_read_stream(f->px, sv[i][1],
+							rbuf + at, MX_LEN,
+							h_rec_cb, rd[i][j]), 0);
+			started += 2;
+			if ((i + j) % 4 == 0) {
+				assert_int_equal(px_post(f->px, h_rec_cb,
+							 &recs[nrec++]), 0);
+				assert_true(px_timer_start(f->px,
+							   (uint64_t)(i % 10) * 1000000,
+							   h_rec_cb,
+							   &recs[nrec++]) > 0);
+				started += 2;
+			}
+		}
+	}
+	assert_true(nrec <= NREC);
+	h_loops_start(f, 2, false);
+	uint64_t dl = h_deadline(10000);
+	for (int k = 0; k < nrec; k++)
+		while (!h_rec_done(&recs[k]) && h_now_ms() < dl)
+			h_sleep_ms(1);
+	h_loops_stop();
+	int missing = 0;
+	for (int k = 0; k < nrec; k++)
+		if (!h_rec_done(&recs[k]))
+			missing++;
+	if (missing)
+		fail_msg("%d of %d operations not completed within 10 s", missing,
+			 started);
+	for (int k = 0; k < nrec; k++) {
+		if (atomic_load(&recs[k].calls) != 1)
+			fail_msg("operation %d (%s): %d callbacks", k,
+				 px_op_name(recs[k].c.op),
+				 atomic_load(&recs[k].calls));
+		if (recs[k].c.error)
+			fail_msg("operation %d (%s): %s", k,
+				 px_op_name(recs[k].c.op),
+				 px_strerror(-recs[k].c.error));
+	}
+	/* A read may take less than 32 bytes: the reads of a socket, in
+	 * start order, hold a prefix of its stream, the rest still in the
+	 * socket. */
+	for (int i = 0; i < MX_PAIRS; i++) {
+		uint8_t got[MX_PER * MX_LEN];
+		size_t pos = 0;
+		for (int j = 0; j < MX_PER; j++) {
+			size_t at = ((size_t)i * MX_PER + j) * MX_LEN;
+			memcpy(got + pos, rbuf + at, rd[i][j]->c.bytes);
+			pos += rd[i][j]->c.bytes;
+		}
+		ssize_t more = recv(sv[i][1], got + pos, sizeof got - pos,
+				    MSG_DONTWAIT);
+		if (more > 0)
+			pos += (size_t)more;
+		if (pos != sizeof got ||
+		    memcmp(got, wbuf + (size_t)i * MX_PER * MX_LEN, pos))
+			fail_msg("socket %d: its reads and what was left hold "
+				 "%zu bytes, or not its writes' bytes in order",
+				 i, pos);
+	}
+	if (nfile) {
+		uint8_t *back = h_alloc(f, (size_t)nfile * MX_LEN);
+		assert_int_equal(pread(file, back, (size_t)nfile * MX_LEN, 0),
+				 nfile * MX_LEN);
+		assert_memory_equal(back, fbuf, (size_t)nfile * MX_LEN);
+	}
+	print_message("%d operations started at once\n", started);
+}
+
+static void max_aio_1_mixed_thousands(void **state)
+{
+	max_aio_mixed_thousands(state);
+}
+static void max_aio_2_mixed_thousands(void **state)
+{
+	max_aio_mixed_thousands(state);
+}
+static void max_aio_3_mixed_thousands(void **state)
+{
+	max_aio_mixed_thousands(state);
+}
+
+/* ------------------------------------------------------------------ */
 /* Accept at the descriptor limit                                       */
 /* ------------------------------------------------------------------ */
 
@@ -2516,6 +2657,9 @@ int main(int argc, char **argv)
 		T1(max_aio_1_load),
 		T2(max_aio_2_load),
 		T3(max_aio_3_load),
+		T1(max_aio_1_mixed_thousands),
+		T2(max_aio_2_mixed_thousands),
+		T3(max_aio_3_mixed_thousands),
 	};
 	/* Tests that show a known problem of this engine: a comma list
 	 * (meson passes it; TESTING.md lists them), left out here. */
