@@ -19,6 +19,9 @@
  *     moves the data through glibc, writes on a dup of the descriptor so
  *     that the pending read never holds them back;
  *   - the vectored starts (pipes and files) are refused with EOPNOTSUPP;
+ *   - stream writes on a pipe with every descriptor number taken, where
+ *     the dup a write goes through cannot be made, complete through the
+ *     descriptor itself (fixed problem 144);
  *   - the aiocb wait with its interrupt read refused by glibc (aio_read
  *     wrapped at link time) does not spin, and a write another thread
  *     starts meanwhile completes;
