@@ -178,7 +178,8 @@ static void paio_fd_idle(px_paio_fd *fe)
  * included: an application that had locked the file and read it through
  * this provider lost its lock (a helper's review of 2026-12-06).  The
  * kernel lists the locks taken through fd's file description in
- * /proc/self/fdinfo; without /proc, taken as none. */
+ * /proc/self/fdinfo; without /proc, taken as none; with no descriptor
+ * number free to read it, as held. */
 static bool paio_posix_locked(int fd)
 {
 	char path[40], buf[1024];
@@ -187,8 +188,11 @@ static bool paio_posix_locked(int fd)
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
 	f = open(path, O_RDONLY | O_CLOEXEC);
+	/* Out of descriptors, the question cannot be asked: taken as
+	 * locked, so that no dup is made while the answer is cached (the
+	 * rest of the busy spell, when numbers may be free again). */
 	if (f < 0)
-		return false;
+		return errno == EMFILE || errno == ENFILE;
 	n = read(f, buf, sizeof(buf) - 1);
 	close(f);
 	if (n <= 0)

@@ -21,7 +21,9 @@
  *   - the vectored starts (pipes and files) are refused with EOPNOTSUPP;
  *   - stream writes on a pipe with every descriptor number taken, where
  *     the dup a write goes through cannot be made, complete through the
- *     descriptor itself (fixed problem 144);
+ *     descriptor itself (fixed problem 144), and a record lock on a
+ *     file whose reads begin with every number taken survives them
+ *     (fixed problem 145);
  *   - the aiocb wait with its interrupt read refused by glibc (aio_read
  *     wrapped at link time) does not spin, and a write another thread
  *     starts meanwhile completes;
@@ -992,6 +994,73 @@ static void record_lock_survives_lanes(void **state)
 	(void)state;
 	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
 		record_lock_on(waits[i]);
+}
+
+/* The same when the look at the lock (an open of /proc/self/fdinfo) comes
+ * while every descriptor number is taken: it cannot be made, and the file
+ * was then taken as unlocked for the rest of its busy spell, so that once
+ * numbers were free again its later reads got dups, whose close released
+ * the lock.  No loop thread runs until the end, so that the first reads
+ * stay counted in glibc and the spell lasts. */
+static void record_lock_full_table_on(const char *wait)
+{
+	char text[64], path[] = "/tmp/px_paio_XXXXXX";
+	rec r[RL_READS];
+	fx f = { 0 };
+	char *bufs = malloc((size_t)RL_READS * RL_LEN);
+	int fd = mkstemp(path), filler[64], nfill = 0, nf;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	struct rlimit rl, lo;
+
+	assert_non_null(bufs);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)RL_READS * RL_LEN), 0);
+	assert_int_equal(fcntl(fd, F_SETLK, &fl), 0);
+	memset(r, 0, sizeof(r));
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 0);
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	lo = rl;
+	lo.rlim_cur = 64;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &lo), 0);
+	while (nfill < 64 && (nf = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		filler[nfill++] = nf;
+	for (int i = 0; i < RL_READS / 2; i++)
+		assert_int_equal(px_read_file(f.px, fd, bufs + (size_t)i * RL_LEN,
+					      RL_LEN, (uint64_t)i * RL_LEN,
+					      rec_cb, &r[i]), 0);
+	for (int i = 0; i < nfill; i++)
+		close(filler[i]);
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	for (int i = RL_READS / 2; i < RL_READS; i++)
+		assert_int_equal(px_read_file(f.px, fd, bufs + (size_t)i * RL_LEN,
+					      RL_LEN, (uint64_t)i * RL_LEN,
+					      rec_cb, &r[i]), 0);
+	uint64_t end = now_ms() + 10000;
+	for (int i = 0; i < RL_READS; i++)
+		while (atomic_load(&r[i].calls) < 1 && now_ms() < end)
+			px_handle_events(f.px, 20);
+	for (int i = 0; i < RL_READS; i++) {
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+		assert_int_equal(r[i].error, 0);
+		assert_int_equal(r[i].bytes, RL_LEN);
+	}
+	fx_end(&f);
+	bool held = rl_lock_held(path);
+	close(fd);
+	unlink(path);
+	free(bufs);
+	if (!held)
+		fail_msg("wait=%s: the application's record lock on the file "
+			 "was gone after reads through file lanes whose look at "
+			 "the lock came with the descriptor table full", wait);
+}
+
+static void record_lock_survives_full_table(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		record_lock_full_table_on(waits[i]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -2069,6 +2138,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(idle_proactors_leave_helpers),
 		cmocka_unit_test(reused_number_gets_its_write),
 		cmocka_unit_test(record_lock_survives_lanes),
+		cmocka_unit_test(record_lock_survives_full_table),
 		cmocka_unit_test(write_with_descriptor_table_full),
 		cmocka_unit_test(deadline_on_queue_head),
 		cmocka_unit_test(sigwait_signal_taken_elsewhere),
