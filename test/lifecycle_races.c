@@ -51,6 +51,10 @@
  *  - a dedicated leader whose completions (a read, a post) wait for a
  *    loop thread while none is in px_handle_events: it waits in the
  *    kernel meanwhile (a few turns in 50 ms, not a spin).
+ *  - a callback that polls with px_handle_events(px, 0) for another
+ *    completion that the same lead collected: one of those calls runs
+ *    it (the outer call's own completions on io_uring with several
+ *    rings).
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -2580,6 +2584,87 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* px_handle_events called from a callback                              */
+/* ------------------------------------------------------------------ */
+
+/* Two reads whose data came before one lead: the callback that runs first
+ * calls px_handle_events(px, 0) until the other's callback has run.  The
+ * other is queued when that call begins (the lead collected both), and
+ * the calling thread is the only one in the loop, so the nested call must
+ * run it: a call with work to do may not return 0.  On io_uring with
+ * several rings, a leader keeps what it collected as its own and runs it
+ * itself, and the nested call did not look at what its own outer call
+ * held: it returned 0 every time, and a loop polling for the sibling never
+ * ended (fixed problem 139; with a timeout of -1 it ran after the 20 ms of
+ * a follower's sleep). */
+static struct {
+	px_proactor *px;
+	atomic_int ran;       /* callbacks run */
+	atomic_int nested;    /* the second ran inside a nested call */
+	atomic_int polls;     /* nested calls made */
+	atomic_int bad;       /* a nested call's error */
+	int in_nested;        /* (the thread running the first callback) */
+} g_nc;
+
+static void nested_cb(const px_completion *c)
+{
+	(void)c;
+	if (atomic_fetch_add(&g_nc.ran, 1) != 0) {
+		if (g_nc.in_nested)
+			atomic_store(&g_nc.nested, 1);
+		return;
+	}
+	/* The first: poll until the other has run (300 polls, 1 ms apart
+	 * from the 20th on, when it has not finished yet on a dedicated
+	 * processor). */
+	g_nc.in_nested = 1;
+	for (int i = 0; i < 300 && atomic_load(&g_nc.ran) < 2; i++) {
+		int rc = px_handle_events(g_nc.px, 0);
+		atomic_fetch_add(&g_nc.polls, 1);
+		if (rc < 0) {
+			atomic_store(&g_nc.bad, rc);
+			break;
+		}
+		if (i >= 20 && atomic_load(&g_nc.ran) < 2)
+			h_sleep_ms(1);
+	}
+	g_nc.in_nested = 0;
+}
+
+static void nested_call_runs_held_completions(void **state)
+{
+	h_fx *f = *state;
+	int a[2], b[2];
+	h_socketpair(f, a);
+	h_socketpair(f, b);
+	char *buf = h_alloc(f, 16);
+	memset(&g_nc, 0, sizeof g_nc);
+	g_nc.px = f->px;
+	assert_int_equal(px_read_stream(f->px, a[1], buf, 8, nested_cb, NULL), 0);
+	assert_int_equal(px_read_stream(f->px, b[1], buf + 8, 8, nested_cb, NULL), 0);
+	/* In the kernel (io_uring submits at a lead), then both answered. */
+	assert_true(px_handle_events(f->px, 0) >= 0);
+	assert_int_equal(write(a[0], "a", 1), 1);
+	assert_int_equal(write(b[0], "b", 1), 1);
+	h_sleep_ms(5);
+	uint64_t dl = h_deadline(PROMPT_MS);
+	while (atomic_load(&g_nc.ran) < 2 && h_now_ms() < dl) {
+		int rc = px_handle_events(f->px, 10);
+		if (rc < 0)
+			fail_msg("px_handle_events: %d", rc);
+	}
+	if (atomic_load(&g_nc.bad))
+		fail_msg("a nested px_handle_events(px, 0) returned %d",
+			 atomic_load(&g_nc.bad));
+	if (atomic_load(&g_nc.ran) != 2 || !atomic_load(&g_nc.nested))
+		fail_msg("the first read's callback called px_handle_events(px, "
+			 "0) %d times with the second read complete, and the "
+			 "second's callback %s", atomic_load(&g_nc.polls),
+			 atomic_load(&g_nc.ran) < 2 ? "never ran"
+						    : "ran only after it");
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2607,6 +2692,7 @@ int main(int argc, char **argv)
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
 		T(blocked_callback_leaves_batch_to_sleeper),
+		T(nested_call_runs_held_completions),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;
