@@ -116,6 +116,7 @@ typedef struct px_own {
 	px_link link;              /* on px->owns while items is not empty */
 	px_list items;
 	struct px_proactor *px;
+	struct px_own *up;         /* the thread's call this one was made in */
 } px_own;
 
 static __thread px_own *disp_tls_own;
@@ -705,20 +706,25 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 	own.px = px;
 	pthread_mutex_lock(&px->lock);
 	disp_tls_own = &own;
-	/* Called from a callback (the thread's outer call of this proactor
-	 * is on the stack): what that call collected as its own waits for
-	 * it, and it waits for this one.  This call takes them over (what
-	 * it leaves goes to the shared queue, below).  Otherwise, with
-	 * nobody else in the loop, a px_handle_events(px, 0) from the
-	 * callback returned 0 with them queued, and a loop of such calls
-	 * waiting for one of them never ended (io_uring with several
-	 * rings; test/lifecycle_races.c,
+	/* Called from a callback (a call of this proactor by the same
+	 * thread is on the stack, perhaps below a call of another one):
+	 * what that call collected as its own waits for it, and it waits
+	 * for this one.  This call takes them over (what it leaves goes to
+	 * the shared queue, below).  Otherwise, with nobody else in the
+	 * loop, a px_handle_events(px, 0) from the callback returned 0 with
+	 * them queued, and a loop of such calls waiting for one of them
+	 * never ended (io_uring with several rings; test/lifecycle_races.c,
 	 * nested_call_runs_held_completions). */
-	if (saved_own && saved_own->px == px &&
-	    !px_list_empty(&saved_own->items)) {
-		px_list_remove(&px->owns, &saved_own->link);
-		px_list_splice_back(&own.items, &saved_own->items);
-		px_list_push_back(&px->owns, &own.link);
+	own.up = saved_own;
+	for (px_own *o = saved_own; o; o = o->up) {
+		if (o->px != px)
+			continue;
+		if (!px_list_empty(&o->items)) {
+			px_list_remove(&px->owns, &o->link);
+			px_list_splice_back(&own.items, &o->items);
+			px_list_push_back(&px->owns, &own.link);
+		}
+		break;
 	}
 	px->nthreads++;
 	for (;;) {
