@@ -54,7 +54,8 @@
  *  - a callback that polls with px_handle_events(px, 0) for another
  *    completion that the same lead collected: one of those calls runs
  *    it (the outer call's own completions on io_uring with several
- *    rings).
+ *    rings), also when it polls from a callback of a second proactor
+ *    whose px_handle_events the first callback called.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -2599,6 +2600,7 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
  * a follower's sleep). */
 static struct {
 	px_proactor *px;
+	px_proactor *other;   /* round 2: the poll is made from its callback */
 	atomic_int ran;       /* callbacks run */
 	atomic_int nested;    /* the second ran inside a nested call */
 	atomic_int polls;     /* nested calls made */
@@ -2606,17 +2608,11 @@ static struct {
 	int in_nested;        /* (the thread running the first callback) */
 } g_nc;
 
-static void nested_cb(const px_completion *c)
+/* Poll px until the second read's callback has run (for up to a second,
+ * 1 ms apart from the 20th poll on: a dedicated processor's leader may
+ * not have handed it over yet, on a loaded machine). */
+static void nc_poll(void)
 {
-	(void)c;
-	if (atomic_fetch_add(&g_nc.ran, 1) != 0) {
-		if (g_nc.in_nested)
-			atomic_store(&g_nc.nested, 1);
-		return;
-	}
-	/* The first: poll until the other has run (for up to a second, 1
-	 * ms apart from the 20th poll on: a dedicated processor's leader
-	 * may not have handed it over yet, on a loaded machine). */
 	g_nc.in_nested = 1;
 	uint64_t end = h_now_ns() + 1000 * MS;
 	for (int i = 0; atomic_load(&g_nc.ran) < 2 &&
@@ -2633,37 +2629,80 @@ static void nested_cb(const px_completion *c)
 	g_nc.in_nested = 0;
 }
 
+static void nc_other_cb(const px_completion *c)
+{
+	(void)c;
+	nc_poll();
+}
+
+static void nested_cb(const px_completion *c)
+{
+	(void)c;
+	if (atomic_fetch_add(&g_nc.ran, 1) != 0) {
+		if (g_nc.in_nested)
+			atomic_store(&g_nc.nested, 1);
+		return;
+	}
+	if (!g_nc.other) {
+		nc_poll();
+		return;
+	}
+	/* Through a call of another proactor: its post's callback polls. */
+	int rc = px_post(g_nc.other, nc_other_cb, NULL);
+	if (rc == 0)
+		rc = px_handle_events(g_nc.other, 0);
+	if (rc < 0)
+		atomic_store(&g_nc.bad, rc);
+}
+
 static void nested_call_runs_held_completions(void **state)
 {
 	h_fx *f = *state;
-	int a[2], b[2];
-	h_socketpair(f, a);
-	h_socketpair(f, b);
 	char *buf = h_alloc(f, 16);
-	memset(&g_nc, 0, sizeof g_nc);
-	g_nc.px = f->px;
-	assert_int_equal(px_read_stream(f->px, a[1], buf, 8, nested_cb, NULL), 0);
-	assert_int_equal(px_read_stream(f->px, b[1], buf + 8, 8, nested_cb, NULL), 0);
-	/* In the kernel (io_uring submits at a lead), then both answered. */
-	assert_true(px_handle_events(f->px, 0) >= 0);
-	assert_int_equal(write(a[0], "a", 1), 1);
-	assert_int_equal(write(b[0], "b", 1), 1);
-	h_sleep_ms(5);
-	uint64_t dl = h_deadline(PROMPT_MS);
-	while (atomic_load(&g_nc.ran) < 2 && h_now_ms() < dl) {
-		int rc = px_handle_events(f->px, 10);
+
+	/* Round 1: the first callback polls; round 2: a callback of a second
+	 * proactor, whose px_handle_events the first callback calls. */
+	for (int round = 1; round <= 2; round++) {
+		int a[2], b[2];
+		char err[256];
+		h_socketpair(f, a);
+		h_socketpair(f, b);
+		memset(&g_nc, 0, sizeof g_nc);
+		g_nc.px = f->px;
+		if (round == 2 &&
+		    px_create_config(&g_nc.other, &h_cfg, err, sizeof err) < 0)
+			fail_msg("a second proactor: %s", err);
+		assert_int_equal(px_read_stream(f->px, a[1], buf, 8, nested_cb,
+						NULL), 0);
+		assert_int_equal(px_read_stream(f->px, b[1], buf + 8, 8,
+						nested_cb, NULL), 0);
+		/* In the kernel (io_uring submits at a lead), then both
+		 * answered. */
+		assert_true(px_handle_events(f->px, 0) >= 0);
+		assert_int_equal(write(a[0], "a", 1), 1);
+		assert_int_equal(write(b[0], "b", 1), 1);
+		h_sleep_ms(5);
+		uint64_t dl = h_deadline(PROMPT_MS);
+		int rc = 0;
+		while (atomic_load(&g_nc.ran) < 2 && h_now_ms() < dl && rc >= 0)
+			rc = px_handle_events(f->px, 10);
+		if (g_nc.other)
+			assert_int_equal(px_destroy(g_nc.other), 0);
 		if (rc < 0)
 			fail_msg("px_handle_events: %d", rc);
+		if (atomic_load(&g_nc.bad))
+			fail_msg("round %d: a nested call returned %d", round,
+				 atomic_load(&g_nc.bad));
+		if (atomic_load(&g_nc.ran) != 2 || !atomic_load(&g_nc.nested))
+			fail_msg("round %d: px_handle_events(px, 0) called %d "
+				 "times in 1 s from the first read's callback%s, "
+				 "with the second read complete, and the second's "
+				 "callback %s", round, atomic_load(&g_nc.polls),
+				 round == 2 ? " (through another proactor's "
+					      "call)" : "",
+				 atomic_load(&g_nc.ran) < 2 ? "never ran"
+							    : "ran only after it");
 	}
-	if (atomic_load(&g_nc.bad))
-		fail_msg("a nested px_handle_events(px, 0) returned %d",
-			 atomic_load(&g_nc.bad));
-	if (atomic_load(&g_nc.ran) != 2 || !atomic_load(&g_nc.nested))
-		fail_msg("the first read's callback called px_handle_events(px, "
-			 "0) %d times in 1 s with the second read complete, and the "
-			 "second's callback %s", atomic_load(&g_nc.polls),
-			 atomic_load(&g_nc.ran) < 2 ? "never ran"
-						    : "ran only after it");
 }
 
 /* ------------------------------------------------------------------ */
