@@ -368,8 +368,12 @@ static void owner_and_signal_given_back(void **state)
 	assert_int_equal(pthread_create(&th, NULL, loop, NULL), 0);
 	/* A read that waits, then completes: the descriptor goes idle. */
 	rc = px_read_stream(g_px, sv[0], buf, 1, on_own_read, NULL);
-	usleep(20 * 1000);
-	bool async_on = (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0;
+	/* The leader turns O_ASYNC on when its wait takes the descriptor:
+	 * at once on an idle machine, later on a loaded one (CI). */
+	bool async_on = false;
+	for (uint64_t t = now_ms(); !async_on && now_ms() - t < 3000;
+	     usleep(1000))
+		async_on = (fcntl(sv[0], F_GETFL) & O_ASYNC) != 0;
 	ssize_t w = write(sv[1], "x", 1);
 	uint64_t t0 = now_ms();
 	while (atomic_load(&g_own_reads) < 1 && now_ms() - t0 < 3000)
