@@ -1684,6 +1684,370 @@ static void timer_duty_passes_on_leaving(void **state)
 
 /* ------------------------------------------------------------------ */
 
+/* ------------------------------------------------------------------ */
+/* 9. Deadlines at the far end of the clock: the loop sleeps            */
+/* ------------------------------------------------------------------ */
+
+/* CPU time of a thread, ns. */
+static uint64_t thread_cpu_ns(pthread_t th)
+{
+	clockid_t cid;
+	struct timespec ts;
+	if (pthread_getcpuclockid(th, &cid) != 0 ||
+	    clock_gettime(cid, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#define FAR_WINDOW_MS 50
+/* A thread that sleeps uses microseconds of it; one that spins, most. */
+#define FAR_CPU_MAX_NS (10 * MS)
+
+/*
+ * One-shot timers whose deadline is far away or past what the clock can
+ * count, periodic ones whose first deadline or whose second (first plus a
+ * period) is, and a read whose deadline is: nothing fires, each pending
+ * one's deadline did not wrap around (c->offset of its ECANCELED), the
+ * periodic ones due now tick once, and a thread in px_handle_events
+ * sleeps meanwhile, bounded (it returns 0 after its timeout) or not (a
+ * post wakes it), instead of spinning on a wait bound that wrapped.
+ */
+static void far_deadlines_leave_the_loop_asleep(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, 16);
+	uint64_t now = h_now_ns();
+	uint64_t one[] = {UINT64_MAX, UINT64_MAX - 1, (uint64_t)INT64_MAX,
+			  (uint64_t)INT64_MAX + 1, UINT64_MAX - now + 1,
+			  UINT64_MAX - now - 1, UINT64_MAX - now - 1000 * MS};
+	enum { NONE = sizeof one / sizeof one[0] };
+	tm *o[NONE];
+	for (int i = 0; i < NONE; i++) {
+		o[i] = pool_take(p);
+		assert_true(tm_start(f->px, o[i], one[i], tm_cb) > 0);
+	}
+	/* Periodic: never due; due now, then never again (the second
+	 * deadline past the clock's end, or just short of it). */
+	static const struct { uint64_t first, period; int ticks; } per[] = {
+		{UINT64_MAX, 1, 0},
+		{(uint64_t)INT64_MAX, (uint64_t)INT64_MAX, 0},
+		{0, UINT64_MAX - 10, 1},
+		{0, (uint64_t)INT64_MAX + 1, 1},
+		{1, UINT64_MAX / 2, 1},
+	};
+	enum { NPER = sizeof per / sizeof per[0] };
+	tm *q[NPER];
+	for (int i = 0; i < NPER; i++) {
+		q[i] = pool_take(p);
+		tm_log_alloc(f, q[i]);
+		assert_true(tm_start_periodic(f->px, q[i], per[i].first,
+					      per[i].period, tm_cb) > 0);
+	}
+	int sv[2];
+	h_socketpair(f, sv);
+	static char rbuf[8];
+	h_rec *rd = h_rec_new(f);
+	px_op_desc d = {.op = PX_OP_READ_STREAM, .fd = sv[1], .buf = rbuf,
+			.len = sizeof rbuf, .timeout_ns = UINT64_MAX - now + 1,
+			.cb = h_rec_cb, .user = rd};
+	assert_int_equal(px_start_op(f->px, &d), 0);
+	uint64_t dl = h_deadline(2000);
+	for (int i = 0; i < NPER; i++)
+		while (atomic_load(&q[i]->ticks) < per[i].ticks)
+			h_pump(f, dl, "the first tick of a periodic timer");
+
+	/* A bounded call: back after its timeout, having slept. */
+	uint64_t c0 = thread_cpu_ns(pthread_self());
+	uint64_t t0 = h_now_ns();
+	int rc = px_handle_events(f->px, FAR_WINDOW_MS);
+	uint64_t t1 = h_now_ns();
+	uint64_t cpu = thread_cpu_ns(pthread_self()) - c0;
+	assert_int_equal(rc, 0);
+	if (t1 - t0 < FAR_WINDOW_MS * MS)
+		fail_msg("px_handle_events(px, %d) returned after %.1f ms",
+			 FAR_WINDOW_MS, (double)(t1 - t0) / 1e6);
+	if (cpu > FAR_CPU_MAX_NS)
+		fail_msg("px_handle_events(px, %d) with only far deadlines "
+			 "pending used %.1f ms of CPU in %.1f ms (spinning?)",
+			 FAR_WINDOW_MS, (double)cpu / 1e6,
+			 (double)(t1 - t0) / 1e6);
+	/* An unbounded call in a thread of its own. */
+	lp_start(f, 1, false);
+	h_sleep_ms(10);
+	c0 = thread_cpu_ns(g_lp.th[0]);
+	t0 = h_now_ns();
+	h_sleep_ms(FAR_WINDOW_MS);
+	cpu = thread_cpu_ns(g_lp.th[0]) - c0;
+	t1 = h_now_ns();
+	lp_stop();
+	if (cpu > FAR_CPU_MAX_NS)
+		fail_msg("px_handle_events(px, -1) with only far deadlines "
+			 "pending used %.1f ms of CPU in %.1f ms (spinning?)",
+			 (double)cpu / 1e6, (double)(t1 - t0) / 1e6);
+
+	for (int i = 0; i < NONE; i++)
+		if (atomic_load(&o[i]->calls))
+			fail_msg("a timer of %llu ns fired (error %d)",
+				 (unsigned long long)one[i], o[i]->error);
+	for (int i = 0; i < NPER; i++)
+		if (atomic_load(&q[i]->ticks) != per[i].ticks)
+			fail_msg("periodic timer %d (first %llu, period %llu): "
+				 "%d ticks, expected %d", i,
+				 (unsigned long long)per[i].first,
+				 (unsigned long long)per[i].period,
+				 atomic_load(&q[i]->ticks), per[i].ticks);
+	assert_false(h_rec_done(rd));
+	for (int i = 0; i < NONE; i++)
+		assert_int_equal(px_timer_cancel(f->px, o[i]->id), 0);
+	for (int i = 0; i < NPER; i++)
+		assert_int_equal(px_timer_cancel(f->px, q[i]->id), 0);
+	assert_int_equal(px_cancel(f->px, sv[1]), 1);
+	dl = h_deadline(2000);
+	for (int i = 0; i < NONE; i++)
+		while (!tm_is_done(o[i]))
+			h_pump(f, dl, "cancelled far timers");
+	for (int i = 0; i < NPER; i++)
+		while (!tm_is_done(q[i]))
+			h_pump(f, dl, "cancelled far periodic timers");
+	h_wait_rec(f, rd, 2000, "a cancelled read with a far deadline");
+	assert_int_equal(rd->c.error, ECANCELED);
+	destroy_now(f);
+	pool_check(p, "far deadlines");
+	h_assert_no_bad("far deadlines");
+	/* The deadline in c->offset: the delay added to the clock, or the
+	 * clock's last instant when that does not fit; never wrapped. */
+	for (int i = 0; i < NONE; i++) {
+		tm *t = o[i];
+		assert_int_equal(t->error, ECANCELED);
+		uint64_t lo = t->delay > UINT64_MAX - 1 - t->t0
+				      ? UINT64_MAX - 1 : t->t0 + t->delay;
+		uint64_t hi = t->delay > UINT64_MAX - 1 - t->t1
+				      ? UINT64_MAX - 1 : t->t1 + t->delay;
+		if (t->offset < lo || t->offset > hi)
+			fail_msg("a timer of %llu ns: c->offset %llu outside "
+				 "[%llu, %llu]", (unsigned long long)t->delay,
+				 (unsigned long long)t->offset,
+				 (unsigned long long)lo,
+				 (unsigned long long)hi);
+	}
+	for (int i = 0; i < NPER; i++)
+		periodic_log_check(q[i], "a periodic timer at the clock's end");
+}
+
+/* ------------------------------------------------------------------ */
+/* 10. Thousands of timers started and cancelled in random order        */
+/* ------------------------------------------------------------------ */
+
+#define MIX_THREADS 2
+#define MIX_PER 1500
+#define MIX_READS 24
+#define MIX_PERIODIC 48  /* at most, in all */
+
+typedef struct mix {
+	px_proactor *px;
+	pool p;
+	int *rc;              /* per record: the owner's cancel, or 1 */
+	struct tmr_call *logs; /* MIX_PERIODIC logs of TM_MAX_CALLS */
+	atomic_int nlogs;
+	atomic_int go;
+} mix;
+
+static mix *g_mix;
+
+static uint64_t mix_delay(uint32_t *s)
+{
+	switch (rnd(s) % 8) {
+	case 0: return 0;
+	case 1: return 1;
+	case 2: return rnd(s) % 1000;
+	case 3: return UINT64_MAX - rnd(s) % 4;
+	case 4: return 3600000 * MS + rnd(s) % MS;
+	default: return rnd(s) % (8 * MS);
+	}
+}
+
+/* Each thread starts its records and cancels them in a random order as
+ * it goes (most while pending, some after they fired), the periodic ones
+ * all; the loop threads run the callbacks meanwhile. */
+static void *mix_starter(void *arg)
+{
+	int me = (int)(intptr_t)arg;
+	mix *m = g_mix;
+	uint32_t s = 0x2545f491u * (uint32_t)(me + 3);
+	tm *mine[MIX_PER];
+	int idx[MIX_PER];
+	int n = 0, live = 0;
+	while (!atomic_load(&m->go))
+		sched_yield();
+	for (int i = 0; i < MIX_PER; i++) {
+		int k = atomic_fetch_add(&m->p.n, 1);
+		if (k >= m->p.cap)
+			break;
+		tm *t = &m->p.v[k];
+		m->rc[k] = 1;
+		int64_t id;
+		int lg = rnd(&s) % 16 == 0 ? atomic_fetch_add(&m->nlogs, 1)
+					    : MIX_PERIODIC;
+		if (lg < MIX_PERIODIC) {
+			t->log = m->logs + (size_t)lg * TM_MAX_CALLS;
+			id = tm_start_periodic(m->px, t, rnd(&s) % (2 * MS),
+				       100000 + rnd(&s) % MS, tm_cb);
+		} else
+			id = tm_start(m->px, t, mix_delay(&s), tm_cb);
+		if (id <= 0) {
+			h_bad("a start: %lld", (long long)id);
+			break;
+		}
+		mine[n] = t;
+		idx[n] = k;
+		n++;
+		live++;
+		/* Cancel a random earlier one (swap it out of the live
+		 * part): about two starts in three. */
+		if (live > 8 && rnd(&s) % 3 != 0) {
+			int j = n - live + (int)(rnd(&s) % (unsigned)live);
+			int base = n - live;
+			tm *v = mine[j];
+			int vk = idx[j];
+			mine[j] = mine[base];
+			idx[j] = idx[base];
+			mine[base] = v;
+			idx[base] = vk;
+			live--;
+			m->rc[vk] = px_timer_cancel(m->px, v->id);
+			if (m->rc[vk] == 0)
+				atomic_store(&v->cancelled, 1);
+		}
+	}
+	/* The periodic ones still live, and half the rest, shuffled. */
+	for (int j = n - live; j < n; j++) {
+		int r = j + (int)(rnd(&s) % (unsigned)(n - j));
+		tm *v = mine[r];
+		int vk = idx[r];
+		mine[r] = mine[j];
+		idx[r] = idx[j];
+		mine[j] = v;
+		idx[j] = vk;
+		if (v->period || rnd(&s) % 2) {
+			m->rc[vk] = px_timer_cancel(m->px, v->id);
+			if (m->rc[vk] == 0)
+				atomic_store(&v->cancelled, 1);
+		}
+	}
+	return NULL;
+}
+
+static void thousands_started_cancelled_in_random_order(void **state)
+{
+	h_fx *f = *state;
+	mix *m = h_alloc(f, sizeof *m);
+	g_mix = m;
+	m->px = f->px;
+	pool_init(f, &m->p, MIX_THREADS * MIX_PER);
+	m->rc = h_alloc(f, sizeof(int) * MIX_THREADS * MIX_PER);
+	m->logs = h_alloc(f, sizeof(*m->logs) * TM_MAX_CALLS * MIX_PERIODIC);
+	/* Reads with deadlines share the heap: some time out, some get
+	 * their byte first, some are cancelled. */
+	int sv[MIX_READS / 4][2];
+	static char rb[MIX_READS];
+	h_rec *rd[MIX_READS];
+	uint64_t rt0[MIX_READS], rto[MIX_READS];
+	for (int i = 0; i < MIX_READS / 4; i++)
+		h_socketpair(f, sv[i]);
+	h_loops_start(f, 2, false);
+	pthread_t th[MIX_THREADS];
+	for (int i = 0; i < MIX_THREADS; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, mix_starter,
+						(void *)(intptr_t)i), 0);
+	atomic_store(&m->go, 1);
+	uint32_t s = 99;
+	for (int i = 0; i < MIX_READS; i++) {
+		rd[i] = h_rec_new(f);
+		rto[i] = i % 3 == 0 ? UINT64_MAX - rnd(&s) % 8
+				    : 1 + rnd(&s) % (6 * MS);
+		rt0[i] = h_now_ns();
+		px_op_desc d = {.op = PX_OP_READ_STREAM, .fd = sv[i / 4][1],
+				.buf = rb + i, .len = 1, .timeout_ns = rto[i],
+				.cb = h_rec_cb, .user = rd[i]};
+		assert_int_equal(px_start_op(f->px, &d), 0);
+	}
+	for (int i = 0; i < MIX_THREADS; i++)
+		pthread_join(th[i], NULL);
+	/* A byte for each socket, then the rest cancelled. */
+	for (int i = 0; i < MIX_READS / 4; i++)
+		assert_int_equal(write(sv[i][0], "x", 1), 1);
+	h_sleep_ms(10);
+	for (int i = 0; i < MIX_READS / 4; i++)
+		px_cancel(f->px, sv[i][1]);
+	int n = pool_count(&m->p);
+	for (int i = 0; i < n; i++) {
+		tm *t = &m->p.v[i];
+		if (t->delay > 3600000 * MS / 2 && !t->period)
+			continue;  /* far ones: px_destroy ends them */
+		if (!wait_done(t, 3000))
+			fail_msg("timer %lld (%llu ns%s) not done 3 s after "
+				 "its start and cancel", (long long)t->id,
+				 (unsigned long long)t->delay,
+				 t->period ? ", periodic" : "");
+	}
+	for (int i = 0; i < MIX_READS; i++)
+		if (!h_wait_at_least(&rd[i]->done, 1, 3000))
+			fail_msg("read %d with a deadline never called back", i);
+	h_sleep_ms(5);
+	h_loops_stop();
+	destroy_now(f);
+	pool_check(&m->p, "thousands of timers");
+	h_assert_no_bad("thousands of timers");
+	late_check(&m->p, "thousands of timers");
+	int cancelled = 0, fired = 0;
+	for (int i = 0; i < n; i++) {
+		tm *t = &m->p.v[i];
+		if (t->period) {
+			if (m->rc[i] != 0)
+				fail_msg("periodic timer %lld: its cancel "
+					 "returned %d", (long long)t->id,
+					 m->rc[i]);
+			if (atomic_load(&t->after_cancel) > 1)
+				fail_msg("periodic timer %lld: %d ticks began "
+					 "after its cancel", (long long)t->id,
+					 atomic_load(&t->after_cancel));
+			periodic_log_check(t, "thousands of timers");
+			continue;
+		}
+		if (m->rc[i] == 1) {
+			if (t->error != (t->delay > 3600000 * MS / 2 ? ECANCELED : 0))
+				fail_msg("timer %lld of %llu ns, never "
+					 "cancelled: error %d",
+					 (long long)t->id,
+					 (unsigned long long)t->delay, t->error);
+			continue;
+		}
+		check_cancel_outcome(t, m->rc[i], "thousands of timers");
+		cancelled += m->rc[i] == 0;
+		fired += m->rc[i] == -ENOENT;
+	}
+	for (int i = 0; i < MIX_READS; i++) {
+		h_rec *r = rd[i];
+		assert_int_equal(atomic_load(&r->calls), 1);
+		if (r->c.error == ETIMEDOUT) {
+			if (r->at_ns < rt0[i] + rto[i])
+				fail_msg("read %d timed out %llu ns before its "
+					 "deadline", i,
+					 (unsigned long long)(rt0[i] + rto[i] -
+							      r->at_ns));
+		} else if (r->c.error != 0 && r->c.error != ECANCELED) {
+			fail_msg("read %d with a deadline: error %d", i,
+				 r->c.error);
+		}
+		if (r->c.error == ETIMEDOUT && rto[i] > 3600000 * MS)
+			fail_msg("read %d timed out with a deadline of %llu ns",
+				 i, (unsigned long long)rto[i]);
+	}
+	printf("%d timers: %d cancelled pending, %d cancelled after they "
+	       "fired\n", n, cancelled, fired);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -1708,6 +2072,8 @@ int main(int argc, char **argv)
 		T(stop_with_timers_pending),
 		T(timer_reaches_unbounded_follower),
 		T(timer_duty_passes_on_leaving),
+		T(far_deadlines_leave_the_loop_asleep),
+		T(thousands_started_cancelled_in_random_order),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
