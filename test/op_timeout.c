@@ -298,6 +298,142 @@ static void start_op_refuses_what_an_op_does_not_take(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * Deadlines of 1 ns to 100 us on operations whose result is ready at the
+ * start or just after it (data or a datagram waiting, or sent right after
+ * the start; room to write): the deadline may pass before the engine has
+ * made the call, or as the data comes, so each ends with its result, or
+ * with ETIMEDOUT having taken nothing (the data or the datagram still
+ * there), and a write's bytes are exactly those its peer receives.
+ * Nothing lost, nothing twice.
+ */
+#define TINY_ROUNDS 48
+
+static uint64_t tiny_timeout(int i)
+{
+	static const uint64_t t[] = {1, 1000, 10000, 100000};
+	return t[i % 4];
+}
+
+static void tiny_wait(h_fx *f, h_rec *r, int i, const char *what)
+{
+	if (i % 2)
+		px_handle_events(f->px, 0);
+	h_wait_rec(f, r, 5000, what);
+}
+
+static void tiny_deadlines_on_ready_operations(void **state)
+{
+	h_fx *f = *state;
+	int sv[2], dg[2];
+	h_socketpair(f, sv);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, dg), 0);
+	h_track(f, dg[0]);
+	h_track(f, dg[1]);
+	char *in = h_alloc(f, 16);
+	char *out = h_alloc(f, 16 * TINY_ROUNDS);
+	h_rec *r = h_alloc(f, 4 * TINY_ROUNDS * sizeof(h_rec));
+	int to[4] = {0};
+	char got[16];
+	for (int i = 0; i < TINY_ROUNDS; i++) {
+		uint64_t tmo = tiny_timeout(i);
+		char *o = out + 16 * i;
+		for (int k = 0; k < 16; k++)
+			o[k] = (char)('A' + (i + k) % 26);
+
+		/* A read with its bytes waiting, or sent just after. */
+		h_rec *rr = &r[4 * i];
+		if (i % 3)
+			assert_int_equal(write(sv[0], o, 4), 4);
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_READ_STREAM, .fd = sv[1], .buf = in,
+				.len = 4, .timeout_ns = tmo, .cb = h_rec_cb,
+				.user = rr }), 0);
+		if (i % 3 == 0)
+			assert_int_equal(write(sv[0], o, 4), 4);
+		tiny_wait(f, rr, i, "a read with data and a tiny deadline");
+		ssize_t n = recv(sv[1], got, sizeof got, MSG_DONTWAIT);
+		if (rr->c.error == ETIMEDOUT) {
+			to[0]++;
+			if (rr->c.bytes != 0 || n != 4 || memcmp(got, o, 4))
+				fail_msg("round %d (%llu ns): a read timed out "
+					 "with %zu bytes, and %zd left in the "
+					 "socket (4 were sent)", i,
+					 (unsigned long long)tmo, rr->c.bytes, n);
+		} else if (rr->c.error != 0 || rr->c.bytes != 4 ||
+			   memcmp(in, o, 4) || n != -1) {
+			fail_msg("round %d (%llu ns): a read with 4 bytes "
+				 "waiting: error %d, %zu bytes, %zd left", i,
+				 (unsigned long long)tmo, rr->c.error,
+				 rr->c.bytes, n);
+		}
+
+		/* A write and a write-all with room. */
+		for (int all = 0; all < 2; all++) {
+			h_rec *wr = &r[4 * i + 1 + all];
+			assert_int_equal(px_start_op(f->px, &(px_op_desc){
+					.op = PX_OP_WRITE_STREAM, .fd = sv[0],
+					.buf = o + 4 + 4 * all, .len = 4,
+					.flags = all ? PX_OPF_WRITE_ALL : 0,
+					.timeout_ns = tmo, .cb = h_rec_cb,
+					.user = wr }), 0);
+			tiny_wait(f, wr, i, "a write with room and a tiny deadline");
+			n = recv(sv[1], got, sizeof got, MSG_DONTWAIT);
+			if (n < 0)
+				n = 0;
+			if (wr->c.error == ETIMEDOUT)
+				to[1 + all]++;
+			else if (wr->c.error != 0 || wr->c.bytes != 4)
+				fail_msg("round %d (%llu ns): a %s with room: "
+					 "error %d, %zu bytes", i,
+					 (unsigned long long)tmo,
+					 all ? "write-all" : "write",
+					 wr->c.error, wr->c.bytes);
+			if ((size_t)n != wr->c.bytes ||
+			    memcmp(got, o + 4 + 4 * all, (size_t)n))
+				fail_msg("round %d (%llu ns): a %s said %s with "
+					 "%zu bytes, its peer got %zd", i,
+					 (unsigned long long)tmo,
+					 all ? "write-all" : "write",
+					 wr->c.error ? "ETIMEDOUT" : "done",
+					 wr->c.bytes, n);
+		}
+
+		/* A datagram waiting, or sent just after. */
+		h_rec *dr = &r[4 * i + 3];
+		if (i % 3)
+			assert_int_equal(send(dg[0], o, 3, 0), 3);
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_READ_DGRAM, .fd = dg[1], .buf = in,
+				.len = 16, .timeout_ns = tmo, .cb = h_rec_cb,
+				.user = dr }), 0);
+		if (i % 3 == 0)
+			assert_int_equal(send(dg[0], o, 3, 0), 3);
+		tiny_wait(f, dr, i, "a datagram read with a tiny deadline");
+		n = recv(dg[1], got, sizeof got, MSG_DONTWAIT);
+		if (dr->c.error == ETIMEDOUT) {
+			to[3]++;
+			if (dr->c.bytes != 0 || n != 3)
+				fail_msg("round %d (%llu ns): a datagram read "
+					 "timed out with %zu bytes, %zd left",
+					 i, (unsigned long long)tmo,
+					 dr->c.bytes, n);
+		} else if (dr->c.error != 0 || dr->c.bytes != 3 || n != -1) {
+			fail_msg("round %d (%llu ns): a datagram read: error "
+				 "%d, %zu bytes, %zd left", i,
+				 (unsigned long long)tmo, dr->c.error,
+				 dr->c.bytes, n);
+		}
+	}
+	h_settle(f, 10);
+	for (int i = 0; i < 4 * TINY_ROUNDS; i++)
+		if (atomic_load(&r[i].calls) != 1)
+			fail_msg("operation %d: %d completions", i,
+				 atomic_load(&r[i].calls));
+	printf("# timed out: %d reads, %d writes, %d write-alls, %d datagram "
+	       "reads of %d each\n", to[0], to[1], to[2], to[3], TINY_ROUNDS);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int op_timeout_run(void)
@@ -309,6 +445,7 @@ int op_timeout_run(void)
 		T(cancel_races_deadline),
 		T(cancel_before_deadline_stays_cancelled),
 		T(write_all_times_out_with_bytes_so_far),
+		T(tiny_deadlines_on_ready_operations),
 		T(start_op_refuses_what_an_op_does_not_take),
 	};
 	return cmocka_run_group_tests_name("op_timeout", tests, NULL, NULL);
