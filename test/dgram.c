@@ -28,7 +28,13 @@
  *    or the next write), IPv6 loopback, the largest UDP datagram and
  *    one byte more (EMSGSIZE), a read on a pipe, AF_UNIX datagram
  *    sockets, and max_aio=4 with many operations, deferred ones closed
- *    or timed out.
+ *    or timed out;
+ *  - the edges of addresses, sizes and peers: AF_UNIX senders' names
+ *    (path, abstract, autobound, none), unconnected writes to
+ *    destinations that cannot take them, AF_UNIX peers that close (also
+ *    under writes waiting for room), the size limits of IPv6, IPv4 and
+ *    AF_UNIX datagrams, truncation through stream reads, and stream
+ *    operations on connected UDP sockets (empty datagrams, ICMP errors).
  *
  * Every started operation must call back exactly once with its op and
  * descriptor; that is counted in an op record per start, and checked after
@@ -2848,6 +2854,470 @@ static void dgram_other_descriptors(void **state)
 	edge_end(e, "other descriptors");
 }
 
+/* ------------------------------------------------------------------ */
+/* 4. Edges of addresses, sizes and peers                               */
+/* ------------------------------------------------------------------ */
+
+static int unix_dgram(h_fx *f)
+{
+	return h_track(f, socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+}
+
+/* The length of an AF_UNIX address naming path (with its NUL, as the
+ * kernel reports a bound path). */
+static socklen_t unix_path_name(struct sockaddr_un *a, const char *dir,
+				const char *leaf)
+{
+	memset(a, 0, sizeof *a);
+	a->sun_family = AF_UNIX;
+	snprintf(a->sun_path, sizeof a->sun_path, "%s/%s", dir, leaf);
+	return (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+			   strlen(a->sun_path) + 1);
+}
+
+/* Start a write that must fail with want (or one of want and want2):
+ * refused at the start, or in its one completion with 0 bytes. */
+static void bad_write(edge *e, int fd, bool stream, const void *to,
+		      socklen_t tolen, int want, int want2, const char *what)
+{
+	op *o = e_take(e, stream ? PX_OP_WRITE_STREAM : PX_OP_WRITE_DGRAM, fd);
+	int rc = stream ? px_write_stream(e->f->px, fd, "bad", 3, op_cb, o)
+			: px_write_dgram(e->f->px, fd, "bad", 3,
+					 (const struct sockaddr *)to, tolen,
+					 op_cb, o);
+	int err;
+	if (rc == 0) {
+		o->started = 1;
+		pump_until(e->f, o, 5000, what);
+		err = o->error;
+		if (err && o->bytes != 0)
+			fail_msg("%s: error %s with %zu bytes", what,
+				 strerror(err), o->bytes);
+	} else {
+		err = -rc;
+	}
+	if (err != want && err != want2)
+		fail_msg("%s: %s %d (%s), expected %s%s%s", what,
+			 rc ? "start refused with" : "completion with error",
+			 err, strerror(err), strerror(want),
+			 want2 ? " or " : "", want2 ? strerror(want2) : "");
+}
+
+/*
+ * The sender's address of an AF_UNIX datagram, byte for byte with its
+ * exact length, as getsockname(2) gives it: a path name, an abstract
+ * name with a NUL byte inside it (its length, not a string, ends it), an
+ * autobound name, and an unnamed sender (addrlen 0, as the page says).
+ * Each write's completion carries its destination as given.
+ */
+static void dgram_unix_sender_addresses(void **state)
+{
+	static const char *const msg[4] = { "from a path", "from abstract",
+					     "from autobind", "from nobody" };
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	char dir[] = "/tmp/px-dgram-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	struct sockaddr_un rname, sname[4];
+	socklen_t rlen = unix_path_name(&rname, dir, "rcv"), slen[4];
+	int rcv = unix_dgram(f), s[4];
+	assert_int_equal(bind(rcv, (struct sockaddr *)&rname, rlen), 0);
+	for (int i = 0; i < 4; i++)
+		s[i] = unix_dgram(f);
+	struct sockaddr_un a;
+	socklen_t al = unix_path_name(&a, dir, "snd");
+	assert_int_equal(bind(s[0], (struct sockaddr *)&a, al), 0);
+	memset(&a, 0, sizeof a);
+	a.sun_family = AF_UNIX;
+	int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "px-snd%c%d",
+			 '\0', (int)getpid());
+	al = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+	assert_int_equal(bind(s[1], (struct sockaddr *)&a, al), 0);
+	assert_int_equal(bind(s[2], (struct sockaddr *)&a,
+			      sizeof(sa_family_t)), 0);   /* autobind */
+	for (int i = 0; i < 4; i++) {
+		slen[i] = sizeof sname[i];
+		assert_int_equal(getsockname(s[i], (struct sockaddr *)&sname[i],
+					     &slen[i]), 0);
+	}
+	assert_int_equal(slen[1], al);
+	uint8_t *in = h_alloc(f, 4 * 64);
+	op *r[4], *w[4];
+	for (int i = 0; i < 4; i++)
+		r[i] = e_read(e, rcv, in + 64 * i, 64);
+	for (int i = 0; i < 4; i++)
+		w[i] = e_write(e, s[i], msg[i], strlen(msg[i]), &rname, rlen);
+	for (int i = 0; i < 4; i++) {
+		pump_until(f, w[i], 5000, "an AF_UNIX datagram write");
+		expect(w[i], 0, strlen(msg[i]), msg[i]);
+		if (w[i]->addrlen != rlen ||
+		    memcmp(&w[i]->addr, &rname, rlen) != 0)
+			fail_msg("the write %s carries a destination of %u bytes, "
+				 "not the %u given", msg[i],
+				 (unsigned)w[i]->addrlen, (unsigned)rlen);
+	}
+	for (int i = 0; i < 4; i++) {
+		pump_until(f, r[i], 5000, "an AF_UNIX datagram read");
+		char *got = (char *)in + 64 * i;
+		int k = 0;
+		while (k < 4 && (r[i]->bytes != strlen(msg[k]) ||
+				 memcmp(got, msg[k], r[i]->bytes)))
+			k++;
+		if (r[i]->error || k == 4)
+			fail_msg("read %d: error %d, %zu bytes, not one of the "
+				 "datagrams", i, r[i]->error, r[i]->bytes);
+		socklen_t want = k == 3 ? 0 : slen[k];
+		if (r[i]->addrlen != want ||
+		    (want && memcmp(&r[i]->addr, &sname[k], want) != 0))
+			fail_msg("the datagram %s came with a sender of %u bytes "
+				 "(family %d), expected %u bytes%s", msg[k],
+				 (unsigned)r[i]->addrlen,
+				 r[i]->addrlen ? r[i]->addr.ss_family : -1,
+				 (unsigned)want,
+				 r[i]->addrlen == want ? ", and they differ" : "");
+	}
+	unix_path_name(&a, dir, "rcv");
+	unlink(a.sun_path);
+	unix_path_name(&a, dir, "snd");
+	unlink(a.sun_path);
+	rmdir(dir);
+	edge_end(e, "AF_UNIX sender addresses");
+}
+
+/*
+ * Unconnected writes to destinations that cannot take them: each fails
+ * once with the kernel's error and 0 bytes, nothing arrives, and the
+ * socket's next write goes out.  UDP: no destination (EDESTADDRREQ, as a
+ * stream write too), port 0 (EINVAL), an address shorter than a
+ * sockaddr_in (EINVAL), the broadcast address without SO_BROADCAST
+ * (EACCES, or ENETUNREACH without a route), an AF_UNIX address
+ * (EAFNOSUPPORT).  AF_UNIX: a path that does not exist (ENOENT), an
+ * abstract name nobody holds (ECONNREFUSED), an AF_INET address
+ * (EINVAL), no destination (ENOTCONN).
+ */
+static void dgram_bad_destinations(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in aa, sa;
+	int a = udp(f, &aa), s = udp(f, &sa);
+	uint8_t *in = h_alloc(f, 64);
+	op *r = e_read(e, a, in, 64);
+
+	bad_write(e, s, false, NULL, 0, EDESTADDRREQ, 0,
+		  "a UDP write with no destination");
+	bad_write(e, s, true, NULL, 0, EDESTADDRREQ, 0,
+		  "a stream write on an unconnected UDP socket");
+	struct sockaddr_in to = aa;
+	to.sin_port = 0;
+	bad_write(e, s, false, &to, sizeof to, EINVAL, 0,
+		  "a UDP write to port 0");
+	bad_write(e, s, false, &aa, 8, EINVAL, 0,
+		  "a UDP write to an 8-byte sockaddr_in");
+	to = aa;
+	to.sin_addr.s_addr = htonl(INADDR_BROADCAST);
+	bad_write(e, s, false, &to, sizeof to, EACCES, ENETUNREACH,
+		  "a UDP write to 255.255.255.255 without SO_BROADCAST");
+	struct sockaddr_un un;
+	memset(&un, 0, sizeof un);
+	un.sun_family = AF_UNIX;
+	snprintf(un.sun_path + 1, sizeof un.sun_path - 1, "px-nobody-%d",
+		 (int)getpid());
+	socklen_t unlen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+				      1 + strlen(un.sun_path + 1));
+	bad_write(e, s, false, &un, unlen, EAFNOSUPPORT, 0,
+		  "a UDP write to an AF_UNIX address");
+	h_settle(f, 20);
+	if (op_is_done(r))
+		fail_msg("a datagram arrived (%zu bytes, error %d) from writes "
+			 "that failed", r->bytes, r->error);
+	op *w = e_write(e, s, "good", 4, &aa, sizeof aa);
+	pump_until(f, w, 5000, "a UDP write after the failed ones");
+	pump_until(f, r, 5000, "the read of the good datagram");
+	expect(w, 0, 4, "a UDP write after the failed ones");
+	expect(r, 0, 4, "the read of the good datagram");
+	assert_memory_equal(in, "good", 4);
+	assert_true(same_sender(r, &sa));
+
+	int u = unix_dgram(f);
+	bad_write(e, u, false, &un, unlen, ECONNREFUSED, 0,
+		  "an AF_UNIX write to an abstract name nobody holds");
+	struct sockaddr_un missing;
+	char nodir[64];
+	snprintf(nodir, sizeof nodir, "/tmp/px-dgram-missing-%d", (int)getpid());
+	socklen_t mlen = unix_path_name(&missing, nodir, "x");
+	bad_write(e, u, false, &missing, mlen, ENOENT, 0,
+		  "an AF_UNIX write to a path that does not exist");
+	bad_write(e, u, false, &aa, sizeof aa, EINVAL, 0,
+		  "an AF_UNIX write to an AF_INET address");
+	bad_write(e, u, false, NULL, 0, ENOTCONN, 0,
+		  "an AF_UNIX write with no destination");
+	int ur = unix_dgram(f);
+	struct sockaddr_un rn = un;
+	rn.sun_path[1] = 'Q';
+	assert_int_equal(bind(ur, (struct sockaddr *)&rn, unlen), 0);
+	op *ru = e_read(e, ur, in, 64);
+	op *wu = e_write(e, u, "unix", 4, &rn, unlen);
+	pump_until(f, wu, 5000, "an AF_UNIX write after the failed ones");
+	pump_until(f, ru, 5000, "its read");
+	expect(wu, 0, 4, "an AF_UNIX write after the failed ones");
+	expect(ru, 0, 4, "its read");
+	assert_memory_equal(in, "unix", 4);
+	edge_end(e, "bad destinations");
+}
+
+/*
+ * An AF_UNIX datagram peer that goes away.  A socketpair's survivor:
+ * its next write fails with ECONNREFUSED, the one after with ENOTCONN
+ * (the kernel has forgotten the peer), and a read pending there goes on
+ * waiting (a datagram socket has no end of stream).  A named receiver
+ * with a full queue closed while a connected sender's and an
+ * unconnected sender's writes wait for room: both end with
+ * ECONNREFUSED, once, within a second, and the connected sender's next
+ * write fails with ENOTCONN.
+ */
+static void dgram_unix_peer_gone(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	uint8_t *in = h_alloc(f, 64);
+	op *r = e_read(e, u[0], in, 64);
+	h_settle(f, 10);
+	h_close(f, u[1]);
+	op *w1 = e_write(e, u[0], "gone?", 5, NULL, 0);
+	pump_until(f, w1, 5000, "a write to a closed socketpair peer");
+	expect(w1, ECONNREFUSED, 0, "a write to a closed socketpair peer");
+	op *w2 = e_write(e, u[0], "again", 5, NULL, 0);
+	pump_until(f, w2, 5000, "a second write to a closed socketpair peer");
+	expect(w2, ENOTCONN, 0, "a second write to a closed socketpair peer");
+	h_settle(f, 20);
+	if (op_is_done(r))
+		fail_msg("a read on a datagram socket whose peer closed ended: "
+			 "error %d, %zu bytes", r->error, r->bytes);
+	assert_int_equal(px_cancel(f->px, u[0]), 1);
+	pump_until(f, r, 5000, "a cancelled read");
+	expect(r, ECANCELED, 0, "a cancelled read");
+
+	struct sockaddr_un name;
+	socklen_t nlen;
+	int fillers;
+	int con = unix_dgram(f), unc = unix_dgram(f);
+	int rcv = unix_full_receiver(f, "dgram-gone", unc, &name, &nlen,
+				     &fillers);
+	assert_int_equal(connect(con, (struct sockaddr *)&name, nlen), 0);
+	op *wc = e_write(e, con, "connected", 9, NULL, 0);
+	op *wu = e_write(e, unc, "unconnected", 11, &name, nlen);
+	h_settle(f, 20);
+	if (op_is_done(wc) || op_is_done(wu))
+		fail_msg("a write to a full receiver completed (connected: %s, "
+			 "unconnected: %s)",
+			 op_is_done(wc) ? strerror(wc->error) : "pending",
+			 op_is_done(wu) ? strerror(wu->error) : "pending");
+	uint64_t t0 = h_now_ms();
+	h_close(f, rcv);
+	pump_until(f, wc, 1000, "a connected write whose full receiver closed");
+	pump_until(f, wu, 1000, "an unconnected write whose full receiver "
+		   "closed");
+	print_message("writes waiting for a receiver that closed ended after "
+		      "%d ms\n", (int)(h_now_ms() - t0));
+	expect(wc, ECONNREFUSED, 0, "a connected write whose receiver closed");
+	expect(wu, ECONNREFUSED, 0, "an unconnected write whose receiver "
+	       "closed");
+	op *w3 = e_write(e, con, "after", 5, NULL, 0);
+	pump_until(f, w3, 5000, "a write after the receiver closed");
+	expect(w3, ENOTCONN, 0, "a write after the receiver closed");
+	edge_end(e, "AF_UNIX datagram peers that go away");
+}
+
+/*
+ * Datagram sizes at their limits beyond dgram_largest_and_too_large: the
+ * largest UDP datagram over IPv6 (65,527 bytes) and one byte more
+ * (EMSGSIZE); 100,000 bytes over IPv4 with px_write_dgram and with a
+ * write-all on a connected socket (EMSGSIZE and 0 bytes: a write-all
+ * never splits a datagram); an AF_UNIX datagram of 100,000 bytes, whole,
+ * and one beyond the sender's buffer (EMSGSIZE); a truncated AF_UNIX
+ * datagram, and a truncated UDP datagram through px_read_stream (the
+ * bytes kept, as the pages say, and the next read gets the next one).
+ */
+#define BIG_UNIX 100000
+static void dgram_size_limits(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	uint8_t *in = h_alloc(f, BIG_UNIX + 64), *out = h_alloc(f, BIG_UNIX);
+	struct sockaddr_in6 a6, b6;
+	int x6 = udp6(f, &a6), y6 = x6 >= 0 ? udp6(f, &b6) : -1;
+	if (x6 >= 0 && y6 >= 0) {
+		big_rcvbuf(x6);
+		dg_fill(out, 6, 65527);
+		op *r = e_read(e, x6, in, 65536);
+		op *w = e_write(e, y6, out, 65527, &a6, sizeof a6);
+		pump_until(f, w, 5000, "a 65527-byte IPv6 datagram");
+		pump_until(f, r, 5000, "a 65527-byte IPv6 read");
+		expect(w, 0, 65527, "a 65527-byte IPv6 write");
+		expect(r, 0, 65527, "a 65527-byte IPv6 read");
+		uint32_t seq = 0;
+		assert_null(dg_check(in, r->bytes, &seq));
+		op *w2 = e_write(e, y6, out, 65528, &a6, sizeof a6);
+		pump_until(f, w2, 5000, "a 65528-byte IPv6 datagram");
+		expect(w2, EMSGSIZE, 0, "a 65528-byte IPv6 write");
+	} else {
+		print_message("no IPv6 loopback here: its part skipped\n");
+	}
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	op *w = e_write(e, b, out, 100000, &aa, sizeof aa);
+	pump_until(f, w, 5000, "a 100000-byte UDP datagram");
+	expect(w, EMSGSIZE, 0, "a 100000-byte UDP write");
+	assert_int_equal(connect(b, (struct sockaddr *)&aa, sizeof aa), 0);
+	op *wa = e_take(e, PX_OP_WRITE_STREAM, b);
+	e_started(wa, px_write_stream_all(f->px, b, out, 100000, op_cb, wa),
+		  "px_write_stream_all", 100000);
+	pump_until(f, wa, 5000, "a 100000-byte write-all on UDP");
+	expect(wa, EMSGSIZE, 0, "a 100000-byte write-all on a UDP socket");
+
+	/* Through px_read_stream: 10 bytes of 1,000, then the next. */
+	dg_fill(out, 7, 1000);
+	memset(in, 0x5a, 64);
+	op *rs = e_take(e, PX_OP_READ_STREAM, a);
+	e_started(rs, px_read_stream(f->px, a, in, 10, op_cb, rs),
+		  "px_read_stream", 10);
+	op *rs2 = e_take(e, PX_OP_READ_STREAM, a);
+	e_started(rs2, px_read_stream(f->px, a, in + 16, 32, op_cb, rs2),
+		  "px_read_stream", 32);
+	op *w3 = e_write(e, b, out, 1000, NULL, 0);
+	op *w4 = e_write(e, b, "next", 4, NULL, 0);
+	pump_until(f, w4, 5000, "the datagram after a long one");
+	pump_until(f, rs2, 5000, "a stream read after a truncated one");
+	expect(w3, 0, 1000, "a 1000-byte UDP write");
+	expect(rs, 0, 10, "a 10-byte stream read of a 1000-byte datagram");
+	expect(rs2, 0, 4, "the stream read after it");
+	assert_memory_equal(in, out, 10);
+	for (int i = 10; i < 16; i++)
+		assert_int_equal(in[i], 0x5a);
+	assert_memory_equal(in + 16, "next", 4);
+
+	int u[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, u), 0);
+	h_track(f, u[0]);
+	h_track(f, u[1]);
+	int sz = 1 << 20;
+	setsockopt(u[0], SOL_SOCKET, SO_SNDBUFFORCE, &sz, sizeof sz);
+	setsockopt(u[0], SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	socklen_t szl = sizeof sz;
+	assert_int_equal(getsockopt(u[0], SOL_SOCKET, SO_SNDBUF, &sz, &szl), 0);
+	if (sz > BIG_UNIX + 64) {
+		dg_fill(out, 8, BIG_UNIX);
+		op *r = e_read(e, u[1], in, BIG_UNIX + 64);
+		op *wu = e_write(e, u[0], out, BIG_UNIX, NULL, 0);
+		pump_until(f, wu, 5000, "a 100000-byte AF_UNIX datagram");
+		pump_until(f, r, 5000, "a 100000-byte AF_UNIX read");
+		expect(wu, 0, BIG_UNIX, "a 100000-byte AF_UNIX write");
+		expect(r, 0, BIG_UNIX, "a 100000-byte AF_UNIX read");
+		assert_memory_equal(in, out, BIG_UNIX);
+	} else {
+		print_message("SO_SNDBUF stays at %d: no 100000-byte AF_UNIX "
+			      "datagram\n", sz);
+	}
+	sz = 4096;
+	assert_int_equal(setsockopt(u[1], SOL_SOCKET, SO_SNDBUF, &sz,
+				    sizeof sz), 0);
+	op *wbig = e_write(e, u[1], out, 16384, NULL, 0);
+	pump_until(f, wbig, 5000, "an AF_UNIX datagram beyond SO_SNDBUF");
+	expect(wbig, EMSGSIZE, 0, "an AF_UNIX datagram beyond SO_SNDBUF");
+	dg_fill(out, 9, 1000);
+	memset(in, 0x5a, 64);
+	op *rt = e_read(e, u[0], in, 10);
+	op *wt = e_write(e, u[1], out, 1000, NULL, 0);
+	pump_until(f, wt, 5000, "a 1000-byte AF_UNIX datagram");
+	pump_until(f, rt, 5000, "a 10-byte read of it");
+	expect(wt, 0, 1000, "a 1000-byte AF_UNIX write");
+	expect(rt, 0, 10, "a 10-byte read of a 1000-byte AF_UNIX datagram");
+	assert_memory_equal(in, out, 10);
+	for (int i = 10; i < 64; i++)
+		assert_int_equal(in[i], 0x5a);
+	edge_end(e, "datagram sizes");
+}
+
+/*
+ * Stream operations on a connected UDP socket: a zero-length datagram
+ * reads as 0 bytes and error 0, and the reads after it go on with the
+ * next datagrams (there is no end of stream to remember); with the peer
+ * port closed, the ICMP error ends one pending stream read with
+ * ECONNREFUSED, once, the one queued behind it waits, and the socket's
+ * next write goes out.
+ */
+static void dgram_stream_ops_on_udp(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_in aa, ba;
+	int a = udp(f, &aa), b = udp(f, &ba);
+	assert_int_equal(connect(a, (struct sockaddr *)&ba, sizeof ba), 0);
+	assert_int_equal(connect(b, (struct sockaddr *)&aa, sizeof aa), 0);
+	uint8_t *in = h_alloc(f, 256);
+	op *rs[3];
+	for (int i = 0; i < 3; i++) {
+		rs[i] = e_take(e, PX_OP_READ_STREAM, a);
+		e_started(rs[i], px_read_stream(f->px, a, in + 64 * i, 64, op_cb,
+						rs[i]), "px_read_stream", 64);
+	}
+	/* A zero-length datagram, then two more. */
+	op *w0 = e_write(e, b, NULL, 0, NULL, 0);
+	pump_until(f, w0, 5000, "a zero-length datagram");
+	pump_until(f, rs[0], 5000, "a stream read of a zero-length datagram");
+	expect(w0, 0, 0, "a zero-length datagram");
+	expect(rs[0], 0, 0, "a stream read of a zero-length datagram");
+	h_settle(f, 20);
+	if (op_is_done(rs[1]))
+		fail_msg("a stream read after a zero-length datagram ended with "
+			 "nothing sent: error %d, %zu bytes", rs[1]->error,
+			 rs[1]->bytes);
+	op *w1 = e_write_stream(e, b, "one", 3);
+	op *w2 = e_write_stream(e, b, "two!", 4);
+	pump_until(f, rs[2], 5000, "the stream reads after a zero-length "
+		   "datagram");
+	pump_until(f, rs[1], 5000, "the stream read after a zero-length one");
+	expect(w1, 0, 3, "a stream write on UDP");
+	expect(w2, 0, 4, "a second stream write on UDP");
+	expect(rs[1], 0, 3, "the stream read after a zero-length datagram");
+	expect(rs[2], 0, 4, "the next stream read");
+	assert_memory_equal(in + 64, "one", 3);
+	assert_memory_equal(in + 128, "two!", 4);
+
+	/* ECONNREFUSED through stream operations. */
+	struct sockaddr_in to, ca;
+	closed_port(f, &to);
+	int c = udp_elsewhere(f, &ca, &to);
+	assert_int_equal(connect(c, (struct sockaddr *)&to, sizeof to), 0);
+	op *r1 = e_take(e, PX_OP_READ_STREAM, c);
+	e_started(r1, px_read_stream(f->px, c, in, 64, op_cb, r1),
+		  "px_read_stream", 64);
+	op *r2 = e_take(e, PX_OP_READ_STREAM, c);
+	e_started(r2, px_read_stream(f->px, c, in + 64, 64, op_cb, r2),
+		  "px_read_stream", 64);
+	op *wp = e_write_stream(e, c, "ping", 4);
+	pump_until(f, wp, 5000, "a stream write to a closed port");
+	expect(wp, 0, 4, "a stream write to a closed port");
+	pump_until(f, r1, 5000, "the stream read that gets ECONNREFUSED");
+	expect(r1, ECONNREFUSED, 0, "a stream read, peer port closed");
+	h_settle(f, 30);
+	if (op_is_done(r2))
+		fail_msg("one ECONNREFUSED ended a second stream read too: "
+			 "error %d (%s)", r2->error, strerror(r2->error));
+	op *wq = e_write_stream(e, c, "pong", 4);
+	pump_until(f, wq, 5000, "a stream write after ECONNREFUSED");
+	expect(wq, 0, 4, "a stream write after ECONNREFUSED was reported");
+	/* That write's own ICMP error ends the second read. */
+	pump_until(f, r2, 5000, "the second stream read, after another write");
+	expect(r2, ECONNREFUSED, 0, "the second stream read");
+	edge_end(e, "stream operations on UDP");
+}
+
 /*
  * max_aio=4: 64 reads on one socket (60 deferred), fed in bursts of 8
  * with sendto; each completes once with its own datagram.  Then 64
@@ -3231,6 +3701,11 @@ int main(int argc, char **argv)
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
 		T(dgram_other_descriptors),
+		T(dgram_unix_sender_addresses),
+		T(dgram_bad_destinations),
+		T(dgram_unix_peer_gone),
+		T(dgram_size_limits),
+		T(dgram_stream_ops_on_udp),
 		T(dgram_deadline_races_arrivals),
 		cmocka_unit_test_setup_teardown(dgram_max_aio_4, fx_setup_aio4,
 						fx_teardown),
