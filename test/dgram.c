@@ -3319,6 +3319,47 @@ static void dgram_stream_ops_on_udp(void **state)
 }
 
 /*
+ * A sender connected to a named AF_UNIX receiver whose queue was filled
+ * by a socket the proactor does not know (another process, as for
+ * syslog): the write waits, and when the receiver drains it completes
+ * within a second, on every engine.  The kernel wakes the connected
+ * sender's poll from the receiver's queue (its peer_wait), which raises
+ * no signal of its own.
+ */
+static void dgram_unix_connected_full_foreign_filler(void **state)
+{
+	h_fx *f = *state;
+	edge *e = edge_new(f);
+	struct sockaddr_un name;
+	socklen_t nlen;
+	int fillers;
+	int fill = unix_dgram(f), con = unix_dgram(f);
+	int rcv = unix_full_receiver(f, "dgram-foreign", fill, &name, &nlen,
+				     &fillers);
+	assert_int_equal(connect(con, (struct sockaddr *)&name, nlen), 0);
+	op *w = e_write(e, con, "waited", 6, NULL, 0);
+	h_settle(f, 20);
+	if (op_is_done(w))
+		fail_msg("a write to a full receiver completed: error %d, %zu "
+			 "bytes", w->error, w->bytes);
+	/* Drain the fillers only, then wait for the write. */
+	char b[64];
+	int nfill = 0;
+	for (int i = 0; i < fillers; i++)
+		if (recv(rcv, b, sizeof b, MSG_DONTWAIT) == 1)
+			nfill++;
+	assert_int_equal(nfill, fillers);
+	uint64_t t0 = h_now_ms();
+	pump_until(f, w, 1000, "a connected write to a receiver that drained");
+	print_message("the write went out %d ms after the drain\n",
+		      (int)(h_now_ms() - t0));
+	expect(w, 0, 6, "a connected write to a receiver that drained");
+	assert_int_equal(recv(rcv, b, sizeof b, MSG_DONTWAIT), 6);
+	assert_memory_equal(b, "waited", 6);
+	edge_end(e, "a connected sender, the queue filled by another");
+}
+
+/*
  * max_aio=4: 64 reads on one socket (60 deferred), fed in bursts of 8
  * with sendto; each completes once with its own datagram.  Then 64
  * write_dgrams at once (with no read holding a slot): each goes out once.
@@ -3706,6 +3747,7 @@ int main(int argc, char **argv)
 		T(dgram_unix_peer_gone),
 		T(dgram_size_limits),
 		T(dgram_stream_ops_on_udp),
+		T(dgram_unix_connected_full_foreign_filler),
 		T(dgram_deadline_races_arrivals),
 		cmocka_unit_test_setup_teardown(dgram_max_aio_4, fx_setup_aio4,
 						fx_teardown),
