@@ -477,6 +477,11 @@ struct px_uring_priv {
 	 * reads at submission. */
 	uint8_t futile;
 	struct __kernel_timespec backoff;
+	/* Its last poll reported POLLERR without its own direction (an
+	 * error queue entry: ur_backoff), and whether the request now in
+	 * the kernel in the poll's place is the back-off's TIMEOUT. */
+	bool err_alone;
+	bool in_backoff;
 	/* A gated read ("Gated reads"): the event its EPOLL_CTL reads at
 	 * submission and which operation that was; the CTL is in flight;
 	 * the set reported the descriptor; it failed to gate, so it goes
@@ -548,10 +553,21 @@ static bool ur_pollable(px_op op)
  * receiver's queue has room, so its sends fail this way only when other
  * senders take the room first three times running; it then waits the
  * same way.
+ *
+ * Any other operation waits so too while its poll reports POLLERR
+ * without its own direction and its call says EAGAIN: a socket's error
+ * queue (IP_RECVERR's reports, transmit timestamps) polls POLLERR until
+ * the application reads it with MSG_ERRQUEUE, while receives and sends
+ * find nothing to do.  On an O_NONBLOCK socket the EAGAIN comes back
+ * here, and a poll and a receive followed each other at a whole CPU
+ * (fixed problem 179; on a blocking socket the kernel waits itself).
+ * After each TIMEOUT such an operation polls once more (err_alone is
+ * cleared), so once the queue is read it waits on its poll again.
  */
 static void ur_backoff(struct px_uring_priv *pr, px_op op)
 {
-	if (op != PX_OP_WRITE_DGRAM || pr->futile == UINT8_MAX)
+	if ((op != PX_OP_WRITE_DGRAM && !pr->err_alone) ||
+	    pr->futile == UINT8_MAX)
 		return;
 	pr->futile++;
 	unsigned ms = px__futile_wait_ms(pr->futile);
@@ -1565,7 +1581,9 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 	pr->rg = rg;
 	if (pr->want_poll) {
 		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
-		if (pr->futile >= PX_FUTILE_MIN)
+		pr->in_backoff = pr->futile >= PX_FUTILE_MIN &&
+				 (r->c.op == PX_OP_WRITE_DGRAM || pr->err_alone);
+		if (pr->in_backoff)
 			/* In the poll's place, and taken for it (phase,
 			 * user_data, cancel): see ur_backoff. */
 			io_uring_prep_timeout(sqe, &pr->backoff, 0, 0);
@@ -2190,8 +2208,16 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		/* The descriptor is ready (or the poll failed): retry. */
 		if (pr->cancel_req)
 			return ur_end(u, r, -ECANCELED);
-		if (pr->futile >= PX_FUTILE_MIN && res == -ETIME)
-			res = 0;  /* the back-off's TIMEOUT ran out */
+		if (pr->in_backoff) {
+			if (res == -ETIME)
+				res = 0;  /* the back-off's TIMEOUT ran out */
+			/* Poll once more before the next pause. */
+			pr->err_alone = false;
+		} else if (res > 0) {
+			unsigned dir = px__fdq_dir(r->c.op) == PX_FDQ_RD ?
+				       POLLIN : POLLOUT;
+			pr->err_alone = (res & POLLERR) && !(res & dir);
+		}
 		if (res == -ECANCELED) {
 			/* Its submitter exited (see below): poll again. */
 			ur_issue_or_stall(u, r, NULL);

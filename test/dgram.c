@@ -2636,7 +2636,7 @@ static void dgram_connected_refused(void **state)
  * under a third of a CPU over 200 ms, and still gets the datagram that
  * comes next, within a second.
  */
-static void dgram_error_queue_no_spin(void **state)
+static void error_queue_no_spin(void **state, bool nonblock)
 {
 	h_fx *f = *state;
 	edge *e = edge_new(f);
@@ -2649,6 +2649,9 @@ static void dgram_error_queue_no_spin(void **state)
 	assert_int_equal(setsockopt(b, IPPROTO_IP, IP_RECVERR, &one,
 				    sizeof one), 0);
 	assert_int_equal(connect(b, (struct sockaddr *)&to, sizeof to), 0);
+	if (nonblock)
+		assert_int_equal(fcntl(b, F_SETFL, fcntl(b, F_GETFL) |
+				       O_NONBLOCK), 0);
 	uint8_t *in = h_alloc(f, 64);
 
 	op *r = e_read(e, b, in, 64);
@@ -2664,7 +2667,7 @@ static void dgram_error_queue_no_spin(void **state)
 	h_settle(f, 30);  /* into the back-off */
 	double c0 = cpu_s();
 	uint64_t t0 = h_now_ms();
-	h_settle(f, 200);
+	h_settle(f, nonblock ? 100 : 200);
 	double used = cpu_s() - c0, wall = (double)(h_now_ms() - t0) / 1e3;
 	if (op_is_done(r2))
 		fail_msg("a read ended (%s, %zu bytes) with only an error queue "
@@ -2690,6 +2693,20 @@ static void dgram_error_queue_no_spin(void **state)
 		expect(r2, ECANCELED, 0, "a cancelled read");
 	}
 	edge_end(e, "an error queue entry");
+}
+
+static void dgram_error_queue_no_spin(void **state)
+{
+	error_queue_no_spin(state, false);
+}
+
+/* The same on an O_NONBLOCK socket (over 100 ms): io_uring gets the
+ * receive's EAGAIN back there (on a blocking socket the kernel waits
+ * itself), polled again, and the poll said POLLERR at once: a poll and a
+ * receive in turn at full CPU (fixed problem 179). */
+static void dgram_nonblocking_error_queue_no_spin(void **state)
+{
+	error_queue_no_spin(state, true);
 }
 
 /* IPv6 loopback, when this machine has it. */
@@ -3739,6 +3756,7 @@ int main(int argc, char **argv)
 		T(dgram_unix_unconnected_full_two_threads),
 		T(dgram_connected_refused),
 		T(dgram_error_queue_no_spin),
+		T(dgram_nonblocking_error_queue_no_spin),
 		T(dgram_ipv6_loopback),
 		T(dgram_largest_and_too_large),
 		T(dgram_other_descriptors),
