@@ -276,6 +276,8 @@ struct la_priv {
 	                       0: none */
 	bool wheld;         /* a file write held on fe->fwrites behind an
 	                       earlier one to the same bytes */
+	int sync_err;       /* LA_SUBMIT_DONE: the call's result (errno) */
+	size_t sync_bytes;  /* ... and the bytes it moved */
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -896,19 +898,53 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 	return n;
 }
 
-/* The error io_submit gave for cb, as the other engines would report it:
- * a read of a directory is refused with EINVAL (the kernel finds no read
- * method on it), where read(2), preadv and io_uring say EISDIR.  Only on
- * the error path, so the fstat costs nothing in the common case. */
-static int la_submit_error(const struct iocb *cb, int err)
-{
-	struct stat st;
+/* la_submit_error's answer for a file operation it did itself: its
+ * result is in its la_priv (sync_err, sync_bytes). */
+#define LA_SUBMIT_DONE (-1)
 
-	if (err == EINVAL && (cb->aio_lio_opcode == IO_CMD_PREAD ||
-			      cb->aio_lio_opcode == IO_CMD_PREADV) &&
-	    fstat(cb->aio_fildes, &st) == 0 && S_ISDIR(st.st_mode))
-		return EISDIR;
-	return err;
+/*
+ * The error io_submit gave for cb, as the other engines would report it.
+ * io_submit refuses with EINVAL a file operation on a file that has only
+ * the old read or write method (no read_iter or write_iter), where
+ * pread(2) and pwrite(2) work: a write to /dev/full (ENOSPC), a read of
+ * most files of /proc (/proc/self/status), and a read of a directory
+ * (which read(2), preadv and io_uring refuse with EISDIR).  On that error
+ * alone the operation is made here with preadv or pwritev, as the
+ * readiness engines make it (the kernel would have made it inside
+ * io_submit in any case: such a file has no asynchronous path), and its
+ * result kept in its la_priv: LA_SUBMIT_DONE.  An offset whose end passes
+ * off_t's largest value fails there with EINVAL again.  Only on the error
+ * path, so nothing costs more in the common case.  Mutex NOT held.
+ */
+static int la_submit_error(struct iocb *cb, int err)
+{
+	struct la_priv *pr = px_container_of(cb, struct la_priv, cb);
+	bool vec = cb->aio_lio_opcode == IO_CMD_PREADV ||
+		   cb->aio_lio_opcode == IO_CMD_PWRITEV;
+	bool rd = cb->aio_lio_opcode == IO_CMD_PREAD ||
+		  cb->aio_lio_opcode == IO_CMD_PREADV;
+	struct iovec one;
+	const struct iovec *iov = &one;
+	int cnt = 1;
+	ssize_t n;
+
+	if (err != EINVAL || (!rd && cb->aio_lio_opcode != IO_CMD_PWRITE &&
+			      cb->aio_lio_opcode != IO_CMD_PWRITEV))
+		return err;
+	if (vec) {
+		iov = cb->u.v.vec;
+		cnt = (int)cb->u.v.nr;
+	} else {
+		one.iov_base = cb->u.c.buf;
+		one.iov_len = cb->u.c.nbytes;
+	}
+	do {
+		n = rd ? preadv(cb->aio_fildes, iov, cnt, (off_t)cb->u.c.offset)
+		       : pwritev(cb->aio_fildes, iov, cnt, (off_t)cb->u.c.offset);
+	} while (n < 0 && errno == EINTR);
+	pr->sync_err = n < 0 ? errno : 0;
+	pr->sync_bytes = n < 0 ? 0 : (size_t)n;
+	return LA_SUBMIT_DONE;
 }
 
 /* Submit v[0..n) with as few io_submit calls as the kernel allows; err[i]
@@ -1029,7 +1065,11 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		struct la_priv *pr = la_priv(r);
 		u->inkernel--;
 		u->files_inkernel -= pr->phase == LA_OP;
-		if (pr->cancel_req) {
+		if (err[k] == LA_SUBMIT_DONE) {
+			/* Made by la_submit_error: done, cancelled or not. */
+			px_result_finish(r, pr->sync_bytes, pr->sync_err);
+			la_complete(u, r, true);
+		} else if (pr->cancel_req) {
 			la_fail(u, r, ECANCELED, true);
 		} else if (err[k] == EAGAIN) {
 			again = true;
