@@ -115,6 +115,9 @@ int px__processor_create(struct px_proactor *px, int index,
 			char *err, size_t errlen) PX_HIDDEN;
 void px__processor_destroy(px_processor *p) PX_HIDDEN;
 int px__processor_start(px_processor *p, px_result *r) PX_HIDDEN;
+/* r failed before its provider saw it (err): its completion, as for a
+ * start that finished at once. */
+void px__processor_fail_start(px_processor *p, px_result *r, int err) PX_HIDDEN;
 void px__processor_cancel_all(px_processor *p) PX_HIDDEN;
 /* Cancel one operation of p if it is deferred, starting or started
  * (px_cancel, px_close, a timeout); nothing when it has finished already.

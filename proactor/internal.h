@@ -817,6 +817,10 @@ unsigned px__default_max_aio(void) PX_HIDDEN;
  * socket written as a file) from raising SIGPIPE in whichever thread the
  * kernel runs it.  Probed once per process. */
 int px__rwf_nosignal(void) PX_HIDDEN;
+/* EFBIG when a file write of len bytes at offset on fd would start at or
+ * past RLIMIT_FSIZE (at the end of the file for an O_APPEND descriptor),
+ * where the kernel would raise SIGXFSZ in the writing thread; else 0. */
+int px__fsize_refused(int fd, uint64_t offset, size_t len) PX_HIDDEN;
 /* Whether fd (whose fstat is st) has no offsets, so that pread(2) would
  * fail on it with ESPIPE: a pipe or FIFO, a socket, a terminal, a file
  * without a type (eventfd, signalfd, timerfd and other anonymous

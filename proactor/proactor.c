@@ -914,6 +914,10 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 			a->addrlen > sizeof(struct sockaddr_storage)))
 		return -EINVAL;
 
+	/* Before the mutex: a system call (px__fsize_refused). */
+	int refused = a->op == PX_OP_WRITE_FILE ?
+		      px__fsize_refused(a->fd, a->offset, a->len) : 0;
+
 	pthread_mutex_lock(&px->lock);
 	int rc;
 	if (px->stopped || px->destroying) {
@@ -985,6 +989,11 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	}
 	px_list_push_back(&e->ops, &r->flink);
 	p->st.started++;
+	if (refused) {
+		px__processor_fail_start(p, r, refused);
+		rc = 0;
+		goto out;
+	}
 	rc = px__processor_start(p, r);
 	if (rc < 0) {
 		p->st.started--;

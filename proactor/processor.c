@@ -195,6 +195,14 @@ int px__processor_start(px_processor *p, px_result *r)
 	}
 }
 
+void px__processor_fail_start(px_processor *p, px_result *r, int err)
+{
+	r->proc = p;
+	px_result_finish(r, 0, err);
+	r->state = PX_RS_READY;
+	px__dispatch_post(p->px, r, px__dispatch_level_for_done(p->px));
+}
+
 /* Leader: start deferred results while there is room.  Returns true if
  * something finished at once (the wait should then not block). */
 static bool proc_start_deferred(px_processor *p)

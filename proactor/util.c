@@ -133,6 +133,43 @@ unsigned px__default_max_aio(void)
 	return (unsigned)n;
 }
 
+/*
+ * A file write that the kernel would refuse for RLIMIT_FSIZE: it answers
+ * a write that starts at or past the soft limit with EFBIG and sends
+ * SIGXFSZ to the thread that made it, whose default action ends the
+ * process.  The engines write in the application's threads (the
+ * readiness engines in the start, Linux AIO in io_submit, io_uring in
+ * io_uring_enter), so the application died of a write it had asked the
+ * proactor for, the error never delivered.  Such a write is refused here
+ * instead, with EFBIG and no call.  The limit applies to regular files
+ * only, at the offset given or, on an O_APPEND descriptor, at the end of
+ * the file.  The kernel's own checks come first: an offset beyond off_t,
+ * or one whose end passes it, fails with EINVAL, which the call gives.
+ * One getrlimit per file write; the fcntl and the fstat only under a
+ * finite limit.  (An append started while earlier ones are in flight is
+ * checked against the file's size at its start.)
+ */
+int px__fsize_refused(int fd, uint64_t offset, size_t len)
+{
+	struct rlimit rl;
+	struct stat st;
+	uint64_t pos = offset;
+	int fl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	if (offset > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - offset)
+		return 0;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (!(fl & O_APPEND) && offset < rl.rlim_cur))
+		return 0;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	if (fl & O_APPEND)
+		pos = (uint64_t)st.st_size;
+	return pos >= rl.rlim_cur ? EFBIG : 0;
+}
+
 #ifndef RWF_NOSIGNAL
 #define RWF_NOSIGNAL 0x00000100 /* linux/fs.h of 6.18 */
 #endif
