@@ -21,7 +21,11 @@
  *  - bad input: start-time refusals, and the errors of the transfer itself
  *    (a directory, the wrong access mode, O_DIRECT misaligned);
  *  - file operations on a pipe and a socket, which have no offset (the
- *    engines differ; only cases that cannot block).
+ *    engines differ; only cases that cannot block);
+ *  - files at their edges: offsets near 2^63-1, O_APPEND descriptors,
+ *    /dev/null, /dev/zero, /dev/full, /proc, O_PATH, a file cut short
+ *    under pending reads, and a write past RLIMIT_FSIZE with SIGXFSZ at
+ *    its default disposition (in a new process: FSIZE_CHILD).
  *
  * Every start is counted in a record of its own (allocated per start) and
  * checked after px_destroy or once everything has settled: one callback,
@@ -38,13 +42,16 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -1685,11 +1692,58 @@ static void file_bad_input(void **state)
 					 r->start_rc, r->error,
 					 strerror(r->error));
 		}
+	/* Vectored: an element of a misaligned length or address, over
+	 * blocks the file holds (past its end, or over a hole, a direct read
+	 * stops or fills zeros before the kernel looks at the element). */
+	for (int k = 1; k < 4; k++)
+		assert_int_equal(pwrite(dfd, a, 4096, (off_t)k * 4096), 4096);
+	if (file_vec(f)) {
+		/* (a has three blocks behind it: h_alloc above.) */
+		static struct iovec dv[2];
+		const char *vwhat[] = {"vectored, an element of 100 bytes",
+				       "vectored, an element misaligned"};
+		for (size_t k = 0; k < 2; k++)
+			for (int wr = 0; wr < 2; wr++) {
+				if (k == 0) {
+					dv[0] = (struct iovec){a, 100};
+					dv[1] = (struct iovec){a + 4096, 3996};
+				} else {
+					dv[0] = (struct iovec){a, 4096};
+					dv[1] = (struct iovec){a + 4097, 4096};
+				}
+				const char *what = vwhat[k];
+				rec *r = start_rwv(f->px, wr, dfd, dv, 2, 0, 0,
+						   rec_cb, NULL);
+				assert_non_null(r);
+				if (r->start_rc == 0)
+					pump_until(f, r, 5000, what);
+				h_assert_no_bad(what);
+				if (r->start_rc != 0 || r->error != EINVAL ||
+				    r->bytes != 0)
+					fail_msg("O_DIRECT %s, %s: start %d, error "
+						 "%d (%s), %zu bytes, expected "
+						 "EINVAL", wr ? "write" : "read",
+						 what, r->start_rc, r->error,
+						 strerror(r->error), r->bytes);
+			}
+	}
+	assert_int_equal(ftruncate(dfd, 4096), 0);
+	/* At and past the end of the file: 0 bytes; across a size that is
+	 * no multiple of the block: short, the file's bytes. */
+	expect_bytes(f, false, dfd, a + 4096, 4096, 4096, false, 0,
+		     "O_DIRECT read at the end");
+	expect_bytes(f, false, dfd, a + 4096, 4096, 1 << 20, false, 0,
+		     "O_DIRECT read past the end");
 	memset(a, 0, 4096);
 	expect_bytes(f, false, dfd, a, 4096, 0, false, 4096, "O_DIRECT read");
 	uint8_t want[4096];
 	h_pattern(want, 4096, 700u, 0);
 	assert_memory_equal(a, want, 4096);
+	assert_int_equal(ftruncate(dfd, 1000), 0);
+	memset(a, 0xcc, 4096);
+	expect_bytes(f, false, dfd, a, 4096, 0, false, 1000,
+		     "O_DIRECT read across the end");
+	assert_memory_equal(a, want, 1000);
 	reg_check("bad input");
 }
 
@@ -2375,10 +2429,491 @@ static void file_direct_writes_in_order(void **state)
 	h_assert_usable(f);
 }
 
+/* ------------------------------------------------------------------ */
+/* 14. Files at their edges                                             */
+/* ------------------------------------------------------------------ */
+
+/* Run one operation (single-buffer, or vectored in three pieces) and
+ * return its record, started or not (no verdict). */
+static rec *edge_op(h_fx *f, bool wr, int fd, void *buf, size_t len,
+		    uint64_t off, bool vec, const char *what)
+{
+	rec *r = run1(f, wr, fd, buf, len, off, vec, what);
+	h_assert_no_bad(what);
+	return r;
+}
+
+/* A read or write that must end with errno want (0: success with want_n
+ * bytes), in its completion. */
+static void expect_edge(h_fx *f, bool wr, int fd, void *buf, size_t len,
+			uint64_t off, bool vec, int want, size_t want_n,
+			const char *what)
+{
+	rec *r = edge_op(f, wr, fd, buf, len, off, vec, what);
+	if (r->start_rc != 0)
+		fail_msg("%s%s (%s at %llu): the start failed with %d (%s); "
+			 "the transfer's errors belong in the completion "
+			 "(engine '%s')", what, vec ? ", vectored" : "",
+			 wr ? "write" : "read", (unsigned long long)off,
+			 r->start_rc, px_strerror(r->start_rc), h_engine_text);
+	if (r->error != want || r->bytes != (want ? 0 : want_n))
+		fail_msg("%s%s (%s of %zu at %llu): error %d (%s), %zu bytes; "
+			 "expected error %d (%s), %zu bytes (engine '%s')",
+			 what, vec ? ", vectored" : "", wr ? "write" : "read",
+			 len, (unsigned long long)off, r->error,
+			 strerror(r->error), r->bytes, want, strerror(want),
+			 want ? (size_t)0 : want_n, h_engine_text);
+}
+
+/*
+ * Offsets near the largest off_t (2^63-1).  The kernel refuses a transfer
+ * whose end passes it (pos + len overflows loff_t) with EINVAL, as it
+ * refuses an offset beyond it (file_eof_and_far_offsets); a read that
+ * starts below it, past the end of the file, gives 0 bytes; a write there
+ * fails with EFBIG where the file system's largest file is smaller, or
+ * lands exactly there (tmpfs takes files of up to 2^63-1 bytes).  Nothing
+ * lands at an offset wrapped around, and the descriptor's file position
+ * stays where it was.
+ */
+static void file_offsets_near_off_t_max(void **state)
+{
+	h_fx *f = *state;
+	int fd = temp_file(f);
+	bool vec = file_vec(f);
+	uint8_t *out = h_alloc(f, 256), *in = h_alloc(f, 256);
+	const uint64_t top = (uint64_t)INT64_MAX;
+
+	h_pattern(out, 256, 31, 0);
+	expect_edge(f, true, fd, out, 256, 0, false, 0, 256, "write at 0");
+	assert_int_equal(lseek(fd, 7, SEEK_SET), 7);
+	for (int v = 0; v < (vec ? 2 : 1); v++) {
+		bool V = v == 1;
+		/* Reads below 2^63-1 that end before it: 0 bytes. */
+		memset(in, 0xcc, 256);
+		expect_edge(f, false, fd, in, 64, top - 100, V, 0, 0,
+			    "read ending below 2^63-1");
+		expect_edge(f, false, fd, in, 64, top - 64, V, 0, 0,
+			    "read ending at 2^63-1");
+		/* Ends past it: EINVAL. */
+		expect_edge(f, false, fd, in, 64, top - 10, V, EINVAL, 0,
+			    "read ending past 2^63-1");
+		expect_edge(f, false, fd, in, 64, top, V, EINVAL, 0,
+			    "read at 2^63-1");
+		for (int i = 0; i < 256; i++)
+			if (in[i] != 0xcc)
+				fail_msg("a read near 2^63-1 wrote byte %d of "
+					 "its buffer", i);
+		expect_edge(f, true, fd, out, 64, top - 10, V, EINVAL, 0,
+			    "write ending past 2^63-1");
+		expect_edge(f, true, fd, out, 64, top, V, EINVAL, 0,
+			    "write at 2^63-1");
+		/* Below it: EFBIG, or written there. */
+		rec *r = edge_op(f, true, fd, out, 64, top - 100, V,
+				 "write ending below 2^63-1");
+		bool ok = r->start_rc == 0 &&
+			  ((r->error == EFBIG && r->bytes == 0) ||
+			   (r->error == 0 && r->bytes == 64));
+		if (!ok)
+			fail_msg("write%s of 64 at 2^63-101: start %d, error %d "
+				 "(%s), %zu bytes; expected EFBIG or 64 bytes "
+				 "there", V ? "v" : "", r->start_rc, r->error,
+				 strerror(r->error), r->bytes);
+		struct stat st;
+		assert_int_equal(fstat(fd, &st), 0);
+		if (r->error == 0) {
+			assert_int_equal((uint64_t)st.st_size, top - 36);
+			uint8_t got[64];
+			assert_int_equal(pread(fd, got, 64, (off_t)(top - 100)),
+					 64);
+			assert_memory_equal(got, out, 64);
+			assert_int_equal(ftruncate(fd, 256), 0);
+		} else {
+			assert_int_equal(st.st_size, 256);
+		}
+	}
+	/* Nothing wrapped to the start of the file, nor moved the position. */
+	assert_int_equal(lseek(fd, 0, SEEK_CUR), 7);
+	uint8_t got[256];
+	assert_int_equal(pread(fd, got, 256, 0), 256);
+	assert_memory_equal(got, out, 256);
+	reg_check("offsets near 2^63-1");
+}
+
+/*
+ * A write on an O_APPEND descriptor lands at the end of the file whatever
+ * its offset, on every engine (as pwrite(2) does on Linux), and reports
+ * the offset it was given; reads on such a descriptor keep their offset;
+ * the descriptor's file position does not move.
+ */
+static void file_append_lands_at_end(void **state)
+{
+	h_fx *f = *state;
+	const char *dir = getenv("TMPDIR");
+	char path[512];
+	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
+		 dir && *dir ? dir : "/tmp");
+	int fd = mkostemp(path, O_CLOEXEC);
+	assert_true(fd >= 0);
+	h_track(f, fd);
+	int ap = open(path, O_RDWR | O_APPEND | O_CLOEXEC);
+	unlink(path);
+	assert_true(ap >= 0);
+	h_track(f, ap);
+	bool vec = file_vec(f);
+	uint8_t *out = h_alloc(f, 300), *in = h_alloc(f, 300);
+
+	h_pattern(out, 100, 41, 0);
+	assert_int_equal(pwrite(fd, out, 100, 0), 100);
+	uint64_t end = 100;
+	for (int v = 0; v < (vec ? 2 : 1); v++) {
+		bool V = v == 1;
+		const uint64_t offs[] = {0, 50, 5000};
+		for (size_t k = 0; k < 3; k++) {
+			memset(out, 'a' + (int)(v * 3 + k), 20);
+			expect_edge(f, true, ap, out, 20, offs[k], V, 0, 20,
+				    "write on an O_APPEND descriptor");
+			struct stat st;
+			assert_int_equal(fstat(fd, &st), 0);
+			if ((uint64_t)st.st_size != end + 20)
+				fail_msg("write%s of 20 at %llu on an O_APPEND "
+					 "descriptor: the file has %lld bytes, "
+					 "expected %llu (at the end)", V ? "v" : "",
+					 (unsigned long long)offs[k],
+					 (long long)st.st_size,
+					 (unsigned long long)(end + 20));
+			uint8_t got[20];
+			assert_int_equal(pread(fd, got, 20, (off_t)end), 20);
+			assert_memory_equal(got, out, 20);
+			end += 20;
+		}
+		/* A read there keeps its offset. */
+		expect_edge(f, false, ap, in, 30, 10, V, 0, 30,
+			    "read on an O_APPEND descriptor");
+		h_pattern(out, 30, 41, 10);
+		assert_memory_equal(in, out, 30);
+	}
+	assert_region(fd, 0, 100, 41, false, "the file before the appends");
+	assert_int_equal(lseek(ap, 0, SEEK_CUR), 0);
+	reg_check("O_APPEND");
+}
+
+/* open(path, flags), tracked, or fail. */
+static int open_tracked(h_fx *f, const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC);
+	if (fd < 0)
+		fail_msg("open(%s): %s", path, strerror(errno));
+	return h_track(f, fd);
+}
+
+/*
+ * Files that are not disk files: /dev/null (a read gives 0 bytes, a write
+ * takes everything), /dev/zero (zeros), /dev/full (zeros; a write fails
+ * with ENOSPC), a file of /proc (its text), and an O_PATH descriptor
+ * (open, but for neither reading nor writing: EBADF in the completion).
+ */
+static void file_special_files(void **state)
+{
+	h_fx *f = *state;
+	bool vec = file_vec(f);
+	uint8_t *out = h_alloc(f, 128), *in = h_alloc(f, 128);
+	int dnull = open_tracked(f, "/dev/null", O_RDWR);
+	int dzero = open_tracked(f, "/dev/zero", O_RDWR);
+	int dfull = open_tracked(f, "/dev/full", O_RDWR);
+	int proc = open_tracked(f, "/proc/self/status", O_RDONLY);
+	int tf = temp_file(f);
+	char opath[64];
+	snprintf(opath, sizeof opath, "/proc/self/fd/%d", tf);
+	int opfd = open_tracked(f, opath, O_PATH);
+
+	memset(out, 'x', 128);
+	for (int v = 0; v < (vec ? 2 : 1); v++) {
+		bool V = v == 1;
+		expect_edge(f, false, dnull, in, 64, 0, V, 0, 0,
+			    "read of /dev/null");
+		expect_edge(f, true, dnull, out, 64, 4096, V, 0, 64,
+			    "write to /dev/null");
+		memset(in, 0xcc, 128);
+		expect_edge(f, false, dzero, in, 64, 4096, V, 0, 64,
+			    "read of /dev/zero");
+		for (int i = 0; i < 128; i++)
+			if (in[i] != (i < 64 ? 0 : 0xcc))
+				fail_msg("read of /dev/zero: byte %d is 0x%02x",
+					 i, in[i]);
+		expect_edge(f, true, dzero, out, 64, 0, V, 0, 64,
+			    "write to /dev/zero");
+		memset(in, 0xcc, 128);
+		expect_edge(f, false, dfull, in, 64, 0, V, 0, 64,
+			    "read of /dev/full");
+		for (int i = 0; i < 64; i++)
+			if (in[i] != 0)
+				fail_msg("read of /dev/full: byte %d is 0x%02x",
+					 i, in[i]);
+		expect_edge(f, true, dfull, out, 64, 0, V, ENOSPC, 0,
+			    "write to /dev/full");
+		memset(in, 0, 128);
+		expect_edge(f, false, proc, in, 5, 0, V, 0, 5,
+			    "read of /proc/self/status");
+		if (memcmp(in, "Name:", 5) != 0)
+			fail_msg("read of /proc/self/status gave '%.5s'",
+				 (char *)in);
+		expect_edge(f, false, opfd, in, 64, 0, V, EBADF, 0,
+			    "read on an O_PATH descriptor");
+		expect_edge(f, true, opfd, out, 64, 0, V, EBADF, 0,
+			    "write on an O_PATH descriptor");
+	}
+	h_assert_usable(f);
+	reg_check("special files");
+}
+
+/*
+ * Reads pending while the file is cut short under them (ftruncate from
+ * the test thread, two loop threads): each completes once, without
+ * error, with the file's bytes for what it reports: whole, short, or 0
+ * bytes past the new end.  Those that start below the new end of the
+ * file and end before it are whole.
+ */
+enum { TR_READS = 32, TR_LEN = 8192, TR_KEEP = 64 * 1024 };
+
+static void file_truncated_under_reads(void **state)
+{
+	h_fx *f = *state;
+	int fd = temp_file(f);
+	bool vec = file_vec(f);
+	const size_t size = (size_t)TR_READS * TR_LEN;
+	uint8_t *data = h_alloc(f, size), *in = h_alloc(f, size);
+	struct iovec *iov = h_alloc(f, TR_READS * 2 * sizeof *iov);
+	rec *r[TR_READS];
+
+	h_pattern(data, size, 51, 0);
+	assert_int_equal(pwrite(fd, data, size, 0), (ssize_t)size);
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < TR_READS; i++) {
+		/* Backwards: the reads past the new end go first. */
+		int k = TR_READS - 1 - i;
+		uint8_t *b = in + (size_t)k * TR_LEN;
+		uint64_t off = (uint64_t)k * TR_LEN;
+		if (vec && (k & 1)) {
+			iov[2 * k] = (struct iovec){b, 100};
+			iov[2 * k + 1] = (struct iovec){b + 100, TR_LEN - 100};
+			r[k] = start_rwv(f->px, false, fd, &iov[2 * k], 2, off,
+					 k, rec_cb, NULL);
+		} else {
+			r[k] = start_rw(f->px, false, fd, b, TR_LEN, off, k,
+					rec_cb, NULL);
+		}
+		assert_non_null(r[k]);
+		assert_int_equal(r[k]->start_rc, 0);
+		if (i == TR_READS / 2)
+			assert_int_equal(ftruncate(fd, TR_KEEP), 0);
+	}
+	for (int k = 0; k < TR_READS; k++)
+		must_finish(r[k], 5000, "a read of a file cut short");
+	h_loops_stop();
+	h_assert_no_bad("reads of a file cut short");
+	for (int k = 0; k < TR_READS; k++) {
+		uint64_t off = (uint64_t)k * TR_LEN;
+		if (r[k]->error != 0)
+			fail_msg("read at %llu of a file cut short: error %d "
+				 "(%s)", (unsigned long long)off, r[k]->error,
+				 strerror(r[k]->error));
+		if (off + TR_LEN <= TR_KEEP && r[k]->bytes != TR_LEN)
+			fail_msg("read at %llu, below the new end: %zu bytes",
+				 (unsigned long long)off, r[k]->bytes);
+		if (memcmp(in + off, data + off, r[k]->bytes) != 0)
+			fail_msg("read at %llu of a file cut short: its %zu "
+				 "bytes are not the file's",
+				 (unsigned long long)off, r[k]->bytes);
+	}
+	reg_check("file cut short");
+}
+
+/*
+ * A write past RLIMIT_FSIZE.  The kernel answers a write that starts at
+ * or past the limit with EFBIG and sends SIGXFSZ to the thread that made
+ * it, whose default action ends the process; one that crosses the limit
+ * is cut short at it without a signal.  The library writes in the
+ * application's threads (the readiness engines in the start, Linux AIO
+ * in io_submit, io_uring in io_uring_enter), so the application would
+ * die for a write it asked the proactor for, the error never delivered.
+ * Run in a new process (this program run again with FSIZE_CHILD: a
+ * fork of a process that has run POSIX AIO requests inherits glibc's
+ * idle helpers without their threads) with SIGXFSZ at its default
+ * disposition and unblocked, the soft limit 64 KiB: a write across the
+ * limit is short, one at it, one far past it, a vectored one and one on
+ * an O_APPEND descriptor of a file at the limit end with EFBIG, and the
+ * child lives to say so.
+ */
+#define FSIZE_CHILD "--fsize-child"
+enum { FS_LIMIT = 64 * 1024 };
+
+typedef struct fs_op {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+} fs_op;
+
+static void fs_cb(const px_completion *c)
+{
+	fs_op *o = c->user;
+	o->error = c->error;
+	o->bytes = c->bytes;
+	atomic_fetch_add(&o->calls, 1);
+}
+
+/* One write in the child, its loop run here; 0, or what went wrong. */
+static int fs_write(px_proactor *px, int fd, const void *buf, size_t len,
+		    uint64_t off, bool vec, int want, size_t want_n,
+		    const char *what)
+{
+	static fs_op o;
+	struct iovec v[2] = {{(void *)buf, 1}, {(uint8_t *)buf + 1, len - 1}};
+	int rc;
+
+	atomic_store(&o.calls, 0);
+	rc = vec ? px_writev_file(px, fd, v, 2, off, fs_cb, &o)
+		 : px_write_file(px, fd, buf, len, off, fs_cb, &o);
+	if (rc != 0) {
+		printf("fsize child: %s: start %d (%s)\n", what, rc,
+		       px_strerror(rc));
+		return 1;
+	}
+	uint64_t dl = h_deadline(5000);
+	while (atomic_load(&o.calls) == 0 && h_now_ms() < dl)
+		(void)px_handle_events(px, 10);
+	(void)px_handle_events(px, 0);
+	if (atomic_load(&o.calls) != 1) {
+		printf("fsize child: %s: %d callbacks\n", what,
+		       atomic_load(&o.calls));
+		return 1;
+	}
+	if (o.error != want || o.bytes != want_n) {
+		printf("fsize child: %s%s (%zu at %llu): error %d (%s), %zu "
+		       "bytes; expected error %d (%s), %zu bytes\n", what,
+		       vec ? ", vectored" : "", len, (unsigned long long)off,
+		       o.error, strerror(o.error), o.bytes, want,
+		       strerror(want), want_n);
+		return 1;
+	}
+	return 0;
+}
+
+static int fsize_child(const char *text)
+{
+	static uint8_t buf[200];
+	px_config cfg;
+	px_proactor *px;
+	char err[256] = "";
+	sigset_t xfsz;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	alarm(20);
+	signal(SIGXFSZ, SIG_DFL);
+	sigemptyset(&xfsz);
+	sigaddset(&xfsz, SIGXFSZ);
+	sigprocmask(SIG_UNBLOCK, &xfsz, NULL);
+	if (px_config_parse(&cfg, text, err, sizeof err) != 0) {
+		printf("fsize child: '%s' does not parse: %s\n", text, err);
+		return 2;
+	}
+	cfg.flags |= PX_CF_NO_ENV;
+	int rc = px_create_config(&px, &cfg, err, sizeof err);
+	if (rc != 0) {
+		printf("fsize child: px_create_config: %d %s: %s\n", rc,
+		       px_strerror(rc), err);
+		return 2;
+	}
+	const char *dir = getenv("TMPDIR");
+	char path[512];
+	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
+		 dir && *dir ? dir : "/tmp");
+	int fd = mkostemp(path, O_CLOEXEC);
+	int ap = fd >= 0 ? open(path, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
+	if (fd >= 0)
+		unlink(path);
+	if (fd < 0 || ap < 0) {
+		printf("fsize child: a temporary file: %s\n", strerror(errno));
+		return 2;
+	}
+	struct rlimit rl;
+	getrlimit(RLIMIT_FSIZE, &rl);
+	rl.rlim_cur = FS_LIMIT;
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < FS_LIMIT)
+		rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_FSIZE, &rl) != 0) {
+		printf("fsize child: setrlimit: %s\n", strerror(errno));
+		return 2;
+	}
+	const uint64_t lim = rl.rlim_cur;
+	memset(buf, 'w', sizeof buf);
+	/* Vectored where the engine has the form (not POSIX AIO). */
+	struct iovec one = {buf, 1};
+	static fs_op probe;
+	bool vec = px_writev_file(px, fd, &one, 1, 0, fs_cb, &probe) == 0;
+	uint64_t dl = h_deadline(5000);
+	while (vec && atomic_load(&probe.calls) == 0 && h_now_ms() < dl)
+		(void)px_handle_events(px, 10);
+	int bad = 0;
+	bad += fs_write(px, fd, buf, 100, lim - 36, false, 0, 36,
+			"write across the limit");
+	bad += fs_write(px, fd, buf, 100, lim, false, EFBIG, 0,
+			"write at the limit");
+	bad += fs_write(px, fd, buf, 100, 1ull << 40, false, EFBIG, 0,
+			"write far past the limit");
+	if (vec)
+		bad += fs_write(px, fd, buf, 100, lim + 4096, true, EFBIG, 0,
+				"write past the limit");
+	bad += fs_write(px, ap, buf, 10, 0, false, EFBIG, 0,
+			"append to a file at the limit");
+	if (vec)
+		bad += fs_write(px, ap, buf, 10, 0, true, EFBIG, 0,
+				"append to a file at the limit");
+	/* Below the limit all is as before. */
+	bad += fs_write(px, fd, buf, 100, 0, false, 0, 100, "write at 0");
+	struct stat st;
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != lim) {
+		printf("fsize child: the file has %lld bytes, expected %llu\n",
+		       (long long)st.st_size, (unsigned long long)lim);
+		bad++;
+	}
+	px_destroy(px);
+	close(fd);
+	close(ap);
+	return bad ? 1 : 0;
+}
+
+static void file_size_limit_no_sigxfsz(void **state)
+{
+	h_fx *f = *state;
+	/* A fresh program: no need of the fixture's proactor (nor of its
+	 * dedicated thread, if any, in the fork). */
+	destroy_now(f);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		char *argv[] = {"file_races", FSIZE_CHILD,
+				(char *)h_engine_text, NULL};
+		execv("/proc/self/exe", argv);
+		_exit(3);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	if (WIFSIGNALED(st))
+		fail_msg("the child writing past RLIMIT_FSIZE died of signal "
+			 "%d (%s) (engine '%s')", WTERMSIG(st),
+			 strsignal(WTERMSIG(st)), h_engine_text);
+	if (WEXITSTATUS(st) != 0)
+		fail_msg("the child writing past RLIMIT_FSIZE exited with %d "
+			 "(its message above)", WEXITSTATUS(st));
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], FSIZE_CHILD))
+		return fsize_child(argv[2]);
 	harness_engine_init(argc, argv, "file_races");
 	if (argc > 2 && argv[2][0])
 		cmocka_set_test_filter(argv[2]);
@@ -2403,6 +2938,11 @@ int main(int argc, char **argv)
 		T(file_chain_beside_idle_read),
 		T(file_writes_to_one_place_in_order),
 		T(file_direct_writes_in_order),
+		T(file_offsets_near_off_t_max),
+		T(file_append_lands_at_end),
+		T(file_special_files),
+		T(file_truncated_under_reads),
+		T(file_size_limit_no_sigxfsz),
 	};
 	return cmocka_run_group_tests_name("file_races", tests, NULL, NULL) ? 1
 									     : 0;
