@@ -10,9 +10,14 @@
  * px_start_op), datagram reads and writes, file reads and writes at block
  * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
  * of an AF_UNIX stream reader), posts,
- * one-shot and periodic timers and their cancels, and px_handle_events
+ * one-shot and periodic timers and their cancels, accepts on a TCP
+ * listener and connects of new sockets (or again of one whose connect
+ * failed or succeeded) to it, to a port that refuses and to a listener
+ * whose backlog is full, and px_handle_events
  * (zero, one or two loop threads besides, which in some seeds leave and
- * are replaced every few milliseconds).  Some operations get a step of
+ * are replaced every few milliseconds; PX_MODEL_LOOPS and
+ * PX_MODEL_DRIVERS set the numbers of loop threads, 0-8, and drivers,
+ * 1-3).  Some operations get a step of
  * their own that their callback takes (a follow-up start, a cancel or a
  * px_close of its descriptor, a post), also while px_destroy delivers.
  * A seed ends either with px_cancel of every descriptor, every callback
@@ -39,6 +44,13 @@
  *   - datagrams: each arrives whole and once, in start order, exactly the
  *     writes that reported success (a write that reports ECANCELED or
  *     ETIMEDOUT was not sent);
+ *   - connects: 0 to the listener, ECONNREFUSED to the refusing port,
+ *     EISCONN on a socket already connected, -EALREADY at the start while
+ *     its last connect is pending; accepts: a blocking, close-on-exec
+ *     socket whose peer (c->addr) is one of the model's connecting
+ *     sockets, and every connection whose connect completed with 0 taken
+ *     exactly once, by an accept or from the backlog after px_destroy
+ *     (unless the listener was closed);
  *   - the file: a read of blocks no write is in flight on gives their
  *     last written contents (a write that ended with an error leaves its
  *     blocks unknown until the next one);
@@ -78,22 +90,37 @@
 
 enum {
 	M_MAX_OPS = 3000,
-	M_MAX_FDS = 12,
+	M_MAX_FDS = 32,
+	M_MAX_CONNS = 12,       /* connecting sockets per seed */
 	M_MAX_CH = 10,
 	M_BLK = 512,            /* file block */
 	M_NBLK = 16,
 	M_DGRAM_MAX = 600,
 	M_DEFAULT_SEEDS = 4,
 	M_DEFAULT_STEPS = 250,
+	M_MAX_LOOPS = 8,        /* PX_MODEL_LOOPS at most */
+	M_MAX_DRIVERS = 3,      /* PX_MODEL_DRIVERS at most */
 };
 
+/* Thread counts from the environment (-1: the seed draws them), read once
+ * by model_random_seeds. */
+static int g_env_loops = -1, g_env_drivers = -1;
+
 enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
-       MK_POST, MK_TIMER, MK_CLOSE };
+       MK_POST, MK_TIMER, MK_CLOSE, MK_ACCEPT, MK_CONNECT };
 
 static const char *const kind_name[] = {
 	"?", "read", "write", "dread", "dwrite", "fread", "fwrite", "post",
-	"timer", "close"
+	"timer", "close", "accept", "connect"
 };
+
+/* Where a connect goes: the seed's listener, a bound port nobody listens
+ * on (refused), a listener whose backlog is full (SYNs dropped: it stays
+ * pending, or completes if the kernel found room after all). */
+enum { T_LIVE, T_REFUSED, T_FULL };
+static const char *const target_name[] = { "listener", "refused", "full" };
+/* What the model knows of a connecting socket. */
+enum { CS_FRESH, CS_PENDING, CS_CONNECTED, CS_FAILED, CS_UNKNOWN };
 
 typedef struct mop {
 	int id;
@@ -122,7 +149,17 @@ typedef struct mop {
 	int64_t timer_id;
 	int cancel_rc;          /* px_timer_cancel's return; 1: not called */
 	uint64_t due_ns;
-	int thread;             /* which driver started it (0, 1) or callback (2) */
+	int thread;             /* which driver started it (0-2) or callback (3) */
+	int target;             /* connect: T_* */
+	int prev_state;         /* connect: its socket's CS_* at the start */
+	bool loose;             /* connect: started while the model still saw
+	                           the last one pending: any outcome */
+	bool zombie;            /* started on a descriptor px_close was
+	                           closing and not refused: px_close(3) refuses
+	                           starts until its callback is queued, and
+	                           this one came after that (the number closed,
+	                           perhaps taken by a new socket since): any
+	                           outcome, but once */
 } mop;
 
 typedef struct mfd {
@@ -135,6 +172,14 @@ typedef struct mfd {
 	int close_op;
 	bool shut_wr, shut_rd;
 	int cancel_mark;        /* ops with id below it may be cancelled */
+	/* 'c', a connecting socket: */
+	int cstate;             /* CS_* */
+	bool loose;             /* a connect outcome is not known */
+	int port;               /* its local port */
+	int live_tries;         /* connects to the listener started */
+	bool live_ok;           /* one of them completed with 0 */
+	int accepted;           /* its connections accepted (px_accept or the
+	                           drain after px_destroy) */
 } mfd;
 
 typedef struct mch {
@@ -159,6 +204,14 @@ static struct {
 	mch ch[M_MAX_CH];
 	int nch;
 	int file_fdi;
+	int lfdi;               /* the listener ('l'), -1 */
+	int lguard;             /* bound to its port, so that it stays ours */
+	int refused_fd;         /* bound, not listening */
+	int full_fd, full_fill; /* backlog 0, one connection in it */
+	struct sockaddr_in taddr[3];    /* T_* */
+	int nconn;
+	bool net;               /* accept and connect are done (not POSIX
+	                           AIO alone) */
 	int blk_w[M_NBLK];      /* writes in flight on the block */
 	int blk_r[M_NBLK];      /* reads in flight on the block */
 	int blk_ver[M_NBLK];    /* id of its last write, 0 zeros, -1 unknown */
@@ -406,6 +459,106 @@ static void check_dgram_read(mop *o, const px_completion *c)
 	}
 }
 
+static int addr_port(const struct sockaddr_storage *a, socklen_t len)
+{
+	const struct sockaddr_in *in = (const struct sockaddr_in *)a;
+	if (len < sizeof *in || in->sin_family != AF_INET)
+		return -1;
+	return ntohs(in->sin_port);
+}
+
+/* A connection from port was accepted (how: by px_accept #id, or 0 the
+ * drain after px_destroy): it must be one a connect of the model made to
+ * the listener, and taken once. */
+static void note_accepted(int port, int id)
+{
+	mfd *f = NULL;
+	for (int i = 0; i < g.nfd; i++)
+		if (g.fd[i].kind == 'c' && g.fd[i].port == port)
+			f = &g.fd[i];
+	if (!f || !f->live_tries) {
+		bad("%s%d: accepted a connection from port %d, which no connect "
+		    "to the listener came from", id ? "accept #" : "drain ",
+		    id, port);
+		return;
+	}
+	if (++f->accepted > 1)
+		bad("%s%d: the connection from port %d (fd %d) accepted %d times",
+		    id ? "accept #" : "drain ", id, port, f->fd, f->accepted);
+}
+
+static void check_accept(mop *o, const px_completion *c)
+{
+	if (c->error) {
+		if (c->new_fd != -1)
+			bad("#%d accept: error %d with new_fd %d", o->id, c->error,
+			    c->new_fd);
+		if (!common_error(o, c->error))
+			bad("#%d accept: unexpected error %d (%s)", o->id,
+			    c->error, strerror(c->error));
+		return;
+	}
+	int nfd = c->new_fd;
+	if (nfd < 0) {
+		bad("#%d accept: error 0 with new_fd %d", o->id, nfd);
+		return;
+	}
+	int fl = fcntl(nfd, F_GETFL), fdfl = fcntl(nfd, F_GETFD);
+	if (fl < 0 || fdfl < 0 || (fl & O_NONBLOCK) || !(fdfl & FD_CLOEXEC))
+		bad("#%d accept: new_fd %d: flags %#x, descriptor flags %#x "
+		    "(blocking and close-on-exec wanted)", o->id, nfd, fl, fdfl);
+	struct sockaddr_storage pa;
+	socklen_t pl = sizeof pa;
+	int port = addr_port(&c->addr, c->addrlen);
+	if (getpeername(nfd, (struct sockaddr *)&pa, &pl) == 0 &&
+	    addr_port(&pa, pl) != port)
+		bad("#%d accept: c->addr says port %d, the socket's peer is "
+		    "port %d", o->id, port, addr_port(&pa, pl));
+	close(nfd);
+	note_accepted(port, o->id);
+}
+
+static void check_connect(mop *o, const px_completion *c)
+{
+	mfd *f = &g.fd[o->fdi];
+	int e = c->error;
+	bool lclosed = g.lfdi >= 0 && g.fd[g.lfdi].closing;
+	bool ok;
+	if (o->loose)
+		ok = e == 0 || e == EISCONN || e == ECONNREFUSED ||
+		     e == EALREADY || e == ECONNABORTED || e == ECONNRESET;
+	else if (o->prev_state == CS_CONNECTED)
+		ok = e == EISCONN;
+	else if (o->target == T_LIVE)
+		ok = e == 0 || (lclosed && (e == ECONNREFUSED || e == ECONNRESET));
+	else if (o->target == T_REFUSED)
+		ok = e == ECONNREFUSED;
+	else
+		ok = e == 0;    /* the full listener had room after all */
+	if (!ok && !common_error(o, e))
+		bad("#%d connect of fd %d (%s, to the %s) : unexpected error %d "
+		    "(%s)", o->id, o->fd,
+		    o->prev_state == CS_CONNECTED ? "connected" :
+		    o->prev_state == CS_FAILED ? "failed before" : "new",
+		    target_name[o->target], e, strerror(e));
+	if (c->addrlen && addr_port(&c->addr, c->addrlen) !=
+			  ntohs(g.taddr[o->target].sin_port))
+		bad("#%d connect: c->addr says port %d, started to %d", o->id,
+		    addr_port(&c->addr, c->addrlen),
+		    ntohs(g.taddr[o->target].sin_port));
+	if (e == 0 && o->target == T_LIVE && !o->loose &&
+	    o->prev_state != CS_CONNECTED)
+		f->live_ok = true;
+	if (f->loose)
+		f->cstate = CS_UNKNOWN;
+	else if (e == 0 || e == EISCONN)
+		f->cstate = CS_CONNECTED;
+	else if (e == ECONNREFUSED)
+		f->cstate = CS_FAILED;
+	else
+		f->cstate = CS_UNKNOWN;
+}
+
 static void cb(const px_completion *c)
 {
 	mop *o = c->user;
@@ -441,6 +594,19 @@ static void cb(const px_completion *c)
 	if (c->bytes > o->len)
 		bad("#%d %s: %zu bytes of %zu", o->id, kind_name[o->kind],
 		    c->bytes, o->len);
+	if (o->zombie) {
+		for (int b = 0; b < o->nblk; b++) {
+			if (o->kind == MK_FREAD)
+				g.blk_r[o->blk0 + b]--;
+			if (o->kind == MK_FWRITE) {
+				g.blk_w[o->blk0 + b]--;
+				g.blk_ver[o->blk0 + b] = -1;
+			}
+		}
+		if (c->op == PX_OP_ACCEPT && c->new_fd >= 0)
+			close(c->new_fd);
+		goto act;
+	}
 	switch (o->kind) {
 	case MK_READ:
 	case MK_WRITE:
@@ -473,6 +639,12 @@ static void cb(const px_completion *c)
 	case MK_POST:
 		if (c->error)
 			bad("#%d post: error %d", o->id, c->error);
+		break;
+	case MK_ACCEPT:
+		check_accept(o, c);
+		break;
+	case MK_CONNECT:
+		check_connect(o, c);
 		break;
 	case MK_TIMER:
 		if (c->error == ECANCELED) {
@@ -507,10 +679,11 @@ static void cb(const px_completion *c)
 		}
 		break;
 	}
+act:
 	if (o->act && !g.draining) {
 		uint64_t r = g.cb_rng ^ (uint64_t)o->act;
 		g.cb_rng = rnd(&r);
-		step(&r, 2, o);
+		step(&r, 3, o);
 	}
 	unlock();
 }
@@ -522,14 +695,26 @@ static void cb(const px_completion *c)
 /* The start's return: 0, or an error the manual allows here. */
 static void check_rc(mop *o)
 {
-	if (o->rc == 0)
+	if (o->rc == 0) {
+		if (o->fdi >= 0 && g.fd[o->fdi].closing) {
+			o->zombie = true;
+			o->ch = -1;
+		}
 		return;
+	}
 	if (o->rc == -ESHUTDOWN && g.destroying)
 		return;
 	if (o->rc == -EBADF && o->fdi >= 0 && g.fd[o->fdi].closing)
 		return;
 	if (o->rc == -EOPNOTSUPP && o->vec &&
 	    (o->kind == MK_FREAD || o->kind == MK_FWRITE) && !g.vec_file)
+		return;
+	if (o->rc == -EOPNOTSUPP && !g.net &&
+	    (o->kind == MK_ACCEPT || o->kind == MK_CONNECT))
+		return;
+	/* another connect of the socket had not finished */
+	if (o->rc == -EALREADY && o->kind == MK_CONNECT &&
+	    o->prev_state == CS_PENDING)
 		return;
 	bad("#%d %s%s on fd %d: the start returned %d (%s)", o->id,
 	    kind_name[o->kind], o->vec ? " vec" : "", o->fd, o->rc,
@@ -738,9 +923,12 @@ static void do_cancel(uint64_t *r, int fdi)
 	if (f->closing)
 		return;
 	f->cancel_mark = g.nops + 1;
+	/* by number: an operation started after an earlier descriptor under
+	 * it was closed (a zombie) is cancelled too */
 	int pend = 0;
 	for (int i = 0; i < g.nops; i++)
-		if (g.op[i]->fdi == fdi && g.op[i]->rc == 0 && !g.op[i]->calls)
+		if (g.op[i]->fd == f->fd && g.op[i]->fdi >= 0 &&
+		    g.op[i]->rc == 0 && !g.op[i]->calls)
 			pend++;
 	int rc = px_cancel(g.px, f->fd);
 	if (g.trace)
@@ -905,7 +1093,160 @@ static void do_timer(uint64_t *r, int who)
 	check_rc(o);
 }
 
-/* One random step, under g.mu.  who: 0 or 1 a driver, 2 a callback (self
+static int add_fd(int fd, int kind, bool tcp);
+
+/* A TCP socket bound to 127.0.0.1 (port 0: any), its address in *a; -1. */
+static int tcp_bound(struct sockaddr_in *a, uint16_t port, bool reuse,
+		     bool nonblock)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC |
+				 (nonblock ? SOCK_NONBLOCK : 0), 0);
+	if (fd < 0)
+		return -1;
+	int one = 1;
+	if (reuse)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	*a = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = port,
+				   .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof *a;
+	if (bind(fd, (struct sockaddr *)a, sizeof *a) < 0 ||
+	    getsockname(fd, (struct sockaddr *)a, &al) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Connect a socket (a new one, or one whose last connect failed or
+ * succeeded: the next fails with EISCONN) to the listener, to a refused
+ * port or to the full listener.  own: the socket of the callback's
+ * connect, -1. */
+static void do_connect(uint64_t *r, int who, int own)
+{
+	int fdi = own;
+	if (fdi >= 0 && g.fd[fdi].kind != 'c')
+		fdi = -1;
+	if (fdi < 0 && g.nconn < M_MAX_CONNS && rn(r, 3)) {
+		/* Bound to a port named, not to port 0: the kernel gives a
+		 * port it chose back when a connect fails or the socket is
+		 * disconnected, and the next connect would come from
+		 * another, which the accepts could not place. */
+		struct sockaddr_in a;
+		bool nb = rn(r, 2);
+		int fd = -1;
+		for (int tries = 0; fd < 0 && tries < 20; tries++) {
+			int t = tcp_bound(&a, 0, false, false);
+			if (t < 0)
+				break;
+			close(t);
+			fd = tcp_bound(&a, a.sin_port, false, nb);
+		}
+		fdi = add_fd(fd, 'c', false);
+		if (fdi < 0)
+			return;
+		g.nconn++;
+		g.fd[fdi].port = ntohs(a.sin_port);
+	} else if (fdi < 0) {
+		int cand[M_MAX_FDS], n = 0;
+		for (int i = 0; i < g.nfd; i++)
+			if (g.fd[i].kind == 'c')
+				cand[n++] = i;
+		if (!n)
+			return;
+		fdi = cand[rn(r, (unsigned)n)];
+	}
+	mfd *f = &g.fd[fdi];
+	if (f->closing && !probe_ok(r, f))
+		return;
+	/* What the model knows: pending while a connect started on it has
+	 * not been called back. */
+	int st = f->cstate;
+	for (int i = 0; i < g.nops; i++)
+		if (g.op[i]->fdi == fdi && g.op[i]->kind == MK_CONNECT &&
+		    g.op[i]->rc == 0 && !g.op[i]->calls)
+			st = CS_PENDING;
+	/* one still pending now and then (-EALREADY); after an outcome the
+	 * model cannot know (cancelled, timed out: the kernel's handshake may
+	 * go on) any result is taken, but once */
+	if (st == CS_PENDING && rn(r, 4))
+		return;
+	unsigned t = rn(r, 10);
+	int target = t < 6 ? T_LIVE : t < 8 ? T_REFUSED : T_FULL;
+	if (target == T_LIVE && g.fd[g.lfdi].closing)
+		target = T_REFUSED;
+	mop *o = new_op(MK_CONNECT, fdi, 0);
+	if (!o)
+		return;
+	o->thread = who;
+	o->op = PX_OP_CONNECT;
+	o->target = target;
+	o->prev_state = st;
+	if (rn(r, 4) == 0)
+		o->act = 1 + (int)rn(r, 1000);
+	const struct sockaddr *sa = (const struct sockaddr *)&g.taddr[target];
+	o->start_ns = h_now_ns();
+	if (rn(r, 6) == 0) {
+		px_op_desc d = { .op = o->op, .fd = o->fd, .addr = sa,
+				 .addrlen = sizeof g.taddr[target], .cb = cb,
+				 .user = o };
+		start_timed(o, r, &d);
+	} else {
+		o->rc = px_connect(g.px, o->fd, sa, sizeof g.taddr[target], cb,
+				   o);
+	}
+	if (g.trace)
+		printf("model: #%d connect fd %d (port %d, %s) to the %s%s -> "
+		       "%d%s\n", o->id, o->fd, f->port,
+		       st == CS_FRESH ? "new" : st == CS_PENDING ? "pending" :
+		       st == CS_CONNECTED ? "connected" :
+		       st == CS_FAILED ? "failed" : "unknown",
+		       target_name[target], o->timed ? " timed" : "", o->rc,
+		       o->act ? " +act" : "");
+	check_rc(o);
+	if (o->rc != 0 || o->zombie)
+		return;
+	if (target == T_LIVE && st != CS_CONNECTED)
+		f->live_tries++;
+	if (st == CS_PENDING || st == CS_UNKNOWN) {
+		/* the last one had finished, its callback not yet run; or
+		 * the socket's state is not known */
+		o->loose = true;
+		f->loose = true;
+	}
+	f->cstate = CS_PENDING;
+}
+
+static void do_accept(uint64_t *r, int who)
+{
+	int fdi = g.lfdi;
+	if (fdi < 0 || (g.fd[fdi].closing && !probe_ok(r, &g.fd[fdi])))
+		return;
+	int pend = 0;
+	for (int i = 0; i < g.nops; i++)
+		if (g.op[i]->kind == MK_ACCEPT && g.op[i]->rc == 0 &&
+		    !g.op[i]->calls)
+			pend++;
+	if (pend >= 3)
+		return;
+	mop *o = new_op(MK_ACCEPT, fdi, 0);
+	if (!o)
+		return;
+	o->thread = who;
+	o->op = PX_OP_ACCEPT;
+	if (rn(r, 4) == 0)
+		o->act = 1 + (int)rn(r, 1000);
+	o->start_ns = h_now_ns();
+	if (rn(r, 6) == 0) {
+		px_op_desc d = { .op = o->op, .fd = o->fd, .cb = cb, .user = o };
+		start_timed(o, r, &d);
+	} else {
+		o->rc = px_accept(g.px, o->fd, cb, o);
+	}
+	trace_start(o, "accept");
+	check_rc(o);
+}
+
+/* One random step, under g.mu.  who: 0-2 a driver, 3 a callback (self
  * its operation, whose descriptor it prefers). */
 static void step(uint64_t *r, int who, mop *self)
 {
@@ -945,6 +1286,10 @@ static void step(uint64_t *r, int who, mop *self)
 		do_post(who);
 	} else if (k < 75) {
 		do_timer(r, who);
+	} else if (k < 79) {
+		do_connect(r, who, own);
+	} else if (k < 82) {
+		do_accept(r, who);
 	}
 	/* else nothing here: the driver pumps or yields */
 }
@@ -1045,9 +1390,42 @@ static bool make_pair(int type, bool tcp)
 	return true;
 }
 
+/* The connects' targets: the listener (a descriptor of the model, which
+ * px_close may close: a socket bound to its port keeps the port ours, so
+ * that a late connect is refused rather than reach another program's
+ * listener), a bound port nobody listens on, and a listener with backlog
+ * 0 and one connection waiting in it, which drops further SYNs. */
+static bool setup_net(void)
+{
+	struct sockaddr_in a;
+	g.lguard = tcp_bound(&a, 0, true, false);
+	int l = g.lguard >= 0 ? tcp_bound(&g.taddr[T_LIVE], a.sin_port, true,
+					  false) : -1;
+	if (l >= 0 && listen(l, 64) < 0) {
+		close(l);
+		l = -1;
+	}
+	g.lfdi = add_fd(l, 'l', false);
+	if (g.lfdi < 0)
+		return false;
+	g.refused_fd = tcp_bound(&g.taddr[T_REFUSED], 0, false, false);
+	g.full_fd = tcp_bound(&g.taddr[T_FULL], 0, false, false);
+	if (g.full_fd >= 0 && listen(g.full_fd, 0) == 0)
+		g.full_fill = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (g.refused_fd < 0 || g.full_fill < 0 ||
+	    connect(g.full_fill, (struct sockaddr *)&g.taddr[T_FULL],
+		    sizeof g.taddr[T_FULL]) < 0) {
+		bad("connect targets: %s", strerror(errno));
+		return false;
+	}
+	return true;
+}
+
 static bool setup_fds(void)
 {
 	g.file_fdi = -1;
+	g.lfdi = -1;
+	g.lguard = g.refused_fd = g.full_fd = g.full_fill = -1;
 	if (!make_pair(SOCK_STREAM, false) || !make_pair(SOCK_STREAM, true) ||
 	    !make_pair(SOCK_DGRAM, false))
 		return false;
@@ -1071,7 +1449,7 @@ static bool setup_fds(void)
 		}
 	}
 	g.file_fdi = add_fd(fd, 'f', false);
-	return g.file_fdi >= 0;
+	return g.file_fdi >= 0 && setup_net();
 }
 
 static void *loop_main(void *arg)
@@ -1091,8 +1469,8 @@ static void *loop_main(void *arg)
  * leaves (its thread exits) and a new one takes its place, so that work a
  * thread submitted outlives it. */
 static struct {
-	pthread_t th[2];
-	atomic_int quit[2];
+	pthread_t th[M_MAX_LOOPS];
+	atomic_int quit[M_MAX_LOOPS];
 	uint64_t rng;
 } g_lt;
 
@@ -1374,6 +1752,54 @@ static void drain_and_compare(void)
 	}
 }
 
+/* After px_destroy: the connections left in the listener's backlog, and
+ * every connect to it that completed with 0 accepted exactly once (unless
+ * px_close closed the listener, which drops what it held). */
+static void drain_listener(void)
+{
+	if (g.lfdi < 0 || g.fd[g.lfdi].closing)
+		return;
+	int l = g.fd[g.lfdi].fd;
+	fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK);
+	uint64_t dl = h_deadline(300);
+	for (;;) {
+		struct sockaddr_storage pa;
+		socklen_t pl = sizeof pa;
+		int nfd = accept4(l, (struct sockaddr *)&pa, &pl, SOCK_CLOEXEC);
+		if (nfd >= 0) {
+			close(nfd);
+			note_accepted(addr_port(&pa, pl), 0);
+			continue;
+		}
+		if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED) {
+			bad("accept4 on the listener after px_destroy: %s",
+			    strerror(errno));
+			return;
+		}
+		int missing = 0;
+		for (int i = 0; i < g.nfd; i++)
+			if (g.fd[i].kind == 'c' && g.fd[i].live_ok &&
+			    !g.fd[i].accepted)
+				missing++;
+		if (!missing || g.bad)
+			break;
+		if (h_now_ms() > dl) {
+			for (int i = 0; i < g.nfd; i++)
+				if (g.fd[i].kind == 'c' && g.fd[i].live_ok &&
+				    !g.fd[i].accepted) {
+					bad("fd %d (port %d): its connect to the "
+					    "listener completed, the connection was "
+					    "neither accepted nor left in the "
+					    "backlog", g.fd[i].fd, g.fd[i].port);
+					break;
+				}
+			break;
+		}
+		struct pollfd p = { .fd = l, .events = POLLIN };
+		poll(&p, 1, 10);
+	}
+}
+
 static void free_seed(void)
 {
 	for (int i = 0; i < g.nops; i++) {
@@ -1385,6 +1811,10 @@ static void free_seed(void)
 	for (int i = 0; i < g.nfd; i++)
 		if (!g.fd[i].closing && g.fd[i].fd >= 0)
 			close(g.fd[i].fd);
+	int extra[] = { g.lguard, g.refused_fd, g.full_fd, g.full_fill };
+	for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+		if (extra[i] >= 0)
+			close(extra[i]);
 	g.nops = g.nfd = g.nch = 0;
 }
 
@@ -1403,6 +1833,11 @@ static bool run_seed(uint64_t seed, int steps)
 	g.max_aio = aio[rn(&r, sizeof aio / sizeof aio[0])];
 	g.nloops = (int)rn(&r, 3);
 	g.ndrivers = rn(&r, 3) == 0 ? 2 : 1;
+	/* drawn all the same, so that the other draws keep to the seed */
+	if (g_env_loops >= 0)
+		g.nloops = g_env_loops;
+	if (g_env_drivers >= 1)
+		g.ndrivers = g_env_drivers;
 	g.steps = steps;
 	bool destroy_at_once = rn(&r, 3) == 0;
 	g.cb_rng = rnd(&r);
@@ -1427,6 +1862,12 @@ static bool run_seed(uint64_t seed, int steps)
 			g.vec_file = strcmp(pc[i]->provider, "posix") != 0;
 			break;
 		}
+	for (int i = 0; i < 2; i++)
+		if (pc[i]->processor != PX_PROCESSOR_NONE &&
+		    (!pc[i]->ops || (pc[i]->ops & PX_OP_BIT(PX_OP_ACCEPT)))) {
+			g.net = strcmp(pc[i]->provider, "posix") != 0;
+			break;
+		}
 	if (g.trace)
 		printf("model: seed %" PRIu64 ": max_aio %u, %d loop threads, %d "
 		       "drivers, %s, %d steps\n", seed, g.max_aio, g.nloops,
@@ -1441,7 +1882,7 @@ static bool run_seed(uint64_t seed, int steps)
 			       g.ch[c].dgram ? "datagram" : g.ch[c].tcp ? "TCP" :
 			       g.fd[g.ch[c].wfdi].peer < 0 ? "pipe" : "AF_UNIX");
 
-	pthread_t dt, ct;
+	pthread_t dt, dt2, ct;
 	atomic_store(&g.loop_stop, 0);
 	atomic_store(&g.loop_err, 0);
 	driver d0 = { .rng = rnd(&r), .who = 0, .steps = steps };
@@ -1456,11 +1897,19 @@ static bool run_seed(uint64_t seed, int steps)
 	}
 	if (churn)
 		pthread_create(&ct, NULL, churn_main, NULL);
-	if (g.ndrivers == 2)
+	/* a third driver (PX_MODEL_DRIVERS=3) draws its own sequence after
+	 * the seed's other draws, which stay as they were */
+	uint64_t r3 = rnd(&r) ^ 0x5bd1e995u;
+	driver d2 = { .rng = rnd(&r3), .who = 2, .steps = steps / 2 };
+	if (g.ndrivers >= 2)
 		pthread_create(&dt, NULL, driver_main, &d1);
+	if (g.ndrivers >= 3)
+		pthread_create(&dt2, NULL, driver_main, &d2);
 	drive(&d0);
-	if (g.ndrivers == 2)
+	if (g.ndrivers >= 2)
 		pthread_join(dt, NULL);
+	if (g.ndrivers >= 3)
+		pthread_join(dt2, NULL);
 
 	if (!destroy_at_once) {
 		/* every descriptor cancelled, every callback awaited */
@@ -1468,6 +1917,15 @@ static bool run_seed(uint64_t seed, int steps)
 		g.draining = true;
 		for (int i = 0; i < g.nfd; i++)
 			do_cancel(&r, i);
+		/* zombies on numbers nobody holds now */
+		for (int i = 0; i < g.nops; i++) {
+			mop *z = g.op[i];
+			bool held = false;
+			for (int j = 0; j < g.nfd; j++)
+				held |= !g.fd[j].closing && g.fd[j].fd == z->fd;
+			if (z->zombie && z->rc == 0 && !z->calls && !held)
+				px_cancel(g.px, z->fd);
+		}
 		for (int i = 0; i < g.nops; i++) {
 			mop *t = g.op[i];
 			if (t->kind == MK_TIMER && t->rc == 0 && t->cancel_rc == 1 &&
@@ -1531,6 +1989,8 @@ out:
 	}
 	if (!g.bad)
 		drain_and_compare();
+	if (!g.bad)
+		drain_listener();
 	bool ok = !g.bad;
 	if (!ok || g.trace)
 		printf("model: seed %" PRIu64 " (max_aio %u, %d loop threads, %d "
@@ -1557,15 +2017,30 @@ static void model_random_seeds(void **state)
 	uint64_t count = env_u64("PX_MODEL_COUNT",
 				 getenv("PX_MODEL_SEED") ? 1 : M_DEFAULT_SEEDS);
 	int steps = (int)env_u64("PX_MODEL_STEPS", M_DEFAULT_STEPS);
+	g_env_loops = getenv("PX_MODEL_LOOPS")
+			      ? (int)env_u64("PX_MODEL_LOOPS", 0) : -1;
+	if (g_env_loops > M_MAX_LOOPS)
+		g_env_loops = M_MAX_LOOPS;
+	g_env_drivers = getenv("PX_MODEL_DRIVERS")
+				? (int)env_u64("PX_MODEL_DRIVERS", 1) : -1;
+	if (g_env_drivers > M_MAX_DRIVERS)
+		g_env_drivers = M_MAX_DRIVERS;
 	uint64_t t0 = h_now_ms();
 	for (uint64_t s = first; s < first + count; s++) {
 		alarm(H_WATCHDOG_S);
 		if (!run_seed(s, steps)) {
 			alarm(0);
+			char thr[64] = "";
+			if (g_env_loops >= 0)
+				snprintf(thr, sizeof thr, "PX_MODEL_LOOPS=%d ",
+					 g_env_loops);
+			if (g_env_drivers >= 1)
+				snprintf(thr + strlen(thr), sizeof thr - strlen(thr),
+					 "PX_MODEL_DRIVERS=%d ", g_env_drivers);
 			fail_msg("model: seed %" PRIu64 " failed: %s\n  again: "
-				 "PX_MODEL_SEED=%" PRIu64 " PX_MODEL_STEPS=%d "
+				 "%sPX_MODEL_SEED=%" PRIu64 " PX_MODEL_STEPS=%d "
 				 "PX_MODEL_TRACE=1 build/test/fault '%s' "
-				 "model_random_seeds", s, g.msg, s, steps,
+				 "model_random_seeds", s, g.msg, thr, s, steps,
 				 h_engine_text);
 		}
 	}
