@@ -90,9 +90,9 @@
 
 enum {
 	M_MAX_OPS = 3000,
-	M_MAX_FDS = 32,
+	M_MAX_FDS = 40,
 	M_MAX_CONNS = 12,       /* connecting sockets per seed */
-	M_MAX_CH = 10,
+	M_MAX_CH = 24,
 	M_BLK = 512,            /* file block */
 	M_NBLK = 16,
 	M_DGRAM_MAX = 600,
@@ -470,21 +470,25 @@ static int addr_port(const struct sockaddr_storage *a, socklen_t len)
 /* A connection from port was accepted (how: by px_accept #id, or 0 the
  * drain after px_destroy): it must be one a connect of the model made to
  * the listener, and taken once. */
-static void note_accepted(int port, int id)
+static int add_fd(int fd, int kind, bool tcp);
+static void add_ch(int wfdi, int rfdi, bool dgram, bool tcp);
+
+static mfd *note_accepted(int port, int id)
 {
 	mfd *f = NULL;
 	for (int i = 0; i < g.nfd; i++)
-		if (g.fd[i].kind == 'c' && g.fd[i].port == port)
+		if (g.fd[i].live_tries && g.fd[i].port == port)
 			f = &g.fd[i];
-	if (!f || !f->live_tries) {
+	if (!f) {
 		bad("%s%d: accepted a connection from port %d, which no connect "
 		    "to the listener came from", id ? "accept #" : "drain ",
 		    id, port);
-		return;
+		return NULL;
 	}
 	if (++f->accepted > 1)
 		bad("%s%d: the connection from port %d (fd %d) accepted %d times",
 		    id ? "accept #" : "drain ", id, port, f->fd, f->accepted);
+	return f;
 }
 
 static void check_accept(mop *o, const px_completion *c)
@@ -514,8 +518,42 @@ static void check_accept(mop *o, const px_completion *c)
 	    addr_port(&pa, pl) != port)
 		bad("#%d accept: c->addr says port %d, the socket's peer is "
 		    "port %d", o->id, port, addr_port(&pa, pl));
-	close(nfd);
-	note_accepted(port, o->id);
+	mfd *cf = note_accepted(port, o->id);
+	/* Now and then the connection becomes a stream pair of the model:
+	 * its client end, connected and with nothing of its own pending, and
+	 * the accepted socket, used at once from this callback on. */
+	bool busy = true;
+	if (cf && cf->cstate == CS_CONNECTED && !cf->loose && !cf->closing &&
+	    cf->live_ok && g.nfd < M_MAX_FDS && g.nch + 2 <= M_MAX_CH &&
+	    rn(&g.cb_rng, 2)) {
+		busy = false;
+		for (int i = 0; i < g.nops; i++)
+			if (g.op[i]->fd == cf->fd && g.op[i]->rc == 0 &&
+			    !g.op[i]->calls)
+				busy = true;
+	}
+	if (busy) {
+		close(nfd);
+		return;
+	}
+	int a = (int)(cf - g.fd);
+	cf->kind = 's';
+	cf->tcp = true;
+	int one = 1, sz = 4096;
+	setsockopt(nfd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	setsockopt(cf->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+	setsockopt(nfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(cf->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	int b = add_fd(nfd, 's', true);
+	if (b < 0)
+		return;
+	g.fd[a].peer = b;
+	g.fd[b].peer = a;
+	add_ch(a, b, false, true);
+	add_ch(b, a, false, true);
+	if (g.trace)
+		printf("model: channels %d, %d: fd %d <-> fd %d (accepted)\n",
+		       g.nch - 2, g.nch - 1, cf->fd, nfd);
 }
 
 static void check_connect(mop *o, const px_completion *c)
@@ -960,10 +998,12 @@ static void mark_broken(int fdi, bool closed)
 		g.ch[f->rch].inexact = true;
 	}
 	if (closed && f->tcp) {
-		for (int c = 0; c < g.nch; c++)
-			if (g.ch[c].tcp) {
-				g.ch[c].inexact = true;
-				g.ch[c].broken = true;
+		/* both directions of this connection */
+		int cs[2] = { f->wch, f->rch };
+		for (int k = 0; k < 2; k++)
+			if (cs[k] >= 0) {
+				g.ch[cs[k]].inexact = true;
+				g.ch[cs[k]].broken = true;
 			}
 	}
 	/* AF_UNIX: a shutdown or close shuts the peer's reading of us and
@@ -1092,8 +1132,6 @@ static void do_timer(uint64_t *r, int who)
 	trace_start(o, o->periodic ? "periodic" : "timer");
 	check_rc(o);
 }
-
-static int add_fd(int fd, int kind, bool tcp);
 
 /* A TCP socket bound to 127.0.0.1 (port 0: any), its address in *a; -1. */
 static int tcp_bound(struct sockaddr_in *a, uint16_t port, bool reuse,
@@ -1778,14 +1816,14 @@ static void drain_listener(void)
 		}
 		int missing = 0;
 		for (int i = 0; i < g.nfd; i++)
-			if (g.fd[i].kind == 'c' && g.fd[i].live_ok &&
+			if (g.fd[i].live_ok &&
 			    !g.fd[i].accepted)
 				missing++;
 		if (!missing || g.bad)
 			break;
 		if (h_now_ms() > dl) {
 			for (int i = 0; i < g.nfd; i++)
-				if (g.fd[i].kind == 'c' && g.fd[i].live_ok &&
+				if (g.fd[i].live_ok &&
 				    !g.fd[i].accepted) {
 					bad("fd %d (port %d): its connect to the "
 					    "listener completed, the connection was "
