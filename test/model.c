@@ -50,7 +50,7 @@
  *     socket whose peer (c->addr) is one of the model's connecting
  *     sockets, and every connection whose connect completed with 0 taken
  *     exactly once, by an accept or from the backlog after px_destroy
- *     (unless the listener was closed);
+ *     (unless the listener was closed or shut down);
  *   - the file: a read of blocks no write is in flight on gives their
  *     last written contents (a write that ended with an error leaves its
  *     blocks unknown until the next one);
@@ -497,7 +497,8 @@ static void check_accept(mop *o, const px_completion *c)
 		if (c->new_fd != -1)
 			bad("#%d accept: error %d with new_fd %d", o->id, c->error,
 			    c->new_fd);
-		if (!common_error(o, c->error))
+		if (!common_error(o, c->error) &&
+		    !(c->error == EINVAL && g.fd[o->fdi].shut_rd))
 			bad("#%d accept: unexpected error %d (%s)", o->id,
 			    c->error, strerror(c->error));
 		return;
@@ -560,7 +561,8 @@ static void check_connect(mop *o, const px_completion *c)
 {
 	mfd *f = &g.fd[o->fdi];
 	int e = c->error;
-	bool lclosed = g.lfdi >= 0 && g.fd[g.lfdi].closing;
+	bool lclosed = g.lfdi >= 0 && (g.fd[g.lfdi].closing ||
+					g.fd[g.lfdi].shut_rd);
 	bool ok;
 	if (o->loose)
 		ok = e == 0 || e == EISCONN || e == ECONNREFUSED ||
@@ -1038,10 +1040,23 @@ static void do_close(uint64_t *r, int who, int fdi)
 		    px_strerror(o->rc));
 }
 
-static void do_shutdown(uint64_t *r)
+static void do_shutdown(uint64_t *r, int fdi)
 {
-	int fdi = (int)rn(r, (unsigned)g.nfd);
+	if (fdi < 0)
+		fdi = (int)rn(r, (unsigned)g.nfd);
 	mfd *f = &g.fd[fdi];
+	/* The listener, now and then: what its backlog held is reset,
+	 * accepts fail with EINVAL (px_accept(3)), connects are refused. */
+	if (f->kind == 'l' && !f->closing && !f->shut_rd) {
+		f->shut_rd = true;
+		if (g.trace)
+			printf("model: shutdown(%d, SHUT_RD) of the listener\n",
+			       f->fd);
+		if (shutdown(f->fd, SHUT_RD) < 0)
+			bad("shutdown(%d, SHUT_RD) of the listener: %s", f->fd,
+			    strerror(errno));
+		return;
+	}
 	if (f->closing || f->kind == 'f' || f->peer < 0)
 		return;
 	/* AF_UNIX stream: SHUT_RD now and then.  What was queued can still
@@ -1210,7 +1225,7 @@ static void do_connect(uint64_t *r, int who, int own)
 		return;
 	unsigned t = rn(r, 10);
 	int target = t < 6 ? T_LIVE : t < 8 ? T_REFUSED : T_FULL;
-	if (target == T_LIVE && g.fd[g.lfdi].closing)
+	if (target == T_LIVE && (g.fd[g.lfdi].closing || g.fd[g.lfdi].shut_rd))
 		target = T_REFUSED;
 	mop *o = new_op(MK_CONNECT, fdi, 0);
 	if (!o)
@@ -1319,7 +1334,7 @@ static void step(uint64_t *r, int who, mop *self)
 			do_close(r, who, own);
 	} else if (k < 66) {
 		if (rn(r, 2) == 0)
-			do_shutdown(r);
+			do_shutdown(r, -1);
 	} else if (k < 70) {
 		do_post(who);
 	} else if (k < 75) {
@@ -1327,7 +1342,10 @@ static void step(uint64_t *r, int who, mop *self)
 	} else if (k < 79) {
 		do_connect(r, who, own);
 	} else if (k < 82) {
-		do_accept(r, who);
+		if (rn(r, 60) == 0)
+			do_shutdown(r, g.lfdi);
+		else
+			do_accept(r, who);
 	}
 	/* else nothing here: the driver pumps or yields */
 }
@@ -1795,7 +1813,7 @@ static void drain_and_compare(void)
  * px_close closed the listener, which drops what it held). */
 static void drain_listener(void)
 {
-	if (g.lfdi < 0 || g.fd[g.lfdi].closing)
+	if (g.lfdi < 0 || g.fd[g.lfdi].closing || g.fd[g.lfdi].shut_rd)
 		return;
 	int l = g.fd[g.lfdi].fd;
 	fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK);
