@@ -266,6 +266,8 @@ typedef struct px_config {
  *     that leads.  A thread that leaves it unblocked makes completions up
  *     to a second late, never lost.
  *
+ * A NULL text is the empty one (auto), as for px_create; a NULL cfg is
+ * -EINVAL.
  * Returns 0, -EINVAL with a message naming the valid choices, or -ENOSYS
  * when the text names a provider this build of the library does not have.
  * The message goes to err (if err is not NULL and errlen > 0; always

@@ -432,6 +432,18 @@ static void null_arguments(void **state)
 	assert_int_equal(px_create_config(&out, NULL, err, sizeof err),
 			 -EINVAL);
 	assert_ptr_equal(out, &out);
+	/* A NULL text is the empty one, auto, as px_create takes it
+	 * (px_config_parse(3)); a NULL cfg is refused. */
+	px_config from_null, from_empty;
+	memset(&from_null, 0xa5, sizeof from_null);
+	assert_int_equal(px_config_parse(&from_null, NULL, err, sizeof err), 0);
+	assert_int_equal(px_config_parse(&from_empty, "", err, sizeof err), 0);
+	char t_null[256], t_empty[256];
+	assert_true(px_config_format(&from_null, t_null, sizeof t_null) > 0);
+	assert_true(px_config_format(&from_empty, t_empty, sizeof t_empty) > 0);
+	assert_string_equal(t_null, t_empty);
+	assert_int_equal(px_config_parse(NULL, "epoll", err, sizeof err),
+			 -EINVAL);
 	err[0] = 'x';
 	assert_int_equal(px_create(&out, "frobnicate=3", err, sizeof err),
 			 -EINVAL);
