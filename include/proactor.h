@@ -500,10 +500,12 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * their callbacks has run and returned, close fd, then call cb once (op
  * PX_OP_CLOSE, fd, error 0 or the errno of close(2)).
  *
- * From the call on, starts on fd fail with -EBADF, until cb is queued.
+ * From the call on, starts on fd fail with -EBADF, until the number is
+ * closed (at the latest when cb is queued).
  * The cancelled operations complete with ECANCELED (or their own result
  * if they finished first).  When cb runs the number is closed and may be
- * reused at once: no operation of the proactor refers to it any more.
+ * reused at once: no operation started before it was closed refers to
+ * it any more.
  * Until cb has returned, px_accept does not deliver a socket under the
  * number (nor does the library put a descriptor of its own there).
  * Reuse it with a call that takes the lowest free number; dup2 or dup3
