@@ -771,8 +771,9 @@ static void *proc_dedicated_main(void *arg)
 	px_processor *p = arg;
 	struct px_proactor *px = p->px;
 
-	/* The application's signal mask is inherited; the interrupt strategy
-	 * sets what it needs in leader_activated. */
+	/* Every signal is blocked here (px__processor_run_dedicated); the
+	 * interrupt strategy sets the mask its waits use in
+	 * leader_activated. */
 	pthread_mutex_lock(&px->lock);
 	px__processor_lead_begin(p);
 	uint64_t now = px__now_ns();
