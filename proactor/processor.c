@@ -149,6 +149,13 @@ static bool proc_cancelled_again(px_processor *p, px_result *r)
 	return true;
 }
 
+/* r ended within its start (its result is set): queued for its callback. */
+static void proc_done_at_start(px_processor *p, px_result *r)
+{
+	r->state = PX_RS_READY;
+	px__dispatch_post(p->px, r, px__dispatch_level_for_done(p->px));
+}
+
 int px__processor_start(px_processor *p, px_result *r)
 {
 	bool was_idle = !px__processor_has_work(p);
@@ -179,8 +186,7 @@ int px__processor_start(px_processor *p, px_result *r)
 			px__processor_interrupt(p);
 		return 0;
 	case PX_START_DONE:
-		r->state = PX_RS_READY;
-		px__dispatch_post(p->px, r, px__dispatch_level_for_done(p->px));
+		proc_done_at_start(p, r);
 		return 0;
 	case PX_START_AGAIN:
 		if (proc_cancelled_again(p, r))
@@ -199,8 +205,7 @@ void px__processor_fail_start(px_processor *p, px_result *r, int err)
 {
 	r->proc = p;
 	px_result_finish(r, 0, err);
-	r->state = PX_RS_READY;
-	px__dispatch_post(p->px, r, px__dispatch_level_for_done(p->px));
+	proc_done_at_start(p, r);
 }
 
 /* Leader: start deferred results while there is room.  Returns true if
