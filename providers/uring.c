@@ -2307,6 +2307,17 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		pr->msg.msg_namelen = 0;
 		return ur_end(u, r, 0);
 	}
+	if (res == -EAGAIN && r->c.op == PX_OP_ACCEPT && pr->polled &&
+	    px__sock_read_shut(r->c.fd)) {
+		/* An AF_UNIX listener shut down with shutdown(2) polls
+		 * readable for good while an accept of it says EAGAIN when
+		 * it is O_NONBLOCK (a blocking one: EINVAL, which io-wq's
+		 * blocking retry gets, as TCP's does either way): a poll and
+		 * an accept for ever, at full CPU.  EINVAL, as accept(2) of
+		 * a blocking listener and the other engines
+		 * (providers/nbio.c, nb_accept) give. */
+		return ur_end(u, r, -EINVAL);
+	}
 	if (res == -EAGAIN && ur_pollable(r->c.op)) {
 		ur_backoff(pr, r->c.op);
 		pr->want_poll = true;

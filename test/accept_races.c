@@ -19,12 +19,16 @@
  *    deadlines (px_start_op), accept deadlines racing arrivals;
  *  - bad input (descriptors that cannot accept or connect, bad addresses);
  *  - max_aio=4 with accepts and connects deferred, and cancels among them;
- *  - a listener closed with close(2) under pending accepts (EBADF).
+ *  - a listener closed with close(2) under pending accepts (EBADF);
+ *  - listeners shut down with shutdown(2) under pending accepts (EINVAL,
+ *    no spin).
  *
  * Every start is counted in a record of its own (allocated per start, so
  * that no fixed pool can run dry while the test thread is off the CPU),
  * and checked after px_destroy: one callback with its op, descriptor and
- * user pointer when the start returned 0, none otherwise.  Callbacks never
+ * user pointer when the start returned 0, none otherwise.  An accepted
+ * descriptor must be open, close-on-exec and blocking (px_accept(3)),
+ * whatever the listener's flags.  Callbacks never
  * assert (cmocka longjmps): they note the first problem for the test
  * thread.  Connections are matched by the client's local port (the peer
  * port of the accepted socket).
@@ -42,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -247,6 +252,9 @@ static bool rec_note(const px_completion *c)
 			else if (!(fl & FD_CLOEXEC))
 				h_bad("accepted descriptor %d is not close-on-exec",
 				    c->new_fd);
+			else if (fcntl(c->new_fd, F_GETFL) & O_NONBLOCK)
+				h_bad("accepted descriptor %d is O_NONBLOCK; "
+				    "px_accept(3) says blocking", c->new_fd);
 			if (pp < 0 || pp != r->peer_port)
 				h_bad("accepted descriptor %d: peer port %d, but "
 				    "c->addr says %d (addrlen %u)", c->new_fd, pp,
@@ -2007,66 +2015,137 @@ static void accept_closed_behind_back(void **state)
 }
 
 /* ------------------------------------------------------------------ */
-/* 11. An AF_UNIX listener shut down with shutdown(2)                   */
+/* 11. Listeners shut down with shutdown(2)                              */
 /* ------------------------------------------------------------------ */
 
+/* CPU seconds of this process so far (its io_uring task work and io-wq
+ * workers included). */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+#define SHUT_KINDS 6
+
 /*
- * Accepts pending on an AF_UNIX listener that the application shuts down
- * with shutdown(2) (a way to stop a server's accept loop): each ends with
- * EINVAL, as a blocking accept(2) does, and so does one started after.
- * Such a listener polls readable for good while a non-blocking accept4
- * says EAGAIN: the readiness engines and Linux AIO took that for "not
- * ready", epoll waited for good and poll, select and Linux AIO spun at
- * full CPU (a helper's review of 2026-12-05).  A TCP listener says EINVAL
- * either way.  The linux_rt wait gets no signal for the shutdown: its
- * pending accepts are cancelled, as in dgram_shut_down_for_reading.
+ * Accepts pending on listeners that the application shuts down with
+ * shutdown(2) (a way to stop a server's accept loop): each ends with
+ * EINVAL, as a blocking accept(2) does, and so does one started after,
+ * without the process spinning meanwhile.  AF_UNIX listeners blocking
+ * and O_NONBLOCK, shut down with SHUT_RDWR and with SHUT_RD, and TCP
+ * ones blocking and O_NONBLOCK, all at once.  Such an AF_UNIX listener
+ * polls readable for good while a non-blocking accept4 says EAGAIN: the
+ * readiness engines and Linux AIO took that for "not ready", epoll waited
+ * for good and poll, select and Linux AIO spun at full CPU (fixed problem
+ * 74); io_uring, whose accept of an O_NONBLOCK listener says EAGAIN
+ * there too, polled and accepted in turn for ever at full CPU (fixed
+ * problem 189).  A TCP listener says EINVAL either way.  The linux_rt
+ * wait gets no signal for an AF_UNIX listener's shutdown: its pending
+ * accepts are cancelled, as in dgram_shut_down_for_reading.
  */
-static void accept_on_shut_down_unix_listener(void **state)
+static void accept_on_shut_down_listener(void **state)
 {
 	h_fx *f = *state;
 	bool rt = strstr(px_engine_name(f->px), "wait=linux_rt") != NULL;
-	int l = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	struct sockaddr_un ua = {.sun_family = AF_UNIX};
-	snprintf(ua.sun_path + 1, sizeof(ua.sun_path) - 1,
-		 "px-accept-races-shut-%d", (int)getpid());
-	if (l < 0 || bind(l, (struct sockaddr *)&ua, sizeof ua) < 0 ||
-	    listen(l, 4) < 0)
-		fail_msg("AF_UNIX listener: %s", strerror(errno));
-	rec *a[2];
-	for (int i = 0; i < 2; i++) {
-		a[i] = start_accept(f->px, l, i, rec_cb);
-		assert_int_equal(atomic_load(&a[i]->started), 1);
+	static const struct {
+		bool tcp, nonblock;
+		int how;
+		const char *name;
+	} k[SHUT_KINDS] = {
+		{false, false, SHUT_RDWR, "AF_UNIX, blocking, SHUT_RDWR"},
+		{false, true, SHUT_RDWR, "AF_UNIX, O_NONBLOCK, SHUT_RDWR"},
+		{false, false, SHUT_RD, "AF_UNIX, blocking, SHUT_RD"},
+		{false, true, SHUT_RD, "AF_UNIX, O_NONBLOCK, SHUT_RD"},
+		{true, false, SHUT_RDWR, "TCP, blocking, SHUT_RDWR"},
+		{true, true, SHUT_RDWR, "TCP, O_NONBLOCK, SHUT_RDWR"},
+	};
+	int l[SHUT_KINDS];
+	rec *a[SHUT_KINDS][2], *late[SHUT_KINDS];
+	for (int i = 0; i < SHUT_KINDS; i++) {
+		int type = SOCK_STREAM | SOCK_CLOEXEC |
+			   (k[i].nonblock ? SOCK_NONBLOCK : 0);
+		if (k[i].tcp) {
+			struct sockaddr_in ta = {.sin_family = AF_INET,
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+			l[i] = fd_keep(socket(AF_INET, type, 0));
+			if (l[i] < 0 || bind(l[i], (struct sockaddr *)&ta,
+					     sizeof ta) < 0 || listen(l[i], 4) < 0)
+				fail_msg("TCP listener: %s", strerror(errno));
+			continue;
+		}
+		struct sockaddr_un ua = {.sun_family = AF_UNIX};
+		snprintf(ua.sun_path + 1, sizeof(ua.sun_path) - 1,
+			 "px-accept-races-shut-%d-%d", (int)getpid(), i);
+		socklen_t ul = (socklen_t)(offsetof(struct sockaddr_un,
+						    sun_path) + 1 +
+					   strlen(ua.sun_path + 1));
+		l[i] = fd_keep(socket(AF_UNIX, type, 0));
+		if (l[i] < 0 || bind(l[i], (struct sockaddr *)&ua, ul) < 0 ||
+		    listen(l[i], 4) < 0)
+			fail_msg("AF_UNIX listener: %s", strerror(errno));
 	}
+	for (int i = 0; i < SHUT_KINDS; i++)
+		for (int j = 0; j < 2; j++) {
+			a[i][j] = start_accept(f->px, l[i], 2 * i + j, rec_cb);
+			assert_int_equal(atomic_load(&a[i][j]->started), 1);
+		}
 	h_settle(f, 20);
-	for (int i = 0; i < 2; i++)
-		assert_false(rec_is_done(a[i]));
-	assert_int_equal(shutdown(l, SHUT_RDWR), 0);
+	for (int i = 0; i < SHUT_KINDS; i++)
+		for (int j = 0; j < 2; j++)
+			if (rec_is_done(a[i][j]))
+				fail_msg("%s: accept %d ended before the "
+					 "shutdown (error %d)", k[i].name, j,
+					 a[i][j]->error);
+	double c0 = cpu_s();
+	uint64_t t0 = h_now_ns();
+	for (int i = 0; i < SHUT_KINDS; i++)
+		assert_int_equal(shutdown(l[i], k[i].how), 0);
 	if (rt) {
 		h_settle(f, 20);
-		px_cancel(f->px, l);
+		for (int i = 0; i < SHUT_KINDS; i++)
+			if (!k[i].tcp)
+				px_cancel(f->px, l[i]);
 	}
-	for (int i = 0; i < 2; i++) {
-		pump_until(f, a[i], 1000, "an accept pending on an AF_UNIX "
-			   "listener shut down");
-		if (rt && a[i]->error == ECANCELED)
-			continue;
-		if (a[i]->error != EINVAL || a[i]->new_fd != -1)
-			fail_msg("accept %d pending on the shut-down listener: "
-				 "error %d (%s), new_fd %d; expected EINVAL, -1",
-				 i, a[i]->error, strerror(a[i]->error),
-				 a[i]->new_fd);
+	for (int i = 0; i < SHUT_KINDS; i++)
+		for (int j = 0; j < 2; j++) {
+			pump_until(f, a[i][j], 1000, "an accept pending on a "
+				   "listener shut down");
+			if (rt && !k[i].tcp && a[i][j]->error == ECANCELED)
+				continue;
+			if (a[i][j]->error != EINVAL || a[i][j]->new_fd != -1)
+				fail_msg("%s: accept %d pending at the shutdown: "
+					 "error %d (%s), new_fd %d; expected "
+					 "EINVAL, -1", k[i].name, j,
+					 a[i][j]->error,
+					 strerror(a[i][j]->error),
+					 a[i][j]->new_fd);
+		}
+	for (int i = 0; i < SHUT_KINDS; i++) {
+		late[i] = start_accept(f->px, l[i], 2 * SHUT_KINDS + i, rec_cb);
+		assert_int_equal(atomic_load(&late[i]->started), 1);
 	}
-	rec *late = start_accept(f->px, l, 2, rec_cb);
-	assert_int_equal(atomic_load(&late->started), 1);
-	pump_until(f, late, 1000, "an accept started on an AF_UNIX listener "
-		   "shut down");
-	if (late->error != EINVAL || late->new_fd != -1)
-		fail_msg("accept started on the shut-down listener: error %d "
-			 "(%s), new_fd %d; expected EINVAL, -1", late->error,
-			 strerror(late->error), late->new_fd);
+	for (int i = 0; i < SHUT_KINDS; i++) {
+		pump_until(f, late[i], 1000, "an accept started on a listener "
+			   "shut down");
+		if (late[i]->error != EINVAL || late[i]->new_fd != -1)
+			fail_msg("%s: accept started after the shutdown: error "
+				 "%d (%s), new_fd %d; expected EINVAL, -1",
+				 k[i].name, late[i]->error,
+				 strerror(late[i]->error), late[i]->new_fd);
+	}
+	/* Nothing left to do: the process is all but idle. */
+	h_settle(f, 20);
+	double cpu = cpu_s() - c0;
+	double wall = 1e-9 * (double)(h_now_ns() - t0);
+	if (cpu > 0.02 + wall / 2)
+		fail_msg("listeners shut down: %.0f ms of CPU in %.0f ms",
+			 1e3 * cpu, 1e3 * wall);
 	destroy_now(f);
-	reg_check("AF_UNIX listener shut down");
-	h_assert_no_bad("AF_UNIX listener shut down");
+	reg_check("listeners shut down");
+	h_assert_no_bad("listeners shut down");
 }
 
 /* ------------------------------------------------------------------ */
@@ -2117,7 +2196,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(accept_connect_max_aio_4,
 						fx_setup_aio4, fx_teardown),
 		T(accept_closed_behind_back),
-		T(accept_on_shut_down_unix_listener),
+		T(accept_on_shut_down_listener),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
