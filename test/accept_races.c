@@ -1311,6 +1311,30 @@ static void connect_pending_cancel_close_destroy(void **state)
 		must_finish(r[i], 5000, "a cancelled or closed connect");
 	for (int i = PC_N / 3; i < 2 * PC_N / 3; i++)
 		must_finish(cl[i], 5000, "the close of a connecting socket");
+	/* A cancelled connect ends the operation, not the handshake
+	 * (px_start_op(3)): a second connect of such a socket ends once
+	 * with EALREADY (or EISCONN). */
+	rec *again[PC_N / 3];
+	for (int i = 0; i < PC_N / 3; i++) {
+		again[i] = NULL;
+		if (r[i]->error != ECANCELED)
+			continue;
+		again[i] = rec_new(PX_OP_CONNECT, fd[i], 100 + i);
+		assert_int_equal(px_connect(f->px, fd[i], (struct sockaddr *)&la,
+					    sizeof la, rec_cb, again[i]), 0);
+		atomic_store(&again[i]->started, 1);
+	}
+	for (int i = 0; i < PC_N / 3; i++) {
+		if (!again[i])
+			continue;
+		must_finish(again[i], 5000, "a second connect after ECANCELED");
+		if (again[i]->error != EALREADY && again[i]->error != EISCONN)
+			fail_msg("a second connect of %s socket %d whose connect "
+				 "was cancelled: error %d (%s), expected "
+				 "EALREADY or EISCONN",
+				 i % 2 ? "non-blocking" : "blocking", i,
+				 again[i]->error, strerror(again[i]->error));
+	}
 	h_loops_stop();
 	destroy_now(f);
 	reg_check("pending connects");
@@ -1371,6 +1395,20 @@ static void connect_with_deadline(void **state)
 		if (took < 150000000)
 			fail_msg("the connect timed out after %llu us, before its "
 				 "150 ms deadline", (unsigned long long)(took / 1000));
+		assert_int_equal(fcntl(fd, F_GETFL), fl);
+		/* The handshake is still under way (px_start_op(3)): a
+		 * second connect of the socket, to an open listener, ends
+		 * once with EALREADY (or EISCONN), flags as before. */
+		rec *r2 = rec_new(PX_OP_CONNECT, fd, 20 + k);
+		assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)&open_la,
+					    sizeof open_la, rec_cb, r2), 0);
+		atomic_store(&r2->started, 1);
+		must_finish(r2, 5000, "a second connect after ETIMEDOUT");
+		if (r2->error != EALREADY && r2->error != EISCONN)
+			fail_msg("a second connect of a %s socket whose connect "
+				 "timed out: error %d (%s), expected EALREADY or "
+				 "EISCONN", k ? "non-blocking" : "blocking",
+				 r2->error, strerror(r2->error));
 		assert_int_equal(fcntl(fd, F_GETFL), fl);
 	}
 	/* To an open listener with a long deadline: success, not a
@@ -2149,6 +2187,236 @@ static void accept_on_shut_down_listener(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 12. A burst with max_aio 1 and 2                                     */
+/* ------------------------------------------------------------------ */
+
+#define BU_N 200      /* connections */
+#define BU_SLOTS 24   /* accepts kept started, most of them deferred */
+
+typedef struct burst {
+	px_proactor *px;
+	int l;
+	struct sockaddr_in la;
+	conns cs;
+	atomic_int delivered, stopping;
+} burst;
+
+static burst *g_burst;
+
+static void burst_accept_cb(const px_completion *c)
+{
+	burst *b = g_burst;
+	rec *r = c->user;
+	if (!rec_note(c))
+		return;
+	bool stopping = atomic_load(&b->stopping);
+	if (c->error == 0)
+		atomic_fetch_add(&b->delivered, 1);
+	else if (!(c->error == ECANCELED && stopping))
+		h_bad("accept (slot %d): error %d (%s)", r->slot, c->error,
+		    strerror(c->error));
+	int slot = r->slot;
+	rec_done(r);
+	if (stopping)
+		return;
+	rec *n = start_accept(b->px, b->l, slot, burst_accept_cb);
+	if (n && !atomic_load(&n->started) && n->error != -ESHUTDOWN)
+		h_bad("px_accept from a callback returned %d (%s)", n->error,
+		    px_strerror(n->error));
+}
+
+static void *burst_plain(void *arg)
+{
+	burst *b = arg;
+	for (int i = 0; i < BU_N; i++) {
+		int port;
+		int fd = client(&b->la, &port);
+		if (fd < 0) {
+			h_bad("client connect %d: %s", i, strerror(errno));
+			return NULL;
+		}
+		conns_add(&b->cs, fd, port);
+	}
+	return NULL;
+}
+
+/*
+ * Hundreds of connections arriving at once at a listener with many
+ * accepts started, each restarted from its callback, while max_aio lets
+ * only one or two of them be in flight: the rest wait deferred, and each
+ * completion starts the next.  Every connection must be delivered exactly
+ * once, within a few seconds (no second-long stall of the full-max_aio
+ * escape: an accept in flight completes as soon as a connection is
+ * there), and nothing may be left or leaked.
+ */
+static void accept_burst_small_max_aio(void **state)
+{
+	h_fx *f = *state;
+	burst *b = h_alloc(f, sizeof *b);
+	g_burst = b;
+	b->px = f->px;
+	b->l = listener(&b->la, 512);
+	conns_init(&b->cs, BU_N);
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < BU_SLOTS; i++) {
+		rec *r = start_accept(f->px, b->l, i, burst_accept_cb);
+		assert_non_null(r);
+		assert_int_equal(atomic_load(&r->started), 1);
+	}
+	uint64_t t0 = h_now_ms();
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, burst_plain, b), 0);
+	pthread_join(th, NULL);
+	bool all = h_wait_at_least(&b->delivered, BU_N, 5000);
+	uint64_t took = h_now_ms() - t0;
+	atomic_store(&b->stopping, 1);
+	int n = px_cancel(f->px, b->l);
+	h_sleep_ms(10);
+	h_loops_stop();
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	destroy_now(f);
+	reg_check("burst");
+	h_assert_no_bad("burst");
+	int made = b->cs.n;
+	if (!all || made != BU_N)
+		fail_msg("burst: %d of %d connections delivered in %llu ms (%d "
+			 "made)", atomic_load(&b->delivered), BU_N,
+			 (unsigned long long)took, made);
+	int got = collect_accepted(&b->cs, b->l, "burst");
+	assert_int_equal(got, BU_N);
+	assert_int_equal(drain_backlog(b->l, &b->cs, 0, 0), 0);
+	assert_int_equal(conns_found(&b->cs), BU_N);
+	if (st.deferred == 0)
+		fail_msg("burst: no start was deferred: max_aio not in force");
+	conns_free(&b->cs);
+	assert_no_fd_leak("burst");
+	print_message("burst: %d connections in %llu ms, %llu starts deferred, "
+		      "cancel took %d\n", BU_N, (unsigned long long)took,
+		      (unsigned long long)st.deferred, n);
+}
+
+static int fx_setup_aio1(void **state)
+{
+	return h_setup_max_aio(state, 1, fx_setup);
+}
+
+static int fx_setup_aio2(void **state)
+{
+	return h_setup_max_aio(state, 2, fx_setup);
+}
+
+/* ------------------------------------------------------------------ */
+/* 13. A connect ended early, then the socket connected again           */
+/* ------------------------------------------------------------------ */
+
+static bool is_uring_connect(h_fx *f)
+{
+	px_config cfg;
+	const px_processor_config *pc = h_proc_for(f, PX_OP_CONNECT, &cfg);
+	return strcmp(pc->provider, "uring") == 0;
+}
+
+/*
+ * AF_UNIX connects to a full backlog ended early, then the same socket
+ * connected again once the backlog has room: a blocking socket's connect
+ * ended by px_cancel and one ended by a 30 ms deadline (px_start_op), a
+ * non-blocking socket's.  io_uring waits for room with a blocking socket
+ * (ECANCELED, ETIMEDOUT); the other engines, and every engine with a
+ * non-blocking socket, give EAGAIN at once (px_connect(3)).  The second
+ * connect succeeds on every engine; each completion once, flags as
+ * before.  (TCP: connect_pending_cancel_close_destroy and
+ * connect_with_deadline, where the handshake goes on: EALREADY.)
+ */
+#define RU_N 3
+
+static void connect_unix_ended_then_reused(void **state)
+{
+	h_fx *f = *state;
+	bool waits = is_uring_connect(f);
+	struct sockaddr_un *ua = h_alloc(f, sizeof *ua);
+	ua->sun_family = AF_UNIX;
+	snprintf(ua->sun_path + 1, sizeof(ua->sun_path) - 1,
+		 "px-accept-races-reuse-%d", (int)getpid());
+	socklen_t ul = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				   strlen(ua->sun_path + 1));
+	int ulis = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (ulis < 0 || bind(ulis, (struct sockaddr *)ua, ul) < 0 ||
+	    listen(ulis, 0) < 0)
+		fail_msg("AF_UNIX listener: %s", strerror(errno));
+	int filled = 0;
+	for (;; filled++) {
+		int s = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+					       SOCK_CLOEXEC, 0));
+		if (connect(s, (struct sockaddr *)ua, ul) < 0) {
+			assert_int_equal(errno, EAGAIN);
+			fd_drop(s);
+			break;
+		}
+		assert_true(filled < 64);
+	}
+	/* 0: blocking, px_cancel; 1: blocking, deadline; 2: non-blocking. */
+	static const char *const how[RU_N] = {
+		"blocking, px_cancel", "blocking, 30 ms deadline",
+		"non-blocking"};
+	int fd[RU_N], fl[RU_N];
+	rec *r1[RU_N], *r2[RU_N];
+	for (int i = 0; i < RU_N; i++) {
+		fd[i] = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC |
+				       (i == 2 ? SOCK_NONBLOCK : 0), 0));
+		fl[i] = fcntl(fd[i], F_GETFL);
+		r1[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+		px_op_desc d = {.op = PX_OP_CONNECT, .fd = fd[i],
+				.addr = (struct sockaddr *)ua, .addrlen = ul,
+				.timeout_ns = i == 1 ? 30000000 : 0,
+				.cb = rec_cb, .user = r1[i]};
+		assert_int_equal(px_start_op(f->px, &d), 0);
+		atomic_store(&r1[i]->started, 1);
+	}
+	h_settle(f, 10);
+	px_cancel(f->px, fd[0]);
+	for (int i = 0; i < RU_N; i++) {
+		pump_until(f, r1[i], 2000, "an AF_UNIX connect to a full backlog");
+		int want = i == 2 || !waits ? EAGAIN : i ? ETIMEDOUT : ECANCELED;
+		if (r1[i]->error != want)
+			fail_msg("first connect (%s): error %d (%s), expected %d "
+				 "(%s)", how[i], r1[i]->error,
+				 strerror(r1[i]->error), want, strerror(want));
+	}
+	/* Room for all: a larger backlog, set by listen(2) again. */
+	assert_int_equal(listen(ulis, filled + 2 * RU_N), 0);
+	for (int i = 0; i < RU_N; i++) {
+		r2[i] = rec_new(PX_OP_CONNECT, fd[i], 10 + i);
+		assert_int_equal(px_connect(f->px, fd[i], (struct sockaddr *)ua,
+					    ul, rec_cb, r2[i]), 0);
+		atomic_store(&r2[i]->started, 1);
+	}
+	for (int i = 0; i < RU_N; i++) {
+		pump_until(f, r2[i], 2000, "a second AF_UNIX connect");
+		if (r2[i]->error != 0)
+			fail_msg("second connect (%s, after %s): error %d (%s)",
+				 how[i], strerror(r1[i]->error), r2[i]->error,
+				 strerror(r2[i]->error));
+		if (fcntl(fd[i], F_GETFL) != fl[i])
+			fail_msg("connect (%s): file status flags %#x, %#x before",
+				 how[i], fcntl(fd[i], F_GETFL), fl[i]);
+	}
+	/* Each connected once: the backlog holds the fillers and these. */
+	set_nonblock(ulis);
+	int queued = 0;
+	for (int a; (a = accept4(ulis, NULL, NULL, SOCK_CLOEXEC)) >= 0;
+	     queued++)
+		close(a);
+	if (queued != filled + RU_N)
+		fail_msg("%d connections in the AF_UNIX backlog, expected %d "
+			 "(%d filling ones and %d reconnected)", queued,
+			 filled + RU_N, filled, RU_N);
+	destroy_now(f);
+	reg_check("AF_UNIX connect reused");
+	h_assert_no_bad("AF_UNIX connect reused");
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2197,6 +2465,11 @@ int main(int argc, char **argv)
 						fx_setup_aio4, fx_teardown),
 		T(accept_closed_behind_back),
 		T(accept_on_shut_down_listener),
+		cmocka_unit_test_setup_teardown(accept_burst_small_max_aio,
+						fx_setup_aio1, fx_teardown),
+		cmocka_unit_test_setup_teardown(accept_burst_small_max_aio,
+						fx_setup_aio2, fx_teardown),
+		T(connect_unix_ended_then_reused),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
