@@ -1085,6 +1085,10 @@ static void accept_close_races_arrivals(void **state)
 			    .stop_refused = true, .closing = &closing};
 		int guard;
 		int l = listener_guarded(&rc.to, 16, &guard);
+		/* Every other round an O_NONBLOCK listener (io_uring then
+		 * polls it itself between accepts). */
+		if (round % 2)
+			set_nonblock(l);
 		rec *a[RACE_ACCEPTS];
 		for (int i = 0; i < RACE_ACCEPTS; i++) {
 			a[i] = start_accept(f->px, l, i, rec_cb);
