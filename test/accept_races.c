@@ -1745,6 +1745,20 @@ static void accept_connect_bad_input(void **state)
 	expect_clear("connect IPv4 socket to an AF_UNIX address",
 		     run_connect(f, t3, (struct sockaddr *)&un, sizeof un),
 		     0, false);
+	/* The other way round: what connect(2) says, in the completion,
+	 * on every engine. */
+	int u3 = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	expect_clear("connect AF_UNIX socket to an IPv4 address",
+		     run_connect(f, u3, (struct sockaddr *)&la, sizeof la),
+		     EINVAL, false);
+	int t6 = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (t6 >= 0) {   /* (no IPv6 here: nothing to ask) */
+		fd_keep(t6);
+		expect_clear("connect IPv6 socket to an IPv4 address",
+			     run_connect(f, t6, (struct sockaddr *)&la,
+					 sizeof la),
+			     EINVAL, false);
+	}
 	expect_clear("connect a listening socket",
 		     run_connect(f, l, (struct sockaddr *)&la, sizeof la),
 		     EISCONN, false);
@@ -2421,6 +2435,98 @@ static void connect_unix_ended_then_reused(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 14. The peer's address of an accept                                  */
+/* ------------------------------------------------------------------ */
+
+/* Accept one connection on l from client c (connected to to/tl by the
+ * test) and check that the completion's address is c's, byte for byte
+ * with the length getsockname gives (px_accept(3): the peer's address). */
+static void peer_of_accept(h_fx *f, int l, int c, const struct sockaddr *to,
+			   socklen_t tl, const char *what)
+{
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_accept(f->px, l, h_rec_cb, r), 0);
+	if (connect(c, to, tl) < 0)
+		fail_msg("%s: connect: %s", what, strerror(errno));
+	h_wait_rec(f, r, 5000, what);
+	if (r->c.error != 0 || r->c.new_fd < 0)
+		fail_msg("%s: accept error %d (%s), new_fd %d", what, r->c.error,
+			 strerror(r->c.error), r->c.new_fd);
+	fd_keep(r->c.new_fd);
+	struct sockaddr_storage me;
+	socklen_t ml = sizeof me;
+	memset(&me, 0, sizeof me);
+	assert_int_equal(getsockname(c, (struct sockaddr *)&me, &ml), 0);
+	if (r->c.addrlen != ml || memcmp(&r->c.addr, &me, ml) != 0)
+		fail_msg("%s: the completion's address (family %d, addrlen %u) "
+			 "is not the client's (family %d, length %u)", what,
+			 r->c.addr.ss_family, (unsigned)r->c.addrlen,
+			 me.ss_family, (unsigned)ml);
+}
+
+/*
+ * The peer's address in an accept's completion, as the client's own
+ * getsockname gives it: an IPv4 client, an IPv6 one (skipped without
+ * IPv6), an AF_UNIX client bound to a path and an unbound one (the
+ * family alone).  conformance covers abstract AF_UNIX names.
+ */
+static void accept_peer_addresses(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = listener(&la, 4);
+	int c = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	peer_of_accept(f, l, c, (struct sockaddr *)&la, sizeof la, "IPv4");
+
+	int l6 = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+				  .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+	socklen_t a6l = sizeof a6;
+	if (l6 >= 0 && bind(l6, (struct sockaddr *)&a6, sizeof a6) == 0 &&
+	    listen(l6, 4) == 0 &&
+	    getsockname(l6, (struct sockaddr *)&a6, &a6l) == 0) {
+		fd_keep(l6);
+		int c6 = fd_keep(socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+		peer_of_accept(f, l6, c6, (struct sockaddr *)&a6, sizeof a6,
+			       "IPv6");
+	} else {
+		print_message("peer addresses: no IPv6 loopback, IPv6 part "
+			      "skipped\n");
+		if (l6 >= 0)
+			close(l6);
+	}
+
+	char *dir = h_alloc(f, 64);
+	snprintf(dir, 64, "/tmp/px-accept-races-XXXXXX");
+	if (!mkdtemp(dir))
+		fail_msg("mkdtemp: %s", strerror(errno));
+	struct sockaddr_un *ua = h_alloc(f, sizeof *ua), *ca = h_alloc(f, sizeof *ca);
+	ua->sun_family = ca->sun_family = AF_UNIX;
+	snprintf(ua->sun_path, sizeof ua->sun_path, "%s/l", dir);
+	snprintf(ca->sun_path, sizeof ca->sun_path, "%s/client", dir);
+	int ul = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int cb = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int cu = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	bool ok = bind(ul, (struct sockaddr *)ua, sizeof *ua) == 0 &&
+		  listen(ul, 4) == 0 &&
+		  bind(cb, (struct sockaddr *)ca, sizeof *ca) == 0;
+	int e = errno;
+	if (ok) {
+		peer_of_accept(f, ul, cb, (struct sockaddr *)ua, sizeof *ua,
+			       "AF_UNIX bound to a path");
+		peer_of_accept(f, ul, cu, (struct sockaddr *)ua, sizeof *ua,
+			       "AF_UNIX unbound");
+	}
+	unlink(ca->sun_path);
+	unlink(ua->sun_path);
+	rmdir(dir);
+	if (!ok)
+		fail_msg("AF_UNIX sockets under %s: %s", dir, strerror(e));
+	destroy_now(f);
+	h_assert_no_bad("peer addresses");
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -2474,6 +2580,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(accept_burst_small_max_aio,
 						fx_setup_aio2, fx_teardown),
 		T(connect_unix_ended_then_reused),
+		T(accept_peer_addresses),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
