@@ -2199,6 +2199,8 @@ static void accept_on_shut_down_listener(void **state)
 	if (cpu > 0.02 + wall / 2)
 		fail_msg("listeners shut down: %.0f ms of CPU in %.0f ms",
 			 1e3 * cpu, 1e3 * wall);
+	print_message("listeners shut down: %.1f ms of CPU in %.1f ms\n",
+		      1e3 * cpu, 1e3 * wall);
 	destroy_now(f);
 	reg_check("listeners shut down");
 	h_assert_no_bad("listeners shut down");
