@@ -561,6 +561,65 @@ static bool res_keys_known(const px_provider_class *cls, const char *words)
 	}
 }
 
+/* Does the word list s hold a word whose key is the n bytes at key? */
+static bool res_has_key(const char *s, const char *key, size_t n)
+{
+	const char *p = s;
+
+	for (;;) {
+		while (res_space(*p))
+			p++;
+		if (!*p)
+			return false;
+		const char *w = p;
+		while (*p && !res_space(*p) && *p != '=')
+			p++;
+		if ((size_t)(p - w) == n && !memcmp(w, key, n))
+			return true;
+		while (*p && !res_space(*p))
+			p++;
+	}
+}
+
+/* An auto processor's words in the canonical form of the engine auto
+ * tries first, cls, whose hooks took them into settings.  A word that
+ * form leaves out (a value at its default: ring=0, depth=0) is kept as
+ * given, after the others: the key alone is what narrows auto to the
+ * classes that have it, and without it "auto ring=0" would be plain
+ * auto, Linux AIO where io_uring is refused. */
+static void res_auto_words(const px_provider_class *cls, const void *settings,
+			   char *words)
+{
+	char canon[PX_WORDS_MAX];
+	int len = cls->format(settings, canon, sizeof(canon));
+	size_t pos;
+
+	if (len < 0 || (size_t)len >= sizeof(canon))
+		return;  /* keep the words as given */
+	pos = (size_t)len;
+	for (const char *p = words;;) {
+		while (res_space(*p))
+			p++;
+		if (!*p)
+			break;
+		const char *w = p;
+		while (*p && !res_space(*p))
+			p++;
+		size_t n = (size_t)(p - w);
+		const char *eq = memchr(w, '=', n);
+		if (!eq || res_has_key(canon, w, (size_t)(eq - w)))
+			continue;
+		if (pos + (pos ? 1 : 0) + n >= sizeof(canon))
+			return;  /* keep the words as given */
+		if (pos)
+			canon[pos++] = ' ';
+		memcpy(canon + pos, w, n);
+		pos += n;
+		canon[pos] = '\0';
+	}
+	memcpy(words, canon, pos + 1);
+}
+
 static int res_auto(px_processor_config *pc, const char *where, char *err,
 		    size_t errlen)
 {
@@ -583,7 +642,7 @@ static int res_auto(px_processor_config *pc, const char *where, char *err,
 		_Alignas(16) unsigned char settings[PX_SETTINGS_MAX];
 		if (pc->words[0] && cand[0]->format &&
 		    res_words(cand[0], pc->words, settings, "", NULL, 0) == 0)
-			cand[0]->format(settings, pc->words, PX_WORDS_MAX);
+			res_auto_words(cand[0], settings, pc->words);
 		return 0;
 	}
 	/* Why not: a word whose class refuses its value says so itself. */

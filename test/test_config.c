@@ -927,6 +927,39 @@ static void test_auto_candidates(void **state)
 	memset(out, 0, sizeof(out));
 	assert_int_equal(px__auto_candidates(&c.primary, out, N_OF(out)), 1);
 	assert_ptr_equal(out[0], sel);
+
+	/* A provider word narrows auto at its default value too: "auto
+	 * ring=0" is io_uring or nothing, as "auto ring=8" is.  Resolving
+	 * used to write the words in the first candidate's canonical form,
+	 * which leaves a default out, and the parsed config was plain auto
+	 * (Linux AIO where io_uring is refused, fixed problem 184). */
+	static const struct {
+		const char *text, *cls, *words;
+	} narrow[] = {
+		{ "auto ring=0", "uring", "ring=0" },
+		{ "auto rings=0 ring=0", "uring", "rings=0 ring=0" },
+		{ "auto ring=00 ring_flags=sqpoll", "uring",
+		  "ring_flags=sqpoll ring=00" },
+		{ "auto depth=0", "linux_aio", "depth=0" },
+		{ "auto depth=064", "linux_aio", "depth=64" },
+	};
+	for (size_t i = 0; i < N_OF(narrow); i++) {
+		const px_provider_class *want =
+			px__class_find(narrow[i].cls, strlen(narrow[i].cls));
+		if (!want)
+			continue;  /* not built in */
+		c = parse_ok(narrow[i].text);
+		assert_string_equal(c.primary.provider, "");
+		assert_string_equal(c.primary.words, narrow[i].words);
+		memset(out, 0, sizeof(out));
+		n = px__auto_candidates(&c.primary, out, N_OF(out));
+		if (n != 1 || out[0] != want)
+			fail_msg("\"%s\": %u candidates, the first %s; expected "
+				 "%s alone",
+				 narrow[i].text, n, n ? out[0]->name : "none",
+				 narrow[i].cls);
+		round_trip(&c);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -1441,6 +1474,14 @@ static void test_class_keys(void **state)
 		snprintf(text, sizeof(text), "epoll ; secondary: provider=%s %s=%s",
 			 cls->name, k, own_keys[i].bad);
 		parse_bad(text, "secondary: ", want, NULL);
+		/* With a long value: the whole of the choices still named
+		 * (they were cut at 199 bytes, read_gate's after "does not"). */
+		char longv[100];
+		memset(longv, '9', 80);
+		longv[80] = '\0';
+		snprintf(text, sizeof(text), "provider=%s %s=%s", cls->name, k,
+			 longv);
+		parse_bad(text, longv, cls->keys[ki].choices, NULL);
 		/* With no value. */
 		snprintf(text, sizeof(text), "provider=%s %s=", cls->name, k);
 		snprintf(want, sizeof(want), "%s=", k);
