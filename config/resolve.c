@@ -419,7 +419,10 @@ static int res_words(const px_provider_class *cls, const char *words,
 			return -EINVAL;
 		}
 		seen |= 1u << k;
-		char msg[200] = "";
+		/* Room for a whole word (PX_WORDS_MAX) and the key's
+		 * choices: a 200-byte buffer cut read_gate's after a long
+		 * value. */
+		char msg[PX_WORDS_MAX + 352] = "";
 		int rc = cls->parse_key(settings, (unsigned)k, eq + 1,
 					n - kn - 1, msg, sizeof(msg));
 		if (rc < 0) {
@@ -781,7 +784,7 @@ int px__resolve_processor(px_processor_config *pc, const char *where,
 	if (rc < 0)
 		return rc;
 	if (cls->validate) {
-		char msg[200] = "";
+		char msg[PX_WORDS_MAX + 352] = "";
 		rc = cls->validate(settings, pc, msg, sizeof(msg));
 		if (rc < 0) {
 			px__set_err(err, errlen, "%s%s", where, msg);

@@ -365,10 +365,19 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 	 * programs, where the environment belongs to someone else. */
 	const char *env = (cfg.flags & PX_CF_NO_ENV) ? NULL : getenv("PX_ENGINE");
 	if (env && *env && !getauxval(AT_SECURE)) {
-		char msg[256];
-		int rc = px_config_parse(&cfg, env, msg, sizeof(msg));
+		/* The parser's message goes straight after the prefix, cut
+		 * only by the caller's errlen: a copy through a buffer of
+		 * our own cut a mistyped preset's list of presets. */
+		static const char prefix[] = "PX_ENGINE: ";
+		size_t pl = sizeof(prefix) - 1;
+		bool room = err && errlen > pl;
+		int rc = px_config_parse(&cfg, env, room ? err + pl : NULL,
+					 room ? errlen - pl : 0);
 		if (rc < 0) {
-			px__set_err(err, errlen, "PX_ENGINE: %s", msg);
+			if (room)
+				memcpy(err, prefix, pl);
+			else
+				px__set_err(err, errlen, "%s", prefix);
 			return rc;
 		}
 	}

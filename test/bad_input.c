@@ -1033,6 +1033,21 @@ static void engine_environment_variable(void **state)
 	if (rc != -EINVAL || strncmp(err, "PX_ENGINE", 9) != 0)
 		fail_msg("a PX_ENGINE that does not parse: %d (%s), message "
 			 "'%s'", rc, px_strerror(rc), err);
+
+	/* Its message is px_config_parse's, whole: a mistyped preset's
+	 * list of presets (over 250 bytes) lost its end in a 256-byte
+	 * buffer (fixed problem 185). */
+	const char *typo = "linux-aio-epoll";
+	char perr[512], want_err[600];
+	px_config pc;
+	assert_int_equal(px_config_parse(&pc, typo, perr, sizeof perr), -EINVAL);
+	snprintf(want_err, sizeof want_err, "PX_ENGINE: %s", perr);
+	setenv("PX_ENGINE", typo, 1);
+	engine_of(app, NULL, got, sizeof got, &rc, err, sizeof err);
+	unsetenv("PX_ENGINE");
+	if (rc != -EINVAL || strcmp(err, want_err) != 0)
+		fail_msg("PX_ENGINE='%s': %d (%s), message '%s', expected '%s'",
+			 typo, rc, px_strerror(rc), err, want_err);
 }
 
 /* How many descriptor numbers below 4096 are open. */
