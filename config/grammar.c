@@ -401,7 +401,9 @@ static int gr_extra(struct gr_parser *ps, const struct gr_words *w,
 				   ps->where, (int)kn, t.s, cls->name, keys);
 			return -EINVAL;
 		}
-		if (pos + t.n + 2 > PX_WORDS_MAX) {
+		/* The word, the space before it (none before the first)
+		 * and the NUL must fit. */
+		if (pos + (pos ? 1 : 0) + t.n + 1 > PX_WORDS_MAX) {
 			px__set_err(ps->err, ps->errlen,
 				   "%sprovider words too long (at most %d bytes)",
 				   ps->where, PX_WORDS_MAX - 1);

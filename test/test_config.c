@@ -1864,6 +1864,35 @@ static void test_errors(void **state)
 		  NULL);
 #endif
 
+	/* Provider words fill their field: 159 bytes in all (a NUL ends
+	 * them), in one word or several.  One word of 159 was refused,
+	 * "at most 159 bytes" (fixed problem 186). */
+	{
+		char text[512], words[PX_WORDS_MAX + 8];
+		int w = snprintf(words, sizeof(words), "aio_threads=");
+		while (w < PX_WORDS_MAX - 2)
+			words[w++] = '0';
+		words[w++] = '7';
+		words[w] = '\0';
+		assert_int_equal(strlen(words), PX_WORDS_MAX - 1);
+		snprintf(text, sizeof(text), "posix-aio %s", words);
+		px_config c = parse_ok(text);
+		assert_string_equal(c.primary.words, "aio_threads=7");
+		/* Two words, 159 bytes with the space between them. */
+		snprintf(text, sizeof(text), "posix-aio sockets=aio %s",
+			 words + strlen("sockets=aio "));
+		memcpy(text + strlen("posix-aio sockets=aio "), "aio_threads=", 12);
+		c = parse_ok(text);
+		assert_string_equal(c.primary.words, "aio_threads=7 sockets=aio");
+		/* One byte more is refused, in either form. */
+		snprintf(text, sizeof(text), "posix-aio aio_threads=0%s",
+			 words + strlen("aio_threads="));
+		parse_bad(text, "provider words too long", "at most 159 bytes",
+			  NULL);
+		snprintf(text, sizeof(text), "posix-aio sockets=aio %s", words);
+		parse_bad(text, "provider words too long", NULL);
+	}
+
 	/* The message is always terminated, even when cut short. */
 	char small[16];
 	memset(small, 'x', sizeof(small));
