@@ -290,7 +290,8 @@ PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
  *
  * text NULL means "auto".  Unless cfg flags say PX_CF_NO_ENV, a non-empty
  * PX_ENGINE environment variable replaces text (it is ignored in setuid and
- * setgid programs).  On failure a message is written to err when given.
+ * setgid programs).  On failure a message is written to err when given;
+ * it begins with "PX_ENGINE: " when the text came from PX_ENGINE.
  *
  * A proactor belongs to the process that made it: in a child made by
  * fork(2) or _Fork, every call on it fails with -ECHILD and does nothing

@@ -362,32 +362,41 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 	px_config cfg = *in;
 
 	/* The administrator's override; not honoured for setuid/setgid
-	 * programs, where the environment belongs to someone else. */
+	 * programs, where the environment belongs to someone else.  Every
+	 * message of a create it made says so, "PX_ENGINE: " first: an
+	 * application that asked for epoll and heard "cannot create
+	 * provider uring" was not told whose choice that was.  The message
+	 * is written straight after the prefix, cut only by the caller's
+	 * errlen: a copy through a buffer of our own cut a mistyped
+	 * preset's list of presets. */
+	static const char prefix[] = "PX_ENGINE: ";
+	const size_t pl = sizeof(prefix) - 1;
 	const char *env = (cfg.flags & PX_CF_NO_ENV) ? NULL : getenv("PX_ENGINE");
-	if (env && *env && !getauxval(AT_SECURE)) {
-		/* The parser's message goes straight after the prefix, cut
-		 * only by the caller's errlen: a copy through a buffer of
-		 * our own cut a mistyped preset's list of presets. */
-		static const char prefix[] = "PX_ENGINE: ";
-		size_t pl = sizeof(prefix) - 1;
+	bool from_env = env && *env && !getauxval(AT_SECURE);
+	char *msg = err;
+	size_t msglen = errlen;
+	if (from_env) {
 		bool room = err && errlen > pl;
-		int rc = px_config_parse(&cfg, env, room ? err + pl : NULL,
-					 room ? errlen - pl : 0);
-		if (rc < 0) {
-			if (room)
-				memcpy(err, prefix, pl);
-			else
-				px__set_err(err, errlen, "%s", prefix);
-			return rc;
-		}
+		msg = room ? err + pl : NULL;
+		msglen = room ? errlen - pl : 0;
 	}
 
-	int rc = px__config_resolve(&cfg, err, errlen);
-	if (rc < 0)
-		return rc;
-	rc = fac_build(out, &cfg, err, errlen);
-	if (rc == 0 && err && errlen)
-		err[0] = '\0';
+	int rc = 0;
+	if (from_env)
+		rc = px_config_parse(&cfg, env, msg, msglen);
+	if (rc == 0)
+		rc = px__config_resolve(&cfg, msg, msglen);
+	if (rc == 0)
+		rc = fac_build(out, &cfg, msg, msglen);
+	if (rc == 0) {
+		if (err && errlen)
+			err[0] = '\0';
+	} else if (from_env) {
+		if (msg)
+			memcpy(err, prefix, pl);
+		else
+			px__set_err(err, errlen, "%s", prefix);
+	}
 	return rc;
 }
 

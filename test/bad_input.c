@@ -1048,6 +1048,17 @@ static void engine_environment_variable(void **state)
 	if (rc != -EINVAL || strcmp(err, want_err) != 0)
 		fail_msg("PX_ENGINE='%s': %d (%s), message '%s', expected '%s'",
 			 typo, rc, px_strerror(rc), err, want_err);
+
+	/* One that parses but cannot be made says whose choice it was: the
+	 * application asked for something else (fixed problem 187). */
+	const char *unmade = "epoll ; secondary: wait=poll";
+	setenv("PX_ENGINE", unmade, 1);
+	engine_of(app, NULL, got, sizeof got, &rc, err, sizeof err);
+	unsetenv("PX_ENGINE");
+	if (rc != -EINVAL || strncmp(err, "PX_ENGINE: ", 11) != 0 ||
+	    !strstr(err, "no operation would reach"))
+		fail_msg("PX_ENGINE='%s': %d (%s), message '%s', expected "
+			 "'PX_ENGINE: ' and why", unmade, rc, px_strerror(rc), err);
 }
 
 /* How many descriptor numbers below 4096 are open. */
