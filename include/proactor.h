@@ -243,7 +243,9 @@ typedef struct px_config {
  *     without a preset
  *     starts from auto and stays auto while it names no provider or wait.
  *     An interrupt or provider word given to auto narrows its choice to the
- *     engines that take it ("auto interrupt=pipe" is epoll);
+ *     engines that take it ("auto interrupt=pipe" is epoll), a provider
+ *     word at its default value too ("auto ring=0" is io_uring or
+ *     nothing);
  *   - wait=W without provider= keeps the section's provider if it has
  *     W ("linux-aio wait=epoll" is Linux AIO over epoll), else selects
  *     the provider that owns W, so "uring wait=epoll" is the select
@@ -252,7 +254,9 @@ typedef struct px_config {
  *     words it inherited return to that provider's defaults;
  *   - a key given twice in one section is an error;
  *   - signal=N needs interrupt=signal; N is 1..64 but not SIGKILL,
- *     SIGSTOP or the signals glibc reserves below SIGRTMIN.  Creating a
+ *     SIGSTOP or the signals glibc reserves below SIGRTMIN (signal=0,
+ *     like no signal=, is the default, SIGURG, and goes with any
+ *     interrupt).  Creating a
  *     proactor fails with -EBUSY if the application already handles N;
  *   - a provider's own keys are refused with any other provider;
  *   - wait=sigwait (provider posix) takes completions as a real-time
