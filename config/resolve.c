@@ -508,6 +508,29 @@ static void res_fold(char *s)
 	*d = '\0';
 }
 
+/* Would auto's class cls take pc's words: its parse hook takes them and
+ * its validate hook the processor they would be on (its default wait,
+ * pc's processor)?  Words that cls's validate refuses (rings=2 with
+ * processor=dedicated, say) leave cls out, as words it does not know do. */
+static int res_auto_takes(const px_provider_class *cls,
+			  const px_processor_config *pc, void *settings,
+			  const char *where, char *err, size_t errlen)
+{
+	int rc = res_words(cls, pc->words, settings, where, err, errlen);
+
+	if (rc < 0 || !cls->validate)
+		return rc;
+	px_processor_config c = *pc;
+	char msg[PX_WORDS_MAX + 352] = "";
+	px__set_name(c.provider, PX_NAME_MAX, cls->name, strlen(cls->name));
+	px__set_name(c.wait, PX_NAME_MAX, cls->waits[0].name,
+		     strlen(cls->waits[0].name));
+	rc = cls->validate(settings, &c, msg, sizeof(msg));
+	if (rc < 0)
+		px__set_err(err, errlen, "%s%s", where, msg);
+	return rc;
+}
+
 unsigned px__auto_candidates(const px_processor_config *pc,
 			     const px_provider_class **out, unsigned max)
 {
@@ -526,7 +549,7 @@ unsigned px__auto_candidates(const px_processor_config *pc,
 			continue;
 		if (intr && !(cls->waits[0].intrs & (1u << intr)))
 			continue;
-		if (res_words(cls, pc->words, settings, "", NULL, 0) < 0)
+		if (res_auto_takes(cls, pc, settings, "", NULL, 0) < 0)
 			continue;
 		/* Insert by rank. */
 		unsigned i = n < max ? n : max;
@@ -654,7 +677,7 @@ static int res_auto(px_processor_config *pc, const char *where, char *err,
 		if (!(*c)->auto_rank || !pc->words[0] ||
 		    !res_keys_known(*c, pc->words))
 			continue;
-		rc = res_words(*c, pc->words, settings, where, err, errlen);
+		rc = res_auto_takes(*c, pc, settings, where, err, errlen);
 		if (rc < 0)
 			return rc;
 	}

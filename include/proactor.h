@@ -209,7 +209,8 @@ typedef struct px_config {
  *               ring_flags=LIST (coop_taskrun, sqpoll; sqpoll adds a
  *               polling kernel thread per ring, which pays only where a
  *               CPU can be spared for it), rings=N (0 to 16; 0, the
- *               default, is one per CPU, at most 4), read_gate=N (0
+ *               default, is one per CPU, at most 4; a dedicated
+ *               processor has one ring: 0 or 1), read_gate=N (0
  *               to 1000000: once N socket reads would wait in a ring,
  *               new ones wait on an epoll set of the ring instead of an
  *               armed receive, cheaper for a peer in another process,

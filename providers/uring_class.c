@@ -103,6 +103,26 @@ static int uringc_parse(void *settings, unsigned key, const char *val,
 	return 0;
 }
 
+/* A dedicated processor has one thread that leads, and the provider
+ * gives it one ring: rings= above 1 would be run as one while the
+ * engine's name said otherwise, so it is refused, as the POSIX AIO
+ * class refuses rtsig= beside a wait that takes no signal. */
+static int uringc_validate(const void *settings, const px_processor_config *pc,
+			   char *err, size_t errlen)
+{
+	const px_uring_settings *s = settings;
+
+	if (s->rings <= 1 || pc->processor != PX_PROCESSOR_DEDICATED)
+		return 0;
+	if (err && errlen)
+		snprintf(err, errlen,
+			 "rings=%u is for processor=shared: with "
+			 "processor=dedicated one thread leads, on one ring "
+			 "(rings=0 or 1)",
+			 s->rings);
+	return -EINVAL;
+}
+
 static int uringc_format(const void *settings, char *buf, size_t len)
 {
 	const px_uring_settings *s = settings;
@@ -171,6 +191,7 @@ static const px_provider_class px_uring_class = {
 	.settings_size = sizeof(px_uring_settings),
 	.settings_init = uringc_init,
 	.parse_key = uringc_parse,
+	.validate = uringc_validate,
 	.format = uringc_format,
 	.probe = uringc_probe,
 	.auto_rank = 10,

@@ -152,6 +152,8 @@ static void round_trip(const px_config *c)
 	assert_string_equal(again, buf);
 }
 
+static void resolve_bad(px_config *c, const char *needle, const char *needle2);
+
 static void expect_pc(const px_processor_config *pc, px_processor_type proc,
 		      const char *prov, const char *w, const char *in)
 {
@@ -1585,6 +1587,34 @@ static void test_uring_keys(void **state)
 	c = parse_ok("uring ring=64 ; secondary: provider=select");
 	assert_string_equal(c.primary.words, "ring=64");
 	assert_string_equal(c.secondary.words, "");
+
+	/* A dedicated processor has one ring, its leader's: more rings are
+	 * refused, not run as one while px_engine_name says "rings=4"
+	 * (fixed problem 188).  One, or the default, is fine. */
+	c = parse_ok("uring-dedicated rings=1");
+	assert_string_equal(c.primary.words, "rings=1");
+	round_trip(&c);
+	c = parse_ok("uring-dedicated rings=0");
+	assert_string_equal(c.primary.words, "");
+	parse_bad("uring-dedicated rings=4", "rings=4",
+		  "processor=dedicated", "one ring", NULL);
+	parse_bad("uring rings=2 processor=dedicated", "rings=2",
+		  "processor=dedicated", NULL);
+	parse_bad("epoll ops=file ; secondary: provider=uring rings=2 "
+		  "processor=dedicated",
+		  "secondary: rings=2", "processor=dedicated", NULL);
+	memset(&c, 0, sizeof(c));
+	c.primary.processor = PX_PROCESSOR_DEDICATED;
+	snprintf(c.primary.provider, PX_NAME_MAX, "uring");
+	snprintf(c.primary.words, PX_WORDS_MAX, "rings=3");
+	resolve_bad(&c, "rings=3", "processor=dedicated");
+	/* Auto, which only io_uring's words narrow to io_uring, says so at
+	 * the parse (not ENOSYS at the create, "auto found no engine"). */
+	parse_bad("auto processor=dedicated rings=2", "rings=2",
+		  "processor=dedicated", NULL);
+	c = parse_ok("auto processor=dedicated rings=1");
+	assert_string_equal(c.primary.words, "rings=1");
+	round_trip(&c);
 }
 #endif
 
