@@ -2167,6 +2167,169 @@ static void test_struct_form(void **state)
 		    "it has no keys of its own");
 }
 
+/* A property over generated structs: every struct that resolves
+ * formats to a text that parses back to it (resolved, without the flags,
+ * which have no text form) and formats to the same text again; every
+ * struct that does not resolve does not format either.  The structs are
+ * drawn from every class's providers, waits, interrupts and own keys
+ * (good values and defaults, at the bounds of own_keys), with some
+ * names of the wrong class and some garbage, so that about one in four
+ * resolves. */
+static uint64_t prop_state = 0x9e3779b97f4a7c15ull;
+
+static unsigned prop_rand(unsigned n)
+{
+	prop_state ^= prop_state << 13;
+	prop_state ^= prop_state >> 7;
+	prop_state ^= prop_state << 17;
+	return (unsigned)(prop_state % n);
+}
+
+static const char *prop_pick(const char *const *v, size_t n)
+{
+	return v[prop_rand((unsigned)n)];
+}
+
+static void prop_processor(px_processor_config *pc, bool secondary)
+{
+	static const char *const intrs[] = { "", "", "pipe", "eventfd",
+					     "signal", "native", "bogus" };
+	static const char *const extra_words[] = { "ring=0", "depth=0",
+						   "rings=1", "read_gate=0",
+						   "sockets=refuse", "nokey=1" };
+	static const unsigned flags[] = {
+		0, 0, PX_PF_FLAGS_SET, PX_PF_FLAGS_SET | PX_PF_START_ANY_THREAD,
+		PX_PF_FLAGS_SET | PX_PF_START_ANY_THREAD | PX_PF_START_INTERRUPT,
+		PX_PF_START_ANY_THREAD, PX_PF_FLAGS_SET | PX_PF_START_INTERRUPT,
+	};
+	static const unsigned max_aio[] = { 0, 0, 1, 7, 65536, UINT_MAX };
+	static const int signos[] = { 0, 0, 0, 10, 12, 40, 64, 9, 33 };
+	size_t ncls = 0;
+	const px_provider_class *cls = NULL;
+
+	memset(pc, 0, sizeof(*pc));
+	pc->processor = (px_processor_type)prop_rand(3);
+	if (secondary && prop_rand(2) == 0)
+		pc->processor = PX_PROCESSOR_NONE;
+	while (px__classes[ncls])
+		ncls++;
+	/* A provider (or none: auto, or the wait's), a wait of it (or of
+	 * any class, or none), an interrupt. */
+	unsigned r = prop_rand((unsigned)ncls + 2);
+	if (r < ncls) {
+		cls = px__classes[r];
+		snprintf(pc->provider, PX_NAME_MAX, "%s", cls->name);
+	}
+	const px_provider_class *wc = cls ? cls : px__classes[prop_rand((unsigned)ncls)];
+	r = prop_rand(4);
+	if (r == 1 || r == 2)
+		snprintf(pc->wait, PX_NAME_MAX, "%s",
+			 wc->waits[prop_rand(wc->nwaits)].name);
+	else if (r == 3)
+		snprintf(pc->wait, PX_NAME_MAX, "%s",
+			 px__classes[prop_rand((unsigned)ncls)]->waits[0].name);
+	/* Mostly the wait's default or one of its interrupts. */
+	const px_wait_desc *wd = NULL;
+	for (unsigned i = 0; i < wc->nwaits; i++)
+		if (!strcmp(wc->waits[i].name, pc->wait[0] ? pc->wait : "-"))
+			wd = &wc->waits[i];
+	r = prop_rand(8);
+	if (r < 3 && wd) {
+		unsigned t;
+		do
+			t = prop_rand(PX_INTR_COUNT);
+		while (!(wd->intrs & (1u << t)));
+		snprintf(pc->interrupt, PX_NAME_MAX, "%s", px__intr_name((int)t));
+	} else if (r == 7) {
+		snprintf(pc->interrupt, PX_NAME_MAX, "%s",
+			 prop_pick(intrs, N_OF(intrs)));
+	}
+	pc->flags = flags[prop_rand(N_OF(flags))];
+	pc->max_aio = max_aio[prop_rand(N_OF(max_aio))];
+	pc->ops = prop_rand(5) ? 0 : prop_rand(PX_OPS_IO + 1);
+	pc->intr_signo = signos[prop_rand(N_OF(signos))];
+	if (!strcmp(pc->interrupt, "signal") || prop_rand(4) == 0)
+		;
+	else
+		pc->intr_signo = 0;
+	/* Up to three provider words, own keys of the class (or any). */
+	size_t pos = 0, nw = prop_rand(2) ? 0 : 1 + prop_rand(3);
+	for (size_t i = 0; i < nw; i++) {
+		const char *w;
+		char buf[64];
+		if (prop_rand(5) == 0) {
+			w = prop_pick(extra_words, N_OF(extra_words));
+		} else {
+			/* Mostly a key of the section's class. */
+			size_t k = prop_rand((unsigned)N_OF(own_keys));
+			for (unsigned t = 0; cls && t < 8 &&
+			     strcmp(own_keys[k].cls, cls->name); t++)
+				k = prop_rand((unsigned)N_OF(own_keys));
+			snprintf(buf, sizeof(buf), "%s=%s", own_keys[k].key,
+				 own_keys[k].good);
+			w = buf;
+		}
+		int n = snprintf(pc->words + pos, PX_WORDS_MAX - pos, "%s%s",
+				 pos ? (prop_rand(2) ? " " : " \t ") : "", w);
+		if (n < 0 || pos + (size_t)n >= PX_WORDS_MAX)
+			break;
+		pos += (size_t)n;
+	}
+}
+
+static void test_struct_round_trip_property(void **state)
+{
+	unsigned resolved = 0, refused = 0;
+
+	(void)state;
+	for (unsigned i = 0; i < 20000; i++) {
+		px_config c, r;
+		char buf[1024], again[1024];
+
+		memset(&c, 0, sizeof(c));
+		prop_processor(&c.primary, false);
+		prop_processor(&c.secondary, true);
+		c.followers = (px_follower_order)prop_rand(2);
+		c.flags = prop_rand(4) == 0 ? PX_CF_NO_ENV : 0;
+		r = c;
+		int rc = px__config_resolve(&r, NULL, 0);
+		int n = px_config_format(&c, buf, sizeof(buf));
+		if (rc < 0) {
+			refused++;
+			if (n != -EINVAL)
+				fail_msg("struct %u: refused by resolve (%d) but "
+					 "formats: \"%s\"", i, rc, buf);
+			continue;
+		}
+		resolved++;
+		if (n < 0 || (size_t)n >= sizeof(buf))
+			fail_msg("struct %u: resolves but format gives %d", i, n);
+		/* Resolving is idempotent. */
+		px_config r2 = r;
+		assert_int_equal(px__config_resolve(&r2, NULL, 0), 0);
+		if (!cfg_equal(&r, &r2))
+			fail_msg("struct %u: resolving twice changed it: \"%s\"",
+				 i, buf);
+		px_config back;
+		char err[512] = "";
+		rc = px_config_parse(&back, buf, err, sizeof(err));
+		if (rc != 0)
+			fail_msg("struct %u: its text \"%s\" does not parse: %s",
+				 i, buf, err);
+		r.flags = 0;
+		if (!cfg_equal(&back, &r))
+			fail_msg("struct %u: its text \"%s\" parses to another "
+				 "config (words \"%s\" against \"%s\")",
+				 i, buf, back.primary.words, r.primary.words);
+		assert_int_equal(px_config_format(&back, again, sizeof(again)), n);
+		assert_string_equal(again, buf);
+	}
+	/* Neither side vacuous. */
+	if (resolved < 500 || refused < 500)
+		fail_msg("%u structs resolved, %u refused: the generator drifted",
+			 resolved, refused);
+}
+
 /* ------------------------------------------------------------------ */
 /* The resolver                                                         */
 /* ------------------------------------------------------------------ */
@@ -2542,6 +2705,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_struct_form),
+		cmocka_unit_test(test_struct_round_trip_property),
 		cmocka_unit_test(test_resolve),
 		cmocka_unit_test(test_spec),
 		cmocka_unit_test(test_classes),
