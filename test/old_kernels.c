@@ -221,13 +221,19 @@ static int no_poll_submit(io_context_t ctx, long nr, struct iocb **v)
 #define POSIX_AIO_SIGWAIT "posix-aio+epoll wait=sigwait"
 #endif
 
+/* "auto ring=0" is io_uring or nothing, as "auto ring=8" is (fixed
+ * problem 184); without liburing "ring" is no key at all. */
+#ifdef PX_HAVE_URING
+#define AUTO_RING0 "auto ring=0"
+#else
+#define AUTO_RING0 NULL
+#endif
+
 /* Without io_uring auto builds Linux AIO for files and epoll for the rest. */
 #define LAIO_TEAM {"provider=linux_aio", "secondary: provider=select wait=epoll"}
 
 static const kase cases[] = {
-	/* "auto ring=0" is io_uring or nothing, as "auto ring=8" is (fixed
-	 * problem 184). */
-	{"no io_uring (ENOSYS)", G_URING, ENOSYS, {"uring", "auto ring=0", NULL},
+	{"no io_uring (ENOSYS)", G_URING, ENOSYS, {"uring", AUTO_RING0, NULL},
 	 {"uring", NULL}, LAIO_TEAM, ENOSYS, {NULL}, 0, NULL},
 	{"io_uring refused (EPERM)", G_URING, EPERM, {"uring", NULL},
 	 {"uring", NULL}, LAIO_TEAM, EPERM, {NULL}, 0, NULL},
