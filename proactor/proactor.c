@@ -379,6 +379,8 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 		bool room = err && errlen > pl;
 		msg = room ? err + pl : NULL;
 		msglen = room ? errlen - pl : 0;
+		if (msg)
+			msg[0] = '\0';  /* a failure that says nothing */
 	}
 
 	int rc = 0;
