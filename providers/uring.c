@@ -2734,9 +2734,12 @@ static int ur_create(const px_processor_config *cfg,
 	 * started between two submits.  So the CQ is large even for a small
 	 * SQ: a small max_aio starves an application whose pending reads wait
 	 * for writes that cannot start. */
-	if (cfg->max_aio)
-		cq = ur_pow2(cfg->max_aio + sq + 3);
-	else
+	if (cfg->max_aio) {
+		/* In 64 bits: a max_aio within sq + 3 of UINT_MAX wrapped to
+		 * a small CQ (ur_pow2 and IORING_SETUP_CLAMP cap it). */
+		uint64_t want = (uint64_t)cfg->max_aio + sq + 3;
+		cq = ur_pow2(want > (1u << 31) ? (1u << 31) : (unsigned)want);
+	} else
 		cq = PX_URING_DEFAULT_CQ;
 	if (cq < 4 * sq)
 		cq = 4 * sq;

@@ -1088,6 +1088,58 @@ static void loopback_ends_share_a_ring(void **state)
 		 LP_SPLIT_MAX);
 }
 
+/* The CQ size of the ring of an engine made with max_aio=m, from the
+ * kernel's report of the one io_uring descriptor the process holds
+ * (CqMask in /proc/self/fdinfo), or 0 if none was found. */
+static unsigned cq_entries_for_max_aio(unsigned long m)
+{
+	char text[96], path[64], link[64], line[128];
+	px_proactor *px = NULL;
+	unsigned cq = 0;
+
+	snprintf(text, sizeof(text), "provider=uring rings=1 max_aio=%lu", m);
+	char err[256] = "";
+	if (px_create(&px, text, err, sizeof(err)) != 0)
+		fail_msg("%s: %s", text, err);
+	for (int fd = 0; fd < 1024 && !cq; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n < 0)
+			continue;
+		link[n] = '\0';
+		if (!strstr(link, "io_uring"))
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue;
+		while (fgets(line, sizeof(line), f))
+			if (sscanf(line, "CqMask: %x", &cq) == 1) {
+				cq++;
+				break;
+			}
+		fclose(f);
+	}
+	px_destroy(px);
+	return cq;
+}
+
+/* max_aio near UINT_MAX: the CQ was sized from max_aio + SQ + 3 in 32
+ * bits, which wrapped to a few entries (4 times the SQ) instead of the
+ * largest ring the kernel allows (IORING_SETUP_CLAMP). */
+static void cq_size_at_huge_max_aio(void **state)
+{
+	(void)state;
+	unsigned big = cq_entries_for_max_aio(100000);
+	if (!big)
+		skip();  /* no CqMask in fdinfo on this kernel */
+	unsigned huge = cq_entries_for_max_aio(4294967295ul);
+	printf("CQ entries: max_aio=100000 %u, max_aio=4294967295 %u\n", big,
+	       huge);
+	assert_true(huge >= big);
+	assert_true(cq_entries_for_max_aio(4294967290ul) >= big);
+}
+
 int main(void)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
@@ -1104,6 +1156,7 @@ int main(void)
 		cmocka_unit_test(post_after_own_lead_interrupts),
 		cmocka_unit_test(loopback_ends_share_a_ring),
 		cmocka_unit_test(team_outside_file_reads_two_threads),
+		cmocka_unit_test(cq_size_at_huge_max_aio),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
 }
