@@ -36,6 +36,10 @@
  * AB_QUIET_MS).  abandoned_ring_after_a_quiet_spell: the same after the
  * quiet spell.
  *
+ * cq_size_at_huge_max_aio: a max_aio near 2^32 gets a completion ring
+ * at least as large as max_aio=100000 does (the kernel's report in
+ * /proc/self/fdinfo); the sum that sizes it wrapped in 32 bits.
+ *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
