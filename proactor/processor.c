@@ -37,6 +37,17 @@ px_provider *px__result_provider(const px_result *r)
 	return r->proc ? r->proc->prov : NULL;
 }
 
+/* Operations that hold a place under max_aio: those started, and those
+ * inside the provider's start (the starting list).  The readiness
+ * providers and Linux AIO make a call there with the mutex released; when
+ * only the started list was counted, another thread's start then found
+ * room and went to the provider too, so max_aio=1 had two reads there
+ * (TESTING.md, fixed problem 204). */
+static size_t proc_at_provider(const px_processor *p)
+{
+	return px_list_count(&p->started) + px_list_count(&p->starting);
+}
+
 bool px__processor_has_work(const px_processor *p)
 {
 	return !px_list_empty(&p->started) || !px_list_empty(&p->deferred);
@@ -162,7 +173,7 @@ int px__processor_start(px_processor *p, px_result *r)
 	r->proc = p;
 
 	bool defer = !px_list_empty(&p->deferred) ||
-		     px_list_count(&p->started) >= p->max_aio;
+		     proc_at_provider(p) >= p->max_aio;
 	if (!defer && !(p->flags & PX_PF_START_ANY_THREAD) && !proc_is_leader(p))
 		defer = true;
 	if (defer) {
@@ -177,6 +188,16 @@ int px__processor_start(px_processor *p, px_result *r)
 	int rc = proc_provider_start(p, r);
 	/* start() may have released the mutex: look again. */
 	was_idle = !px__processor_has_work(p);
+	/* A start that came meanwhile was deferred for the place r held;
+	 * unless r keeps it, a leader must start that one now (its wait
+	 * was interrupted at the deferral, when there was no room yet). */
+	if (rc != PX_START_STARTED && !px_list_empty(&p->deferred) &&
+	    proc_at_provider(p) < p->max_aio) {
+		if (p->has_leader)
+			px__processor_interrupt(p);
+		else
+			proc_became_busy(p);
+	}
 	switch (rc) {
 	case PX_START_STARTED:
 		proc_started(p, r);
@@ -214,7 +235,7 @@ static bool proc_start_deferred(px_processor *p)
 {
 	bool finished = false;
 	px_link *l;
-	while (px_list_count(&p->started) < p->max_aio &&
+	while (proc_at_provider(p) < p->max_aio &&
 	       (l = px_list_first(&p->deferred))) {
 		px_result *r = px_result_of(l);
 		px_list_remove(&p->deferred, l);
@@ -467,7 +488,7 @@ static int proc_reap_closed(px_processor *p)
 static void proc_unstarve(px_processor *p)
 {
 	if (px_list_empty(&p->deferred) ||
-	    px_list_count(&p->started) < p->max_aio)
+	    proc_at_provider(p) < p->max_aio)
 		return;
 	if (!p->starve_warned) {
 		p->starve_warned = true;
@@ -755,7 +776,7 @@ void px__processor_cancelled(px_processor *p)
 	 * (proc_start_deferred), so interrupt it. */
 	if ((p->flags & PX_PF_START_INTERRUPT) ||
 	    (!px_list_empty(&p->deferred) &&
-	     px_list_count(&p->started) < p->max_aio))
+	     proc_at_provider(p) < p->max_aio))
 		px__processor_interrupt(p);
 }
 
