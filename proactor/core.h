@@ -98,6 +98,11 @@ typedef struct px_processor {
 	                              result queued meanwhile (dispatcher.c,
 	                              disp_interrupt_shared_leader) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
+	unsigned nfirst;           /* results inside their first start
+	                              (px__processor_start), counted in
+	                              st.started already but taken back if
+	                              that start fails: px_stats leaves them
+	                              out, so started never goes down */
 } px_processor;
 
 /* Notification levels for px__dispatch_post. */

@@ -1330,9 +1330,13 @@ int px_stats(px_proactor *px, struct px_stats *out)
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
 		out->proc[i] = p->st;
+		/* A start still inside the provider for the first time may
+		 * yet fail, and is then not counted at all: left out of
+		 * both until it is known (TESTING.md, fixed problem 205). */
+		out->proc[i].started -= p->nfirst;
 		out->proc[i].in_flight = px_list_count(&p->deferred) +
 					 px_list_count(&p->starting) +
-					 px_list_count(&p->started);
+					 px_list_count(&p->started) - p->nfirst;
 	}
 	/* Finished operations waiting for a thread to run their callback,
 	 * on the shared queue or on a thread's own list. */

@@ -185,7 +185,9 @@ int px__processor_start(px_processor *p, px_result *r)
 		return 0;
 	}
 
+	p->nfirst++;
 	int rc = proc_provider_start(p, r);
+	p->nfirst--;
 	/* start() may have released the mutex: look again. */
 	was_idle = !px__processor_has_work(p);
 	/* A start that came meanwhile was deferred for the place r held;
