@@ -38,6 +38,12 @@
  * after a poll event or in a start's own try, px_cancel(fd) from another
  * thread does not return until that recv has (not on uring, whose calls
  * the kernel makes).
+ * A start held the same way inside its own try: under max_aio=1 a read
+ * started meanwhile by another thread is deferred (counted in px_stats)
+ * and gets its byte only after the held one is cancelled; and a held
+ * start whose descriptor is closed before the recv goes on, so that the
+ * start fails, is counted in no px_stats snapshot, taken during it or
+ * after (TESTING.md, fixed problems 204 and 205; not on uring).
  * A read of a blocking inotify descriptor (poll wrapped too): the kernel
  * refuses RWF_NOWAIT there; another reader takes the event after the
  * readiness engines and Linux AIO saw it and before their read (when they
