@@ -230,6 +230,27 @@ static inline void ex_print_stats(struct ex_server *s, const char *when)
 	fflush(stdout);
 }
 
+/*
+ * The thread that takes SIGINT, SIGTERM and SIGUSR1 with sigwait (main).
+ * Every thread of ours, and every thread the library starts, has them
+ * blocked; but POSIX AIO's wait=callback (SIGEV_THREAD) runs each
+ * notification in a thread glibc starts with every signal unblocked, and
+ * a signal sent to the process while such a thread exists may be given
+ * to it.  With the default disposition that would end the process (for
+ * SIGUSR1 as well) instead of stopping it cleanly, so a handler is
+ * installed that only sends the signal on to this thread, where it is
+ * blocked and waits for sigwait.  (pthread_kill is async-signal-safe.)
+ */
+static pthread_t ex_signal_thread;
+
+static inline void ex_forward_signal(int sig)
+{
+	int saved = errno;
+
+	pthread_kill(ex_signal_thread, sig);
+	errno = saved;
+}
+
 /* A thread of the event loop: runs until px_stop(). */
 static inline void *ex_worker(void *arg)
 {
@@ -266,13 +287,24 @@ static inline int ex_serve(struct ex_server *s, const char *config,
 	int rc, sig;
 
 	/* Only main takes SIGINT/SIGTERM (with sigwait): block them before
-	 * any thread exists, so every thread inherits the mask.  A peer that
-	 * goes away must not kill us with SIGPIPE. */
+	 * any thread exists, so every thread inherits the mask; and a
+	 * handler for a thread that has them unblocked all the same (glibc's
+	 * for wait=callback) sends them on to main, ex_forward_signal.  A
+	 * peer that goes away must not kill us with SIGPIPE. */
 	sigemptyset(&stop_set);
 	sigaddset(&stop_set, SIGINT);
 	sigaddset(&stop_set, SIGTERM);
 	sigaddset(&stop_set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+	ex_signal_thread = pthread_self();
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = ex_forward_signal;
+	sa.sa_mask = stop_set;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
 	s->lfd = -1;

@@ -181,7 +181,7 @@ def run(httpd, engine, extra, root, small, big):
         if emfile:
             emfile_checks(port, root, small)
         else:
-            checks(port, root, small, big, extra)
+            checks(port, root, small, big, extra, p)
     except BaseException:
         p.kill()
         raise
@@ -209,7 +209,72 @@ def run(httpd, engine, extra, root, small, big):
                  "'accepting again': %r" % err)
     elif ("-N" in extra) != (m.group(2) == "0"):
         fail("%s answers from the cache with options %s" % (m.group(2), extra))
+    if not emfile and engine.split()[:1] == ["posix-aio+epoll"]:
+        callback_signal_check(httpd, engine, root)
     print("httpd_test: engine %r: all checks passed" % (engine or "default"))
+
+
+SIGNALS = 25    # SIGUSR1s sent while busy, 3 ms apart (each prints a
+                # line of ~400 bytes that this test reads only at the end:
+                # keep it well below a pipe's 64 KiB)
+
+
+def busy_signals(p, port, path):
+    """SIGUSR1 SIGNALS times while two clients download path (a file larger
+    than the cache takes, so file reads are in flight): the server prints
+    its statistics and goes on."""
+    conns = []
+    for _ in range(2):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(get(path) * 4)    # pipelined, kept alive
+        s.setblocking(False)
+        conns.append(s)
+    buf = bytearray(1 << 16)
+    for _ in range(SIGNALS):
+        for s in conns:
+            for _ in range(16):
+                try:
+                    if not s.recv_into(buf):
+                        break
+                except BlockingIOError:
+                    break
+        p.send_signal(signal.SIGUSR1)
+        time.sleep(0.003)
+        if p.poll() is not None:
+            fail("httpd (%s) ended (status %d) by a SIGUSR1 while serving "
+                 "files" % (" ".join(p.args[1:]), p.returncode))
+    for s in conns:
+        s.close()
+
+
+def callback_signal_check(httpd, engine, root):
+    """POSIX AIO's wait=callback runs each notification in a thread of
+    glibc's with every signal unblocked, which may take a signal sent to
+    the process: SIGUSR1 and SIGTERM must still print the statistics and
+    stop the server cleanly (they ended it by their default action, within
+    a few SIGUSR1s, before example_util.h forwarded them to main)."""
+    args = [httpd, "-p", "0", "-r", root, "-t", "2", "-i", "2000", "-N",
+            "-b", "127.0.0.1", "-e", engine + " wait=callback"]
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, PX_ENGINE=""), text=True)
+    m = re.search(r" port (\d+),", p.stdout.readline())
+    if not m:
+        p.kill()
+        fail("httpd with wait=callback did not start: %r" % p.stderr.read())
+    try:
+        busy_signals(p, int(m.group(1)), "/huge.bin")
+    except BaseException:
+        p.kill()
+        raise
+    p.send_signal(signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail("httpd with wait=callback did not stop on SIGTERM")
+    if p.returncode != 0 or "stats now" not in out or "stopped;" not in out:
+        fail("httpd with wait=callback: exit status %d after SIGUSR1s and "
+             "SIGTERM while busy: %r %r" % (p.returncode, out[-300:], err))
 
 
 def emfile_checks(port, root, small):
@@ -257,7 +322,7 @@ def emfile_checks(port, root, small):
           % (len(answered), NCONN))
 
 
-def checks(port, root, small, big, extra):
+def checks(port, root, small, big, extra, server):
     # GET, content types, index, HEAD.
     r = expect(port, get("/small.bin"), 200, small)
     if r[1].get("content-type") != "application/octet-stream":
@@ -450,6 +515,8 @@ def checks(port, root, small, big, extra):
     if took < IDLE_MS / 1000.0 * 0.9:
         fail("idle connections closed after %.3f s, before the %d ms timeout"
              % (took, IDLE_MS))
+
+    busy_signals(server, port, "/huge.bin")
 
     symlink_checks(port, root, small, "-S" in extra)
     slow_header_checks(port, small)
