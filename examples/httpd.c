@@ -35,7 +35,9 @@
  * taken.
  *
  * Answers: 200; 400 for a malformed request (among them an HTTP/1.1
- * request without a Host header, and any with two); 403 for a path with
+ * request without a Host header, any with two, and one whose
+ * Content-Length is not a number or is given twice with different
+ * numbers); 403 for a path with
  * a ".." segment; 404 for a missing or non-regular file, or a path
  * through a symbolic link that ROOT's confinement refuses; 405 for
  * methods other than GET and HEAD; 414 when the request line, 431 when
@@ -59,6 +61,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -561,6 +564,41 @@ static bool has_word(const char *v, size_t vlen, const char *w)
 }
 
 /*
+ * A Content-Length value: digits, or a comma-separated list of the same
+ * number (RFC 9112, 6.3, makes such a list that number; empty elements
+ * of a list are ignored, RFC 9110, 5.6.1).  Returns false for anything
+ * else, which leaves the request's framing unknown.
+ */
+static bool content_length(const char *v, size_t vlen, uint64_t *len)
+{
+	bool any = false;
+
+	for (size_t i = 0; i <= vlen; i++) {     /* one element per turn */
+		uint64_t n = 0;
+		size_t digits = 0;
+
+		while (i < vlen && (v[i] == ' ' || v[i] == '\t'))
+			i++;
+		for (; i < vlen && v[i] >= '0' && v[i] <= '9'; i++, digits++) {
+			if (n > (UINT64_MAX - 9) / 10)
+				return false;
+			n = n * 10 + (uint64_t)(v[i] - '0');
+		}
+		while (i < vlen && (v[i] == ' ' || v[i] == '\t'))
+			i++;
+		if (i < vlen && v[i] != ',')
+			return false;   /* not a number */
+		if (!digits)
+			continue;       /* an empty element */
+		if (any && n != *len)
+			return false;   /* two different lengths */
+		*len = n;
+		any = true;
+	}
+	return any;
+}
+
+/*
  * The small-file cache: a direct-mapped table by path.  An entry is used
  * only while the file's inode, size, modification and change times are
  * those it was read with, so a file edited (or replaced, or made
@@ -684,7 +722,8 @@ static void answer(struct conn *k, size_t end)
 	char *line = k->req, *eol = memchr(line, '\r', end);
 	char *sp1, *sp2, *method, *target, path[PATH_LEN];
 	bool head, http11, has_host = false, conn_close_hdr = false,
-	     conn_keep = false;
+	     conn_keep = false, has_length = false;
+	uint64_t body_len = 0;
 	int status;
 	struct stat st, lst;    /* lst: from stat_below, if plain */
 	bool plain;             /* path has no symbolic link in it */
@@ -748,8 +787,17 @@ static void answer(struct conn *k, size_t end)
 			   strncasecmp(h, "transfer-encoding", 17) == 0) {
 			return send_error(k, 501, "Not Implemented");
 		} else if (nlen == 14 && strncasecmp(h, "content-length", 14) == 0) {
-			/* A body we do not read: answer, then close. */
-			if (vlen != 1 || v[0] != '0')
+			/* A length that is no number, or two that differ,
+			 * leave the end of the body unknown: 400 and close
+			 * (RFC 9112, 6.3).  A body we do not read: answer,
+			 * then close. */
+			uint64_t len = 0;
+			if (!content_length(v, vlen, &len) ||
+			    (has_length && len != body_len))
+				return send_error(k, 400, "Bad Request");
+			has_length = true;
+			body_len = len;
+			if (len)
 				conn_close_hdr = true;
 		}
 		h = e + 2;
