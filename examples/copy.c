@@ -26,6 +26,14 @@
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
+ *
+ * SIGINT or SIGTERM during the copy stops it cleanly: no block is taken
+ * after it, the blocks in flight are read and written to the end, so that
+ * DST holds exactly the first bytes of SRC up to where the copy stopped
+ * (killed at once, it could be left with holes of zeros among blocks
+ * written out of order, and at a length that looked complete); then a
+ * message, and the process ends by that signal, as an interrupted
+ * program should.  A second one ends it at once.
  * DST is opened, and then truncated, only once SRC has been checked and
  * the proactor and buffers made: an error before that leaves DST as it
  * was.
@@ -36,6 +44,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -80,6 +89,15 @@ struct copy {
 
 static void on_read(const px_completion *c);
 static void on_write(const px_completion *c);
+
+/* SIGINT or SIGTERM, once received during the copy (0: none).  An atomic,
+ * since the handler may run in any thread, as may the callbacks. */
+static atomic_int stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	atomic_store(&stop_signal, sig);
+}
 
 static double now_s(void)
 {
@@ -138,7 +156,7 @@ static void take_block(struct slot *s)
 	struct copy *cp = s->cp;
 	uint64_t left = cp->size - cp->next;
 
-	if (cp->error || left == 0)
+	if (cp->error || left == 0 || atomic_load(&stop_signal))
 		return;
 	s->off = cp->next;
 	s->len = left < cp->block ? (size_t)left : cp->block;
@@ -457,6 +475,15 @@ int main(int argc, char **argv)
 	}
 	cp.size = (uint64_t)sst.st_size;
 
+	/* From here on SIGINT and SIGTERM stop the copy (take_block) rather
+	 * than the process; SA_RESETHAND: a second one ends it at once. */
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sa.sa_flags = SA_RESTART | SA_RESETHAND;
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+
 	tty = isatty(STDERR_FILENO);
 	double t0 = now_s(), shown = t0;
 	for (unsigned i = 0; i < depth; i++)
@@ -473,9 +500,14 @@ int main(int argc, char **argv)
 		}
 	}
 	/* With an error the loop ran on until every operation in flight had
-	 * completed; px_destroy delivers the rest if it stopped early. */
+	 * completed; px_destroy delivers the rest if it stopped early.
+	 * Stopped by a signal without an error, every block taken has been
+	 * written whole: DST holds SRC's first cp.next bytes (cut to that,
+	 * for a padded last block). */
+	int sig = atomic_load(&stop_signal);
+	uint64_t end = sig ? cp.next : cp.size;
 	if (!cp.error && cp.dst_direct && S_ISREG(dst_st.st_mode) &&
-	    ftruncate(cp.dst, (off_t)cp.size) < 0)
+	    ftruncate(cp.dst, (off_t)end) < 0)
 		fail(&cp, errno, "truncate");
 	double t = now_s() - t0;
 	if (tty)
@@ -490,6 +522,16 @@ int main(int argc, char **argv)
 	if (cp.error) {
 		fprintf(stderr, "copy: %s %s to %s: %s\n", cp.what, src, dst,
 			strerror(cp.error));
+		return 1;
+	}
+	if (sig && end < cp.size) {
+		fprintf(stderr, "copy: interrupted by %s: %s holds the first "
+			"%llu of the %llu bytes of %s\n", sig == SIGINT ? "SIGINT"
+			: "SIGTERM", dst, (unsigned long long)end,
+			(unsigned long long)cp.size, src);
+		fflush(stdout);
+		signal(sig, SIG_DFL);
+		raise(sig);
 		return 1;
 	}
 	printf("copy: %llu bytes in %.3f s, %.1f MB/s (engine \"%s\", depth %u, "
