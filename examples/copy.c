@@ -26,6 +26,9 @@
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
+ * DST is opened, and then truncated, only once SRC has been checked and
+ * the proactor and buffers made: an error before that leaves DST as it
+ * was.
  *
  * SIGINT or SIGTERM during the copy stops it cleanly: no block is taken
  * after it, the blocks in flight are read and written to the end, so that
@@ -33,10 +36,8 @@
  * (killed at once, it could be left with holes of zeros among blocks
  * written out of order, and at a length that looked complete); then a
  * message, and the process ends by that signal, as an interrupted
- * program should.  A second one ends it at once.
- * DST is opened, and then truncated, only once SRC has been checked and
- * the proactor and buffers made: an error before that leaves DST as it
- * was.
+ * program should.  A second one ends it at once.  (One that comes after
+ * the last block was taken lets the copy end as usual, complete.)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -44,8 +45,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <signal.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -529,7 +531,6 @@ int main(int argc, char **argv)
 			"%llu of the %llu bytes of %s\n", sig == SIGINT ? "SIGINT"
 			: "SIGTERM", dst, (unsigned long long)end,
 			(unsigned long long)cp.size, src);
-		fflush(stdout);
 		signal(sig, SIG_DFL);
 		raise(sig);
 		return 1;
