@@ -654,9 +654,18 @@ static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 	if (getsockopt(io->fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
 	    tl > 0 && ti.tcpi_state == TCP_CLOSE) {
 		struct sockaddr un = { .sa_family = AF_UNSPEC };
+		int soerr = 0;
+		socklen_t sl = sizeof(soerr);
 
+		/* The error that closed it, if nobody took it yet: a reset
+		 * that came after the caller's look at SO_ERROR (a listener
+		 * shut down just as the connection was made) is the
+		 * connect's result, as connect(2) would report it; only an
+		 * error taken already leaves ECONNABORTED. */
+		if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0)
+			soerr = 0;
 		(void)px__sys_connect(io->fd, &un, sizeof(un));
-		return ECONNABORTED;
+		return soerr ? soerr : ECONNABORTED;
 	}
 	if (conn == PX_NBIO_CONN_PENDING_BLOCKING) {
 		fl = fcntl(io->fd, F_GETFL);
