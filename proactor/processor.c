@@ -215,7 +215,13 @@ int px__processor_start(px_processor *p, px_result *r)
 		if (proc_cancelled_again(p, r))
 			return 0;
 		proc_defer(p, r);
-		if (was_idle)
+		/* Only a leader starts it again (proc_start_deferred): one
+		 * that waits must hear of it, as of any deferral above, or
+		 * it waits until its bound (io_uring with its SQ full:
+		 * TESTING.md, fixed problem 220). */
+		if (p->has_leader)
+			px__processor_interrupt(p);
+		else if (was_idle)
 			proc_became_busy(p);
 		return 0;
 	default:
