@@ -611,7 +611,7 @@ static int ur_submit(px_uring_ring *rg)
 		 * kernel thread consumes at its own pace: no loop.) */
 	} while (rc > 0 && io_uring_sq_ready(&rg->ring) &&
 		 !(rg->ring.flags & IORING_SETUP_SQPOLL));
-	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR) {
+	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR || rc == -ENOMEM) {
 		rg->submit_stuck = true;
 		return 0;
 	}

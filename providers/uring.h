@@ -61,8 +61,9 @@ typedef struct px_uring_ring {
 	bool waiting;
 	/* Interrupt NOP is in the ring and its CQE not yet reaped. */
 	bool intr_queued;
-	/* The last submit failed with EAGAIN/EBUSY: SQEs are still pending,
-	 * so the leader waits with a short timeout and retries. */
+	/* The last submit was refused (EAGAIN, EBUSY, EINTR, ENOMEM): SQEs
+	 * are still pending, so the leader waits with a short timeout and
+	 * retries. */
 	bool submit_stuck;
 	/* SQEs filled whose CQE is not reaped yet (but the kick's READ and
 	 * the gate's POLL_ADD), reads held back for this ring (late or
@@ -94,8 +95,8 @@ typedef struct px_uring_ring {
 	/* Published SQEs the leader submits in its wait's io_uring_enter,
 	 * without the mutex (set by prepare; leader only). */
 	unsigned to_submit;
-	/* That enter failed with EAGAIN/EBUSY (leader only, read back under
-	 * the mutex in next_completed). */
+	/* That enter failed, so submitted nothing (leader only, read back
+	 * under the mutex in next_completed). */
 	int enter_err;
 	/* CQEs reaped by the current lead (leader only; PX_URING_REAP_MAX). */
 	unsigned reaped;

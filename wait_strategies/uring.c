@@ -221,7 +221,13 @@ static int px_uring_enter(px_uring_ring *rg, int timeout_ms, bool wait)
 	rc = io_uring_enter2((unsigned)rg->ring.ring_fd, n, min, flags,
 			     flags ? (sigset_t *)&arg : NULL,
 			     flags ? sizeof(arg) : 0);
-	if (rc == -EAGAIN || rc == -EBUSY)
+	/* With SQEs to submit, a failure means the kernel took none of them
+	 * (it submits before it waits, and then reports what it took): they
+	 * wait for the next prepare, which retries after a short wait.
+	 * Whatever the error: an ENOMEM or EINTR that went unmarked had the
+	 * next prepare publish them and enter again at once, and the leader
+	 * spun for as long as the kernel refused (fixed problem 221). */
+	if (rc < 0 && n)
 		rg->enter_err = rc;
 	return rc;
 }
