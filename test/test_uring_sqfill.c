@@ -12,6 +12,28 @@
  * together in start order, give back exactly the bytes written, in order;
  * no operation fails.
  *
+ * deferred_start_wakes_leader: io_uring_submit is wrapped at link time
+ * (test/meson.build) so that the kernel seems to refuse submissions
+ * (EAGAIN) for a while.  One loop thread waits on a four-entry SQ
+ * (two kept back) in px_handle_events(px, -1) with a read pending; the
+ * main thread starts three reads: the first two fill the slots a start
+ * may take, their own submissions refused, and the third finds no slot,
+ * its submission refused too, and is given back to the processor
+ * (PX_START_AGAIN), which defers it.  The refusals then end and data
+ * comes for the three reads: they must complete within DS_LATE_MS.
+ * Before, nobody told the waiting leader about the deferred start, and
+ * the three reads waited until its wait ended at the processor's bound
+ * (the idle check, 200 ms or more).  A full SQ under SQPOLL, whose
+ * kernel thread takes SQEs at its own pace, gives the same PX_START_AGAIN.
+ *
+ * enter_refused_backs_off: the leader's own io_uring_enter, which submits
+ * what its prepare published and waits (io_uring_enter2, wrapped too),
+ * fails with each error a refused submission may bring (EAGAIN, EBUSY,
+ * ENOMEM, EINTR) for ER_MS while a read waits to be submitted: the
+ * leader must retry at a measured pace (at most ER_TURNS leader turns),
+ * not at once and for ever, and the read must complete once the enters
+ * go through again.
+ *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
@@ -31,6 +53,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <liburing.h>
+#include <time.h>
 
 #include "proactor.h"
 #include "uring_test.h"
@@ -218,6 +242,195 @@ static void run(const char *engine)
 	px = NULL;
 }
 
+/* ------------------------------------------------------------------ */
+/* A start the provider gives back while the leader waits               */
+/* ------------------------------------------------------------------ */
+
+/* io_uring_submit calls still to refuse with EAGAIN, as a kernel short of
+ * memory for requests does. */
+static atomic_int submit_refusals;
+
+int __real_io_uring_submit(struct io_uring *ring);
+int __wrap_io_uring_submit(struct io_uring *ring);
+int __wrap_io_uring_submit(struct io_uring *ring)
+{
+	int left = atomic_load(&submit_refusals);
+
+	while (left > 0)
+		if (atomic_compare_exchange_weak(&submit_refusals, &left,
+						 left - 1))
+			return -EAGAIN;
+	return __real_io_uring_submit(ring);
+}
+
+/* The error the leader's submitting io_uring_enter2 fails with (0: none),
+ * and how many times it did. */
+static atomic_int enter_error, enter_refused;
+
+int __real_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
+			   unsigned flags, sigset_t *sig, size_t sz);
+int __wrap_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
+			   unsigned flags, sigset_t *sig, size_t sz);
+int __wrap_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
+			   unsigned flags, sigset_t *sig, size_t sz)
+{
+	int e = atomic_load(&enter_error);
+
+	if (e && to_submit) {
+		atomic_fetch_add(&enter_refused, 1);
+		return -e;
+	}
+	return __real_io_uring_enter2(fd, to_submit, min, flags, sig, sz);
+}
+
+#define DS_READS 4      /* one to keep the leader waiting, three started
+                           while it waits */
+#define DS_LATE_MS 100  /* the leader's wait ran to its bound: 180 ms */
+
+static atomic_int ds_done[DS_READS];
+static uint64_t ds_at_ms[DS_READS];
+static atomic_bool ds_looping;
+
+static uint64_t ds_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void ds_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+
+	ds_at_ms[i] = ds_now_ms();
+	atomic_fetch_add(&ds_done[i], 1);
+}
+
+static void *ds_loop(void *arg)
+{
+	(void)arg;
+	while (atomic_load(&ds_looping))
+		if (px_handle_events(px, -1) < 0)
+			break;
+	return NULL;
+}
+
+static void deferred_start_wakes_leader(void **state)
+{
+	char err[256], bufs[DS_READS][8];
+	int sv[DS_READS][2];
+	pthread_t loop;
+
+	(void)state;
+	assert_int_equal(px_create(&px, "uring ring=4 rings=1", err,
+				   sizeof(err)), 0);
+	for (int i = 0; i < DS_READS; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		atomic_store(&ds_done[i], 0);
+	}
+	atomic_store(&ds_looping, true);
+	assert_int_equal(px_read_stream(px, sv[0][0], bufs[0], sizeof(bufs[0]),
+					ds_cb, (void *)(intptr_t)0), 0);
+	assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+	usleep(20000);  /* the leader waits in the kernel */
+
+	atomic_store(&submit_refusals, 3);
+	for (int i = 1; i < DS_READS; i++)
+		assert_int_equal(px_read_stream(px, sv[i][0], bufs[i],
+						sizeof(bufs[i]), ds_cb,
+						(void *)(intptr_t)i), 0);
+	/* Each start's own submission, and the third's try for a slot. */
+	assert_int_equal(atomic_load(&submit_refusals), 0);
+	uint64_t t0 = ds_now_ms();
+	for (int i = 1; i < DS_READS; i++)
+		assert_int_equal(write(sv[i][1], "x", 1), 1);
+	for (int k = 0; k < 1500; k++) {
+		bool all = true;
+		for (int i = 1; i < DS_READS; i++)
+			all = all && atomic_load(&ds_done[i]);
+		if (all)
+			break;
+		usleep(1000);
+	}
+	for (int i = 1; i < DS_READS; i++) {
+		if (!atomic_load(&ds_done[i]))
+			fail_msg("read %d never completed", i);
+		printf("read %d completed after %llu ms\n", i,
+		       (unsigned long long)(ds_at_ms[i] - t0));
+		if (ds_at_ms[i] - t0 > DS_LATE_MS)
+			fail_msg("read %d completed %llu ms after its data "
+				 "(at most %d)", i,
+				 (unsigned long long)(ds_at_ms[i] - t0),
+				 DS_LATE_MS);
+	}
+	atomic_store(&ds_looping, false);
+	px_stop(px);
+	pthread_join(loop, NULL);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	assert_int_equal(atomic_load(&ds_done[0]), 1);  /* ECANCELED */
+	for (int i = 1; i < DS_READS; i++)
+		assert_int_equal(atomic_load(&ds_done[i]), 1);
+	for (int i = 0; i < DS_READS; i++) {
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+}
+
+#define ER_MS 100
+#define ER_TURNS 60
+
+static void enter_refused_backs_off(void **state)
+{
+	static const int errs[] = { EAGAIN, EBUSY, ENOMEM, EINTR };
+	char err[256], buf[8];
+	int sv[2];
+	pthread_t loop;
+
+	(void)state;
+	assert_int_equal(px_create(&px, "uring rings=1", err, sizeof(err)), 0);
+	atomic_store(&ds_looping, true);
+	assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+	for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++) {
+		struct px_stats st0, st1;
+
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		atomic_store(&ds_done[0], 0);
+		atomic_store(&enter_refused, 0);
+		atomic_store(&enter_error, errs[e]);
+		assert_int_equal(px_stats(px, &st0), 0);
+		/* No leader waits: the read is submitted by the enter of the
+		 * thread that comes to lead. */
+		assert_int_equal(px_read_stream(px, sv[0], buf, sizeof(buf),
+						ds_cb, (void *)(intptr_t)0), 0);
+		usleep(ER_MS * 1000);
+		assert_int_equal(px_stats(px, &st1), 0);
+		atomic_store(&enter_error, 0);
+		unsigned long long turns = st1.leader_turns - st0.leader_turns;
+		printf("%s: %d refused enters, %llu leader turns in %d ms\n",
+		       strerror(errs[e]), atomic_load(&enter_refused), turns,
+		       ER_MS);
+		assert_int_equal(write(sv[1], "x", 1), 1);
+		for (int k = 0; k < 2000 && !atomic_load(&ds_done[0]); k++)
+			usleep(1000);
+		if (atomic_load(&ds_done[0]) != 1)
+			fail_msg("%s: the read never completed", strerror(errs[e]));
+		if (turns > ER_TURNS)
+			fail_msg("%s: %llu leader turns in %d ms (at most %d)",
+				 strerror(errs[e]), turns, ER_MS, ER_TURNS);
+		close(sv[0]);
+		close(sv[1]);
+	}
+	atomic_store(&ds_looping, false);
+	px_stop(px);
+	pthread_join(loop, NULL);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+}
+
 static void sqfill_ring8(void **state)
 {
 	(void)state;
@@ -253,6 +466,8 @@ int main(void)
 		cmocka_unit_test(sqfill_ring8_coop),
 		cmocka_unit_test(sqfill_ring8_sqpoll),
 		cmocka_unit_test(sqfill_ring8_dedicated),
+		cmocka_unit_test(deferred_start_wakes_leader),
+		cmocka_unit_test(enter_refused_backs_off),
 	};
 	return cmocka_run_group_tests_name("uring_sqfill", tests, NULL, NULL);
 }
