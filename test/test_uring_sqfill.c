@@ -379,8 +379,8 @@ static void deferred_start_wakes_leader(void **state)
 	}
 }
 
-#define ER_MS 100
-#define ER_TURNS 60
+#define ER_MS 50
+#define ER_TURNS 30
 
 static void enter_refused_backs_off(void **state)
 {
