@@ -367,6 +367,34 @@ static bool res_space(char c)
 	       c == '\v';
 }
 
+/* The next word of the list at *p (words are separated by white space):
+ * its first byte, its length in *n, and *p moved past it; NULL at the
+ * end of the list. */
+static const char *res_word(const char **p, size_t *n)
+{
+	const char *s = *p, *w;
+
+	while (res_space(*s))
+		s++;
+	*p = s;
+	if (!*s)
+		return NULL;
+	w = s;
+	while (*s && !res_space(*s))
+		s++;
+	*n = (size_t)(s - w);
+	*p = s;
+	return w;
+}
+
+/* The length of the key of the n-byte word w: up to its '=', or all. */
+static size_t res_key_len(const char *w, size_t n)
+{
+	const char *eq = memchr(w, '=', n);
+
+	return eq ? (size_t)(eq - w) : n;
+}
+
 /* Run words through cls's hooks into settings.  With err NULL, just say
  * whether they are acceptable. */
 static int res_words(const px_provider_class *cls, const char *words,
@@ -378,14 +406,10 @@ static int res_words(const px_provider_class *cls, const char *words,
 	if (cls->settings_init)
 		cls->settings_init(settings);
 	for (;;) {
-		while (res_space(*p))
-			p++;
-		if (!*p)
+		size_t n;
+		const char *w = res_word(&p, &n);
+		if (!w)
 			return 0;
-		const char *w = p;
-		while (*p && !res_space(*p))
-			p++;
-		size_t n = (size_t)(p - w);
 		const char *eq = memchr(w, '=', n);
 		if (!eq) {
 			px__set_err(err, errlen,
@@ -570,41 +594,25 @@ unsigned px__auto_candidates(const px_processor_config *pc,
 /* Are all the keys of words keys of cls? */
 static bool res_keys_known(const px_provider_class *cls, const char *words)
 {
-	const char *p = words;
+	const char *w;
+	size_t n;
 
-	for (;;) {
-		while (res_space(*p))
-			p++;
-		if (!*p)
-			return true;
-		const char *w = p;
-		while (*p && !res_space(*p) && *p != '=')
-			p++;
-		if (px__cfg_class_key(cls, w, (size_t)(p - w)) < 0)
+	for (const char *p = words; (w = res_word(&p, &n));)
+		if (px__cfg_class_key(cls, w, res_key_len(w, n)) < 0)
 			return false;
-		while (*p && !res_space(*p))
-			p++;
-	}
+	return true;
 }
 
 /* Does the word list s hold a word whose key is the n bytes at key? */
 static bool res_has_key(const char *s, const char *key, size_t n)
 {
-	const char *p = s;
+	const char *w;
+	size_t wn;
 
-	for (;;) {
-		while (res_space(*p))
-			p++;
-		if (!*p)
-			return false;
-		const char *w = p;
-		while (*p && !res_space(*p) && *p != '=')
-			p++;
-		if ((size_t)(p - w) == n && !memcmp(w, key, n))
+	for (const char *p = s; (w = res_word(&p, &wn));)
+		if (res_key_len(w, wn) == n && !memcmp(w, key, n))
 			return true;
-		while (*p && !res_space(*p))
-			p++;
-	}
+	return false;
 }
 
 /* An auto processor's words in the canonical form of the engine auto
@@ -623,17 +631,11 @@ static void res_auto_words(const px_provider_class *cls, const void *settings,
 	if (len < 0 || (size_t)len >= sizeof(canon))
 		return;  /* keep the words as given */
 	pos = (size_t)len;
-	for (const char *p = words;;) {
-		while (res_space(*p))
-			p++;
-		if (!*p)
-			break;
-		const char *w = p;
-		while (*p && !res_space(*p))
-			p++;
-		size_t n = (size_t)(p - w);
-		const char *eq = memchr(w, '=', n);
-		if (!eq || res_has_key(canon, w, (size_t)(eq - w)))
+	const char *w;
+	size_t n;
+	for (const char *p = words; (w = res_word(&p, &n));) {
+		size_t kn = res_key_len(w, n);
+		if (kn == n || res_has_key(canon, w, kn))
 			continue;
 		if (pos + (pos ? 1 : 0) + n >= sizeof(canon))
 			return;  /* keep the words as given */
