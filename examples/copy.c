@@ -26,9 +26,10 @@
  * A progress line goes to stderr when stderr is a terminal; the rate in
  * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
- * DST is opened, and then truncated, only once SRC has been checked and
- * the proactor and buffers made: an error before that leaves DST as it
- * was.
+ * DST is opened only once SRC has been checked and the proactor and
+ * buffers made, and cut to nothing only just before the first write, when
+ * a first block has been read: an error before that (a mistyped -e, an
+ * engine that cannot read files) leaves DST as it was.
  *
  * SIGINT or SIGTERM during the copy stops it cleanly: no block is taken
  * after it, the blocks in flight are read and written to the end, so that
@@ -82,6 +83,8 @@ struct copy {
 	uint64_t size;          /* of the source, at the start */
 	uint64_t next;          /* offset of the next block to take */
 	uint64_t written;       /* bytes of the source written to DST */
+	bool dst_reg;           /* DST is a regular file (it can be cut) */
+	bool cut;               /* DST has been cut to 0 (cut_dst) */
 	size_t block;
 	unsigned busy;          /* slots with an operation in flight */
 	int error;              /* first error (positive errno), or 0 */
@@ -152,6 +155,22 @@ static void write_step(struct slot *s)
 	}
 }
 
+/* DST is cut to 0 just before the first write, not when it is opened:
+ * so an engine that cannot read files (a config whose ops= leaves files
+ * out, say) fails the first read with DST as it was.  Callbacks run in
+ * the thread of px_handle_events (one here), so no lock is needed. */
+static bool cut_dst(struct copy *cp)
+{
+	if (cp->cut)
+		return true;
+	cp->cut = true;
+	if (cp->dst_reg && ftruncate(cp->dst, 0) < 0) {
+		fail(cp, errno, "truncate");
+		return false;
+	}
+	return true;
+}
+
 /* Give an idle slot the next block, if there is one and all is well. */
 static void take_block(struct slot *s)
 {
@@ -199,6 +218,10 @@ static void on_read(const px_completion *c)
 		memset(s->buf + s->len, 0, s->xfer - s->len);
 	} else {
 		s->xfer = s->len;
+	}
+	if (!cut_dst(cp)) {
+		slot_idle(s);
+		return;
 	}
 	write_step(s);
 }
@@ -452,11 +475,7 @@ int main(int argc, char **argv)
 		release(&cp, depth);
 		return 1;
 	}
-	if (S_ISREG(dst_st.st_mode) && ftruncate(cp.dst, 0) < 0) {
-		fprintf(stderr, "copy: %s: %s\n", dst, strerror(errno));
-		release(&cp, depth);
-		return 1;
-	}
+	cp.dst_reg = S_ISREG(dst_st.st_mode);
 	/* A padded last block is cut off afterwards with ftruncate, which
 	 * only a regular file takes: on a device the padding would land on
 	 * whatever follows SRC's bytes there.  So a device whose copy would
@@ -508,6 +527,10 @@ int main(int argc, char **argv)
 	 * for a padded last block). */
 	int sig = atomic_load(&stop_signal);
 	uint64_t end = sig ? cp.next : cp.size;
+	/* No write was started (SRC is empty, or a signal came before the
+	 * first block): DST is cut here, to the nothing it now holds. */
+	if (!cp.error && !cp.cut)
+		cut_dst(&cp);
 	if (!cp.error && cp.dst_direct && S_ISREG(dst_st.st_mode) &&
 	    ftruncate(cp.dst, (off_t)end) < 0)
 		fail(&cp, errno, "truncate");

@@ -221,6 +221,17 @@ def main():
         with open(keep, "rb") as f:
             if f.read() != b"precious\n":
                 fail("a bad -e truncated the destination")
+        # So does an engine that is made but cannot read files: DST is
+        # cut only before the first write (it used to be cut at the
+        # open, and the first read's EOPNOTSUPP left it empty).
+        p = run(["-e", "epoll ops=stream", src, keep], want_ok=False)
+        if p.returncode != 1 or "not supported" not in p.stderr:
+            fail("-e 'epoll ops=stream': exit %d, %r"
+                 % (p.returncode, p.stderr))
+        with open(keep, "rb") as f:
+            if f.read() != b"precious\n":
+                fail("an engine that cannot read files emptied the "
+                     "destination")
         # SRC again under another name (the same path, a hard link, a
         # symbolic link) is refused and left whole: DST is opened
         # without O_TRUNC and cut only after it is compared with SRC.
