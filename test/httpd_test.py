@@ -185,12 +185,7 @@ def run(httpd, engine, extra, root, small, big):
     except BaseException:
         p.kill()
         raise
-    p.send_signal(signal.SIGTERM)
-    try:
-        out, err = p.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        fail("httpd did not stop on SIGTERM")
+    out, err = stop(p, "httpd")
     if p.returncode != 0:
         fail("httpd exit status %d: %s" % (p.returncode, err))
     m = re.search(r"stats at exit: (\d+) requests on \d+ connections, (\d+) "
@@ -266,15 +261,21 @@ def callback_signal_check(httpd, engine, root):
     except BaseException:
         p.kill()
         raise
-    p.send_signal(signal.SIGTERM)
-    try:
-        out, err = p.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        fail("httpd with wait=callback did not stop on SIGTERM")
+    out, err = stop(p, "httpd with wait=callback")
     if p.returncode != 0 or "stats now" not in out or "stopped;" not in out:
         fail("httpd with wait=callback: exit status %d after SIGUSR1s and "
              "SIGTERM while busy: %r %r" % (p.returncode, out[-300:], err))
+
+
+def stop(p, what):
+    """SIGTERM to a running httpd; its output once it has ended (a fail,
+    and the process killed, if it is still running after 10 s)."""
+    p.send_signal(signal.SIGTERM)
+    try:
+        return p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        fail("%s did not stop on SIGTERM" % what)
 
 
 def emfile_checks(port, root, small):
