@@ -193,12 +193,14 @@ int px__processor_start(px_processor *p, px_result *r)
 	/* A start that came meanwhile was deferred for the place r held;
 	 * unless r keeps it, a leader must start that one now (its wait
 	 * was interrupted at the deferral, when there was no room yet). */
+	bool told = false;
 	if (rc != PX_START_STARTED && !px_list_empty(&p->deferred) &&
 	    proc_at_provider(p) < p->max_aio) {
 		if (p->has_leader)
 			px__processor_interrupt(p);
 		else
 			proc_became_busy(p);
+		told = true;
 	}
 	switch (rc) {
 	case PX_START_STARTED:
@@ -218,7 +220,10 @@ int px__processor_start(px_processor *p, px_result *r)
 		/* Only a leader starts it again (proc_start_deferred): one
 		 * that waits must hear of it, as of any deferral above, or
 		 * it waits until its bound (io_uring with its SQ full:
-		 * TESTING.md, fixed problem 220). */
+		 * TESTING.md, fixed problem 220), but once: the leader
+		 * may have been told just above, for the others. */
+		if (told)
+			return 0;
 		if (p->has_leader)
 			px__processor_interrupt(p);
 		else if (was_idle)
