@@ -461,7 +461,8 @@ struct px_uring_priv {
 	bool held;          /* finished while that CQE was still to come:
 	                       handed out with it (ur_cancel_done) */
 	bool reissued;      /* submitted again after the kernel dropped it */
-	bool polled;        /* a readiness poll of it reported the descriptor */
+	bool rdhup;         /* its last readiness poll reported POLLRDHUP: the
+	                       socket is shut down for reading, for good */
 	bool shut_seen;     /* a datagram read found its socket shut down for
 	                       reading: one more receive, then 0 bytes */
 	bool pf_retry;      /* a RECV with POLL_FIRST said EINVAL: redone as
@@ -1580,7 +1581,11 @@ static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 		return false;
 	pr->rg = rg;
 	if (pr->want_poll) {
-		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ? POLLIN : POLLOUT;
+		/* A read asks for POLLRDHUP too: an accept or a datagram
+		 * read that then says EAGAIN learns from the poll's result
+		 * whether the socket was shut down (ur_done). */
+		unsigned mask = px__fdq_dir(r->c.op) == PX_FDQ_RD ?
+				POLLIN | POLLRDHUP : POLLOUT;
 		pr->in_backoff = pr->futile >= PX_FUTILE_MIN &&
 				 (r->c.op == PX_OP_WRITE_DGRAM || pr->err_alone);
 		if (pr->in_backoff)
@@ -2226,7 +2231,10 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		if (res < 0)
 			return ur_end(u, r, res);
 		pr->want_poll = false;
-		pr->polled = true;
+		/* (A back-off's timeout keeps what the last poll said: a
+		 * shut-down read side is never reopened.) */
+		if (!pr->in_backoff)
+			pr->rdhup = (res & POLLRDHUP) != 0;
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
@@ -2292,7 +2300,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		return NULL;
 	}
 	if (res == -EAGAIN && r->c.op == PX_OP_READ_DGRAM &&
-	    (pr->shut_seen || (pr->polled && px__sock_read_shut(r->c.fd)))) {
+	    (pr->shut_seen || pr->rdhup)) {
 		/* A datagram socket shut down for reading (O_NONBLOCK: on a
 		 * blocking one the kernel's receive returns 0 itself) polls
 		 * readable for good while its receive says EAGAIN: a poll and
@@ -2307,8 +2315,7 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		pr->msg.msg_namelen = 0;
 		return ur_end(u, r, 0);
 	}
-	if (res == -EAGAIN && r->c.op == PX_OP_ACCEPT && pr->polled &&
-	    px__sock_read_shut(r->c.fd)) {
+	if (res == -EAGAIN && r->c.op == PX_OP_ACCEPT && pr->rdhup) {
 		/* An AF_UNIX listener shut down with shutdown(2) polls
 		 * readable for good while an accept of it says EAGAIN when
 		 * it is O_NONBLOCK (a blocking one: EINVAL, which io-wq's
