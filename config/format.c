@@ -75,6 +75,7 @@ static void fmt_processor(struct fmt_out *o, const px_processor_config *pc)
 
 int px_config_format(const px_config *cfg, char *buf, size_t len)
 {
+	PX_KEEP_ERRNO;
 	struct fmt_out o = { buf, buf ? len : 0, 0 };
 	px_config c;
 

@@ -505,6 +505,7 @@ static int gr_apply(struct gr_parser *ps, px_processor_config *pc,
 
 int px_config_parse(px_config *cfg, const char *text, char *err, size_t errlen)
 {
+	PX_KEEP_ERRNO;
 	struct gr_parser ps = { .p = text ? text : "", .where = "", .err = err,
 				.errlen = errlen };
 	struct gr_words w;

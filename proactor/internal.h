@@ -31,6 +31,18 @@
 
 #define PX_HIDDEN __attribute__((visibility("hidden")))
 
+/* proactor(3), Conventions: no public function reads or sets errno.  The
+ * first statement of each that makes system calls (or calls the C library
+ * that may set errno): whatever those calls leave there, the caller's
+ * errno is put back on every return. */
+static inline void px__errno_put_back(const int *saved)
+{
+	errno = *saved;
+}
+#define PX_KEEP_ERRNO                                                          \
+	const int px__caller_errno                                             \
+		__attribute__((cleanup(px__errno_put_back))) = errno
+
 /* The cache line size the library pads and aligns to, so that data written
  * by different threads stays on different lines (x86-64 and most arm64). */
 #define PX_CACHE_LINE 64

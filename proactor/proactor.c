@@ -353,6 +353,7 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 int px_create_config(px_proactor **out, const px_config *in, char *err,
 		     size_t errlen)
 {
+	PX_KEEP_ERRNO;
 	if (err && errlen)
 		err[0] = '\0';
 	if (!out || !in) {
@@ -404,6 +405,7 @@ int px_create_config(px_proactor **out, const px_config *in, char *err,
 
 int px_create(px_proactor **out, const char *text, char *err, size_t errlen)
 {
+	PX_KEEP_ERRNO;
 	px_config cfg;
 	int rc = px_config_parse(&cfg, text ? text : "auto", err, errlen);
 	if (rc < 0) {
@@ -426,6 +428,7 @@ const char *px_engine_name(const px_proactor *px)
 
 int px_stop(px_proactor *px)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -736,6 +739,7 @@ void px__close_delivered(struct px_proactor *px, int fd)
 
 int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
 {
+	PX_KEEP_ERRNO;
 	if (!px || !cb)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -785,6 +789,7 @@ out:
 
 int px_destroy(px_proactor *px)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return 0;
 	if (fac_forked(px))
@@ -842,6 +847,7 @@ int px_destroy(px_proactor *px)
 
 int px_handle_events(px_proactor *px, int timeout_ms)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -913,6 +919,7 @@ static bool fac_connect_pending(struct px_proactor *px, int fd)
 
 static int fac_start(struct px_proactor *px, const px_start_args *a)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1228,6 +1235,7 @@ int px_start_op(px_proactor *px, const px_op_desc *d)
 
 int px_post(px_proactor *px, px_callback *cb, void *user)
 {
+	PX_KEEP_ERRNO;
 	if (!px || !cb)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1255,6 +1263,7 @@ int px_post(px_proactor *px, px_callback *cb, void *user)
 
 int px_cancel(px_proactor *px, int fd)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1272,6 +1281,7 @@ int px_cancel(px_proactor *px, int fd)
 int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 		       void *user)
 {
+	PX_KEEP_ERRNO;
 	if (!px || !cb)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1285,6 +1295,7 @@ int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *cb,
 int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 			  uint64_t period_ns, px_callback *cb, void *user)
 {
+	PX_KEEP_ERRNO;
 	if (!px || !cb || !period_ns)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1297,6 +1308,7 @@ int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
 
 int px_timer_cancel(px_proactor *px, int64_t id)
 {
+	PX_KEEP_ERRNO;
 	if (!px)
 		return -EINVAL;
 	if (fac_forked(px))
@@ -1320,6 +1332,7 @@ static void fac_stats_waiting(px_result *r, void *arg)
 
 int px_stats(px_proactor *px, struct px_stats *out)
 {
+	PX_KEEP_ERRNO;
 	if (!px || !out)
 		return -EINVAL;
 	if (fac_forked(px))

@@ -458,6 +458,153 @@ static void null_arguments(void **state)
 	assert_no_callback_and_usable(f, never);
 }
 
+/* proactor(3), Conventions: no function reads or sets errno.  Each call
+ * below is made with errno set to a value no system call gives, and must
+ * leave it so, on its success and on its failure: starts on a number
+ * that is not open (the core's fcntl said EBADF), stream, datagram and
+ * accept starts that find nothing to do at once (the readiness engines'
+ * first try says EAGAIN), a connect (EINPROGRESS), a file write (io_uring
+ * looked at the file with a call that says ENOTTY), px_close, the loop
+ * that runs those operations and their callbacks, and the calls that
+ * need no descriptor.  The starts and px_close once left errno as their
+ * system calls had set it. */
+#define ERRNO_MARK 4242
+
+static void errno_kept_cb(const px_completion *c)
+{
+	h_rec_cb(c);
+	errno = ERRNO_MARK + 1;   /* a callback's own errno is its affair */
+}
+
+static int64_t errno_check(int64_t rc, const char *what)
+{
+	if (errno != ERRNO_MARK)
+		fail_msg("%s (returned %lld) left errno %d (%s), not the "
+			 "caller's %d",
+			 what, (long long)rc, errno, strerror(errno), ERRNO_MARK);
+	return rc;
+}
+
+#define KEEP_ERRNO(call)                                                       \
+	(errno = ERRNO_MARK, errno_check((int64_t)(call), #call))
+
+static void errno_pump(h_fx *f, h_rec *r, const char *what)
+{
+	for (int i = 0; i < 500 && !h_rec_done(r); i++)
+		KEEP_ERRNO(px_handle_events(f->px, 10));
+	if (!h_rec_done(r))
+		fail_msg("%s did not complete within 5 s", what);
+}
+
+static void errno_left_alone(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	int p[2];
+	h_pipe(f, p);
+	char *buf = h_alloc(f, 64);
+	h_rec *never = h_rec_new(f);
+	px_proactor *px = f->px;
+
+	int gone = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(gone >= 0);
+	close(gone);
+	for (kind k = 0; k < K_COUNT; k++) {
+		int64_t rc = KEEP_ERRNO(start_kind(px, k, gone, buf, 16,
+						   h_rec_cb, never));
+		if (rc != -EBADF && rc != -EOPNOTSUPP)
+			fail_msg("%s on a closed number returned %lld",
+				 kind_name[k], (long long)rc);
+	}
+	assert_int_equal(KEEP_ERRNO(px_close(px, gone, h_rec_cb, never)),
+			 -EBADF);
+
+	/* Operations that wait: each start returns 0 (or, where the engine
+	 * does not do the operation, -EOPNOTSUPP: errno all the same). */
+	h_rec *rd = h_rec_new(f), *dg = h_rec_new(f), *ac = h_rec_new(f);
+	h_rec *co = h_rec_new(f), *fw = h_rec_new(f), *fr = h_rec_new(f);
+	h_rec *po = h_rec_new(f), *ti = h_rec_new(f), *cl = h_rec_new(f);
+	assert_int_equal(KEEP_ERRNO(px_read_stream(px, p[0], buf, 8,
+						   errno_kept_cb, rd)), 0);
+	int64_t dg_rc = KEEP_ERRNO(px_read_dgram(px, d.udp, buf + 8, 8,
+						 errno_kept_cb, dg));
+	int64_t ac_rc = KEEP_ERRNO(px_accept(px, d.listener, errno_kept_cb,
+					     ac));
+	struct sockaddr_in to;
+	socklen_t tl = sizeof to;
+	assert_int_equal(getsockname(d.listener, (struct sockaddr *)&to, &tl),
+			 0);
+	int64_t co_rc = KEEP_ERRNO(px_connect(px, d.tcp, (struct sockaddr *)&to,
+					      tl, errno_kept_cb, co));
+	assert_int_equal(KEEP_ERRNO(px_write_file(px, d.file, "abc", 3, 0,
+						  errno_kept_cb, fw)), 0);
+	errno_pump(f, fw, "the file write");
+	assert_int_equal(KEEP_ERRNO(px_read_file(px, d.file, buf + 16, 3, 0,
+						 errno_kept_cb, fr)), 0);
+	errno_pump(f, fr, "the file read");
+	assert_int_equal(fr->c.bytes, 3);
+	if (co_rc == 0) {
+		errno_pump(f, co, "the connect");
+		assert_int_equal(co->c.error, 0);
+		if (ac_rc == 0)
+			errno_pump(f, ac, "the accept");
+	} else if (co_rc != -EOPNOTSUPP) {
+		fail_msg("px_connect returned %lld", (long long)co_rc);
+	}
+	if (ac->c.new_fd >= 0)
+		h_track(f, ac->c.new_fd);
+	KEEP_ERRNO(px_handle_events(px, 0));
+	assert_int_equal(write(p[1], "x", 1), 1);
+	errno_pump(f, rd, "the pipe read");
+	assert_int_equal(rd->c.bytes, 1);
+
+	assert_int_equal(KEEP_ERRNO(px_post(px, errno_kept_cb, po)), 0);
+	errno_pump(f, po, "the post");
+	int64_t id = KEEP_ERRNO(px_timer_start(px, 1000, errno_kept_cb, ti));
+	assert_true(id > 0);
+	errno_pump(f, ti, "the timer");
+	assert_int_equal(KEEP_ERRNO(px_timer_cancel(px, id)), -ENOENT);
+	struct px_stats st;
+	assert_int_equal(KEEP_ERRNO(px_stats(px, &st)), 0);
+	if (dg_rc == 0)
+		assert_int_equal(KEEP_ERRNO(px_cancel(px, d.udp)), 1);
+	KEEP_ERRNO(px_cancel(px, d.sv[0]));
+	/* px_close of a descriptor with a read pending (a dup of the pipe's
+	 * reading end, which the test does not close itself). */
+	int q = fcntl(p[0], F_DUPFD_CLOEXEC, 0);
+	assert_true(q >= 0);
+	h_rec *qr = h_rec_new(f);
+	int64_t qr_rc = KEEP_ERRNO(px_read_stream(px, q, buf + 24, 8,
+						  errno_kept_cb, qr));
+	assert_int_equal(qr_rc, 0);
+	assert_int_equal(KEEP_ERRNO(px_close(px, q, errno_kept_cb, cl)), 0);
+	errno_pump(f, cl, "the px_close");
+	assert_int_equal(qr->c.error, ECANCELED);
+	if (dg_rc == 0)
+		errno_pump(f, dg, "the cancelled datagram read");
+
+	/* The calls that need no proactor, and a second proactor's life. */
+	px_config cfg;
+	char err[256], text[512];
+	KEEP_ERRNO(px_config_parse(&cfg, "no=such", err, sizeof err));
+	assert_int_equal(KEEP_ERRNO(px_config_parse(&cfg, h_engine_text, err,
+						    sizeof err)),
+			 0);
+	assert_true(KEEP_ERRNO(px_config_format(&h_cfg, text, sizeof text)) > 0);
+	KEEP_ERRNO((px_strerror(-EBADF), 0));
+	px_proactor *px2 = NULL;
+	px_config c2 = h_cfg;
+	c2.flags |= PX_CF_NO_ENV;
+	assert_int_equal(KEEP_ERRNO(px_create_config(&px2, &c2, err,
+						     sizeof err)),
+			 0);
+	assert_int_equal(KEEP_ERRNO(px_stop(px2)), 0);
+	assert_int_equal(KEEP_ERRNO(px_handle_events(px2, 0)), -ESHUTDOWN);
+	assert_int_equal(KEEP_ERRNO(px_destroy(px2)), 0);
+	assert_int_equal(atomic_load(&never->calls), 0);
+}
+
 /* A start deferred behind a full max_aio (1 here, held by a read that
  * waits) meets the engine's checks later: on a number the proactor has
  * met and the application has since closed with close(2) it returns 0
@@ -1341,6 +1488,7 @@ int bad_input_run(void)
 		T(length_over_ssize_max),
 		T(bad_address_length),
 		T(null_arguments),
+		T(errno_left_alone),
 		cmocka_unit_test_setup_teardown(
 			deferred_start_checks_come_in_the_completion,
 			setup_max_aio_1, h_teardown),
