@@ -15,8 +15,10 @@
  *   - Any thread may call any function, except where a function says
  *     otherwise.  Callbacks may call back into the proactor (start, post,
  *     cancel, timers) without deadlock.
- *   - Buffers and addresses passed to a start function must stay valid until
- *     that operation's callback has been called.
+ *   - Buffers (and iovec arrays) passed to a start function must stay valid
+ *     until that operation's callback has been called.  An address
+ *     (px_write_dgram, px_connect, px_op_desc.addr) is copied at the
+ *     start: the caller may reuse it when the call returns.
  */
 #ifndef PROACTOR_H
 #define PROACTOR_H

@@ -605,6 +605,58 @@ static void errno_left_alone(void **state)
 	assert_int_equal(atomic_load(&never->calls), 0);
 }
 
+/* The address given to px_write_dgram and px_connect is copied at the
+ * start (px_read_dgram(3), px_accept(3), OWNERSHIP): the caller may reuse
+ * it as soon as the call returns.  Here it is overwritten with another
+ * family and port right after each start, before the loop runs (io_uring
+ * sends and connects only at its next lead), and the datagram and the
+ * connection still reach the address given. */
+static void addresses_copied_at_start(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in rx_addr, l_addr;
+	int rx = h_bound_socket(f, SOCK_DGRAM, &rx_addr);
+	int tx = h_track(f, socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	int l = h_bound_socket(f, SOCK_STREAM, &l_addr);
+	assert_int_equal(listen(l, 4), 0);
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	struct sockaddr_storage *to = h_alloc(f, sizeof *to);
+	char *out = h_alloc(f, 4), *in = h_alloc(f, 8);
+	memcpy(out, "adr", 4);
+	h_rec *w = h_rec_new(f), *r = h_rec_new(f), *co = h_rec_new(f);
+
+	memcpy(to, &rx_addr, sizeof rx_addr);
+	int rc = px_write_dgram(f->px, tx, out, 4, (struct sockaddr *)to,
+				sizeof rx_addr, h_rec_cb, w);
+	if (rc == -EOPNOTSUPP) {
+		printf("no datagram or connect operations on this engine: "
+		       "skipped\n");
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	memset(to, 0xff, sizeof *to);
+	to->ss_family = AF_UNIX;
+	memcpy(to, &l_addr, sizeof l_addr);
+	assert_int_equal(px_connect(f->px, c, (struct sockaddr *)to,
+				    sizeof l_addr, h_rec_cb, co),
+			 0);
+	memset(to, 0xff, sizeof *to);
+	to->ss_family = AF_UNIX;
+	h_wait_rec(f, w, 5000, "the datagram write");
+	h_wait_rec(f, co, 5000, "the connect");
+	assert_int_equal(w->c.error, 0);
+	assert_int_equal(w->c.bytes, 4);
+	assert_int_equal(w->c.addrlen, sizeof rx_addr);
+	assert_memory_equal(&w->c.addr, &rx_addr, sizeof rx_addr);
+	assert_int_equal(co->c.error, 0);
+	assert_memory_equal(&co->c.addr, &l_addr, sizeof l_addr);
+	assert_int_equal(px_read_dgram(f->px, rx, in, 8, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, "the datagram read");
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 4);
+	assert_memory_equal(in, "adr", 4);
+}
+
 /* A start deferred behind a full max_aio (1 here, held by a read that
  * waits) meets the engine's checks later: on a number the proactor has
  * met and the application has since closed with close(2) it returns 0
@@ -1489,6 +1541,7 @@ int bad_input_run(void)
 		T(bad_address_length),
 		T(null_arguments),
 		T(errno_left_alone),
+		T(addresses_copied_at_start),
 		cmocka_unit_test_setup_teardown(
 			deferred_start_checks_come_in_the_completion,
 			setup_max_aio_1, h_teardown),
