@@ -376,10 +376,11 @@ PX_API int px_stop(px_proactor *px);
  *               they have seen it open, to keep a syscall off every start;
  *               a descriptor closed after it was used there fails with
  *               EBADF in the completion instead.)
- *   -EINVAL     cb is NULL, or len is 0 where data must move or over
- *               SSIZE_MAX, buf is NULL
- *               with a length, or an address length is shorter than a
- *               family field or longer than struct sockaddr_storage;
+ *   -EINVAL     px or cb is NULL, or len is 0 where data must move or
+ *               over SSIZE_MAX, buf is NULL with a length, only one of
+ *               an address and its length is given, or an address
+ *               length is shorter than a family field or longer than
+ *               struct sockaddr_storage;
  *   -EOPNOTSUPP no processor of this engine does the operation;
  *   -ESHUTDOWN  the proactor is being destroyed or was stopped;
  *   -ENOMEM     no memory for the operation record;
