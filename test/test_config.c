@@ -2675,6 +2675,14 @@ static void test_strerror(void **state)
 	assert_string_equal(px_strerror(INT_MIN), "unknown error");
 	assert_string_equal(px_strerror(INT_MIN + 1), "unknown error");
 	assert_string_equal(px_strerror(INT_MAX), "unknown error");
+	/* The values px_strerror(3) names as the library's own each have
+	 * a text of its own, not the C library's. */
+	static const int own[] = { EOPNOTSUPP, ESHUTDOWN, ENOSYS, EMFILE,
+				   ECHILD };
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+		if (!strcmp(px_strerror(own[i]), strerror(own[i])))
+			fail_msg("px_strerror(%d) is the C library's text \"%s\"",
+				 own[i], strerror(own[i]));
 	assert_string_equal(px_op_name((px_op)-1), "unknown");
 	assert_string_equal(px_op_name(PX_OP_COUNT), "unknown");
 	assert_string_equal(px_op_name(PX_OP_CLOSE), "close");
