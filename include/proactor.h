@@ -302,7 +302,8 @@ PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
  *
  * A proactor belongs to the process that made it: in a child made by
  * fork(2) or _Fork, every call on it fails with -ECHILD and does nothing
- * (px_destroy included); the child may create its own.
+ * (px_destroy included; px_engine_name, which returns no error, still
+ * gives the text); the child may create its own.
  *
  * Returns 0 and stores the proactor in *out, or:
  *   -EINVAL  the text does not parse or names an invalid combination;

@@ -2369,6 +2369,14 @@ static void fork_count_cb(const px_completion *c)
  * a proactor of its own. */
 static int fork_child_calls(px_proactor *px, int fd)
 {
+	/* Taken before the calls below: px_engine_name has no error to
+	 * return and still gives the engine's text (proactor(3), NOTES). */
+	const char *name = px_engine_name(px);
+	if (!name || strncmp(name, "provider=", 9) != 0) {
+		printf("fork child: px_engine_name gave \"%s\"\n",
+		       name ? name : "(null)");
+		return 1;
+	}
 	char b[4];
 	struct iovec iov = {b, sizeof b};
 	struct sockaddr_in sin = {.sin_family = AF_INET,
