@@ -353,8 +353,8 @@ PX_API const char *px_engine_name(const px_proactor *px);
  *
  * timeout_ms < 0 waits without limit; 0 does not block.
  * Returns the number of callbacks run (> 0), 0 if the timeout passed with
- * nothing to do, -ESHUTDOWN once px_stop() was called, or -EINVAL for a
- * NULL px.
+ * nothing to do, -ESHUTDOWN once px_stop() was called (or while
+ * px_destroy runs, from one of its callbacks), or -EINVAL for a NULL px.
  */
 PX_API int px_handle_events(px_proactor *px, int timeout_ms);
 
@@ -577,8 +577,8 @@ PX_API int64_t px_timer_start(px_proactor *px, uint64_t delay_ns, px_callback *c
 
 /*
  * px_timer_cancel - cancel a pending timer; its callback runs with
- * ECANCELED.  Returns 0, -ENOENT if it already fired or never existed, or
- * -EINVAL for a NULL px.  A one-shot timer whose deadline has passed has
+ * ECANCELED.  Returns 0, -ENOENT if it already fired (one-shot), was
+ * cancelled already or never existed, or -EINVAL for a NULL px.  A one-shot timer whose deadline has passed has
  * fired, even if its callback has not run yet (it then says error 0).
  * px_destroy cancels every timer still waiting to fire (ECANCELED), a
  * one-shot one past its deadline that no thread took out of the heap
