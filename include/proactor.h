@@ -479,7 +479,7 @@ PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 /*
  * px_post - queue a completion with op PX_OP_POST; its callback runs in a
  * thread inside px_handle_events (a sleeping one is woken).
- * Returns 0, -EINVAL (cb NULL), -ENOMEM or -ESHUTDOWN.
+ * Returns 0, -EINVAL (px or cb NULL), -ENOMEM or -ESHUTDOWN.
  */
 PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
 
@@ -612,7 +612,7 @@ PX_API int px_timer_cancel(px_proactor *px, int64_t id);
  * deadline in c->offset, in every completion: fired, or ECANCELED by
  * px_timer_cancel or px_destroy.)
  *
- * Returns the timer id (> 0), or -EINVAL (cb NULL or period_ns 0),
+ * Returns the timer id (> 0), or -EINVAL (px or cb NULL, or period_ns 0),
  * -ENOMEM, -ESHUTDOWN.
  */
 PX_API int64_t px_timer_periodic(px_proactor *px, uint64_t first_ns,
