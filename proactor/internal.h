@@ -41,7 +41,7 @@ static inline void px__errno_put_back(const int *saved)
 }
 #define PX_KEEP_ERRNO                                                          \
 	const int px__caller_errno                                             \
-		__attribute__((cleanup(px__errno_put_back))) = errno
+		__attribute__((cleanup(px__errno_put_back), unused)) = errno
 
 /* The cache line size the library pads and aligns to, so that data written
  * by different threads stays on different lines (x86-64 and most arm64). */
