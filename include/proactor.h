@@ -9,7 +9,9 @@
  *
  * Conventions
  *   - Every call returns 0 (or a non-negative count) on success and a
- *     negative errno value on failure.  No call sets or reads errno.
+ *     negative errno value on failure.  No call sets or reads errno: each
+ *     leaves it as the caller had it (px_handle_events and px_destroy
+ *     whatever their callbacks set it to).
  *   - A completion carries the positive errno of the failed operation in
  *     px_completion.error, or 0.
  *   - Any thread may call any function, except where a function says
