@@ -127,6 +127,60 @@ static int paio_dup(px_paio *p, int fd)
 	return d < 0 ? -errno : px__fd_keep_off_ops(p->prov.px, d);
 }
 
+/*
+ * A blocking description of nb_fifo fe's pipe of the provider's own, for
+ * one direction (wr: writing), or -1.  glibc's helper makes a plain
+ * read(2) or write(2) on the number it is given, which on an O_NONBLOCK
+ * pipe says EAGAIN at once instead of waiting for data or room: a stream
+ * read of an empty non-blocking pipe ended with EAGAIN, a write-all with
+ * EAGAIN once the pipe was full (fixed problem 222).  The pipe is opened
+ * again through /proc/self/fd (non-blocking, so that a FIFO with no
+ * reader fails with ENXIO instead of waiting in the open), checked to be
+ * the same pipe, and made blocking; the application's description keeps
+ * its flags.  Kept while the descriptor is busy (paio_fd_idle), like the
+ * write dup: a reopen for writing counts as a writer of the pipe, so its
+ * reader sees the end of the file only once it is closed.  Where it
+ * cannot be made (no /proc, no descriptor number free) the operation
+ * goes as before, through the application's description.  Mutex held.
+ */
+static int paio_block_fd(px_paio *p, px_paio_fd *fe, bool wr)
+{
+	char path[40];
+	struct stat a, b;
+	int d, fl;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fe->fq.fd);
+	d = open(path, (wr ? O_WRONLY : O_RDONLY) | O_NONBLOCK | O_CLOEXEC);
+	if (d < 0)
+		return -1;
+	if (fstat(d, &a) < 0 || fstat(fe->fq.fd, &b) < 0 ||
+	    a.st_dev != b.st_dev || a.st_ino != b.st_ino ||
+	    (fl = fcntl(d, F_GETFL)) < 0 ||
+	    fcntl(d, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		close(d);
+		return -1;
+	}
+	d = px__fd_keep_off_ops(p->prov.px, d);
+	return d < 0 ? -1 : d;
+}
+
+/* The descriptor a stream read goes through: its own, or for an nb_fifo
+ * a blocking reopen (paio_block_fd). */
+static int paio_read_fd(px_paio *p, px_paio_fd *fe)
+{
+	if (!fe->nb_fifo)
+		return fe->fq.fd;
+	if (!fe->rfd_open) {
+		int d = paio_block_fd(p, fe, false);
+
+		if (d < 0)
+			return fe->fq.fd;
+		fe->rfd = d;
+		fe->rfd_open = true;
+	}
+	return fe->rfd;
+}
+
 /* The descriptor a stream write goes through: a dup kept while the
  * descriptor is busy.  Not on a file with offsets, whose two directions
  * take turns in glibc anyway (PAIO_HELD): closing the dup released the
@@ -141,7 +195,10 @@ static int paio_write_fd(px_paio *p, px_paio_fd *fe)
 	if (fe->seekable)
 		return fe->fq.fd;
 	if (!fe->wfd_open) {
-		int d = paio_dup(p, fe->fq.fd);
+		int d = fe->nb_fifo ? paio_block_fd(p, fe, true) : -1;
+
+		if (d < 0)
+			d = paio_dup(p, fe->fq.fd);
 
 		if (d < 0 && !px_fdq_head(&fe->fq, PX_FDQ_RD))
 			return fe->fq.fd;
@@ -163,6 +220,10 @@ static void paio_fd_idle(px_paio_fd *fe)
 	if (fe->wfd_open) {
 		close(fe->wfd);
 		fe->wfd_open = false;
+	}
+	if (fe->rfd_open) {
+		close(fe->rfd);
+		fe->rfd_open = false;
 	}
 	for (unsigned k = 1; fe->lanes_open; k++) {
 		if (fe->lanes_open & (1u << k)) {
@@ -271,6 +332,8 @@ static int paio_submit(px_paio *p, px_result *r)
 		fd = paio_write_fd(p, q->fe);
 		if (fd < 0)
 			return fd;
+	} else if (c->op == PX_OP_READ_STREAM) {
+		fd = paio_read_fd(p, q->fe);
 	} else if (!paio_is_stream(c->op) && q->fe) {
 		fd = paio_file_fd(p, q->fe, c->op);
 	}
@@ -610,6 +673,8 @@ static int paio_start(px_provider *pv, px_result *r)
 		if (known && !p->sockets && S_ISSOCK(st.st_mode))
 			return -EOPNOTSUPP;
 		q->fe->seekable = known && !px__no_offsets(r->c.fd, &st);
+		q->fe->nb_fifo = known && S_ISFIFO(st.st_mode) &&
+				 (fcntl(r->c.fd, F_GETFL) & O_NONBLOCK);
 		q->fe->checked = true;
 	}
 	if (!px_fdq_push(fq, dir, r))
@@ -721,6 +786,8 @@ static void paio_destroy(px_provider *pv)
 		px_paio_fd *fe = (px_paio_fd *)p->fdq.tab[i];
 		if (fe && fe->wfd_open)
 			close(fe->wfd);
+		if (fe && fe->rfd_open)
+			close(fe->rfd);
 		for (unsigned k = 1; fe && k < PX_POSIX_LANES_MAX; k++)
 			if (fe->lanes_open & (1u << k))
 				close(fe->lane_fd[k]);

@@ -43,13 +43,20 @@ enum { PX_PAIO_CANCELED = 0, PX_PAIO_NOTCANCELED, PX_PAIO_ALLDONE,
  * go through (see posix_aio.c: glibc queues requests by descriptor). */
 typedef struct px_paio_fd {
 	px_fdq_entry fq;
-	int wfd;            /* dup of fq.fd for writes while busy */
+	int wfd;            /* dup of fq.fd for writes while busy (of an
+	                       nb_fifo: a blocking reopen, paio_block_fd) */
 	bool wfd_open;      /* wfd is valid */
 	bool checked;       /* not a socket (or sockets=aio): looked at when
 	                       the entry left idle */
 	bool seekable;      /* a file with offsets (looked at with checked):
 	                       its stream operations go at the file's
 	                       position, which they then move */
+	bool nb_fifo;       /* an O_NONBLOCK pipe or FIFO (looked at with
+	                       checked): its stream operations go through
+	                       blocking descriptions of the provider's own,
+	                       rfd and wfd (paio_block_fd) */
+	int rfd;            /* reads of an nb_fifo go through it while busy */
+	bool rfd_open;      /* rfd is valid */
 	unsigned files;     /* file requests in glibc */
 	unsigned next_lane; /* file_lanes: where the next file request goes */
 	unsigned lanes_open;/* bit k: lane_fd[k] is a dup kept open */

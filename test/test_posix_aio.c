@@ -24,6 +24,8 @@
  *     descriptor itself (fixed problem 144), and a record lock on a
  *     file whose reads begin with every number taken survives them
  *     (fixed problem 145);
+ *   - on provider=posix, a read of an empty O_NONBLOCK pipe waits for
+ *     its data and a write-all on it for room (fixed problem 222);
  *   - the aiocb wait with its interrupt read refused by glibc (aio_read
  *     wrapped at link time) does not spin, and a write another thread
  *     starts meanwhile completes;
@@ -1134,6 +1136,79 @@ static void write_with_descriptor_table_full(void **state)
 		full_table_write_on(waits[i]);
 }
 
+/* A stream read of an empty O_NONBLOCK pipe, and a write-all of twice
+ * what the pipe holds, on provider=posix serving streams itself: the read
+ * waits for its data and the write-all for room, as on every other engine
+ * and as on a blocking pipe, and the application's flags stay as they
+ * were.  glibc's helper makes a plain read(2) or write(2) on the number
+ * it is given, which on a non-blocking pipe says EAGAIN at once: the read
+ * ended with EAGAIN, and the write-all with EAGAIN after the first 64 KiB
+ * (fixed problem 222). */
+#define NB_BIG (128 * 1024)
+
+static void nonblocking_pipe_on(const char *wait)
+{
+	char text[64], got[16];
+	static uint8_t big[NB_BIG], back[NB_BIG];
+	int p[2], fl[2];
+	rec r = {0}, w = {0};
+	fx f;
+
+	for (size_t i = 0; i < NB_BIG; i++)
+		big[i] = (uint8_t)(i * 7 + 3);
+	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	fl[0] = fcntl(p[0], F_GETFL);
+	fl[1] = fcntl(p[1], F_GETFL);
+	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	fx_start(&f, text, 2);
+	assert_int_equal(px_read_stream(f.px, p[0], got, sizeof(got), rec_cb,
+					&r), 0);
+	sleep_ms(30);
+	if (atomic_load(&r.calls))
+		fail_msg("wait=%s: a read of an empty O_NONBLOCK pipe ended "
+			 "at once: error %s, %zu bytes", wait,
+			 px_strerror(-r.error), r.bytes);
+	assert_int_equal(fcntl(p[0], F_GETFL), fl[0]);
+	assert_int_equal(write(p[1], "hello", 5), 5);
+	assert_true(wait_calls(&r, 1, 2000));
+	assert_int_equal(r.error, 0);
+	assert_int_equal(r.bytes, 5);
+	assert_memory_equal(got, "hello", 5);
+
+	assert_int_equal(px_write_stream_all(f.px, p[1], big, NB_BIG, rec_cb,
+					     &w), 0);
+	size_t n = 0;
+	uint64_t end = now_ms() + 3000;
+	while (n < NB_BIG && now_ms() < end) {
+		struct pollfd pfd = { .fd = p[0], .events = POLLIN };
+		ssize_t k;
+		if (poll(&pfd, 1, 20) <= 0)
+			continue;
+		k = read(p[0], back + n, NB_BIG - n);
+		if (k > 0)
+			n += (size_t)k;
+	}
+	assert_true(wait_calls(&w, 1, 2000));
+	if (w.error != 0 || w.bytes != NB_BIG)
+		fail_msg("wait=%s: a write-all of %d on an O_NONBLOCK pipe: "
+			 "error %s, %zu bytes", wait, NB_BIG,
+			 px_strerror(-w.error), w.bytes);
+	assert_int_equal(n, NB_BIG);
+	assert_memory_equal(back, big, NB_BIG);
+	assert_int_equal(fcntl(p[0], F_GETFL), fl[0]);
+	assert_int_equal(fcntl(p[1], F_GETFL), fl[1]);
+	fx_end(&f);
+	close(p[0]);
+	close(p[1]);
+}
+
+static void nonblocking_pipe_waits(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
+		nonblocking_pipe_on(waits[i]);
+}
+
 /* ------------------------------------------------------------------ */
 /* Duplex sockets                                                       */
 /* ------------------------------------------------------------------ */
@@ -2140,6 +2215,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(record_lock_survives_lanes),
 		cmocka_unit_test(record_lock_survives_full_table),
 		cmocka_unit_test(write_with_descriptor_table_full),
+		cmocka_unit_test(nonblocking_pipe_waits),
 		cmocka_unit_test(deadline_on_queue_head),
 		cmocka_unit_test(sigwait_signal_taken_elsewhere),
 		cmocka_unit_test(sigwait_handed_on_after_wait),
