@@ -141,7 +141,8 @@ static int paio_dup(px_paio *p, int fd)
  * write dup: a reopen for writing counts as a writer of the pipe, so its
  * reader sees the end of the file only once it is closed.  Where it
  * cannot be made (no /proc, no descriptor number free) the operation
- * goes as before, through the application's description.  Mutex held.
+ * goes through the application's description, and an EAGAIN there is
+ * tried again at the next wait round (px__paio_reap).  Mutex held.
  */
 static int paio_block_fd(px_paio *p, px_paio_fd *fe, bool wr)
 {
@@ -488,6 +489,15 @@ static bool paio_redo_safe(int fd)
 	return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
 }
 
+/* Whether a stream request's EAGAIN was its descriptor's "would block"
+ * (O_NONBLOCK), not glibc's failure to notify (fixed problem 223). */
+static bool paio_would_block(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl >= 0 && (fl & O_NONBLOCK);
+}
+
 px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 {
 	px_result *r = px_paio_result_of(q);
@@ -524,6 +534,18 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 		q->quiet = false;
 		p->nquiet--;
 		return paio_finish(p, r, r->done, -rc);
+	}
+	if (err == EAGAIN && paio_is_stream(c->op) && q->fe &&
+	    paio_would_block(q->cb.aio_fildes)) {
+		/* The helper's read(2) or write(2) of an O_NONBLOCK
+		 * descriptor found no data or no room: a socket (sockets=aio),
+		 * or a pipe that could not be opened again blocking
+		 * (paio_block_fd).  Still the head, it waits on p->again and
+		 * goes in again at the next wait round (the waits last at
+		 * most PX_PAIO_RETRY_MS meanwhile), as every other engine
+		 * waits for data or room; a cancel ends it there. */
+		px_list_push_back(&p->again, &q->ilink);
+		return NULL;
 	}
 	if (err)
 		return paio_finish(p, r, r->done, err > 0 ? err : EIO);

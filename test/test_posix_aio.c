@@ -24,8 +24,9 @@
  *     descriptor itself (fixed problem 144), and a record lock on a
  *     file whose reads begin with every number taken survives them
  *     (fixed problem 145);
- *   - on provider=posix, a read of an empty O_NONBLOCK pipe waits for
- *     its data and a write-all on it for room (fixed problem 222);
+ *   - on provider=posix, a read of an empty O_NONBLOCK pipe (and with
+ *     sockets=aio socketpair) waits for its data and a write-all on it
+ *     for room (fixed problems 222, 223);
  *   - the aiocb wait with its interrupt read refused by glibc (aio_read
  *     wrapped at link time) does not spin, and a write another thread
  *     starts meanwhile completes;
@@ -1143,30 +1144,43 @@ static void write_with_descriptor_table_full(void **state)
  * were.  glibc's helper makes a plain read(2) or write(2) on the number
  * it is given, which on a non-blocking pipe says EAGAIN at once: the read
  * ended with EAGAIN, and the write-all with EAGAIN after the first 64 KiB
- * (fixed problem 222). */
+ * (fixed problem 222).  The same on an O_NONBLOCK socketpair with
+ * sockets=aio, which cannot be opened again blocking and is tried again
+ * instead (fixed problem 223). */
 #define NB_BIG (128 * 1024)
 
-static void nonblocking_pipe_on(const char *wait)
+static void nonblocking_pipe_on(const char *wait, bool sock)
 {
-	char text[64], got[16];
+	char text[80], got[16];
 	static uint8_t big[NB_BIG], back[NB_BIG];
+	const char *what = sock ? "socketpair" : "pipe";
 	int p[2], fl[2];
 	rec r = {0}, w = {0};
 	fx f;
 
 	for (size_t i = 0; i < NB_BIG; i++)
 		big[i] = (uint8_t)(i * 7 + 3);
-	assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	if (sock) {
+		int small = 16384;
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC |
+					    SOCK_NONBLOCK, 0, p), 0);
+		/* Room for a part of the write-all only. */
+		assert_int_equal(setsockopt(p[1], SOL_SOCKET, SO_SNDBUF, &small,
+					    sizeof(small)), 0);
+	} else {
+		assert_int_equal(pipe2(p, O_CLOEXEC | O_NONBLOCK), 0);
+	}
 	fl[0] = fcntl(p[0], F_GETFL);
 	fl[1] = fcntl(p[1], F_GETFL);
-	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
+	snprintf(text, sizeof(text), "provider=posix wait=%s%s", wait,
+		 sock ? " sockets=aio" : "");
 	fx_start(&f, text, 2);
 	assert_int_equal(px_read_stream(f.px, p[0], got, sizeof(got), rec_cb,
 					&r), 0);
 	sleep_ms(30);
 	if (atomic_load(&r.calls))
-		fail_msg("wait=%s: a read of an empty O_NONBLOCK pipe ended "
-			 "at once: error %s, %zu bytes", wait,
+		fail_msg("wait=%s: a read of an empty O_NONBLOCK %s ended "
+			 "at once: error %s, %zu bytes", wait, what,
 			 px_strerror(-r.error), r.bytes);
 	assert_int_equal(fcntl(p[0], F_GETFL), fl[0]);
 	assert_int_equal(write(p[1], "hello", 5), 5);
@@ -1190,8 +1204,8 @@ static void nonblocking_pipe_on(const char *wait)
 	}
 	assert_true(wait_calls(&w, 1, 2000));
 	if (w.error != 0 || w.bytes != NB_BIG)
-		fail_msg("wait=%s: a write-all of %d on an O_NONBLOCK pipe: "
-			 "error %s, %zu bytes", wait, NB_BIG,
+		fail_msg("wait=%s: a write-all of %d on an O_NONBLOCK %s: "
+			 "error %s, %zu bytes", wait, NB_BIG, what,
 			 px_strerror(-w.error), w.bytes);
 	assert_int_equal(n, NB_BIG);
 	assert_memory_equal(back, big, NB_BIG);
@@ -1205,8 +1219,10 @@ static void nonblocking_pipe_on(const char *wait)
 static void nonblocking_pipe_waits(void **state)
 {
 	(void)state;
-	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++)
-		nonblocking_pipe_on(waits[i]);
+	for (size_t i = 0; i < sizeof(waits) / sizeof(waits[0]); i++) {
+		nonblocking_pipe_on(waits[i], false);
+		nonblocking_pipe_on(waits[i], true);
+	}
 }
 
 /* ------------------------------------------------------------------ */
