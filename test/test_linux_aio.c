@@ -624,6 +624,16 @@ static void test_odirect_misaligned(void **state)
 	/* Make the file two blocks long so a read has data to fail on. */
 	assert_int_equal(pwrite(fd, buf, 2 * BLK, 0), 2 * BLK);
 	memset(o, 0, sizeof(o));
+	/* tmpfs (Linux 6.6 on) takes O_DIRECT without any alignment: a
+	 * test run from a directory there has nothing to check. */
+	if (pread(fd, buf + 1, BLK, 0) >= 0) {
+		printf("misaligned O_DIRECT reads work on this file system "
+		       "(tmpfs?): skipped\n");
+		close(fd);
+		free(buf);
+		skip();
+		return;
+	}
 
 	px_proactor *px = make("linux-aio");
 	/* A buffer one byte off the alignment, a length not a multiple of
