@@ -1673,6 +1673,13 @@ static void file_bad_input(void **state)
 	uint8_t *a = (uint8_t *)(((uintptr_t)al + 4095) & ~(uintptr_t)4095);
 	h_pattern(a, 4096, 700u, 0);
 	expect_bytes(f, true, dfd, a, 4096, 0, false, 4096, "O_DIRECT write");
+	/* tmpfs (Linux 6.6 on) takes O_DIRECT with any alignment: there the
+	 * misaligned cases succeed on every engine, the kernel's doing, and
+	 * are not run. */
+	bool strict = pread(dfd, a + 1, 4096, 0) < 0 && errno == EINVAL;
+	if (!strict)
+		print_message("misaligned O_DIRECT reads work in the temporary "
+			      "directory (tmpfs?): those cases not run\n");
 	const struct {
 		size_t boff, len;
 		uint64_t off;
@@ -1680,7 +1687,7 @@ static void file_bad_input(void **state)
 	} mis[] = {{1, 4096, 0, "misaligned buffer"},
 		   {0, 4096, 1, "misaligned offset"},
 		   {0, 100, 0, "misaligned length"}};
-	for (size_t k = 0; k < 3; k++)
+	for (size_t k = 0; strict && k < 3; k++)
 		for (int wr = 0; wr < 2; wr++) {
 			rec *r = run1(f, wr, dfd, a + mis[k].boff, mis[k].len,
 				      mis[k].off, false, mis[k].what);
@@ -1697,7 +1704,7 @@ static void file_bad_input(void **state)
 	 * stops or fills zeros before the kernel looks at the element). */
 	for (int k = 1; k < 4; k++)
 		assert_int_equal(pwrite(dfd, a, 4096, (off_t)k * 4096), 4096);
-	if (file_vec(f)) {
+	if (strict && file_vec(f)) {
 		/* (a has three blocks behind it: h_alloc above.) */
 		static struct iovec dv[2];
 		const char *vwhat[] = {"vectored, an element of 100 bytes",
