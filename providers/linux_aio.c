@@ -192,6 +192,9 @@ typedef struct px_laio_fd {
 	 * how many are held (la_fwrite_held). */
 	px_list fwrites;
 	unsigned fwrites_held;
+	bool fwrites_seen;   /* O_APPEND asked this busy spell of fwrites */
+	bool fwrites_append; /* ... and set: a write waits for every earlier
+	                        one (la_fwrite_blocked) */
 } la_fd;
 
 /* The system calls of one operation work on a copy of what is known of
@@ -510,19 +513,48 @@ static void la_issue(px_laio *u, px_result *r, bool poll)
  * often).  So a file write waits, on its descriptor's fwrites list, while
  * an earlier unfinished file write on the same descriptor overlaps its
  * bytes, and is issued when the last such one finishes.  Writes to other
- * places go at once as before, for a walk of the list.  (Appends to an
- * O_APPEND file take their places in the order io_submit takes them.)
+ * places go at once as before, for a walk of the list.  Appends to an
+ * O_APPEND file take their places in the order io_submit takes them, and
+ * io_submit is not called in start order: the leader submits what its
+ * prepare claimed without the mutex, and a start made meanwhile submits
+ * its own write itself (la_kick), which could go in first, so an append
+ * started later landed before an earlier one (fixed problem 224).  So on
+ * an O_APPEND descriptor, whose offsets the kernel ignores, a file write
+ * waits for every earlier unfinished one, as on io_uring; O_APPEND is
+ * asked (F_GETFL) once per busy spell, at the first write that finds
+ * another unfinished.
  */
+
+/* Whether r must wait for a file write before it, from the list's first
+ * element up to (not including) stop, or to its end when stop is NULL. */
+static bool la_fwrite_blocked(la_fd *fe, const px_result *r,
+			      const px_link *stop)
+{
+	if (fe->fwrites_append)
+		return px_list_first(&fe->fwrites) != stop;
+	return px_fdq_fwrite_overlaps(&fe->fwrites, r, stop);
+}
 
 /* At the start of file write r: on fe->fwrites in any case; true when it
  * is held there behind an earlier one (not issued). */
 static bool la_fwrite_held(la_fd *fe, px_result *r)
 {
-	bool held;
+	bool held = false;
+	int fl;
 
 	if (!fe->fwrites.head.next)
 		px_list_init(&fe->fwrites);  /* a new entry is zeroed */
-	held = px_fdq_fwrite_overlaps(&fe->fwrites, r, NULL);
+	if (px_list_empty(&fe->fwrites)) {
+		fe->fwrites_seen = false;
+	} else {
+		if (!fe->fwrites_seen) {
+			fe->fwrites_append =
+				(fl = fcntl(r->c.fd, F_GETFL)) >= 0 &&
+				(fl & O_APPEND);
+			fe->fwrites_seen = true;
+		}
+		held = la_fwrite_blocked(fe, r, NULL);
+	}
 	if (held) {
 		la_priv(r)->wheld = true;
 		fe->fwrites_held++;
@@ -552,7 +584,7 @@ static void la_fwrite_done(px_laio *u, px_result *r)
 		struct la_priv *wp = la_priv(w);
 
 		next = px_list_next(&fe->fwrites, l);
-		if (!wp->wheld || px_fdq_fwrite_overlaps(&fe->fwrites, w, l))
+		if (!wp->wheld || la_fwrite_blocked(fe, w, l))
 			continue;
 		wp->wheld = false;
 		fe->fwrites_held--;

@@ -4,7 +4,8 @@
  *
  *   - O_DIRECT: aligned writes and reads go through the kernel's
  *     asynchronous path and give the bytes back; a misaligned buffer (or
- *     length) completes with EINVAL, once, without a crash or a hang.
+ *     length) completes with EINVAL, once, without a crash or a hang
+ *     (skipped where the file system takes any alignment: tmpfs).
  *   - More operations than the context holds (depth=4), started by four
  *     threads at once while two threads run the loop: every one completes
  *     exactly once, with the right bytes.
@@ -30,6 +31,9 @@
  *     event comes late (after the check for closed descriptors has found
  *     the number closed), still completes with ECANCELED, not EBADF.
  *   - io_setup's EAGAIN is explained by naming fs.aio-max-nr.
+ *   - Two appends to an O_APPEND file land in the order they were
+ *     started, the second started while the leader's io_submit of the
+ *     first is held (fixed problem 224).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
  */
@@ -1586,6 +1590,112 @@ static void test_cancel_before_kernel_event(void **state)
 	run_cancel_before_kernel_event("linux-aio-dedicated");
 }
 
+/* ------------------------------------------------------------------ */
+/* Appends in start order                                               */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Two appends to an O_APPEND file, X then Y, at offsets that do not
+ * overlap (the kernel ignores them), started in that order: X from a
+ * callback, so that the leader claims it in its prepare and submits it in
+ * its wait, Y from the test thread once X is inside the leader's
+ * io_submit (held there by the wrapper), so that Y's start submits it
+ * itself.  proactor(3) says appends land in the order they were started;
+ * Y landed first (fixed problem 224).
+ */
+static int ap_fd = -1;
+static const char *ap_xbuf;
+static atomic_int ap_x_in, ap_y_done;
+
+static int append_hold_submit(io_context_t ctx, long nr, struct iocb **ios)
+{
+	for (long i = 0; i < nr; i++)
+		if (ios[i]->aio_fildes == ap_fd &&
+		    ios[i]->u.c.buf == (void *)ap_xbuf) {
+			atomic_store(&ap_x_in, 1);
+			for (int k = 0; k < 300 && !atomic_load(&ap_y_done); k++)
+				usleep(1000);
+			break;
+		}
+	return io_submit(ctx, nr, ios);
+}
+
+typedef struct ap_ctx {
+	px_proactor *px;
+	op *x;
+	atomic_bool looping;
+} ap_ctx;
+
+static void ap_start_x(const px_completion *c)
+{
+	ap_ctx *a = c->user;
+
+	assert_int_equal(px_write_file(a->px, ap_fd, ap_xbuf, 10, 0, op_cb,
+				       a->x), 0);
+}
+
+static void *ap_loop(void *arg)
+{
+	ap_ctx *a = arg;
+
+	while (atomic_load(&a->looping))
+		px_handle_events(a->px, 5);
+	return NULL;
+}
+
+static void run_appends_in_order(const char *engine)
+{
+	static const char xs[] = "XXXXXXXXXX", ys[] = "YYYYYYYYYY";
+	char path[64], got[32] = "";
+	op x, y;
+	ap_ctx a;
+	pthread_t t;
+
+	ap_fd = scratch(O_APPEND, path, sizeof(path));
+	assert_true(ap_fd >= 0);
+	unlink(path);
+	ap_xbuf = xs;
+	atomic_store(&ap_x_in, 0);
+	atomic_store(&ap_y_done, 0);
+	memset(&x, 0, sizeof(x));
+	memset(&y, 0, sizeof(y));
+	a.px = make(engine);
+	a.x = &x;
+	atomic_store(&a.looping, true);
+	px__laio_io_submit = append_hold_submit;
+	assert_int_equal(pthread_create(&t, NULL, ap_loop, &a), 0);
+	assert_int_equal(px_post(a.px, ap_start_x, &a), 0);
+	for (int k = 0; k < 2000 && !atomic_load(&ap_x_in); k++)
+		usleep(100);
+	assert_true(atomic_load(&ap_x_in));
+	assert_int_equal(px_write_file(a.px, ap_fd, ys, 10, 10, op_cb, &y), 0);
+	atomic_store(&ap_y_done, 1);
+	for (int k = 0; k < 2000 && !(atomic_load(&x.calls) &&
+				      atomic_load(&y.calls)); k++)
+		usleep(500);
+	atomic_store(&a.looping, false);
+	pthread_join(t, NULL);
+	px__laio_io_submit = io_submit;
+	assert_int_equal(px_destroy(a.px), 0);
+	assert_int_equal(atomic_load(&x.calls), 1);
+	assert_int_equal(atomic_load(&y.calls), 1);
+	assert_int_equal(x.error, 0);
+	assert_int_equal(y.error, 0);
+	assert_int_equal(pread(ap_fd, got, 20, 0), 20);
+	if (memcmp(got, "XXXXXXXXXXYYYYYYYYYY", 20) != 0)
+		fail_msg("%s: two appends started in order landed as \"%s\"",
+			 engine, got);
+	close(ap_fd);
+	ap_fd = -1;
+}
+
+static void test_appends_in_start_order(void **state)
+{
+	(void)state;
+	run_appends_in_order("linux-aio");
+	run_appends_in_order("provider=linux_aio wait=epoll");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -1642,6 +1752,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_writes_dedicated),
 		cmocka_unit_test(test_cancel_finished_before_hand_out),
 		cmocka_unit_test(test_cancel_before_kernel_event),
+		cmocka_unit_test(test_appends_in_start_order),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
