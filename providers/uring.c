@@ -2299,14 +2299,19 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
-	if (res == -EAGAIN && r->c.op == PX_OP_READ_DGRAM &&
+	if (res == -EAGAIN &&
+	    (r->c.op == PX_OP_READ_DGRAM || r->c.op == PX_OP_READ_STREAM) &&
 	    (pr->shut_seen || pr->rdhup)) {
 		/* A datagram socket shut down for reading (O_NONBLOCK: on a
 		 * blocking one the kernel's receive returns 0 itself) polls
 		 * readable for good while its receive says EAGAIN: a poll and
 		 * a receive for ever, at full CPU.  One more receive takes a
 		 * datagram that came meanwhile; then 0 bytes and no sender, as
-		 * a blocking receive gives (providers/nbio.c, nb_read_shut). */
+		 * a blocking receive gives (providers/nbio.c, nb_read_shut).
+		 * A stream read comes here too: a vectored one goes in as
+		 * READV, which hands the EAGAIN back the same way (fixed
+		 * problem 214; a stream socket in that state returns 0
+		 * itself, and a pipe never reports POLLRDHUP). */
 		if (!pr->shut_seen) {
 			pr->shut_seen = true;
 			ur_issue_or_stall(u, r, NULL);
