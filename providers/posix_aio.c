@@ -58,6 +58,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "nbio.h"      /* px__sock_read_shut */
 #include "posix_aio.h"
 
 /* Defaults when the config leaves them 0. */
@@ -543,7 +544,19 @@ px_result *px__paio_reap(px_paio *p, px_paio_req *q)
 		 * (paio_block_fd).  Still the head, it waits on p->again and
 		 * goes in again at the next wait round (the waits last at
 		 * most PX_PAIO_RETRY_MS meanwhile), as every other engine
-		 * waits for data or room; a cancel ends it there. */
+		 * waits for data or room; a cancel ends it there.  Except a
+		 * read of a datagram socket shut down for reading, which says
+		 * EAGAIN for good while it polls readable (POLLRDHUP; a
+		 * stream socket returns 0 itself): one more try takes a
+		 * datagram that came meanwhile, then 0 bytes, as a blocking
+		 * read gives and the other engines report (nbio.c,
+		 * nb_read_shut). */
+		if (c->op == PX_OP_READ_STREAM &&
+		    (q->shut_seen || px__sock_read_shut(q->cb.aio_fildes))) {
+			if (q->shut_seen)
+				return paio_finish(p, r, r->done, 0);
+			q->shut_seen = true;
+		}
 		px_list_push_back(&p->again, &q->ilink);
 		return NULL;
 	}

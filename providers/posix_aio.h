@@ -80,6 +80,9 @@ typedef struct px_paio_req {
 	off_t pos;                  /* stream on a seekable file: where it went */
 	unsigned retries;           /* sigwait: redone after a lost signal */
 	bool quiet;                 /* sigwait: submitted without a signal */
+	bool shut_seen;             /* a read's EAGAIN found its datagram
+	                               socket shut down for reading: one more
+	                               try, then 0 bytes (px__paio_reap) */
 } px_paio_req;
 
 typedef struct px_paio px_paio;

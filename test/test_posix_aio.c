@@ -1211,6 +1211,29 @@ static void nonblocking_pipe_on(const char *wait, bool sock)
 	assert_memory_equal(back, big, NB_BIG);
 	assert_int_equal(fcntl(p[0], F_GETFL), fl[0]);
 	assert_int_equal(fcntl(p[1], F_GETFL), fl[1]);
+	if (sock) {
+		/* An O_NONBLOCK datagram socket shut down for reading: its
+		 * read says EAGAIN for good while it polls readable, so the
+		 * retry must see the shutdown and end the read with 0 bytes,
+		 * as a blocking read and every other engine do. */
+		int dg[2];
+		rec d = {0};
+		assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC |
+					    SOCK_NONBLOCK, 0, dg), 0);
+		assert_int_equal(px_read_stream(f.px, dg[0], got, sizeof(got),
+						rec_cb, &d), 0);
+		sleep_ms(20);
+		assert_int_equal(atomic_load(&d.calls), 0);
+		assert_int_equal(shutdown(dg[0], SHUT_RD), 0);
+		if (!wait_calls(&d, 1, 1000))
+			fail_msg("wait=%s: a read of an O_NONBLOCK datagram "
+				 "socket shut down for reading did not end "
+				 "within 1 s", wait);
+		assert_int_equal(d.error, 0);
+		assert_int_equal(d.bytes, 0);
+		close(dg[0]);
+		close(dg[1]);
+	}
 	fx_end(&f);
 	close(p[0]);
 	close(p[1]);
