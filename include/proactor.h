@@ -665,7 +665,9 @@ typedef struct px_op_desc {
  * px_handle_events, like any timer.  What cannot be cancelled cannot be
  * ended by it either: on the POSIX AIO provider, a stream read a glibc
  * helper performs, and a file request with later requests of its
- * descriptor behind it (px_start_op(3)).
+ * descriptor behind it; on every engine, a file read or write already
+ * under way, which completes with its own result however late
+ * (px_start_op(3)).
  *
  * d is read during the call only.  Returns 0 or, as the start functions,
  * a negative errno (the callback then never runs); -EINVAL also for an
