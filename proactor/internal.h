@@ -237,6 +237,13 @@ typedef struct px_result {
 	                             under the mutex. */
 	uint8_t timed_out;        /* core: the operation's deadline passed
 	                             and it was cancelled for it */
+	uint8_t deadline_cancel;  /* core: set while its deadline's expiry
+	                             asks the provider to cancel it (timer.c).
+	                             No application call returns on that
+	                             cancel, so the provider need not wait for
+	                             what px_cancel waits for (io_uring with
+	                             SQPOLL: the kernel thread taking the
+	                             SQEs, ur_cancel) */
 	/* provider private space follows (px_result_priv) */
 } px_result;
 

@@ -366,7 +366,11 @@ bool px__timers_expire(struct px_proactor *px, uint64_t now)
 			tm_unreserve(px);
 			px_result *op = r->peer;
 			bool asked = op->cancel_asked || op->cancel_pending;
-			if (op->proc && px__processor_cancel_result(op->proc, op)) {
+			op->deadline_cancel = 1;
+			int hit = op->proc &&
+				  px__processor_cancel_result(op->proc, op);
+			op->deadline_cancel = 0;
+			if (hit) {
 				if (!asked)
 					op->timed_out = 1;
 				px__processor_cancelled(op->proc);

@@ -2552,6 +2552,23 @@ static void ur_submit_taken(px_uring_ring *rg)
 	}
 }
 
+/* The submit of ur_cancel.  A cancel made for r's deadline (timer.c, with
+ * the mutex held since the expiry) returns to no application call: r's
+ * callback comes only with its CQE, after the kernel took its SQE, so the
+ * number cannot be closed and reused under it meanwhile, and the wait
+ * for the SQPOLL thread is not needed.  Made all the same, it held the
+ * mutex for a scheduler slice or more at every yield while that thread
+ * ran elsewhere (a helper's review of 2026-12-06: eight sessions reading
+ * with deadlines of 1-300 us and two loop threads took 11-42 s instead
+ * of 0.3 s; TESTING.md, fixed problem 211). */
+static void ur_cancel_submit(px_uring_ring *rg, const px_result *r)
+{
+	if (r->deadline_cancel)
+		ur_submit(rg);
+	else
+		ur_submit_taken(rg);
+}
+
 static int ur_cancel(px_provider *p, px_result *r)
 {
 	px_uring *u = ur_of_prov(p);
@@ -2586,14 +2603,14 @@ static int ur_cancel(px_provider *p, px_result *r)
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
 			if (unsubmitted)
-				ur_submit_taken(pr->rg);
+				ur_cancel_submit(pr->rg, r);
 			px__uring_kick(pr->rg);
 			ur_wake_for(u, pr->rg, r, false);
 		} else {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
 			if (unsubmitted)
-				ur_submit_taken(pr->rg);
+				ur_cancel_submit(pr->rg, r);
 		}
 	}
 	return PX_CANCEL_PENDING;
