@@ -661,9 +661,9 @@ static void sqpoll_cancel_then_reuse(void **state)
  * 1-300 us took 11-42 s instead of 0.3 s (fixed problem 211).  The
  * library's sched_yield and nanosleep are wrapped at link time and
  * counted (io_uring makes them nowhere else but under valgrind): four
- * sessions fed a byte at a time for 150 ms, each read restarted by its
- * callback with such a deadline, must time out now and then, lose no
- * byte, and make none of those calls.
+ * sessions fed a byte at a time for 150 ms, then left quiet for 10 ms,
+ * each read restarted by its callback with such a deadline, must time
+ * out now and then, lose no byte, and make none of those calls.
  */
 static atomic_long sq_wait_calls;
 
@@ -691,7 +691,7 @@ typedef struct dl_session {
 	unsigned seed;
 	unsigned char in;
 	int expect;                /* the next byte's sequence number */
-	atomic_int timeouts, eof, bad;
+	atomic_int got, timeouts, eof, bad;
 } dl_session;
 
 static void dl_start(dl_session *s);
@@ -710,6 +710,8 @@ static void dl_cb(const px_completion *c)
 		return;
 	} else if (s->in != (unsigned char)s->expect++) {
 		atomic_fetch_add(&s->bad, 1);
+	} else {
+		atomic_fetch_add(&s->got, 1);
 	}
 	dl_start(s);
 }
@@ -769,6 +771,16 @@ static void sqpoll_deadline_does_not_wait(void **state)
 		else if (k < 4)
 			usleep((useconds_t)(rand_r(&seed) % 200));
 	}
+	/* Every byte read, then a quiet spell: every session's read times
+	 * out, and so do the reads its callback starts again (a sanitizer's
+	 * build may run the loop too slowly for the pauses above to see
+	 * any). */
+	for (int i = 0; i < DL_SESSIONS; i++) {
+		for (int k = 0; k < 2000 && atomic_load(&s[i].got) < sent[i] &&
+				!atomic_load(&s[i].bad); k++)
+			usleep(1000);
+	}
+	usleep(10000);
 	for (int i = 0; i < DL_SESSIONS; i++)
 		shutdown(wr[i], SHUT_WR);
 	for (int i = 0; i < DL_SESSIONS; i++) {
