@@ -2556,7 +2556,8 @@ static void ur_submit_taken(px_uring_ring *rg)
  * the mutex held since the expiry) returns to no application call: r's
  * callback comes only with its CQE, after the kernel took its SQE, so the
  * number cannot be closed and reused under it meanwhile, and the wait
- * for the SQPOLL thread is not needed.  Made all the same, it held the
+ * for the SQPOLL thread is not needed (a px_cancel that follows makes it,
+ * below).  Made all the same, it held the
  * mutex for a scheduler slice or more at every yield while that thread
  * ran elsewhere (a helper's review of 2026-12-06: eight sessions reading
  * with deadlines of 1-300 us and two loop threads took 11-42 s instead
@@ -2612,6 +2613,11 @@ static int ur_cancel(px_provider *p, px_result *r)
 			if (unsubmitted)
 				ur_cancel_submit(pr->rg, r);
 		}
+	} else if (unsubmitted && !r->deadline_cancel) {
+		/* Asked already, by its deadline, which did not wait: r's own
+		 * SQE may still be in the ring, and px_cancel must not return
+		 * before the kernel thread has looked its number up. */
+		ur_submit_taken(pr->rg);
 	}
 	return PX_CANCEL_PENDING;
 }
