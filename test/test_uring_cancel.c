@@ -107,6 +107,25 @@ static void *looper_main(void *arg)
 	return NULL;
 }
 
+/* A proactor of text in f with LOOPERS loop threads running, for a test
+ * that makes its own (SQPOLL); the test is skipped where the engine
+ * cannot be made (SQPOLL may be refused to an unprivileged process on an
+ * old kernel). */
+static void fx_start_or_skip(fx *f, const char *text)
+{
+	char err[256];
+
+	memset(f, 0, sizeof(*f));
+	if (px_create(&f->px, text, err, sizeof(err))) {
+		printf("skip: px_create(%s): %s\n", text, err);
+		skip();
+	}
+	atomic_store(&f->looping, true);
+	for (int i = 0; i < LOOPERS; i++)
+		assert_int_equal(pthread_create(&f->loopers[i], NULL,
+						looper_main, f), 0);
+}
+
 static int setup(void **state)
 {
 	char err[256];
@@ -597,25 +616,15 @@ static void *sq_app_main(void *arg)
 static void sqpoll_cancel_then_reuse(void **state)
 {
 	const char *text = "provider=uring ring_flags=sqpoll";
-	char err[256];
-	px_proactor *px;
 	atomic_bool stop = false;
 	pthread_t hogs[SQ_HOGS], apps[SQ_APPS];
 	sq_app a[SQ_APPS];
 	int rounds = 0, stolen = 0, lost = 0;
 
 	(void)state;
-	if (px_create(&px, text, err, sizeof(err))) {
-		/* (SQPOLL may be refused to an unprivileged process on an old
-		 * kernel) */
-		printf("skip: px_create(%s): %s\n", text, err);
-		skip();
-	}
-	fx f = { .px = px };
-	atomic_store(&f.looping, true);
-	for (int i = 0; i < LOOPERS; i++)
-		assert_int_equal(pthread_create(&f.loopers[i], NULL,
-						looper_main, &f), 0);
+	fx f;
+	fx_start_or_skip(&f, text);
+	px_proactor *px = f.px;
 	for (int i = 0; i < SQ_HOGS; i++)
 		assert_int_equal(pthread_create(&hogs[i], NULL, sq_hog_main,
 						&stop), 0);
@@ -728,23 +737,15 @@ static void dl_start(dl_session *s)
 static void sqpoll_deadline_does_not_wait(void **state)
 {
 	const char *text = "provider=uring ring_flags=sqpoll";
-	char err[256];
-	px_proactor *px;
 	dl_session s[DL_SESSIONS];
 	int wr[DL_SESSIONS], sent[DL_SESSIONS] = {0};
 	int timeouts = 0, bad = 0;
 	unsigned seed = 11;
 
 	(void)state;
-	if (px_create(&px, text, err, sizeof(err))) {
-		printf("skip: px_create(%s): %s\n", text, err);
-		skip();
-	}
-	fx f = { .px = px };
-	atomic_store(&f.looping, true);
-	for (int i = 0; i < LOOPERS; i++)
-		assert_int_equal(pthread_create(&f.loopers[i], NULL,
-						looper_main, &f), 0);
+	fx f;
+	fx_start_or_skip(&f, text);
+	px_proactor *px = f.px;
 	for (int i = 0; i < DL_SESSIONS; i++) {
 		int sv[2];
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
