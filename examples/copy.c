@@ -84,7 +84,8 @@ struct copy {
 	uint64_t next;          /* offset of the next block to take */
 	uint64_t written;       /* bytes of the source written to DST */
 	bool dst_reg;           /* DST is a regular file (it can be cut) */
-	bool cut;               /* DST has been cut to 0 (cut_dst) */
+	int cut;                /* DST cut to 0 (cut_dst): 0 not yet, 1 done,
+	                           -1 failed (no block is written then) */
 	size_t block;
 	unsigned busy;          /* slots with an operation in flight */
 	int error;              /* first error (positive errno), or 0 */
@@ -161,14 +162,14 @@ static void write_step(struct slot *s)
  * the thread of px_handle_events (one here), so no lock is needed. */
 static bool cut_dst(struct copy *cp)
 {
-	if (cp->cut)
-		return true;
-	cp->cut = true;
-	if (cp->dst_reg && ftruncate(cp->dst, 0) < 0) {
-		fail(cp, errno, "truncate");
-		return false;
+	if (cp->cut == 0) {
+		cp->cut = 1;
+		if (cp->dst_reg && ftruncate(cp->dst, 0) < 0) {
+			fail(cp, errno, "truncate");
+			cp->cut = -1;
+		}
 	}
-	return true;
+	return cp->cut > 0;
 }
 
 /* Give an idle slot the next block, if there is one and all is well. */
