@@ -2089,18 +2089,28 @@ static int handed_on_child(void)
 static void sigwait_handed_on_after_wait(void **state)
 {
 	pid_t pid;
-	int status;
+	int status, tries;
 
 	(void)state;
-	fflush(stdout);
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		execl("/proc/self/exe", "test_posix_aio", "handed-on",
-		      (char *)NULL);
-		_exit(127);
+	/* Exit status 7: the leader was between two of its waits when the
+	 * post's signal came (on a loaded machine it may be off the CPU
+	 * there), so nothing was handed on and the case was not set up.
+	 * That says nothing of the library: run the child again. */
+	for (tries = 0; tries < 10; tries++) {
+		fflush(stdout);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			execl("/proc/self/exe", "test_posix_aio", "handed-on",
+			      (char *)NULL);
+			_exit(127);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 7)
+			break;
 	}
-	assert_int_equal(waitpid(pid, &status, 0), pid);
+	if (tries == 10)
+		skip();  /* never set up in ten runs: not tested */
 	if (WIFSIGNALED(status))
 		fail_msg("the child died of signal %d: a signal handed on to "
 			 "the leader stayed pending on its thread after its "
