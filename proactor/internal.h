@@ -447,7 +447,8 @@ int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HI
 int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 
 /* fork(2): the library's process-wide locks (the signal tables of the
- * signal interrupt and of the sigwait wait, the POSIX AIO set-up) are
+ * signal interrupt and of the sigwait wait, the POSIX AIO set-up, the
+ * file status flags of nbio.c's calls on files of no type) are
  * taken before a fork and released after it in both processes, so that a
  * child never inherits one held by a thread it does not have; in the
  * child each module also frees what the parent's proactors held, which
@@ -457,6 +458,7 @@ enum { PX_FORK_PREPARE, PX_FORK_PARENT, PX_FORK_CHILD };
 void px__signal_atfork(int phase) PX_HIDDEN;
 void px__sigwait_atfork(int phase) PX_HIDDEN;
 void px__paio_atfork(int phase) PX_HIDDEN;
+void px__nbio_atfork(int phase) PX_HIDDEN;
 
 /* ------------------------------------------------------------------ */
 /* Wait strategy                                                        */

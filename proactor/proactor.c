@@ -55,18 +55,20 @@ static pthread_once_t fac_fork_once = PTHREAD_ONCE_INIT;
  * handler (the page was refused). */
 static bool fac_fork_counts;
 
-/* The process-wide locks of the signal tables and the POSIX AIO set-up
- * (internal.h, PX_FORK_PREPARE): none is ever held with another, so any
- * order of taking them is safe. */
+/* The process-wide locks of the signal tables, the POSIX AIO set-up and
+ * nbio.c's file status flags (internal.h, PX_FORK_PREPARE): none is ever
+ * held with another, so any order of taking them is safe. */
 static void fac_fork_prepare(void)
 {
 	px__paio_atfork(PX_FORK_PREPARE);
 	px__sigwait_atfork(PX_FORK_PREPARE);
 	px__signal_atfork(PX_FORK_PREPARE);
+	px__nbio_atfork(PX_FORK_PREPARE);
 }
 
 static void fac_fork_parent(void)
 {
+	px__nbio_atfork(PX_FORK_PARENT);
 	px__signal_atfork(PX_FORK_PARENT);
 	px__sigwait_atfork(PX_FORK_PARENT);
 	px__paio_atfork(PX_FORK_PARENT);
@@ -77,6 +79,7 @@ static void fac_fork_child(void)
 	if (fac_fork_counts)
 		atomic_fetch_add_explicit(&fac_fork_count, 1,
 					  memory_order_relaxed);
+	px__nbio_atfork(PX_FORK_CHILD);
 	px__signal_atfork(PX_FORK_CHILD);
 	px__sigwait_atfork(PX_FORK_CHILD);
 	px__paio_atfork(PX_FORK_CHILD);

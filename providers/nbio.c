@@ -77,6 +77,32 @@ static int nb_classify(px_nbio *io)
 	return 0;
 }
 
+/*
+ * The O_NONBLOCK that nb_anon_io sets on the application's description for
+ * the length of one call is the library's, not the application's: no other
+ * call of the library may take it for the application's.  Two threads
+ * calling at once on two numbers of one file (a dup), or on one number in
+ * both directions, did (a helper's review of 2026-12-07): the second
+ * found the flag set, so it neither set it (nb_anon_io) nor took the file
+ * for blocking (nb_downgrade, which then learnt PX_NBIO_KIND_NONBLOCK for
+ * good), the first cleared it, and the second's read(2) slept, holding its
+ * thread (a loop thread, or the application's inside the start) until the
+ * next event.  So every look at and change of the file status flags for
+ * such a call is made under this process-wide lock, held for the few
+ * non-blocking system calls of one call only (never with another of the
+ * library's process-wide locks: internal.h, PX_FORK_PREPARE).  Another
+ * process sharing the description is not covered (nb_anon_io).
+ */
+static pthread_mutex_t nb_flags_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void px__nbio_atfork(int phase)
+{
+	if (phase == PX_FORK_PREPARE)
+		pthread_mutex_lock(&nb_flags_lock);
+	else
+		pthread_mutex_unlock(&nb_flags_lock);
+}
+
 /* The kernel refused RWF_NOWAIT: blocking, unless the rules trust the file
  * status flags and those say O_NONBLOCK; a blocking terminal is told apart
  * (its calls go through nb_tty_io), and so is a file of no type
@@ -86,9 +112,15 @@ static int nb_downgrade(const px_nbio_rules *rules, px_nbio *io)
 	int fl;
 
 	if (rules->trust_nonblock) {
+		/* Not while a call of nb_anon_io has its own O_NONBLOCK on
+		 * the file (nb_flags_lock). */
+		pthread_mutex_lock(&nb_flags_lock);
 		fl = fcntl(io->fd, F_GETFL);
 		if (fl < 0)
-			return -errno;
+			fl = -errno;
+		pthread_mutex_unlock(&nb_flags_lock);
+		if (fl < 0)
+			return fl;
 		if (fl & O_NONBLOCK) {
 			io->kind = PX_NBIO_KIND_NONBLOCK;
 			return 0;
@@ -215,14 +247,19 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
  */
 static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
 {
-	int fl = fcntl(fd, F_GETFL);
 	ssize_t n;
-	int err;
+	int fl, err;
 
-	if (fl < 0)
-		return -errno;
-	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
+	/* The flags' look, the call and the clearing as one, against the
+	 * library's other calls (nb_flags_lock). */
+	pthread_mutex_lock(&nb_flags_lock);
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 ||
+	    (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+		err = errno;
+		pthread_mutex_unlock(&nb_flags_lock);
+		return -err;
+	}
 	do {
 		n = wr ? nb_writev(fd, iov, cnt) : readv(fd, iov, cnt);
 	} while (n < 0 && errno == EINTR);
@@ -233,6 +270,7 @@ static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
 		if (now >= 0)
 			(void)fcntl(fd, F_SETFL, now & ~O_NONBLOCK);
 	}
+	pthread_mutex_unlock(&nb_flags_lock);
 	return n < 0 ? -err : n;
 }
 

@@ -53,6 +53,11 @@
  * pending, ends with the next event's bytes, and the descriptor is left
  * blocking (providers/nbio.c, nb_anon_io).  On uring, whose kernel makes
  * the read, nothing is taken and the first event ends it.
+ * Reads started at once by two threads on two numbers of one blocking
+ * inotify instance (a dup), fcntl staging the interleaving: the second
+ * start must not take the first call's own O_NONBLOCK for the
+ * application's and sleep in read(2) once it is cleared (fixed problem
+ * 233 in TESTING.md); both stay pending, the file blocking.
  * Calls a file has no method for (a stream read of an epoll instance, a
  * stream write to a timerfd, a signalfd or an epoll instance, all
  * blocking): one callback with EINVAL at once, as read(2) and write(2)
@@ -132,10 +137,25 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout)
 	return rc;
 }
 
+/* Two starts at once on two numbers of one blocking file of no type (a
+ * dup): the library's call on g_nb_a sets O_NONBLOCK for its read
+ * (stage 1) and waits up to 100 ms for the start on g_nb_b to look at the
+ * file status flags; when that look finds the flag (stage 2) it waits up
+ * to 1 s for g_nb_a's call to clear it again (stage 3), so that its read
+ * comes after the clearing. */
+static atomic_int g_nb_a = -1, g_nb_b = -1, g_nb_stage;
+
+static void nb_stage_wait(int want, int ms)
+{
+	for (int i = 0; i < ms && atomic_load(&g_nb_stage) < want; i++)
+		usleep(1000);
+}
+
 int __wrap_fcntl64(int fd, int cmd, ...)
 {
 	va_list ap;
 	void *arg;
+	int rc;
 
 	va_start(ap, cmd);
 	arg = va_arg(ap, void *);
@@ -144,7 +164,21 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 		atomic_fetch_add(&g_getfd, 1);
 	if (cmd == F_SETFL && ((intptr_t)arg & O_NONBLOCK))
 		steal_from(fd);
-	return __real_fcntl64(fd, cmd, arg);
+	rc = __real_fcntl64(fd, cmd, arg);
+	if (fd == atomic_load(&g_nb_a) && cmd == F_SETFL && rc == 0) {
+		if ((intptr_t)arg & O_NONBLOCK) {
+			atomic_store(&g_nb_stage, 1);
+			nb_stage_wait(2, 100);
+		} else if (atomic_load(&g_nb_stage) >= 1) {
+			atomic_store(&g_nb_stage, 3);
+		}
+	}
+	if (fd == atomic_load(&g_nb_b) && cmd == F_GETFL && rc >= 0 &&
+	    (rc & O_NONBLOCK) && atomic_load(&g_nb_stage) == 1) {
+		atomic_store(&g_nb_stage, 2);
+		nb_stage_wait(3, 1000);
+	}
+	return rc;
 }
 
 /* recv on g_hold_fd stops until g_release: the test holds a readiness
@@ -853,6 +887,120 @@ static void no_method(px_proactor *px, const char *what, int fd, bool wr,
 	assert_int_equal(atomic_load(&a.bytes), 0);
 }
 
+struct dup_start {
+	px_proactor *px;
+	int fd;
+	char *buf;
+	struct anon_read *a;
+	atomic_int go, quit, rc, done;
+};
+
+static void *dup_start_main(void *arg)
+{
+	struct dup_start *d = arg;
+	uint64_t end = now_ms() + 2000;
+
+	while (!atomic_load(&d->go) && !atomic_load(&d->quit) &&
+	       now_ms() < end)
+		usleep(200);
+	if (atomic_load(&d->go))
+		atomic_store(&d->rc, px_read_stream(d->px, d->fd, d->buf, 4096,
+						    anon_cb, d->a));
+	atomic_store(&d->done, 1);
+	return NULL;
+}
+
+static void *nb_stage_watch(void *arg)
+{
+	struct dup_start *d = arg;
+
+	while (!atomic_load(&d->quit)) {
+		if (atomic_load(&g_nb_stage) >= 1) {
+			atomic_store(&d->go, 1);
+			break;
+		}
+		usleep(100);
+	}
+	return NULL;
+}
+
+/* Reads started at once by two threads on two numbers of one blocking
+ * inotify instance (a dup), which refuses RWF_NOWAIT: the first start's
+ * call sets O_NONBLOCK on the file for its read and clears it after.  The
+ * second start, looking at the flags meanwhile, took the library's own
+ * O_NONBLOCK for the application's, and read after it was cleared: a
+ * blocking read(2), the application's thread asleep inside px_read_stream
+ * until the next event (fixed problem 233 in TESTING.md).  Both reads must
+ * stay pending and the file be left blocking. */
+static void starts_on_dups_of_a_file_of_no_type(void **state)
+{
+	(void)state;
+	if (strncmp(g_engine, "uring", 5) == 0)
+		skip();       /* the kernel makes the calls */
+	char dir[] = "/tmp/px_fdops_XXXXXX";
+	static char buf_a[4096], buf_b[4096];
+	struct anon_read a = {0}, b = {0};
+	struct dup_start d = { .buf = buf_b, .a = &b };
+	pthread_t t, w;
+
+	assert_non_null(mkdtemp(dir));
+	int fd = inotify_init1(IN_CLOEXEC);  /* blocking */
+	assert_true(fd >= 0);
+	assert_true(inotify_add_watch(fd, dir, IN_CREATE) >= 0);
+	int fd2 = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	assert_true(fd2 >= 0);
+	d.px = make();
+	d.fd = fd2;
+	atomic_store(&g_nb_stage, 0);
+	atomic_store(&g_nb_b, fd2);
+	atomic_store(&g_nb_a, fd);
+	assert_int_equal(pthread_create(&t, NULL, dup_start_main, &d), 0);
+	assert_int_equal(pthread_create(&w, NULL, nb_stage_watch, &d), 0);
+	assert_int_equal(px_read_stream(d.px, fd, buf_a, sizeof(buf_a),
+					anon_cb, &a), 0);
+	atomic_store(&g_nb_a, -1);
+	bool staged = atomic_load(&g_nb_stage) >= 1;
+	if (!staged)
+		atomic_store(&d.quit, 1);
+	uint64_t end = now_ms() + 500;
+	while (!atomic_load(&d.done) && now_ms() < end)
+		usleep(1000);
+	bool held = !atomic_load(&d.done);
+	if (held)
+		touch_in(dir);  /* lets the read that sleeps go */
+	atomic_store(&d.quit, 1);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(pthread_join(w, NULL), 0);
+	atomic_store(&g_nb_b, -1);
+	if (!staged) {
+		print_message("%s: the first read set no O_NONBLOCK: not "
+			      "staged\n", g_engine);
+		assert_int_equal(px_destroy(d.px), 0);
+		close(fd2);
+		close(fd);
+		rmdir(dir);
+		skip();
+	}
+	if (held)
+		fail_msg("%s: a start on a dup slept in read(2) after the "
+			 "library cleared its own O_NONBLOCK", g_engine);
+	assert_int_equal(atomic_load(&d.rc), 0);
+	/* No event yet: both still pending, the file blocking. */
+	assert_int_equal(atomic_load(&a.calls), 0);
+	assert_int_equal(atomic_load(&b.calls), 0);
+	int fl = fcntl(fd, F_GETFL);
+	assert_true(fl >= 0);
+	assert_false(fl & O_NONBLOCK);
+	assert_int_equal(px_destroy(d.px), 0);
+	assert_int_equal(atomic_load(&a.calls), 1);
+	assert_int_equal(atomic_load(&a.error), ECANCELED);
+	assert_int_equal(atomic_load(&b.calls), 1);
+	assert_int_equal(atomic_load(&b.error), ECANCELED);
+	close(fd2);
+	close(fd);
+	rmdir(dir);
+}
+
 static void calls_without_a_method_fail_at_once(void **state)
 {
 	(void)state;
@@ -950,6 +1098,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(max_aio_counts_a_start_under_way),
 		cmocka_unit_test(stats_leave_out_a_start_under_way),
 		cmocka_unit_test(blocking_read_after_its_event_was_taken),
+		cmocka_unit_test(starts_on_dups_of_a_file_of_no_type),
 		cmocka_unit_test(calls_without_a_method_fail_at_once),
 		cmocka_unit_test(connect_reset_while_finished_says_reset),
 	};
