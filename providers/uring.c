@@ -1954,6 +1954,33 @@ static void ur_dequeue(px_uring *u, px_result *r)
 /* Completion                                                           */
 /* ------------------------------------------------------------------ */
 
+/*
+ * A TCP connect that failed (refused, unreachable, timed out, reset):
+ * the kernel's connect request, woken with an error on the socket, takes
+ * that error (SO_ERROR) without calling connect(2) again, so the socket
+ * stays marked as connecting, with both directions shut by the failure.
+ * A read started next then said 0 bytes, the end of a stream there never
+ * was, where a failed connect(2) (which ends by disconnecting the socket)
+ * and the other engines (nb_connect_finish in nbio.c) leave a socket
+ * that is not connected: ENOTCONN.  A connect(2) to AF_UNSPEC clears the
+ * mark on a socket the failure closed and starts nothing; a socket still
+ * under way is left alone, and a cancelled connect (ECANCELED: px_cancel,
+ * px_close, a deadline) is not looked at, as the other engines leave it.
+ * Only on a failure, so never on the path of a connection.
+ */
+static void ur_connect_failed(int fd)
+{
+	struct tcp_info ti;
+	socklen_t tl = sizeof(ti);
+
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 && tl > 0 &&
+	    ti.tcpi_state == TCP_CLOSE) {
+		struct sockaddr un = { .sa_family = AF_UNSPEC };
+
+		(void)px__sys_connect(fd, &un, sizeof(un));
+	}
+}
+
 /* r is done with res (bytes, or -errno): set its outputs and forget it. */
 static px_result *ur_finish(px_uring *u, px_result *r, int res)
 {
@@ -2025,6 +2052,9 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		if ((c->op == PX_OP_WRITE_STREAM || c->op == PX_OP_READ_STREAM) &&
 		    res != -ECANCELED)
 			pr->fe->notsock = false;
+		if (c->op == PX_OP_CONNECT && res != -EBADF &&
+		    res != -ECANCELED)
+			ur_connect_failed(c->fd);
 		px_result_finish(r, r->done, -res);
 	}
 	ur_dequeue(u, r);

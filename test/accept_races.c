@@ -21,7 +21,9 @@
  *  - max_aio=4 with accepts and connects deferred, and cancels among them;
  *  - a listener closed with close(2) under pending accepts (EBADF);
  *  - listeners shut down with shutdown(2) under pending accepts (EINVAL,
- *    no spin).
+ *    no spin);
+ *  - reads and writes started from a failed connect's callback (ENOTCONN,
+ *    EPIPE: the socket left unconnected, as connect(2) leaves it).
  *
  * Every start is counted in a record of its own (allocated per start, so
  * that no fixed pool can run dry while the test thread is off the CPU),
@@ -2437,6 +2439,165 @@ static void connect_unix_ended_then_reused(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 15. Reads and writes started when a connect has failed               */
+/* ------------------------------------------------------------------ */
+
+/* What a failed connect's callback starts on its socket, and where. */
+static struct {
+	h_fx *f;
+	rec *rd[4], *wr[4];
+	char *rbuf;
+} g_cf;
+
+/* The connect's callback (slot i) starts a read and a write on the
+ * socket at once, as a client that learns of the failure from the read
+ * would. */
+static void cf_connect_cb(const px_completion *c)
+{
+	rec *r = c->user;
+	if (!rec_note(c))
+		return;
+	int i = r->slot;
+	g_cf.rd[i] = rec_new(PX_OP_READ_STREAM, c->fd, 10 + i);
+	g_cf.wr[i] = rec_new(PX_OP_WRITE_STREAM, c->fd, 20 + i);
+	if (g_cf.rd[i] &&
+	    px_read_stream(c->proactor, c->fd, g_cf.rbuf + 16 * i, 16, rec_cb,
+			   g_cf.rd[i]) == 0)
+		atomic_store(&g_cf.rd[i]->started, 1);
+	else
+		h_bad("a read started from a failed connect's callback was "
+		      "refused");
+	if (g_cf.wr[i] &&
+	    px_write_stream(c->proactor, c->fd, "ping", 4, rec_cb,
+			    g_cf.wr[i]) == 0)
+		atomic_store(&g_cf.wr[i]->started, 1);
+	else
+		h_bad("a write started from a failed connect's callback was "
+		      "refused");
+	rec_done(r);
+}
+
+/*
+ * A connect that fails leaves its socket as a failed connect(2) would, on
+ * every engine: a TCP connect refused (blocking and non-blocking socket),
+ * and an AF_UNIX one to a path that does not exist.  A read and a write
+ * started from the connect's callback end at once with what recv(2) and
+ * send(2) say of a socket that is not connected: ENOTCONN and EPIPE for
+ * TCP, EINVAL and ENOTCONN for AF_UNIX, 0 bytes each (io_uring's TCP read
+ * said 0 bytes and error 0 instead, the end of a stream that never was:
+ * the kernel took the error from the socket without the connect(2) that
+ * marks it unconnected).  Then a px_connect of the same socket to a
+ * listener connects.
+ */
+static void connect_failed_then_read_write(void **state)
+{
+	h_fx *f = *state;
+	g_cf.f = f;
+	g_cf.rbuf = h_alloc(f, 64);
+	struct sockaddr_in refusing, open_la;
+	(void)bound_tcp(&refusing, 0);   /* bound, never listens */
+	int l = listener(&open_la, 8);
+	char *dir = h_alloc(f, 64);
+	snprintf(dir, 64, "/tmp/px-accept-races-XXXXXX");
+	if (!mkdtemp(dir))
+		fail_msg("mkdtemp: %s", strerror(errno));
+	struct sockaddr_un *missing = h_alloc(f, sizeof *missing);
+	struct sockaddr_un *ua = h_alloc(f, sizeof *ua);
+	missing->sun_family = ua->sun_family = AF_UNIX;
+	snprintf(missing->sun_path, sizeof missing->sun_path, "%s/none", dir);
+	snprintf(ua->sun_path, sizeof ua->sun_path, "%s/l", dir);
+	int ul = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	bool uok = ul >= 0 && bind(ul, (struct sockaddr *)ua, sizeof *ua) == 0 &&
+		   listen(ul, 8) == 0;
+	int ue = errno;
+	if (!uok) {
+		unlink(ua->sun_path);
+		rmdir(dir);
+		fail_msg("AF_UNIX listener: %s", strerror(ue));
+	}
+
+	/* 0, 1: TCP blocking and not; 2, 3: AF_UNIX blocking and not. */
+	static const char *const what[4] = {
+		"TCP, blocking", "TCP, non-blocking", "AF_UNIX, blocking",
+		"AF_UNIX, non-blocking"};
+	static const int want_c[4] = {ECONNREFUSED, ECONNREFUSED, ENOENT,
+				      ENOENT};
+	static const int want_r[4] = {ENOTCONN, ENOTCONN, EINVAL, EINVAL};
+	static const int want_w[4] = {EPIPE, EPIPE, ENOTCONN, ENOTCONN};
+	int fd[4], fl[4];
+	rec *rc[4];
+	for (int i = 0; i < 4; i++) {
+		fd[i] = fd_keep(socket(i < 2 ? AF_INET : AF_UNIX,
+				       SOCK_STREAM | SOCK_CLOEXEC |
+				       (i % 2 ? SOCK_NONBLOCK : 0), 0));
+		fl[i] = fcntl(fd[i], F_GETFL);
+		rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+		const struct sockaddr *to = i < 2
+			? (const struct sockaddr *)&refusing
+			: (const struct sockaddr *)missing;
+		socklen_t tl = i < 2 ? sizeof refusing : sizeof *missing;
+		assert_int_equal(px_connect(f->px, fd[i], to, tl, cf_connect_cb,
+					    rc[i]), 0);
+		atomic_store(&rc[i]->started, 1);
+	}
+	for (int i = 0; i < 4; i++) {
+		pump_until(f, rc[i], 2000, "a connect that fails");
+		if (rc[i]->error != want_c[i])
+			fail_msg("connect (%s): error %d (%s), expected %d (%s)",
+				 what[i], rc[i]->error, strerror(rc[i]->error),
+				 want_c[i], strerror(want_c[i]));
+		h_assert_no_bad("reads and writes after a failed connect");
+		pump_until(f, g_cf.rd[i], 1000,
+			   "a read started after a failed connect");
+		pump_until(f, g_cf.wr[i], 1000,
+			   "a write started after a failed connect");
+		if (g_cf.rd[i]->error != want_r[i] || g_cf.rd[i]->bytes != 0)
+			fail_msg("a read started from the callback of a failed "
+				 "connect (%s): error %d (%s), %zu bytes; "
+				 "expected %d (%s), as recv(2) says of a socket "
+				 "that is not connected", what[i],
+				 g_cf.rd[i]->error, strerror(g_cf.rd[i]->error),
+				 g_cf.rd[i]->bytes, want_r[i],
+				 strerror(want_r[i]));
+		if (g_cf.wr[i]->error != want_w[i] || g_cf.wr[i]->bytes != 0)
+			fail_msg("a write started from the callback of a failed "
+				 "connect (%s): error %d (%s), %zu bytes; "
+				 "expected %d (%s)", what[i],
+				 g_cf.wr[i]->error, strerror(g_cf.wr[i]->error),
+				 g_cf.wr[i]->bytes, want_w[i],
+				 strerror(want_w[i]));
+		if (fcntl(fd[i], F_GETFL) != fl[i])
+			fail_msg("connect (%s): file status flags %#x, %#x before",
+				 what[i], fcntl(fd[i], F_GETFL), fl[i]);
+	}
+	/* The same sockets connect next time. */
+	rec *r2[4];
+	for (int i = 0; i < 4; i++) {
+		r2[i] = rec_new(PX_OP_CONNECT, fd[i], 30 + i);
+		const struct sockaddr *to = i < 2
+			? (const struct sockaddr *)&open_la
+			: (const struct sockaddr *)ua;
+		socklen_t tl = i < 2 ? sizeof open_la : sizeof *ua;
+		assert_int_equal(px_connect(f->px, fd[i], to, tl, rec_cb, r2[i]),
+				 0);
+		atomic_store(&r2[i]->started, 1);
+	}
+	for (int i = 0; i < 4; i++)
+		pump_until(f, r2[i], 2000, "a connect after a failed one");
+	unlink(ua->sun_path);
+	rmdir(dir);
+	for (int i = 0; i < 4; i++)
+		if (r2[i]->error != 0)
+			fail_msg("a second connect (%s) after a failed one, with "
+				 "a read and a write between: error %d (%s)",
+				 what[i], r2[i]->error, strerror(r2[i]->error));
+	destroy_now(f);
+	(void)l;
+	reg_check("reads and writes after a failed connect");
+	h_assert_no_bad("reads and writes after a failed connect");
+}
+
+/* ------------------------------------------------------------------ */
 /* 14. The peer's address of an accept                                  */
 /* ------------------------------------------------------------------ */
 
@@ -2583,6 +2744,7 @@ int main(int argc, char **argv)
 						fx_setup_aio2, fx_teardown),
 		T(connect_unix_ended_then_reused),
 		T(accept_peer_addresses),
+		T(connect_failed_then_read_write),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
