@@ -742,6 +742,18 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 		err = px__sys_connect(io->fd,
 				      (const struct sockaddr *)&r->c.addr,
 				      r->c.addrlen) < 0 ? errno : 0;
+		/* A connect made before on the socket, the application's
+		 * own non-blocking connect(2) say, failed and its error was
+		 * taken (SO_ERROR): Linux kept the socket marked as
+		 * connecting, and this call only cleared the mark.  The
+		 * connect asked for is still to be made, as io_uring's
+		 * kernel connect makes it (it tries once more after an
+		 * ECONNABORTED): px_connect(3), a socket whose connect
+		 * failed connects at the next px_connect. */
+		if (err == ECONNABORTED)
+			err = px__sys_connect(io->fd,
+					      (const struct sockaddr *)&r->c.addr,
+					      r->c.addrlen) < 0 ? errno : 0;
 		if (!(fl & O_NONBLOCK))
 			fcntl(io->fd, F_SETFL, fl);
 		/* Interrupted, a non-blocking connect carries on regardless. */

@@ -23,7 +23,8 @@
  *  - listeners shut down with shutdown(2) under pending accepts (EINVAL,
  *    no spin);
  *  - reads and writes started from a failed connect's callback (ENOTCONN,
- *    EPIPE: the socket left unconnected, as connect(2) leaves it).
+ *    EPIPE: the socket left unconnected, as connect(2) leaves it), and a
+ *    px_connect after the application's own refused connect(2).
  *
  * Every start is counted in a record of its own (allocated per start, so
  * that no fixed pool can run dry while the test thread is off the CPU),
@@ -2598,6 +2599,75 @@ static void connect_failed_then_read_write(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 16. A connect after the application's own failed connect(2)          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The application makes its own non-blocking connect(2), which is
+ * refused, and learns so the usual way (poll for writable, then
+ * SO_ERROR, which takes the error); then it asks px_connect to connect
+ * the socket to a listener.  px_connect(3): a socket whose connect failed
+ * may be connected again, the next px_connect starting a new connection
+ * on every engine.  Linux keeps such a socket marked as connecting, and
+ * its next connect(2) only clears the mark, with ECONNABORTED; io_uring's
+ * kernel connect then tries once more and connects, where the readiness
+ * engines and Linux AIO completed with ECONNABORTED.  Socket 0 stays
+ * non-blocking, socket 1 is made blocking after its own connect; the
+ * flags are as before afterwards, and the listener holds both.
+ */
+static void connect_after_own_failed_connect(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in refusing, open_la;
+	(void)bound_tcp(&refusing, 0);   /* bound, never listens */
+	int l = listener(&open_la, 8);
+	for (int i = 0; i < 2; i++) {
+		int fd = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+					SOCK_CLOEXEC, 0));
+		int rc = connect(fd, (struct sockaddr *)&refusing,
+				 sizeof refusing);
+		int e = rc < 0 ? errno : 0;
+		if (e != EINPROGRESS)
+			skip();   /* refused or connected within the call */
+		struct pollfd p = {fd, POLLOUT, 0};
+		if (poll(&p, 1, 2000) != 1)
+			fail_msg("the application's own connect to a closed port "
+				 "did not end within 2 s");
+		int soerr = 0;
+		socklen_t sl = sizeof soerr;
+		assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr,
+					    &sl), 0);
+		assert_int_equal(soerr, ECONNREFUSED);
+		if (i == 1)
+			fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+		int fl = fcntl(fd, F_GETFL);
+		rec *r = rec_new(PX_OP_CONNECT, fd, i);
+		assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)&open_la,
+					    sizeof open_la, rec_cb, r), 0);
+		atomic_store(&r->started, 1);
+		pump_until(f, r, 2000, "a connect after the application's own "
+			   "refused one");
+		if (r->error != 0)
+			fail_msg("px_connect of a %s socket whose own connect(2) "
+				 "was refused (error taken with SO_ERROR): error "
+				 "%d (%s), expected a new connection",
+				 i ? "blocking" : "non-blocking", r->error,
+				 strerror(r->error));
+		if (fcntl(fd, F_GETFL) != fl)
+			fail_msg("connect: file status flags %#x, %#x before",
+				 fcntl(fd, F_GETFL), fl);
+	}
+	set_nonblock(l);
+	int queued = 0;
+	for (int a; (a = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0; queued++)
+		close(a);
+	assert_int_equal(queued, 2);
+	destroy_now(f);
+	reg_check("a connect after the application's own failed one");
+	h_assert_no_bad("a connect after the application's own failed one");
+}
+
+/* ------------------------------------------------------------------ */
 /* 14. The peer's address of an accept                                  */
 /* ------------------------------------------------------------------ */
 
@@ -2745,6 +2815,7 @@ int main(int argc, char **argv)
 		T(connect_unix_ended_then_reused),
 		T(accept_peer_addresses),
 		T(connect_failed_then_read_write),
+		T(connect_after_own_failed_connect),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
