@@ -40,8 +40,10 @@
  * numbers); 403 for a path with
  * a ".." segment; 404 for a missing or non-regular file, or a path
  * through a symbolic link that ROOT's confinement refuses; 405 for
- * methods other than GET and HEAD; 414 when the request line, 431 when
- * the headers do not fit in REQ_MAX bytes; 501 for a request body sent
+ * methods other than GET and HEAD; 414 when the request line does not
+ * fit in REQ_MAX bytes, or its path in PATH_LEN (or a segment of it in
+ * 255, the longest file name), 431 when the headers do not fit in
+ * REQ_MAX bytes; 501 for a request body sent
  * chunked; 503 when the server is out of descriptors.  Errors close the
  * connection after the answer.  A request not complete within IDLE_MS is
  * not answered: the connection is closed.
@@ -374,8 +376,10 @@ static char *origin_form(char *t)
 /*
  * The request target (origin form) to a path relative to the root, in
  * place: the query is dropped, %XX decoded, "." segments and repeated
- * slashes removed.  Returns 0, 400 (malformed) or 403 (a ".." segment or
- * an encoded NUL or slash).
+ * slashes removed.  Returns 0, 400 (malformed), 403 (a ".." segment or
+ * an encoded NUL or slash) or 414 (a segment longer than a file name can
+ * be, or a path longer than outlen: a well-formed target this server will
+ * not take, which RFC 9112, 3, answers with 414, not 400).
  */
 static int target_to_path(char *t, char *out, size_t outlen)
 {
@@ -404,7 +408,7 @@ static int target_to_path(char *t, char *out, size_t outlen)
 					return 403;
 			}
 			if (n + 1 >= sizeof(seg))
-				return 400;
+				return 414;
 			seg[n++] = (char)ch;
 		}
 		seg[n] = '\0';
@@ -413,7 +417,7 @@ static int target_to_path(char *t, char *out, size_t outlen)
 		if (strcmp(seg, "..") == 0)
 			return 403;
 		if (o + n + 2 > outlen)
-			return 400;
+			return 414;
 		if (o)
 			out[o++] = '/';
 		memcpy(out + o, seg, n);
@@ -819,6 +823,8 @@ static void answer(struct conn *k, size_t end)
 		return send_error(k, 400, "Bad Request");
 	if (status == 403)
 		return send_error(k, 403, "Forbidden");
+	if (status == 414)
+		return send_error(k, 414, "URI Too Long");
 	if (path[0] == '\0' || target[strlen(target) - 1] == '/')
 		strcat(path, path[0] ? "/index.html" : "index.html");
 

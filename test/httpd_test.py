@@ -424,6 +424,11 @@ def checks(port, root, small, big, extra, server):
         if b"secret" in r[2]:
             fail("traversal served a file outside the root")
     expect(port, get("/" + "a" * 9000), 414, closes=True)
+    # A well-formed target whose path is longer than the server takes
+    # (1 KiB), or with a segment longer than a file name can be, gets 414
+    # too (RFC 9112, 3), not the 400 of a malformed request it used to.
+    expect(port, get("/" + "a/" * 1000), 414, closes=True)
+    expect(port, get("/dir/" + "b" * 300), 414, closes=True)
     expect(port, get("/small.bin", "X-Long: " + "b" * 9000 + "\r\n"), 431, closes=True)
 
     # An error answer to HEAD has the headers of the GET answer and no
