@@ -24,7 +24,9 @@
  * open).
  *
  * A progress line goes to stderr when stderr is a terminal; the rate in
- * MB/s (10^6 bytes per second) is printed at the end.  Exit status 0 on
+ * MB/s (10^6 bytes per second) is printed at the end, on stdout (on
+ * stderr when stdout is DST itself, as in "copy SRC /dev/stdout > FILE",
+ * so that the report does not land in the copy).  Exit status 0 on
  * success, 1 on any error (DST is then incomplete), 2 for bad usage.
  * DST is opened only once SRC has been checked and the proactor and
  * buffers made, and cut to nothing only just before the first write, when
@@ -291,6 +293,15 @@ static void progress(const struct copy *cp, double t0, bool last)
 		t > 0 ? mb / t : 0.0, last ? "\n" : "");
 }
 
+/* Descriptor fd is open on DST itself (fstat's device and inode). */
+static bool is_dst(int fd, const struct stat *dst)
+{
+	struct stat st;
+
+	return fstat(fd, &st) == 0 && st.st_dev == dst->st_dev &&
+	       st.st_ino == dst->st_ino;
+}
+
 static void usage(FILE *f, const char *prog)
 {
 	fprintf(f,
@@ -550,16 +561,26 @@ int main(int argc, char **argv)
 			strerror(cp.error));
 		return 1;
 	}
+	/* DST may be our own stdout or stderr (copy SRC /dev/stdout > FILE,
+	 * or a descriptor number the shell left closed and DST's open took):
+	 * a report written there would land over the copy's first bytes or
+	 * after its end.  It goes to the other stream then, or nowhere. */
+	FILE *report = !is_dst(STDOUT_FILENO, &dst_st) ? stdout
+		       : !is_dst(STDERR_FILENO, &dst_st) ? stderr : NULL;
 	if (sig && end < cp.size) {
-		fprintf(stderr, "copy: interrupted by %s: %s holds the first "
-			"%llu of the %llu bytes of %s\n", sig == SIGINT ? "SIGINT"
-			: "SIGTERM", dst, (unsigned long long)end,
-			(unsigned long long)cp.size, src);
+		if (!is_dst(STDERR_FILENO, &dst_st))
+			fprintf(stderr, "copy: interrupted by %s: %s holds the "
+				"first %llu of the %llu bytes of %s\n",
+				sig == SIGINT ? "SIGINT" : "SIGTERM", dst,
+				(unsigned long long)end,
+				(unsigned long long)cp.size, src);
 		signal(sig, SIG_DFL);
 		raise(sig);
 		return 1;
 	}
-	printf("copy: %llu bytes in %.3f s, %.1f MB/s (engine \"%s\", depth %u, "
+	if (!report)
+		return 0;
+	fprintf(report, "copy: %llu bytes in %.3f s, %.1f MB/s (engine \"%s\", depth %u, "
 	       "block %zu%s)\n",
 	       (unsigned long long)cp.size, t, t > 0 ? (double)cp.size / 1e6 / t : 0.0,
 	       engine, depth, cp.block,

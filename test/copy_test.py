@@ -133,6 +133,32 @@ def interrupt_check(copy, engine, direct, env, src, tmp):
     fail("three copies finished before SIGINT reached them")
 
 
+def stdout_dst_check(copy, engine, direct, env, tmp):
+    """DST that is copy's own standard output (copy SRC /dev/stdout >
+    FILE, or >> FILE, or a descriptor left open on it): the report that
+    ends a copy goes to stderr instead, so that FILE is exactly SRC.  (It
+    was printed to stdout, over the start of the copy, or after its end
+    with >>, and copy said success.)"""
+    src = os.path.join(tmp, "small5000")
+    out = os.path.join(tmp, "stdout-dst")
+    with open(src, "rb") as f:
+        want = f.read()
+    cmd = [copy] + (["-e", engine] if engine else []) + \
+        (["--direct"] if direct else []) + [src, "/dev/stdout"]
+    for mode in ("wb", "ab"):
+        with open(out, mode) as f:
+            p = subprocess.run(cmd, stdout=f, stderr=subprocess.PIPE,
+                               text=True, env=env, timeout=60)
+        with open(out, "rb") as f:
+            got = f.read()
+        if p.returncode != 0 or "MB/s" not in p.stderr or got != want:
+            fail("copy to /dev/stdout, a file opened %r: exit %d, %r; "
+                 "the file holds %d bytes, %s SRC's %d"
+                 % (mode, p.returncode, p.stderr, len(got),
+                    "equal to" if got == want else "not", len(want)))
+        os.unlink(out)
+
+
 def main():
     copy, base, engine = sys.argv[1], sys.argv[2], sys.argv[3]
     direct = len(sys.argv) > 4 and sys.argv[4] == "--direct"
@@ -202,6 +228,8 @@ def main():
 
         if direct:
             block_device_check(run, tmp)
+
+        stdout_dst_check(copy, engine, direct, env, tmp)
 
         # Errors.
         run([os.path.join(tmp, "missing"), os.path.join(tmp, "x")], want_ok=False)
