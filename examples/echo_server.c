@@ -68,19 +68,25 @@ static void on_write(const px_completion *c)
 		conn_read(k);
 }
 
-/* A new connection (in the accept's callback): start reading. */
-static void on_conn(struct ex_server *s, int fd)
+/* A new connection (in the accept's callback): start reading.  Returns 0,
+ * or the start's error with fd left open (example_util.h holds the
+ * connection for a later try when the engine cannot take fd now). */
+static int on_conn(struct ex_server *s, int fd)
 {
 	struct conn *k = malloc(sizeof(*k));
+	int rc;
 
-	if (!k) {
-		close(fd);
-		return;
-	}
+	if (!k)
+		return -ENOMEM;
 	k->srv = s;
 	k->fd = fd;
 	atomic_fetch_add(&s->open, 1);
-	conn_read(k);
+	rc = px_read_stream(s->px, fd, k->buf, sizeof(k->buf), on_read, k);
+	if (rc < 0) {
+		atomic_fetch_sub(&s->open, 1);
+		free(k);
+	}
+	return rc < 0 ? rc : 0;
 }
 
 static void usage(FILE *f, const char *prog)

@@ -10,13 +10,15 @@
  *   ex_listen()       a listening TCP socket on an address and port
  *   struct ex_server  a TCP server: one accept kept pending on the
  *                     listening socket, with a back-off when out of
- *                     descriptors; ex_serve() runs it on THREADS threads
+ *                     descriptors (the process's, or those the engine can
+ *                     watch); ex_serve() runs it on THREADS threads
  *                     until SIGINT or SIGTERM (SIGUSR1 prints statistics)
  */
 #ifndef EXAMPLE_UTIL_H
 #define EXAMPLE_UTIL_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -33,6 +35,7 @@
 
 #define EX_MAX_THREADS 256
 #define EX_ACCEPT_RETRY_NS (100u * 1000u * 1000u) /* after EMFILE and the like */
+#define EX_MAX_HELD (EX_MAX_THREADS + 2) /* connections held, below */
 
 /* A whole decimal number from lo to hi, or -1. */
 static inline long ex_number(const char *s, long lo, long hi)
@@ -120,12 +123,18 @@ static inline int ex_listen(const char *prog, const char *addr,
 /*
  * A TCP server.  The example fills in prog and on_conn (and counts, if it
  * has counters of its own to print) and calls ex_serve(); on_conn runs in
- * a callback for each accepted connection and owns its descriptor.  The
- * example keeps `open` up to date itself (the connections it holds).
+ * a callback for each accepted connection and starts serving it.  It
+ * returns 0 once it has started (it then owns the descriptor), or the
+ * negative errno of the start that failed, having undone what it did but
+ * left the descriptor open: -EMFILE, -ENFILE or -ENOMEM (the engine cannot
+ * take the descriptor now, as the select wait cannot one at FD_SETSIZE or
+ * above, or is out of memory) hold the connection for a later try, with
+ * accepts paused as for EMFILE; other errors close it.  The example keeps
+ * `open` up to date itself (the connections it holds).
  */
 struct ex_server {
 	const char *prog;       /* for messages: "PROG: ..." */
-	void (*on_conn)(struct ex_server *s, int fd);
+	int (*on_conn)(struct ex_server *s, int fd);
 	void (*counts)(struct ex_server *s); /* optional: printed first in
 	                                        the statistics, ending "; " */
 	px_proactor *px;
@@ -133,6 +142,16 @@ struct ex_server {
 	atomic_ulong accepted;  /* connections accepted */
 	atomic_ulong open;      /* connections not yet closed */
 	atomic_bool paused;     /* accepts back off after EMFILE and the like */
+	/* Connections accepted whose start the engine refused, tried again
+	 * every EX_ACCEPT_RETRY_NS with no accept pending meanwhile: the
+	 * select wait takes no descriptor at FD_SETSIZE or above, and an
+	 * accept re-armed at once would take, and have to drop, every
+	 * connection waiting in the backlog.  Under held_lock. */
+	atomic_bool holding;    /* some are held (read without the lock) */
+	bool accept_armed;      /* while holding: an accept is still pending */
+	unsigned nheld;
+	int held[EX_MAX_HELD];
+	pthread_mutex_t held_lock;
 };
 
 static inline void ex_on_accept(const px_completion *c);
@@ -150,6 +169,99 @@ static inline void ex_on_accept_retry(const px_completion *c)
 {
 	if (c->error == 0)
 		ex_accept_again(c->user);
+}
+
+static inline bool ex_engine_full(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM;
+}
+
+static inline void ex_on_held_retry(const px_completion *c);
+
+/* Hold fd, whose start failed with rc (ex_engine_full), for a later try.
+ * Caller holds held_lock. */
+static inline void ex_hold(struct ex_server *s, int fd, int rc)
+{
+	if (s->nheld == EX_MAX_HELD) {
+		close(fd);      /* cannot happen: see EX_MAX_HELD */
+		return;
+	}
+	s->held[s->nheld++] = fd;
+	if (atomic_load(&s->holding))
+		return;
+	/* The first: from now on no accept is armed until every held
+	 * connection has started; the one pending now is the last. */
+	atomic_store(&s->holding, true);
+	s->accept_armed = true;
+	if (!atomic_exchange(&s->paused, true))
+		fprintf(stderr, "%s: accept: connection on descriptor %d not "
+			"taken by the engine: %s; pausing accepts, retrying every "
+			"%u ms\n", s->prog, fd, px_strerror(-rc),
+			EX_ACCEPT_RETRY_NS / 1000000u);
+	if (px_timer_start(s->px, EX_ACCEPT_RETRY_NS, ex_on_held_retry, s) < 0) {
+		/* Stopping (or out of memory): no retry; ex_serve closes
+		 * what is held. */
+	}
+}
+
+/* Start an accepted connection; one the engine cannot take now is held. */
+static inline void ex_start_conn(struct ex_server *s, int fd)
+{
+	int rc = s->on_conn(s, fd);
+
+	if (rc == 0)
+		return;
+	if (!ex_engine_full(rc)) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&s->held_lock);
+	ex_hold(s, fd, rc);
+	pthread_mutex_unlock(&s->held_lock);
+}
+
+/* The retry timer: start the held connections, each first moved to the
+ * lowest free descriptor number (a number the engine refused stays
+ * refused), and accept again once all have started. */
+static inline void ex_on_held_retry(const px_completion *c)
+{
+	struct ex_server *s = c->user;
+	unsigned kept = 0;
+	int rc = 0;
+
+	if (c->error)
+		return;         /* cancelled: stopping */
+	pthread_mutex_lock(&s->held_lock);
+	for (unsigned i = 0; i < s->nheld; i++) {
+		int fd = s->held[i];
+		int low = kept ? -1 : fcntl(fd, F_DUPFD_CLOEXEC, 0);
+
+		if (low >= 0 && low < fd) {
+			close(fd);
+			fd = low;
+		} else if (low >= 0) {
+			close(low);
+		}
+		rc = kept ? rc : s->on_conn(s, fd);
+		if (kept || ex_engine_full(rc))
+			s->held[kept++] = fd;
+		else if (rc < 0)
+			close(fd);
+	}
+	s->nheld = kept;
+	if (kept) {
+		if (px_timer_start(s->px, EX_ACCEPT_RETRY_NS, ex_on_held_retry,
+				   s) < 0) {
+			/* Stopping: ex_serve closes what is held. */
+		}
+	} else {
+		atomic_store(&s->holding, false);
+		if (atomic_exchange(&s->paused, false))
+			fprintf(stderr, "%s: accepting again\n", s->prog);
+		if (!s->accept_armed)
+			ex_accept_again(s);
+	}
+	pthread_mutex_unlock(&s->held_lock);
 }
 
 static inline void ex_on_accept(const px_completion *c)
@@ -195,13 +307,26 @@ static inline void ex_on_accept(const px_completion *c)
 		return;
 	}
 
+	atomic_fetch_add(&s->accepted, 1);
+	if (atomic_load(&s->holding)) {
+		/* The engine refused a connection: this one waits with it,
+		 * and no accept is armed until the retry timer has started
+		 * them all. */
+		pthread_mutex_lock(&s->held_lock);
+		if (atomic_load(&s->holding)) {
+			s->accept_armed = false;
+			ex_hold(s, c->new_fd, -EMFILE);
+			pthread_mutex_unlock(&s->held_lock);
+			return;
+		}
+		pthread_mutex_unlock(&s->held_lock);
+	}
 	if (atomic_exchange(&s->paused, false))
 		fprintf(stderr, "%s: accepting again\n", s->prog);
-	atomic_fetch_add(&s->accepted, 1);
 	/* Accept again first, so that the next connection does not wait
 	 * for this one's setup. */
 	ex_accept_again(s);
-	s->on_conn(s, c->new_fd);
+	ex_start_conn(s, c->new_fd);
 }
 
 /* px_stats as one line on stdout, after the example's own counts. */
@@ -308,6 +433,7 @@ static inline int ex_serve(struct ex_server *s, const char *config,
 	signal(SIGPIPE, SIG_IGN);
 
 	s->lfd = -1;
+	pthread_mutex_init(&s->held_lock, NULL);
 	if (ex_create(&s->px, config, s->prog) < 0)
 		return 1;
 	s->lfd = ex_listen(s->prog, bind_addr, port, where, sizeof(where));
@@ -349,6 +475,9 @@ static inline int ex_serve(struct ex_server *s, const char *config,
 	if (rc < 0)
 		fprintf(stderr, "%s: px_destroy: %s\n", s->prog, px_strerror(rc));
 	close(s->lfd);
+	for (unsigned i = 0; i < s->nheld; i++)
+		close(s->held[i]);  /* accepted, never started */
+	s->nheld = 0;
 	printf("%s: stopped; %lu connection%s served, %lu left open\n", s->prog,
 	       (unsigned long)atomic_load(&s->accepted),
 	       atomic_load(&s->accepted) == 1 ? "" : "s",

@@ -174,6 +174,18 @@ static void request_clock(struct conn *k)
 	k->req_deadline = now_ns() + k->srv->idle_ns;
 }
 
+/* Start the read of more of the request (now < req_deadline). */
+static int start_read(struct conn *k, uint64_t now)
+{
+	px_op_desc d = {
+		.op = PX_OP_READ_STREAM, .fd = k->fd, .buf = k->req + k->req_len,
+		.len = sizeof(k->req) - k->req_len,
+		.timeout_ns = k->req_deadline - now,
+		.cb = on_read, .user = k,
+	};
+	return px_start_op(k->srv->ex.px, &d);
+}
+
 /*
  * Read more of the request, with what is left of its time as the
  * deadline.  A deadline of IDLE_MS per read would restart with every
@@ -189,15 +201,10 @@ static void read_more(struct conn *k)
 		conn_close(k);  /* out of time between two reads */
 		return;
 	}
-	px_op_desc d = {
-		.op = PX_OP_READ_STREAM, .fd = k->fd, .buf = k->req + k->req_len,
-		.len = sizeof(k->req) - k->req_len,
-		.timeout_ns = k->req_deadline - now,
-		.cb = on_read, .user = k,
-	};
-	if (px_start_op(k->srv->ex.px, &d) < 0)
+	if (start_read(k, now) < 0)
 		conn_close(k);  /* -ESHUTDOWN while stopping */
 }
+
 
 /* "Date: ..." for the current second, one copy per thread. */
 static const char *http_date(void)
@@ -1001,17 +1008,17 @@ static void on_read(const px_completion *c)
 
 /* ------------------------------------------------------------------ */
 
-/* A new connection (in the accept's callback): read its first request. */
-static void on_conn(struct ex_server *ex, int fd)
+/* A new connection (in the accept's callback): read its first request.
+ * Returns 0, or the start's error with fd left open (example_util.h holds
+ * the connection for a later try when the engine cannot take fd now). */
+static int on_conn(struct ex_server *ex, int fd)
 {
 	struct server *s = (struct server *)ex;
 	struct conn *k = malloc(sizeof(*k));
-	int one = 1;
+	int one = 1, rc;
 
-	if (!k) {
-		close(fd);
-		return;
-	}
+	if (!k)
+		return -ENOMEM;
 	k->srv = s;
 	k->fd = fd;
 	k->file = -1;
@@ -1020,9 +1027,14 @@ static void on_conn(struct ex_server *ex, int fd)
 	k->head = false;
 	k->keep_alive = true;
 	setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	atomic_fetch_add(&s->ex.open, 1);
 	request_clock(k);
-	read_more(k);
+	atomic_fetch_add(&s->ex.open, 1);
+	rc = start_read(k, now_ns());
+	if (rc < 0) {
+		atomic_fetch_sub(&s->ex.open, 1);
+		free(k);
+	}
+	return rc < 0 ? rc : 0;
 }
 
 /* Our counts, at the head of the statistics line. */
