@@ -24,7 +24,8 @@
  * response header so that header and first chunk leave in one
  * px_write_stream_all (there is no vectored write), and so on until the
  * file is sent; then the next request.  Requests that arrive together
- * (pipelining) are answered in order.  Files of up to CHUNK bytes, once
+ * (pipelining) are answered in order; empty lines before a request line
+ * are skipped.  Files of up to CHUNK bytes, once
  * read, are kept in memory and answered from there while fstatat says
  * they are unchanged (-N turns that off, so that every answer goes
  * through px_read_file); only files whose path has no symbolic link in
@@ -971,6 +972,18 @@ static void on_sent(const px_completion *c)
 /* Answer the request in req if it is complete, otherwise read more. */
 static void serve(struct conn *k)
 {
+	size_t skip = 0;
+
+	/* Empty lines before a request line are ignored (RFC 9112, 2.2,
+	 * asks a server to: some clients send a CRLF after a request).  The
+	 * request's deadline still bounds a client that sends only those. */
+	while (skip + 2 <= k->req_len && k->req[skip] == '\r' &&
+	       k->req[skip + 1] == '\n')
+		skip += 2;
+	if (skip) {
+		memmove(k->req, k->req + skip, k->req_len - skip);
+		k->req_len -= skip;
+	}
 	char *end = k->req_len >= 4 ? memmem(k->req, k->req_len, "\r\n\r\n", 4)
 				    : NULL;
 

@@ -377,6 +377,14 @@ def checks(port, root, small, big, extra, server):
     r2 = c.response(head=True)
     if not r1 or r1[2] != b"a\n" or not r2 or r2[0] != 200 or r2[2] != b"":
         fail("pipelined requests")
+    # An empty line before a request line is ignored (RFC 9112, 2.2:
+    # some clients end a request with an extra CRLF); it used to get 400.
+    c.send(b"\r\n" + get("/dir/a.txt") + b"\r\n\r\n" + get("/small.bin"))
+    r1 = c.response()
+    r2 = c.response()
+    if not r1 or r1[0] != 200 or not r2 or r2[0] != 200 or r2[2] != small:
+        fail("requests after empty lines: %r %r"
+             % (r1 and r1[0], r2 and r2[0]))
     c.send(get("/dir/a.txt", "Connection: close\r\n"))
     r = c.response()
     if not r or r[0] != 200 or r[1].get("connection") != "close":
