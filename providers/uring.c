@@ -500,6 +500,10 @@ struct px_uring_priv {
 	/* A file write held on fe->fwrites behind an earlier one to the
 	 * same bytes ("Writes to one place"). */
 	bool wheld;
+	/* Cancelled while its SQE was still in the SQ, unsubmitted, with the
+	 * kernel refusing submissions: that SQE was made a NOP
+	 * (ur_void_unsubmitted), whose CQE ends it with ECANCELED. */
+	bool voided;
 };
 
 static struct px_uring_priv *ur_priv(px_result *r)
@@ -2270,6 +2274,10 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	}
 
 	if (pr->cancel_req) {
+		/* Its SQE was made a NOP before the kernel took it
+		 * (ur_void_unsubmitted): nothing was done. */
+		if (pr->voided)
+			res = -ECANCELED;
 		/* Cancelled while running in io-wq: interrupted by signal.
 		 * EBADF: the cancel came too late to stop the request (its
 		 * SQE was already in the ring) and the application closed
@@ -2600,6 +2608,41 @@ static void ur_cancel_submit(px_uring_ring *rg, const px_result *r)
 		ur_submit_taken(rg);
 }
 
+/* r was cancelled by px_cancel (or px_close) and its request is still in
+ * rg's SQ: the submit ur_cancel made for it was refused (EAGAIN, EBUSY,
+ * ENOMEM, EINTR: submit_stuck).  The kernel looks a request's descriptor
+ * number up only when it takes the SQE, and the application may close the
+ * number as soon as px_cancel returns and get it back for another file,
+ * whose data the request would then take at the next lead's submit (the
+ * ASYNC_CANCEL behind it comes too late for a read whose data is there).
+ * So the SQE becomes a NOP with the same user_data: it looks nothing up,
+ * and its CQE ends r with ECANCELED (px__uring_complete).  Only when no
+ * leader of rg is in or about to make its unlocked enter (rg->waiting
+ * false), which might be reading that SQE at this moment, and not with
+ * SQPOLL (ur_submit_taken waits for its kernel thread instead).  Mutex
+ * held.  Returns whether it found the SQE. */
+static bool ur_void_unsubmitted(px_uring_ring *rg, px_result *r)
+{
+	struct io_uring_sq *sq = &rg->ring.sq;
+	uint64_t ud = (uintptr_t)r;
+	unsigned head = io_uring_smp_load_acquire(sq->khead);
+
+	if (rg->waiting || (rg->ring.flags & IORING_SETUP_SQPOLL))
+		return false;
+	for (unsigned pos = head; pos != sq->sqe_tail; pos++) {
+		struct io_uring_sqe *sqe = &sq->sqes[pos & sq->ring_mask];
+		uint64_t d = sqe->user_data;
+
+		/* Its operation or its readiness poll (never its cancel). */
+		if (d != ud && d != (ud | PX_URING_UD_POLL))
+			continue;
+		io_uring_prep_nop(sqe);
+		io_uring_sqe_set_data64(sqe, d);
+		return true;
+	}
+	return false;
+}
+
 static int ur_cancel(px_provider *p, px_result *r)
 {
 	px_uring *u = ur_of_prov(p);
@@ -2649,6 +2692,11 @@ static int ur_cancel(px_provider *p, px_result *r)
 		 * before the kernel thread has looked its number up. */
 		ur_submit_taken(pr->rg);
 	}
+	/* The submit was refused: r's SQE may still wait in the SQ. */
+	if (unsubmitted && !r->deadline_cancel && !pr->voided &&
+	    io_uring_sq_ready(&pr->rg->ring) &&
+	    ur_void_unsubmitted(pr->rg, r))
+		pr->voided = true;
 	return PX_CANCEL_PENDING;
 }
 

@@ -34,6 +34,11 @@
  * not at once and for ever, and the read must complete once the enters
  * go through again.
  *
+ * cancel_submit_refused_then_reuse: a read waits unsubmitted in the SQ
+ * when px_cancel's submit of it is refused; the number is then closed and
+ * reused for another socket with data waiting: the read must end with
+ * ECANCELED and leave that data alone (fixed problem 229).
+ *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
@@ -431,6 +436,82 @@ static void enter_refused_backs_off(void **state)
 	px = NULL;
 }
 
+/* ------------------------------------------------------------------ */
+/* A cancel whose submission the kernel refuses                         */
+/* ------------------------------------------------------------------ */
+
+typedef struct cr_rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	char buf[16];
+} cr_rec;
+
+static void cr_cb(const px_completion *c)
+{
+	cr_rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+/* A read started with no leader in the kernel waits in the SQ, unsubmitted;
+ * px_cancel submits it (with its ASYNC_CANCEL behind it) so that the
+ * kernel has looked its descriptor number up before the application may
+ * close the number (proactor.h, px_cancel).  Here that submission is
+ * refused (EAGAIN, as a kernel short of memory for requests answers), the
+ * application closes the number and gets it back for another socket with
+ * data waiting: the cancelled read must end with ECANCELED and leave that
+ * data to the new socket's reader.  Before the fix the read went into the
+ * kernel at the next lead, on the new socket, and took its bytes. */
+static void cancel_submit_refused_then_reuse_with(const char *engine)
+{
+	char err[256];
+	int a[2], b[2];
+	cr_rec rd;
+
+	memset(&rd, 0, sizeof(rd));
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a),
+			 0);
+	assert_int_equal(px_read_stream(px, a[0], rd.buf, sizeof(rd.buf), cr_cb,
+					&rd), 0);
+	atomic_store(&submit_refusals, 1000);
+	assert_int_equal(px_cancel(px, a[0]), 1);
+	atomic_store(&submit_refusals, 0);
+	int num = a[0];
+	close(a[0]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b),
+			 0);
+	if (b[0] != num)
+		skip();  /* (the number went elsewhere) */
+	assert_int_equal(write(b[1], "hello", 5), 5);
+	for (int i = 0; i < 100 && !atomic_load(&rd.calls); i++)
+		px_handle_events(px, 2);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 2);
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(rd.error, ECANCELED);
+	assert_int_equal(rd.bytes, 0);
+	char got[8] = { 0 };
+	assert_int_equal(recv(b[0], got, sizeof(got), MSG_DONTWAIT), 5);
+	assert_memory_equal(got, "hello", 5);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	close(a[1]);
+	close(b[0]);
+	close(b[1]);
+}
+
+static void cancel_submit_refused_then_reuse(void **state)
+{
+	(void)state;
+	cancel_submit_refused_then_reuse_with("uring rings=1");
+	cancel_submit_refused_then_reuse_with("uring rings=2");
+}
+
 static void sqfill_ring8(void **state)
 {
 	(void)state;
@@ -468,6 +549,7 @@ int main(void)
 		cmocka_unit_test(sqfill_ring8_dedicated),
 		cmocka_unit_test(deferred_start_wakes_leader),
 		cmocka_unit_test(enter_refused_backs_off),
+		cmocka_unit_test(cancel_submit_refused_then_reuse),
 	};
 	return cmocka_run_group_tests_name("uring_sqfill", tests, NULL, NULL);
 }
