@@ -604,6 +604,7 @@ unsigned px__uring_publish(px_uring_ring *rg)
 static int ur_submit(px_uring_ring *rg)
 {
 	int rc;
+	bool took = false;
 
 	/* Store the tail with release semantics ourselves: the leader may be
 	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
@@ -611,11 +612,16 @@ static int ur_submit(px_uring_ring *rg)
 	px__uring_publish(rg);
 	do {
 		rc = io_uring_submit(&rg->ring);
+		took = took || rc > 0;
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
 		 * early; what follows it is still pending.  (With SQPOLL the
 		 * kernel thread consumes at its own pace: no loop.) */
 	} while (rc > 0 && io_uring_sq_ready(&rg->ring) &&
 		 !(rg->ring.flags & IORING_SETUP_SQPOLL));
+	/* Taken while the leader waits: its enter, should it not have
+	 * submitted yet, may now take SQEs published after its prepare. */
+	if (took && rg->waiting)
+		rg->foreign_taken = true;
 	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR || rc == -ENOMEM) {
 		rg->submit_stuck = true;
 		return 0;
@@ -1825,11 +1831,15 @@ bool px__uring_late_flush(px_uring *u, px_uring_ring *rg)
 int px__uring_flush(px_uring_ring *rg)
 {
 	rg->to_submit = 0;
+	rg->enter_takes = false;
+	rg->foreign_taken = false;
 	if (!io_uring_sq_ready(&rg->ring))
 		return 0;
 	if (!(rg->ring.flags & IORING_SETUP_SQPOLL) && !rg->submit_stuck) {
 		/* The leader enters without the mutex, in its wait. */
 		rg->to_submit = px__uring_publish(rg);
+		rg->enter_takes = rg->to_submit != 0;
+		rg->enter_end = rg->ring.sq.sqe_tail;
 		return 0;
 	}
 	return ur_submit(rg);
@@ -2616,18 +2626,21 @@ static void ur_cancel_submit(px_uring_ring *rg, const px_result *r)
  * whose data the request would then take at the next lead's submit (the
  * ASYNC_CANCEL behind it comes too late for a read whose data is there).
  * So the SQE becomes a NOP with the same user_data: it looks nothing up,
- * and its CQE ends r with ECANCELED (px__uring_complete).  Only when no
- * leader of rg is in or about to make its unlocked enter (rg->waiting
- * false), which might be reading that SQE at this moment, and not with
- * SQPOLL (ur_submit_taken waits for its kernel thread instead).  Mutex
- * held.  Returns whether it found the SQE. */
+ * and its CQE ends r with ECANCELED (px__uring_complete).  Only where no
+ * enter of rg's leader, made without the mutex, may be reading that SQE
+ * at this moment: no leader waits on rg, or its prepare published
+ * nothing for its enter, or published only SQEs before this one and no
+ * other thread's submit has taken any since (the kernel takes at most
+ * as many as were published, from its head on).  Not with SQPOLL
+ * (ur_submit_taken waits for its kernel thread instead).  Mutex held.
+ * Returns whether it made the NOP. */
 static bool ur_void_unsubmitted(px_uring_ring *rg, px_result *r)
 {
 	struct io_uring_sq *sq = &rg->ring.sq;
 	uint64_t ud = (uintptr_t)r;
 	unsigned head = io_uring_smp_load_acquire(sq->khead);
 
-	if (rg->waiting || (rg->ring.flags & IORING_SETUP_SQPOLL))
+	if (rg->ring.flags & IORING_SETUP_SQPOLL)
 		return false;
 	for (unsigned pos = head; pos != sq->sqe_tail; pos++) {
 		struct io_uring_sqe *sqe = &sq->sqes[pos & sq->ring_mask];
@@ -2636,6 +2649,9 @@ static bool ur_void_unsubmitted(px_uring_ring *rg, px_result *r)
 		/* Its operation or its readiness poll (never its cancel). */
 		if (d != ud && d != (ud | PX_URING_UD_POLL))
 			continue;
+		if (rg->waiting && rg->enter_takes &&
+		    (rg->foreign_taken || (int)(pos - rg->enter_end) < 0))
+			return false;  /* the leader's enter may be taking it */
 		io_uring_prep_nop(sqe);
 		io_uring_sqe_set_data64(sqe, d);
 		return true;

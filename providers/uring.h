@@ -98,6 +98,14 @@ typedef struct px_uring_ring {
 	/* That enter failed, so submitted nothing (leader only, read back
 	 * under the mutex in next_completed). */
 	int enter_err;
+	/* Under the mutex, for a cancel that would make an unsubmitted SQE a
+	 * NOP while the leader waits (ur_void_unsubmitted): the leader's
+	 * enter may take SQEs (its prepare published some), up to the SQ
+	 * position enter_end as long as no other thread's submit has taken
+	 * any since that prepare (foreign_taken). */
+	bool enter_takes;
+	bool foreign_taken;
+	unsigned enter_end;
 	/* CQEs reaped by the current lead (leader only; PX_URING_REAP_MAX). */
 	unsigned reaped;
 

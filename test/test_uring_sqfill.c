@@ -35,9 +35,10 @@
  * go through again.
  *
  * cancel_submit_refused_then_reuse: a read waits unsubmitted in the SQ
- * when px_cancel's submit of it is refused; the number is then closed and
- * reused for another socket with data waiting: the read must end with
- * ECANCELED and leave that data alone (fixed problem 229).
+ * when px_cancel's submit of it is refused (with no loop thread, and
+ * with one waiting in the kernel for another read); the number is then
+ * closed and reused for another socket with data waiting: the read must
+ * end with ECANCELED and leave that data alone (fixed problem 229).
  *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
@@ -465,16 +466,39 @@ static void cr_cb(const px_completion *c)
  * data waiting: the cancelled read must end with ECANCELED and leave that
  * data to the new socket's reader.  Before the fix the read went into the
  * kernel at the next lead, on the new socket, and took its bytes. */
-static void cancel_submit_refused_then_reuse_with(const char *engine)
+static void cr_post_cb(const px_completion *c)
+{
+	(void)c;
+}
+
+/* looper: with a loop thread waiting in px_handle_events(px, -1) on the
+ * ring (its start, the kick, is refused too). */
+static void cancel_submit_refused_then_reuse_with(const char *engine,
+						  bool looper)
 {
 	char err[256];
-	int a[2], b[2];
-	cr_rec rd;
+	int a[2], b[2], k[2];
+	cr_rec rd, keep;
+	pthread_t loop;
 
 	memset(&rd, 0, sizeof(rd));
+	memset(&keep, 0, sizeof(keep));
 	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	/* A read that keeps the leader waiting in the kernel. */
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, k),
+			 0);
+	if (looper)
+		assert_int_equal(px_read_stream(px, k[0], keep.buf,
+						sizeof(keep.buf), cr_cb, &keep),
+				 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a),
 			 0);
+	if (looper) {
+		atomic_store(&ds_looping, true);
+		assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+		usleep(20000);  /* the leader waits in the kernel */
+		atomic_store(&submit_refusals, 1000);
+	}
 	assert_int_equal(px_read_stream(px, a[0], rd.buf, sizeof(rd.buf), cr_cb,
 					&rd), 0);
 	atomic_store(&submit_refusals, 1000);
@@ -487,6 +511,15 @@ static void cancel_submit_refused_then_reuse_with(const char *engine)
 	if (b[0] != num)
 		skip();  /* (the number went elsewhere) */
 	assert_int_equal(write(b[1], "hello", 5), 5);
+	if (looper) {
+		/* Wakes the leader, whose interrupt's submit takes the rest. */
+		assert_int_equal(px_post(px, cr_post_cb, NULL), 0);
+		for (int i = 0; i < 500 && !atomic_load(&rd.calls); i++)
+			usleep(1000);
+		atomic_store(&ds_looping, false);
+		px_stop(px);
+		pthread_join(loop, NULL);
+	}
 	for (int i = 0; i < 100 && !atomic_load(&rd.calls); i++)
 		px_handle_events(px, 2);
 	for (int i = 0; i < 5; i++)
@@ -500,16 +533,21 @@ static void cancel_submit_refused_then_reuse_with(const char *engine)
 	assert_int_equal(px_destroy(px), 0);
 	px = NULL;
 	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(atomic_load(&keep.calls), looper ? 1 : 0);
 	close(a[1]);
 	close(b[0]);
 	close(b[1]);
+	close(k[0]);
+	close(k[1]);
 }
 
 static void cancel_submit_refused_then_reuse(void **state)
 {
 	(void)state;
-	cancel_submit_refused_then_reuse_with("uring rings=1");
-	cancel_submit_refused_then_reuse_with("uring rings=2");
+	cancel_submit_refused_then_reuse_with("uring rings=1", false);
+	cancel_submit_refused_then_reuse_with("uring rings=2", false);
+	cancel_submit_refused_then_reuse_with("uring rings=1", true);
+	cancel_submit_refused_then_reuse_with("uring rings=2", true);
 }
 
 static void sqfill_ring8(void **state)
