@@ -89,10 +89,11 @@
  *     offset -1 (the current position, 5.6), which works on anything,
  *     and the descriptor remembered as "not a socket", as it is from
  *     the first check of a number whose getsockopt says ENOTSOCK.  On
- *     EINVAL it is redone as READ too, and if that READ does not fail
- *     with EINVAL as well, the kernel refused the flag (before 5.19)
- *     and gets READ from then on; an AF_UNIX stream socket that is not
- *     connected answers EINVAL to both and changes nothing.  A read of a
+ *     EINVAL it is redone as READ too, and if that READ succeeds, the
+ *     kernel refused the flag (before 5.19) and gets READ from then
+ *     on; an AF_UNIX stream socket that is not connected answers EINVAL
+ *     to both, a READ on a number closed meanwhile EBADF, and neither
+ *     changes anything.  A read of a
  *     listening socket goes without the flag: a listener polls readable
  *     only when a connection waits, and the read would wait for one
  *     before failing (ENOTCONN, EINVAL).  It is known as one from the
@@ -2400,13 +2401,15 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 		ur_issue_or_stall(u, r, NULL);
 		return NULL;
 	}
-	if (pr->pf_retry && !pr->as_send && res != -EINVAL &&
-	    res != -ECANCELED) {
-		/* READ did not refuse what RECV did: it was the flag, a
-		 * property of the kernel, so one for the process.  (Set on
-		 * the RECV's EINVAL alone, one read of an unconnected
-		 * socket took POLL_FIRST and the late reads from every
-		 * socket read of the process for good.) */
+	if (pr->pf_retry && !pr->as_send && res >= 0) {
+		/* READ did what RECV refused: it was the flag, a property
+		 * of the kernel, so one for the process.  (Set on the
+		 * RECV's EINVAL alone, one read of an unconnected socket
+		 * took POLL_FIRST and the late reads from every socket read
+		 * of the process for good; set on any answer but EINVAL, so
+		 * did one whose number was closed before the READ went in:
+		 * EBADF, fixed problem 230.  A READ that fails for another
+		 * reason tells nothing, and the next read asks again.) */
 		atomic_store_explicit(&ur_no_poll_first, true,
 				      memory_order_relaxed);
 	}

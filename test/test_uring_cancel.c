@@ -536,6 +536,43 @@ static void unconnected_unix_read_keeps_poll_first(void **state)
 }
 
 /*
+ * The same read of an unconnected AF_UNIX socket, but the application
+ * closes the number with close(2) after the RECV's EINVAL came back and
+ * before the READ that redoes it went in: the READ fails with EBADF,
+ * which says nothing about IORING_RECVSEND_POLL_FIRST, and must not turn
+ * the flag (and with it held and gated reads) off for the process.  One
+ * lead of the test's own proactor submits the RECV and reaps its EINVAL
+ * (the unconnected socket polls HUP at once); the close comes before the
+ * next.  Before the fix every answer of that READ but EINVAL counted as
+ * "the kernel refused the flag".
+ */
+static void unconnected_unix_read_closed_keeps_poll_first(void **state)
+{
+	(void)state;
+	char err[256];
+	static char buf[8];
+	px_proactor *px;
+	bool before = px__uring_poll_first_refused();
+
+	assert_int_equal(px_create(&px, "uring rings=1", err, sizeof(err)), 0);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(s >= 0);
+	rec *r = rec_new();
+	assert_int_equal(px_read_stream(px, s, buf, sizeof(buf), rec_cb, r), 0);
+	px_handle_events(px, 0);
+	close(s);
+	for (int i = 0; i < 100 && !atomic_load(&r->done); i++)
+		px_handle_events(px, 5);
+	assert_int_equal(atomic_load(&r->calls), 1);
+	assert_true(r->error == EBADF || r->error == EINVAL);
+	assert_int_equal(r->bytes, 0);
+	if (!before)
+		assert_false(px__uring_poll_first_refused());
+	assert_int_equal(px_destroy(px), 0);
+	free(r);
+}
+
+/*
  * SQPOLL: px_cancel of a read whose SQE the ring's kernel thread has not
  * taken yet, then close(2) and the number reused at once by a socket that
  * already holds data.  The kernel looks the number up when the thread
@@ -836,6 +873,7 @@ int main(int argc, char **argv)
 		T(cancel_right_after_start),
 		T(cancel_races_completion),
 		T(unconnected_unix_read_keeps_poll_first),
+		cmocka_unit_test(unconnected_unix_read_closed_keeps_poll_first),
 		cmocka_unit_test(destroy_cancels_pending),
 		cmocka_unit_test(sqpoll_cancel_then_reuse),
 		cmocka_unit_test(sqpoll_deadline_does_not_wait),
