@@ -2404,6 +2404,12 @@ static void idle_processor_start_reaches_leader(void **state)
  * 2026-12-05). */
 #define RE_READS 64
 #define RE_ROUNDS 20
+/* A stuck call never returns by itself (nothing writes to the pipes
+ * until the round gives up on it), so the bound only tells a hang from a
+ * slow round, and the test stops at the first stuck round.  Under TSan on
+ * a loaded machine calls returned by themselves after up to 3.3 s, and
+ * slow rounds failed the old 1 s bound (TESTING.md, fixed problem 245). */
+#define RE_HANG_MS 5000
 
 static struct {
 	px_proactor *px;
@@ -2457,7 +2463,8 @@ static void *re_b_main(void *arg)
 static void round_ends_after_callbacks(void **state)
 {
 	h_fx *f = *state;
-	int stuck = 0;
+	int stuck = 0, round;
+	uint64_t slowest = 0;
 
 	g_re.px = f->px;
 	for (int i = 0; i < RE_READS; i++) {
@@ -2475,7 +2482,7 @@ static void round_ends_after_callbacks(void **state)
 	while (!atomic_load(&g_re.reads_done) && h_now_ms() < end)
 		px_handle_events(f->px, 100);
 	assert_int_equal(atomic_load(&g_re.reads_done), 1);
-	for (int round = 0; round < RE_ROUNDS; round++) {
+	for (round = 0; round < RE_ROUNDS; round++) {
 		pthread_t b;
 		atomic_store(&g_re.done, 0);
 		atomic_store(&g_re.a_out, 0);
@@ -2492,11 +2499,15 @@ static void round_ends_after_callbacks(void **state)
 			h_sleep_ms(1);
 		assert_int_equal(atomic_load(&g_re.x_began), 1);
 		assert_int_equal(pthread_create(&b, NULL, re_b_main, NULL), 0);
-		end = h_deadline(1000);
+		uint64_t t0 = h_now_ms();
+		end = h_deadline(RE_HANG_MS);
 		while (!atomic_load(&g_re.a_out) && h_now_ms() < end)
 			h_sleep_ms(1);
 		assert_int_equal(atomic_load(&g_re.x_on_a), 1);
-		stuck += !atomic_load(&g_re.a_out);
+		uint64_t took = h_now_ms() - t0;
+		stuck = !atomic_load(&g_re.a_out);
+		if (!stuck && took > slowest)
+			slowest = took;
 		/* Data for every read: A's call returns now in any case. */
 		for (int i = 0; i < RE_READS; i++)
 			assert_int_equal(write(g_re.pipes[i][1], "b", 1), 1);
@@ -2507,11 +2518,15 @@ static void round_ends_after_callbacks(void **state)
 		atomic_store(&g_re.b_stop, 1);
 		pthread_join(b, NULL);
 		assert_int_equal(atomic_load(&g_re.reads_done), RE_READS);
+		if (stuck)
+			break;
 	}
+	printf("# the slowest round's call returned after %llu ms (about)\n",
+	       (unsigned long long)slowest);
 	if (stuck)
-		fail_msg("in %d of %d rounds px_handle_events(px, -1) ran a "
-			 "callback and did not return within 1 s", stuck,
-			 RE_ROUNDS);
+		fail_msg("in round %d of %d px_handle_events(px, -1) ran a "
+			 "callback and did not return within %d ms", round + 1,
+			 RE_ROUNDS, RE_HANG_MS);
 }
 
 /* Two timers due at the same moment are one batch for the thread that
