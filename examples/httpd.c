@@ -206,7 +206,6 @@ static void read_more(struct conn *k)
 		conn_close(k);  /* -ESHUTDOWN while stopping */
 }
 
-
 /* "Date: ..." for the current second, one copy per thread. */
 static const char *http_date(void)
 {
