@@ -225,11 +225,18 @@ static void bad_fd_huge_unopened(void **state)
 	for (int i = 0; i < 2; i++) {
 		assert_int_equal(fcntl(huge[i], F_GETFD), -1);
 		for (kind k = 0; k < K_COUNT; k++) {
-			uint64_t t0 = h_now_ms();
-			expect_rc(start_kind(f->px, k, huge[i], buf, 16,
-					     h_rec_cb, never),
-				  -EBADF, k, "a huge fd that is not open");
-			uint64_t el = h_now_ms() - t0;
+			/* The quickest of three tries: work sized by the
+			 * number would be slow every time, a preemption
+			 * only once. */
+			uint64_t el = UINT64_MAX;
+			for (int n = 0; n < 3; n++) {
+				uint64_t t0 = h_now_ms();
+				expect_rc(start_kind(f->px, k, huge[i], buf, 16,
+						     h_rec_cb, never),
+					  -EBADF, k, "a huge fd that is not open");
+				if (h_now_ms() - t0 < el)
+					el = h_now_ms() - t0;
+			}
 			if (el > 500)
 				fail_msg("%s on fd %d took %llu ms to fail",
 					 kind_name[k], huge[i],

@@ -200,11 +200,19 @@ static void huge_unopened_fd_is_ebadf(void **state)
 	assert_int_equal(px__fdq_get(&t, fd, &e), 0);
 	size_t n = t.n;
 	for (size_t i = 0; i < sizeof(huge) / sizeof(huge[0]); i++) {
-		uint64_t t0 = now_ms();
+		uint64_t best = UINT64_MAX;
 
 		assert_int_equal(fcntl(huge[i], F_GETFD), -1);
-		assert_int_equal(px__fdq_get(&t, huge[i], &e), -EBADF);
-		assert_true(now_ms() - t0 < 100);
+		/* The quickest of three tries: a table sized for the number
+		 * would be slow every time, a preemption only once. */
+		for (int k = 0; k < 3; k++) {
+			uint64_t t0 = now_ms();
+
+			assert_int_equal(px__fdq_get(&t, huge[i], &e), -EBADF);
+			if (now_ms() - t0 < best)
+				best = now_ms() - t0;
+		}
+		assert_true(best < 100);
 		assert_int_equal(t.n, n);
 		assert_null(px_fdq_lookup(&t, huge[i]));
 	}
