@@ -944,9 +944,18 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 			a->addrlen > sizeof(struct sockaddr_storage)))
 		return -EINVAL;
 
-	/* Before the mutex: a system call (px__fsize_refused). */
-	int refused = a->op == PX_OP_WRITE_FILE ?
-		      px__fsize_refused(a->fd, a->offset, a->len) : 0;
+	/* Before the mutex: a system call (px__fsize_refused).  An offset
+	 * beyond off_t fails here, in the completion, as pread(2) fails it
+	 * (a negative position, whatever the file).  Left to the engines,
+	 * io_uring passed such an offset to a file whose offsets the
+	 * kernel takes as unsigned (/proc/PID/mem: EIO) and moved a pipe's
+	 * data, and the two AIO engines said ESPIPE for a pipe. */
+	int refused = 0;
+	if ((a->op == PX_OP_READ_FILE || a->op == PX_OP_WRITE_FILE) &&
+	    a->offset > (uint64_t)INT64_MAX)
+		refused = EINVAL;
+	else if (a->op == PX_OP_WRITE_FILE)
+		refused = px__fsize_refused(a->fd, a->offset, a->len);
 
 	pthread_mutex_lock(&px->lock);
 	int rc;

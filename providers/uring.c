@@ -1198,8 +1198,9 @@ px_uring_ring *px__uring_pick(px_uring *u, bool others_busy)
  * position", which it then uses and advances, where px_read_file(3)
  * promises that the position is neither used nor changed and every other
  * engine fails such an offset (negative as an off_t) with EINVAL, as
- * pread(2) does.  Any other negative offset fails with EINVAL in the
- * kernel already, so -1 becomes the most negative one. */
+ * pread(2) does.  The core fails every offset beyond off_t before it
+ * gets here (fac_start: /proc/PID/mem takes them as addresses); should
+ * one come, -1 becomes the most negative one. */
 static uint64_t ur_file_offset(const px_completion *c)
 {
 	return c->offset == UINT64_MAX ? (uint64_t)INT64_MIN : c->offset;

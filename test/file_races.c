@@ -2618,6 +2618,8 @@ static int open_tracked(h_fx *f, const char *path, int flags)
  * takes everything), /dev/zero (zeros), /dev/full (zeros; a write fails
  * with ENOSPC), a file of /proc (its text), and an O_PATH descriptor
  * (open, but for neither reading nor writing: EBADF in the completion).
+ * An offset beyond off_t fails with EINVAL also on /proc/self/mem, whose
+ * offsets the kernel takes as unsigned, and on a pipe, which has none.
  */
 static void file_special_files(void **state)
 {
@@ -2632,6 +2634,11 @@ static void file_special_files(void **state)
 	char opath[64];
 	snprintf(opath, sizeof opath, "/proc/self/fd/%d", tf);
 	int opfd = open_tracked(f, opath, O_PATH);
+	int pmem = open_tracked(f, "/proc/self/mem", O_RDWR);
+	int pp[2];
+	h_pipe(f, pp);
+	assert_int_equal(fcntl(pp[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(write(pp[1], "pipedata", 8), 8);
 
 	memset(out, 'x', 128);
 	for (int v = 0; v < (vec ? 2 : 1); v++) {
@@ -2668,7 +2675,33 @@ static void file_special_files(void **state)
 			    "read on an O_PATH descriptor");
 		expect_edge(f, true, opfd, out, 64, 0, V, EBADF, 0,
 			    "write on an O_PATH descriptor");
+		/* Offsets beyond off_t where the kernel lets some through:
+		 * /proc/self/mem takes "negative" offsets (addresses) from
+		 * io_uring, a pipe ignores the offset there.  EINVAL, as
+		 * pread(2) and pwrite(2) say, nothing moved. */
+		for (int k = 0; k < 3; k++) {
+			const uint64_t far[3] = {(uint64_t)1 << 63,
+						 ((uint64_t)1 << 63) + 4096,
+						 UINT64_MAX};
+			memset(in, 0xcc, 128);
+			expect_edge(f, false, pmem, in, 64, far[k], V, EINVAL,
+				    0, "read of /proc/self/mem beyond off_t");
+			expect_edge(f, true, pmem, out, 64, far[k], V, EINVAL,
+				    0, "write to /proc/self/mem beyond off_t");
+			expect_edge(f, false, pp[0], in, 8, far[k], V, EINVAL,
+				    0, "read of a pipe beyond off_t");
+			expect_edge(f, true, pp[1], out, 8, far[k], V, EINVAL,
+				    0, "write to a pipe beyond off_t");
+			for (int i = 0; i < 128; i++)
+				if (in[i] != 0xcc)
+					fail_msg("a read beyond off_t wrote byte "
+						 "%d of its buffer", i);
+		}
 	}
+	/* The pipe still holds what it held, and nothing more. */
+	char got[16];
+	assert_int_equal(read(pp[0], got, sizeof got), 8);
+	assert_memory_equal(got, "pipedata", 8);
 	h_assert_usable(f);
 	reg_check("special files");
 }
