@@ -842,6 +842,9 @@ int px__rwf_nosignal(void) PX_HIDDEN;
  * past RLIMIT_FSIZE (at the end of the file for an O_APPEND descriptor),
  * where the kernel would raise SIGXFSZ in the writing thread; else 0. */
 int px__fsize_refused(int fd, uint64_t offset, size_t len) PX_HIDDEN;
+/* The same for a stream write on fd, a regular file, at its file
+ * position (or its end, with O_APPEND). */
+int px__fsize_refused_here(int fd) PX_HIDDEN;
 /* Whether fd (whose fstat is st) has no offsets, so that pread(2) would
  * fail on it with ESPIPE: a pipe or FIFO, a socket, a terminal, a file
  * without a type (eventfd, signalfd, timerfd and other anonymous

@@ -170,6 +170,29 @@ int px__fsize_refused(int fd, uint64_t offset, size_t len)
 	return pos >= rl.rlim_cur ? EFBIG : 0;
 }
 
+/* The same for a stream write (px_write_stream and its forms) on fd, a
+ * regular file or block device (nbio's PX_NBIO_KIND_FILE, never a socket
+ * or a pipe: no cost on their path), which writes at the descriptor's
+ * file position or, with O_APPEND, at the end of the file.  One getrlimit
+ * per such write; the fcntl, the fstat and the lseek only under a finite
+ * limit.  (Another writer on the same description may move the position
+ * between this look and the write.) */
+int px__fsize_refused_here(int fd)
+{
+	struct rlimit rl;
+	struct stat st;
+	off_t pos;
+	int fl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return 0;
+	pos = (fl & O_APPEND) ? st.st_size : lseek(fd, 0, SEEK_CUR);
+	return pos >= 0 && (uint64_t)pos >= rl.rlim_cur ? EFBIG : 0;
+}
+
 #ifndef RWF_NOSIGNAL
 #define RWF_NOSIGNAL 0x00000100 /* linux/fs.h of 6.18 */
 #endif

@@ -11,7 +11,9 @@
  *    socket never blocks the caller; sends add MSG_NOSIGNAL (a closed peer
  *    gives EPIPE in the completion, not SIGPIPE).
  *  - Other streams are recognised by ENOTSOCK.  Regular files and block
- *    devices are always ready: plain read/write at once.  Pipes, FIFOs and
+ *    devices are always ready: plain read/write at once (a write at or
+ *    past RLIMIT_FSIZE fails with EFBIG before the call, which would
+ *    raise SIGXFSZ in the caller's thread: px__fsize_refused_here).  Pipes, FIFOs and
  *    terminals use preadv2/pwritev2 with RWF_NOWAIT (pipes honour it on
  *    recent kernels), so a blocking pipe is never made non-blocking.  Where
  *    the kernel refuses RWF_NOWAIT, the descriptor is checked with poll(0)
@@ -351,7 +353,17 @@ static ssize_t nb_other_write(const px_nbio_rules *rules, px_nbio *io,
 	bool was_pending = false;
 	ssize_t n;
 
-	if (io->kind == PX_NBIO_KIND_FILE || px__rwf_nosignal())
+	if (io->kind == PX_NBIO_KIND_FILE) {
+		/* At or past RLIMIT_FSIZE the kernel would answer EFBIG and
+		 * send SIGXFSZ, whose default action ends the process, to
+		 * the thread that writes (the application's, in a start):
+		 * EFBIG without the call, as for file writes (fac_start). */
+		int big = px__fsize_refused_here(io->fd);
+		if (big)
+			return -big;
+		return nb_other_io(rules, io, iov, cnt, true);
+	}
+	if (px__rwf_nosignal())
 		return nb_other_io(rules, io, iov, cnt, true);
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
