@@ -952,9 +952,12 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 	 * data, and the two AIO engines said ESPIPE for a pipe. */
 	int refused = 0;
 	if ((a->op == PX_OP_READ_FILE || a->op == PX_OP_WRITE_FILE) &&
-	    a->offset > (uint64_t)INT64_MAX)
+	    a->offset > (uint64_t)INT64_MAX) {
+		/* A number that is not open is the start's -EBADF still. */
+		if (fcntl(a->fd, F_GETFD) < 0 && errno == EBADF)
+			return -EBADF;
 		refused = EINVAL;
-	else if (a->op == PX_OP_WRITE_FILE)
+	} else if (a->op == PX_OP_WRITE_FILE)
 		refused = px__fsize_refused(a->fd, a->offset, a->len);
 
 	pthread_mutex_lock(&px->lock);

@@ -1619,6 +1619,12 @@ static void file_bad_input(void **state)
 	close(closed);
 	assert_int_equal(px_read_file(px, closed, b, 8, 0, noop_cb, NULL), -EBADF);
 	assert_int_equal(px_write_file(px, closed, b, 8, 0, noop_cb, NULL), -EBADF);
+	/* Also at an offset beyond off_t (fixed problem 250 fails those in
+	 * the completion, for a number that is open). */
+	assert_int_equal(px_read_file(px, closed, b, 8, UINT64_MAX, noop_cb,
+				      NULL), -EBADF);
+	assert_int_equal(px_write_file(px, closed, b, 8, (uint64_t)1 << 63,
+				       noop_cb, NULL), -EBADF);
 	assert_int_equal(px_read_file(px, fd, NULL, 8, 0, noop_cb, NULL), -EINVAL);
 	assert_int_equal(px_write_file(px, fd, NULL, 8, 0, noop_cb, NULL), -EINVAL);
 	assert_int_equal(px_read_file(px, fd, b, 0, 0, noop_cb, NULL), -EINVAL);
