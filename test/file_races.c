@@ -23,7 +23,8 @@
  *  - file operations on a pipe and a socket, which have no offset (the
  *    engines differ; only cases that cannot block);
  *  - files at their edges: offsets near 2^63-1, O_APPEND descriptors,
- *    /dev/null, /dev/zero, /dev/full, /proc, O_PATH, a file cut short
+ *    /dev/null, /dev/zero, /dev/full, /proc, O_PATH, offsets beyond off_t
+ *    on /proc/self/mem and a pipe, lengths of 5 GiB, a file cut short
  *    under pending reads, and a write past RLIMIT_FSIZE with SIGXFSZ at
  *    its default disposition (in a new process: FSIZE_CHILD).
  *
@@ -47,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2713,6 +2715,70 @@ static void file_special_files(void **state)
 }
 
 /*
+ * Lengths beyond what one read or write moves: Linux moves at most
+ * 0x7ffff000 bytes a call (MAX_RW_COUNT), and every engine reports the
+ * short result as it is (io_uring and Linux AIO, whose request lengths
+ * are narrower, cut the length to it themselves).  A buffer of 5 GiB
+ * (reserved, never touched but for its first page): a write of all of it
+ * to /dev/null moves 0x7ffff000 bytes, single and vectored (two elements
+ * of 3 GiB); a read of all of it from a file of 100 bytes gives what the
+ * file has from the offset on, at the end 0, and touches nothing beyond.
+ */
+static void file_huge_lengths(void **state)
+{
+	h_fx *f = *state;
+	bool vec = file_vec(f);
+	const size_t big = (size_t)5 << 30, max_rw = 0x7ffff000;
+	uint8_t *m = mmap(NULL, big, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED) {
+		print_message("no mapping of 5 GiB (%s): not run\n",
+			      strerror(errno));
+		skip();
+	}
+	int dnull = open_tracked(f, "/dev/null", O_WRONLY);
+	int fd = temp_file(f);
+	uint8_t pat[100];
+	h_pattern(pat, sizeof pat, 51, 0);
+	assert_int_equal(pwrite(fd, pat, sizeof pat, 0), (ssize_t)sizeof pat);
+	expect_edge(f, true, dnull, m, big, 0, false, 0, max_rw,
+		    "write of 5 GiB to /dev/null");
+	if (vec) {
+		static struct iovec v[2];
+		v[0] = (struct iovec){m, (size_t)3 << 30};
+		v[1] = (struct iovec){m, (size_t)3 << 30};
+		rec *r = start_rwv(f->px, true, dnull, v, 2, 0, 0, rec_cb, NULL);
+		assert_non_null(r);
+		assert_int_equal(r->start_rc, 0);
+		pump_until(f, r, 5000, "vectored write of 6 GiB to /dev/null");
+		if (r->error || r->bytes != max_rw)
+			fail_msg("vectored write of 6 GiB to /dev/null: error %d, "
+				 "%zu bytes; expected %zu (engine '%s')",
+				 r->error, r->bytes, max_rw, h_engine_text);
+	}
+	for (int v = 0; v < (vec ? 2 : 1); v++) {
+		bool V = v == 1;
+		memset(m, 0xcc, 4096);
+		expect_edge(f, false, fd, m, big, 0, V, 0, 100,
+			    "read of 5 GiB from a file of 100 bytes");
+		assert_memory_equal(m, pat, 100);
+		memset(m, 0xcc, 4096);
+		expect_edge(f, false, fd, m, big, 40, V, 0, 60,
+			    "read of 5 GiB at 40 from a file of 100 bytes");
+		assert_memory_equal(m, pat + 40, 60);
+		for (int i = 60; i < 4096; i++)
+			if (m[i] != 0xcc)
+				fail_msg("read of 5 GiB at 40: byte %d of the "
+					 "buffer, beyond what it reports, is "
+					 "0x%02x", i, m[i]);
+		expect_edge(f, false, fd, m, big, 100, V, 0, 0,
+			    "read of 5 GiB at the end of a file");
+	}
+	munmap(m, big);
+	reg_check("huge lengths");
+}
+
+/*
  * Reads pending while the file is cut short under them (ftruncate from
  * the test thread, two loop threads): each completes once, without
  * error, with the file's bytes for what it reports: whole, short, or 0
@@ -3107,6 +3173,7 @@ int main(int argc, char **argv)
 		T(file_offsets_near_off_t_max),
 		T(file_append_lands_at_end),
 		T(file_special_files),
+		T(file_huge_lengths),
 		T(file_truncated_under_reads),
 		T(file_size_limit_no_sigxfsz),
 	};
