@@ -957,8 +957,9 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		if (fcntl(a->fd, F_GETFD) < 0 && errno == EBADF)
 			return -EBADF;
 		refused = EINVAL;
-	} else if (a->op == PX_OP_WRITE_FILE)
+	} else if (a->op == PX_OP_WRITE_FILE) {
 		refused = px__fsize_refused(a->fd, a->offset, a->len);
+	}
 
 	pthread_mutex_lock(&px->lock);
 	int rc;
