@@ -17,9 +17,9 @@
  *    Pipes, FIFOs and terminals use preadv2/pwritev2 with RWF_NOWAIT
  *    (pipes honour it on recent kernels), so a blocking pipe is never
  *    made non-blocking.  Where the kernel refuses RWF_NOWAIT, the
- *    descriptor is checked with poll(0) first and written at most PIPE_BUF bytes at a time, unless the
- *    provider's rules trust O_NONBLOCK and it is set (then it is used as
- *    it is).  Those writes carry RWF_NOSIGNAL where the kernel takes it
+ *    descriptor is checked with poll(0) first and written at most
+ *    PIPE_BUF bytes at a time, unless the provider's rules trust
+ *    O_NONBLOCK and it is set (then it is used as it is).  Those writes carry RWF_NOSIGNAL where the kernel takes it
  *    (6.18); elsewhere SIGPIPE is blocked around the call and swallowed.
  *    Either way EPIPE comes in the completion.
  *  - A terminal is the exception to "PIPE_BUF bytes after POLLOUT": it
