@@ -364,6 +364,9 @@ PX_API int px_handle_events(px_proactor *px, int timeout_ms);
  * px_stop - make every px_handle_events() call return -ESHUTDOWN as soon as
  * it has finished the callback it runs, now and from now on.  Completions
  * stay queued for px_destroy.  Returns 0, or -EINVAL for a NULL px.
+ * Not from a signal handler (no function here is async-signal-safe: it
+ * takes the mutex the interrupted thread may hold); let the handler write
+ * to a pipe with a px_read_stream pending and call it in that callback.
  */
 PX_API int px_stop(px_proactor *px);
 
@@ -480,7 +483,8 @@ PX_API int px_connect(px_proactor *px, int fd, const struct sockaddr *addr,
 
 /*
  * px_post - queue a completion with op PX_OP_POST; its callback runs in a
- * thread inside px_handle_events (a sleeping one is woken).
+ * thread inside px_handle_events (a sleeping one is woken).  Any thread,
+ * but not a signal handler (see px_stop).
  * Returns 0, -EINVAL (px or cb NULL), -ENOMEM or -ESHUTDOWN.
  */
 PX_API int px_post(px_proactor *px, px_callback *cb, void *user);

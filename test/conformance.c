@@ -3029,6 +3029,109 @@ static void stop_wakes_and_refuses(void **state)
 	assert_int_equal(atomic_load(&never->calls), 0);
 }
 
+/* The way px_stop(3) gives to stop the loop from a signal handler, which
+ * must not call the library itself (it takes the proactor's mutex, which
+ * the thread the signal interrupted may hold: px_post from a SIGALRM
+ * handler at 10 kHz hung a loop at once on epoll): the handler writes a
+ * byte to a pipe whose read is pending, and the read's callback calls
+ * px_stop. */
+static int g_sigstop_wfd = -1;
+static atomic_int g_sigstop_hits;
+
+static void sigstop_handler(int sig)
+{
+	(void)sig;
+	int saved = errno;
+	/* The 40th of a storm: until then the handler only interrupts. */
+	if (atomic_fetch_add(&g_sigstop_hits, 1) + 1 == 40) {
+		ssize_t n = write(g_sigstop_wfd, "s", 1);
+		(void)n;
+	}
+	errno = saved;
+}
+
+static void sigstop_read_cb(const px_completion *c)
+{
+	h_rec_cb(c);
+	if (!c->error && c->bytes == 1)
+		px_stop(c->proactor);
+}
+
+static void *sigstop_blocked_loop(void *arg)
+{
+	blocked *b = arg;
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	return blocked_main(b);
+}
+
+/* SIGUSR1 every 250 us (a POSIX timer, handler without SA_RESTART) while
+ * the test thread and a thread with every signal blocked wait in
+ * px_handle_events(px, -1) with a pipe read pending; the handler's 40th
+ * call writes to the pipe.  Both loops return -ESHUTDOWN, none 0 before,
+ * and the read ran once with its byte. */
+static void stop_from_signal_handler_through_a_pipe(void **state)
+{
+	h_fx *f = *state;
+	int p[2];
+	h_pipe(f, p);
+	g_sigstop_wfd = p[1];
+	atomic_store(&g_sigstop_hits, 0);
+	char *in = h_alloc(f, 4);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, p[0], in, 4, sigstop_read_cb,
+					rd),
+			 0);
+	blocked *b = h_alloc(f, sizeof *b);
+	b->px = f->px;
+	assert_int_equal(pthread_create(&b->tid, NULL, sigstop_blocked_loop, b),
+			 0);
+
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = sigstop_handler;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGUSR1, &sa, &old), 0);
+	struct sigevent sev;
+	memset(&sev, 0, sizeof sev);
+	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_signo = SIGUSR1;
+	timer_t tm;
+	assert_int_equal(timer_create(CLOCK_MONOTONIC, &sev, &tm), 0);
+	struct itimerspec its = {{0, 250000}, {0, 250000}};
+	assert_int_equal(timer_settime(tm, 0, &its, NULL), 0);
+
+	uint64_t dl = h_deadline(3000);
+	int rc, zeros = 0, calls = 0;
+	while ((rc = px_handle_events(f->px, -1)) >= 0 && h_now_ms() < dl) {
+		if (rc == 0)
+			zeros++;
+		calls++;
+	}
+	timer_delete(tm);
+	sigaction(SIGUSR1, &old, NULL);
+	if (rc != -ESHUTDOWN) {
+		px_stop(f->px);
+		pthread_join(b->tid, NULL);
+		fail_msg("px_handle_events(px, -1) in the signalled thread "
+			 "returned %d after %d calls (%d signals): the stop "
+			 "did not reach it", rc, calls,
+			 atomic_load(&g_sigstop_hits));
+	}
+	blocked_join(b, f->px, 1000, "px_stop from a read's callback");
+	assert_int_equal(b->rc, -ESHUTDOWN);
+	if (zeros)
+		fail_msg("px_handle_events(px, -1) returned 0 %d times under "
+			 "the signals", zeros);
+	assert_true(h_rec_done(rd));
+	assert_int_equal(atomic_load(&rd->calls), 1);
+	assert_int_equal(rd->c.op, PX_OP_READ_STREAM);
+	assert_int_equal(rd->c.error, 0);
+	assert_int_equal(rd->c.bytes, 1);
+	assert_int_equal(in[0], 's');
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
@@ -3087,6 +3190,7 @@ int main(int argc, char **argv)
 		T(create_destroy_keep_signal_state),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
+		T(stop_from_signal_handler_through_a_pipe),
 		T(stats_count_each_kind),
 	};
 	int failed = cmocka_run_group_tests_name("conformance", tests, NULL,
