@@ -2074,6 +2074,241 @@ static void eintr_storm_waits(void **state)
 	assert_int_equal(atomic_load(&g_storm_calls), 200);
 }
 
+/* The mixed storm: chains of accepts and connects, datagrams and file
+ * writes read back, each link started from the callback of the last. */
+static struct {
+	px_proactor *px;
+	atomic_int stopping;
+	atomic_long starts, done, errors, first_error;
+	atomic_long rounds[3];          /* accept+connect, dgram, file */
+	atomic_int pair_left;           /* the accept and connect of a round */
+	int lfd, cfd, afd;
+	struct sockaddr_in addr;
+	int dg[2];
+	char dbuf[8];
+	int ffd;
+	char wbuf[512], rbuf[512];
+} g_mix;
+
+static void mix_done(const px_completion *c, bool ok)
+{
+	if (!ok || c->error) {
+		atomic_fetch_add(&g_mix.errors, 1);
+		long none = 0;
+		atomic_compare_exchange_strong(&g_mix.first_error, &none,
+					       (long)c->op * 1000 + c->error);
+	}
+	atomic_fetch_add(&g_mix.done, 1);
+}
+
+/* Counted before the start (mix_pre), so that the count of started
+ * operations never lags behind a completion that came first. */
+static void mix_pre(void)
+{
+	atomic_fetch_add(&g_mix.starts, 1);
+}
+
+static bool mix_start(int rc)
+{
+	if (rc == 0)
+		return true;
+	atomic_fetch_sub(&g_mix.starts, 1);
+	atomic_fetch_add(&g_mix.errors, 1);
+	long none = 0;
+	atomic_compare_exchange_strong(&g_mix.first_error, &none, 900000 - rc);
+	return false;
+}
+
+static void mix_pair_cb(const px_completion *c);
+
+static void mix_pair_round(void)
+{
+	g_mix.cfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+	if (g_mix.cfd < 0) {
+		atomic_fetch_add(&g_mix.errors, 1);
+		return;
+	}
+	atomic_store(&g_mix.pair_left, 2);
+	mix_pre();
+	if (px_accept(g_mix.px, g_mix.lfd, mix_pair_cb, NULL) != 0) {
+		atomic_fetch_sub(&g_mix.starts, 1);
+		atomic_fetch_add(&g_mix.errors, 1);
+		close(g_mix.cfd);
+		return;
+	}
+	mix_pre();
+	mix_start(px_connect(g_mix.px, g_mix.cfd,
+			     (struct sockaddr *)&g_mix.addr,
+			     sizeof g_mix.addr, mix_pair_cb, NULL));
+}
+
+static void mix_pair_cb(const px_completion *c)
+{
+	if (c->op == PX_OP_ACCEPT && !c->error)
+		g_mix.afd = c->new_fd;
+	mix_done(c, true);
+	if (atomic_fetch_sub(&g_mix.pair_left, 1) != 1)
+		return;
+	close(g_mix.cfd);
+	close(g_mix.afd);
+	atomic_fetch_add(&g_mix.rounds[0], 1);
+	if (!atomic_load(&g_mix.stopping))
+		mix_pair_round();
+}
+
+static void mix_dgram_cb(const px_completion *c)
+{
+	mix_done(c, c->op != PX_OP_READ_DGRAM || c->bytes == 1);
+	if (c->op != PX_OP_READ_DGRAM)
+		return;
+	atomic_fetch_add(&g_mix.rounds[1], 1);
+	if (atomic_load(&g_mix.stopping))
+		return;
+	mix_pre();
+	if (mix_start(px_read_dgram(g_mix.px, g_mix.dg[0], g_mix.dbuf,
+				    sizeof g_mix.dbuf, mix_dgram_cb, NULL))) {
+		mix_pre();
+		mix_start(px_write_dgram(g_mix.px, g_mix.dg[1], "d", 1, NULL, 0,
+					 mix_dgram_cb, NULL));
+	}
+}
+
+static void mix_file_cb(const px_completion *c)
+{
+	long n = atomic_load(&g_mix.rounds[2]);
+	if (c->op == PX_OP_WRITE_FILE) {
+		mix_done(c, c->bytes == sizeof g_mix.wbuf);
+		mix_pre();
+		mix_start(px_read_file(g_mix.px, g_mix.ffd, g_mix.rbuf,
+				       sizeof g_mix.rbuf, c->offset,
+				       mix_file_cb, NULL));
+		return;
+	}
+	mix_done(c, c->bytes == sizeof g_mix.rbuf &&
+			    !memcmp(g_mix.rbuf, g_mix.wbuf, sizeof g_mix.rbuf));
+	atomic_fetch_add(&g_mix.rounds[2], 1);
+	if (atomic_load(&g_mix.stopping))
+		return;
+	memset(g_mix.wbuf, 'a' + (int)(n % 26), sizeof g_mix.wbuf);
+	mix_pre();
+	mix_start(px_write_file(g_mix.px, g_mix.ffd, g_mix.wbuf,
+				sizeof g_mix.wbuf,
+				(uint64_t)(n % 64) * sizeof g_mix.wbuf,
+				mix_file_cb, NULL));
+}
+
+/* SIGALRM from setitimer every 100 us, handled with SA_RESTART, and
+ * SIGCHLD from a child forked and reaped every 20 ms, while chains of
+ * accept+connect, datagrams and file write-then-read run for 80 ms.
+ * The loop threads block every signal, so each signal lands on the test
+ * thread, itself in px_handle_events(px, 20): no operation fails or
+ * completes twice, every chain moves, and a return of 0 (nothing to do)
+ * comes only after the 20 ms. */
+static void eintr_storm_restart_mixed(void **state)
+{
+	h_fx *f = *state;
+	memset(&g_mix, 0, sizeof g_mix);
+	g_mix.px = f->px;
+	g_mix.lfd = h_track(f, socket(AF_INET, SOCK_STREAM, 0));
+	g_mix.addr.sin_family = AF_INET;
+	g_mix.addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof g_mix.addr;
+	assert_int_equal(bind(g_mix.lfd, (struct sockaddr *)&g_mix.addr, al), 0);
+	assert_int_equal(getsockname(g_mix.lfd, (struct sockaddr *)&g_mix.addr,
+				     &al), 0);
+	assert_int_equal(listen(g_mix.lfd, 16), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM, 0, g_mix.dg), 0);
+	h_track(f, g_mix.dg[0]);
+	h_track(f, g_mix.dg[1]);
+	char path[] = "/tmp/px_fault_mix_XXXXXX";
+	g_mix.ffd = h_track(f, mkstemp(path));
+	assert_true(g_mix.ffd >= 0);
+	unlink(path);
+
+	sigset_t all, old_mask;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old_mask);
+	h_loops_start(f, 2, true);
+	pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+	struct sigaction sa, old_alrm, old_chld;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_storm;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	assert_int_equal(sigaction(SIGALRM, &sa, &old_alrm), 0);
+	assert_int_equal(sigaction(SIGCHLD, &sa, &old_chld), 0);
+	struct itimerval it = {{0, 100}, {0, 100}}, off, old_it;
+	memset(&off, 0, sizeof off);
+	assert_int_equal(setitimer(ITIMER_REAL, &it, &old_it), 0);
+
+	mix_pair_round();
+	mix_pre();
+	if (mix_start(px_read_dgram(f->px, g_mix.dg[0], g_mix.dbuf,
+				    sizeof g_mix.dbuf, mix_dgram_cb, NULL))) {
+		mix_pre();
+		mix_start(px_write_dgram(f->px, g_mix.dg[1], "d", 1, NULL, 0,
+					 mix_dgram_cb, NULL));
+	}
+	memset(g_mix.wbuf, 'a', sizeof g_mix.wbuf);
+	mix_pre();
+	mix_start(px_write_file(f->px, g_mix.ffd, g_mix.wbuf, sizeof g_mix.wbuf,
+				0, mix_file_cb, NULL));
+
+	int early = 0, rc = 0;
+	uint64_t t0 = h_now_ms(), next_fork = t0;
+	for (;;) {
+		uint64_t now = h_now_ms();
+		if (now >= t0 + 80)
+			atomic_store(&g_mix.stopping, 1);  /* the chains end */
+		if ((atomic_load(&g_mix.stopping) &&
+		     atomic_load(&g_mix.done) == atomic_load(&g_mix.starts)) ||
+		    now > t0 + 3000)
+			break;
+		if (h_now_ms() >= next_fork) {
+			pid_t pid = fork();
+			if (pid == 0)
+				_exit(0);
+			next_fork += 20;
+		}
+		while (waitpid(-1, NULL, WNOHANG) > 0)
+			;
+		uint64_t c0 = h_now_ns();
+		rc = px_handle_events(f->px, 20);
+		if (rc < 0)
+			break;
+		if (rc == 0 && h_now_ns() - c0 < 19000000u)
+			early++;
+	}
+	setitimer(ITIMER_REAL, &old_it, NULL);
+	sigaction(SIGALRM, &old_alrm, NULL);
+	while (waitpid(-1, NULL, WNOHANG) > 0)
+		;
+	sigaction(SIGCHLD, &old_chld, NULL);
+	h_loops_stop();
+	print_message("storm: %ld operations; rounds: %ld accept+connect, %ld "
+		      "datagram, %ld file\n", atomic_load(&g_mix.starts),
+		      atomic_load(&g_mix.rounds[0]),
+		      atomic_load(&g_mix.rounds[1]),
+		      atomic_load(&g_mix.rounds[2]));
+	if (rc < 0)
+		fail_msg("px_handle_events(px, 20) returned %d (%s)", rc,
+			 px_strerror(rc));
+	if (atomic_load(&g_mix.errors))
+		fail_msg("%ld operations failed or were refused (first: op %ld, "
+			 "error %ld)", atomic_load(&g_mix.errors),
+			 atomic_load(&g_mix.first_error) / 1000,
+			 atomic_load(&g_mix.first_error) % 1000);
+	if (atomic_load(&g_mix.done) != atomic_load(&g_mix.starts))
+		fail_msg("%ld operations started, %ld completions",
+			 atomic_load(&g_mix.starts), atomic_load(&g_mix.done));
+	for (int i = 0; i < 3; i++)
+		if (!atomic_load(&g_mix.rounds[i]))
+			fail_msg("chain %d made no round under the signals", i);
+	if (early)
+		fail_msg("px_handle_events(px, 20) returned 0 before its 20 ms "
+			 "%d times", early);
+}
+
 static void nop_wake(const px_completion *c)
 {
 	(void)c;
@@ -2652,6 +2887,7 @@ int main(int argc, char **argv)
 		T(destroy_with_thousands_pending),
 		T(eintr_storm),
 		T(eintr_storm_waits),
+		T(eintr_storm_restart_mixed),
 		T(signal_interrupt_disposition_changed),
 		T(accept_at_fd_limit),
 		T1(max_aio_1_load),
