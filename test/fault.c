@@ -2081,6 +2081,7 @@ static struct {
 	atomic_int stopping;
 	atomic_long starts, done, errors, first_error;
 	atomic_long rounds[3];          /* accept+connect, dgram, file */
+	atomic_long cstarts[3], cdone[3];  /* per chain */
 	atomic_int pair_left;           /* the accept and connect of a round */
 	int lfd, cfd, afd;
 	struct sockaddr_in addr;
@@ -2090,8 +2091,9 @@ static struct {
 	char wbuf[512], rbuf[512];
 } g_mix;
 
-static void mix_done(const px_completion *c, bool ok)
+static void mix_done(const px_completion *c, bool ok, int k)
 {
+	atomic_fetch_add(&g_mix.cdone[k], 1);
 	if (!ok || c->error) {
 		atomic_fetch_add(&g_mix.errors, 1);
 		long none = 0;
@@ -2103,16 +2105,18 @@ static void mix_done(const px_completion *c, bool ok)
 
 /* Counted before the start (mix_pre), so that the count of started
  * operations never lags behind a completion that came first. */
-static void mix_pre(void)
+static void mix_pre(int k)
 {
 	atomic_fetch_add(&g_mix.starts, 1);
+	atomic_fetch_add(&g_mix.cstarts[k], 1);
 }
 
-static bool mix_start(int rc)
+static bool mix_start(int k, int rc)
 {
 	if (rc == 0)
 		return true;
 	atomic_fetch_sub(&g_mix.starts, 1);
+	atomic_fetch_sub(&g_mix.cstarts[k], 1);
 	atomic_fetch_add(&g_mix.errors, 1);
 	long none = 0;
 	atomic_compare_exchange_strong(&g_mix.first_error, &none, 900000 - rc);
@@ -2129,72 +2133,84 @@ static void mix_pair_round(void)
 		return;
 	}
 	atomic_store(&g_mix.pair_left, 2);
-	mix_pre();
+	mix_pre(0);
 	if (px_accept(g_mix.px, g_mix.lfd, mix_pair_cb, NULL) != 0) {
 		atomic_fetch_sub(&g_mix.starts, 1);
+		atomic_fetch_sub(&g_mix.cstarts[0], 1);
 		atomic_fetch_add(&g_mix.errors, 1);
 		close(g_mix.cfd);
 		return;
 	}
-	mix_pre();
-	mix_start(px_connect(g_mix.px, g_mix.cfd,
+	mix_pre(0);
+	mix_start(0, px_connect(g_mix.px, g_mix.cfd,
 			     (struct sockaddr *)&g_mix.addr,
 			     sizeof g_mix.addr, mix_pair_cb, NULL));
 }
 
+/* Each callback counts its operation done last, after it started the
+ * next link: the started count then never equals the completed one
+ * while a chain still moves, so the test's drain cannot end between a
+ * completion and the start it makes. */
 static void mix_pair_cb(const px_completion *c)
 {
 	if (c->op == PX_OP_ACCEPT && !c->error)
 		g_mix.afd = c->new_fd;
-	mix_done(c, true);
-	if (atomic_fetch_sub(&g_mix.pair_left, 1) != 1)
-		return;
-	close(g_mix.cfd);
-	close(g_mix.afd);
-	atomic_fetch_add(&g_mix.rounds[0], 1);
-	if (!atomic_load(&g_mix.stopping))
-		mix_pair_round();
+	if (atomic_fetch_sub(&g_mix.pair_left, 1) == 1) {
+		close(g_mix.cfd);
+		close(g_mix.afd);
+		atomic_fetch_add(&g_mix.rounds[0], 1);
+		if (!atomic_load(&g_mix.stopping))
+			mix_pair_round();
+	}
+	mix_done(c, true, 0);
 }
 
 static void mix_dgram_cb(const px_completion *c)
 {
-	mix_done(c, c->op != PX_OP_READ_DGRAM || c->bytes == 1);
-	if (c->op != PX_OP_READ_DGRAM)
-		return;
-	atomic_fetch_add(&g_mix.rounds[1], 1);
-	if (atomic_load(&g_mix.stopping))
-		return;
-	mix_pre();
-	if (mix_start(px_read_dgram(g_mix.px, g_mix.dg[0], g_mix.dbuf,
-				    sizeof g_mix.dbuf, mix_dgram_cb, NULL))) {
-		mix_pre();
-		mix_start(px_write_dgram(g_mix.px, g_mix.dg[1], "d", 1, NULL, 0,
-					 mix_dgram_cb, NULL));
+	bool ok = c->op != PX_OP_READ_DGRAM || c->bytes == 1;
+	if (c->op == PX_OP_READ_DGRAM) {
+		atomic_fetch_add(&g_mix.rounds[1], 1);
+		if (!atomic_load(&g_mix.stopping)) {
+			mix_pre(1);
+			if (mix_start(1, px_read_dgram(g_mix.px, g_mix.dg[0],
+						       g_mix.dbuf,
+						       sizeof g_mix.dbuf,
+						       mix_dgram_cb, NULL))) {
+				mix_pre(1);
+				mix_start(1, px_write_dgram(g_mix.px,
+							    g_mix.dg[1], "d", 1,
+							    NULL, 0,
+							    mix_dgram_cb,
+							    NULL));
+			}
+		}
 	}
+	mix_done(c, ok, 1);
 }
 
 static void mix_file_cb(const px_completion *c)
 {
 	long n = atomic_load(&g_mix.rounds[2]);
 	if (c->op == PX_OP_WRITE_FILE) {
-		mix_done(c, c->bytes == sizeof g_mix.wbuf);
-		mix_pre();
-		mix_start(px_read_file(g_mix.px, g_mix.ffd, g_mix.rbuf,
-				       sizeof g_mix.rbuf, c->offset,
-				       mix_file_cb, NULL));
+		mix_pre(2);
+		mix_start(2, px_read_file(g_mix.px, g_mix.ffd, g_mix.rbuf,
+					  sizeof g_mix.rbuf, c->offset,
+					  mix_file_cb, NULL));
+		mix_done(c, c->bytes == sizeof g_mix.wbuf, 2);
 		return;
 	}
-	mix_done(c, c->bytes == sizeof g_mix.rbuf &&
-			    !memcmp(g_mix.rbuf, g_mix.wbuf, sizeof g_mix.rbuf));
+	bool ok = c->bytes == sizeof g_mix.rbuf &&
+		  !memcmp(g_mix.rbuf, g_mix.wbuf, sizeof g_mix.rbuf);
 	atomic_fetch_add(&g_mix.rounds[2], 1);
-	if (atomic_load(&g_mix.stopping))
-		return;
-	memset(g_mix.wbuf, 'a' + (int)(n % 26), sizeof g_mix.wbuf);
-	mix_pre();
-	mix_start(px_write_file(g_mix.px, g_mix.ffd, g_mix.wbuf,
-				sizeof g_mix.wbuf,
-				(uint64_t)(n % 64) * sizeof g_mix.wbuf,
-				mix_file_cb, NULL));
+	if (!atomic_load(&g_mix.stopping)) {
+		memset(g_mix.wbuf, 'a' + (int)(n % 26), sizeof g_mix.wbuf);
+		mix_pre(2);
+		mix_start(2, px_write_file(g_mix.px, g_mix.ffd, g_mix.wbuf,
+					   sizeof g_mix.wbuf,
+					   (uint64_t)(n % 64) * sizeof g_mix.wbuf,
+					   mix_file_cb, NULL));
+	}
+	mix_done(c, ok, 2);
 }
 
 /* SIGALRM from setitimer every 100 us, handled with SA_RESTART, and
@@ -2242,16 +2258,16 @@ static void eintr_storm_restart_mixed(void **state)
 	assert_int_equal(setitimer(ITIMER_REAL, &it, &old_it), 0);
 
 	mix_pair_round();
-	mix_pre();
-	if (mix_start(px_read_dgram(f->px, g_mix.dg[0], g_mix.dbuf,
+	mix_pre(1);
+	if (mix_start(1, px_read_dgram(f->px, g_mix.dg[0], g_mix.dbuf,
 				    sizeof g_mix.dbuf, mix_dgram_cb, NULL))) {
-		mix_pre();
-		mix_start(px_write_dgram(f->px, g_mix.dg[1], "d", 1, NULL, 0,
+		mix_pre(1);
+		mix_start(1, px_write_dgram(f->px, g_mix.dg[1], "d", 1, NULL, 0,
 					 mix_dgram_cb, NULL));
 	}
 	memset(g_mix.wbuf, 'a', sizeof g_mix.wbuf);
-	mix_pre();
-	mix_start(px_write_file(f->px, g_mix.ffd, g_mix.wbuf, sizeof g_mix.wbuf,
+	mix_pre(2);
+	mix_start(2, px_write_file(f->px, g_mix.ffd, g_mix.wbuf, sizeof g_mix.wbuf,
 				0, mix_file_cb, NULL));
 
 	int early = 0, rc = 0;
@@ -2299,8 +2315,17 @@ static void eintr_storm_restart_mixed(void **state)
 			 atomic_load(&g_mix.first_error) / 1000,
 			 atomic_load(&g_mix.first_error) % 1000);
 	if (atomic_load(&g_mix.done) != atomic_load(&g_mix.starts))
-		fail_msg("%ld operations started, %ld completions",
-			 atomic_load(&g_mix.starts), atomic_load(&g_mix.done));
+		fail_msg("%ld operations started, %ld completions after %llu ms "
+			 "(accept+connect %ld/%ld, datagram %ld/%ld, file "
+			 "%ld/%ld)", atomic_load(&g_mix.starts),
+			 atomic_load(&g_mix.done),
+			 (unsigned long long)(h_now_ms() - t0),
+			 atomic_load(&g_mix.cdone[0]),
+			 atomic_load(&g_mix.cstarts[0]),
+			 atomic_load(&g_mix.cdone[1]),
+			 atomic_load(&g_mix.cstarts[1]),
+			 atomic_load(&g_mix.cdone[2]),
+			 atomic_load(&g_mix.cstarts[2]));
 	for (int i = 0; i < 3; i++)
 		if (!atomic_load(&g_mix.rounds[i]))
 			fail_msg("chain %d made no round under the signals", i);
