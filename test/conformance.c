@@ -3110,6 +3110,10 @@ static void stop_from_signal_handler_through_a_pipe(void **state)
 		calls++;
 	}
 	timer_delete(tm);
+	/* SIG_IGN first discards an instance still pending (its default
+	 * would end the process). */
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGUSR1, &sa, NULL);
 	sigaction(SIGUSR1, &old, NULL);
 	if (rc != -ESHUTDOWN) {
 		px_stop(f->px);

@@ -2296,6 +2296,10 @@ static void eintr_storm_restart_mixed(void **state)
 			early++;
 	}
 	setitimer(ITIMER_REAL, &old_it, NULL);
+	/* SIG_IGN first discards an instance still pending (its default
+	 * would end the process). */
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGALRM, &sa, NULL);
 	sigaction(SIGALRM, &old_alrm, NULL);
 	while (waitpid(-1, NULL, WNOHANG) > 0)
 		;
