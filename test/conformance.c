@@ -3067,10 +3067,11 @@ static void *sigstop_blocked_loop(void *arg)
 }
 
 /* SIGUSR1 every 250 us (a POSIX timer, handler without SA_RESTART) while
- * the test thread and a thread with every signal blocked wait in
- * px_handle_events(px, -1) with a pipe read pending; the handler's 40th
- * call writes to the pipe.  Both loops return -ESHUTDOWN, none 0 before,
- * and the read ran once with its byte. */
+ * the test thread, in px_handle_events(px, 500), and a thread with every
+ * signal blocked, in px_handle_events(px, -1), wait with a pipe read
+ * pending; the handler's 40th call writes to the pipe.  Both return
+ * -ESHUTDOWN, no 0 comes before its 500 ms, and the read ran once with
+ * its byte. */
 static void stop_from_signal_handler_through_a_pipe(void **state)
 {
 	h_fx *f = *state;
@@ -3102,11 +3103,17 @@ static void stop_from_signal_handler_through_a_pipe(void **state)
 	struct itimerspec its = {{0, 250000}, {0, 250000}};
 	assert_int_equal(timer_settime(tm, 0, &its, NULL), 0);
 
+	/* 500 ms rounds rather than -1, so that a lost stop fails here
+	 * instead of hanging the program. */
 	uint64_t dl = h_deadline(3000);
-	int rc, zeros = 0, calls = 0;
-	while ((rc = px_handle_events(f->px, -1)) >= 0 && h_now_ms() < dl) {
-		if (rc == 0)
-			zeros++;
+	int rc, early = 0, calls = 0;
+	for (;;) {
+		uint64_t c0 = h_now_ms();
+		rc = px_handle_events(f->px, 500);
+		if (rc < 0 || h_now_ms() >= dl)
+			break;
+		if (rc == 0 && h_now_ms() - c0 < 490)
+			early++;
 		calls++;
 	}
 	timer_delete(tm);
@@ -3118,16 +3125,16 @@ static void stop_from_signal_handler_through_a_pipe(void **state)
 	if (rc != -ESHUTDOWN) {
 		px_stop(f->px);
 		pthread_join(b->tid, NULL);
-		fail_msg("px_handle_events(px, -1) in the signalled thread "
-			 "returned %d after %d calls (%d signals): the stop "
-			 "did not reach it", rc, calls,
+		fail_msg("px_handle_events(px, 500) in the signalled thread "
+			 "returned %d after %d calls and 3 s (%d signals): the "
+			 "stop did not reach it", rc, calls,
 			 atomic_load(&g_sigstop_hits));
 	}
 	blocked_join(b, f->px, 1000, "px_stop from a read's callback");
 	assert_int_equal(b->rc, -ESHUTDOWN);
-	if (zeros)
-		fail_msg("px_handle_events(px, -1) returned 0 %d times under "
-			 "the signals", zeros);
+	if (early)
+		fail_msg("px_handle_events(px, 500) returned 0 before its 500 ms "
+			 "%d times under the signals", early);
 	assert_true(h_rec_done(rd));
 	assert_int_equal(atomic_load(&rd->calls), 1);
 	assert_int_equal(rd->c.op, PX_OP_READ_STREAM);
