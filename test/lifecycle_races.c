@@ -1766,12 +1766,31 @@ static void *one_loop_main(void *arg)
 	return (void *)(intptr_t)rc;
 }
 
+/* Mappings of the kernel's rings in this process: an io_uring's
+ * ("anon_inode:[io_uring]") and a Linux AIO context's ("/[aio]"), which
+ * stay after the descriptor (io_uring) or without one (AIO) until the
+ * engine unmaps or destroys them. */
+static int kernel_rings_mapped(void)
+{
+	FILE *m = fopen("/proc/self/maps", "re");
+	if (!m)
+		return -1;
+	char line[512];
+	int n = 0;
+	while (fgets(line, sizeof line, m))
+		if (strstr(line, "[io_uring]") || strstr(line, "[aio]"))
+			n++;
+	fclose(m);
+	return n;
+}
+
 static void create_destroy_cycles_leave_nothing(void **state)
 {
 	h_fx *f = *state;
 	assert_int_equal(px_destroy(f->px), 0);
 	f->px = NULL;
 	int fds0 = h_count_dir("/proc/self/fd");
+	int rings0 = kernel_rings_mapped();
 	int tasks0 = h_count_dir("/proc/self/task");
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
@@ -1861,6 +1880,11 @@ static void create_destroy_cycles_leave_nothing(void **state)
 	if (fds1 != fds0)
 		fail_msg("%d descriptors open after %d proactors were created "
 			 "and destroyed, %d before", fds1, i, fds0);
+	int rings1 = kernel_rings_mapped();
+	if (rings1 != rings0)
+		fail_msg("%d mappings of io_uring rings and AIO contexts after %d "
+			 "proactors were created and destroyed, %d before", rings1,
+			 i, rings0);
 	/* Threads: a dedicated leader is joined by px_destroy; helper
 	 * threads of the kernel or of glibc (io_uring workers, POSIX AIO
 	 * helpers) may take a moment to leave. */
@@ -1873,6 +1897,271 @@ static void create_destroy_cycles_leave_nothing(void **state)
 		fail_msg("%d threads after %d proactors were created and "
 			 "destroyed, %d before", tasks1, i, tasks0);
 	printf("create and destroy: %d cycles\n", i);
+}
+
+/* ------------------------------------------------------------------ */
+/* 9. px_destroy with every kind of operation pending: what it leaves    */
+/* ------------------------------------------------------------------ */
+
+/* The file status flags, descriptor flags, owner and signal of fd. */
+static void fd_state(int fd, int out[4])
+{
+	out[0] = fcntl(fd, F_GETFL);
+	out[1] = fcntl(fd, F_GETFD);
+	out[2] = fcntl(fd, F_GETOWN);
+	out[3] = fcntl(fd, F_GETSIG);
+}
+
+/* After the peer of fd (non-blocking) was closed: fd reads its end within
+ * 100 ms, once what was still in it is read. */
+static bool sees_end(int fd, unsigned char *scratch, size_t cap)
+{
+	uint64_t dl = h_deadline(100);
+	for (;;) {
+		ssize_t n = read(fd, scratch, cap);
+		if (n == 0)
+			return true;
+		if (n < 0 && errno != EAGAIN)
+			return false;
+		if (n < 0 && h_now_ms() >= dl)
+			return false;
+		if (n < 0)
+			h_sleep_ms(1);
+	}
+}
+
+#define DL_BUF 4096
+#define DL_WALL (1u << 20)
+
+/*
+ * px_destroy(3): every pending operation gets its one callback, and then
+ * the buffers and descriptors are the application's again.  Pending at
+ * once, with no loop thread: stream reads (one vectored) on a socket and
+ * a pipe, a datagram read, a write-all and a vectored write-all to a
+ * socket with small buffers, a write to a full socket and to a full pipe,
+ * an accept, a connect to a full backlog, a file read and write, a timer
+ * due in an hour and one due now, a periodic timer, a post, two reads
+ * with deadlines (an hour, 1 ms) through px_start_op, and a px_close of a
+ * socket with a read pending.  After px_destroy: each once; every
+ * descriptor's flags, owner and signal as before (the listener was made
+ * non-blocking, so that the readiness engines need not change it); the
+ * read buffers, filled anew, stay so while data and a connection come
+ * (no request left in the kernel takes them), and the application reads
+ * and accepts them itself; the write-alls' peer holds exactly the bytes
+ * they reported; and once the application closes its ends, their peers
+ * see the end at once (nothing of the engine holds the files).
+ */
+static void destroy_leaves_buffers_and_descriptors(void **state)
+{
+	h_fx *f = *state;
+	bool vec = h_vec_supported(f, PX_OP_READ_STREAM) &&
+		   h_vec_supported(f, PX_OP_WRITE_STREAM);
+	int rs[2], ws[2], fs[2], ds[2], cs[2], rp[2], wp[2];
+	h_socketpair(f, rs);       /* reads; rs[0] writes to them later */
+	h_socketpair(f, ws);       /* write-alls to ws[1] */
+	h_socketpair(f, fs);       /* a write to a full socket */
+	h_socketpair(f, ds);       /* reads with deadlines */
+	h_socketpair(f, cs);       /* px_close of cs[1] */
+	h_pipe(f, rp);
+	h_pipe(f, wp);
+	int small = 4096;
+	setsockopt(ws[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+	setsockopt(ws[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+	struct sockaddr_in ua, la, fa;
+	int u = h_bound_socket(f, SOCK_DGRAM, &ua);
+	int lis = h_bound_socket(f, SOCK_STREAM, &la);
+	assert_int_equal(fcntl(lis, F_SETFL, fcntl(lis, F_GETFL) | O_NONBLOCK), 0);
+	assert_int_equal(listen(lis, 8), 0);
+	/* A listener whose backlog of 0 is full: a connect waits. */
+	int full = h_bound_socket(f, SOCK_STREAM, &fa);
+	assert_int_equal(listen(full, 0), 0);
+	for (int i = 0; i < 3; i++) {
+		int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+					  SOCK_CLOEXEC, 0));
+		(void)connect(c, (struct sockaddr *)&fa, sizeof fa);
+	}
+	h_sleep_ms(5);
+	int conn = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	char path[] = "/tmp/px_lifecycle_XXXXXX";
+	int file = h_track(f, mkstemp(path));
+	assert_true(file >= 0);
+	unlink(path);
+	assert_int_equal(ftruncate(file, 65536), 0);
+	unsigned char *junk = h_alloc(f, DL_BUF);
+	/* Fill the full socket's and the full pipe's way. */
+	assert_int_equal(fcntl(fs[0], F_SETFL, O_NONBLOCK), 0);
+	while (write(fs[0], junk, DL_BUF) > 0)
+		;
+	assert_int_equal(fcntl(fs[0], F_SETFL, 0), 0);
+	assert_int_equal(fcntl(wp[1], F_SETFL, O_NONBLOCK), 0);
+	while (write(wp[1], junk, DL_BUF) > 0)
+		;
+	assert_int_equal(fcntl(wp[1], F_SETFL, 0), 0);
+
+	int app[] = {rs[0], rs[1], ws[0], ws[1], fs[0], fs[1], ds[0], ds[1],
+		     cs[0], rp[0], rp[1], wp[0], wp[1], u, lis, full, conn, file};
+	enum { NAPP = sizeof app / sizeof app[0] };
+	int before[NAPP][4];
+	for (int i = 0; i < NAPP; i++)
+		fd_state(app[i], before[i]);
+
+	enum { NBUF = 8 };
+	unsigned char *rb[NBUF];           /* the read buffers */
+	for (int i = 0; i < NBUF; i++)
+		rb[i] = h_alloc(f, DL_BUF);
+	unsigned char *wall = h_alloc(f, DL_WALL);
+	struct iovec *riov = h_alloc(f, 2 * sizeof *riov);
+	struct iovec *wiov = h_alloc(f, 2 * sizeof *wiov);
+	riov[0] = (struct iovec){rb[1], 16};
+	riov[1] = (struct iovec){rb[1] + 16, 16};
+	wiov[0] = (struct iovec){wall, DL_WALL / 2};
+	wiov[1] = (struct iovec){wall + DL_WALL / 2, DL_WALL / 2};
+
+	px_proactor *px = f->px;
+	rec *r[24] = {0};
+	int n = 0;
+#define DL_START(op, fd, call) do { \
+		r[n] = rec_new(op, fd); \
+		r[n]->rc = (call); \
+		if (r[n]->rc != 0) \
+			fail_msg("start %d (%s): %d %s", n, px_op_name(op), \
+				 r[n]->rc, px_strerror(r[n]->rc)); \
+		r[n]->started = 1; \
+		n++; \
+	} while (0)
+	DL_START(PX_OP_READ_STREAM, rs[1],
+		 px_read_stream(px, rs[1], rb[0], 32, rec_cb, r[n]));
+	if (vec)
+		DL_START(PX_OP_READ_STREAM, rs[1],
+			 px_readv_stream(px, rs[1], riov, 2, rec_cb, r[n]));
+	DL_START(PX_OP_READ_STREAM, rp[0],
+		 px_read_stream(px, rp[0], rb[2], 32, rec_cb, r[n]));
+	DL_START(PX_OP_READ_DGRAM, u,
+		 px_read_dgram(px, u, rb[3], 32, rec_cb, r[n]));
+	int wall_first = n;
+	DL_START(PX_OP_WRITE_STREAM, ws[0],
+		 px_write_stream_all(px, ws[0], wall, DL_WALL, rec_cb, r[n]));
+	int wall_n = 1;
+	if (vec) {
+		DL_START(PX_OP_WRITE_STREAM, ws[0],
+			 px_writev_stream_all(px, ws[0], wiov, 2, rec_cb, r[n]));
+		wall_n = 2;
+	}
+	DL_START(PX_OP_WRITE_STREAM, fs[0],
+		 px_write_stream(px, fs[0], junk, DL_BUF, rec_cb, r[n]));
+	DL_START(PX_OP_WRITE_STREAM, wp[1],
+		 px_write_stream(px, wp[1], junk, DL_BUF, rec_cb, r[n]));
+	DL_START(PX_OP_ACCEPT, lis, px_accept(px, lis, rec_cb, r[n]));
+	DL_START(PX_OP_CONNECT, conn,
+		 px_connect(px, conn, (struct sockaddr *)&fa, sizeof fa, rec_cb,
+			    r[n]));
+	DL_START(PX_OP_READ_FILE, file,
+		 px_read_file(px, file, rb[4], 64, 0, rec_cb, r[n]));
+	DL_START(PX_OP_WRITE_FILE, file,
+		 px_write_file(px, file, junk, 64, 4096, rec_cb, r[n]));
+	DL_START(PX_OP_POST, -1, px_post(px, rec_cb, r[n]));
+	DL_START(PX_OP_READ_STREAM, ds[1],
+		 px_start_op(px, &(px_op_desc){.op = PX_OP_READ_STREAM,
+			.fd = ds[1], .buf = rb[5], .len = 32,
+			.timeout_ns = 3600000 * MS, .cb = rec_cb, .user = r[n]}));
+	DL_START(PX_OP_READ_STREAM, ds[1],
+		 px_start_op(px, &(px_op_desc){.op = PX_OP_READ_STREAM,
+			.fd = ds[1], .buf = rb[6], .len = 32, .timeout_ns = MS,
+			.cb = rec_cb, .user = r[n]}));
+	DL_START(PX_OP_READ_STREAM, cs[1],
+		 px_read_stream(px, cs[1], rb[7], 32, rec_cb, r[n]));
+	DL_START(PX_OP_CLOSE, cs[1], px_close(px, cs[1], rec_cb, r[n]));
+	for (int k = 0; k < 3; k++) {
+		r[n] = rec_new(PX_OP_TIMER, -1);
+		r[n]->id = k == 2 ? px_timer_periodic(px, MS, MS, rec_cb, r[n])
+				  : px_timer_start(px, k ? 0 : 3600000 * MS,
+						   rec_cb, r[n]);
+		assert_true(r[n]->id > 0);
+		r[n]->started = 1;
+		n++;
+	}
+#undef DL_START
+	destroy_now(f);
+	for (int i = 0; i < n; i++)
+		if (atomic_load(&r[i]->calls) != 1)
+			fail_msg("%s on %d (start %d): %d callbacks in px_destroy",
+				 px_op_name(r[i]->op), r[i]->fd, i,
+				 atomic_load(&r[i]->calls));
+	recs_check("px_destroy with every kind pending");
+	/* cs[1] was closed by px_close: forget it. */
+	for (int i = 0; i < f->nfds; i++)
+		if (f->fds[i] == cs[1])
+			f->fds[i] = -1;
+
+	for (int i = 0; i < NAPP; i++) {
+		int now[4];
+		fd_state(app[i], now);
+		if (memcmp(now, before[i], sizeof now))
+			fail_msg("descriptor %d (%d of the test's): flags %#x, fd "
+				 "flags %#x, owner %d, signal %d after px_destroy; "
+				 "%#x, %#x, %d, %d before", app[i], i, now[0],
+				 now[1], now[2], now[3], before[i][0],
+				 before[i][1], before[i][2], before[i][3]);
+	}
+
+	/* The buffers are the application's: nothing writes to them. */
+	for (int i = 0; i < NBUF; i++)
+		memset(rb[i], 0xa5, DL_BUF);
+	assert_int_equal(write(rs[0], "stream", 6), 6);
+	assert_int_equal(write(rp[1], "pipe", 4), 4);
+	assert_int_equal(write(ds[0], "dl", 2), 2);
+	assert_int_equal(sendto(u, "dgram", 5, 0, (struct sockaddr *)&ua,
+				sizeof ua), 5);
+	int late = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(connect(late, (struct sockaddr *)&la, sizeof la), 0);
+	h_sleep_ms(20);
+	for (int i = 0; i < NBUF; i++)
+		for (int k = 0; k < DL_BUF; k++)
+			if (rb[i][k] != 0xa5)
+				fail_msg("read buffer %d written at %d after "
+					 "px_destroy returned", i, k);
+	unsigned char got[16];
+	assert_int_equal(recv(rs[1], got, sizeof got, MSG_DONTWAIT), 6);
+	assert_int_equal(recv(ds[1], got, sizeof got, MSG_DONTWAIT), 2);
+	assert_int_equal(recv(u, got, sizeof got, MSG_DONTWAIT), 5);
+	assert_int_equal(fcntl(rp[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(read(rp[0], got, sizeof got), 4);
+	int acc = accept(lis, NULL, NULL);
+	if (acc < 0)
+		fail_msg("accept after px_destroy: %s (a request left in the "
+			 "kernel took the connection?)", strerror(errno));
+	h_track(f, acc);
+
+	/* The write-alls' peer holds exactly what they reported. */
+	size_t reported = 0;
+	for (int i = wall_first; i < wall_first + wall_n; i++)
+		reported += r[i]->bytes;
+	assert_int_equal(fcntl(ws[1], F_SETFL, O_NONBLOCK), 0);
+	size_t in_peer = 0;
+	ssize_t m;
+	while ((m = read(ws[1], wall, DL_WALL)) > 0)
+		in_peer += (size_t)m;
+	h_sleep_ms(5);
+	while ((m = read(ws[1], wall, DL_WALL)) > 0)
+		in_peer += (size_t)m;
+	if (in_peer != reported)
+		fail_msg("the write-alls reported %zu bytes, their peer got %zu",
+			 reported, in_peer);
+
+	/* The application closes its ends: the peers see the end at once. */
+	int ends[][2] = {{rs[1], rs[0]}, {ds[1], ds[0]}, {ws[0], ws[1]},
+			 {wp[1], wp[0]}, {rp[0], rp[1]}};
+	for (unsigned i = 0; i < sizeof ends / sizeof ends[0]; i++) {
+		h_close(f, ends[i][0]);
+		if (fcntl(ends[i][1], F_SETFL, O_NONBLOCK) < 0)
+			fail_msg("fcntl: %s", strerror(errno));
+		if (ends[i][1] == rp[1])
+			continue;   /* a pipe's writer: no end to read */
+		if (!sees_end(ends[i][1], wall, DL_WALL))
+			fail_msg("descriptor %d: no end within 100 ms after the "
+				 "application closed its peer %d", ends[i][1],
+				 ends[i][0]);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -2740,6 +3029,7 @@ int main(int argc, char **argv)
 		T(stop_with_deadlines_and_periodic),
 		T(destroy_races_arriving_data),
 		T(create_destroy_cycles_leave_nothing),
+		T(destroy_leaves_buffers_and_descriptors),
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
 		T(post_chain_outlives_bounded_call),
