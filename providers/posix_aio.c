@@ -877,6 +877,22 @@ static int paio_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		if (p->kind != PX_PAIO_SIGWAIT && rc != -ENOMEM && spec->why_len)
 			snprintf(spec->why, spec->why_len, "eventfd: %s",
 				 strerror(-rc));
+		/* The sigwait wait's EBUSY: say which signal, or that the
+		 * default range has none left. */
+		else if (p->kind == PX_PAIO_SIGWAIT && rc == -EBUSY &&
+			 spec->why_len && s->rtsig)
+			snprintf(spec->why, spec->why_len,
+				 "rtsig=%d has a handler the application "
+				 "installed, or another proactor waits on it",
+				 s->rtsig);
+		else if (p->kind == PX_PAIO_SIGWAIT && rc == -EBUSY &&
+			 spec->why_len)
+			snprintf(spec->why, spec->why_len,
+				 "no real-time signal from SIGRTMIN+4 (%d) to "
+				 "SIGRTMAX (%d) is free for the wait: each has a "
+				 "handler the application installed, or another "
+				 "proactor waits on it; destroy one or give "
+				 "rtsig=", SIGRTMIN + 4, SIGRTMAX);
 		px__fdq_fini(&p->fdq);
 		free(p);
 		return rc;

@@ -2249,6 +2249,56 @@ static void app_signal_stays_pending(void **state)
 		}
 }
 
+/* px_create's message when the sigwait wait finds no signal (fixed
+ * problem 262): with rtsig=N taken by another proactor it names rtsig=N;
+ * with every signal of the default range taken (one proactor each), it
+ * says that none from SIGRTMIN+4 is free.  Before, both said "the wait's
+ * real-time signal (rtsig=) has a handler the application installed, or
+ * another proactor waits on it", naming no number, and an rtsig= that the
+ * configuration did not give. */
+static void sigwait_busy_says_which_signal(void **state)
+{
+	enum { MAXP = 80 };
+	px_proactor *px[MAXP];
+	int n = 0, rc;
+	char text[96], err[512];
+
+	(void)state;
+	snprintf(text, sizeof text, "provider=posix wait=sigwait rtsig=%d",
+		 SIGRTMAX);
+	rc = px_create(&px[n], text, err, sizeof err);
+	if (rc != 0)
+		fail_msg("%s: %d %s", text, rc, err);
+	n++;
+	err[0] = 0;
+	px_proactor *dup = NULL;
+	rc = px_create(&dup, text, err, sizeof err);
+	assert_int_equal(rc, -EBUSY);
+	char want[32];
+	snprintf(want, sizeof want, "rtsig=%d ", SIGRTMAX);
+	if (!strstr(err, want))
+		fail_msg("%s taken by another proactor: \"%s\" does not name "
+			 "rtsig=%d", text, err, SIGRTMAX);
+	for (; n < MAXP; n++) {
+		err[0] = 0;
+		rc = px_create(&px[n], "provider=posix wait=sigwait", err,
+			       sizeof err);
+		if (rc != 0)
+			break;
+	}
+	int made = n;
+	for (int i = 0; i < made; i++)
+		assert_int_equal(px_destroy(px[i]), 0);
+	if (made == MAXP)
+		fail_msg("%d sigwait proactors made, each on its own signal",
+			 MAXP);
+	assert_int_equal(rc, -EBUSY);
+	if (!strstr(err, "no real-time signal from SIGRTMIN+4") ||
+	    strstr(err, "(rtsig=)"))
+		fail_msg("every signal from SIGRTMIN+4 taken (%d proactors): "
+			 "\"%s\" does not say that none is free", made, err);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2274,6 +2324,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(sigwait_signal_taken_elsewhere),
 		cmocka_unit_test(sigwait_handed_on_after_wait),
 		cmocka_unit_test(app_signal_stays_pending),
+		cmocka_unit_test(sigwait_busy_says_which_signal),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
