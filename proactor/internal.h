@@ -445,6 +445,10 @@ int px__intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+/* Whether a proactor's POSIX AIO sigwait wait holds signo
+ * (wait_strategies/sigwait.c): for the message of an interrupt=signal
+ * refused on it. */
+bool px__sigwait_holds(int signo) PX_HIDDEN;
 
 /* fork(2): the library's process-wide locks (the signal tables of the
  * signal interrupt and of the sigwait wait, the POSIX AIO set-up, the

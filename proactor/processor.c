@@ -882,7 +882,17 @@ static int proc_build(const px_processor_config *cfg, px_provider **prov,
 			      spec.cls->explain(rc, why, sizeof(why)));
 		/* EBUSY alone said nothing of the signal it is about: a
 		 * handler of the application's own is never replaced. */
-		if (!known && rc == -EBUSY && !strcmp(cfg->interrupt, "signal")) {
+		int isig = cfg->intr_signo ? cfg->intr_signo : SIGURG;
+		if (!known && rc == -EBUSY && !strcmp(cfg->interrupt, "signal") &&
+		    px__sigwait_holds(isig)) {
+			snprintf(why, sizeof(why),
+				 "signal %d (signal=) is the real-time signal "
+				 "of another proactor's sigwait wait (POSIX "
+				 "AIO), which interrupt=signal does not share; "
+				 "give another signal=", isig);
+			known = true;
+		} else if (!known && rc == -EBUSY &&
+			   !strcmp(cfg->interrupt, "signal")) {
 			snprintf(why, sizeof(why),
 				 "signal %d (signal=) has a handler the "
 				 "application installed, which interrupt=signal "

@@ -2299,6 +2299,41 @@ static void sigwait_busy_says_which_signal(void **state)
 			 "\"%s\" does not say that none is free", made, err);
 }
 
+/* An interrupt=signal asked for on the signal of a proactor's sigwait
+ * wait is refused with -EBUSY (px_create(3)), and its message says whose
+ * the signal is (fixed problem 263): before, it said that the application
+ * had installed a handler on it, which it had not. */
+static void signal_interrupt_on_sigwait_signal(void **state)
+{
+	px_proactor *sw = NULL, *other = NULL;
+	char text[96], err[512] = "";
+	int rc;
+
+	(void)state;
+	snprintf(text, sizeof text, "provider=posix wait=sigwait rtsig=%d",
+		 SIGRTMAX);
+	rc = px_create(&sw, text, err, sizeof err);
+	if (rc != 0)
+		fail_msg("%s: %d %s", text, rc, err);
+	snprintf(text, sizeof text, "epoll interrupt=signal signal=%d",
+		 SIGRTMAX);
+	err[0] = 0;
+	rc = px_create(&other, text, err, sizeof err);
+	if (rc == 0)
+		assert_int_equal(px_destroy(other), 0);
+	assert_int_equal(px_destroy(sw), 0);
+	assert_int_equal(rc, -EBUSY);
+	if (strstr(err, "the application installed") || !strstr(err, "sigwait"))
+		fail_msg("%s beside a sigwait wait on the signal: \"%s\"", text,
+			 err);
+	/* The signal is free again: the same text now works. */
+	rc = px_create(&other, text, err, sizeof err);
+	if (rc != 0)
+		fail_msg("%s once the sigwait proactor is gone: %d %s", text, rc,
+			 err);
+	assert_int_equal(px_destroy(other), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2325,6 +2360,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(sigwait_handed_on_after_wait),
 		cmocka_unit_test(app_signal_stays_pending),
 		cmocka_unit_test(sigwait_busy_says_which_signal),
+		cmocka_unit_test(signal_interrupt_on_sigwait_signal),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

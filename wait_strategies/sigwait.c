@@ -334,6 +334,16 @@ const px_intr_ops px__intr_sigwait_ops = {
 	.drain = sigw_intr_nop,                /* next_completed clears it */
 };
 
+bool px__sigwait_holds(int signo)
+{
+	if (signo <= 0 || signo >= NSIG)
+		return false;
+	pthread_mutex_lock(&sigw_lock);
+	bool held = sigw_slot[signo].owner != NULL;
+	pthread_mutex_unlock(&sigw_lock);
+	return held;
+}
+
 /* Take signo for p: install the handler unless the application handles
  * the signal itself.  sigw_lock held. */
 static int sigw_take(px_paio *p, int signo)
