@@ -292,8 +292,10 @@
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -2917,7 +2919,24 @@ static int ur_create(const px_processor_config *cfg,
 		      set->entries ? entries : PX_URING_MIN_ENTRIES, flags, cq, &prm);
 	if (rc < 0) {
 		/* ENOSYS: no io_uring; EPERM: kernel.io_uring_disabled (6.6)
-		 * or seccomp; ENOMEM: out of memory or memlock. */
+		 * or seccomp; ENOMEM: out of memory or memlock, even at the
+		 * smallest ring ur_setup would try: say where to look. */
+		if (rc == -ENOMEM && spec->why_len) {
+			struct rlimit ml;
+			char lim[32] = "unlimited";
+
+			if (getrlimit(RLIMIT_MEMLOCK, &ml) == 0 &&
+			    ml.rlim_cur != RLIM_INFINITY)
+				snprintf(lim, sizeof(lim), "%llu KiB",
+					 (unsigned long long)ml.rlim_cur / 1024);
+			snprintf(spec->why, spec->why_len,
+				 "io_uring_setup: out of memory down to %u "
+				 "entries; kernels before 5.12 charge the rings "
+				 "to RLIMIT_MEMLOCK (%s here): raise it (ulimit "
+				 "-l) or ask for a smaller ring=",
+				 set->entries ? entries : PX_URING_MIN_ENTRIES,
+				 lim);
+		}
 		free(u->rings);
 		free(u);
 		return rc;

@@ -237,8 +237,10 @@ static const kase cases[] = {
 	 {"uring", NULL}, LAIO_TEAM, ENOSYS, {NULL}, 0, NULL},
 	{"io_uring refused (EPERM)", G_URING, EPERM, {"uring", NULL},
 	 {"uring", NULL}, LAIO_TEAM, EPERM, {NULL}, 0, NULL},
+	/* The message names the limit to raise (fixed problem 264). */
 	{"io_uring_setup out of locked memory (ENOMEM)", G_URING_SETUP, ENOMEM,
-	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0, NULL},
+	 {"uring", NULL}, {"uring", NULL}, LAIO_TEAM, ENOMEM, {NULL}, 0,
+	 "RLIMIT_MEMLOCK"},
 	{"io_uring_register refused (EINVAL: no opcode probe before 5.6)",
 	 G_URING_REGISTER, EINVAL, {"uring", NULL}, {"uring", NULL}, LAIO_TEAM,
 	 ENOSYS, {NULL}, 0, NULL},
