@@ -170,6 +170,9 @@ bool px__processor_may_lead(px_processor *p, bool patient) PX_HIDDEN;
 bool px__processor_led_by_other(const px_processor *p) PX_HIDDEN;
 int px__processor_run_dedicated(px_processor *p) PX_HIDDEN;
 void px__processor_stop_dedicated(px_processor *p) PX_HIDDEN;
+/* Whether a start of p is inside the provider with the mutex released
+ * (its starting list): px_destroy waits for it.  Mutex held. */
+bool px__processor_starts_under_way(const px_processor *p) PX_HIDDEN;
 /* Interrupt p's leader unless it is the calling thread. */
 void px__processor_interrupt(px_processor *p) PX_HIDDEN;
 

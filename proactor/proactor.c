@@ -815,6 +815,15 @@ int px_destroy(px_proactor *px)
 
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_stop_dedicated(px->proc[i]);
+	/* A start made by another thread just before this call may be
+	 * inside the provider's system call, with the mutex released
+	 * (proc_provider_start): freeing the proactor under it would leave
+	 * it to lock freed memory, and its operation without a callback.
+	 * Wait for it; starts from now on get -ESHUTDOWN.  (The leaders
+	 * stopped above no longer start deferred operations.) */
+	for (int i = 0; i < px->nproc; i++)
+		while (px__processor_starts_under_way(px->proc[i]))
+			pthread_cond_wait(&px->call_cv, &px->lock);
 	for (int i = 0; i < px->nproc; i++)
 		px__processor_cancel_all(px->proc[i]);
 

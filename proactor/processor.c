@@ -129,7 +129,16 @@ static int proc_provider_start(px_processor *p, px_result *r)
 	px_list_push_back(&p->starting, &r->link);
 	int rc = p->prov->ops->start(p->prov, r);
 	px_list_remove(&p->starting, &r->link);
+	/* A px_destroy that came while the start had the mutex released
+	 * waits for it (px__processor_starts_under_way). */
+	if (p->px->destroying && px_list_empty(&p->starting))
+		pthread_cond_broadcast(&p->px->call_cv);
 	return rc;
+}
+
+bool px__processor_starts_under_way(const px_processor *p)
+{
+	return !px_list_empty(&p->starting);
 }
 
 /* The provider started r: onto the started list, and cancelled now if a

@@ -631,6 +631,76 @@ static void cancel_waits_for_a_call_in_progress(void **state)
 	close(sv[1]);
 }
 
+struct destroyer {
+	px_proactor *px;
+	int rc;
+	atomic_int returned;
+};
+
+static void *destroy_main(void *arg)
+{
+	struct destroyer *d = arg;
+
+	d->rc = px_destroy(d->px);
+	atomic_store(&d->returned, 1);
+	return NULL;
+}
+
+/* px_destroy from one thread while another's px_read_stream is held
+ * inside its start's recv (mutex released, the read on the processor's
+ * starting list): px_destroy waits for that start instead of freeing the
+ * proactor under it, and the read gets its one callback, ECANCELED, in
+ * px_destroy (fixed problem 265: px_destroy returned at once, the
+ * read's start then locked freed memory and the read never called
+ * back). */
+static void destroy_waits_for_a_start_under_way(void **state)
+{
+	(void)state;
+	if (strncmp(g_engine, "uring", 5) == 0)
+		skip();       /* the kernel makes the calls: nothing to hold */
+	px_proactor *px = make();
+	struct seen s = { .px = px };
+	struct destroyer d = { .px = px };
+	int sv[2];
+	char in[4];
+	pthread_t stt, dt;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
+	struct starter st = { .px = px, .fd = sv[0], .buf = in, .s = &s };
+	atomic_store(&g_held, 0);
+	atomic_store(&g_release, 0);
+	atomic_store(&g_hold_fd, sv[0]);
+	assert_int_equal(pthread_create(&stt, NULL, start_main, &st), 0);
+	if (!wait_held()) {
+		print_message("%s: no recv at start\n", g_engine);
+		atomic_store(&g_release, 1);
+		assert_int_equal(pthread_join(stt, NULL), 0);
+		atomic_store(&g_hold_fd, -1);
+		assert_int_equal(px_destroy(px), 0);
+		close(sv[0]);
+		close(sv[1]);
+		skip();
+	}
+	assert_int_equal(pthread_create(&dt, NULL, destroy_main, &d), 0);
+	usleep(100000);
+	bool early = atomic_load(&d.returned);
+	int calls_then = s.calls;
+	atomic_store(&g_release, 1);
+	assert_int_equal(pthread_join(stt, NULL), 0);
+	assert_int_equal(pthread_join(dt, NULL), 0);
+	atomic_store(&g_hold_fd, -1);
+	if (early)
+		fail_msg("%s: px_destroy returned (%d, %d callbacks) while "
+			 "another thread's read was inside its start", g_engine,
+			 d.rc, calls_then);
+	assert_int_equal(d.rc, 0);
+	assert_int_equal(st.rc, 0);
+	assert_int_equal(s.calls, 1);
+	assert_int_equal(s.ecanceled, 1);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 /* max_aio=1 and a read whose start is held inside its own try (recv,
  * mutex released, the read on the processor's starting list): a read
  * started meanwhile on another descriptor by another thread is deferred,
@@ -1106,6 +1176,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
 		cmocka_unit_test(cancel_waits_for_a_call_in_progress),
 		cmocka_unit_test(max_aio_counts_a_start_under_way),
+		cmocka_unit_test(destroy_waits_for_a_start_under_way),
 		cmocka_unit_test(stats_leave_out_a_start_under_way),
 		cmocka_unit_test(blocking_read_after_its_event_was_taken),
 		cmocka_unit_test(starts_on_dups_of_a_file_of_no_type),
