@@ -1984,7 +1984,8 @@ static void ur_dequeue(px_uring *u, px_result *r)
  * mark on a socket the failure closed and starts nothing; a socket still
  * under way is left alone, and a cancelled connect (ECANCELED: px_cancel,
  * px_close, a deadline) is not looked at, as the other engines leave it.
- * Only on a failure, so never on the path of a connection.
+ * Only on a failure, so never on the path of a connection; nor on
+ * EISCONN, a socket connected before (fixed problem 254).
  */
 static void ur_connect_failed(int fd)
 {
@@ -2070,8 +2071,12 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		if ((c->op == PX_OP_WRITE_STREAM || c->op == PX_OP_READ_STREAM) &&
 		    res != -ECANCELED)
 			pr->fe->notsock = false;
+		/* EISCONN is no failed connect: the socket was connected
+		 * before this one, and stays so (its connection may have
+		 * been reset since, which left it closed, and the AF_UNSPEC
+		 * would unmark it: the next px_connect a new connection). */
 		if (c->op == PX_OP_CONNECT && res != -EBADF &&
-		    res != -ECANCELED)
+		    res != -ECANCELED && res != -EISCONN)
 			ur_connect_failed(c->fd);
 		px_result_finish(r, r->done, -res);
 	}

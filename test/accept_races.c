@@ -40,6 +40,7 @@
  */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/tcp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -2667,6 +2668,67 @@ static void connect_after_own_failed_connect(void **state)
 	h_assert_no_bad("a connect after the application's own failed one");
 }
 
+/*
+ * A socket a px_connect connected, whose connection its peer then reset
+ * (closed with SO_LINGER 0): the socket is still marked connected, so
+ * px_connect of it completes with EISCONN, as connect(2) says, and does
+ * so again at the next px_connect; nothing reaches the listener.  The
+ * io_uring engine took that EISCONN for a failed connect and cleared
+ * the socket with a connect(2) to AF_UNSPEC, so the next px_connect made
+ * a new connection (the random model check, seed 121005 on uring-shared;
+ * fixed problem 254).
+ */
+static void connect_again_after_reset(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	int l = listener(&la, 4);
+	int fd = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	rec *r = rec_new(PX_OP_CONNECT, fd, 0);
+	assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)&la,
+				    sizeof la, rec_cb, r), 0);
+	atomic_store(&r->started, 1);
+	pump_until(f, r, 2000, "a connect to a listener");
+	assert_int_equal(r->error, 0);
+	int a = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	if (a < 0)
+		fail_msg("accept4: %s", strerror(errno));
+	struct linger lg = {1, 0};
+	setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+	close(a);                       /* a reset */
+	struct tcp_info ti;
+	uint64_t dl = h_deadline(1000);
+	for (;;) {
+		socklen_t tl = sizeof ti;
+		if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+		    ti.tcpi_state == TCP_CLOSE)
+			break;
+		if (h_now_ms() > dl)
+			skip();         /* the reset did not come */
+		h_sleep_ms(1);
+	}
+	for (int i = 1; i <= 2; i++) {
+		rec *r2 = rec_new(PX_OP_CONNECT, fd, i);
+		assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)&la,
+					    sizeof la, rec_cb, r2), 0);
+		atomic_store(&r2->started, 1);
+		pump_until(f, r2, 2000, "a connect of a reset socket");
+		if (r2->error != EISCONN)
+			fail_msg("px_connect %d of a connected socket whose "
+				 "connection was reset: error %d (%s), expected "
+				 "EISCONN", i, r2->error, strerror(r2->error));
+	}
+	set_nonblock(l);
+	int b = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+	if (b >= 0) {
+		close(b);
+		fail_msg("a px_connect that said EISCONN made a new connection");
+	}
+	destroy_now(f);
+	reg_check("a connect of a reset socket");
+	h_assert_no_bad("a connect of a reset socket");
+}
+
 /* ------------------------------------------------------------------ */
 /* 14. The peer's address of an accept                                  */
 /* ------------------------------------------------------------------ */
@@ -2816,6 +2878,7 @@ int main(int argc, char **argv)
 		T(accept_peer_addresses),
 		T(connect_failed_then_read_write),
 		T(connect_after_own_failed_connect),
+		T(connect_again_after_reset),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
