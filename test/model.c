@@ -21,7 +21,11 @@
  * their own that their callback takes (a follow-up start, a cancel or a
  * px_close of its descriptor, a post), also while px_destroy delivers.
  * A seed ends either with px_cancel of every descriptor, every callback
- * awaited, then px_destroy, or with px_destroy straight away.
+ * awaited, then px_destroy, or with px_destroy straight away, or (drawn
+ * apart, about one seed in six) with px_stop partway through, by driver
+ * 0 or by the first callback after its step, the drivers going on to
+ * the end before px_destroy.  Now and then a step takes a px_stats
+ * snapshot.
  *
  * The model, checked in each callback and after px_destroy:
  *   - every start that returned 0 gets exactly one callback, with its own
@@ -59,7 +63,22 @@
  *     cancelled it); a periodic timer ends with one ECANCELED;
  *   - px_close's callback comes after every callback of an operation
  *     started on its descriptor before it, with error 0;
- *   - after the drain, px_stats balances with nothing in flight.
+ *   - each completion echoes its start: buf (NULL for a vectored one),
+ *     len, iov and iovcnt, a file operation's offset, a timer's id; a
+ *     one-shot timer's deadline (c->offset) not before its delay ends;
+ *     a periodic timer's callbacks report each deadline once, in order
+ *     (the first not before its delay, each next one period on), at
+ *     least one per callback, none before it is due;
+ *   - after px_stop returns, every start (post, timer) fails with
+ *     -ESHUTDOWN, px_handle_events returns -ESHUTDOWN, and no more
+ *     callbacks run before px_destroy than the threads that were in
+ *     px_handle_events could have had under way;
+ *   - every px_stats snapshot: per processor started = completed +
+ *     cancelled + timed_out + in_flight, the sums those of the
+ *     processors, started the number of I/O starts that returned 0, in
+ *     flight no more than the model has seen no callback of, and no
+ *     total below the last snapshot's; after the drain, nothing in
+ *     flight.
  *
  * The suite runs a few fixed seeds (model_random_seeds, well under a
  * second per engine).  Any other seed or range runs with
@@ -149,6 +168,9 @@ typedef struct mop {
 	int64_t timer_id;
 	int cancel_rc;          /* px_timer_cancel's return; 1: not called */
 	uint64_t due_ns;
+	uint64_t period_ns;     /* periodic timer */
+	uint64_t next_off;      /* periodic timer: the deadline its next
+	                           callback reports first; 0 before the first */
 	int thread;             /* which driver started it (0-2) or callback (3) */
 	int target;             /* connect: T_* */
 	int prev_state;         /* connect: its socket's CS_* at the start */
@@ -228,6 +250,19 @@ static struct {
 	atomic_int loop_stop;
 	atomic_int loop_err;
 	uint64_t cb_rng;        /* callbacks' steps, under mu */
+	/* A seed that ends with px_stop: by driver 0 at step stop_step, or
+	 * (stop_in_cb) by the first callback after it; then the drivers go
+	 * on (every start must fail with -ESHUTDOWN, cancels and closes
+	 * still work) and px_destroy delivers what is left. */
+	bool stop_mode, stop_in_cb, stop_armed;
+	int stop_step;
+	atomic_int stop_called; /* px_stop is being or was called */
+	atomic_int stop_done;   /* px_stop returned */
+	bool stopped;           /* px_stop returned (under mu) */
+	int cbs_after_stop;     /* callbacks entered after that, before
+	                           px_destroy */
+	struct px_stats st_prev; /* the last mid-run px_stats snapshot */
+	bool st_have;
 } g;
 
 /* ------------------------------------------------------------------ */
@@ -335,6 +370,7 @@ static void trace_start(const mop *o, const char *how)
 static void cb(const px_completion *c);
 static void step(uint64_t *r, int who, mop *self);
 static bool can_cancel(const mop *o);
+static void do_stop(const char *who);
 
 /* An error any operation may end with here: cancelled, timed out (not
  * early), or EBADF for one started on a descriptor px_close was closing
@@ -603,13 +639,42 @@ static void cb(const px_completion *c)
 {
 	mop *o = c->user;
 	lock();
+	/* px_stop: each thread in px_handle_events finishes the callback it
+	 * runs, and takes no other (px_handle_events(3)); only a driver
+	 * (no loop threads) or the loop threads run them. */
+	if (g.stopped && !g.destroying &&
+	    ++g.cbs_after_stop > (g.nloops ? g.nloops : 1))
+		bad("#%d %s: callback %d after px_stop returned, with %d loop "
+		    "threads", o->id, kind_name[o->kind], g.cbs_after_stop,
+		    g.nloops);
+	if (o->kind == MK_TIMER && c->timer_id != o->timer_id)
+		bad("#%d timer: completion says id %" PRId64 ", started as %"
+		    PRId64, o->id, c->timer_id, o->timer_id);
 	if (o->kind == MK_TIMER && o->periodic && c->error == 0) {
 		o->expiries++;
 		if (g.trace)
-			printf("model: #%d periodic expiry %d (id %" PRId64 ", %zu)\n",
-			       o->id, o->expiries, c->timer_id, c->bytes);
+			printf("model: #%d periodic expiry %d (id %" PRId64 ", %zu, "
+			       "deadline %" PRIu64 ")\n", o->id, o->expiries,
+			       c->timer_id, c->bytes, c->offset);
 		if (o->calls)
 			bad("#%d periodic timer: an expiry after its end", o->id);
+		/* the deadlines are the first plus whole periods, each
+		 * reported once, in order, none early (px_timer_periodic(3)) */
+		uint64_t now = h_now_ns();
+		if (c->bytes < 1)
+			bad("#%d periodic timer: a callback reports %zu expiries",
+			    o->id, c->bytes);
+		else if (o->next_off ? c->offset != o->next_off
+				     : c->offset < o->due_ns)
+			bad("#%d periodic timer: callback %d reports deadline %"
+			    PRIu64 ", want %s%" PRIu64, o->id, o->expiries,
+			    c->offset, o->next_off ? "" : "at least ",
+			    o->next_off ? o->next_off : o->due_ns);
+		else if (now < c->offset + (c->bytes - 1) * o->period_ns)
+			bad("#%d periodic timer: %zu expiries reported %" PRIu64
+			    " ns before the last is due", o->id, c->bytes,
+			    c->offset + (c->bytes - 1) * o->period_ns - now);
+		o->next_off = c->offset + c->bytes * o->period_ns;
 		unlock();
 		return;
 	}
@@ -634,6 +699,23 @@ static void cb(const px_completion *c)
 	if (c->bytes > o->len)
 		bad("#%d %s: %zu bytes of %zu", o->id, kind_name[o->kind],
 		    c->bytes, o->len);
+	/* what the start gave, echoed (px_completion's fields) */
+	if (o->kind != MK_CLOSE && o->kind != MK_TIMER &&
+	    (c->buf != (o->vec || !o->len ? NULL : (void *)o->buf) ||
+	     c->len != o->len || c->iov != (o->vec ? o->iov : NULL) ||
+	     c->iovcnt != (o->vec ? o->iovcnt : 0)))
+		bad("#%d %s%s: completion says buf %p len %zu iov %p/%d, "
+		    "started with %p %zu %p/%d", o->id, kind_name[o->kind],
+		    o->vec ? " vec" : "", c->buf, c->len, (void *)c->iov,
+		    c->iovcnt, o->vec ? NULL : (void *)o->buf, o->len,
+		    o->vec ? (void *)o->iov : NULL, o->vec ? o->iovcnt : 0);
+	if ((o->kind == MK_FREAD || o->kind == MK_FWRITE) && c->offset != o->off)
+		bad("#%d %s: completion says offset %" PRIu64 ", started at %"
+		    PRIu64, o->id, kind_name[o->kind], c->offset, o->off);
+	if (o->kind == MK_TIMER && !o->periodic && c->offset < o->due_ns)
+		bad("#%d timer: completion says deadline %" PRIu64 ", %" PRIu64
+		    " ns before the delay ends", o->id, c->offset,
+		    o->due_ns - c->offset);
 	if (o->zombie) {
 		for (int b = 0; b < o->nblk; b++) {
 			if (o->kind == MK_FREAD)
@@ -720,6 +802,10 @@ static void cb(const px_completion *c)
 		break;
 	}
 act:
+	if (g.stop_armed && !g.destroying) {
+		g.stop_armed = false;
+		do_stop("callback");
+	}
 	if (o->act && !g.draining) {
 		uint64_t r = g.cb_rng ^ (uint64_t)o->act;
 		g.cb_rng = rnd(&r);
@@ -751,6 +837,16 @@ static bool zombie_connect_on(int fd)
 /* The start's return: 0, or an error the manual allows here. */
 static void check_rc(mop *o)
 {
+	/* px_stop returned: every start fails (px_handle_events(3)) */
+	if (g.stopped && !g.destroying && o->kind != MK_CLOSE &&
+	    o->rc != -ESHUTDOWN) {
+		bad("#%d %s%s on fd %d: the start returned %d (%s) after px_stop",
+		    o->id, kind_name[o->kind], o->vec ? " vec" : "", o->fd,
+		    o->rc, px_strerror(o->rc));
+		return;
+	}
+	if (o->rc == -ESHUTDOWN && g.stopped)
+		return;
 	if (o->rc == 0) {
 		if (o->fdi >= 0 && g.fd[o->fdi].closing) {
 			o->zombie = true;
@@ -1154,9 +1250,9 @@ static void do_timer(uint64_t *r, int who)
 	uint64_t delay = rn(r, 4) == 0 ? 0 : rn(r, 3000000);
 	o->periodic = rn(r, 6) == 0;
 	o->due_ns = h_now_ns() + delay;
+	o->period_ns = o->periodic ? 200000 + rn(r, 800000) : 0;
 	int64_t id = o->periodic
-			     ? px_timer_periodic(g.px, delay, 200000 + rn(r, 800000),
-						 cb, o)
+			     ? px_timer_periodic(g.px, delay, o->period_ns, cb, o)
 			     : px_timer_start(g.px, delay, cb, o);
 	o->rc = id > 0 ? 0 : (int)id;
 	o->timer_id = id;
@@ -1317,6 +1413,79 @@ static void do_accept(uint64_t *r, int who)
 
 /* One random step, under g.mu.  who: 0-2 a driver, 3 a callback (self
  * its operation, whose descriptor it prefers). */
+/* px_stop, under mu; from a driver or a callback. */
+static void do_stop(const char *who)
+{
+	if (g.stopped)
+		return;
+	atomic_store(&g.stop_called, 1);
+	int rc = px_stop(g.px);
+	if (g.trace)
+		printf("model: px_stop (%s) -> %d\n", who, rc);
+	if (rc != 0)
+		bad("px_stop: %d", rc);
+	g.stopped = true;
+	atomic_store(&g.stop_done, 1);
+}
+
+/* A px_stats snapshot, under mu, checked against the previous one and
+ * against the model: per processor, started == completed + cancelled +
+ * timed_out + in_flight (px_stats(3)); no total goes down; started is
+ * the number of I/O starts that returned 0; in flight are no more than
+ * the model has seen no callback of. */
+static void do_stats(void)
+{
+	struct px_stats st;
+	int rc = px_stats(g.px, &st);
+	if (rc != 0) {
+		bad("px_stats: %d", rc);
+		return;
+	}
+	uint64_t started = 0, pend = 0;
+	for (int i = 0; i < g.nops; i++) {
+		const mop *o = g.op[i];
+		if (o->rc != 0 || o->kind == MK_POST || o->kind == MK_TIMER ||
+		    o->kind == MK_CLOSE)
+			continue;
+		started++;
+		pend += !o->calls;
+	}
+	uint64_t ps = 0, pc = 0, pk = 0, pt = 0, pf = 0;
+	for (unsigned i = 0; i < st.nproc && i < 2; i++) {
+		const px_proc_stats *p = &st.proc[i];
+		ps += p->started;
+		pc += p->completed;
+		pk += p->cancelled;
+		pt += p->timed_out;
+		pf += p->in_flight;
+		if (p->started != p->completed + p->cancelled + p->timed_out +
+				  p->in_flight)
+			bad("px_stats processor %u: started %" PRIu64 " != "
+			    "completed %" PRIu64 " + cancelled %" PRIu64
+			    " + timed out %" PRIu64 " + in flight %" PRIu64, i,
+			    p->started, p->completed, p->cancelled, p->timed_out,
+			    p->in_flight);
+	}
+	if (ps != st.started || pc != st.completed || pk != st.cancelled ||
+	    pt != st.timed_out || pf != st.in_flight)
+		bad("px_stats: the sums differ from the processors' counts");
+	if (st.started != started)
+		bad("px_stats: started %" PRIu64 ", but %" PRIu64 " I/O starts "
+		    "returned 0", st.started, started);
+	if (st.in_flight > pend)
+		bad("px_stats: in flight %" PRIu64 ", but only %" PRIu64
+		    " I/O operations not called back", st.in_flight, pend);
+	const struct px_stats *q = &g.st_prev;
+	if (g.st_have &&
+	    (st.started < q->started || st.completed < q->completed ||
+	     st.cancelled < q->cancelled || st.timed_out < q->timed_out ||
+	     st.posts < q->posts || st.timer_callbacks < q->timer_callbacks ||
+	     st.callbacks < q->callbacks || st.leader_turns < q->leader_turns))
+		bad("px_stats: a total went down since the last snapshot");
+	g.st_prev = st;
+	g.st_have = true;
+}
+
 static void step(uint64_t *r, int who, mop *self)
 {
 	if (g.nops >= M_MAX_OPS - 4)
@@ -1362,6 +1531,8 @@ static void step(uint64_t *r, int who, mop *self)
 			do_shutdown(r, g.lfdi);
 		else
 			do_accept(r, who);
+	} else if (k < 84) {
+		do_stats();
 	}
 	/* else nothing here: the driver pumps or yields */
 }
@@ -1529,6 +1700,8 @@ static void *loop_main(void *arg)
 	atomic_int *quit = arg;
 	while (!atomic_load(&g.loop_stop) && !atomic_load(quit)) {
 		int rc = px_handle_events(g.px, 2);
+		if (rc == -ESHUTDOWN && atomic_load(&g.stop_called))
+			break;
 		if (rc < 0) {
 			atomic_store(&g.loop_err, rc);
 			break;
@@ -1573,12 +1746,27 @@ static void drive(driver *d)
 {
 	for (int i = 0; i < d->steps && !g.bad; i++) {
 		lock();
+		if (g.stop_mode && d->who == 0 && i == g.stop_step) {
+			if (g.stop_in_cb)
+				g.stop_armed = true;
+			else
+				do_stop("driver");
+		}
 		step(&d->rng, d->who, NULL);
 		unlock();
 		unsigned k = rn(&d->rng, 4);
 		if (g.nloops == 0 && d->who == 0) {
 			if (k == 0) {
+				bool stopped = atomic_load(&g.stop_done);
 				int rc = px_handle_events(g.px, rn(&d->rng, 3) ? 0 : 1);
+				if (stopped && rc != -ESHUTDOWN) {
+					lock();
+					bad("px_handle_events after px_stop: %d",
+					    rc);
+					unlock();
+				}
+				if (rc == -ESHUTDOWN && atomic_load(&g.stop_called))
+					rc = 0;
 				if (rc < 0) {
 					lock();
 					bad("px_handle_events: %d", rc);
@@ -1913,6 +2101,14 @@ static bool run_seed(uint64_t seed, int steps)
 	g.steps = steps;
 	bool destroy_at_once = rn(&r, 3) == 0;
 	g.cb_rng = rnd(&r);
+	/* px_stop in some seeds, drawn apart so that the other draws keep
+	 * to the seed */
+	uint64_t rs = seed * 0x9e3779b97f4a7c15ull + 0x5709;
+	g.stop_mode = rn(&rs, 6) == 0;
+	g.stop_in_cb = rn(&rs, 2);
+	g.stop_step = (int)rn(&rs, (unsigned)steps + 1);
+	atomic_store(&g.stop_called, 0);
+	atomic_store(&g.stop_done, 0);
 
 	px_config cfg = h_cfg;
 	cfg.primary.max_aio = g.max_aio;
@@ -1943,8 +2139,8 @@ static bool run_seed(uint64_t seed, int steps)
 	if (g.trace)
 		printf("model: seed %" PRIu64 ": max_aio %u, %d loop threads, %d "
 		       "drivers, %s, %d steps\n", seed, g.max_aio, g.nloops,
-		       g.ndrivers, destroy_at_once ? "destroy at once" : "drain",
-		       steps);
+		       g.ndrivers, g.stop_mode ? "px_stop" :
+		       destroy_at_once ? "destroy at once" : "drain", steps);
 	if (!setup_fds())
 		goto out;
 	if (g.trace)
@@ -1982,8 +2178,21 @@ static bool run_seed(uint64_t seed, int steps)
 		pthread_join(dt, NULL);
 	if (g.ndrivers >= 3)
 		pthread_join(dt2, NULL);
+	if (g.stop_mode) {
+		lock();
+		do_stop("at the end");          /* no callback took the arming */
+		g.stop_armed = false;
+		do_stats();
+		unlock();
+		int rc2 = px_handle_events(g.px, 0);
+		if (rc2 != -ESHUTDOWN) {
+			lock();
+			bad("px_handle_events after px_stop: %d", rc2);
+			unlock();
+		}
+	}
 
-	if (!destroy_at_once) {
+	if (!destroy_at_once && !g.stop_mode) {
 		/* every descriptor cancelled, every callback awaited */
 		lock();
 		g.draining = true;
@@ -2068,6 +2277,7 @@ out:
 		printf("model: seed %" PRIu64 " (max_aio %u, %d loop threads, %d "
 		       "drivers, %s): %d operations%s%s\n", seed, g.max_aio,
 		       g.nloops, g.ndrivers,
+		       g.stop_mode ? "stopped" :
 		       destroy_at_once ? "destroyed at once" : "drained", g.nops,
 		       ok ? "" : ": ", ok ? "" : g.msg);
 	free_seed();
