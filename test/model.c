@@ -4,8 +4,9 @@
  *
  * One seed is one proactor (its max_aio drawn small: 1 to 8, or the
  * default) with an AF_UNIX stream socketpair, a TCP loopback pair, a pipe,
- * an AF_UNIX datagram socketpair and a regular file, all with small
- * buffers.  One or two driver threads take random steps: stream reads and
+ * an AF_UNIX datagram socketpair (in half the seeds two unconnected
+ * datagram sockets bound to abstract names instead, each write addressed
+ * to the other's name) and a regular file, all with small buffers.  One or two driver threads take random steps: stream reads and
  * writes (plain, write-all, vectored, with a deadline through
  * px_start_op), datagram reads and writes, file reads and writes at block
  * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
@@ -47,7 +48,8 @@
  *     of whose ends was, only a prefix of that;
  *   - datagrams: each arrives whole and once, in start order, exactly the
  *     writes that reported success (a write that reports ECANCELED or
- *     ETIMEDOUT was not sent);
+ *     ETIMEDOUT was not sent); between named sockets a read reports the
+ *     writer's name and a write the name it was given;
  *   - connects: 0 to the listener, ECONNREFUSED to the refusing port,
  *     EISCONN on a socket already connected, -EALREADY at the start while
  *     its last connect is pending; accepts: a blocking, close-on-exec
@@ -102,6 +104,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -202,6 +205,10 @@ typedef struct mfd {
 	bool live_ok;           /* one of them completed with 0 */
 	int accepted;           /* its connections accepted (px_accept or the
 	                           drain after px_destroy) */
+	/* 'd' in a seed with named datagram sockets (g.dg_named): the
+	 * abstract name it is bound to, which its peer writes to */
+	struct sockaddr_un un;
+	socklen_t unlen;
 } mfd;
 
 typedef struct mch {
@@ -255,6 +262,10 @@ static struct {
 	 * on (every start must fail with -ESHUTDOWN, cancels and closes
 	 * still work) and px_destroy delivers what is left. */
 	bool stop_mode, stop_in_cb, stop_armed;
+	/* The datagram pair is two unconnected AF_UNIX sockets bound to
+	 * abstract names, each write addressed to the other's name, in
+	 * place of a connected socketpair (drawn apart, as stop_mode). */
+	bool dg_named;
 	int stop_step;
 	atomic_int stop_called; /* px_stop is being or was called */
 	atomic_int stop_done;   /* px_stop returned */
@@ -493,6 +504,13 @@ static void check_dgram_read(mop *o, const px_completion *c)
 			bad("#%d datagram read: 0 bytes with no shutdown", o->id);
 		return;
 	}
+	/* named: the sender's name, as getsockname gives it */
+	const mfd *w = &g.fd[ch->wfdi];
+	if (w->unlen && (c->addrlen != w->unlen ||
+			 memcmp(&c->addr, &w->un, w->unlen) != 0))
+		bad("#%d datagram read: sender address of length %u (family %d),"
+		    " not the writer's name (length %u)", o->id,
+		    (unsigned)c->addrlen, c->addr.ss_family, (unsigned)w->unlen);
 }
 
 static int addr_port(const struct sockaddr_storage *a, socklen_t len)
@@ -738,6 +756,16 @@ static void cb(const px_completion *c)
 		check_dgram_read(o, c);
 		break;
 	case MK_DWRITE:
+		if (g.fd[o->fdi].unlen && g.fd[o->fdi].peer >= 0) {
+			/* the destination given, echoed */
+			const mfd *to = &g.fd[g.fd[o->fdi].peer];
+			if (c->addrlen != to->unlen ||
+			    memcmp(&c->addr, &to->un, to->unlen) != 0)
+				bad("#%d datagram write: the completion's address "
+				    "(length %u) is not the one given (length %u)",
+				    o->id, (unsigned)c->addrlen,
+				    (unsigned)to->unlen);
+		}
 		if (c->error == 0 && c->bytes != o->len)
 			bad("#%d datagram write: %zu of %zu bytes", o->id,
 			    c->bytes, o->len);
@@ -993,12 +1021,17 @@ static void do_dgram(uint64_t *r, bool write, int who, int fdi)
 	if (rn(r, 4) == 0)
 		o->act = 1 + (int)rn(r, 1000);
 	o->start_ns = h_now_ns();
+	/* named: to the peer's name */
+	const mfd *to = write && f->unlen && f->peer >= 0 ? &g.fd[f->peer] : NULL;
+	const struct sockaddr *ta = to ? (const struct sockaddr *)&to->un : NULL;
+	socklen_t tl = to ? to->unlen : 0;
 	if (rn(r, 6) == 0) {
 		px_op_desc d = { .op = o->op, .fd = o->fd, .buf = o->buf,
-				 .len = o->len, .cb = cb, .user = o };
+				 .len = o->len, .cb = cb, .user = o,
+				 .addr = ta, .addrlen = tl };
 		start_timed(o, r, &d);
 	} else if (write) {
-		o->rc = px_write_dgram(g.px, o->fd, o->buf, o->len, NULL, 0, cb,
+		o->rc = px_write_dgram(g.px, o->fd, o->buf, o->len, ta, tl, cb,
 				       o);
 	} else {
 		o->rc = px_read_dgram(g.px, o->fd, o->buf, o->len, cb, o);
@@ -1615,6 +1648,42 @@ static bool make_pair(int type, bool tcp)
 			setsockopt(sv[1], IPPROTO_TCP, TCP_NODELAY, &one,
 				   sizeof one);
 		}
+	} else if (type == SOCK_DGRAM && g.dg_named) {
+		static atomic_uint serial;
+		struct sockaddr_un un[2];
+		socklen_t ul[2];
+		for (int k = 0; k < 2; k++) {
+			memset(&un[k], 0, sizeof un[k]);
+			un[k].sun_family = AF_UNIX;
+			int n = snprintf(un[k].sun_path + 1, sizeof un[k].sun_path - 1,
+					 "px-model-%d-%u", (int)getpid(),
+					 atomic_fetch_add(&serial, 1));
+			ul[k] = (socklen_t)(offsetof(struct sockaddr_un, sun_path) +
+					    1 + (size_t)n);
+			sv[k] = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+			if (sv[k] < 0 ||
+			    bind(sv[k], (struct sockaddr *)&un[k], ul[k]) < 0) {
+				bad("named datagram socket: %s", strerror(errno));
+				if (sv[k] >= 0)
+					close(sv[k]);
+				if (k)
+					close(sv[0]);
+				return false;
+			}
+			small_bufs(sv[k], false);
+		}
+		int a = add_fd(sv[0], 'd', false), b = add_fd(sv[1], 'd', false);
+		if (a < 0 || b < 0)
+			return false;
+		g.fd[a].un = un[0];
+		g.fd[a].unlen = ul[0];
+		g.fd[b].un = un[1];
+		g.fd[b].unlen = ul[1];
+		g.fd[a].peer = b;
+		g.fd[b].peer = a;
+		add_ch(a, b, true, false);
+		add_ch(b, a, true, false);
+		return true;
 	} else if (socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sv) < 0) {
 		bad("socketpair: %s", strerror(errno));
 		return false;
@@ -2107,6 +2176,7 @@ static bool run_seed(uint64_t seed, int steps)
 	g.stop_mode = rn(&rs, 6) == 0;
 	g.stop_in_cb = rn(&rs, 2);
 	g.stop_step = (int)rn(&rs, (unsigned)steps + 1);
+	g.dg_named = rn(&rs, 2);
 	atomic_store(&g.stop_called, 0);
 	atomic_store(&g.stop_done, 0);
 
@@ -2138,9 +2208,10 @@ static bool run_seed(uint64_t seed, int steps)
 		}
 	if (g.trace)
 		printf("model: seed %" PRIu64 ": max_aio %u, %d loop threads, %d "
-		       "drivers, %s, %d steps\n", seed, g.max_aio, g.nloops,
+		       "drivers, %s, %d steps%s\n", seed, g.max_aio, g.nloops,
 		       g.ndrivers, g.stop_mode ? "px_stop" :
-		       destroy_at_once ? "destroy at once" : "drain", steps);
+		       destroy_at_once ? "destroy at once" : "drain", steps,
+		       g.dg_named ? ", named datagram sockets" : "");
 	if (!setup_fds())
 		goto out;
 	if (g.trace)
