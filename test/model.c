@@ -25,7 +25,9 @@
  * awaited, then px_destroy, or with px_destroy straight away, or (drawn
  * apart, about one seed in six) with px_stop partway through, by driver
  * 0 or by the first callback after its step, the drivers going on to
- * the end before px_destroy.  Now and then a step takes a px_stats
+ * the end before px_destroy (in half of those seeds the loop threads wait
+ * without a bound, px_handle_events(px, -1), and do not come and go, so
+ * that px_stop must wake them).  Now and then a step takes a px_stats
  * snapshot.
  *
  * The model, checked in each callback and after px_destroy:
@@ -266,6 +268,9 @@ static struct {
 	 * abstract names, each write addressed to the other's name, in
 	 * place of a connected socketpair (drawn apart, as stop_mode). */
 	bool dg_named;
+	/* stop_mode: the loop threads wait without a bound
+	 * (px_handle_events(px, -1)), so px_stop must wake them */
+	bool loop_forever;
 	int stop_step;
 	atomic_int stop_called; /* px_stop is being or was called */
 	atomic_int stop_done;   /* px_stop returned */
@@ -1768,7 +1773,7 @@ static void *loop_main(void *arg)
 {
 	atomic_int *quit = arg;
 	while (!atomic_load(&g.loop_stop) && !atomic_load(quit)) {
-		int rc = px_handle_events(g.px, 2);
+		int rc = px_handle_events(g.px, g.loop_forever ? -1 : 2);
 		if (rc == -ESHUTDOWN && atomic_load(&g.stop_called))
 			break;
 		if (rc < 0) {
@@ -2177,6 +2182,7 @@ static bool run_seed(uint64_t seed, int steps)
 	g.stop_in_cb = rn(&rs, 2);
 	g.stop_step = (int)rn(&rs, (unsigned)steps + 1);
 	g.dg_named = rn(&rs, 2);
+	g.loop_forever = g.stop_mode && rn(&rs, 2);
 	atomic_store(&g.stop_called, 0);
 	atomic_store(&g.stop_done, 0);
 
@@ -2212,6 +2218,8 @@ static bool run_seed(uint64_t seed, int steps)
 		       g.ndrivers, g.stop_mode ? "px_stop" :
 		       destroy_at_once ? "destroy at once" : "drain", steps,
 		       g.dg_named ? ", named datagram sockets" : "");
+	if (g.trace && g.loop_forever && g.nloops)
+		printf("model: loop threads wait without a bound\n");
 	if (!setup_fds())
 		goto out;
 	if (g.trace)
@@ -2227,6 +2235,7 @@ static bool run_seed(uint64_t seed, int steps)
 	driver d0 = { .rng = rnd(&r), .who = 0, .steps = steps };
 	driver d1 = { .rng = rnd(&r), .who = 1, .steps = steps / 2 };
 	bool churn = g.nloops && rn(&r, 3) == 0;
+	churn = churn && !g.loop_forever;      /* could not make them leave */
 	g_lt.rng = rnd(&r);
 	if (g.trace && churn)
 		printf("model: loop threads come and go\n");
