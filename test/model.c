@@ -6,7 +6,8 @@
  * default) with an AF_UNIX stream socketpair, a TCP loopback pair, a pipe,
  * an AF_UNIX datagram socketpair (in half the seeds two unconnected
  * datagram sockets bound to abstract names instead, each write addressed
- * to the other's name) and a regular file, all with small buffers.  One or two driver threads take random steps: stream reads and
+ * to the other's name) and a regular file, all with small buffers.  One
+ * or two driver threads take random steps: stream reads and
  * writes (plain, write-all, vectored, with a deadline through
  * px_start_op), datagram reads and writes, file reads and writes at block
  * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
