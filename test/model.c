@@ -29,7 +29,12 @@
  * the end before px_destroy (in half of those seeds the loop threads wait
  * without a bound, px_handle_events(px, -1), and do not come and go, so
  * that px_stop must wake them).  Now and then a step takes a px_stats
- * snapshot.
+ * snapshot, or makes a start the manual refuses (a length 0, no or
+ * empty buffers, too many buffers, an unknown flag, an offset on a
+ * stream, a short address, a buffer on an accept, a NULL buffer, a
+ * period 0; a px_timer_cancel of an id never given) on one of the
+ * model's descriptors whatever its state: -EINVAL (-ENOENT), and no
+ * callback.
  *
  * The model, checked in each callback and after px_destroy:
  *   - every start that returned 0 gets exactly one callback, with its own
@@ -99,6 +104,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -132,11 +138,11 @@ enum {
 static int g_env_loops = -1, g_env_drivers = -1;
 
 enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
-       MK_POST, MK_TIMER, MK_CLOSE, MK_ACCEPT, MK_CONNECT };
+       MK_POST, MK_TIMER, MK_CLOSE, MK_ACCEPT, MK_CONNECT, MK_BAD };
 
 static const char *const kind_name[] = {
 	"?", "read", "write", "dread", "dwrite", "fread", "fwrite", "post",
-	"timer", "close", "accept", "connect"
+	"timer", "close", "accept", "connect", "bad input"
 };
 
 /* Where a connect goes: the seed's listener, a bound port nobody listens
@@ -1525,6 +1531,107 @@ static void do_stats(void)
 	g.st_have = true;
 }
 
+/* A start with an argument the manual refuses, on one of the model's
+ * descriptors whatever its state (closing, closed, stopped): -EINVAL
+ * (-ENOENT for a timer id never given), checked before anything else,
+ * and never a callback (run_seed checks that after px_destroy). */
+static void do_bad(uint64_t *r, int who)
+{
+	mop *o = new_op(MK_BAD, (int)rn(r, (unsigned)g.nfd), 64);
+	if (!o || !o->len)
+		return;
+	o->thread = who;
+	int fd = o->fd, want = -EINVAL;
+	struct iovec *iov = o->iov;
+	iov[0] = (struct iovec){ o->buf, 0 };
+	iov[1] = (struct iovec){ o->buf + 8, 0 };
+	struct sockaddr_storage ss = { .ss_family = AF_UNIX };
+	px_op_desc d = { .fd = fd, .buf = o->buf, .len = o->len, .cb = cb,
+			 .user = o };
+	unsigned k = rn(r, 12);
+	const char *what;
+	switch (k) {
+	case 0:
+		what = "read of length 0";
+		o->op = PX_OP_READ_STREAM;
+		o->rc = px_read_stream(g.px, fd, o->buf, 0, cb, o);
+		break;
+	case 1:
+		what = "vectored write of no buffers";
+		o->op = PX_OP_WRITE_STREAM;
+		o->rc = px_writev_stream(g.px, fd, iov, 0, cb, o);
+		break;
+	case 2:
+		what = "vectored read of empty buffers";
+		o->op = PX_OP_READ_STREAM;
+		o->rc = px_readv_stream(g.px, fd, iov, 2, cb, o);
+		break;
+	case 3:
+		what = "vectored file write of IOV_MAX + 1 buffers";
+		o->op = PX_OP_WRITE_FILE;
+		o->rc = px_writev_file(g.px, fd, iov, IOV_MAX + 1, 0, cb, o);
+		break;
+	case 4:
+		what = "px_start_op with an unknown flag";
+		d.op = o->op = PX_OP_WRITE_STREAM;
+		d.flags = 0x80;
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 5:
+		what = "px_start_op of a stream read with an offset";
+		d.op = o->op = PX_OP_READ_STREAM;
+		d.offset = M_BLK;
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 6:
+		what = "datagram write with an address of length 0";
+		o->op = PX_OP_WRITE_DGRAM;
+		o->rc = px_write_dgram(g.px, fd, o->buf, 8,
+				       (struct sockaddr *)&ss, 0, cb, o);
+		break;
+	case 7:
+		what = "datagram write with an address of length 1";
+		o->op = PX_OP_WRITE_DGRAM;
+		o->rc = px_write_dgram(g.px, fd, o->buf, 8,
+				       (struct sockaddr *)&ss, 1, cb, o);
+		break;
+	case 8:
+		what = "px_start_op of an accept with a buffer";
+		d.op = o->op = PX_OP_ACCEPT;
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 9:
+		what = "file write of a NULL buffer";
+		o->op = PX_OP_WRITE_FILE;
+		o->rc = px_write_file(g.px, fd, NULL, 8, 0, cb, o);
+		break;
+	case 10:
+		what = "periodic timer of period 0";
+		o->op = PX_OP_TIMER;
+		o->fdi = -1;
+		o->fd = -1;
+		int64_t id = px_timer_periodic(g.px, 1000, 0, cb, o);
+		o->rc = id > 0 ? 0 : (int)id;
+		break;
+	default:
+		what = "px_timer_cancel of an id never given";
+		o->op = PX_OP_TIMER;
+		o->fdi = -1;
+		o->fd = -1;
+		o->rc = px_timer_cancel(g.px, INT64_MAX - (int64_t)rn(r, 1000));
+		want = -ENOENT;
+		break;
+	}
+	if (g.trace)
+		printf("model: #%d bad input on fd %d: %s -> %d\n", o->id, o->fd,
+		       what, o->rc);
+	if (o->rc != want)
+		bad("#%d %s on fd %d: returned %d (%s), expected %d", o->id,
+		    what, o->fd, o->rc, px_strerror(o->rc), want);
+	if (o->rc == 0)
+		o->rc = 1;      /* never pending: a callback is a fault */
+}
+
 static void step(uint64_t *r, int who, mop *self)
 {
 	if (g.nops >= M_MAX_OPS - 4)
@@ -1572,6 +1679,8 @@ static void step(uint64_t *r, int who, mop *self)
 			do_accept(r, who);
 	} else if (k < 84) {
 		do_stats();
+	} else if (k < 86) {
+		do_bad(r, who);
 	}
 	/* else nothing here: the driver pumps or yields */
 }
