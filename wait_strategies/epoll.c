@@ -34,8 +34,12 @@
  * the other, so a new descriptor costs one epoll_ctl, not two.
  *
  * Quirks: a descriptor closed while registered leaves the interest list
- * silently (no event ever comes, no PX_POLL_NVAL).  Regular files cannot
- * be registered: set() fails with -EPERM.
+ * silently (no event ever comes, no PX_POLL_NVAL) once the file itself
+ * is gone; while another descriptor of the same file stays open (a dup,
+ * or the copy a forked child inherited) the registration stays and may
+ * still report the file's events under the old number, which the
+ * callers treat as a spurious wake-up.  Regular files cannot be
+ * registered: set() fails with -EPERM.
  */
 #include <stdlib.h>
 #include <sys/epoll.h>
