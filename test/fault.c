@@ -1927,9 +1927,22 @@ static void storm_start(long period_ns)
 	memset(&sev, 0, sizeof sev);
 	sev.sigev_notify = SIGEV_SIGNAL;
 	sev.sigev_signo = SIGUSR2;
-	if (timer_create(CLOCK_MONOTONIC, &sev, &g_storm.tm) < 0) {
-		sigaction(SIGUSR2, &g_storm.old, NULL);
-		fail_msg("timer_create: %s", strerror(errno));
+	/* The kernel gives a POSIX timer its signal at creation, counted
+	 * against RLIMIT_SIGPENDING, whose count every process of the user
+	 * shares: on a machine shared with other test runs (the linux_rt
+	 * wait's queue overflow tests, the sigwait engines) it can be full
+	 * for a moment, and timer_create then fails with EAGAIN.  Try again
+	 * for up to 2 s before failing. */
+	int tries = 0;
+	while (timer_create(CLOCK_MONOTONIC, &sev, &g_storm.tm) < 0) {
+		if (errno != EAGAIN || ++tries > 200) {
+			int e = errno;
+			sigaction(SIGUSR2, &g_storm.old, NULL);
+			fail_msg("timer_create: %s (%d tries)", strerror(e),
+				 tries);
+		}
+		struct timespec ten_ms = {0, 10000000};
+		nanosleep(&ten_ms, NULL);
 	}
 	g_storm.on = true;
 	struct itimerspec its = {{0, period_ns}, {0, period_ns}};
