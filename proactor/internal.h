@@ -449,6 +449,9 @@ int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HID
  * (wait_strategies/sigwait.c): for the message of an interrupt=signal
  * refused on it. */
 bool px__sigwait_holds(int signo) PX_HIDDEN;
+/* The signal a POSIX AIO provider's sigwait wait holds, 0 for none: for
+ * the message of a team whose secondary asks for the primary's. */
+int px__sigwait_signal_of(const struct px_provider *prov) PX_HIDDEN;
 
 /* fork(2): the library's process-wide locks (the signal tables of the
  * signal interrupt and of the sigwait wait, the POSIX AIO set-up, the

@@ -1050,6 +1050,52 @@ out:
 	return rc < 0 ? rc : -ENOSYS;
 }
 
+/* A team's secondary refused with EBUSY on a signal: when that signal is
+ * one the primary, just made, holds (its interrupt=signal, or its sigwait
+ * wait's real-time signal, given or taken as the first free), the
+ * messages of proc_build and of the provider blamed the application or
+ * another proactor.  Say whose it is instead. */
+static void proc_team_signal_clash(const struct px_proactor *px,
+				   const px_processor_config *cfg, char *err,
+				   size_t errlen)
+{
+	const char *key = NULL;
+	int want = 0;
+
+	if (px->nproc != 1)
+		return;
+	if (!strcmp(cfg->interrupt, "signal")) {
+		key = "signal=";
+		want = cfg->intr_signo ? cfg->intr_signo : SIGURG;
+	} else if (!strcmp(cfg->wait, "sigwait")) {
+		/* rtsig=N among the provider's words; without it the wait
+		 * takes a free signal, never the primary's. */
+		key = "rtsig=";
+		for (const char *w = cfg->words; (w = strstr(w, key)); w++)
+			if (w == cfg->words || w[-1] == ' ') {
+				want = atoi(w + strlen(key));
+				break;
+			}
+	}
+	if (want <= 0)
+		return;
+	const px_processor_config *pc = &px->cfg.primary;
+	const char *whose = NULL;
+	if (!strcmp(pc->interrupt, "signal") &&
+	    (pc->intr_signo ? pc->intr_signo : SIGURG) == want)
+		whose = "the primary's interrupt (interrupt=signal)";
+	else if (px__sigwait_signal_of(px->proc[0]->prov) == want)
+		whose = "the real-time signal of the primary's sigwait wait "
+			"(POSIX AIO)";
+	if (!whose)
+		return;
+	px__set_err(err, errlen,
+		   "secondary: signal %d (%s) is %s, and the two processors of "
+		   "a team cannot share it (each would take the other's "
+		   "signals): give the secondary another %s, or the primary "
+		   "another signal", want, key, whose, key);
+}
+
 int px__processor_create(struct px_proactor *px, int index,
 			px_processor_config *cfg, px_processor **out,
 			char *err, size_t errlen)
@@ -1064,6 +1110,8 @@ int px__processor_create(struct px_proactor *px, int index,
 		rc = proc_build(cfg, &p->prov, where, err, errlen);
 	else
 		rc = proc_build_auto(cfg, &p->prov, where, err, errlen);
+	if (rc == -EBUSY && index == 1)
+		proc_team_signal_clash(px, cfg, err, errlen);
 	if (rc < 0) {
 		free(p);
 		return rc;

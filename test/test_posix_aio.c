@@ -2334,6 +2334,50 @@ static void signal_interrupt_on_sigwait_signal(void **state)
 	assert_int_equal(px_destroy(other), 0);
 }
 
+/* The two processors of one team on one signal: the secondary's create
+ * fails with -EBUSY, and its message must say that the signal is the
+ * primary's, not blame the application or another proactor (fixed
+ * problem 270 in TESTING.md). */
+static void team_signal_clash_names_the_primary(void **state)
+{
+	char text[3][200];
+	int n = SIGRTMAX;
+
+	(void)state;
+	snprintf(text[0], sizeof text[0],
+		 "provider=posix wait=sigwait rtsig=%d ops=file ; secondary: "
+		 "provider=select wait=epoll interrupt=signal signal=%d", n, n);
+	snprintf(text[1], sizeof text[1],
+		 "provider=select wait=epoll interrupt=signal signal=%d "
+		 "ops=socket ; secondary: provider=posix wait=sigwait rtsig=%d",
+		 n, n);
+	snprintf(text[2], sizeof text[2],
+		 "provider=posix wait=sigwait rtsig=%d ops=file ; secondary: "
+		 "provider=posix wait=sigwait rtsig=%d", n, n);
+	for (int i = 0; i < 3; i++) {
+		px_proactor *px = NULL;
+		char err[512] = "";
+		int rc = px_create(&px, text[i], err, sizeof err);
+
+		if (rc == 0)
+			assert_int_equal(px_destroy(px), 0);
+		if (rc != -EBUSY || !strstr(err, "primary") ||
+		    strstr(err, "another proactor") ||
+		    strstr(err, "the application installed"))
+			fail_msg("%s: %d \"%s\"", text[i], rc, err);
+	}
+	/* Nothing held: the primary alone on the signal works now. */
+	px_proactor *px = NULL;
+	char err[512] = "";
+	snprintf(text[0], sizeof text[0],
+		 "provider=posix wait=sigwait rtsig=%d ops=file ; secondary: "
+		 "provider=select wait=epoll", n);
+	int rc = px_create(&px, text[0], err, sizeof err);
+	if (rc != 0)
+		fail_msg("%s: %d %s", text[0], rc, err);
+	assert_int_equal(px_destroy(px), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -2361,6 +2405,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(app_signal_stays_pending),
 		cmocka_unit_test(sigwait_busy_says_which_signal),
 		cmocka_unit_test(signal_interrupt_on_sigwait_signal),
+		cmocka_unit_test(team_signal_clash_names_the_primary),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

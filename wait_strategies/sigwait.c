@@ -344,6 +344,18 @@ bool px__sigwait_holds(int signo)
 	return held;
 }
 
+int px__sigwait_signal_of(const px_provider *prov)
+{
+	int signo = 0;
+
+	pthread_mutex_lock(&sigw_lock);
+	for (int s = 1; s < NSIG && !signo; s++)
+		if (sigw_slot[s].owner && &sigw_slot[s].owner->prov == prov)
+			signo = s;
+	pthread_mutex_unlock(&sigw_lock);
+	return signo;
+}
+
 /* Take signo for p: install the handler unless the application handles
  * the signal itself.  sigw_lock held. */
 static int sigw_take(px_paio *p, int signo)
