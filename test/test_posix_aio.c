@@ -2432,6 +2432,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(posix_alone_refuses_sockets),
 		cmocka_unit_test(posix_refuses_vectored),
 		cmocka_unit_test(duplex_team),
+		cmocka_unit_test(team_signal_clash_names_the_primary),
 	};
 	(void)tests;
 	return cmocka_run_group_tests_name("posix_aio", tsan_tests, NULL, NULL);
