@@ -339,8 +339,11 @@ static int fac_build(struct px_proactor **out, const px_config *cfg, char *err,
 			continue;
 		int rc = px__processor_run_dedicated(px->proc[i]);
 		if (rc < 0) {
-			px__set_err(err, errlen, "cannot start the dedicated leader thread: %s",
-				   px_strerror(rc));
+			/* Which one, as every other message of the
+			 * secondary says. */
+			px__set_err(err, errlen,
+				   "%scannot start the dedicated leader thread: %s",
+				   i ? "secondary: " : "", px_strerror(rc));
 			pthread_mutex_lock(&px->lock);
 			for (int j = 0; j < i; j++)
 				px__processor_stop_dedicated(px->proc[j]);

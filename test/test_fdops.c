@@ -76,6 +76,7 @@
  * other descriptors, against 4 us now.)
  */
 #include <errno.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -108,6 +109,24 @@ int __real_fcntl64(int fd, int cmd, ...);
 ssize_t __real_px__sys_recv(int fd, void *buf, size_t len, int flags);
 
 static atomic_long g_getfd;     /* fcntl(F_GETFD) calls */
+
+/* pthread_create, wrapped: with g_fail_thread N > 0, the Nth call from
+ * then on fails with EAGAIN (counted down; 0: every call goes through). */
+int __real_pthread_create(pthread_t *t, const pthread_attr_t *a,
+			  void *(*fn)(void *), void *arg);
+static atomic_int g_fail_thread;
+
+int __wrap_pthread_create(pthread_t *t, const pthread_attr_t *a,
+			  void *(*fn)(void *), void *arg)
+{
+	int n = atomic_load(&g_fail_thread);
+
+	while (n > 0 && !atomic_compare_exchange_weak(&g_fail_thread, &n, n - 1))
+		;
+	if (n == 1)
+		return EAGAIN;
+	return __real_pthread_create(t, a, fn, arg);
+}
 
 /* Another reader of g_steal_fd, which takes what is there, once
  * (g_stolen): right after the library's poll(0) of it found it readable,
@@ -1166,6 +1185,54 @@ static void connect_reset_while_finished_says_reset(void **state)
 	close(l);
 }
 
+static int entries_of(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+
+	assert_non_null(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* A team of two dedicated processors whose leader threads cannot be
+ * started: px_create fails with the thread's error, says which
+ * processor's thread it was ("secondary: " for the second, as its other
+ * messages do), and leaves no thread or descriptor behind (fixed problem
+ * 271 in TESTING.md).  The engine under test does not matter: run once,
+ * on epoll. */
+static void team_dedicated_thread_refused(void **state)
+{
+	static const char *text =
+		"provider=select wait=epoll processor=dedicated ops=socket ; "
+		"secondary: provider=select wait=poll processor=dedicated";
+
+	(void)state;
+	if (strcmp(g_engine, "epoll") != 0)
+		skip();
+	for (int nth = 1; nth <= 2; nth++) {
+		int fds = entries_of("/proc/self/fd");
+		int threads = entries_of("/proc/self/task");
+		px_proactor *px = NULL;
+		char err[512] = "";
+
+		atomic_store(&g_fail_thread, nth);
+		int rc = px_create(&px, text, err, sizeof err);
+		atomic_store(&g_fail_thread, 0);
+		if (rc == 0)
+			px_destroy(px);
+		bool second = !strncmp(err, "secondary: ", 11);
+		if (rc != -EAGAIN || !strstr(err, "dedicated leader thread") ||
+		    second != (nth == 2))
+			fail_msg("thread %d of %s refused: %d \"%s\"", nth, text,
+				 rc, err);
+		assert_int_equal(entries_of("/proc/self/fd"), fds);
+		assert_int_equal(entries_of("/proc/self/task"), threads);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1182,6 +1249,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(starts_on_dups_of_a_file_of_no_type),
 		cmocka_unit_test(calls_without_a_method_fail_at_once),
 		cmocka_unit_test(connect_reset_while_finished_says_reset),
+		cmocka_unit_test(team_dedicated_thread_refused),
 	};
 
 	alarm(120);
