@@ -1985,7 +1985,9 @@ static void ur_dequeue(px_uring *u, px_result *r)
  * under way is left alone, and a cancelled connect (ECANCELED: px_cancel,
  * px_close, a deadline) is not looked at, as the other engines leave it.
  * Only on a failure, so never on the path of a connection; nor on
- * EISCONN, a socket connected before (fixed problem 254).
+ * EISCONN, a socket connected before (fixed problem 254), nor on
+ * EALREADY, a connect under way that is not this one's (fixed problem
+ * 266).
  */
 static void ur_connect_failed(int fd)
 {
@@ -2074,9 +2076,14 @@ static px_result *ur_finish(px_uring *u, px_result *r, int res)
 		/* EISCONN is no failed connect: the socket was connected
 		 * before this one, and stays so (its connection may have
 		 * been reset since, which left it closed, and the AF_UNSPEC
-		 * would unmark it: the next px_connect a new connection). */
+		 * would unmark it: the next px_connect a new connection).
+		 * Nor is EALREADY: the connect under way is someone else's,
+		 * the application's own connect(2) say, and so is its end;
+		 * one that failed since (closed by now) must keep its mark
+		 * for the connect(2) that will ask for its result (fixed
+		 * problem 266). */
 		if (c->op == PX_OP_CONNECT && res != -EBADF &&
-		    res != -ECANCELED && res != -EISCONN)
+		    res != -ECANCELED && res != -EISCONN && res != -EALREADY)
 			ur_connect_failed(c->fd);
 		px_result_finish(r, r->done, -res);
 	}

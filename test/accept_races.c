@@ -2730,6 +2730,72 @@ static void connect_again_after_reset(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* 13b. A px_connect while the application's own connect is under way  */
+/* ------------------------------------------------------------------ */
+
+static int tcp_state_of(int fd)
+{
+	struct tcp_info ti;
+	socklen_t tl = sizeof ti;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tl) < 0)
+		return -1;
+	return ti.tcpi_state;
+}
+
+/*
+ * The application's own non-blocking connect(2) is under way (its SYN
+ * dropped by a listener whose backlog is full) when it asks px_connect
+ * to connect the socket: connect(2) would say EALREADY, and so does the
+ * completion, on every engine, once.  The connect under way is the
+ * application's and is left alone: still SYN_SENT afterwards, the flags
+ * as before, and the application's own connect(2) asked again still
+ * says EALREADY.  (That it still gets its own connect's failure when
+ * that failure comes just as the px_connect is answered:
+ * test_fdops' own_connect_failing_under_a_px_connect, fixed problem
+ * 266.)
+ */
+static void connect_while_own_connect_under_way(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in la;
+	(void)full_listener(&la);
+	int fd = fd_keep(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+				SOCK_CLOEXEC, 0));
+	if (connect(fd, (struct sockaddr *)&la, sizeof la) == 0 ||
+	    errno != EINPROGRESS || tcp_state_of(fd) != TCP_SYN_SENT)
+		skip();         /* the SYN was not left waiting */
+	int fl = fcntl(fd, F_GETFL);
+	rec *r = rec_new(PX_OP_CONNECT, fd, 0);
+	assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)&la,
+				    sizeof la, rec_cb, r), 0);
+	atomic_store(&r->started, 1);
+	pump_until(f, r, 2000, "a px_connect while the application's own "
+		   "connect is under way");
+	if (r->error != EALREADY)
+		fail_msg("px_connect while the application's own connect(2) is "
+			 "under way: error %d (%s), expected EALREADY",
+			 r->error, strerror(r->error));
+	if (fcntl(fd, F_GETFL) != fl)
+		fail_msg("connect: file status flags %#x, %#x before",
+			 fcntl(fd, F_GETFL), fl);
+	if (tcp_state_of(fd) != TCP_SYN_SENT)
+		fail_msg("the application's connect under way was disturbed: "
+			 "TCP state %d after the px_connect", tcp_state_of(fd));
+	int rc = connect(fd, (struct sockaddr *)&la, sizeof la);
+	if (rc == 0 || errno != EALREADY)
+		fail_msg("the application's connect(2) asked again: %d (%s), "
+			 "expected EALREADY", rc ? errno : 0,
+			 rc ? strerror(errno) : "connected");
+	h_settle(f, 20);
+	if (atomic_load(&r->calls) != 1)
+		fail_msg("%d callbacks for one px_connect",
+			 atomic_load(&r->calls));
+	destroy_now(f);
+	reg_check("a px_connect while the application's own is under way");
+	h_assert_no_bad("a px_connect while the application's own is under way");
+}
+
+/* ------------------------------------------------------------------ */
 /* 14. The peer's address of an accept                                  */
 /* ------------------------------------------------------------------ */
 
@@ -2879,6 +2945,7 @@ int main(int argc, char **argv)
 		T(connect_failed_then_read_write),
 		T(connect_after_own_failed_connect),
 		T(connect_again_after_reset),
+		T(connect_while_own_connect_under_way),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;

@@ -100,6 +100,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -238,6 +241,70 @@ int __wrap_getpeername(int fd, struct sockaddr *sa, socklen_t *len)
 		}
 	}
 	return __real_getpeername(fd, sa, len);
+}
+
+/*
+ * End fd's TCP connection to peer from the kernel's side, as a reset or
+ * a timeout would: sock_diag's SOCK_DESTROY (what `ss -K` does), which
+ * fails a connect under way with ECONNABORTED left in SO_ERROR.  0, or
+ * -errno (EPERM without CAP_NET_ADMIN, EOPNOTSUPP without the kernel's
+ * support).
+ */
+static int tcp_destroy(int fd, const struct sockaddr_in *peer)
+{
+	struct sockaddr_in me;
+	socklen_t ml = sizeof(me);
+
+	if (getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+		return -errno;
+	int nl = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	struct {
+		struct nlmsghdr nh;
+		struct inet_diag_req_v2 r;
+	} req;
+	memset(&req, 0, sizeof(req));
+	req.nh.nlmsg_len = sizeof(req);
+	req.nh.nlmsg_type = SOCK_DESTROY;
+	req.nh.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+	req.r.sdiag_family = AF_INET;
+	req.r.sdiag_protocol = IPPROTO_TCP;
+	req.r.idiag_states = ~0u;
+	req.r.id.idiag_sport = me.sin_port;
+	req.r.id.idiag_dport = peer->sin_port;
+	req.r.id.idiag_src[0] = me.sin_addr.s_addr;
+	req.r.id.idiag_dst[0] = peer->sin_addr.s_addr;
+	req.r.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+	req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+	int rc = -EIO;
+	if (send(nl, &req, sizeof(req), 0) == (ssize_t)sizeof(req)) {
+		char buf[512];
+		ssize_t n = recv(nl, buf, sizeof(buf), 0);
+		struct nlmsghdr *h = (struct nlmsghdr *)buf;
+		if (n >= (ssize_t)(sizeof(*h) + sizeof(struct nlmsgerr)) &&
+		    h->nlmsg_type == NLMSG_ERROR)
+			rc = ((struct nlmsgerr *)NLMSG_DATA(h))->error;
+	} else {
+		rc = -errno;
+	}
+	close(nl);
+	return rc;
+}
+
+/* getsockopt(TCP_INFO) on g_fail_fd, once: end its connection under way
+ * (to g_fail_peer) first, so that the caller finds it failed that very
+ * moment; the result of the ending in g_fail_rc. */
+static atomic_int g_fail_fd = -1, g_fail_fired, g_fail_rc;
+static struct sockaddr_in g_fail_peer;
+
+int __real_getsockopt(int fd, int level, int name, void *val, socklen_t *len);
+int __wrap_getsockopt(int fd, int level, int name, void *val, socklen_t *len)
+{
+	if (fd == atomic_load(&g_fail_fd) && level == IPPROTO_TCP &&
+	    name == TCP_INFO && !atomic_exchange(&g_fail_fired, 1))
+		atomic_store(&g_fail_rc, tcp_destroy(fd, &g_fail_peer));
+	return __real_getsockopt(fd, level, name, val, len);
 }
 
 static const char *g_engine;
@@ -1233,6 +1300,98 @@ static void team_dedicated_thread_refused(void **state)
 	}
 }
 
+/*
+ * The application's own non-blocking connect(2) is under way (its SYN
+ * dropped by a listener whose backlog is full) when it asks px_connect to
+ * connect the socket: EALREADY, as connect(2) says, on every engine.  The
+ * connect under way and its result are the application's: when it fails
+ * just as the engine has its answer (here the kernel ends it inside the
+ * first getsockopt(TCP_INFO) the engine makes on the socket, or after the
+ * callback if the engine makes none), the application's own connect(2)
+ * asked again must report that failure (ECONNABORTED, what the ending
+ * leaves), as on a socket nobody else touched.  On io_uring the EALREADY
+ * went to ur_connect_failed like a failure of the px_connect's own
+ * connect, and its connect(2) to AF_UNSPEC on the socket, closed by
+ * then, unmarked it: the application's connect(2) started a new
+ * handshake (EINPROGRESS) instead.  Skipped where the kernel will not
+ * end a connection on request (no CAP_NET_ADMIN).
+ */
+static void own_connect_failing_under_a_px_connect(void **state)
+{
+	(void)state;
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(l >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+	assert_int_equal(listen(l, 0), 0);
+	/* Fill the backlog until a SYN is left waiting. */
+	int fill[32], nfill = 0, s = -1;
+	while (nfill < 32) {
+		int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+			       SOCK_CLOEXEC, 0);
+		assert_true(c >= 0);
+		fill[nfill++] = c;
+		if (connect(c, (struct sockaddr *)&a, sizeof(a)) < 0 &&
+		    errno != EINPROGRESS)
+			fail_msg("filling the backlog: %s", strerror(errno));
+		struct tcp_info ti;
+		socklen_t tl = sizeof(ti);
+		struct pollfd p = { .fd = c, .events = POLLOUT };
+		if (poll(&p, 1, 20) == 0 &&
+		    getsockopt(c, IPPROTO_TCP, TCP_INFO, &ti, &tl) == 0 &&
+		    ti.tcpi_state == TCP_SYN_SENT) {
+			s = c;          /* its SYN waits: the application's */
+			break;
+		}
+	}
+	if (s < 0)
+		fail_msg("a loopback listener with backlog 0 kept accepting");
+	int fl = fcntl(s, F_GETFL);
+	px_proactor *px = make();
+	struct seen_one r = { 0, 0 };
+	g_fail_peer = a;
+	atomic_store(&g_fail_fired, 0);
+	atomic_store(&g_fail_rc, 1);
+	atomic_store(&g_fail_fd, s);
+	assert_int_equal(px_connect(px, s, (struct sockaddr *)&a, sizeof(a),
+				    one_cb, &r), 0);
+	uint64_t end = now_ms() + 2000;
+	while (!r.calls && now_ms() < end)
+		assert_true(px_handle_events(px, 50) >= 0);
+	atomic_store(&g_fail_fd, -1);
+	assert_int_equal(r.calls, 1);
+	if (r.error != EALREADY)
+		fail_msg("px_connect while the application's own connect(2) is "
+			 "under way: error %d (%s), expected EALREADY", r.error,
+			 strerror(r.error));
+	if (!atomic_exchange(&g_fail_fired, 1))
+		atomic_store(&g_fail_rc, tcp_destroy(s, &a));
+	int drc = atomic_load(&g_fail_rc);
+	if (drc != 0) {
+		print_message("SOCK_DESTROY: %s: skipped\n", strerror(-drc));
+		assert_int_equal(px_destroy(px), 0);
+		for (int i = 0; i < nfill; i++)
+			close(fill[i]);
+		close(l);
+		skip();
+	}
+	assert_int_equal(fcntl(s, F_GETFL), fl);
+	int rc = connect(s, (struct sockaddr *)&a, sizeof(a));
+	int e = rc < 0 ? errno : 0;
+	if (e != ECONNABORTED)
+		fail_msg("the application's connect(2), asked again after its "
+			 "own connect failed as a px_connect said EALREADY: %d "
+			 "(%s), expected its failure, ECONNABORTED", e,
+			 strerror(e));
+	assert_int_equal(px_destroy(px), 0);
+	for (int i = 0; i < nfill; i++)
+		close(fill[i]);
+	close(l);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -1250,6 +1409,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(calls_without_a_method_fail_at_once),
 		cmocka_unit_test(connect_reset_while_finished_says_reset),
 		cmocka_unit_test(team_dedicated_thread_refused),
+		cmocka_unit_test(own_connect_failing_under_a_px_connect),
 	};
 
 	alarm(120);
