@@ -2893,6 +2893,27 @@ static void fs_cb(const px_completion *c)
 	atomic_fetch_add(&o->calls, 1);
 }
 
+/* The start of o's operation returned rc: its one callback, waited for
+ * up to 5 s; 0, or 1 with what went wrong printed. */
+static int fs_wait(px_proactor *px, fs_op *o, int rc, const char *what)
+{
+	if (rc != 0) {
+		printf("fsize child: %s: start %d (%s)\n", what, rc,
+		       px_strerror(rc));
+		return 1;
+	}
+	uint64_t dl = h_deadline(5000);
+	while (atomic_load(&o->calls) == 0 && h_now_ms() < dl)
+		(void)px_handle_events(px, 10);
+	(void)px_handle_events(px, 0);
+	if (atomic_load(&o->calls) != 1) {
+		printf("fsize child: %s: %d callbacks\n", what,
+		       atomic_load(&o->calls));
+		return 1;
+	}
+	return 0;
+}
+
 /* One write in the child, its loop run here; 0, or what went wrong. */
 static int fs_write(px_proactor *px, int fd, const void *buf, size_t len,
 		    uint64_t off, bool vec, int want, size_t want_n,
@@ -2905,20 +2926,8 @@ static int fs_write(px_proactor *px, int fd, const void *buf, size_t len,
 	atomic_store(&o.calls, 0);
 	rc = vec ? px_writev_file(px, fd, v, 2, off, fs_cb, &o)
 		 : px_write_file(px, fd, buf, len, off, fs_cb, &o);
-	if (rc != 0) {
-		printf("fsize child: %s: start %d (%s)\n", what, rc,
-		       px_strerror(rc));
+	if (fs_wait(px, &o, rc, what))
 		return 1;
-	}
-	uint64_t dl = h_deadline(5000);
-	while (atomic_load(&o.calls) == 0 && h_now_ms() < dl)
-		(void)px_handle_events(px, 10);
-	(void)px_handle_events(px, 0);
-	if (atomic_load(&o.calls) != 1) {
-		printf("fsize child: %s: %d callbacks\n", what,
-		       atomic_load(&o.calls));
-		return 1;
-	}
 	if (o.error != want || o.bytes != want_n) {
 		printf("fsize child: %s%s (%zu at %llu): error %d (%s), %zu "
 		       "bytes; expected error %d (%s), %zu bytes\n", what,
@@ -2948,20 +2957,8 @@ static int fs_swrite(px_proactor *px, int fd, const void *buf, size_t len,
 	else
 		rc = all ? px_write_stream_all(px, fd, buf, len, fs_cb, &o)
 			 : px_write_stream(px, fd, buf, len, fs_cb, &o);
-	if (rc != 0) {
-		printf("fsize child: %s: start %d (%s)\n", what, rc,
-		       px_strerror(rc));
+	if (fs_wait(px, &o, rc, what))
 		return 1;
-	}
-	uint64_t dl = h_deadline(5000);
-	while (atomic_load(&o.calls) == 0 && h_now_ms() < dl)
-		(void)px_handle_events(px, 10);
-	(void)px_handle_events(px, 0);
-	if (atomic_load(&o.calls) != 1) {
-		printf("fsize child: %s: %d callbacks\n", what,
-		       atomic_load(&o.calls));
-		return 1;
-	}
 	off_t pos = lseek(fd, 0, SEEK_CUR);
 	if (o.error != want || o.bytes != want_n ||
 	    (pos_after >= 0 && pos != pos_after)) {
