@@ -1,0 +1,610 @@
+/*
+ * ring_moves.c - descriptors whose operations move between threads (and,
+ * on io_uring with several rings, between rings) while operations are in
+ * flight in both directions; px_cancel, px_close and px_destroy of such
+ * descriptors; numbers closed and reused meanwhile.  Written against the
+ * io_uring provider's ring placement (providers/uring.c: ur_start_ring,
+ * ur_balance, ur_place_new, ur_home_unless_fuller, the late reads and the
+ * stalled list), but every promise checked is the API's, so every engine
+ * runs it.  argv[1]: the engine; argv[2]: a cmocka test filter.
+ *
+ * two_way_order_many_threads: 12 AF_UNIX socketpairs; each end writes a
+ * pattern of WO_TOTAL bytes to the other in px_write_stream_all chunks
+ * (up to 4 in flight) and reads it back (up to 3 reads in flight), the
+ * starts made by three loop threads from their callbacks and by two
+ * outside threads at once, so a descriptor's reads and writes go into
+ * different rings and move between them.  Checked: every start calls
+ * back once, each end receives exactly the bytes sent, in order, and the
+ * end of the stream after them.
+ *
+ * cancel_close_reuse_threads: two loop threads and two outside threads;
+ * each outside thread makes a socketpair, starts a read on one end from
+ * the outside and a write-all that cannot finish (bigger than the socket
+ * buffers) on the same end, px_cancel or px_close of that end, closes the
+ * pair and makes the next one (the kernel gives the lowest free numbers
+ * back, so the numbers are reused at once), whose read must get the bytes
+ * written to it and nothing of the old pair's operations.  Checked: one
+ * callback per start, the cancelled ones with ECANCELED (or their result),
+ * and every new read gets its own pair's byte.
+ *
+ * destroy_with_every_ring_busy: three loop threads start idle reads from
+ * callbacks (so reads wait in every ring the engine has), from outside
+ * too; the threads leave and px_destroy ends every read with ECANCELED,
+ * exactly once.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+
+/* ------------------------------------------------------------------ */
+/* two_way_order_many_threads                                           */
+/* ------------------------------------------------------------------ */
+
+#define WO_PAIRS 12
+#define WO_ENDS (2 * WO_PAIRS)
+#define WO_TOTAL (48 * 1024)
+#define WO_CHUNK 700
+#define WO_WIN 4       /* write-alls in flight per end */
+#define WO_RIN 3       /* reads in flight per end */
+#define WO_RLEN 509
+#define WO_SLOTS 8     /* > WO_RIN and WO_WIN */
+
+typedef struct wo_end wo_end;
+
+typedef struct wo_op {
+	wo_end *e;
+	unsigned slot;
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	bool done;          /* under e->mu */
+	uint8_t buf[WO_RLEN];
+} wo_op;
+
+struct wo_end {
+	int id, fd;
+	pthread_mutex_t mu;
+	/* writing */
+	unsigned wnext;     /* next chunk to start */
+	unsigned wdone;     /* chunks called back */
+	int win;
+	bool shut;
+	wo_op wops[WO_TOTAL / WO_CHUNK + 1];  /* one per chunk: their
+		 * callbacks may come in any order (several threads) */
+	/* reading */
+	unsigned rstarted, rchecked;
+	int rin;
+	size_t rpos;        /* bytes checked so far */
+	bool eof;
+	wo_op rops[WO_SLOTS];
+	uint8_t out[WO_TOTAL];
+};
+
+static px_proactor *wo_px;
+static wo_end *wo_ends;
+static atomic_int wo_started, wo_called;
+
+static uint8_t wo_byte(int from, size_t i)
+{
+	return (uint8_t)(i * 131u + (unsigned)from * 17u + i / 509u);
+}
+
+static void wo_top_up(wo_end *e);
+
+static void wo_write_cb(const px_completion *c)
+{
+	wo_op *op = c->user;
+	wo_end *e = op->e;
+
+	if ((uint8_t *)c->buf != e->out + (size_t)op->slot * WO_CHUNK)
+		h_bad("end %d: write %u called back with another's buffer",
+		      e->id, op->slot);
+	if (atomic_fetch_add(&op->calls, 1) != 0)
+		h_bad("end %d: write %u called back twice", e->id, op->slot);
+	size_t want = WO_CHUNK;
+	if ((size_t)op->slot * WO_CHUNK + want > WO_TOTAL)
+		want = WO_TOTAL - (size_t)op->slot * WO_CHUNK;
+	if (c->error || c->bytes != want)
+		h_bad("end %d: write %u: error %d, %zu of %zu bytes", e->id,
+		      op->slot, c->error, c->bytes, want);
+	pthread_mutex_lock(&e->mu);
+	e->win--;
+	e->wdone++;
+	pthread_mutex_unlock(&e->mu);
+	atomic_fetch_add(&wo_called, 1);
+	wo_top_up(e);
+}
+
+/* Check the reads called back in start order (under e->mu). */
+static void wo_check(wo_end *e)
+{
+	int from = e->id ^ 1;
+
+	for (;;) {
+		wo_op *op = &e->rops[e->rchecked % WO_SLOTS];
+		if (e->rchecked == e->rstarted || !op->done)
+			return;
+		if (op->error) {
+			h_bad("end %d: read %u: error %d", e->id, e->rchecked,
+			      op->error);
+		} else if (op->bytes == 0) {
+			e->eof = true;
+		} else if (e->eof) {
+			h_bad("end %d: %zu bytes after the end of the stream",
+			      e->id, op->bytes);
+		} else if (e->rpos + op->bytes > WO_TOTAL) {
+			h_bad("end %d: %zu bytes beyond the %d sent", e->id,
+			      e->rpos + op->bytes, WO_TOTAL);
+		} else {
+			for (size_t i = 0; i < op->bytes; i++)
+				if (op->buf[i] != wo_byte(from, e->rpos + i)) {
+					h_bad("end %d: byte %zu is %u, not %u "
+					      "(read %u)", e->id, e->rpos + i,
+					      op->buf[i],
+					      wo_byte(from, e->rpos + i),
+					      e->rchecked);
+					break;
+				}
+			e->rpos += op->bytes;
+		}
+		op->done = false;
+		e->rchecked++;
+		e->rin--;
+	}
+}
+
+static void wo_read_cb(const px_completion *c)
+{
+	wo_op *op = c->user;
+	wo_end *e = op->e;
+
+	if (atomic_fetch_add(&op->calls, 1) != 0)
+		h_bad("end %d: a read called back twice", e->id);
+	pthread_mutex_lock(&e->mu);
+	op->error = c->error;
+	op->bytes = c->bytes;
+	op->done = true;
+	wo_check(e);
+	pthread_mutex_unlock(&e->mu);
+	atomic_fetch_add(&wo_called, 1);
+	wo_top_up(e);
+}
+
+/* Start what e may have in flight.  The starts are made under e->mu, so
+ * that their order is the order of the slots. */
+static void wo_top_up(wo_end *e)
+{
+	pthread_mutex_lock(&e->mu);
+	while (e->win < WO_WIN && (size_t)e->wnext * WO_CHUNK < WO_TOTAL) {
+		wo_op *op = &e->wops[e->wnext];
+		size_t off = (size_t)e->wnext * WO_CHUNK;
+		size_t n = WO_TOTAL - off < WO_CHUNK ? WO_TOTAL - off : WO_CHUNK;
+		op->slot = e->wnext;
+		atomic_fetch_add(&wo_started, 1);
+		int rc = px_write_stream_all(wo_px, e->fd, e->out + off, n,
+					     wo_write_cb, op);
+		if (rc) {
+			atomic_fetch_sub(&wo_started, 1);
+			if (rc != -EAGAIN)
+				h_bad("end %d: px_write_stream_all: %d", e->id,
+				      rc);
+			break;
+		}
+		e->wnext++;
+		e->win++;
+	}
+	if (!e->shut && e->wdone * (size_t)WO_CHUNK >= WO_TOTAL) {
+		/* Every chunk is in: the reader's extra reads end with 0. */
+		e->shut = true;
+		if (shutdown(e->fd, SHUT_WR) != 0)
+			h_bad("end %d: shutdown: %s", e->id, strerror(errno));
+	}
+	while (e->rin < WO_RIN && !e->eof) {
+		wo_op *op = &e->rops[e->rstarted % WO_SLOTS];
+		/* A short read size now and then, so that reads end at
+		 * other places than the chunks. */
+		size_t n = WO_RLEN - (e->rstarted * 37u) % 300u;
+		atomic_store(&op->calls, 0);
+		op->done = false;
+		atomic_fetch_add(&wo_started, 1);
+		int rc = px_read_stream(wo_px, e->fd, op->buf, n, wo_read_cb,
+					op);
+		if (rc) {
+			atomic_fetch_sub(&wo_started, 1);
+			if (rc != -EAGAIN)
+				h_bad("end %d: px_read_stream: %d", e->id, rc);
+			break;
+		}
+		e->rstarted++;
+		e->rin++;
+	}
+	pthread_mutex_unlock(&e->mu);
+}
+
+static atomic_bool wo_outside_run;
+
+static void *wo_outside(void *arg)
+{
+	unsigned k = (unsigned)(uintptr_t)arg;
+
+	while (atomic_load(&wo_outside_run)) {
+		k = k * 1103515245u + 12345u;
+		wo_top_up(&wo_ends[(k >> 8) % WO_ENDS]);
+		if ((k & 7) == 0)
+			usleep(50);
+	}
+	return NULL;
+}
+
+static bool wo_finished(void)
+{
+	for (int i = 0; i < WO_ENDS; i++) {
+		wo_end *e = &wo_ends[i];
+		pthread_mutex_lock(&e->mu);
+		bool fin = e->eof && e->rin == 0 && e->shut && e->win == 0;
+		pthread_mutex_unlock(&e->mu);
+		if (!fin)
+			return false;
+	}
+	return true;
+}
+
+static void two_way_order_many_threads(void **state)
+{
+	h_fx *f = *state;
+	pthread_t out[2];
+
+	wo_px = f->px;
+	wo_ends = h_alloc(f, sizeof(*wo_ends) * WO_ENDS);
+	atomic_store(&wo_started, 0);
+	atomic_store(&wo_called, 0);
+	for (int p = 0; p < WO_PAIRS; p++) {
+		int sv[2];
+		h_socketpair(f, sv);
+		for (int s = 0; s < 2; s++) {
+			wo_end *e = &wo_ends[2 * p + s];
+			e->id = 2 * p + s;
+			e->fd = sv[s];
+			pthread_mutex_init(&e->mu, NULL);
+			for (int j = 0; j < WO_SLOTS; j++)
+				e->rops[j].e = e;
+			for (int j = 0; j <= WO_TOTAL / WO_CHUNK; j++)
+				e->wops[j].e = e;
+			for (size_t i = 0; i < WO_TOTAL; i++)
+				e->out[i] = wo_byte(e->id, i);
+		}
+	}
+	/* A few starts before any thread leads (the rings in turn on
+	 * io_uring), the rest from the loop threads' callbacks and from two
+	 * outside threads at once. */
+	for (int i = 0; i < WO_ENDS; i += 3)
+		wo_top_up(&wo_ends[i]);
+	h_loops_start(f, 3, false);
+	atomic_store(&wo_outside_run, true);
+	for (int t = 0; t < 2; t++)
+		assert_int_equal(pthread_create(&out[t], NULL, wo_outside,
+						(void *)(uintptr_t)(t + 1)), 0);
+	uint64_t end = h_deadline(20000);
+	while (!wo_finished() && h_now_ms() < end && !h_bad_count())
+		h_sleep_ms(5);
+	atomic_store(&wo_outside_run, false);
+	for (int t = 0; t < 2; t++)
+		pthread_join(out[t], NULL);
+	/* The last callbacks may still be returning. */
+	end = h_deadline(5000);
+	while (atomic_load(&wo_called) != atomic_load(&wo_started) &&
+	       h_now_ms() < end)
+		h_sleep_ms(1);
+	h_loops_stop();
+	h_assert_no_bad("two_way_order_many_threads");
+	for (int i = 0; i < WO_ENDS; i++) {
+		wo_end *e = &wo_ends[i];
+		if (!e->eof || e->rpos != WO_TOTAL)
+			fail_msg("end %d: %zu of %d bytes, end of stream %s "
+				 "(reads %u started, %u checked; writes %u "
+				 "started, %u done)", i, e->rpos, WO_TOTAL,
+				 e->eof ? "seen" : "not seen", e->rstarted,
+				 e->rchecked, e->wnext, e->wdone);
+	}
+	assert_int_equal(atomic_load(&wo_called), atomic_load(&wo_started));
+}
+
+/* ------------------------------------------------------------------ */
+/* cancel_close_reuse_threads                                           */
+/* ------------------------------------------------------------------ */
+
+#define CR_ROUNDS 150
+#define CR_BIG (4 << 20)
+
+typedef struct cr_rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	uint8_t byte;
+} cr_rec;
+
+typedef struct cr_worker {
+	px_proactor *px;
+	int id;
+	uint8_t *big;
+	cr_rec *recs;        /* 3 per round */
+	atomic_int closes_called;
+	char bad[200];
+} cr_worker;
+
+static void cr_cb(const px_completion *c)
+{
+	cr_rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void cr_close_cb(const px_completion *c)
+{
+	cr_worker *w = c->user;
+
+	atomic_fetch_add(&w->closes_called, 1);
+}
+
+static bool cr_wait(atomic_int *v, int want, int ms)
+{
+	uint64_t end = h_deadline(ms);
+
+	while (atomic_load(v) < want) {
+		if (h_now_ms() >= end)
+			return false;
+		usleep(100);
+	}
+	return true;
+}
+
+static void *cr_main(void *arg)
+{
+	cr_worker *w = arg;
+
+	for (int round = 0; round < CR_ROUNDS; round++) {
+		cr_rec *rd = &w->recs[3 * round], *wr = rd + 1, *fresh = rd + 2;
+		int sv[2], nv[2];
+		bool by_close = (round + w->id) % 2 == 0;
+
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+			snprintf(w->bad, sizeof(w->bad), "socketpair: %s",
+				 strerror(errno));
+			return NULL;
+		}
+		int rc = px_read_stream(w->px, sv[0], &rd->byte, 1, cr_cb, rd);
+		int wc = px_write_stream_all(w->px, sv[0], w->big, CR_BIG,
+					     cr_cb, wr);
+		if (rc || wc) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d: starts: %d %d", round, rc, wc);
+			return NULL;
+		}
+		if (round % 3 == 1)
+			usleep(200);  /* let them reach their rings */
+		if (by_close) {
+			int closes = atomic_load(&w->closes_called);
+			rc = px_close(w->px, sv[0], cr_close_cb, w);
+			if (rc) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: px_close: %d", round, rc);
+				return NULL;
+			}
+			/* The number is free once px_close's callback came. */
+			if (!cr_wait(&w->closes_called, closes + 1, 5000)) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: px_close never called "
+					 "back", round);
+				return NULL;
+			}
+		} else {
+			rc = px_cancel(w->px, sv[0]);
+			if (rc < 0) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: px_cancel: %d", round, rc);
+				return NULL;
+			}
+			close(sv[0]);  /* as px_cancel allows */
+		}
+		close(sv[1]);
+		/* The next pair gets the numbers back (or the other worker's,
+		 * which is as good). */
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nv)) {
+			snprintf(w->bad, sizeof(w->bad), "socketpair: %s",
+				 strerror(errno));
+			return NULL;
+		}
+		uint8_t mark = (uint8_t)(round * 2 + w->id + 1);
+		fresh->byte = 0;
+		rc = px_read_stream(w->px, nv[0], &fresh->byte, 1, cr_cb, fresh);
+		if (rc) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d: fresh read: %d", round, rc);
+			return NULL;
+		}
+		if (write(nv[1], &mark, 1) != 1) {
+			snprintf(w->bad, sizeof(w->bad), "write: %s",
+				 strerror(errno));
+			return NULL;
+		}
+		if (!cr_wait(&fresh->calls, 1, 5000) ||
+		    !cr_wait(&rd->calls, 1, 5000) ||
+		    !cr_wait(&wr->calls, 1, 5000)) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d (%s): a callback never came: read "
+				 "%d, write-all %d, fresh read %d", round,
+				 by_close ? "px_close" : "px_cancel",
+				 atomic_load(&rd->calls),
+				 atomic_load(&wr->calls),
+				 atomic_load(&fresh->calls));
+			return NULL;
+		}
+		if (fresh->error || fresh->bytes != 1 || fresh->byte != mark) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d: the reused number's read: error "
+				 "%d, %zu bytes, byte %u (want %u)", round,
+				 fresh->error, fresh->bytes, fresh->byte, mark);
+			return NULL;
+		}
+		if (rd->error != ECANCELED || rd->bytes) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d: the cancelled read: error %d, %zu "
+				 "bytes", round, rd->error, rd->bytes);
+			return NULL;
+		}
+		if (wr->error != ECANCELED && wr->error != EPIPE &&
+		    wr->error != ECONNRESET) {
+			snprintf(w->bad, sizeof(w->bad),
+				 "round %d: the cancelled write-all: error %d "
+				 "after %zu bytes", round, wr->error, wr->bytes);
+			return NULL;
+		}
+		close(nv[0]);
+		close(nv[1]);
+	}
+	return NULL;
+}
+
+static void cancel_close_reuse_threads(void **state)
+{
+	h_fx *f = *state;
+	cr_worker *w = h_alloc(f, 2 * sizeof(*w));
+	pthread_t th[2];
+	uint8_t *big = h_alloc(f, CR_BIG);
+
+	memset(big, 'b', CR_BIG);
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < 2; i++) {
+		w[i].px = f->px;
+		w[i].id = i;
+		w[i].big = big;
+		w[i].recs = h_alloc(f, 3 * CR_ROUNDS * sizeof(cr_rec));
+		assert_int_equal(pthread_create(&th[i], NULL, cr_main, &w[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	/* No second callback comes late. */
+	h_sleep_ms(50);
+	h_loops_stop();
+	for (int i = 0; i < 2; i++) {
+		if (w[i].bad[0])
+			fail_msg("worker %d: %s", i, w[i].bad);
+		for (int j = 0; j < 3 * CR_ROUNDS; j++)
+			if (atomic_load(&w[i].recs[j].calls) > 1)
+				fail_msg("worker %d: operation %d called back "
+					 "%d times", i, j,
+					 atomic_load(&w[i].recs[j].calls));
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* destroy_with_every_ring_busy                                         */
+/* ------------------------------------------------------------------ */
+
+#define DB_FDS 48
+
+typedef struct db_rec {
+	atomic_int calls;
+	int error;
+	uint8_t byte;
+} db_rec;
+
+static px_proactor *db_px;
+static int db_fds[DB_FDS];
+static db_rec *db_recs;          /* 2 per descriptor */
+static atomic_int db_started;
+static atomic_bool db_destroying;
+
+static void db_read_cb(const px_completion *c)
+{
+	db_rec *r = c->user;
+
+	r->error = c->error;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+/* A post's callback, on whichever loop thread took it: starts the idle
+ * read of one descriptor from there (its ring, on io_uring). */
+static void db_start_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+
+	if (px_read_stream(db_px, db_fds[i], &db_recs[2 * i].byte, 1,
+			   db_read_cb, &db_recs[2 * i]) == 0)
+		atomic_fetch_add(&db_started, 1);
+	else
+		h_bad("read %d: not started", i);
+	/* Hold the thread a little, so the others take the next posts. */
+	usleep(300);
+}
+
+static void destroy_with_every_ring_busy(void **state)
+{
+	h_fx *f = *state;
+	int peers[DB_FDS];
+
+	db_px = f->px;
+	db_recs = h_alloc(f, 2 * DB_FDS * sizeof(db_rec));
+	atomic_store(&db_started, 0);
+	for (int i = 0; i < DB_FDS; i++) {
+		int sv[2];
+		h_socketpair(f, sv);
+		db_fds[i] = sv[0];
+		peers[i] = sv[1];
+	}
+	(void)peers;
+	h_loops_start(f, 3, false);
+	for (int i = 0; i < DB_FDS; i++) {
+		int rc = px_post(f->px, db_start_cb, (void *)(intptr_t)i);
+		assert_int_equal(rc, 0);
+		/* A second read on every descriptor from outside, queued
+		 * behind the first or first itself. */
+		rc = px_read_stream(f->px, db_fds[i], &db_recs[2 * i + 1].byte,
+				    1, db_read_cb, &db_recs[2 * i + 1]);
+		assert_int_equal(rc, 0);
+		atomic_fetch_add(&db_started, 1);
+	}
+	assert_true(h_wait_at_least(&db_started, 2 * DB_FDS, 5000));
+	h_sleep_ms(20);
+	h_loops_stop();
+	atomic_store(&db_destroying, true);
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	h_assert_no_bad("destroy_with_every_ring_busy");
+	for (int i = 0; i < 2 * DB_FDS; i++) {
+		if (atomic_load(&db_recs[i].calls) != 1)
+			fail_msg("read %d: %d callbacks", i,
+				 atomic_load(&db_recs[i].calls));
+		if (db_recs[i].error != ECANCELED)
+			fail_msg("read %d: error %d, not ECANCELED", i,
+				 db_recs[i].error);
+	}
+}
+
+#define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
+
+int main(int argc, char **argv)
+{
+	harness_engine_init(argc, argv, "ring_moves");
+	signal(SIGPIPE, SIG_IGN);
+	if (argc > 2 && argv[2][0])
+		cmocka_set_test_filter(argv[2]);
+	const struct CMUnitTest tests[] = {
+		T(two_way_order_many_threads),
+		T(cancel_close_reuse_threads),
+		T(destroy_with_every_ring_busy),
+	};
+	return cmocka_run_group_tests_name("ring_moves", tests, NULL, NULL) ? 1
+									    : 0;
+}
