@@ -206,6 +206,10 @@ static void lone_leader_serves_both_rings(void **state)
 #define AB_SESS 16
 #define AB_LATE_MS 100
 #define AB_TRIES 25
+/* Who starts the read behind the victim's: the main thread before the
+ * victim's data; the victim's callback; the main thread right after the
+ * victim's thread left. */
+enum { AB_R2_QUEUED, AB_R2_CB, AB_R2_OUTSIDE };
 
 static struct {
 	int sv[AB_SESS][2];
@@ -220,6 +224,7 @@ static struct {
 	atomic_int r2_calls, errors;
 	size_t r2_bytes;
 	int r2_error;
+	int r2_mode;             /* AB_R2_*: who starts the read behind */
 } ab;
 
 static uint64_t now_ns(void)
@@ -230,6 +235,7 @@ static uint64_t now_ns(void)
 }
 
 static void ab_cb(const px_completion *c);
+static void ab_r2_cb(const px_completion *c);
 
 static int ab_read(int i)
 {
@@ -248,6 +254,10 @@ static void ab_cb(const px_completion *c)
 		return;
 	}
 	if (i == atomic_load(&ab.victim)) {
+		if (ab.r2_mode == AB_R2_CB &&
+		    px_read_stream(px, ab.sv[i][0], ab.buf2, sizeof ab.buf2,
+				   ab_r2_cb, NULL) < 0)
+			atomic_fetch_add(&ab.errors, 1);
 		ab.leaver = pthread_self();
 		atomic_store_explicit(&ab.leave, 1, memory_order_release);
 		return;
@@ -316,12 +326,13 @@ static void ab_feed(int ms)
 
 /* quiet_ms: how long nothing happens between the last traffic and the
  * read whose callback makes its thread leave. */
-static void ab_run(int quiet_ms)
+static void ab_run(int quiet_ms, int r2_mode)
 {
 	char err[256];
 	pthread_t th[2];
 
 	memset(&ab, 0, sizeof ab);
+	ab.r2_mode = r2_mode;
 	atomic_store(&ab.victim, -1);
 	assert_int_equal(px_create(&px, "uring rings=2", err, sizeof(err)), 0);
 	for (int i = 0; i < AB_SESS; i++) {
@@ -347,19 +358,60 @@ static void ab_run(int quiet_ms)
 	}
 	uint64_t late_ns = 0;
 	bool parked = false;
+	int victim = 0;
+	if (two && r2_mode != AB_R2_QUEUED) {
+		/* Only two sessions stay, one in each ring; the others are
+		 * cancelled.  The victim's ring then holds nothing but its
+		 * read when that completes. */
+		px_uring *u = px_container_of(px->proc[0]->prov, px_uring,
+					      prov);
+		int keep = -1;
+		victim = -1;
+		pthread_mutex_lock(&px->lock);
+		for (int i = 1; i < AB_SESS; i++) {
+			int r = px__uring_fd_ring(u, ab.sv[i][0]);
+			if (r == 1 && victim < 0)
+				victim = i;
+			else if (r == 0 && keep < 0)
+				keep = i;
+		}
+		pthread_mutex_unlock(&px->lock);
+		if (victim < 0 || keep < 0) {
+			two = false;
+		} else {
+			long before = atomic_load(&ab.done);
+			int n = 0;
+			for (int i = 0; i < AB_SESS; i++)
+				if (i != victim && i != keep)
+					n += px_cancel(px, ab.sv[i][0]);
+			uint64_t dl = now_ns() + 1000000000u;
+			while (atomic_load(&ab.done) < before + n &&
+			       now_ns() < dl)
+				usleep(100);
+			usleep(5000);
+			two = ab_two_leaders();
+		}
+	}
 	if (two) {
 		usleep((useconds_t)quiet_ms * 1000u);
 		/* The victim's read completes; its thread leaves the loop.
 		 * The read queued behind it is its ring's next request. */
-		atomic_store(&ab.victim, 0);
-		assert_int_equal(px_read_stream(px, ab.sv[0][0], ab.buf2,
-						sizeof ab.buf2, ab_r2_cb, NULL), 0);
-		assert_int_equal(write(ab.sv[0][1], "1", 1), 1);
+		atomic_store(&ab.victim, victim);
+		if (r2_mode == AB_R2_QUEUED)
+			assert_int_equal(px_read_stream(px, ab.sv[0][0], ab.buf2,
+							sizeof ab.buf2,
+							ab_r2_cb, NULL), 0);
+		assert_int_equal(write(ab.sv[victim][1], "1", 1), 1);
 		uint64_t dl = now_ns() + 2000000000u;
 		while (!(parked = atomic_load(&ab.parked)) && now_ns() < dl)
 			usleep(100);
 		uint64_t t0 = now_ns();
-		assert_int_equal(write(ab.sv[0][1], "2", 1), 1);
+		if (r2_mode == AB_R2_OUTSIDE)
+			assert_int_equal(px_read_stream(px, ab.sv[victim][0],
+							ab.buf2,
+							sizeof ab.buf2,
+							ab_r2_cb, NULL), 0);
+		assert_int_equal(write(ab.sv[victim][1], "2", 1), 1);
 		dl = t0 + 3000000000u;
 		while (!atomic_load(&ab.r2_calls) && now_ns() < dl)
 			usleep(100);
@@ -400,7 +452,7 @@ static void ab_run(int quiet_ms)
 static void abandoned_ring_is_taken_over(void **state)
 {
 	(void)state;
-	ab_run(0);
+	ab_run(0, AB_R2_QUEUED);
 }
 
 /* After AB_QUIET_MS without traffic the waiting thread's watch has grown
@@ -411,7 +463,30 @@ static void abandoned_ring_is_taken_over(void **state)
 static void abandoned_ring_after_a_quiet_spell(void **state)
 {
 	(void)state;
-	ab_run(AB_QUIET_MS);
+	ab_run(AB_QUIET_MS, AB_R2_QUEUED);
+}
+
+/* The same, but the read behind the victim's is started by the victim's
+ * callback (into its ring: a start from a callback wakes nobody), and
+ * that ring holds nothing else: the lead that reaped the victim's read
+ * let go of a ring without work, and the thread then left with the new
+ * read in it.  Sessions but the victim and one in the other ring are
+ * cancelled first, so that the other thread still leads a ring of its
+ * own.  After a quiet spell, whose waits grew the other leader's watch. */
+static void ring_left_with_a_callbacks_start(void **state)
+{
+	(void)state;
+	ab_run(AB_QUIET_MS, AB_R2_CB);
+}
+
+/* The same, the read behind the victim's started right after its thread
+ * left, from outside the loop (the main thread, which never led: into
+ * the descriptor's ring), within the orphan delay of that ring's last
+ * lead. */
+static void ring_left_then_an_outside_start(void **state)
+{
+	(void)state;
+	ab_run(AB_QUIET_MS, AB_R2_OUTSIDE);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1144,16 +1219,21 @@ static void cq_size_at_huge_max_aio(void **state)
 	assert_true(cq_entries_for_max_aio(4294967290ul) >= big);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	int rc = uring_test_begin("test_uring_rings", "uring", 60);
 	if (rc)
 		return rc;
+	/* argv[1]: a cmocka test filter, to run one test. */
+	if (argc > 1 && argv[1][0])
+		cmocka_set_test_filter(argv[1]);
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(lone_leader_serves_both_rings),
 		cmocka_unit_test(abandoned_ring_is_taken_over),
 		cmocka_unit_test(abandoned_ring_after_a_quiet_spell),
+		cmocka_unit_test(ring_left_with_a_callbacks_start),
+		cmocka_unit_test(ring_left_then_an_outside_start),
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
 		cmocka_unit_test(team_churn_then_destroy),
