@@ -2710,7 +2710,22 @@ static int ur_cancel(px_provider *p, px_result *r)
 	bool unsubmitted = io_uring_sq_ready(&pr->rg->ring) != 0;
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
 		if (ur_send_cancel(u, r)) {
-			if (unsubmitted)
+			/* A px_cancel's (or px_close's) ASYNC_CANCEL goes in
+			 * now, also when r's own request is in the kernel
+			 * already: the kernel marks a poll-armed request
+			 * cancelled inside this submit, and it then performs
+			 * nothing more.  Left for the leader (a dedicated
+			 * one's kick, or a shared ring's leader busy with its
+			 * callbacks), the cancel came after px_cancel had
+			 * returned, and the read took the data, or the reset,
+			 * that came meanwhile, though the application had
+			 * cancelled it before those were sent: on
+			 * uring-dedicated 145 of 150 reads took the byte the
+			 * peer wrote right after px_cancel (a helper's review
+			 * of 2026-12-07; TESTING.md, fixed problem 278).  A
+			 * deadline's cancel returns to no application call
+			 * (ur_cancel_submit): as before. */
+			if (unsubmitted || !r->deadline_cancel)
 				ur_cancel_submit(pr->rg, r);
 			px__uring_kick(pr->rg);
 			ur_wake_for(u, pr->rg, r, false);

@@ -31,6 +31,12 @@
  * callbacks (so reads wait in every ring the engine has), from outside
  * too; the threads leave and px_destroy ends every read with ECANCELED,
  * exactly once.
+ *
+ * cancel_then_data: a read in the kernel, cancelled from outside the loop;
+ * the peer writes a byte (or resets the socket) right after px_cancel
+ * returned: the read still ends with ECANCELED and no bytes (TESTING.md,
+ * fixed problem 278: io_uring left the ASYNC_CANCEL to the ring's leader,
+ * and the read took what came meanwhile).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -592,6 +598,95 @@ static void destroy_with_every_ring_busy(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* cancel_then_data                                                     */
+/* ------------------------------------------------------------------ */
+
+/* A read in flight (given time to reach the kernel), cancelled from a
+ * thread outside the loop; right after px_cancel returns, its peer
+ * writes a byte (or, every other round, closes with data unread in its
+ * own receive queue, which resets the read's socket).  What came after
+ * the cancel returned is no result the read can have finished with
+ * before the cancel: it ends with ECANCELED and no bytes, and the byte
+ * is still there for the next read. */
+#define CD_ROUNDS 300
+
+typedef struct cd_rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	uint8_t byte;
+} cd_rec;
+
+static void cd_cb(const px_completion *c)
+{
+	cd_rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void cancel_then_data(void **state)
+{
+	h_fx *f = *state;
+	cd_rec *recs = h_alloc(f, CD_ROUNDS * sizeof(cd_rec));
+	int took = 0, reset = 0, first_bad = -1;
+	char what[160] = "";
+
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < CD_ROUNDS; i++) {
+		cd_rec *r = &recs[i];
+		int sv[2];
+		bool by_reset = i % 2;
+
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		if (by_reset)  /* unread data in sv[1]'s queue */
+			assert_int_equal(write(sv[0], "q", 1), 1);
+		assert_int_equal(px_read_stream(f->px, sv[0], &r->byte, 1, cd_cb,
+						r), 0);
+		usleep(i % 4 < 2 ? 300 : 20);
+		assert_int_equal(px_cancel(f->px, sv[0]), 1);
+		if (by_reset)
+			close(sv[1]);
+		else
+			assert_int_equal(write(sv[1], "d", 1), 1);
+		uint64_t end = h_deadline(5000);
+		while (!atomic_load(&r->calls) && h_now_ms() < end)
+			usleep(50);
+		assert_int_equal(atomic_load(&r->calls), 1);
+		if (r->error != ECANCELED || r->bytes) {
+			if (r->bytes)
+				took++;
+			else
+				reset++;
+			if (first_bad < 0) {
+				first_bad = i;
+				snprintf(what, sizeof(what), "error %d, %zu bytes",
+					 r->error, r->bytes);
+			}
+		}
+		if (!by_reset) {
+			/* The byte is still there, unless the read took it. */
+			char b = 0;
+			ssize_t n = recv(sv[0], &b, 1, MSG_DONTWAIT);
+			if (!r->bytes && n != 1)
+				fail_msg("round %d: the byte written after the "
+					 "cancel is gone (recv %zd)", i, n);
+			close(sv[1]);
+		}
+		close(sv[0]);
+	}
+	h_sleep_ms(20);
+	h_loops_stop();
+	if (first_bad >= 0)
+		fail_msg("%d of %d cancelled reads took the byte written after "
+			 "px_cancel returned, %d ended with the reset made "
+			 "after it (the first, round %d: %s)", took,
+			 CD_ROUNDS / 2, reset, first_bad, what);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(int argc, char **argv)
@@ -604,6 +699,7 @@ int main(int argc, char **argv)
 		T(two_way_order_many_threads),
 		T(cancel_close_reuse_threads),
 		T(destroy_with_every_ring_busy),
+		T(cancel_then_data),
 	};
 	return cmocka_run_group_tests_name("ring_moves", tests, NULL, NULL) ? 1
 									    : 0;
