@@ -1696,6 +1696,420 @@ static void test_appends_in_start_order(void **state)
 	run_appends_in_order("provider=linux_aio wait=epoll");
 }
 
+/* ------------------------------------------------------------------ */
+/* Past the depth: both directions, every way an operation can end      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * More descriptors waiting than depth=8 lets into the context (its polls
+ * take at most seven places): 18 socket pairs, each with a read waiting
+ * for data and a write-all of OM_BIG bytes waiting for room on the same
+ * socket, so most wait in the provider's epoll set with both directions
+ * registered on one number.  Beside them a file read (not O_DIRECT: made
+ * inside io_submit), an accept and a connect, all through the overflow.
+ * Then each pair ends another way: px_cancel, px_close (and the number
+ * reused for a new pair at once), the peer's shutdown(SHUT_WR) (end of
+ * stream for the read, the write goes on), the peer closed (end of
+ * stream, EPIPE), data both ways, or left for px_destroy.  Every
+ * operation completes exactly once with what it should, the bytes the
+ * peer reads are the ones written in order, and px_destroy ends the
+ * rest.  Two threads run the loop of a shared processor; io_submit may
+ * be refused (EAGAIN) or take part of a batch (om_inject).
+ */
+#define OM_N 18
+#define OM_BIG (384 * 1024)
+
+static uint8_t om_wbuf[OM_BIG];
+static atomic_bool om_closed;
+
+static void om_close_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_store(&om_closed, true);
+}
+
+/* Read exactly len bytes of fd (blocking), checking them against the
+ * pattern; false on a wrong byte or an early end. */
+static bool om_read_all(int fd, size_t len)
+{
+	static uint8_t buf[65536];
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n <= 0)
+			return false;
+		if (memcmp(buf, om_wbuf + got, (size_t)n) != 0)
+			return false;
+		got += (size_t)n;
+	}
+	return true;
+}
+
+static void om_wait(px_proactor *px, op *o, bool loopers, const char *what,
+		    const char *engine)
+{
+	for (int spin = 0; spin < 500; spin++) {
+		if (atomic_load(&o->calls))
+			return;
+		if (loopers) {
+			struct timespec ts = { 0, 10000000 };
+			nanosleep(&ts, NULL);
+		} else {
+			px_handle_events(px, 10);
+		}
+	}
+	fail_msg("engine '%s': %s did not complete", engine, what);
+}
+
+static void run_overflow_mixed(const char *engine, bool inject)
+{
+	int sv[OM_N][2];
+	static char rbuf[OM_N][64];
+	static op rd[OM_N], wr[OM_N];
+	op fop, aop, cop, nrd;
+	char fbuf[256], path[64], nbuf[16];
+	pthread_t loopers[2];
+	bool shared = strstr(engine, "dedicated") == NULL;
+	int nloop = shared ? 2 : 0;
+
+	for (size_t i = 0; i < OM_BIG; i++)
+		om_wbuf[i] = pattern(i, 9);
+	memset(rd, 0, sizeof(rd));
+	memset(wr, 0, sizeof(wr));
+	memset(&fop, 0, sizeof(fop));
+	memset(&aop, 0, sizeof(aop));
+	memset(&cop, 0, sizeof(cop));
+	memset(&nrd, 0, sizeof(nrd));
+	atomic_store(&om_closed, false);
+	if (inject) {
+		atomic_store(&inj_calls, 0);
+		px__laio_io_submit = inject_submit;
+	}
+	px_proactor *px = make(engine);
+	atomic_store(&looping, true);
+	for (int i = 0; i < nloop; i++)
+		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
+						px), 0);
+	for (int i = 0; i < OM_N; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][1], rbuf[i],
+						sizeof(rbuf[i]), op_cb, &rd[i]), 0);
+		assert_int_equal(px_write_stream_all(px, sv[i][1], om_wbuf,
+						     OM_BIG, op_cb, &wr[i]), 0);
+	}
+	struct timespec pause = { 0, 50000000 };
+	nanosleep(&pause, NULL);
+	if (!shared)
+		nanosleep(&pause, NULL);
+	else if (!nloop)
+		px_handle_events(px, 50);
+	for (int i = 0; i < OM_N; i++) {
+		assert_int_equal(atomic_load(&rd[i].calls), 0);
+		assert_int_equal(atomic_load(&wr[i].calls), 0);
+	}
+
+	/* A file read (made inside io_submit), an accept and a connect. */
+	int fd = scratch(0, path, sizeof(path));
+	assert_true(fd >= 0);
+	unlink(path);
+	assert_int_equal(pwrite(fd, om_wbuf, sizeof(fbuf), 0), (ssize_t)sizeof(fbuf));
+	assert_int_equal(px_read_file(px, fd, fbuf, sizeof(fbuf), 0, op_cb,
+				      &fop), 0);
+	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	assert_true(lfd >= 0);
+	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(listen(lfd, 4), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	assert_int_equal(px_accept(px, lfd, op_cb, &aop), 0);
+	int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(cfd >= 0);
+	assert_int_equal(px_connect(px, cfd, (struct sockaddr *)&sa, sizeof(sa),
+				    op_cb, &cop), 0);
+	om_wait(px, &fop, nloop, "a file read past the depth", engine);
+	om_wait(px, &cop, nloop, "a connect past the depth", engine);
+	om_wait(px, &aop, nloop, "an accept past the depth", engine);
+	assert_int_equal(fop.error, 0);
+	assert_int_equal(fop.bytes, sizeof(fbuf));
+	assert_memory_equal(fbuf, om_wbuf, sizeof(fbuf));
+	assert_int_equal(cop.error, 0);
+	assert_int_equal(aop.error, 0);
+	assert_true(aop.new_fd >= 0);
+
+	int closed_fd = -1, nsv[2] = { -1, -1 };
+	for (int i = 0; i < OM_N; i++) {
+		switch (i % 6) {
+		case 0:
+			assert_int_equal(px_cancel(px, sv[i][1]), 2);
+			break;
+		case 1:
+			if (closed_fd >= 0)
+				break;
+			closed_fd = sv[i][1];
+			assert_int_equal(px_close(px, sv[i][1], om_close_cb,
+						  NULL), 0);
+			break;
+		case 2:
+			assert_int_equal(shutdown(sv[i][0], SHUT_WR), 0);
+			break;
+		case 3:
+			close(sv[i][0]);
+			sv[i][0] = -1;
+			break;
+		case 4:
+			assert_int_equal(write(sv[i][0], "hello", 5), 5);
+			break;
+		}
+	}
+	for (int i = 0; i < OM_N; i++) {
+		switch (i % 6) {
+		case 0:
+			om_wait(px, &rd[i], nloop, "a cancelled read", engine);
+			om_wait(px, &wr[i], nloop, "a cancelled write", engine);
+			assert_int_equal(rd[i].error, ECANCELED);
+			assert_int_equal(wr[i].error, ECANCELED);
+			break;
+		case 1:
+			if (sv[i][1] != closed_fd) {
+				/* left for px_destroy */
+				break;
+			}
+			om_wait(px, &rd[i], nloop, "a read px_close ended", engine);
+			om_wait(px, &wr[i], nloop, "a write px_close ended", engine);
+			assert_int_equal(rd[i].error, ECANCELED);
+			assert_int_equal(wr[i].error, ECANCELED);
+			for (int s = 0; s < 500 && !atomic_load(&om_closed); s++) {
+				if (nloop || !shared)
+					nanosleep(&(struct timespec){ 0, 10000000 }, NULL);
+				else
+					px_handle_events(px, 10);
+			}
+			assert_true(atomic_load(&om_closed));
+			sv[i][1] = -1;
+			/* The number again, at once, for a new pair. */
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+						    SOCK_CLOEXEC, 0, nsv), 0);
+			assert_int_equal(px_read_stream(px, nsv[1], nbuf,
+							sizeof(nbuf), op_cb,
+							&nrd), 0);
+			nanosleep(&pause, NULL);
+			assert_int_equal(write(nsv[0], "again", 5), 5);
+			om_wait(px, &nrd, nloop, "a read on the number reused",
+				engine);
+			assert_int_equal(nrd.error, 0);
+			assert_int_equal(nrd.bytes, 5);
+			assert_memory_equal(nbuf, "again", 5);
+			break;
+		case 2:
+			om_wait(px, &rd[i], nloop, "a read whose peer shut down",
+				engine);
+			assert_int_equal(rd[i].error, 0);
+			assert_int_equal(rd[i].bytes, 0);
+			assert_true(om_read_all(sv[i][0], OM_BIG));
+			om_wait(px, &wr[i], nloop, "a write beside an EOF", engine);
+			assert_int_equal(wr[i].error, 0);
+			assert_int_equal(wr[i].bytes, OM_BIG);
+			break;
+		case 3:
+			om_wait(px, &rd[i], nloop, "a read whose peer closed",
+				engine);
+			om_wait(px, &wr[i], nloop, "a write whose peer closed",
+				engine);
+			/* (AF_UNIX: a peer closed with bytes unread resets) */
+			if (rd[i].error != ECONNRESET) {
+				assert_int_equal(rd[i].error, 0);
+				assert_int_equal(rd[i].bytes, 0);
+			}
+			if (wr[i].error != ECONNRESET)
+				assert_int_equal(wr[i].error, EPIPE);
+			break;
+		case 4:
+			om_wait(px, &rd[i], nloop, "a read given data", engine);
+			assert_int_equal(rd[i].error, 0);
+			assert_int_equal(rd[i].bytes, 5);
+			assert_memory_equal(rbuf[i], "hello", 5);
+			assert_true(om_read_all(sv[i][0], OM_BIG));
+			om_wait(px, &wr[i], nloop, "a write read by its peer",
+				engine);
+			assert_int_equal(wr[i].error, 0);
+			assert_int_equal(wr[i].bytes, OM_BIG);
+			break;
+		}
+	}
+	atomic_store(&looping, false);
+	for (int i = 0; i < nloop; i++)
+		pthread_join(loopers[i], NULL);
+	/* The rest still wait, past the depth: px_destroy ends them. */
+	assert_int_equal(px_destroy(px), 0);
+	px__laio_io_submit = io_submit;
+	for (int i = 0; i < OM_N; i++) {
+		assert_int_equal(atomic_load(&rd[i].calls), 1);
+		assert_int_equal(atomic_load(&wr[i].calls), 1);
+		if (i % 6 == 5 || (i % 6 == 1 && sv[i][1] >= 0)) {
+			assert_int_equal(rd[i].error, ECANCELED);
+			assert_int_equal(wr[i].error, ECANCELED);
+		}
+	}
+	assert_int_equal(atomic_load(&nrd.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	for (int i = 0; i < OM_N; i++) {
+		if (sv[i][0] >= 0)
+			close(sv[i][0]);
+		if (sv[i][1] >= 0)
+			close(sv[i][1]);
+	}
+	close(nsv[0]);
+	close(nsv[1]);
+	close(aop.new_fd);
+	close(cfd);
+	close(lfd);
+	close(fd);
+}
+
+static void test_overflow_mixed_native(void **state)
+{
+	(void)state;
+	run_overflow_mixed("linux-aio depth=8", false);
+}
+
+static void test_overflow_mixed_dedicated(void **state)
+{
+	(void)state;
+	run_overflow_mixed("linux-aio-dedicated depth=8", false);
+}
+
+static void test_overflow_mixed_epoll(void **state)
+{
+	(void)state;
+	run_overflow_mixed("provider=linux_aio wait=epoll depth=8", false);
+}
+
+static void test_overflow_mixed_inject(void **state)
+{
+	(void)state;
+	run_overflow_mixed("linux-aio depth=8", true);
+}
+
+static void test_overflow_mixed_inject_epoll(void **state)
+{
+	(void)state;
+	run_overflow_mixed("provider=linux_aio wait=epoll depth=16", true);
+}
+
+/*
+ * A burst past the depth, raced by cancels: 96 reads wait (depth=8, so
+ * most in the provider's epoll set), a thread writes 4 bytes to every
+ * peer while the main thread cancels every other read.  Each read
+ * completes exactly once: with its 4 bytes, or ECANCELED with the bytes
+ * still in the socket (read there afterwards): nothing is lost, whichever
+ * of the report and the cancel came first.  Three rounds on the same
+ * sockets, so the registrations of the set are used again.
+ */
+#define OB_N 96
+
+static int ob_sv[OB_N][2];
+
+static void *ob_writer(void *arg)
+{
+	int round = *(int *)arg;
+
+	for (int i = 0; i < OB_N; i++) {
+		char b[4] = { 'a' + (char)round, (char)i, 'x', 'y' };
+		if (write(ob_sv[i][0], b, 4) != 4)
+			abort();
+	}
+	return NULL;
+}
+
+static void run_overflow_burst(const char *engine)
+{
+	static op rd[OB_N];
+	static char buf[OB_N][8];
+	pthread_t w, loopers[2];
+	bool shared = strstr(engine, "dedicated") == NULL;
+	int nloop = shared ? 2 : 0;
+
+	px_proactor *px = make(engine);
+	for (int i = 0; i < OB_N; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, ob_sv[i]), 0);
+	atomic_store(&looping, true);
+	for (int i = 0; i < nloop; i++)
+		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
+						px), 0);
+	for (int round = 0; round < 3; round++) {
+		memset(rd, 0, sizeof(rd));
+		memset(buf, 0, sizeof(buf));
+		for (int i = 0; i < OB_N; i++)
+			assert_int_equal(px_read_stream(px, ob_sv[i][1], buf[i],
+							sizeof(buf[i]), op_cb,
+							&rd[i]), 0);
+		struct timespec ts = { 0, 20000000 };
+		nanosleep(&ts, NULL);
+		assert_int_equal(pthread_create(&w, NULL, ob_writer, &round), 0);
+		for (int i = round % 2; i < OB_N; i += 2)
+			assert_true(px_cancel(px, ob_sv[i][1]) >= 0);
+		pthread_join(w, NULL);
+		for (int i = 0; i < OB_N; i++) {
+			for (int s = 0; s < 500 && !atomic_load(&rd[i].calls); s++) {
+				if (nloop)
+					nanosleep(&ts, NULL);
+				else
+					px_handle_events(px, 20);
+			}
+			if (!atomic_load(&rd[i].calls)) {
+				int left = 0;
+				for (int k = 0; k < OB_N; k++)
+					left += !atomic_load(&rd[k].calls);
+				fail_msg("engine '%s', round %d: read %d did "
+					 "not complete (%d of %d)", engine,
+					 round, i, left, OB_N);
+			}
+			char want[4] = { 'a' + (char)round, (char)i, 'x', 'y' };
+			if (rd[i].error == ECANCELED) {
+				char b[8];
+				ssize_t n = recv(ob_sv[i][1], b, sizeof(b),
+						 MSG_DONTWAIT);
+				if (n != 4 || memcmp(b, want, 4) != 0)
+					fail_msg("engine '%s', round %d: read "
+						 "%d cancelled and its bytes are "
+						 "gone (%zd)", engine, round, i, n);
+				continue;
+			}
+			assert_int_equal(rd[i].error, 0);
+			assert_int_equal(rd[i].bytes, 4);
+			assert_memory_equal(buf[i], want, 4);
+		}
+		assert_int_equal(atomic_load(&extra_calls), 0);
+	}
+	atomic_store(&looping, false);
+	for (int i = 0; i < nloop; i++)
+		pthread_join(loopers[i], NULL);
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	for (int i = 0; i < OB_N; i++) {
+		close(ob_sv[i][0]);
+		close(ob_sv[i][1]);
+	}
+}
+
+static void test_overflow_burst(void **state)
+{
+	(void)state;
+	if (getenv("OB_ONLY")) {
+		run_overflow_burst(getenv("OB_ONLY"));
+		return;
+	}
+	run_overflow_burst("linux-aio depth=8");
+	run_overflow_burst("linux-aio-dedicated depth=8");
+	run_overflow_burst("provider=linux_aio wait=epoll depth=8");
+	run_overflow_burst("provider=linux_aio wait=epoll processor=dedicated depth=16");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -1709,7 +2123,7 @@ static void test_explain_limit(void **state)
 	assert_false(cls->explain(-ENOMEM, why, sizeof(why)));
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	io_context_t ctx = 0;
 	int rc = io_setup(2, &ctx);
@@ -1753,6 +2167,15 @@ int main(void)
 		cmocka_unit_test(test_cancel_finished_before_hand_out),
 		cmocka_unit_test(test_cancel_before_kernel_event),
 		cmocka_unit_test(test_appends_in_start_order),
+		cmocka_unit_test(test_overflow_mixed_native),
+		cmocka_unit_test(test_overflow_mixed_dedicated),
+		cmocka_unit_test(test_overflow_mixed_epoll),
+		cmocka_unit_test(test_overflow_mixed_inject),
+		cmocka_unit_test(test_overflow_mixed_inject_epoll),
+		cmocka_unit_test(test_overflow_burst),
 	};
+	/* A cmocka test-name glob may be given, as to the other programs. */
+	if (argc > 1)
+		cmocka_set_test_filter(argv[1]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
