@@ -2116,6 +2116,167 @@ static void test_overflow_burst(void **state)
 	run_overflow_burst("provider=linux_aio wait=epoll processor=dedicated depth=16");
 }
 
+/*
+ * Writes from several threads to sockets that wait past the depth: 12
+ * socket pairs (depth=8), three threads each start 40 write-alls of
+ * OW_LEN bytes on every socket, the peers read slowly enough that most
+ * writes wait for room (in the provider's epoll set).  The operations of
+ * one descriptor in one direction run in the order they were started:
+ * each peer must read whole messages, never two interleaved, each
+ * thread's in its order, all of them; each write completes once with
+ * every byte.
+ */
+#define OW_SOCKS 12
+#define OW_THREADS 3
+#define OW_PER 40
+#define OW_LEN 6000
+
+typedef struct ow_msg {
+	uint8_t bytes[OW_LEN];
+} ow_msg;
+
+static ow_msg ow_msgs[OW_THREADS][OW_PER];
+static op ow_ops[OW_THREADS][OW_SOCKS][OW_PER];
+static int ow_sv[OW_SOCKS][2];
+static px_proactor *ow_px;
+static atomic_int ow_start_errors;
+
+static void *ow_writer(void *arg)
+{
+	int t = (int)(intptr_t)arg;
+
+	for (int k = 0; k < OW_PER; k++)
+		for (int s = 0; s < OW_SOCKS; s++)
+			if (px_write_stream_all(ow_px, ow_sv[s][1],
+						ow_msgs[t][k].bytes, OW_LEN,
+						op_cb, &ow_ops[t][s][k]) < 0)
+				atomic_fetch_add(&ow_start_errors, 1);
+	return NULL;
+}
+
+/* The peer of socket s: whole messages, each thread's in order. */
+static void *ow_reader(void *arg)
+{
+	int s = (int)(intptr_t)arg;
+	int next[OW_THREADS] = { 0 };
+	static _Thread_local uint8_t m[OW_LEN];
+
+	for (int got = 0; got < OW_THREADS * OW_PER; got++) {
+		size_t have = 0;
+		while (have < OW_LEN) {
+			ssize_t n = read(ow_sv[s][0], m + have, OW_LEN - have);
+			if (n <= 0)
+				return (void *)(intptr_t)1;
+			have += (size_t)n;
+			if (got % 7 == 0) {
+				struct timespec ts = { 0, 200000 };
+				nanosleep(&ts, NULL);
+			}
+		}
+		int t = m[0], k = m[1];
+		if (t >= OW_THREADS || k != next[t] ||
+		    memcmp(m, ow_msgs[t][k].bytes, OW_LEN) != 0)
+			return (void *)(intptr_t)2;
+		next[t]++;
+	}
+	return NULL;
+}
+
+static void run_overflow_writers(const char *engine)
+{
+	pthread_t wt[OW_THREADS], rt[OW_SOCKS], loopers[2];
+	bool shared = strstr(engine, "dedicated") == NULL;
+	int nloop = shared ? 2 : 0;
+
+	for (int t = 0; t < OW_THREADS; t++)
+		for (int k = 0; k < OW_PER; k++) {
+			for (int j = 0; j < OW_LEN; j++)
+				ow_msgs[t][k].bytes[j] = pattern((size_t)j,
+								 t * OW_PER + k);
+			ow_msgs[t][k].bytes[0] = (uint8_t)t;
+			ow_msgs[t][k].bytes[1] = (uint8_t)k;
+		}
+	memset(ow_ops, 0, sizeof(ow_ops));
+	atomic_store(&ow_start_errors, 0);
+	ow_px = make(engine);
+	for (int s = 0; s < OW_SOCKS; s++) {
+		int sz = 16384;
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, ow_sv[s]), 0);
+		assert_int_equal(setsockopt(ow_sv[s][1], SOL_SOCKET, SO_SNDBUF,
+					    &sz, sizeof(sz)), 0);
+	}
+	atomic_store(&looping, true);
+	for (int i = 0; i < nloop; i++)
+		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
+						ow_px), 0);
+	for (int t = 0; t < OW_THREADS; t++)
+		assert_int_equal(pthread_create(&wt[t], NULL, ow_writer,
+						(void *)(intptr_t)t), 0);
+	for (int s = 0; s < OW_SOCKS; s++)
+		assert_int_equal(pthread_create(&rt[s], NULL, ow_reader,
+						(void *)(intptr_t)s), 0);
+	for (int t = 0; t < OW_THREADS; t++)
+		pthread_join(wt[t], NULL);
+	assert_int_equal(atomic_load(&ow_start_errors), 0);
+	for (int s = 0; s < OW_SOCKS; s++) {
+		void *rv = NULL;
+		if (!nloop) {
+			/* A dedicated processor: callbacks need a thread. */
+			for (int spin = 0; spin < 1000; spin++) {
+				int left = 0;
+				for (int t = 0; t < OW_THREADS; t++)
+					for (int k = 0; k < OW_PER; k++)
+						left += !atomic_load(&ow_ops[t][s][k].fin);
+				if (!left)
+					break;
+				px_handle_events(ow_px, 10);
+			}
+		}
+		pthread_join(rt[s], &rv);
+		if (rv)
+			fail_msg("engine '%s': the peer of socket %d read %s",
+				 engine, s, (intptr_t)rv == 1 ? "an early end"
+				 : "a message out of order or mixed");
+	}
+	for (int t = 0; t < OW_THREADS; t++)
+		for (int s = 0; s < OW_SOCKS; s++)
+			for (int k = 0; k < OW_PER; k++) {
+				op *o = &ow_ops[t][s][k];
+				for (int spin = 0; spin < 500 &&
+				     !atomic_load(&o->fin); spin++) {
+					if (nloop) {
+						struct timespec ts = { 0, 10000000 };
+						nanosleep(&ts, NULL);
+					} else {
+						px_handle_events(ow_px, 10);
+					}
+				}
+				if (!atomic_load(&o->fin))
+					fail_msg("engine '%s': a write did not "
+						 "complete", engine);
+				assert_int_equal(o->error, 0);
+				assert_int_equal(o->bytes, OW_LEN);
+			}
+	atomic_store(&looping, false);
+	for (int i = 0; i < nloop; i++)
+		pthread_join(loopers[i], NULL);
+	assert_int_equal(px_destroy(ow_px), 0);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	for (int s = 0; s < OW_SOCKS; s++) {
+		close(ow_sv[s][0]);
+		close(ow_sv[s][1]);
+	}
+}
+
+static void test_overflow_writers(void **state)
+{
+	(void)state;
+	run_overflow_writers("linux-aio depth=8");
+	run_overflow_writers("linux-aio-dedicated depth=8");
+	run_overflow_writers("provider=linux_aio wait=epoll depth=8");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2180,6 +2341,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_mixed_inject),
 		cmocka_unit_test(test_overflow_mixed_inject_epoll),
 		cmocka_unit_test(test_overflow_burst),
+		cmocka_unit_test(test_overflow_writers),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
