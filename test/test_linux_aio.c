@@ -2277,6 +2277,141 @@ static void test_overflow_writers(void **state)
 	run_overflow_writers("provider=linux_aio wait=epoll depth=8");
 }
 
+/*
+ * Accepts and connects past the depth: 10 idle reads take the polls'
+ * share of depth=8, then 6 listeners with two accepts each and 12
+ * connects to them wait in the provider's epoll set; each completes once
+ * (the accepts with a connection, the connects with 0).  Two more accepts
+ * on one listener end with ECANCELED when px_close closes it, and the
+ * number, taken at once by a new listener, accepts again.
+ */
+#define OA_IDLE 10
+#define OA_L 6
+
+static int oa_listener(struct sockaddr_in *sa)
+{
+	socklen_t sl = sizeof(*sa);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(l >= 0);
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)sa, sizeof(*sa)), 0);
+	assert_int_equal(listen(l, 8), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)sa, &sl), 0);
+	return l;
+}
+
+static void run_overflow_accepts(const char *engine)
+{
+	int sv[OA_IDLE][2], l[OA_L], c[2 * OA_L], nl, nc;
+	struct sockaddr_in sa[OA_L], nsa;
+	static op idle[OA_IDLE], acc[OA_L][2], con[2 * OA_L], late[2], nacc,
+		  ncon;
+	static char ib[OA_IDLE][8];
+
+	memset(idle, 0, sizeof(idle));
+	memset(acc, 0, sizeof(acc));
+	memset(con, 0, sizeof(con));
+	memset(late, 0, sizeof(late));
+	memset(&nacc, 0, sizeof(nacc));
+	memset(&ncon, 0, sizeof(ncon));
+	atomic_store(&om_closed, false);
+	px_proactor *px = make(engine);
+	for (int i = 0; i < OA_IDLE; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][1], ib[i],
+						sizeof(ib[i]), op_cb, &idle[i]), 0);
+	}
+	for (int i = 0; i < OA_L; i++) {
+		l[i] = oa_listener(&sa[i]);
+		for (int j = 0; j < 2; j++)
+			assert_int_equal(px_accept(px, l[i], op_cb, &acc[i][j]),
+					 0);
+	}
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 5);
+	for (int i = 0; i < 2 * OA_L; i++) {
+		c[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		assert_true(c[i] >= 0);
+		assert_int_equal(px_connect(px, c[i],
+					    (struct sockaddr *)&sa[i / 2],
+					    sizeof(sa[0]), op_cb, &con[i]), 0);
+	}
+	if (!drain_within(px, &acc[0][0], 2 * OA_L, 5000) ||
+	    !drain_within(px, con, 2 * OA_L, 5000))
+		fail_msg("engine '%s': an accept or connect past the depth "
+			 "did not complete", engine);
+	for (int i = 0; i < OA_L; i++)
+		for (int j = 0; j < 2; j++) {
+			assert_int_equal(acc[i][j].error, 0);
+			assert_true(acc[i][j].new_fd >= 0);
+		}
+	for (int i = 0; i < 2 * OA_L; i++)
+		assert_int_equal(con[i].error, 0);
+
+	/* px_close of a listener with two accepts waiting. */
+	for (int j = 0; j < 2; j++)
+		assert_int_equal(px_accept(px, l[0], op_cb, &late[j]), 0);
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 5);
+	int old = l[0];
+	assert_int_equal(px_close(px, l[0], om_close_cb, NULL), 0);
+	if (!drain_within(px, late, 2, 3000))
+		fail_msg("engine '%s': accepts px_close ended did not "
+			 "complete", engine);
+	for (int j = 0; j < 2; j++)
+		assert_int_equal(late[j].error, ECANCELED);
+	for (int s = 0; s < 300 && !atomic_load(&om_closed); s++)
+		px_handle_events(px, 10);
+	assert_true(atomic_load(&om_closed));
+	nl = oa_listener(&nsa);
+	assert_int_equal(nl, old);
+	assert_int_equal(px_accept(px, nl, op_cb, &nacc), 0);
+	for (int i = 0; i < 3; i++)
+		px_handle_events(px, 5);
+	nc = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(nc >= 0);
+	assert_int_equal(px_connect(px, nc, (struct sockaddr *)&nsa,
+				    sizeof(nsa), op_cb, &ncon), 0);
+	if (!drain_within(px, &nacc, 1, 3000) ||
+	    !drain_within(px, &ncon, 1, 3000))
+		fail_msg("engine '%s': an accept on the number reused did not "
+			 "complete", engine);
+	assert_int_equal(nacc.error, 0);
+	assert_int_equal(ncon.error, 0);
+	assert_int_equal(px_destroy(px), 0);
+	for (int i = 0; i < OA_IDLE; i++) {
+		assert_int_equal(atomic_load(&idle[i].calls), 1);
+		assert_int_equal(idle[i].error, ECANCELED);
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	for (int i = 0; i < OA_L; i++) {
+		for (int j = 0; j < 2; j++)
+			close(acc[i][j].new_fd);
+		if (i)
+			close(l[i]);
+	}
+	for (int i = 0; i < 2 * OA_L; i++)
+		close(c[i]);
+	close(nacc.new_fd);
+	close(nl);
+	close(nc);
+}
+
+static void test_overflow_accepts(void **state)
+{
+	(void)state;
+	run_overflow_accepts("linux-aio depth=8");
+	run_overflow_accepts("linux-aio-dedicated depth=8");
+	run_overflow_accepts("provider=linux_aio wait=epoll depth=8");
+	run_overflow_accepts("linux-aio depth=1");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2342,6 +2477,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_mixed_inject_epoll),
 		cmocka_unit_test(test_overflow_burst),
 		cmocka_unit_test(test_overflow_writers),
+		cmocka_unit_test(test_overflow_accepts),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
