@@ -34,8 +34,24 @@
  *   - Two appends to an O_APPEND file land in the order they were
  *     started, the second started while the leader's io_submit of the
  *     first is held (fixed problem 224).
+ *   - Past the depth (depth=8, 1 or 16: most polls wait in the provider's
+ *     epoll set), on the three waits, shared with two loop threads and
+ *     dedicated, with and without io_submit refusing (EAGAIN) or taking
+ *     part of a batch: a read and a write-all waiting on one socket
+ *     ended by px_cancel, by px_close with the number reused at once, by
+ *     the peer's shutdown(SHUT_WR) or close, by data both ways, or left
+ *     for px_destroy, beside a buffered file read, an accept and a
+ *     connect (test_overflow_mixed_*); 96 reads whose data a thread
+ *     writes while every other one is cancelled, three rounds: once
+ *     each, and a cancelled read's bytes still in its socket
+ *     (test_overflow_burst); write-alls from three threads on twelve
+ *     sockets, read back whole and in each thread's order
+ *     (test_overflow_writers); twelve accepts and twelve connects, and a
+ *     listener px_close'd under two accepts whose number a new listener
+ *     takes at once (test_overflow_accepts).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
+ * argv[1], if given, is a cmocka glob of the tests to run.
  */
 #include <errno.h>
 #include <fcntl.h>
