@@ -41,8 +41,8 @@
  *     ended by px_cancel, by px_close with the number reused at once, by
  *     the peer's shutdown(SHUT_WR) or close, by data both ways, or left
  *     for px_destroy, beside a buffered file read, an accept and a
- *     connect (test_overflow_mixed_*); 96 reads whose data a thread
- *     writes while every other one is cancelled, three rounds: once
+ *     connect (test_overflow_mixed_*); 160 reads whose data a thread
+ *     writes while every fourth one is cancelled, three rounds: once
  *     each, and a cancelled read's bytes still in its socket
  *     (test_overflow_burst); write-alls from three threads on twelve
  *     sockets, read back whole and in each thread's order
@@ -2027,15 +2027,16 @@ static void test_overflow_mixed_inject_epoll(void **state)
 }
 
 /*
- * A burst past the depth, raced by cancels: 96 reads wait (depth=8, so
+ * A burst past the depth, raced by cancels: 160 reads wait (depth=8, so
  * most in the provider's epoll set), a thread writes 4 bytes to every
- * peer while the main thread cancels every other read.  Each read
+ * peer while the main thread cancels every fourth read, so that more
+ * descriptors are ready at once than one look at the set takes (64).  Each read
  * completes exactly once: with its 4 bytes, or ECANCELED with the bytes
  * still in the socket (read there afterwards): nothing is lost, whichever
  * of the report and the cancel came first.  Three rounds on the same
  * sockets, so the registrations of the set are used again.
  */
-#define OB_N 96
+#define OB_N 160
 
 static int ob_sv[OB_N][2];
 
@@ -2077,7 +2078,7 @@ static void run_overflow_burst(const char *engine)
 		struct timespec ts = { 0, 20000000 };
 		nanosleep(&ts, NULL);
 		assert_int_equal(pthread_create(&w, NULL, ob_writer, &round), 0);
-		for (int i = round % 2; i < OB_N; i += 2)
+		for (int i = round % 4; i < OB_N; i += 4)
 			assert_true(px_cancel(px, ob_sv[i][1]) >= 0);
 		pthread_join(w, NULL);
 		for (int i = 0; i < OB_N; i++) {
