@@ -48,7 +48,10 @@
  *     sockets, read back whole and in each thread's order
  *     (test_overflow_writers); twelve accepts and twelve connects, and a
  *     listener px_close'd under two accepts whose number a new listener
- *     takes at once (test_overflow_accepts).
+ *     takes at once (test_overflow_accepts); 24 read chains at depth=4,
+ *     every seventh callback cancelling another socket's read, while a
+ *     thread writes to all: each socket delivers its peer's bytes
+ *     exactly, in order (test_read_chains_cancelled).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
  * argv[1], if given, is a cmocka glob of the tests to run.
@@ -2429,6 +2432,161 @@ static void test_overflow_accepts(void **state)
 	run_overflow_accepts("linux-aio depth=1");
 }
 
+/*
+ * Read chains past the depth, cancelled from callbacks: 24 sockets at
+ * depth=4, each with a read whose callback appends what it got and starts
+ * the next read on its socket; every seventh callback also cancels the
+ * read of another socket (whose callback, ECANCELED, starts its next read
+ * too).  A thread writes 200 numbered chunks to every peer meanwhile.
+ * Each socket must deliver exactly its peer's bytes, in order: nothing a
+ * cancelled read took may be lost, nothing read twice.
+ */
+#define RC_N 24
+#define RC_CHUNKS 200
+#define RC_CHUNK 37
+
+typedef struct rc_sock {
+	int sv[2];
+	uint8_t buf[64];
+	uint8_t got[RC_CHUNKS * RC_CHUNK];
+	size_t ngot;
+	atomic_int inflight;
+	atomic_int cancels;
+} rc_sock;
+
+static rc_sock rc_s[RC_N];
+static px_proactor *rc_px;
+static atomic_int rc_calls, rc_errors;
+static atomic_bool rc_stop;
+
+static void rc_cb(const px_completion *c)
+{
+	rc_sock *s = c->user;
+	int k = atomic_fetch_add(&rc_calls, 1);
+
+	atomic_fetch_sub(&s->inflight, 1);
+	if (c->error && c->error != ECANCELED) {
+		atomic_fetch_add(&rc_errors, 1);
+		return;
+	}
+	if (!c->error) {
+		if (c->bytes == 0 || s->ngot + c->bytes > sizeof(s->got)) {
+			atomic_fetch_add(&rc_errors, 1);
+			return;
+		}
+		memcpy(s->got + s->ngot, s->buf, c->bytes);
+		s->ngot += c->bytes;
+	}
+	if (k % 7 == 0) {
+		rc_sock *o = &rc_s[(size_t)(s - rc_s + 1 + k % 5) % RC_N];
+		if (px_cancel(rc_px, o->sv[1]) > 0)
+			atomic_fetch_add(&o->cancels, 1);
+	}
+	if (atomic_load(&rc_stop) || s->ngot == sizeof(s->got))
+		return;
+	atomic_fetch_add(&s->inflight, 1);
+	if (px_read_stream(rc_px, s->sv[1], s->buf, sizeof(s->buf), rc_cb,
+			   s) < 0) {
+		atomic_fetch_sub(&s->inflight, 1);
+		atomic_fetch_add(&rc_errors, 1);
+	}
+}
+
+static uint8_t rc_byte(int sock, size_t pos)
+{
+	return (uint8_t)(pos * 13 + (size_t)sock * 101 + (pos >> 8));
+}
+
+static void *rc_writer(void *arg)
+{
+	(void)arg;
+	for (int c = 0; c < RC_CHUNKS; c++) {
+		for (int i = 0; i < RC_N; i++) {
+			uint8_t b[RC_CHUNK];
+			for (int j = 0; j < RC_CHUNK; j++)
+				b[j] = rc_byte(i, (size_t)c * RC_CHUNK + (size_t)j);
+			if (write(rc_s[i].sv[0], b, RC_CHUNK) != RC_CHUNK)
+				abort();
+		}
+		if (c % 20 == 0) {
+			struct timespec ts = { 0, 1000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return NULL;
+}
+
+static void run_read_chains_cancelled(const char *engine)
+{
+	pthread_t w, loopers[2];
+	/* Two threads run the callbacks (and lead a shared processor)
+	 * while the data comes, so that reads are pending when a callback
+	 * cancels them. */
+	int nloop = 2;
+
+	memset(rc_s, 0, sizeof(rc_s));
+	atomic_store(&rc_calls, 0);
+	atomic_store(&rc_errors, 0);
+	atomic_store(&rc_stop, false);
+	rc_px = make(engine);
+	for (int i = 0; i < RC_N; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, rc_s[i].sv), 0);
+		atomic_store(&rc_s[i].inflight, 1);
+		assert_int_equal(px_read_stream(rc_px, rc_s[i].sv[1],
+						rc_s[i].buf,
+						sizeof(rc_s[i].buf), rc_cb,
+						&rc_s[i]), 0);
+	}
+	atomic_store(&looping, true);
+	for (int i = 0; i < nloop; i++)
+		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
+						rc_px), 0);
+	assert_int_equal(pthread_create(&w, NULL, rc_writer, NULL), 0);
+	pthread_join(w, NULL);
+	for (int spin = 0; spin < 1000; spin++) {
+		bool all = true;
+		for (int i = 0; i < RC_N; i++)
+			if (atomic_load(&rc_s[i].inflight))
+				all = false;
+		if (all)
+			break;
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	atomic_store(&rc_stop, true);
+	atomic_store(&looping, false);
+	for (int i = 0; i < nloop; i++)
+		pthread_join(loopers[i], NULL);
+	assert_int_equal(px_destroy(rc_px), 0);
+	assert_int_equal(atomic_load(&rc_errors), 0);
+	int cancels = 0;
+	for (int i = 0; i < RC_N; i++) {
+		rc_sock *s = &rc_s[i];
+		cancels += atomic_load(&s->cancels);
+		if (s->ngot != sizeof(s->got))
+			fail_msg("engine '%s': socket %d delivered %zu of %zu "
+				 "bytes", engine, i, s->ngot, sizeof(s->got));
+		for (size_t p = 0; p < s->ngot; p++)
+			if (s->got[p] != rc_byte(i, p))
+				fail_msg("engine '%s': socket %d, byte %zu "
+					 "wrong", engine, i, p);
+		close(s->sv[0]);
+		close(s->sv[1]);
+	}
+	if (cancels == 0)
+		fail_msg("engine '%s': no read was cancelled (%d callbacks)",
+			 engine, atomic_load(&rc_calls));
+}
+
+static void test_read_chains_cancelled(void **state)
+{
+	(void)state;
+	run_read_chains_cancelled("linux-aio depth=4");
+	run_read_chains_cancelled("linux-aio-dedicated depth=4");
+	run_read_chains_cancelled("provider=linux_aio wait=epoll depth=4");
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2495,6 +2653,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_burst),
 		cmocka_unit_test(test_overflow_writers),
 		cmocka_unit_test(test_overflow_accepts),
+		cmocka_unit_test(test_read_chains_cancelled),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
