@@ -1163,10 +1163,16 @@ static void la_kick(px_laio *u)
 static bool la_hold(px_laio *u, px_result *r)
 {
 	struct la_priv *pr = la_priv(r);
+	bool later = px__nbio_connect_later(r, pr->conn);
 	unsigned ms;
 
-	if (r->c.op != PX_OP_WRITE_DGRAM && !pr->err_alone)
+	if (r->c.op != PX_OP_WRITE_DGRAM && !pr->err_alone && !later)
 		return false;
+	/* A connect to a full AF_UNIX backlog on a blocking socket
+	 * (px__nbio_connect_later): its poll fires at once however full the
+	 * backlog stays, so it is held from the first round. */
+	if (later && pr->futile < PX_FUTILE_MIN - 1)
+		pr->futile = PX_FUTILE_MIN - 1;
 	if (pr->futile < UINT8_MAX)
 		pr->futile++;
 	ms = px__futile_wait_ms(pr->futile);

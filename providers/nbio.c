@@ -33,7 +33,11 @@
  *    the saved file status flags back at once, whatever the outcome.  A
  *    connect is finished with one more connect(2) (the kernel's
  *    "connecting" mark), to AF_UNSPEC when the TCP socket is closed
- *    already (nb_connect_finish).
+ *    already (nb_connect_finish).  A blocking AF_UNIX socket whose
+ *    listener's backlog is full (EAGAIN, where connect(2) itself would
+ *    wait) keeps the connect new, to be made again: nothing reports room
+ *    in a backlog, so the providers try it again after a growing pause
+ *    (px__nbio_connect_later).
  *  - Vectored forms (PX_RF_VECTORED): recvmsg/sendmsg on sockets,
  *    readv/writev or preadv2/pwritev2 elsewhere, preadv/pwritev on files.
  *    A write_all resumed inside a buffer first writes the rest of that
@@ -735,6 +739,15 @@ static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 	return err == EISCONN ? 0 : err;
 }
 
+static bool nb_is_unix(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
+	       ss.ss_family == AF_UNIX;
+}
+
 static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 {
 	int err;
@@ -768,6 +781,14 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 					      r->c.addrlen) < 0 ? errno : 0;
 		if (!(fl & O_NONBLOCK))
 			fcntl(io->fd, F_SETFL, fl);
+		/* An AF_UNIX listener's backlog is full: connect(2) on the
+		 * blocking socket would wait for room, as io_uring's connect
+		 * does; on a non-blocking one it says EAGAIN, and so does
+		 * this.  Nothing polls when room comes (the socket polls
+		 * writable all along): the connect stays new and is made
+		 * again after a pause (px__nbio_connect_later). */
+		if (err == EAGAIN && !(fl & O_NONBLOCK) && nb_is_unix(io->fd))
+			return PX_NBIO_AGAIN;
 		/* Interrupted, a non-blocking connect carries on regardless. */
 		if (err == EINPROGRESS || err == EINTR) {
 			*conn = fl & O_NONBLOCK ? PX_NBIO_CONN_PENDING

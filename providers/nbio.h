@@ -105,6 +105,15 @@ typedef struct px_nbio_rules {
 int px__nbio_try(const px_nbio_rules *rules, px_nbio *io, uint8_t *conn,
 		 px_result *r) PX_HIDDEN;
 
+/* r is a connect that px__nbio_try left new after EAGAIN (an AF_UNIX
+ * listener's full backlog, on a blocking socket): the provider must try
+ * it again after a pause, since no poll reports the room (the socket
+ * polls writable all the while). */
+static inline bool px__nbio_connect_later(const px_result *r, uint8_t conn)
+{
+	return r->c.op == PX_OP_CONNECT && conn == PX_NBIO_CONN_NEW;
+}
+
 /* A socket shut down for reading (POLLRDHUP now)?  A datagram socket in
  * that state polls readable for good while a non-blocking receive says
  * EAGAIN (nbio.c, nb_read_shut). */

@@ -450,6 +450,19 @@ static void sel_hold(px_sel *sel, sel_fd *e, uint8_t *count, unsigned dirs)
 	sel_kick(sel);
 }
 
+/* A connect to an AF_UNIX listener whose backlog is full, on a blocking
+ * socket (px__nbio_connect_later): connect(2) would wait for room, and
+ * nothing reports it (the socket polls writable all along, and edge
+ * pollers get no new edge from the refusal).  Its write queue is held at
+ * once, 1 ms and doubling up to PX_FUTILE_MAX_MS while the backlog stays
+ * full, and the connect is made again when the hold ends. */
+static void sel_hold_connect(px_sel *sel, sel_fd *e)
+{
+	if (e->futile < PX_FUTILE_MIN - 1)
+		e->futile = PX_FUTILE_MIN - 1;
+	sel_hold(sel, e, &e->futile, PX_POLL_OUT);
+}
+
 /*
  * Futile error reports.  poll and select report POLLERR whether asked or
  * not, and a socket's error queue (IP_RECVERR's ICMP reports, transmit
@@ -773,7 +786,7 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 		sel_io_store(e, &e->bio);
 		for (int dir = 0; dir < 2; dir++) {
 			px_result *r = e->chain[dir], *next;
-			bool again = false, dgram = false;
+			bool again = false, dgram = false, later = false;
 
 			if (!r)
 				continue;
@@ -786,6 +799,8 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 				if (tried && pv->res - 1 == PX_NBIO_AGAIN) {
 					again = true;
 					dgram = r->c.op == PX_OP_WRITE_DGRAM;
+					later = px__nbio_connect_later(
+						r, pv->conn);
 				} else if (tried) {
 					moved = true;
 					if (dir == PX_FDQ_WR) {
@@ -798,7 +813,9 @@ static void sel_run(px_sel *sel, sel_fd **batch)
 					sel_to_done(sel, r);
 				}
 			}
-			if (again && dgram && px_fdq_head(&e->fq, dir))
+			if (again && later && px_fdq_head(&e->fq, dir))
+				sel_hold_connect(sel, e);
+			else if (again && dgram && px_fdq_head(&e->fq, dir))
 				sel_hold(sel, e, &e->futile, PX_POLL_OUT);
 			if (again && (e->rerr & sel_bit(dir)))
 				futile_err = true;
@@ -1016,6 +1033,8 @@ static int sel_start(px_provider *p, px_result *r)
 		rc = sel_try_at_start(sel, e, dir, r);
 		if (rc != PX_NBIO_AGAIN)
 			return sel_done_at_start(sel, e, r);
+		if (px__nbio_connect_later(r, pv->conn))
+			sel_hold_connect(sel, e);
 		/* Still at the head of its queue. */
 	} else {
 		px_fdq_push(fq, dir, r);
