@@ -399,11 +399,25 @@ static void lp_join(void)
 	if (!g_lp.n)
 		return;
 	atomic_store(&g_lp.stop, 1);
-	/* One post per thread wakes each (fails harmlessly after a stop). */
+	/* One post per thread wakes each (fails harmlessly after a stop).
+	 * One thread may run them all while another sleeps on, nothing
+	 * pending to wake it for: post again until each has left. */
 	for (int i = 0; i < g_lp.n; i++)
 		px_post(g_lp.px, noop_cb, NULL);
-	for (int i = 0; i < g_lp.n; i++)
-		pthread_join(g_lp.th[i], NULL);
+	for (int i = 0; i < g_lp.n; i++) {
+		for (;;) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 20000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			if (pthread_timedjoin_np(g_lp.th[i], NULL, &ts) != ETIMEDOUT)
+				break;
+			px_post(g_lp.px, noop_cb, NULL);
+		}
+	}
 	g_lp.n = 0;
 }
 
@@ -2064,6 +2078,509 @@ static void thousands_started_cancelled_in_random_order(void **state)
 	       "fired\n", n, cancelled, fired);
 }
 
+/* ------------------------------------------------------------------ */
+/* 11. Operation deadlines under threads                                */
+/* ------------------------------------------------------------------ */
+
+static void spin_us_tr(unsigned us)
+{
+	uint64_t end = h_now_ns() + us * 1000ull;
+	while (h_now_ns() < end)
+		;
+}
+
+static int dl_read(px_proactor *px, int fd, void *buf, size_t len,
+		   uint64_t timeout_ns, h_rec *r)
+{
+	return px_start_op(px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+			.fd = fd, .buf = buf, .len = len,
+			.timeout_ns = timeout_ns, .cb = h_rec_cb, .user = r });
+}
+
+/* Wait (no pumping: loop threads run the loop) until r completed. */
+static bool dl_wait(h_rec *r, int ms)
+{
+	return h_wait_at_least(&r->done, 1, ms);
+}
+
+static void dl_check_stats(h_fx *f, const char *what)
+{
+	struct px_stats st;
+	assert_int_equal(px_stats(f->px, &st), 0);
+	if (st.started != st.completed + st.cancelled + st.timed_out +
+			  st.in_flight)
+		fail_msg("%s: started %llu != completed %llu + cancelled %llu "
+			 "+ timed out %llu + in flight %llu", what,
+			 (unsigned long long)st.started,
+			 (unsigned long long)st.completed,
+			 (unsigned long long)st.cancelled,
+			 (unsigned long long)st.timed_out,
+			 (unsigned long long)st.in_flight);
+}
+
+#define DL_DEFERRED 6
+
+/* max_aio=1 is held by a read without a deadline; reads with deadlines
+ * on other sockets wait deferred behind it.  Each must time out once, no
+ * earlier than its deadline, while still deferred, and leave its socket
+ * usable; the read that holds the slot is not disturbed and gets its data
+ * afterwards.  Then the same with the slot held by a read whose own
+ * deadline comes first: the deferred ones start when it leaves and time
+ * out in their turn.  Two loop threads run the loop meanwhile. */
+static void deadlines_on_deferred_operations(void **state)
+{
+	h_fx *f = *state;
+	for (int round = 0; round < 2; round++) {
+		int hold[2], sv[DL_DEFERRED][2];
+		char *hbuf, *buf[DL_DEFERRED];
+		h_rec *hr, *r[DL_DEFERRED];
+		uint64_t t0[DL_DEFERRED], dl[DL_DEFERRED];
+		h_socketpair(f, hold);
+		hbuf = h_alloc(f, 8);
+		hr = h_rec_new(f);
+		assert_int_equal(dl_read(f->px, hold[1], hbuf, 8,
+					 round ? 5 * MS : 0, hr), 0);
+		for (int i = 0; i < DL_DEFERRED; i++) {
+			h_socketpair(f, sv[i]);
+			buf[i] = h_alloc(f, 8);
+			r[i] = h_rec_new(f);
+			dl[i] = (uint64_t)(i % 3) * 10 * MS + 1;
+			t0[i] = h_now_ns();
+			assert_int_equal(dl_read(f->px, sv[i][1], buf[i], 8,
+						 dl[i], r[i]), 0);
+		}
+		h_loops_start(f, 2, false);
+		for (int i = 0; i < DL_DEFERRED; i++) {
+			if (!dl_wait(r[i], 3000))
+				fail_msg("round %d: the deferred read %d with a "
+					 "%llu ns deadline did not end within 3 s",
+					 round, i, (unsigned long long)dl[i]);
+			if (r[i]->c.error != ETIMEDOUT || r[i]->c.bytes != 0)
+				fail_msg("round %d: read %d: error %d (%s), bytes "
+					 "%zu; expected ETIMEDOUT, 0", round, i,
+					 r[i]->c.error, px_strerror(r[i]->c.error),
+					 (size_t)r[i]->c.bytes);
+			if (r[i]->at_ns - t0[i] < dl[i])
+				fail_msg("round %d: read %d timed out %llu ns "
+					 "after its start, before its deadline",
+					 round, i, (unsigned long long)
+					 (r[i]->at_ns - t0[i]));
+		}
+		if (round) {
+			if (!dl_wait(hr, 3000))
+				fail_msg("the slot's read with a 5 ms deadline did "
+					 "not end");
+			assert_int_equal(hr->c.error, ETIMEDOUT);
+		} else {
+			h_sleep_ms(5);
+			assert_int_equal(atomic_load(&hr->calls), 0);
+			assert_int_equal(write(hold[0], "xyz", 3), 3);
+			if (!dl_wait(hr, 3000))
+				fail_msg("the read that held max_aio=1 did not get "
+					 "its data");
+			assert_int_equal(hr->c.error, 0);
+			assert_int_equal(hr->c.bytes, 3);
+			assert_memory_equal(hbuf, "xyz", 3);
+		}
+		h_loops_stop();
+		/* Nothing left behind takes data meant for a new read. */
+		for (int i = 0; i < DL_DEFERRED; i++) {
+			assert_int_equal(atomic_load(&r[i]->calls), 1);
+			h_assert_reads_back(f, sv[i][0], sv[i][1], buf[i], 8,
+					    "ok", "a read after a deferred one timed out");
+		}
+		h_assert_reads_back(f, hold[0], hold[1], hbuf, 8, "next",
+				    "a read after the slot's read");
+		assert_int_equal(atomic_load(&hr->calls), 1);
+		dl_check_stats(f, "deadlines on deferred reads");
+	}
+}
+
+/* Two reads queued on one socket, one with a deadline: the one that times
+ * out (head or behind the head) leaves the queue alone, the other gets
+ * the data, in order, and nothing is lost. */
+static void deadline_in_a_descriptor_queue(void **state)
+{
+	h_fx *f = *state;
+	for (int head_times_out = 0; head_times_out < 2; head_times_out++) {
+		int sv[2];
+		h_socketpair(f, sv);
+		char *a = h_alloc(f, 8), *b = h_alloc(f, 8);
+		h_rec *ra = h_rec_new(f), *rb = h_rec_new(f);
+		assert_int_equal(dl_read(f->px, sv[1], a, 8,
+					 head_times_out ? 20 * MS : 0, ra), 0);
+		assert_int_equal(dl_read(f->px, sv[1], b, 8,
+					 head_times_out ? 0 : 20 * MS, rb), 0);
+		h_rec *to = head_times_out ? ra : rb;
+		h_rec *ok = head_times_out ? rb : ra;
+		char *okbuf = head_times_out ? b : a;
+		h_wait_rec(f, to, 3000, "the queued read with a deadline");
+		assert_int_equal(to->c.error, ETIMEDOUT);
+		assert_int_equal(to->c.bytes, 0);
+		h_settle(f, 5);
+		assert_int_equal(atomic_load(&ok->calls), 0);
+		assert_int_equal(write(sv[0], "data", 4), 4);
+		h_wait_rec(f, ok, 3000, "the read left in the queue");
+		assert_int_equal(ok->c.error, 0);
+		assert_int_equal(ok->c.bytes, 4);
+		assert_memory_equal(okbuf, "data", 4);
+		h_assert_reads_back(f, sv[0], sv[1], a, 8, "more",
+				    "a read after the queue emptied");
+		assert_int_equal(atomic_load(&ra->calls), 1);
+		assert_int_equal(atomic_load(&rb->calls), 1);
+	}
+	dl_check_stats(f, "a deadline in a descriptor's queue");
+}
+
+#define DL_ROUNDS 200
+
+typedef struct dl_race {
+	h_fx *f;
+	int rfd, wfd;
+	int how;                /* 0 data, 1 px_cancel, 2 px_close */
+	uint64_t when;          /* when the racer acts */
+	h_rec *close_rec;
+	atomic_int go, acted;
+	int rc;
+} dl_race;
+
+static void *dl_racer(void *arg)
+{
+	dl_race *d = arg;
+	while (!atomic_load(&d->go))
+		sched_yield();
+	sleep_until_ns(d->when);
+	if (d->how == 0)
+		d->rc = (int)write(d->wfd, "z", 1);
+	else if (d->how == 1)
+		d->rc = px_cancel(d->f->px, d->rfd);
+	else
+		d->rc = px_close(d->f->px, d->rfd, h_rec_cb, d->close_rec);
+	atomic_store(&d->acted, 1);
+	return NULL;
+}
+
+/* A read's deadline racing, on another thread, its data, a px_cancel or a
+ * px_close of its socket, while two loop threads run the loop: exactly
+ * one completion each; ETIMEDOUT only with nothing taken (the byte is
+ * then still in the socket); a px_close's callback runs once, after the
+ * read's. */
+static void deadline_races_threads(void **state)
+{
+	h_fx *f = *state;
+	h_loops_start(f, 2, false);
+	int count[3][4] = {{0}};
+	dl_race *dv = h_alloc(f, DL_ROUNDS * sizeof *dv);
+	h_rec *rv = h_alloc(f, 2 * DL_ROUNDS * sizeof *rv);
+	char *inv = h_alloc(f, 4 * DL_ROUNDS);
+	for (int i = 0; i < DL_ROUNDS; i++) {
+		int sv[2];
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+		dl_race *d = &dv[i];
+		char *in = &inv[4 * i];
+		h_rec *r = &rv[2 * i];
+		d->f = f;
+		d->rfd = sv[1];
+		d->wfd = sv[0];
+		d->how = i % 3;
+		d->close_rec = &rv[2 * i + 1];
+		uint64_t to = 1 * MS;
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, dl_racer, d), 0);
+		uint64_t t0 = h_now_ns();
+		d->when = t0 + to - 200000 + (uint64_t)(i * 7919 % 400) * 1000;
+		assert_int_equal(dl_read(f->px, sv[1], in, 4, to, r), 0);
+		atomic_store(&d->go, 1);
+		pthread_join(th, NULL);
+		if (!dl_wait(r, 3000))
+			fail_msg("round %d (%s): the read did not complete", i,
+				 d->how == 0 ? "data" : d->how == 1 ? "cancel" : "close");
+		int e = r->c.error;
+		int k = e == 0 ? 0 : e == ETIMEDOUT ? 1 : e == ECANCELED ? 2 :
+			e == EBADF ? 3 : -1;
+		if (k < 0 || (d->how == 0 && k >= 2) || (d->how != 0 && k == 0))
+			fail_msg("round %d (how %d): error %d (%s)", i, d->how, e,
+				 px_strerror(e));
+		count[d->how][k]++;
+		if (k == 0) {
+			assert_int_equal(r->c.bytes, 1);
+			assert_int_equal(in[0], 'z');
+		} else {
+			assert_int_equal(r->c.bytes, 0);
+		}
+		if (d->how == 0 && k == 1) {
+			char got = 0;
+			assert_int_equal(recv(sv[1], &got, 1, MSG_DONTWAIT), 1);
+			assert_int_equal(got, 'z');
+		}
+		if (d->how == 2) {
+			assert_int_equal(d->rc, 0);
+			if (!dl_wait(d->close_rec, 3000))
+				fail_msg("round %d: px_close's callback did not run", i);
+			assert_int_equal(d->close_rec->c.error, 0);
+			if (d->close_rec->seq < r->seq)
+				fail_msg("round %d: px_close's callback ran before "
+					 "the read's", i);
+		} else {
+			assert_true(d->rc >= 0);
+			close(sv[1]);
+		}
+		close(sv[0]);
+	}
+	h_sleep_ms(20);
+	h_loops_stop();
+	printf("# data: %d read, %d timed out; cancel: %d timed out, %d "
+	       "cancelled; close: %d timed out, %d cancelled, %d EBADF\n",
+	       count[0][0], count[0][1], count[1][1], count[1][2], count[2][1],
+	       count[2][2], count[2][3]);
+	dl_check_stats(f, "deadlines racing threads");
+}
+
+/* Zero, tiny, huge and past-the-clock deadlines given by threads outside
+ * the loop, while no thread leads (the loop threads sleep as followers or
+ * wait in px_handle_events(px, -1)): 1 ns times out promptly, UINT64_MAX
+ * never (the read then gets its data), timeout_ns 0 is no deadline. */
+static void deadline_extremes_from_outside(void **state)
+{
+	h_fx *f = *state;
+	lp_start(f, 2, false);
+	h_sleep_ms(20);  /* both asleep */
+	uint64_t tos[] = {1, 2, 0, UINT64_MAX, UINT64_MAX - 1, 1ull << 63};
+	enum { N = sizeof tos / sizeof tos[0] };
+	int sv[N][2];
+	char *buf[N];
+	h_rec *r[N];
+	for (int i = 0; i < N; i++) {
+		h_socketpair(f, sv[i]);
+		buf[i] = h_alloc(f, 8);
+		r[i] = h_rec_new(f);
+		assert_int_equal(dl_read(f->px, sv[i][1], buf[i], 8, tos[i], r[i]), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		if (tos[i] == 0 || tos[i] > MS)
+			continue;
+		if (!dl_wait(r[i], 3000))
+			fail_msg("a read with a %llu ns deadline, started from "
+				 "outside the loop, did not time out within 3 s",
+				 (unsigned long long)tos[i]);
+		assert_int_equal(r[i]->c.error, ETIMEDOUT);
+	}
+	h_sleep_ms(30);
+	for (int i = 0; i < N; i++) {
+		if (tos[i] && tos[i] <= MS)
+			continue;
+		assert_int_equal(atomic_load(&r[i]->calls), 0);
+		assert_int_equal(write(sv[i][0], "q", 1), 1);
+		if (!dl_wait(r[i], 3000))
+			fail_msg("a read with deadline %llu ns did not get its "
+				 "data", (unsigned long long)tos[i]);
+		assert_int_equal(r[i]->c.error, 0);
+		assert_int_equal(r[i]->c.bytes, 1);
+	}
+	lp_stop();
+	for (int i = 0; i < N; i++)
+		assert_int_equal(atomic_load(&r[i]->calls), 1);
+	dl_check_stats(f, "extreme deadlines");
+}
+
+/* px_destroy with operations whose deadlines are pending, due, or already
+ * expired and queued: each completes once (ECANCELED or ETIMEDOUT). */
+static void destroy_with_deadlines_pending(void **state)
+{
+	h_fx *f = *state;
+	enum { N = 8 };
+	int sv[N][2];
+	char *buf[N];
+	h_rec *r[N];
+	for (int i = 0; i < N; i++) {
+		h_socketpair(f, sv[i]);
+		buf[i] = h_alloc(f, 8);
+		r[i] = h_rec_new(f);
+		assert_int_equal(dl_read(f->px, sv[i][1], buf[i], 8,
+					 i % 2 ? 1 : 1000 * MS, r[i]), 0);
+	}
+	h_sleep_ms(5);  /* the 1 ns ones are due, nobody expired them */
+	destroy_now(f);
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(atomic_load(&r[i]->calls), 1);
+		int e = r[i]->c.error;
+		if (e != ECANCELED && e != ETIMEDOUT)
+			fail_msg("read %d: error %d (%s) at destroy", i, e,
+				 px_strerror(e));
+	}
+}
+
+/* A storm on small max_aio: 16 sockets, each with a chain of reads whose
+ * deadlines (1 ns to 2 ms) are given by the callback of the read before,
+ * while an outside thread writes numbered bytes to them in small pieces
+ * and another calls px_cancel on them at random, two loop threads
+ * running the loop, max_aio=4 (most reads wait deferred).  Every read
+ * completes once; a timed-out or cancelled one has taken nothing; the
+ * bytes read and those left in the sockets at the end are every byte
+ * written, in order. */
+#define ST_CONNS 16
+
+typedef struct st_conn {
+	int sv[2];
+	uint8_t buf[16];
+	uint64_t expect;        /* next byte's number (callbacks of one
+	                           chain never overlap) */
+	uint64_t written;       /* by the writer */
+	atomic_int pending;     /* a read of the chain is pending */
+	atomic_int reads, timed_out, cancelled;
+	unsigned seed;
+} st_conn;
+
+typedef struct st_ctx {
+	h_fx *f;
+	st_conn c[ST_CONNS];
+	atomic_int stop;
+} st_ctx;
+
+static st_ctx *g_st;
+
+static void st_cb(const px_completion *c);
+
+static int st_start(st_ctx *s, st_conn *k)
+{
+	k->seed = k->seed * 1103515245u + 12345u;
+	uint64_t to = 1 + (k->seed >> 8) % (2 * MS);
+	size_t len = 1 + (k->seed >> 4) % sizeof k->buf;
+	return px_start_op(s->f->px, &(px_op_desc){ .op = PX_OP_READ_STREAM,
+			.fd = k->sv[1], .buf = k->buf, .len = len,
+			.timeout_ns = to, .cb = st_cb, .user = k });
+}
+
+static void st_cb(const px_completion *c)
+{
+	st_conn *k = c->user;
+	st_ctx *s = g_st;
+	atomic_fetch_add(&k->reads, 1);
+	if (c->error == 0) {
+		if (c->bytes == 0 || c->bytes > sizeof k->buf)
+			h_bad("a read returned %zu bytes", (size_t)c->bytes);
+		for (size_t i = 0; i < c->bytes && i < sizeof k->buf; i++)
+			if (k->buf[i] != (uint8_t)(k->expect + i)) {
+				h_bad("socket %d: byte %llu is %u, expected %u",
+				      (int)(k - s->c), (unsigned long long)
+				      (k->expect + i), k->buf[i],
+				      (uint8_t)(k->expect + i));
+				break;
+			}
+		k->expect += c->bytes;
+	} else if (c->error == ETIMEDOUT || c->error == ECANCELED) {
+		atomic_fetch_add(c->error == ETIMEDOUT ? &k->timed_out
+						       : &k->cancelled, 1);
+		if (c->bytes)
+			h_bad("a read ended with %s and %zu bytes",
+			      px_strerror(c->error), (size_t)c->bytes);
+	} else {
+		h_bad("a read ended with error %d (%s)", c->error,
+		      px_strerror(c->error));
+	}
+	if (atomic_load(&s->stop) || st_start(s, k) != 0)
+		atomic_store(&k->pending, 0);
+}
+
+static void *st_writer(void *arg)
+{
+	st_ctx *s = arg;
+	unsigned seed = 7;
+	while (!atomic_load(&s->stop)) {
+		for (int i = 0; i < ST_CONNS; i++) {
+			st_conn *k = &s->c[i];
+			seed = seed * 1103515245u + 12345u;
+			uint8_t b[8];
+			size_t n = 1 + (seed >> 8) % sizeof b;
+			for (size_t j = 0; j < n; j++)
+				b[j] = (uint8_t)(k->written + j);
+			ssize_t w = send(k->sv[0], b, n, MSG_DONTWAIT);
+			if (w > 0)
+				k->written += (uint64_t)w;
+		}
+		spin_us_tr(50 + seed % 200);
+	}
+	return NULL;
+}
+
+static void *st_canceller(void *arg)
+{
+	st_ctx *s = arg;
+	unsigned seed = 11;
+	while (!atomic_load(&s->stop)) {
+		seed = seed * 1103515245u + 12345u;
+		int rc = px_cancel(s->f->px, s->c[(seed >> 8) % ST_CONNS].sv[1]);
+		if (rc < 0)
+			h_bad("px_cancel returned %d", rc);
+		spin_us_tr(100 + seed % 400);
+	}
+	return NULL;
+}
+
+static void deadline_storm_small_max_aio(void **state)
+{
+	h_fx *f = *state;
+	st_ctx *s = h_alloc(f, sizeof *s);
+	g_st = s;
+	s->f = f;
+	for (int i = 0; i < ST_CONNS; i++) {
+		h_socketpair(f, s->c[i].sv);
+		s->c[i].seed = (unsigned)i * 2654435761u + 1;
+	}
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < ST_CONNS; i++) {
+		atomic_store(&s->c[i].pending, 1);
+		assert_int_equal(st_start(s, &s->c[i]), 0);
+	}
+	pthread_t wr, ca;
+	assert_int_equal(pthread_create(&wr, NULL, st_writer, s), 0);
+	assert_int_equal(pthread_create(&ca, NULL, st_canceller, s), 0);
+	h_sleep_ms(1000);
+	atomic_store(&s->stop, 1);
+	pthread_join(wr, NULL);
+	pthread_join(ca, NULL);
+	/* Each chain ends at its next completion (a deadline of 2 ms at
+	 * most, though a deferred read's may pass before it starts). */
+	uint64_t dl = h_deadline(5000);
+	for (int i = 0; i < ST_CONNS; i++)
+		while (atomic_load(&s->c[i].pending) && h_now_ms() < dl)
+			h_sleep_ms(1);
+	h_loops_stop();
+	h_assert_no_bad("the deadline storm");
+	int reads = 0, to = 0, cancelled = 0;
+	for (int i = 0; i < ST_CONNS; i++) {
+		st_conn *k = &s->c[i];
+		if (atomic_load(&k->pending))
+			fail_msg("socket %d: its read chain did not end within "
+				 "5 s (a lost completion)", i);
+		uint8_t b[256];
+		ssize_t n;
+		while ((n = recv(k->sv[1], b, sizeof b, MSG_DONTWAIT)) > 0) {
+			for (ssize_t j = 0; j < n; j++)
+				if (b[j] != (uint8_t)(k->expect + (uint64_t)j))
+					fail_msg("socket %d: byte %llu left in the "
+						 "socket is %u, expected %u", i,
+						 (unsigned long long)(k->expect + (uint64_t)j),
+						 b[j], (uint8_t)(k->expect + (uint64_t)j));
+			k->expect += (uint64_t)n;
+		}
+		if (k->expect != k->written)
+			fail_msg("socket %d: %llu bytes written, %llu read or left",
+				 i, (unsigned long long)k->written,
+				 (unsigned long long)k->expect);
+		reads += atomic_load(&k->reads);
+		to += atomic_load(&k->timed_out);
+		cancelled += atomic_load(&k->cancelled);
+	}
+	printf("# %d reads: %d timed out, %d cancelled\n", reads, to, cancelled);
+	dl_check_stats(f, "the deadline storm");
+}
+
+static int fx_setup_aio4(void **state)
+{
+	return h_setup_max_aio(state, 4, fx_setup);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -2090,6 +2607,14 @@ int main(int argc, char **argv)
 		T(timer_duty_passes_on_leaving),
 		T(far_deadlines_leave_the_loop_asleep),
 		T(thousands_started_cancelled_in_random_order),
+		cmocka_unit_test_setup_teardown(deadlines_on_deferred_operations,
+						fx_setup_aio1, fx_teardown),
+		T(deadline_in_a_descriptor_queue),
+		T(deadline_races_threads),
+		T(deadline_extremes_from_outside),
+		T(destroy_with_deadlines_pending),
+		cmocka_unit_test_setup_teardown(deadline_storm_small_max_aio,
+						fx_setup_aio4, fx_teardown),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
