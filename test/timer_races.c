@@ -2581,6 +2581,126 @@ static int fx_setup_aio4(void **state)
 	return h_setup_max_aio(state, 4, fx_setup);
 }
 
+/* Writes with deadlines on one socket whose reader is slow, two loop
+ * threads: plain writes and write_alls of up to 32 KiB, 1 to 8 ms each,
+ * started in bursts that queue behind one another.  Every write completes
+ * once; a timed-out plain write has moved nothing, a timed-out write_all
+ * says how much it moved, and the bytes the reader gets are exactly, in
+ * start order, the first c->bytes bytes of every write: a deadline never
+ * loses, repeats or reorders data, and what a completion reports is what
+ * went out. */
+#define WD_OPS 160
+#define WD_MAX (32 * 1024)
+
+typedef struct wd_reader {
+	int fd;
+	uint8_t *got;
+	size_t cap, n;
+	atomic_int stop;
+} wd_reader;
+
+static void *wd_read_main(void *arg)
+{
+	wd_reader *w = arg;
+	unsigned seed = 3;
+	for (;;) {
+		size_t room = w->cap - w->n;
+		if (!room)
+			break;
+		ssize_t n = recv(w->fd, w->got + w->n, room > 4096 ? 4096 : room,
+				 MSG_DONTWAIT);
+		if (n > 0) {
+			w->n += (size_t)n;
+			seed = seed * 1103515245u + 12345u;
+			if ((seed >> 8) % 8 == 0)
+				h_sleep_ms(1);
+			continue;
+		}
+		if (atomic_load(&w->stop))
+			break;
+		h_sleep_ms(1);
+	}
+	return NULL;
+}
+
+static void write_deadlines_keep_the_stream(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	h_socketpair(f, sv);
+	int small = 8192;
+	setsockopt(sv[0], SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+	setsockopt(sv[1], SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+	uint8_t *data = h_alloc(f, (size_t)WD_OPS * WD_MAX);
+	size_t *len = h_alloc(f, WD_OPS * sizeof *len);
+	h_rec *r = h_alloc(f, WD_OPS * sizeof *r);
+	wd_reader *w = h_alloc(f, sizeof *w);
+	w->fd = sv[1];
+	w->cap = (size_t)WD_OPS * WD_MAX;
+	w->got = h_alloc(f, w->cap);
+	h_loops_start(f, 2, false);
+	pthread_t rd;
+	assert_int_equal(pthread_create(&rd, NULL, wd_read_main, w), 0);
+	unsigned seed = 5;
+	for (int i = 0; i < WD_OPS; i++) {
+		seed = seed * 1103515245u + 12345u;
+		len[i] = 1 + (seed >> 4) % WD_MAX;
+		uint8_t *b = data + (size_t)i * WD_MAX;
+		h_pattern(b, len[i], (uint32_t)i + 1, 0);
+		uint64_t to = 1 * MS + (uint64_t)((seed >> 20) % 8) * MS;
+		assert_int_equal(px_start_op(f->px, &(px_op_desc){
+				.op = PX_OP_WRITE_STREAM, .fd = sv[0], .buf = b,
+				.len = len[i], .flags = i % 2 ? PX_OPF_WRITE_ALL : 0,
+				.timeout_ns = to, .cb = h_rec_cb, .user = &r[i] }), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(4);
+	}
+	for (int i = 0; i < WD_OPS; i++)
+		if (!dl_wait(&r[i], 5000))
+			fail_msg("write %d did not complete within 5 s", i);
+	h_sleep_ms(20);
+	atomic_store(&w->stop, 1);
+	pthread_join(rd, NULL);
+	h_loops_stop();
+	size_t pos = 0;
+	int to = 0, partial = 0;
+	for (int i = 0; i < WD_OPS; i++) {
+		px_completion *c = &r[i].c;
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+		if (c->error == 0) {
+			if (c->bytes == 0 || c->bytes > len[i] ||
+			    (i % 2 && c->bytes != len[i]))
+				fail_msg("write %d of %zu bytes (%s) completed with "
+					 "%zu", i, len[i], i % 2 ? "write_all" :
+					 "plain", (size_t)c->bytes);
+		} else if (c->error == ETIMEDOUT) {
+			to++;
+			if (i % 2 ? c->bytes >= len[i] : c->bytes != 0)
+				fail_msg("write %d of %zu bytes (%s) timed out "
+					 "with %zu bytes", i, len[i], i % 2 ?
+					 "write_all" : "plain", (size_t)c->bytes);
+			partial += c->bytes > 0;
+		} else {
+			fail_msg("write %d: error %d (%s)", i, c->error,
+				 px_strerror(c->error));
+		}
+		if (pos + c->bytes > w->n)
+			fail_msg("the reader got %zu bytes; writes 0..%d report "
+				 "at least %zu", w->n, i, pos + (size_t)c->bytes);
+		if (memcmp(w->got + pos, data + (size_t)i * WD_MAX, c->bytes))
+			fail_msg("the %zu bytes of write %d (error %d) are not "
+				 "at offset %zu of the stream", (size_t)c->bytes,
+				 i, c->error, pos);
+		pos += c->bytes;
+	}
+	if (pos != w->n)
+		fail_msg("the reader got %zu bytes, the writes report %zu",
+			 w->n, pos);
+	printf("# %d of %d writes timed out (%d write_alls after moving "
+	       "some), %zu bytes\n", to, WD_OPS, partial, pos);
+	dl_check_stats(f, "write deadlines");
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -2615,6 +2735,7 @@ int main(int argc, char **argv)
 		T(destroy_with_deadlines_pending),
 		cmocka_unit_test_setup_teardown(deadline_storm_small_max_aio,
 						fx_setup_aio4, fx_teardown),
+		T(write_deadlines_keep_the_stream),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
