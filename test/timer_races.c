@@ -29,7 +29,17 @@
  *  - deadlines past the clock's end (one-shot, periodic, an operation's):
  *    nothing fires, nothing wraps, and the loop sleeps instead of
  *    spinning; thousands of timers started and cancelled in random order
- *    from two threads beside reads with deadlines.
+ *    from two threads beside reads with deadlines;
+ *  - operation deadlines under threads: on reads deferred behind a full
+ *    max_aio=1 and queued behind another read of their socket; racing
+ *    data, px_cancel and px_close made by another thread; 1 ns to
+ *    UINT64_MAX given from outside the loop; due at px_destroy; a storm
+ *    of read chains with deadlines, writes and cancels on max_aio=4 (no
+ *    byte lost or reordered); writes and write_alls timing out on a slow
+ *    reader (each reports exactly what went out);
+ *  - periodic timers cancelled every way at once (by themselves, by
+ *    another's callback, from outside, by px_destroy) beside callbacks
+ *    that call px_handle_events(px, 0).
  *
  * Every start is counted in a record of its own and checked after
  * px_destroy: one callback, with op PX_OP_TIMER, fd -1 and its own
@@ -2413,8 +2423,8 @@ static void destroy_with_deadlines_pending(void **state)
 /* A storm on small max_aio: 16 sockets, each with a chain of reads whose
  * deadlines (1 ns to 2 ms) are given by the callback of the read before,
  * while an outside thread writes numbered bytes to them in small pieces
- * and another calls px_cancel on them at random, two loop threads
- * running the loop, max_aio=4 (most reads wait deferred).  Every read
+ * and another calls px_cancel on them at random, for 500 ms, two loop
+ * threads running the loop, max_aio=4 (most reads wait deferred).  Every read
  * completes once; a timed-out or cancelled one has taken nothing; the
  * bytes read and those left in the sockets at the end are every byte
  * written, in order. */
@@ -2535,7 +2545,7 @@ static void deadline_storm_small_max_aio(void **state)
 	pthread_t wr, ca;
 	assert_int_equal(pthread_create(&wr, NULL, st_writer, s), 0);
 	assert_int_equal(pthread_create(&ca, NULL, st_canceller, s), 0);
-	h_sleep_ms(1000);
+	h_sleep_ms(500);
 	atomic_store(&s->stop, 1);
 	pthread_join(wr, NULL);
 	pthread_join(ca, NULL);
@@ -2701,6 +2711,143 @@ static void write_deadlines_keep_the_stream(void **state)
 	dl_check_stats(f, "write deadlines");
 }
 
+/* ------------------------------------------------------------------ */
+/* 12. Periodic timers cancelled every way at once                      */
+/* ------------------------------------------------------------------ */
+
+/* 32 periodic timers (periods of 1 ns to 1 ms) while three threads run the
+ * loop: a quarter cancel themselves from a callback, a quarter cancel
+ * another timer from theirs, a quarter call px_handle_events(px, 0) from
+ * theirs (other timers' callbacks then run nested), and an outside thread
+ * cancels timers at random all along; px_destroy ends the rest (an
+ * eighth are left to it).  Each
+ * timer: callbacks never overlap, px_timer_cancel returns 0 at most once
+ * (every other cancel -ENOENT), no tick begins after a cancel returned 0
+ * but the one running, its ticks then exactly one ECANCELED, last, and
+ * periods neither lost nor reported twice. */
+#define PS_N 32
+
+typedef struct ps_ctx {
+	tm *t[PS_N];
+	atomic_llong id[PS_N];
+	atomic_int zeros[PS_N];   /* cancels that returned 0 */
+	atomic_int stop;
+	px_proactor *px;
+} ps_ctx;
+
+static ps_ctx *g_ps;
+
+static void ps_cancel(ps_ctx *x, int i, int64_t id)
+{
+	if (id <= 0)
+		return;
+	int rc = px_timer_cancel(x->px, id);
+	if (rc == 0) {
+		atomic_fetch_add(&x->zeros[i], 1);
+		atomic_store(&x->t[i]->cancelled, 1);
+	} else if (rc != -ENOENT) {
+		h_bad("px_timer_cancel of periodic %d returned %d", i, rc);
+	}
+}
+
+static void ps_cb(const px_completion *c)
+{
+	tm *t = c->user;
+	ps_ctx *x = g_ps;
+	if (!tm_note(c))
+		return;
+	int i = t->tag;
+	if (c->error == 0) {
+		int n = atomic_load(&t->ticks);
+		switch (i % 4) {
+		case 0:
+			if (n == 2 + i % 5)
+				ps_cancel(x, i, c->timer_id);
+			break;
+		case 1:
+			if (n == 3)
+				ps_cancel(x, (i + 1) % PS_N,
+					  atomic_load(&x->id[(i + 1) % PS_N]));
+			break;
+		case 2: {
+			int rc = px_handle_events(c->proactor, 0);
+			if (rc < 0 && rc != -ESHUTDOWN)
+				h_bad("px_handle_events(px, 0) from a periodic "
+				      "callback returned %d", rc);
+			break;
+		}
+		default:
+			break;
+		}
+	}
+	bool last = c->error == ECANCELED;
+	tm_leave(c);
+	if (last)
+		tm_mark_done(t);
+}
+
+static void *ps_canceller(void *arg)
+{
+	ps_ctx *x = arg;
+	uint32_t s = 4242;
+	while (!atomic_load(&x->stop)) {
+		int i = (int)(rnd(&s) % PS_N);
+		/* Those of i % 8 == 7 are left to px_destroy. */
+		if (i % 8 == 3 || (i % 8 != 7 && rnd(&s) % 32 == 0))
+			ps_cancel(x, i, atomic_load(&x->id[i]));
+		uint64_t end = h_now_ns() + 2000 + rnd(&s) % 20000;
+		while (h_now_ns() < end)
+			;
+	}
+	return NULL;
+}
+
+static void periodic_cancelled_every_way(void **state)
+{
+	h_fx *f = *state;
+	pool *p = h_alloc(f, sizeof *p);
+	pool_init(f, p, PS_N);
+	ps_ctx *x = h_alloc(f, sizeof *x);
+	g_ps = x;
+	x->px = f->px;
+	static const uint64_t periods[] = {1, 10000, 100000, 1 * MS};
+	h_loops_start(f, 3, false);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, ps_canceller, x), 0);
+	uint32_t s = 99;
+	for (int i = 0; i < PS_N; i++) {
+		tm *t = pool_take(p);
+		tm_log_alloc(f, t);
+		t->tag = i;
+		x->t[i] = t;
+		int64_t id = tm_start_periodic(f->px, t, rnd(&s) % MS,
+					       periods[(i / 4) % 4], ps_cb);
+		assert_true(id > 0);
+		atomic_store(&x->id[i], id);
+	}
+	h_sleep_ms(300);
+	atomic_store(&x->stop, 1);
+	pthread_join(th, NULL);
+	h_loops_stop();
+	int ended = 0;
+	for (int i = 0; i < PS_N; i++)
+		ended += tm_is_done(x->t[i]);
+	destroy_now(f);
+	pool_check(p, "periodic timers cancelled every way");
+	h_assert_no_bad("periodic timers cancelled every way");
+	for (int i = 0; i < PS_N; i++) {
+		tm *t = x->t[i];
+		if (atomic_load(&x->zeros[i]) > 1)
+			fail_msg("periodic %d: px_timer_cancel returned 0 %d "
+				 "times", i, atomic_load(&x->zeros[i]));
+		if (atomic_load(&t->after_cancel) > 1)
+			fail_msg("periodic %d: %d ticks began after a cancel "
+				 "returned 0", i, atomic_load(&t->after_cancel));
+		periodic_log_check(t, "periodic cancelled every way");
+	}
+	printf("# %d of %d ended before px_destroy\n", ended, PS_N);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -2736,6 +2883,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(deadline_storm_small_max_aio,
 						fx_setup_aio4, fx_teardown),
 		T(write_deadlines_keep_the_stream),
+		T(periodic_cancelled_every_way),
 	};
 	return cmocka_run_group_tests_name("timer_races", tests, NULL, NULL)
 		       ? 1 : 0;
