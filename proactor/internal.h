@@ -229,7 +229,11 @@ typedef struct px_result {
 	                             and report the total in c.bytes.
 	                             PX_OP_CLOSE: completions still to deliver
 	                             before the descriptor is closed */
-	uint64_t deadline_ns;     /* timers: CLOCK_MONOTONIC deadline */
+	uint64_t deadline_ns;     /* timers: CLOCK_MONOTONIC deadline; a
+	                             connect waiting for room in a full
+	                             AF_UNIX backlog: when its socket's
+	                             SO_SNDTIMEO ends (providers/nbio.c,
+	                             nb_connect_wait_over) */
 	uint64_t period_ns;       /* periodic timers: the period */
 	size_t heap_idx;          /* timers: position in the heap (timer.c) */
 	struct px_result *peer;   /* an operation: its timeout timer; a

@@ -58,6 +58,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -748,6 +749,31 @@ static bool nb_is_unix(int fd)
 	       ss.ss_family == AF_UNIX;
 }
 
+/* A blocking AF_UNIX socket's connect refused for a full backlog: is
+ * the wait over?  connect(2) waits at most the socket's SO_SNDTIMEO (then
+ * EAGAIN), and so does io_uring's connect, made blocking in the kernel;
+ * with no timeout it waits for good.  The first refusal notes when the
+ * wait ends in r->deadline_ns, which a started operation does not use
+ * otherwise (timers do; the allocator zeroes it), and later ones compare.
+ * Only the thread that holds r's call touches it. */
+static bool nb_connect_wait_over(int fd, px_result *r)
+{
+	struct timeval tv;
+	socklen_t len = sizeof(tv);
+	uint64_t now;
+
+	if (getsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, &len) < 0 ||
+	    (tv.tv_sec <= 0 && tv.tv_usec <= 0))
+		return false;
+	now = px__now_ns();
+	if (!r->deadline_ns) {
+		r->deadline_ns = now + (uint64_t)tv.tv_sec * 1000000000u +
+				 (uint64_t)tv.tv_usec * 1000u;
+		return false;
+	}
+	return now >= r->deadline_ns;
+}
+
 static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 {
 	int err;
@@ -786,8 +812,11 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 		 * does; on a non-blocking one it says EAGAIN, and so does
 		 * this.  Nothing polls when room comes (the socket polls
 		 * writable all along): the connect stays new and is made
-		 * again after a pause (px__nbio_connect_later). */
-		if (err == EAGAIN && !(fl & O_NONBLOCK) && nb_is_unix(io->fd))
+		 * again after a pause (px__nbio_connect_later), until the
+		 * socket's SO_SNDTIMEO, if it has one, has passed: then
+		 * EAGAIN, as connect(2) gives it (nb_connect_wait_over). */
+		if (err == EAGAIN && !(fl & O_NONBLOCK) && nb_is_unix(io->fd) &&
+		    !nb_connect_wait_over(io->fd, r))
 			return PX_NBIO_AGAIN;
 		/* Interrupted, a non-blocking connect carries on regardless. */
 		if (err == EINPROGRESS || err == EINTR) {

@@ -24,7 +24,12 @@
  *    no spin);
  *  - reads and writes started from a failed connect's callback (ENOTCONN,
  *    EPIPE: the socket left unconnected, as connect(2) leaves it), and a
- *    px_connect after the application's own refused connect(2).
+ *    px_connect after the application's own refused connect(2);
+ *  - blocking AF_UNIX connects waiting for room in a full backlog: many
+ *    at once with reads and writes behind them, accepted one by one;
+ *    ended by px_cancel, px_close, deadlines, close(2), px_destroy (also
+ *    with max_aio=1), the listener's close or shutdown(2); a send timeout
+ *    (SO_SNDTIMEO).
  *
  * Every start is counted in a record of its own (allocated per start, so
  * that no fixed pool can run dry while the test thread is off the CPU),
@@ -2880,6 +2885,510 @@ static void accept_peer_addresses(void **state)
 	h_assert_no_bad("peer addresses");
 }
 
+
+/* ------------------------------------------------------------------ */
+/* 19. Blocking AF_UNIX connects waiting for room in a full backlog      */
+/* ------------------------------------------------------------------ */
+
+/* An AF_UNIX stream listener with backlog 0, bound to an abstract name or
+ * (path) to a file name under /tmp (the caller unlinks it), filled with
+ * non-blocking connections until connect(2) says EAGAIN: their number in
+ * *filled, the address in *uap and *ul. */
+static int full_unix_listener(h_fx *f, bool path, const char *tag,
+			      struct sockaddr_un **uap, socklen_t *ul,
+			      int *filled)
+{
+	struct sockaddr_un *ua = h_alloc(f, sizeof *ua);
+	ua->sun_family = AF_UNIX;
+	if (path) {
+		snprintf(ua->sun_path, sizeof(ua->sun_path),
+			 "/tmp/px-accept-races-%s-%d", tag, (int)getpid());
+		unlink(ua->sun_path);
+		*ul = (socklen_t)sizeof *ua;
+	} else {
+		snprintf(ua->sun_path + 1, sizeof(ua->sun_path) - 1,
+			 "px-accept-races-%s-%d", tag, (int)getpid());
+		*ul = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				  strlen(ua->sun_path + 1));
+	}
+	int l = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (l < 0 || bind(l, (struct sockaddr *)ua, *ul) < 0 ||
+	    listen(l, 0) < 0)
+		fail_msg("AF_UNIX listener (%s): %s", path ? "path" : "abstract",
+			 strerror(errno));
+	for (*filled = 0;; (*filled)++) {
+		int s = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+					       SOCK_CLOEXEC, 0));
+		if (connect(s, (struct sockaddr *)ua, *ul) < 0) {
+			assert_int_equal(errno, EAGAIN);
+			fd_drop(s);
+			break;
+		}
+		assert_true(*filled < 64);
+	}
+	*uap = ua;
+	return l;
+}
+
+static bool is_uring_connect(h_fx *f)
+{
+	px_config cfg;
+	const px_processor_config *pc = h_proc_for(f, PX_OP_CONNECT, &cfg);
+	return strcmp(pc->provider, "uring") == 0;
+}
+
+/*
+ * Six blocking sockets connect at once to one full AF_UNIX listener
+ * (abstract name, then a path), two loop threads, each with a read (even
+ * ones) or a one-byte write (odd ones) started right behind its connect.
+ * The read ends at once with EINVAL on every engine (recv(2) on an
+ * unconnected AF_UNIX stream socket; io_uring's too); the write waits
+ * behind the connect and goes out after it (its byte arrives; with two
+ * loop threads the two callbacks may run in either order).  For 150 ms nothing else
+ * calls back and the process uses at most half the time in CPU (the
+ * readiness engines and Linux AIO make the connect again after pauses:
+ * no spin, fixed problem 279).  Then the test accepts the connections one
+ * by one: each connect completes with 0 exactly once, the backlog gave
+ * exactly the fillers and the six (no connection made twice), and the
+ * three bytes arrived.
+ */
+#define MW_N 6
+
+static void connect_unix_full_backlog_many(void **state)
+{
+	h_fx *f = *state;
+	for (int pass = 0; pass < 2; pass++) {
+		const char *kind = pass ? "path" : "abstract";
+		struct sockaddr_un *ua;
+		socklen_t ul;
+		int filled;
+		int l = full_unix_listener(f, pass == 1, "many", &ua, &ul,
+					   &filled);
+		int fd[MW_N];
+		rec *rc[MW_N], *rw[MW_N];
+		char *buf = h_alloc(f, MW_N);
+		h_loops_start(f, 2, false);
+		for (int i = 0; i < MW_N; i++) {
+			fd[i] = fd_keep(socket(AF_UNIX, SOCK_STREAM |
+						       SOCK_CLOEXEC, 0));
+			rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+			assert_int_equal(px_connect(f->px, fd[i],
+						    (struct sockaddr *)ua, ul,
+						    rec_cb, rc[i]), 0);
+			atomic_store(&rc[i]->started, 1);
+			bool wr = i % 2;
+			rw[i] = rec_new(wr ? PX_OP_WRITE_STREAM
+					   : PX_OP_READ_STREAM, fd[i], 10 + i);
+			assert_int_equal(
+				wr ? px_write_stream(f->px, fd[i], "y", 1, rec_cb,
+						     rw[i])
+				   : px_read_stream(f->px, fd[i], buf + i, 1,
+						    rec_cb, rw[i]), 0);
+			atomic_store(&rw[i]->started, 1);
+		}
+		for (int i = 0; i < MW_N; i += 2) {
+			must_finish(rw[i], 2000, "a read behind a waiting connect");
+			if (rw[i]->error != EINVAL || rw[i]->bytes)
+				fail_msg("%s: read behind a waiting connect: "
+					 "error %d (%s), %zu bytes; EINVAL "
+					 "expected (not connected)", kind,
+					 rw[i]->error, strerror(rw[i]->error),
+					 rw[i]->bytes);
+		}
+		double c0 = cpu_s();
+		uint64_t t0 = h_now_ms();
+		h_sleep_ms(150);
+		double used = cpu_s() - c0;
+		double wall = (double)(h_now_ms() - t0) / 1e3;
+		for (int i = 0; i < MW_N; i++)
+			if (atomic_load(&rc[i]->calls) ||
+			    (i % 2 && atomic_load(&rw[i]->calls)))
+				fail_msg("%s: socket %d called back (connect "
+					 "error %d) with the backlog full", kind,
+					 i, rc[i]->error);
+		if (used > wall / 2)
+			fail_msg("%s: %.3f CPU seconds in %.3f s of six connects "
+				 "waiting for room", kind, used, wall);
+		int acc[64 + MW_N], nacc = 0;
+		for (; nacc < filled + MW_N; nacc++) {
+			struct pollfd p = {.fd = l, .events = POLLIN};
+			if (poll(&p, 1, 2000) != 1)
+				fail_msg("%s: %d connections accepted, %d "
+					 "expected: the others never came", kind,
+					 nacc, filled + MW_N);
+			acc[nacc] = fd_keep(accept4(l, NULL, NULL,
+						    SOCK_CLOEXEC));
+			assert_true(acc[nacc] >= 0);
+		}
+		for (int i = 0; i < MW_N; i++) {
+			must_finish(rc[i], 2000, "a connect given room");
+			if (rc[i]->error != 0)
+				fail_msg("%s: connect %d: error %d (%s) once the "
+					 "listener accepted", kind, i,
+					 rc[i]->error, strerror(rc[i]->error));
+			if (i % 2) {
+				must_finish(rw[i], 2000,
+					    "a write behind a connect");
+				if (rw[i]->error || rw[i]->bytes != 1)
+					fail_msg("%s: write behind connect %d: "
+						 "error %d (%s), %zu bytes", kind,
+						 i, rw[i]->error,
+						 strerror(rw[i]->error),
+						 rw[i]->bytes);
+			}
+		}
+		set_nonblock(l);
+		int extra = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+		if (extra >= 0)
+			fail_msg("%s: a connection beyond the %d made is in the "
+				 "backlog: a connect made twice", kind,
+				 filled + MW_N);
+		int ys = 0;
+		for (int k = 0; k < nacc; k++) {
+			char c;
+			while (recv(acc[k], &c, 1, MSG_DONTWAIT) == 1)
+				ys += c == 'y';
+		}
+		if (ys != MW_N / 2)
+			fail_msg("%s: %d bytes arrived, %d written", kind, ys,
+				 MW_N / 2);
+		h_loops_stop();
+		if (pass)
+			unlink(ua->sun_path);
+	}
+	destroy_now(f);
+	reg_check("connects waiting for room");
+	h_assert_no_bad("connects waiting for room");
+}
+
+/*
+ * Blocking AF_UNIX connects waiting for room, ended otherwise, in three
+ * passes: the listener bound to an abstract name and closed, bound to a
+ * path and closed, and shut down with shutdown(2) and then closed.  Four
+ * sockets each: one ended by px_close (ECANCELED, its close callback
+ * once), one closed with close(2) behind the library's back (EBADF,
+ * proactor.h's closed descriptors: within 7 s), two waiting for the
+ * listener's end: ECONNREFUSED within 2 s.  A listener shut down refuses
+ * connections; connect(2) waiting there is not woken by the shutdown, nor
+ * is io_uring's (TESTING.md, known problems), while the engines that make
+ * the connect again find the refusal: ECONNREFUSED within 1 s of the
+ * shutdown there, still pending on io_uring.  Also a blocking datagram
+ * socket's connect to a full receiver: 0 at once on every engine (the
+ * kernel does not wait there).
+ */
+#define ME_N 4
+
+static void connect_unix_full_backlog_ended(void **state)
+{
+	h_fx *f = *state;
+	bool uring = is_uring_connect(f);
+	static const char *const kinds[3] = {
+		"abstract, closed", "path, closed", "shut down, then closed"};
+	for (int pass = 0; pass < 3; pass++) {
+		const char *kind = kinds[pass];
+		struct sockaddr_un *ua;
+		socklen_t ul;
+		int filled;
+		int l = full_unix_listener(f, pass == 1, "ended", &ua, &ul,
+					   &filled);
+		int fd[ME_N];
+		rec *rc[ME_N];
+		for (int i = 0; i < ME_N; i++) {
+			fd[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			assert_true(fd[i] >= 0);
+			if (i)
+				fd_keep(fd[i]);
+			rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+			assert_int_equal(px_connect(f->px, fd[i],
+						    (struct sockaddr *)ua, ul,
+						    rec_cb, rc[i]), 0);
+			atomic_store(&rc[i]->started, 1);
+		}
+		h_settle(f, 30);
+		rec *cl = rec_new(PX_OP_CLOSE, fd[0], 99);
+		assert_int_equal(px_close(f->px, fd[0], close_cb, cl), 0);
+		atomic_store(&cl->started, 1);
+		pump_until(f, cl, 2000, "px_close of a waiting connect's socket");
+		if (!rec_is_done(rc[0]) || rc[0]->error != ECANCELED)
+			fail_msg("%s: connect ended by px_close: error %d (%s), "
+				 "ECANCELED expected before the close callback",
+				 kind, rc[0]->error, strerror(rc[0]->error));
+		fd_forget(fd[3], true);
+		pump_until(f, rc[3], 7000, "a waiting connect, closed with "
+			   "close(2)");
+		if (rc[3]->error != EBADF)
+			fail_msg("%s: connect on a descriptor closed with "
+				 "close(2): error %d (%s), EBADF expected", kind,
+				 rc[3]->error, strerror(rc[3]->error));
+		if (pass == 2) {
+			assert_int_equal(shutdown(l, SHUT_RDWR), 0);
+			h_settle(f, 1000);
+			for (int i = 1; i < 3; i++) {
+				bool done = rec_is_done(rc[i]);
+				if (uring ? done : !done ||
+						   rc[i]->error != ECONNREFUSED)
+					fail_msg("%s: connect %d after the "
+						 "listener's shutdown: %s, error "
+						 "%d (%s); %s expected", kind, i,
+						 done ? "done" : "pending",
+						 rc[i]->error,
+						 strerror(rc[i]->error),
+						 uring ? "pending (known "
+							 "problems)"
+						       : "ECONNREFUSED");
+			}
+		}
+		fd_drop(l);
+		for (int i = 1; i < 3; i++) {
+			pump_until(f, rc[i], 2000, "a connect whose listener "
+				   "was closed");
+			if (rc[i]->error != ECONNREFUSED)
+				fail_msg("%s: connect %d after the listener's "
+					 "close: error %d (%s), ECONNREFUSED "
+					 "expected", kind, i, rc[i]->error,
+					 strerror(rc[i]->error));
+		}
+		if (pass == 1)
+			unlink(ua->sun_path);
+	}
+
+	/* A datagram receiver whose queue is full: connect(2) of a blocking
+	 * datagram socket does not look at the queue. */
+	int pair[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0,
+				    pair), 0);
+	fd_keep(pair[0]);
+	fd_keep(pair[1]);
+	struct sockaddr_un *da = h_alloc(f, sizeof *da);
+	da->sun_family = AF_UNIX;
+	snprintf(da->sun_path + 1, sizeof(da->sun_path) - 1,
+		 "px-accept-races-dgram-%d", (int)getpid());
+	socklen_t dl = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
+				   strlen(da->sun_path + 1));
+	int rcv = fd_keep(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	assert_int_equal(bind(rcv, (struct sockaddr *)da, dl), 0);
+	int snd = fd_keep(socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK |
+					 SOCK_CLOEXEC, 0));
+	assert_int_equal(connect(snd, (struct sockaddr *)da, dl), 0);
+	int sent = 0;
+	while (send(snd, "d", 1, 0) == 1)
+		assert_true(++sent < 100000);
+	assert_true(errno == EAGAIN);
+	int ds = fd_keep(socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+	rec *rd = rec_new(PX_OP_CONNECT, ds, 50);
+	assert_int_equal(px_connect(f->px, ds, (struct sockaddr *)da, dl,
+				    rec_cb, rd), 0);
+	atomic_store(&rd->started, 1);
+	pump_until(f, rd, 2000, "a datagram connect to a full receiver");
+	if (rd->error != 0)
+		fail_msg("datagram connect to a full receiver (%d queued): "
+			 "error %d (%s), 0 expected", sent, rd->error,
+			 strerror(rd->error));
+	destroy_now(f);
+	reg_check("connects waiting for room, ended");
+	h_assert_no_bad("connects waiting for room, ended");
+}
+
+/*
+ * Blocking AF_UNIX connects waiting for room, ended while their pauses
+ * run out and their connect is being made again: two loop threads, 30
+ * rounds of six sockets, ended after 0 to 6 ms by px_cancel from the test
+ * thread, by px_close, or by a deadline of 1 to 4 ms (px_start_op).  The
+ * backlog stays full throughout: each connect calls back once, with
+ * ECANCELED (ETIMEDOUT for a deadline), each close callback once, and
+ * the backlog holds the fillers alone at the end (no connect made after
+ * its end).
+ */
+#define MR_ROUNDS 30
+#define MR_N 6
+
+static void connect_unix_full_backlog_end_races(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_un *ua;
+	socklen_t ul;
+	int filled;
+	int l = full_unix_listener(f, false, "races", &ua, &ul, &filled);
+	unsigned seed = (unsigned)getpid();
+	h_loops_start(f, 2, false);
+	for (int round = 0; round < MR_ROUNDS; round++) {
+		int fd[MR_N];
+		rec *rc[MR_N], *cl[MR_N] = {0};
+		for (int i = 0; i < MR_N; i++) {
+			fd[i] = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			assert_true(fd[i] >= 0);
+			rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+			px_op_desc d = {
+				.op = PX_OP_CONNECT, .fd = fd[i],
+				.addr = (struct sockaddr *)ua, .addrlen = ul,
+				.timeout_ns = i % 3 == 2
+					? (uint64_t)(1 + rand_r(&seed) % 4) * 1000000u
+					: 0,
+				.cb = rec_cb, .user = rc[i]};
+			assert_int_equal(px_start_op(f->px, &d), 0);
+			atomic_store(&rc[i]->started, 1);
+		}
+		for (int i = 0; i < MR_N; i++) {
+			if (rand_r(&seed) % 2)
+				h_sleep_ms((int)(rand_r(&seed) % 4));
+			if (i % 3 == 0) {
+				px_cancel(f->px, fd[i]);
+			} else if (i % 3 == 1) {
+				cl[i] = rec_new(PX_OP_CLOSE, fd[i], 100 + i);
+				assert_int_equal(px_close(f->px, fd[i], close_cb,
+							  cl[i]), 0);
+				atomic_store(&cl[i]->started, 1);
+			}
+		}
+		for (int i = 0; i < MR_N; i++) {
+			must_finish(rc[i], 2000, "a connect waiting for room, "
+				    "ended");
+			int want = i % 3 == 2 ? ETIMEDOUT : ECANCELED;
+			if (rc[i]->error != want)
+				fail_msg("round %d, connect %d (%s): error %d "
+					 "(%s), %s expected", round, i,
+					 i % 3 == 0 ? "px_cancel"
+					 : i % 3 == 1 ? "px_close" : "deadline",
+					 rc[i]->error, strerror(rc[i]->error),
+					 strerror(want));
+			if (cl[i])
+				must_finish(cl[i], 2000, "px_close");
+			else
+				close(fd[i]);
+		}
+	}
+	h_loops_stop();
+	set_nonblock(l);
+	int queued = 0;
+	for (int k; (k = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0; queued++)
+		close(k);
+	if (queued != filled)
+		fail_msg("%d connections in the backlog, %d expected (the "
+			 "fillers): a connect was made after its end", queued,
+			 filled);
+	destroy_now(f);
+	reg_check("connects waiting for room, ended in races");
+	h_assert_no_bad("connects waiting for room, ended in races");
+}
+
+/* An accept of the tests below, on an AF_UNIX listener (rec_note checks
+ * ports): noted, its socket closed. */
+static void ux_accept_cb(const px_completion *c)
+{
+	rec *r = c->user;
+	if (!r || r->magic != REC_MAGIC ||
+	    atomic_fetch_add(&r->calls, 1) != 0) {
+		h_bad("an AF_UNIX accept called back twice or with a foreign "
+		      "user pointer");
+		return;
+	}
+	r->error = c->error;
+	r->new_fd = c->new_fd;
+	if (c->error == 0 && c->new_fd >= 0)
+		close(c->new_fd);
+	else if (c->new_fd != -1)
+		h_bad("failed AF_UNIX accept with new_fd %d", c->new_fd);
+	rec_done(r);
+}
+
+/*
+ * px_destroy while a blocking AF_UNIX connect waits for room, an accept
+ * started on the listener beside it; also with max_aio=1, where one of
+ * the two waits for the other's slot and nothing moves until the destroy
+ * (on every engine: io_uring's connect holds its slot the same way).
+ * Each calls back exactly once: the connect with 0 (the accept made
+ * room) or ECANCELED, the accept with 0 or ECANCELED.
+ */
+static void connect_unix_full_backlog_destroy(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_un *ua;
+	socklen_t ul;
+	int filled;
+	int l = full_unix_listener(f, false, "destroy", &ua, &ul, &filled);
+	int fd = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	rec *rc = rec_new(PX_OP_CONNECT, fd, 0);
+	assert_int_equal(px_connect(f->px, fd, (struct sockaddr *)ua, ul, rec_cb,
+				    rc), 0);
+	atomic_store(&rc->started, 1);
+	rec *ra = start_accept(f->px, l, 1, ux_accept_cb);
+	assert_true(ra && atomic_load(&ra->started));
+	h_settle(f, 100);
+	destroy_now(f);
+	if (atomic_load(&rc->calls) != 1 || atomic_load(&ra->calls) != 1)
+		fail_msg("after px_destroy: connect called back %d times, "
+			 "accept %d times", atomic_load(&rc->calls),
+			 atomic_load(&ra->calls));
+	if (rc->error != 0 && rc->error != ECANCELED)
+		fail_msg("waiting connect at px_destroy: error %d (%s)",
+			 rc->error, strerror(rc->error));
+	if (ra->error != 0 && ra->error != ECANCELED)
+		fail_msg("accept at px_destroy: error %d (%s)", ra->error,
+			 strerror(ra->error));
+	reg_check("px_destroy with a connect waiting for room");
+	h_assert_no_bad("px_destroy with a connect waiting for room");
+}
+
+/*
+ * A blocking AF_UNIX socket with a send timeout (SO_SNDTIMEO, 50 ms)
+ * connecting to a full backlog: connect(2) waits that long and then says
+ * EAGAIN, and so does io_uring's connect; the readiness engines and Linux
+ * AIO waited for good (found by a helper's review of 2026-12-07; fixed
+ * problem 296).  EAGAIN, not before 45 ms and within 2 s, once; a socket
+ * without the timeout beside it still waits, and connects once the test
+ * accepts: the backlog then holds the fillers and that one alone.
+ */
+static void connect_unix_full_backlog_sndtimeo(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_un *ua;
+	socklen_t ul;
+	int filled;
+	int l = full_unix_listener(f, false, "sndtimeo", &ua, &ul, &filled);
+	int fd[2];
+	rec *rc[2];
+	struct timeval tv = {.tv_sec = 0, .tv_usec = 50000};
+	uint64_t t0 = h_now_ms();
+	for (int i = 0; i < 2; i++) {
+		fd[i] = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+		if (i == 0)
+			assert_int_equal(setsockopt(fd[i], SOL_SOCKET,
+						    SO_SNDTIMEO, &tv,
+						    sizeof tv), 0);
+		rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
+		assert_int_equal(px_connect(f->px, fd[i], (struct sockaddr *)ua,
+					    ul, rec_cb, rc[i]), 0);
+		atomic_store(&rc[i]->started, 1);
+	}
+	pump_until(f, rc[0], 2000, "a connect with a 50 ms SO_SNDTIMEO to a "
+		   "full backlog");
+	uint64_t took = h_now_ms() - t0;
+	if (rc[0]->error != EAGAIN || took < 45)
+		fail_msg("connect with SO_SNDTIMEO 50 ms: error %d (%s) after "
+			 "%d ms; EAGAIN after 50 ms expected, as connect(2) "
+			 "gives it", rc[0]->error, strerror(rc[0]->error),
+			 (int)took);
+	h_settle(f, 30);
+	if (atomic_load(&rc[1]->calls))
+		fail_msg("connect without a timeout: called back (error %d) "
+			 "with the backlog full", rc[1]->error);
+	int a = fd_keep(accept4(l, NULL, NULL, SOCK_CLOEXEC));
+	assert_true(a >= 0);
+	pump_until(f, rc[1], 2000, "a connect given room");
+	assert_int_equal(rc[1]->error, 0);
+	set_nonblock(l);
+	int queued = 0;
+	for (int k; (k = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0; queued++)
+		close(k);
+	if (queued + 1 != filled + 1)
+		fail_msg("%d connections in the backlog, %d expected: the timed "
+			 "out connect was made after all?", queued + 1,
+			 filled + 1);
+	destroy_now(f);
+	reg_check("connect with SO_SNDTIMEO");
+	h_assert_no_bad("connect with SO_SNDTIMEO");
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -2939,6 +3448,13 @@ int main(int argc, char **argv)
 		T(connect_after_own_failed_connect),
 		T(connect_again_after_reset),
 		T(connect_while_own_connect_under_way),
+		T(connect_unix_full_backlog_many),
+		T(connect_unix_full_backlog_ended),
+		T(connect_unix_full_backlog_end_races),
+		T(connect_unix_full_backlog_destroy),
+		cmocka_unit_test_setup_teardown(connect_unix_full_backlog_destroy,
+						fx_setup_aio1, fx_teardown),
+		T(connect_unix_full_backlog_sndtimeo),
 	};
 	return cmocka_run_group_tests_name("accept_races", tests, NULL, NULL)
 		       ? 1 : 0;
