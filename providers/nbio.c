@@ -767,6 +767,10 @@ static bool nb_connect_wait_over(int fd, px_result *r)
 		return false;
 	now = px__now_ns();
 	if (!r->deadline_ns) {
+		/* Beyond the clock's range (seconds near the kernel's
+		 * limit): a wait without end. */
+		if ((uint64_t)tv.tv_sec >= (UINT64_MAX - now) / 1000000000u - 1)
+			return false;
 		r->deadline_ns = now + (uint64_t)tv.tv_sec * 1000000000u +
 				 (uint64_t)tv.tv_usec * 1000u;
 		return false;

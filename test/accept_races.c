@@ -2890,13 +2890,14 @@ static void accept_peer_addresses(void **state)
 /* 19. Blocking AF_UNIX connects waiting for room in a full backlog      */
 /* ------------------------------------------------------------------ */
 
-/* An AF_UNIX stream listener with backlog 0, bound to an abstract name or
- * (path) to a file name under /tmp (the caller unlinks it), filled with
- * non-blocking connections until connect(2) says EAGAIN: their number in
- * *filled, the address in *uap and *ul. */
-static int full_unix_listener(h_fx *f, bool path, const char *tag,
-			      struct sockaddr_un **uap, socklen_t *ul,
-			      int *filled)
+/* An AF_UNIX listener of type (SOCK_STREAM or SOCK_SEQPACKET) with
+ * backlog 0, bound to an abstract name or (path) to a file name under
+ * /tmp (the caller unlinks it), filled with non-blocking connections
+ * until connect(2) says EAGAIN: their number in *filled, the address in
+ * *uap and *ul. */
+static int full_unix_listener_of(h_fx *f, int type, bool path,
+				 const char *tag, struct sockaddr_un **uap,
+				 socklen_t *ul, int *filled)
 {
 	struct sockaddr_un *ua = h_alloc(f, sizeof *ua);
 	ua->sun_family = AF_UNIX;
@@ -2911,13 +2912,13 @@ static int full_unix_listener(h_fx *f, bool path, const char *tag,
 		*ul = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 +
 				  strlen(ua->sun_path + 1));
 	}
-	int l = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	int l = fd_keep(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
 	if (l < 0 || bind(l, (struct sockaddr *)ua, *ul) < 0 ||
 	    listen(l, 0) < 0)
 		fail_msg("AF_UNIX listener (%s): %s", path ? "path" : "abstract",
 			 strerror(errno));
 	for (*filled = 0;; (*filled)++) {
-		int s = fd_keep(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK |
+		int s = fd_keep(socket(AF_UNIX, type | SOCK_NONBLOCK |
 					       SOCK_CLOEXEC, 0));
 		if (connect(s, (struct sockaddr *)ua, *ul) < 0) {
 			assert_int_equal(errno, EAGAIN);
@@ -2930,6 +2931,14 @@ static int full_unix_listener(h_fx *f, bool path, const char *tag,
 	return l;
 }
 
+static int full_unix_listener(h_fx *f, bool path, const char *tag,
+			      struct sockaddr_un **uap, socklen_t *ul,
+			      int *filled)
+{
+	return full_unix_listener_of(f, SOCK_STREAM, path, tag, uap, ul,
+				     filled);
+}
+
 static bool is_uring_connect(h_fx *f)
 {
 	px_config cfg;
@@ -2939,10 +2948,11 @@ static bool is_uring_connect(h_fx *f)
 
 /*
  * Six blocking sockets connect at once to one full AF_UNIX listener
- * (abstract name, then a path), two loop threads, each with a read (even
- * ones) or a one-byte write (odd ones) started right behind its connect.
- * The read ends at once with EINVAL on every engine (recv(2) on an
- * unconnected AF_UNIX stream socket; io_uring's too); the write waits
+ * (stream with an abstract name, then a path; seqpacket), two loop
+ * threads, each with a read (even ones) or a one-byte write (odd ones)
+ * started right behind its connect.  The read ends at once with EINVAL
+ * (seqpacket: ENOTCONN) on every engine (recv(2) on an unconnected
+ * AF_UNIX socket; io_uring's too); the write waits
  * behind the connect and goes out after it (its byte arrives; with two
  * loop threads the two callbacks may run in either order).  For 150 ms nothing else
  * calls back and the process uses at most half the time in CPU (the
@@ -2957,20 +2967,25 @@ static bool is_uring_connect(h_fx *f)
 static void connect_unix_full_backlog_many(void **state)
 {
 	h_fx *f = *state;
-	for (int pass = 0; pass < 2; pass++) {
-		const char *kind = pass ? "path" : "abstract";
+	static const char *const kinds[3] = {"abstract", "path",
+					     "seqpacket"};
+	for (int pass = 0; pass < 3; pass++) {
+		const char *kind = kinds[pass];
+		int type = pass == 2 ? SOCK_SEQPACKET : SOCK_STREAM;
+		/* recv(2) on an unconnected socket of the type. */
+		int rd_err = pass == 2 ? ENOTCONN : EINVAL;
 		struct sockaddr_un *ua;
 		socklen_t ul;
 		int filled;
-		int l = full_unix_listener(f, pass == 1, "many", &ua, &ul,
-					   &filled);
+		int l = full_unix_listener_of(f, type, pass == 1, "many", &ua,
+					      &ul, &filled);
 		int fd[MW_N];
 		rec *rc[MW_N], *rw[MW_N];
 		char *buf = h_alloc(f, MW_N);
 		h_loops_start(f, 2, false);
 		for (int i = 0; i < MW_N; i++) {
-			fd[i] = fd_keep(socket(AF_UNIX, SOCK_STREAM |
-						       SOCK_CLOEXEC, 0));
+			fd[i] = fd_keep(socket(AF_UNIX, type | SOCK_CLOEXEC,
+					       0));
 			rc[i] = rec_new(PX_OP_CONNECT, fd[i], i);
 			assert_int_equal(px_connect(f->px, fd[i],
 						    (struct sockaddr *)ua, ul,
@@ -2988,12 +3003,12 @@ static void connect_unix_full_backlog_many(void **state)
 		}
 		for (int i = 0; i < MW_N; i += 2) {
 			must_finish(rw[i], 2000, "a read behind a waiting connect");
-			if (rw[i]->error != EINVAL || rw[i]->bytes)
+			if (rw[i]->error != rd_err || rw[i]->bytes)
 				fail_msg("%s: read behind a waiting connect: "
-					 "error %d (%s), %zu bytes; EINVAL "
+					 "error %d (%s), %zu bytes; %s "
 					 "expected (not connected)", kind,
 					 rw[i]->error, strerror(rw[i]->error),
-					 rw[i]->bytes);
+					 rw[i]->bytes, strerror(rd_err));
 		}
 		double c0 = cpu_s();
 		uint64_t t0 = h_now_ms();
@@ -3053,7 +3068,7 @@ static void connect_unix_full_backlog_many(void **state)
 			fail_msg("%s: %d bytes arrived, %d written", kind, ys,
 				 MW_N / 2);
 		h_loops_stop();
-		if (pass)
+		if (pass == 1)
 			unlink(ua->sun_path);
 	}
 	destroy_now(f);
