@@ -3375,6 +3375,16 @@ static void connect_unix_full_backlog_sndtimeo(void **state)
 					    ul, rec_cb, rc[i]), 0);
 		atomic_store(&rc[i]->started, 1);
 	}
+	/* Another connect of a waiting socket: refused at the start, as on
+	 * io_uring (px_connect(3)). */
+	rec *again = rec_new(PX_OP_CONNECT, fd[1], 2);
+	int arc = px_connect(f->px, fd[1], (struct sockaddr *)ua, ul, rec_cb,
+			     again);
+	if (arc == 0)
+		atomic_store(&again->started, 1);
+	if (arc != -EALREADY)
+		fail_msg("a second px_connect of a socket waiting for room: %d, "
+			 "-EALREADY expected", arc);
 	pump_until(f, rc[0], 2000, "a connect with a 50 ms SO_SNDTIMEO to a "
 		   "full backlog");
 	uint64_t took = h_now_ms() - t0;
