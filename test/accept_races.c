@@ -3207,8 +3207,9 @@ static void connect_unix_full_backlog_ended(void **state)
 /*
  * Blocking AF_UNIX connects waiting for room, ended while their pauses
  * run out and their connect is being made again: two loop threads, 30
- * rounds of six sockets, ended after 0 to 6 ms by px_cancel from the test
- * thread, by px_close, or by a deadline of 1 to 4 ms (px_start_op).  The
+ * rounds of six sockets, ended one after another with pauses of 0 to 3 ms
+ * between, by px_cancel from the test thread, by px_close, or by a
+ * deadline of 1 to 4 ms (px_start_op).  The
  * backlog stays full throughout: each connect calls back once, with
  * ECANCELED (ETIMEDOUT for a deadline), each close callback once, and
  * the backlog holds the fillers alone at the end (no connect made after
