@@ -2802,8 +2802,9 @@ static void file_huge_lengths(void **state)
  * Reads pending while the file is cut short under them (ftruncate from
  * the test thread, two loop threads): each completes once, without
  * error, with the file's bytes for what it reports: whole, short, or 0
- * bytes past the new end.  Those that start below the new end of the
- * file and end before it are whole.
+ * bytes past the new end (where a read that raced the cut may also
+ * report zeros: TESTING.md, fixed problem 280).  Those that start below
+ * the new end of the file and end before it are whole.
  */
 enum { TR_READS = 32, TR_LEN = 8192, TR_KEEP = 64 * 1024 };
 
@@ -2852,10 +2853,21 @@ static void file_truncated_under_reads(void **state)
 		if (off + TR_LEN <= TR_KEEP && r[k]->bytes != TR_LEN)
 			fail_msg("read at %llu, below the new end: %zu bytes",
 				 (unsigned long long)off, r[k]->bytes);
-		if (memcmp(in + off, data + off, r[k]->bytes) != 0)
+		/* Below the new end: the file's bytes.  Past it, a read
+		 * that raced the truncation may also see zeros: the kernel
+		 * zeroes the cut part of a large folio in place before it
+		 * drops it, and a read already past its size check copies
+		 * what is there (ext4 on 6.18: 3 full-length reads with
+		 * zeros in 20,000 such races, none with other bytes). */
+		for (size_t b = 0; b < r[k]->bytes; b++) {
+			size_t at = (size_t)off + b;
+			if (in[at] == data[at] || (at >= TR_KEEP && !in[at]))
+				continue;
 			fail_msg("read at %llu of a file cut short: its %zu "
-				 "bytes are not the file's",
-				 (unsigned long long)off, r[k]->bytes);
+				 "bytes are not the file's (byte %zu is 0x%02x, "
+				 "the file's 0x%02x)", (unsigned long long)off,
+				 r[k]->bytes, b, in[at], data[at]);
+		}
 	}
 	reg_check("file cut short");
 }
