@@ -740,13 +740,15 @@ static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 	return err == EISCONN ? 0 : err;
 }
 
-static bool nb_is_unix(int fd)
+/* The socket's address family, or -errno (EBADF: closed meanwhile). */
+static int nb_family(int fd)
 {
 	struct sockaddr_storage ss;
 	socklen_t len = sizeof(ss);
 
-	return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 &&
-	       ss.ss_family == AF_UNIX;
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)
+		return -errno;
+	return ss.ss_family;
 }
 
 /* A blocking AF_UNIX socket's connect refused for a full backlog: is
@@ -819,9 +821,17 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 		 * again after a pause (px__nbio_connect_later), until the
 		 * socket's SO_SNDTIMEO, if it has one, has passed: then
 		 * EAGAIN, as connect(2) gives it (nb_connect_wait_over). */
-		if (err == EAGAIN && !(fl & O_NONBLOCK) && nb_is_unix(io->fd) &&
-		    !nb_connect_wait_over(io->fd, r))
-			return PX_NBIO_AGAIN;
+		if (err == EAGAIN && !(fl & O_NONBLOCK)) {
+			int fam = nb_family(io->fd);
+
+			/* Closed with close(2) since the call: EBADF, as
+			 * the next attempt would say, not the refusal. */
+			if (fam == -EBADF)
+				err = EBADF;
+			else if (fam == AF_UNIX &&
+				 !nb_connect_wait_over(io->fd, r))
+				return PX_NBIO_AGAIN;
+		}
 		/* Interrupted, a non-blocking connect carries on regardless. */
 		if (err == EINPROGRESS || err == EINTR) {
 			*conn = fl & O_NONBLOCK ? PX_NBIO_CONN_PENDING
