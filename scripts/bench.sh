@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The main job: build an optimised library and run the headline comparison,
 # proactor_test (default engine, "auto") against tp_reactor_test over the
-# source document's grid, then examples/echo_server against the epoll and
-# libuv echo peers (bench/peers).  7 rounds per grid row, 5 per echo
-# cell, the programs of a row
-# in rotating order; ratios are medians of per-round ratios, with CPU
-# seconds per GB beside throughput.
-#   scripts/bench.sh            default engine and epoll vs TP_Reactor, and the echo
-#                               servers, the example on both engines (~20
-#                               minutes on 2 cores)
+# source document's grid, the thread-scaling row, the system calls per
+# round trip (strace), then examples/echo_server against the epoll and
+# libuv echo peers (bench/peers): every performance goal of the project,
+# each with its verdict.  7 rounds per grid row and scaling row, 5 per echo
+# cell, the programs of a row in rotating order; ratios are medians of
+# per-round ratios, with CPU seconds per GB beside throughput.
+#   scripts/bench.sh            default engine and epoll vs TP_Reactor, scaling,
+#                               system calls, and the echo servers, the example
+#                               on both engines (~25 minutes on 2 cores)
 #   scripts/bench.sh --full     every engine this kernel offers, raw_limit,
 #                               the echo servers and the file table against
 #                               fio (~47 minutes; add --runs 3 for ~23)
@@ -31,8 +32,8 @@ if [ "${1:-}" = "--full" ]; then
 	shift
 	exec python3 bench/compare --build "$build" --grid --echo --files "$@"
 elif [ $# -eq 0 ]; then
-	exec python3 bench/compare --build "$build" --engines auto,epoll --no-raw --grid --echo \
-		--echo-also epoll
+	exec python3 bench/compare --build "$build" --engines auto,epoll --no-raw --grid \
+		--scaling --syscalls --echo --echo-also epoll
 else
 	exec python3 bench/compare --build "$build" "$@"
 fi
