@@ -3009,6 +3009,239 @@ static void nested_call_runs_held_completions(void **state)
 	}
 }
 
+
+/* ------------------------------------------------------------------ */
+/* Second proactors made and destroyed inside callbacks                 */
+/* ------------------------------------------------------------------ */
+
+/* The second proactor's own operations, counted by kind; cb_error is the
+ * error of the last read or timer callback. */
+static struct {
+	atomic_int reads, posts, timers, read_err, timer_err;
+	atomic_int made;          /* second proactors made and destroyed */
+	atomic_int outer;         /* callbacks of the first proactor run */
+	int sv[2][2];             /* [0]: data waiting; [1]: quiet */
+	char buf[2][8];
+} g_sp;
+
+static void sp_cb(const px_completion *c)
+{
+	switch (c->op) {
+	case PX_OP_READ_STREAM:
+		atomic_store(&g_sp.read_err, c->error);
+		atomic_fetch_add(&g_sp.reads, 1);
+		break;
+	case PX_OP_POST:
+		atomic_fetch_add(&g_sp.posts, 1);
+		break;
+	case PX_OP_TIMER:
+		atomic_store(&g_sp.timer_err, c->error);
+		atomic_fetch_add(&g_sp.timers, 1);
+		break;
+	default:
+		h_bad("second proactor: a callback of op %d", (int)c->op);
+	}
+}
+
+/* Make a second proactor of the engine under test, run a read whose data
+ * waits and a post on it through px_handle_events called here, leave a
+ * read on a quiet socket and a 10 s timer pending and destroy it: the
+ * pending two end with ECANCELED, once each, inside px_destroy. */
+static void sp_second_proactor(const char *where)
+{
+	px_proactor *b = NULL;
+	char err[256] = "";
+	int rc = px_create_config(&b, &h_cfg, err, sizeof err);
+	if (rc < 0) {
+		h_bad("%s: px_create_config: %d %s", where, rc, err);
+		return;
+	}
+	atomic_store(&g_sp.reads, 0);
+	atomic_store(&g_sp.posts, 0);
+	atomic_store(&g_sp.timers, 0);
+	if (write(g_sp.sv[0][0], "d", 1) != 1)
+		h_bad("%s: write", where);
+	if ((rc = px_read_stream(b, g_sp.sv[0][1], g_sp.buf[0], 8, sp_cb,
+				 NULL)) != 0 ||
+	    (rc = px_post(b, sp_cb, NULL)) != 0) {
+		h_bad("%s: a start on the second proactor: %d", where, rc);
+		px_destroy(b);
+		return;
+	}
+	uint64_t dl = h_deadline(PROMPT_MS);
+	while ((atomic_load(&g_sp.reads) < 1 || atomic_load(&g_sp.posts) < 1) &&
+	       h_now_ms() < dl)
+		if ((rc = px_handle_events(b, 10)) < 0) {
+			h_bad("%s: px_handle_events of the second: %d", where,
+			      rc);
+			break;
+		}
+	if (atomic_load(&g_sp.reads) != 1 || atomic_load(&g_sp.posts) != 1 ||
+	    atomic_load(&g_sp.read_err) != 0)
+		h_bad("%s: the second proactor's read ran %d times (error "
+		      "%d), its post %d, in %d ms", where,
+		      atomic_load(&g_sp.reads), atomic_load(&g_sp.read_err),
+		      atomic_load(&g_sp.posts), PROMPT_MS);
+	if (px_read_stream(b, g_sp.sv[1][1], g_sp.buf[1], 8, sp_cb, NULL) != 0 ||
+	    px_timer_start(b, 10000 * MS, sp_cb, NULL) <= 0)
+		h_bad("%s: pending starts on the second proactor refused",
+		      where);
+	/* (io_uring: in the kernel before the destroy.) */
+	px_handle_events(b, 0);
+	rc = px_destroy(b);
+	if (rc != 0)
+		h_bad("%s: px_destroy of the second proactor: %d", where, rc);
+	if (atomic_load(&g_sp.reads) != 2 ||
+	    atomic_load(&g_sp.read_err) != ECANCELED ||
+	    atomic_load(&g_sp.timers) != 1 ||
+	    atomic_load(&g_sp.timer_err) != ECANCELED)
+		h_bad("%s: after px_destroy of the second proactor, reads %d "
+		      "(last error %d), timers %d (error %d): want 2 "
+		      "(ECANCELED) and 1 (ECANCELED)", where,
+		      atomic_load(&g_sp.reads), atomic_load(&g_sp.read_err),
+		      atomic_load(&g_sp.timers), atomic_load(&g_sp.timer_err));
+	atomic_fetch_add(&g_sp.made, 1);
+}
+
+static void sp_loop_cb(const px_completion *c)
+{
+	atomic_fetch_add(&g_sp.outer, 1);
+	sp_second_proactor("in px_handle_events");
+	(void)c;
+}
+
+/* A callback that px_destroy of the first proactor runs: calls on the
+ * first are refused as px_destroy(3) says (and px_stats balances), and a
+ * second proactor is made, used and destroyed all the same. */
+static void sp_destroy_cb(const px_completion *c)
+{
+	struct px_stats st;
+	int rc;
+
+	atomic_fetch_add(&g_sp.outer, 1);
+	if (c->error != ECANCELED)
+		h_bad("in px_destroy: the first's read: error %d", c->error);
+	if ((rc = px_destroy(c->proactor)) != -EBUSY)
+		h_bad("in px_destroy: px_destroy of the first again: %d", rc);
+	if ((rc = px_post(c->proactor, sp_cb, NULL)) != -ESHUTDOWN)
+		h_bad("in px_destroy: px_post on the first: %d", rc);
+	if ((rc = px_handle_events(c->proactor, 0)) != -ESHUTDOWN)
+		h_bad("in px_destroy: px_handle_events of the first: %d", rc);
+	if ((rc = px_stats(c->proactor, &st)) != 0)
+		h_bad("in px_destroy: px_stats: %d", rc);
+	else if (st.started != st.completed + st.cancelled + st.timed_out +
+				       st.in_flight)
+		h_bad("in px_destroy: px_stats: started %llu != completed "
+		      "%llu + cancelled %llu + timed out %llu + in flight %llu",
+		      (unsigned long long)st.started,
+		      (unsigned long long)st.completed,
+		      (unsigned long long)st.cancelled,
+		      (unsigned long long)st.timed_out,
+		      (unsigned long long)st.in_flight);
+	sp_second_proactor("in px_destroy");
+}
+
+static void second_proactor_in_callbacks(void **state)
+{
+	h_fx *f = *state;
+	char *buf = h_alloc(f, 8);
+
+	memset(&g_sp, 0, sizeof g_sp);
+	for (int i = 0; i < 2; i++)
+		h_socketpair(f, g_sp.sv[i]);
+	/* From a callback that px_handle_events runs, twice (the second
+	 * proactor's descriptors and threads are freed in between). */
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(px_post(f->px, sp_loop_cb, NULL), 0);
+		uint64_t dl = h_deadline(3 * PROMPT_MS);
+		while (atomic_load(&g_sp.outer) < round + 1)
+			h_pump(f, dl, "the post that makes a second proactor");
+	}
+	h_assert_no_bad("a second proactor made in a callback");
+	assert_int_equal(atomic_load(&g_sp.made), 2);
+	h_assert_usable(f);
+
+	/* From a callback that px_destroy runs. */
+	int q[2];
+	h_socketpair(f, q);
+	assert_int_equal(px_read_stream(f->px, q[1], buf, 8, sp_destroy_cb,
+					NULL), 0);
+	assert_true(px_handle_events(f->px, 0) >= 0);
+	destroy_now(f);
+	h_assert_no_bad("a second proactor made in a callback of px_destroy");
+	assert_int_equal(atomic_load(&g_sp.outer), 3);
+	assert_int_equal(atomic_load(&g_sp.made), 3);
+}
+
+/* ------------------------------------------------------------------ */
+/* A periodic timer cancelled by its callback and by another thread     */
+/* ------------------------------------------------------------------ */
+
+#define PC_ROUNDS 20
+
+static struct {
+	px_proactor *px;
+	int64_t id;
+	atomic_int ticks, cancelled, zero, go, late;
+} g_pc;
+
+static void pc_cb(const px_completion *c)
+{
+	if (atomic_load(&g_pc.cancelled))
+		atomic_fetch_add(&g_pc.late, 1);
+	if (c->error == ECANCELED) {
+		atomic_fetch_add(&g_pc.cancelled, 1);
+		return;
+	}
+	if (c->error)
+		h_bad("periodic timer: error %d", c->error);
+	if (atomic_fetch_add(&g_pc.ticks, 1) + 1 == 2) {
+		atomic_store(&g_pc.go, 1);
+		if (px_timer_cancel(c->proactor, c->timer_id) == 0)
+			atomic_fetch_add(&g_pc.zero, 1);
+	}
+}
+
+static void *pc_canceller(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_pc.go))
+		sched_yield();
+	if (px_timer_cancel(g_pc.px, g_pc.id) == 0)
+		atomic_fetch_add(&g_pc.zero, 1);
+	return NULL;
+}
+
+static void periodic_cancel_from_callback_and_thread(void **state)
+{
+	h_fx *f = *state;
+
+	for (int round = 0; round < PC_ROUNDS; round++) {
+		memset(&g_pc, 0, sizeof g_pc);
+		g_pc.px = f->px;
+		h_loops_start(f, 2, false);
+		g_pc.id = px_timer_periodic(f->px, 100000, 100000, pc_cb, NULL);
+		assert_true(g_pc.id > 0);
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, pc_canceller, NULL),
+				 0);
+		pthread_join(th, NULL);
+		bool done = h_wait_at_least(&g_pc.cancelled, 1, PROMPT_MS);
+		h_sleep_ms(2);
+		h_loops_stop();
+		if (!done || atomic_load(&g_pc.cancelled) != 1 ||
+		    atomic_load(&g_pc.zero) != 1 || atomic_load(&g_pc.late))
+			fail_msg("round %d: %d ECANCELED callbacks, %d cancels "
+				 "that returned 0, %d callbacks after the "
+				 "ECANCELED one: want 1, 1, 0", round,
+				 atomic_load(&g_pc.cancelled),
+				 atomic_load(&g_pc.zero),
+				 atomic_load(&g_pc.late));
+		assert_int_equal(px_timer_cancel(f->px, g_pc.id), -ENOENT);
+	}
+	h_assert_no_bad("periodic timer cancelled twice at once");
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -3039,6 +3272,8 @@ int main(int argc, char **argv)
 		T(round_ends_after_callbacks),
 		T(blocked_callback_leaves_batch_to_sleeper),
 		T(nested_call_runs_held_completions),
+		T(second_proactor_in_callbacks),
+		T(periodic_cancel_from_callback_and_thread),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;
