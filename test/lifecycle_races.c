@@ -56,6 +56,14 @@
  *    it (the outer call's own completions on io_uring with several
  *    rings), also when it polls from a callback of a second proactor
  *    whose px_handle_events the first callback called.
+ *  - a second proactor made in a callback (of px_handle_events, and of
+ *    px_destroy), used through px_handle_events called there and
+ *    destroyed there with a read and a timer pending: each ECANCELED
+ *    once; in px_destroy's callback the first proactor refuses a second
+ *    px_destroy, posts and px_handle_events, and px_stats balances;
+ *  - a periodic timer cancelled at once by its own callback and by a
+ *    plain thread: one cancel returns 0, one ECANCELED callback, nothing
+ *    after it.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
