@@ -471,6 +471,18 @@ void px__sigwait_atfork(int phase) PX_HIDDEN;
 void px__paio_atfork(int phase) PX_HIDDEN;
 void px__nbio_atfork(int phase) PX_HIDDEN;
 
+/* The file status flags (F_GETFL, F_SETFL) of the application's
+ * descriptors: the library reads, changes and writes them back in several
+ * places (nbio.c's O_NONBLOCK around one call, a listener's O_NONBLOCK,
+ * the linux_rt wait's O_ASYNC), from different threads, and a write-back
+ * made from a copy read before another's change undoes that change.  Each
+ * such read-modify-write is made under this process-wide lock (nbio.c's,
+ * the one of the fork handlers above), held for a few system calls and
+ * never with another process-wide lock; it may be taken with a proactor
+ * mutex held, never the other way round. */
+void px__flags_lock(void) PX_HIDDEN;
+void px__flags_unlock(void) PX_HIDDEN;
+
 /* ------------------------------------------------------------------ */
 /* Wait strategy                                                        */
 /* ------------------------------------------------------------------ */

@@ -110,6 +110,31 @@ void px__nbio_atfork(int phase)
 		pthread_mutex_unlock(&nb_flags_lock);
 }
 
+/* The same lock for every other read, change and write-back of a file
+ * status flag the library makes on the application's descriptors (a
+ * connect's O_NONBLOCK, a listener's, the linux_rt wait's O_ASYNC:
+ * internal.h, px__flags_lock). */
+void px__flags_lock(void)
+{
+	pthread_mutex_lock(&nb_flags_lock);
+}
+
+void px__flags_unlock(void)
+{
+	pthread_mutex_unlock(&nb_flags_lock);
+}
+
+/* Take back the O_NONBLOCK a call set on fd for its length (flags lock
+ * held): the flags are read again, so that only that bit changes and a
+ * flag someone set meanwhile (the application's own O_ASYNC, say) stays. */
+static void nb_nonblock_off(int fd)
+{
+	int now = fcntl(fd, F_GETFL);
+
+	if (now >= 0 && (now & O_NONBLOCK))
+		(void)fcntl(fd, F_SETFL, now & ~O_NONBLOCK);
+}
+
 /* The kernel refused RWF_NOWAIT: blocking, unless the rules trust the file
  * status flags and those say O_NONBLOCK; a blocking terminal is told apart
  * (its calls go through nb_tty_io), and so is a file of no type
@@ -271,12 +296,8 @@ static ssize_t nb_anon_io(int fd, const struct iovec *iov, int cnt, bool wr)
 		n = wr ? nb_writev(fd, iov, cnt) : readv(fd, iov, cnt);
 	} while (n < 0 && errno == EINTR);
 	err = errno;
-	if (!(fl & O_NONBLOCK)) {
-		/* Read again: keep what another thread set meanwhile. */
-		int now = fcntl(fd, F_GETFL);
-		if (now >= 0)
-			(void)fcntl(fd, F_SETFL, now & ~O_NONBLOCK);
-	}
+	if (!(fl & O_NONBLOCK))
+		nb_nonblock_off(fd);
 	pthread_mutex_unlock(&nb_flags_lock);
 	return n < 0 ? -err : n;
 }
@@ -610,11 +631,18 @@ static int nb_listener_nonblock(px_nbio *io)
 		return 0;
 	if (getsockopt(io->fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) < 0 || !on)
 		return 0;
+	/* (Under the flags lock: the linux_rt wait may be turning O_ASYNC
+	 * on for the listener from another thread.) */
+	pthread_mutex_lock(&nb_flags_lock);
 	fl = fcntl(io->fd, F_GETFL);
-	if (fl < 0)
-		return -errno;
-	if (!(fl & O_NONBLOCK) && fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return -errno;
+	if (fl < 0 ||
+	    (!(fl & O_NONBLOCK) && fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+		int err = errno;
+
+		pthread_mutex_unlock(&nb_flags_lock);
+		return -err;
+	}
+	pthread_mutex_unlock(&nb_flags_lock);
 	io->flags |= PX_NBIO_LISTENER_NB;
 	return 0;
 }
@@ -722,19 +750,28 @@ static int nb_connect_finish(px_nbio *io, uint8_t conn, px_result *r)
 		(void)px__sys_connect(io->fd, &un, sizeof(un));
 		return soerr ? soerr : ECONNABORTED;
 	}
+	/* O_NONBLOCK for the call's length, under the flags lock, as in
+	 * nb_connect. */
 	if (conn == PX_NBIO_CONN_PENDING_BLOCKING) {
+		pthread_mutex_lock(&nb_flags_lock);
 		fl = fcntl(io->fd, F_GETFL);
-		if (fl < 0)
-			return errno;
-		if (!(fl & O_NONBLOCK) &&
-		    fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)
-			return errno;
+		if (fl < 0 ||
+		    (!(fl & O_NONBLOCK) &&
+		     fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
+			int e = errno;
+
+			pthread_mutex_unlock(&nb_flags_lock);
+			return e;
+		}
 	}
 	int err = px__sys_connect(io->fd,
 				  (const struct sockaddr *)&r->c.addr,
 				  r->c.addrlen) < 0 ? errno : 0;
-	if (conn == PX_NBIO_CONN_PENDING_BLOCKING && !(fl & O_NONBLOCK))
-		fcntl(io->fd, F_SETFL, fl);
+	if (conn == PX_NBIO_CONN_PENDING_BLOCKING) {
+		if (!(fl & O_NONBLOCK))
+			nb_nonblock_off(io->fd);
+		pthread_mutex_unlock(&nb_flags_lock);
+	}
 	/* Marked connected by someone else meanwhile: connected all the
 	 * same. */
 	return err == EISCONN ? 0 : err;
@@ -785,15 +822,30 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 	int err;
 
 	if (*conn == PX_NBIO_CONN_NEW) {
-		int fl = fcntl(io->fd, F_GETFL);
+		int fl;
 
-		if (fl < 0) {
+		/*
+		 * O_NONBLOCK is set for the connect(2) of a blocking socket
+		 * and taken back after it.  The write-back used to put back
+		 * the flags read before, which undid any flag changed in
+		 * between: the linux_rt wait turns O_ASYNC on for a socket
+		 * it starts watching, from another thread (a read started
+		 * there meanwhile), and that read, never signalled, waited
+		 * for good; a change read while O_NONBLOCK was ours would
+		 * have left the socket non-blocking the other way round.  So
+		 * the look, the change, the call and the write-back are made
+		 * under the flags lock, which the linux_rt wait takes for its
+		 * own changes, and the write-back clears O_NONBLOCK alone
+		 * (nb_nonblock_off), keeping what the application may have
+		 * set meanwhile.
+		 */
+		pthread_mutex_lock(&nb_flags_lock);
+		fl = fcntl(io->fd, F_GETFL);
+		if (fl < 0 ||
+		    (!(fl & O_NONBLOCK) &&
+		     fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0)) {
 			err = errno;
-			goto out;
-		}
-		if (!(fl & O_NONBLOCK) &&
-		    fcntl(io->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-			err = errno;
+			pthread_mutex_unlock(&nb_flags_lock);
 			goto out;
 		}
 		err = px__sys_connect(io->fd,
@@ -812,7 +864,8 @@ static int nb_connect(px_nbio *io, uint8_t *conn, px_result *r)
 					      (const struct sockaddr *)&r->c.addr,
 					      r->c.addrlen) < 0 ? errno : 0;
 		if (!(fl & O_NONBLOCK))
-			fcntl(io->fd, F_SETFL, fl);
+			nb_nonblock_off(io->fd);
+		pthread_mutex_unlock(&nb_flags_lock);
 		/* An AF_UNIX listener's backlog is full: connect(2) on the
 		 * blocking socket would wait for room, as io_uring's connect
 		 * does; on a non-blocking one it says EAGAIN, and so does

@@ -167,6 +167,9 @@ int __wrap_poll(struct pollfd *fds, nfds_t n, int timeout)
  * comes after the clearing. */
 static atomic_int g_nb_a = -1, g_nb_b = -1, g_nb_stage;
 
+/* (connect_keeps_o_async_set_meanwhile: __wrap_px__sys_connect) */
+static atomic_int g_cx_fd = -1, g_cx_stage;
+
 static void nb_stage_wait(int want, int ms)
 {
 	for (int i = 0; i < ms && atomic_load(&g_nb_stage) < want; i++)
@@ -187,6 +190,9 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 	if (cmd == F_SETFL && ((intptr_t)arg & O_NONBLOCK))
 		steal_from(fd);
 	rc = __real_fcntl64(fd, cmd, arg);
+	if (fd == atomic_load(&g_cx_fd) && cmd == F_SETFL && rc == 0 &&
+	    ((intptr_t)arg & O_ASYNC) && atomic_load(&g_cx_stage) == 1)
+		atomic_store(&g_cx_stage, 2);
 	if (fd == atomic_load(&g_nb_a) && cmd == F_SETFL && rc == 0) {
 		if ((intptr_t)arg & O_NONBLOCK) {
 			atomic_store(&g_nb_stage, 1);
@@ -200,6 +206,26 @@ int __wrap_fcntl64(int fd, int cmd, ...)
 		atomic_store(&g_nb_stage, 2);
 		nb_stage_wait(3, 1000);
 	}
+	return rc;
+}
+
+/* px_connect of a blocking socket g_cx_fd: right after the library's
+ * connect(2) (made with its own O_NONBLOCK set: nb_connect), stage 1,
+ * and wait up to 200 ms for the linux_rt wait to turn O_ASYNC on for a
+ * read started on the socket meanwhile (stage 2, seen in fcntl), before
+ * the library puts the socket's flags back. */
+int __real_px__sys_connect(int fd, const struct sockaddr *a, socklen_t len);
+int __wrap_px__sys_connect(int fd, const struct sockaddr *a, socklen_t len)
+{
+	int rc = __real_px__sys_connect(fd, a, len);
+	int err = errno;
+
+	if (fd == atomic_load(&g_cx_fd) && atomic_load(&g_cx_stage) == 0) {
+		atomic_store(&g_cx_stage, 1);
+		for (int i = 0; i < 200 && atomic_load(&g_cx_stage) < 2; i++)
+			usleep(1000);
+	}
+	errno = err;
 	return rc;
 }
 
@@ -1252,6 +1278,110 @@ static void connect_reset_while_finished_says_reset(void **state)
 	close(l);
 }
 
+/*
+ * The linux_rt wait turns O_ASYNC on for a descriptor it watches, and a
+ * px_connect of a blocking socket sets O_NONBLOCK around its connect(2)
+ * and puts the file status flags back after it.  A read started on the
+ * socket by another thread inside that window (its registration made
+ * there: __wrap_px__sys_connect holds the connect's thread after the
+ * call) must keep its O_ASYNC: the connect's write-back used to restore
+ * the flags it had read before, so the wait, which took the descriptor
+ * for signalled, never heard of the byte the peer then sent and the read
+ * waited for good (fixed problem 285 in TESTING.md).  The read must end
+ * with the byte, the socket must stay blocking meanwhile, and once idle
+ * it has its flags of before.  The wait belongs to the readiness
+ * provider alone: run once, on epoll, with a proactor of its own.
+ */
+struct cx_arg {
+	px_proactor *px;
+	int fd;
+	struct sockaddr_in a;
+	struct seen_one *r;
+	int rc;
+};
+
+static void *cx_thread(void *p)
+{
+	struct cx_arg *x = p;
+
+	x->rc = px_connect(x->px, x->fd, (struct sockaddr *)&x->a,
+			   sizeof(x->a), one_cb, x->r);
+	return NULL;
+}
+
+static void connect_keeps_o_async_set_meanwhile(void **state)
+{
+	static const char *text =
+		"provider=select wait=linux_rt processor=dedicated";
+
+	(void)state;
+	if (strcmp(g_engine, "epoll") != 0)
+		skip();
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(l >= 0);
+	struct sockaddr_in a = { .sin_family = AF_INET,
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t al = sizeof(a);
+	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
+	assert_int_equal(listen(l, 4), 0);
+	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(s >= 0);
+	int fl = fcntl(s, F_GETFL);
+	px_proactor *px = NULL;
+	char err[256];
+	int rc = px_create(&px, text, err, sizeof err);
+	if (rc == -ENOSYS || rc == -EPERM || rc == -EOPNOTSUPP) {
+		print_message("%s unavailable here: %s\n", text, err);
+		close(s);
+		close(l);
+		skip();
+	}
+	assert_int_equal(rc, 0);
+	struct seen_one cr = { 0, 0 }, rr = { 0, 0 };
+	char b = 0;
+	struct cx_arg x = { .px = px, .fd = s, .a = a, .r = &cr, .rc = -1 };
+	pthread_t t;
+	atomic_store(&g_cx_stage, 0);
+	atomic_store(&g_cx_fd, s);
+	assert_int_equal(pthread_create(&t, NULL, cx_thread, &x), 0);
+	for (int i = 0; i < 2000 && atomic_load(&g_cx_stage) < 1; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&g_cx_stage), 1);
+	/* The connect's thread is between its connect(2) and the write-back
+	 * of the flags. */
+	assert_int_equal(px_read_stream(px, s, &b, 1, one_cb, &rr), 0);
+	pthread_join(t, NULL);
+	atomic_store(&g_cx_fd, -1);
+	assert_int_equal(x.rc, 0);
+	uint64_t end = now_ms() + 2000;
+	while (!cr.calls && now_ms() < end)
+		assert_true(px_handle_events(px, 50) >= 0);
+	assert_int_equal(cr.calls, 1);
+	assert_int_equal(cr.error, 0);
+	int now = fcntl(s, F_GETFL);
+	if (now & O_NONBLOCK)
+		fail_msg("the socket was left non-blocking (flags %#x, before "
+			 "%#x)", now, fl);
+	int peer = accept(l, NULL, NULL);
+	assert_true(peer >= 0);
+	assert_int_equal(write(peer, "x", 1), 1);
+	end = now_ms() + 2000;
+	while (!rr.calls && now_ms() < end)
+		assert_true(px_handle_events(px, 50) >= 0);
+	if (rr.calls != 1)
+		fail_msg("a read started while a px_connect had O_NONBLOCK set "
+			 "did not end within 2 s of its byte (flags %#x: "
+			 "O_ASYNC %s)", now, now & O_ASYNC ? "on" : "lost");
+	assert_int_equal(rr.error, 0);
+	assert_int_equal(b, 'x');
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(fcntl(s, F_GETFL), fl);
+	close(peer);
+	close(s);
+	close(l);
+}
+
 static int entries_of(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -1410,6 +1540,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(connect_reset_while_finished_says_reset),
 		cmocka_unit_test(team_dedicated_thread_refused),
 		cmocka_unit_test(own_connect_failing_under_a_px_connect),
+		cmocka_unit_test(connect_keeps_o_async_set_meanwhile),
 	};
 
 	alarm(120);

@@ -187,7 +187,7 @@ static unsigned lrt_revents(short revents)
  * inherited listener: the owner is a property of the open file, and
  * taking it sent the parent's signals to the child, and after the child
  * exited to nobody).  Such a descriptor is polled as shared. */
-static int lrt_own(struct lrt *w, int fd, bool ours, lrt_saved *sv)
+static int lrt_own_locked(struct lrt *w, int fd, bool ours, lrt_saved *sv)
 {
 	struct f_owner_ex o = { .type = F_OWNER_TID, .pid = w->tid };
 	int fl = fcntl(fd, F_GETFL);
@@ -211,6 +211,21 @@ static int lrt_own(struct lrt *w, int fd, bool ours, lrt_saved *sv)
 	return 1;
 }
 
+/* O_ASYNC is one of the file status flags, which the readiness calls of
+ * providers/nbio.c change too from other threads (a connect's O_NONBLOCK
+ * around its connect(2)): both read, change and write them back under
+ * the library's flags lock (internal.h, px__flags_lock), so that neither
+ * writes back a copy that misses the other's change. */
+static int lrt_own(struct lrt *w, int fd, bool ours, lrt_saved *sv)
+{
+	int rc;
+
+	px__flags_lock();
+	rc = lrt_own_locked(w, fd, ours, sv);
+	px__flags_unlock();
+	return rc;
+}
+
 /* s was just owned, lrt_own said rc (>= 0). */
 static void lrt_owned(struct lrt *w, lrt_slot *s, int rc)
 {
@@ -224,12 +239,18 @@ static void lrt_owned(struct lrt *w, lrt_slot *s, int rc)
 
 static void lrt_disown(int fd, const lrt_saved *sv)
 {
-	int fl = fcntl(fd, F_GETFL);
+	int fl;
 
+	/* (Under the flags lock, as in lrt_own.) */
+	px__flags_lock();
+	fl = fcntl(fd, F_GETFL);
 	/* EBADF: closed already, nothing to undo. */
-	if (fl < 0 || !(fl & O_ASYNC))
+	if (fl < 0 || !(fl & O_ASYNC)) {
+		px__flags_unlock();
 		return;
+	}
 	fcntl(fd, F_SETFL, fl & ~O_ASYNC);
+	px__flags_unlock();
 	/* O_ASYNC off first: no signal goes to the old owner meanwhile. */
 	if (sv && sv->have) {
 		fcntl(fd, F_SETOWN_EX, &sv->owner);
