@@ -805,6 +805,31 @@ static void la_spill_off(px_laio *u, px_result *r)
 		(void)la_spill_set(u, pr->fe, pr->fe->spill_dirs & ~bit);
 }
 
+/* The set refused to watch fe again for dirs, the directions that did not
+ * fire (la_spill_take: ENOMEM or ENOSPC from the kernel, EBADF for a
+ * number closed meanwhile).  The one-shot report disarmed the whole
+ * registration, so the heads waiting there in those directions would
+ * never be reported: they used to stay on u->spilled, and a read whose
+ * write had fired waited for good.  Each goes back to u->pending with its
+ * poll, as a new wait: the next claim puts it in the set again, or, if
+ * the set still refuses, in a poll iocb of its own (la_claim), whose
+ * io_submit fails a closed number with EBADF.  Mutex held. */
+static void la_spill_rearm_failed(px_laio *u, la_fd *fe, unsigned dirs)
+{
+	for (int dir = 0; dir < 2; dir++) {
+		px_result *r;
+
+		if (!(dirs & (1u << dir)))
+			continue;
+		r = px_fdq_head(&fe->fq, dir);
+		if (!r || la_priv(r)->slist != LA_ON_SPILL)
+			continue;
+		px_list_remove(&u->spilled, &la_priv(r)->slink);
+		la_priv(r)->slist = LA_NOLIST;
+		la_issue(u, r, true);
+	}
+}
+
 /* The watch's poll fired: claim the operations the set reports ready, as
  * many as u->claimed has room for (the rest stay reported: the watch's
  * next poll fires at once). */
@@ -852,8 +877,8 @@ static void la_spill_take(px_laio *u)
 							     dir);
 			la_claim_call(u, r, true);
 		}
-		if (armed & ~fired)
-			(void)la_spill_set(u, fe, armed & ~fired);
+		if ((armed & ~fired) && la_spill_set(u, fe, armed & ~fired) < 0)
+			la_spill_rearm_failed(u, fe, armed & ~fired);
 	}
 }
 

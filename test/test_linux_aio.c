@@ -73,6 +73,7 @@
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -2587,6 +2588,154 @@ static void test_read_chains_cancelled(void **state)
 	run_read_chains_cancelled("provider=linux_aio wait=epoll depth=4");
 }
 
+/* ------------------------------------------------------------------ */
+/* The spill set refusing a change                                      */
+/* ------------------------------------------------------------------ */
+
+/*
+ * px__sys_epoll_ctl, wrapped (test/meson.build): the provider's calls on
+ * g_ctl_fd's registration in its spill set.  g_ctl_both counts those
+ * that ask for both directions; while g_ctl_left is not 0, an
+ * EPOLL_CTL_MOD that asks for reading alone fails with g_ctl_err
+ * (g_ctl_left counted down when > 0; < 0: every time), counted in
+ * g_ctl_failed.
+ */
+int __real_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+static atomic_int g_ctl_fd = -1, g_ctl_both, g_ctl_left, g_ctl_failed;
+static int g_ctl_err;
+
+int __wrap_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (fd == atomic_load(&g_ctl_fd) && ev) {
+		uint32_t dirs = ev->events & (EPOLLIN | EPOLLOUT);
+		int left = atomic_load(&g_ctl_left);
+
+		if (dirs == (EPOLLIN | EPOLLOUT))
+			atomic_fetch_add(&g_ctl_both, 1);
+		if (op == EPOLL_CTL_MOD && dirs == EPOLLIN && left != 0) {
+			if (left > 0)
+				atomic_fetch_sub(&g_ctl_left, 1);
+			atomic_fetch_add(&g_ctl_failed, 1);
+			errno = g_ctl_err;
+			return -1;
+		}
+	}
+	return __real_px__sys_epoll_ctl(epfd, op, fd, ev);
+}
+
+#define REARM_LEN (1u << 20)
+
+/*
+ * A read and a write-all wait on one socket in the spill set (one
+ * registration, both directions, one-shot).  The peer makes room: the
+ * write's direction fires, and the set's registration is made again for
+ * the read alone (la_spill_take), an EPOLL_CTL_MOD that fails here
+ * (ENOMEM, ENOSPC; once, or every time).  That failure used to be
+ * ignored: the read stayed in the set with nothing registered for it and
+ * never ended, whatever came (fixed problem 284 in TESTING.md).  Now the
+ * read waits again (la_spill once more, or a poll iocb when the set keeps
+ * refusing): a byte from the peer ends it, each operation is called back
+ * once, and px_destroy finds nothing left.  loopers: extra threads
+ * running the loop beside this one (shared processors).
+ */
+static void run_spill_rearm_fails(const char *engine, int err, int fails,
+				  int loopers)
+{
+	int sv[2];
+	char rbuf[8];
+	static char wbuf[REARM_LEN], sink[65536];
+	op rd, wr;
+	pthread_t lt[2];
+	size_t got = 0;
+
+	memset(&rd, 0, sizeof(rd));
+	memset(&wr, 0, sizeof(wr));
+	memset(wbuf, 'w', sizeof(wbuf));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    sv), 0);
+	assert_int_equal(fcntl(sv[0], F_SETFL, O_NONBLOCK), 0);
+	atomic_store(&g_ctl_both, 0);
+	atomic_store(&g_ctl_failed, 0);
+	atomic_store(&g_ctl_left, 0);
+	g_ctl_err = err;
+	atomic_store(&g_ctl_fd, sv[1]);
+	px_proactor *px = make(engine);
+	atomic_store(&looping, true);
+	for (int i = 0; i < loopers; i++)
+		assert_int_equal(pthread_create(&lt[i], NULL, looper_main, px), 0);
+	assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf), op_cb,
+					&rd), 0);
+	assert_int_equal(px_write_stream_all(px, sv[1], wbuf, sizeof(wbuf),
+					     op_cb, &wr), 0);
+	/* Until the set watches both directions of the socket. */
+	for (int i = 0; i < 2000 && !atomic_load(&g_ctl_both); i++)
+		px_handle_events(px, 1);
+	if (!atomic_load(&g_ctl_both))
+		fail_msg("engine '%s': the read and the write never waited in "
+			 "the spill set together", engine);
+	assert_int_equal(atomic_load(&rd.calls), 0);
+	assert_int_equal(atomic_load(&wr.calls), 0);
+	atomic_store(&g_ctl_left, fails);
+	/* Room for the write: its direction fires, the read's re-arm is
+	 * refused. */
+	for (int i = 0; i < 5000 && got < sizeof(wbuf); i++) {
+		ssize_t n = read(sv[0], sink, sizeof(sink));
+
+		if (n > 0)
+			got += (size_t)n;
+		else
+			px_handle_events(px, 1);
+	}
+	if (!drain_within(px, &wr, 1, 3000))
+		fail_msg("engine '%s': the write-all did not end", engine);
+	assert_int_equal(wr.error, 0);
+	assert_int_equal(wr.bytes, sizeof(wbuf));
+	assert_int_equal(got, sizeof(wbuf));
+	if (!atomic_load(&g_ctl_failed))
+		fail_msg("engine '%s': no re-arm for the read alone was made "
+			 "(the staging did not happen)", engine);
+	assert_int_equal(atomic_load(&rd.calls), 0);
+	assert_int_equal(write(sv[0], "x", 1), 1);
+	if (!drain_within(px, &rd, 1, 3000))
+		fail_msg("engine '%s': a read whose re-arm in the spill set "
+			 "failed (%s, %d time(s)) never ended after its byte "
+			 "came", engine, strerror(err), atomic_load(&g_ctl_failed));
+	assert_int_equal(rd.error, 0);
+	assert_int_equal(rd.bytes, 1);
+	assert_int_equal(rbuf[0], 'x');
+	atomic_store(&g_ctl_left, 0);
+	atomic_store(&looping, false);
+	for (int i = 0; i < loopers; i++)
+		pthread_join(lt[i], NULL);
+	assert_int_equal(px_destroy(px), 0);
+	atomic_store(&g_ctl_fd, -1);
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(atomic_load(&wr.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void test_spill_rearm_fails(void **state)
+{
+	static const char *engines[] = {
+		"provider=linux_aio wait=epoll",
+		"linux-aio depth=1",
+		"provider=linux_aio wait=epoll interrupt=eventfd "
+		"processor=dedicated",
+	};
+
+	(void)state;
+	for (size_t e = 0; e < sizeof(engines) / sizeof(engines[0]); e++) {
+		bool dedicated = strstr(engines[e], "dedicated") != NULL;
+
+		for (int loopers = 0; loopers <= (dedicated ? 0 : 1); loopers++) {
+			run_spill_rearm_fails(engines[e], ENOMEM, 1, loopers);
+			run_spill_rearm_fails(engines[e], ENOSPC, -1, loopers);
+		}
+	}
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2654,6 +2803,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_writers),
 		cmocka_unit_test(test_overflow_accepts),
 		cmocka_unit_test(test_read_chains_cancelled),
+		cmocka_unit_test(test_spill_rearm_fails),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
