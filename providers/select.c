@@ -1094,8 +1094,20 @@ static int sel_cancel(px_provider *p, px_result *r)
 			e->recheck = 1;
 		/* Only shrinks what e wants (the next head, with an edge
 		 * poller, may go to the retry list); a wake-up still armed
-		 * for it finds nothing to do. */
-		sel_update(sel, e);
+		 * for it finds nothing to do.  But the edge poller checks its
+		 * registration on the hint first, and when the number was
+		 * closed and reused the check must register the new file:
+		 * refused (ENOMEM, ENOSPC), nothing is registered for what
+		 * still waits on e, which used to wait for good.  It fails
+		 * with the error, as after a batch (sel_run), and the leader
+		 * hands it out. */
+		int rc = sel_update(sel, e);
+
+		if (rc < 0) {
+			sel_fail_all(sel, e, -rc);
+			sel_update(sel, e);
+			sel_kick(sel);
+		}
 	}
 	px_result_finish(r, r->done, ECANCELED);
 	return PX_CANCEL_DONE;

@@ -29,7 +29,11 @@
  *    with its byte or with ECANCELED and the byte left in the socket;
  *  - a read started in px_close's callback on the next file under the
  *    closed number is registered at its start and completes from the
- *    wait's report, not from a later check.
+ *    wait's report, not from a later check;
+ *  - epoll_ctl refused (ENOMEM, ENOSPC) at a start, after a batch and at
+ *    a cancel, with one and two loop threads: one callback per started
+ *    operation, with its data or the error, none for a start that
+ *    failed, and no hang (epoll_ctl_refused_*; see refusals_run).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -107,9 +111,26 @@ static void nap_us(long us)
 	nanosleep(&ts, NULL);
 }
 
+/* Refusals: while g_refuse_left is not 0, epoll_ctl with op g_refuse_op
+ * on g_refuse_fd fails with g_refuse_err (g_refuse_left counted down when
+ * > 0; < 0: every time), counted in g_refused. */
+static atomic_int g_refuse_fd = -1, g_refuse_op, g_refuse_left, g_refused;
+static atomic_int g_refuse_err;
+
 int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
 	atomic_fetch_add(&g_ctl, 1);
+	if (fd == atomic_load(&g_refuse_fd) && op == atomic_load(&g_refuse_op)) {
+		int left = atomic_load(&g_refuse_left);
+
+		if (left != 0) {
+			if (left > 0)
+				atomic_fetch_sub(&g_refuse_left, 1);
+			atomic_fetch_add(&g_refused, 1);
+			errno = atomic_load(&g_refuse_err);
+			return -1;
+		}
+	}
 	return __real_epoll_ctl(epfd, op, fd, ev);
 }
 
@@ -1001,6 +1022,201 @@ static void stop_during_shared_calls(void **state)
 	share_run(SHARE_STOP);
 }
 
+/*
+ * epoll_ctl refused (ENOMEM, ENOSPC: the kernel's memory, or
+ * max_user_watches) on every path of the readiness provider that
+ * registers or checks a descriptor, with one loop thread and with two:
+ *  - at a start: a read that would wait fails its start with the error
+ *    (no callback), a write-all that moved bytes first ends once with
+ *    the error and those bytes, exactly what the peer receives; the next
+ *    start, once the kernel takes the registration, waits and ends with
+ *    its data;
+ *  - after a batch: a read ends at the end of the stream, the check of
+ *    the registration that follows (the end is a hint that the number may
+ *    be closed next) is refused, and the write-all waiting for room on
+ *    the socket ends once, with the error and its bytes;
+ *  - at a cancel: a read and a write-all wait on a socket whose number
+ *    the application moves to another socket with dup2(2); the write's
+ *    deadline ends it, and the check of the registration its cancel makes
+ *    (a cancel is a hint too) finds the number unregistered and cannot
+ *    register it.  The read used to wait for good, its data never
+ *    reported (the cancel ignored the refusal, fixed problem 286 in
+ *    TESTING.md); it now ends at once with the error.
+ */
+struct seen {
+	atomic_int calls;
+	atomic_int error;
+	atomic_size_t bytes;
+};
+
+static void seen_cb(const px_completion *c)
+{
+	struct seen *o = c->user;
+
+	atomic_store(&o->error, c->error);
+	atomic_store(&o->bytes, c->bytes);
+	atomic_fetch_add(&o->calls, 1);
+}
+
+static bool seen_within(struct seen *o, int ms)
+{
+	uint64_t dl = now_ms() + (uint64_t)ms;
+
+	while (!atomic_load(&o->calls) && now_ms() < dl)
+		px_handle_events(g_px, 5);
+	return atomic_load(&o->calls) != 0;
+}
+
+/* Everything the peer end can read now (non-blocking). */
+static size_t drain_peer(int fd)
+{
+	static char sink[65536];
+	size_t got = 0;
+	ssize_t n;
+
+	while ((n = read(fd, sink, sizeof(sink))) > 0)
+		got += (size_t)n;
+	return got;
+}
+
+static void refuse(int fd, int op, int err, int times)
+{
+	atomic_store(&g_refused, 0);
+	atomic_store(&g_refuse_err, err);
+	atomic_store(&g_refuse_op, op);
+	atomic_store(&g_refuse_left, times);
+	atomic_store(&g_refuse_fd, fd);
+}
+
+static void refuse_none(void)
+{
+	atomic_store(&g_refuse_left, 0);
+	atomic_store(&g_refuse_fd, -1);
+}
+
+#define REFUSE_WLEN (1u << 20)
+
+static void refusals_run(int loopers)
+{
+	static char wbuf[REFUSE_WLEN];
+	char rbuf[8];
+	int a[2], b[2];
+	pthread_t lt;
+	struct seen r1 = { 0 }, w1 = { 0 }, r2 = { 0 }, w2 = { 0 };
+	struct seen r3 = { 0 }, w3 = { 0 };
+
+	memset(wbuf, 'w', sizeof(wbuf));
+	make_px();
+	if (loopers)
+		assert_int_equal(pthread_create(&lt, NULL, loop, NULL), 0);
+
+	/* At a start. */
+	socket_pair(a);
+	refuse(a[1], EPOLL_CTL_ADD, ENOMEM, -1);
+	assert_int_equal(px_read_stream(g_px, a[1], rbuf, sizeof(rbuf), seen_cb,
+					&r1), -ENOMEM);
+	assert_int_equal(px_write_stream_all(g_px, a[1], wbuf, sizeof(wbuf),
+					     seen_cb, &w1), 0);
+	if (!seen_within(&w1, 3000))
+		fail_msg("a write-all whose registration was refused at its "
+			 "start did not end");
+	assert_int_equal(atomic_load(&w1.error), ENOMEM);
+	assert_true(atomic_load(&w1.bytes) > 0);
+	assert_int_equal(drain_peer(a[0]), atomic_load(&w1.bytes));
+	assert_true(atomic_load(&g_refused) >= 2);
+	refuse(a[1], EPOLL_CTL_ADD, ENOSPC, 1);
+	assert_int_equal(px_read_stream(g_px, a[1], rbuf, sizeof(rbuf), seen_cb,
+					&r1), -ENOSPC);
+	assert_int_equal(px_read_stream(g_px, a[1], rbuf, sizeof(rbuf), seen_cb,
+					&r1), 0);
+	refuse_none();
+	px_handle_events(g_px, 5);
+	assert_int_equal(write(a[0], "x", 1), 1);
+	if (!seen_within(&r1, 3000))
+		fail_msg("a read registered after a refusal did not end");
+	assert_int_equal(atomic_load(&r1.error), 0);
+	assert_int_equal(atomic_load(&r1.bytes), 1);
+
+	/* After a batch. */
+	socket_pair(b);
+	assert_int_equal(px_read_stream(g_px, b[1], rbuf, sizeof(rbuf), seen_cb,
+					&r2), 0);
+	assert_int_equal(px_write_stream_all(g_px, b[1], wbuf, sizeof(wbuf),
+					     seen_cb, &w2), 0);
+	px_handle_events(g_px, 5);
+	assert_int_equal(atomic_load(&r2.calls) + atomic_load(&w2.calls), 0);
+	refuse(b[1], EPOLL_CTL_MOD, ENOMEM, -1);
+	assert_int_equal(shutdown(b[0], SHUT_WR), 0);
+	if (!seen_within(&r2, 3000))
+		fail_msg("a read at the end of its stream did not end");
+	assert_int_equal(atomic_load(&r2.error), 0);
+	assert_int_equal(atomic_load(&r2.bytes), 0);
+	if (!seen_within(&w2, 3000))
+		fail_msg("a write-all whose registration check was refused "
+			 "after a batch did not end");
+	refuse_none();
+	assert_true(atomic_load(&w2.error) == ENOMEM ||
+		    atomic_load(&w2.error) == 0);
+	assert_int_equal(drain_peer(b[0]), atomic_load(&w2.bytes));
+
+	/* At a cancel. */
+	int c[2], d[2];
+	socket_pair(c);
+	socket_pair(d);
+	assert_int_equal(px_read_stream(g_px, c[1], rbuf, sizeof(rbuf), seen_cb,
+					&r3), 0);
+	px_op_desc wd = { .op = PX_OP_WRITE_STREAM, .fd = c[1], .buf = wbuf,
+			  .len = sizeof(wbuf), .flags = PX_OPF_WRITE_ALL,
+			  .timeout_ns = 100000000u, .cb = seen_cb,
+			  .user = &w3 };
+	assert_int_equal(px_start_op(g_px, &wd), 0);
+	px_handle_events(g_px, 5);
+	assert_int_equal(atomic_load(&r3.calls) + atomic_load(&w3.calls), 0);
+	/* The number now names d[1]'s socket; the old one is closed and
+	 * its registration gone with it. */
+	assert_int_equal(dup2(d[1], c[1]), c[1]);
+	refuse(c[1], EPOLL_CTL_ADD, ENOMEM, 1);
+	if (!seen_within(&w3, 3000))
+		fail_msg("a write-all's deadline did not end it");
+	assert_int_equal(atomic_load(&w3.error), ETIMEDOUT);
+	assert_int_equal(write(d[0], "y", 1), 1);
+	if (!seen_within(&r3, 3000))
+		fail_msg("a read whose registration could not be checked at "
+			 "another operation's cancel (%d refusal(s)) did not "
+			 "end within 3 s of its data", atomic_load(&g_refused));
+	refuse_none();
+	/* Its data, had the registration been made after all, or the
+	 * refusal. */
+	if (atomic_load(&r3.error) != ENOMEM)
+		assert_int_equal(atomic_load(&r3.bytes), 1);
+
+	atomic_store(&g_stop, true);
+	if (loopers)
+		pthread_join(lt, NULL);
+	assert_int_equal(px_destroy(g_px), 0);
+	assert_int_equal(atomic_load(&r1.calls), 1);
+	assert_int_equal(atomic_load(&w1.calls), 1);
+	assert_int_equal(atomic_load(&r2.calls), 1);
+	assert_int_equal(atomic_load(&w2.calls), 1);
+	assert_int_equal(atomic_load(&r3.calls), 1);
+	assert_int_equal(atomic_load(&w3.calls), 1);
+	int fds[] = { a[0], a[1], b[0], b[1], c[0], c[1], d[0], d[1] };
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		close(fds[i]);
+}
+
+static void epoll_ctl_refused_one_thread(void **state)
+{
+	(void)state;
+	refusals_run(0);
+}
+
+static void epoll_ctl_refused_two_threads(void **state)
+{
+	(void)state;
+	refusals_run(1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1015,6 +1231,8 @@ int main(void)
 		cmocka_unit_test(cheap_calls_stay_with_the_leader),
 		cmocka_unit_test(cancel_during_shared_calls),
 		cmocka_unit_test(stop_during_shared_calls),
+		cmocka_unit_test(epoll_ctl_refused_one_thread),
+		cmocka_unit_test(epoll_ctl_refused_two_threads),
 	};
 
 	alarm(60);
