@@ -71,6 +71,11 @@
  * ends with the reset's ECONNRESET, not ECONNABORTED, which means an
  * error someone else took (fixed problem 194 in TESTING.md; not on uring,
  * whose kernel makes the connect).
+ * A px_connect of a blocking socket held (px__sys_connect wrapped) between
+ * its connect(2) and the write-back of the socket's flags while a read is
+ * started on the socket on the linux_rt wait, which turns O_ASYNC on: the
+ * read ends with its byte, and the socket stays blocking (fixed problem
+ * 285; its own linux_rt proactor, on the epoll run only).
  * (Before the list, px_close and px_cancel walked every pending operation
  * of the proactor: 70-80 us per px_close with 8,000 reads pending on
  * other descriptors, against 4 us now.)

@@ -52,6 +52,12 @@
  *     every seventh callback cancelling another socket's read, while a
  *     thread writes to all: each socket delivers its peer's bytes
  *     exactly, in order (test_read_chains_cancelled).
+ *   - The spill set refusing to watch again the direction that did not
+ *     fire (px__sys_epoll_ctl wrapped at link time: EPOLL_CTL_MOD fails
+ *     with ENOMEM once, or ENOSPC every time), on wait=epoll, depth=1 and
+ *     a dedicated processor, with one and two loop threads: a read whose
+ *     socket's write-all fired still ends with the byte sent after, each
+ *     operation once (test_spill_rearm_fails, fixed problem 284).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
  * argv[1], if given, is a cmocka glob of the tests to run.
