@@ -76,6 +76,10 @@
  * started on the socket on the linux_rt wait, which turns O_ASYNC on: the
  * read ends with its byte, and the socket stays blocking (fixed problem
  * 285; its own linux_rt proactor, on the epoll run only).
+ * ppoll and pselect wrapped: the poll and select waits fail with EINTR and
+ * ENOMEM 40 times in a row while reads and a write-all wait, one and two
+ * loop threads; each ends once with its data (its own proactors, on the
+ * poll run only).
  * (Before the list, px_close and px_cancel walked every pending operation
  * of the proactor: 70-80 us per px_close with 8,000 reads pending on
  * other descriptors, against 4 us now.)
@@ -101,6 +105,7 @@
 #include <sys/signalfd.h>
 #include <sys/timerfd.h>
 #include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -232,6 +237,44 @@ int __wrap_px__sys_connect(int fd, const struct sockaddr *a, socklen_t len)
 	}
 	errno = err;
 	return rc;
+}
+
+/* The waits of the poll and select pollers (ppoll, pselect): while
+ * g_wait_fail > 0, each call fails at once (counted down), with EINTR
+ * and ENOMEM in turn (a signal, the kernel short of memory for the
+ * array). */
+static atomic_int g_wait_fail;
+
+static int wait_fail_now(void)
+{
+	int n = atomic_load(&g_wait_fail);
+
+	while (n > 0 && !atomic_compare_exchange_weak(&g_wait_fail, &n, n - 1))
+		;
+	if (n <= 0)
+		return 0;
+	errno = n % 2 ? EINTR : ENOMEM;
+	return -1;
+}
+
+int __real_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+		 const sigset_t *mask);
+int __wrap_ppoll(struct pollfd *fds, nfds_t n, const struct timespec *ts,
+		 const sigset_t *mask)
+{
+	if (wait_fail_now() < 0)
+		return -1;
+	return __real_ppoll(fds, n, ts, mask);
+}
+
+int __real_pselect(int n, fd_set *r, fd_set *w, fd_set *e,
+		   const struct timespec *ts, const sigset_t *mask);
+int __wrap_pselect(int n, fd_set *r, fd_set *w, fd_set *e,
+		   const struct timespec *ts, const sigset_t *mask)
+{
+	if (wait_fail_now() < 0)
+		return -1;
+	return __real_pselect(n, r, w, e, ts, mask);
 }
 
 /* recv on g_hold_fd stops until g_release: the test holds a readiness
@@ -1387,6 +1430,124 @@ static void connect_keeps_o_async_set_meanwhile(void **state)
 	close(l);
 }
 
+/*
+ * The poll and select waits failing (ppoll and pselect wrapped: EINTR and
+ * ENOMEM in turn, 40 times in a row) while reads and a write-all wait,
+ * with one loop thread and two: nothing is lost or doubled.  Each read
+ * ends once with its byte, the write-all once with all its bytes, read
+ * back by the peer.  These waits keep their interest set, so a failed
+ * wait only costs a turn of the loop.  Run once (on the poll engine),
+ * with proactors of its own.
+ */
+enum { WF_N = 4, WF_WLEN = 1 << 20 };
+
+/* (Called back on either loop thread.) */
+struct wf_seen {
+	atomic_int calls, error;
+};
+
+static void wf_cb(const px_completion *c)
+{
+	struct wf_seen *o = c->user;
+
+	atomic_store(&o->error, c->error);
+	atomic_fetch_add(&o->calls, 1);
+}
+
+static void *wf_loop(void *p)
+{
+	px_proactor *px = p;
+
+	while (px_handle_events(px, 20) != -ESHUTDOWN)
+		;
+	return NULL;
+}
+
+static void wait_failures_lose_nothing(void **state)
+{
+	static const char *engines[] = { "poll", "select", "poll-dedicated" };
+	static char wbuf[WF_WLEN], sink[65536];
+
+	(void)state;
+	if (strcmp(g_engine, "poll") != 0)
+		skip();
+	memset(wbuf, 'w', sizeof(wbuf));
+	for (size_t e = 0; e < sizeof(engines) / sizeof(engines[0]); e++) {
+		for (int loopers = 0; loopers <= 1; loopers++) {
+			px_proactor *px = NULL;
+			char err[256], rbuf[WF_N][4];
+			int sv[WF_N][2], w[2];
+			struct wf_seen r[WF_N], wr = { 0, 0 };
+			pthread_t lt;
+			size_t got = 0;
+
+			assert_int_equal(px_create(&px, engines[e], err,
+						   sizeof(err)), 0);
+			if (loopers)
+				assert_int_equal(pthread_create(&lt, NULL,
+								wf_loop, px), 0);
+			for (int i = 0; i < WF_N; i++) {
+				atomic_store(&r[i].calls, 0);
+				assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+							    SOCK_CLOEXEC, 0,
+							    sv[i]), 0);
+				assert_int_equal(px_read_stream(px, sv[i][1],
+								rbuf[i], 4,
+								wf_cb, &r[i]), 0);
+			}
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+						    SOCK_CLOEXEC, 0, w), 0);
+			assert_int_equal(fcntl(w[0], F_SETFL, O_NONBLOCK), 0);
+			assert_int_equal(px_write_stream_all(px, w[1], wbuf,
+							     sizeof(wbuf), wf_cb,
+							     &wr), 0);
+			atomic_store(&g_wait_fail, 40);
+			for (int i = 0; i < WF_N; i++)
+				assert_int_equal(write(sv[i][0], &"abcd"[i], 1), 1);
+			uint64_t end = now_ms() + 5000;
+			int done = 0;
+			while (now_ms() < end) {
+				ssize_t n = read(w[0], sink, sizeof(sink));
+
+				if (n > 0)
+					got += (size_t)n;
+				done = atomic_load(&wr.calls);
+				for (int i = 0; i < WF_N; i++)
+					done += atomic_load(&r[i].calls);
+				if (done == WF_N + 1 && got == sizeof(wbuf))
+					break;
+				if (n <= 0)
+					assert_true(px_handle_events(px, 5) >= 0);
+			}
+			if (atomic_load(&g_wait_fail) != 0)
+				fail_msg("%s: the waits were not all failed", engines[e]);
+			if (done != WF_N + 1)
+				fail_msg("%s, %d loop thread(s): %d of %d operations "
+					 "ended after their waits failed",
+					 engines[e], loopers + 1, done, WF_N + 1);
+			assert_int_equal(got, sizeof(wbuf));
+			assert_int_equal(atomic_load(&wr.error), 0);
+			for (int i = 0; i < WF_N; i++) {
+				assert_int_equal(atomic_load(&r[i].error), 0);
+				assert_int_equal(rbuf[i][0], "abcd"[i]);
+			}
+			if (loopers) {
+				px_stop(px);
+				pthread_join(lt, NULL);
+			}
+			assert_int_equal(px_destroy(px), 0);
+			assert_int_equal(atomic_load(&wr.calls), 1);
+			for (int i = 0; i < WF_N; i++) {
+				assert_int_equal(atomic_load(&r[i].calls), 1);
+				close(sv[i][0]);
+				close(sv[i][1]);
+			}
+			close(w[0]);
+			close(w[1]);
+		}
+	}
+}
+
 static int entries_of(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -1546,6 +1707,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(team_dedicated_thread_refused),
 		cmocka_unit_test(own_connect_failing_under_a_px_connect),
 		cmocka_unit_test(connect_keeps_o_async_set_meanwhile),
+		cmocka_unit_test(wait_failures_lose_nothing),
 	};
 
 	alarm(120);

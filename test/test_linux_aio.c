@@ -2727,8 +2727,8 @@ static void test_spill_rearm_fails(void **state)
 	static const char *engines[] = {
 		"provider=linux_aio wait=epoll",
 		"linux-aio depth=1",
-		"provider=linux_aio wait=epoll interrupt=eventfd "
-		"processor=dedicated",
+		("provider=linux_aio wait=epoll interrupt=eventfd "
+		 "processor=dedicated"),
 	};
 
 	(void)state;
