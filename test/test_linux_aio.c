@@ -57,7 +57,10 @@
  *     with ENOMEM once, or ENOSPC every time), on wait=epoll, depth=1 and
  *     a dedicated processor, with one and two loop threads: a read whose
  *     socket's write-all fired still ends with the byte sent after, each
- *     operation once (test_spill_rearm_fails, fixed problem 284).
+ *     operation once (test_spill_rearm_fails, fixed problem 284); and
+ *     the set refusing a first registration (ADD) or the take-off of a
+ *     write ended by its deadline (MOD): the read ends once with its byte
+ *     (test_spill_changes_refused).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
  * argv[1], if given, is a cmocka glob of the tests to run.
@@ -2601,13 +2604,15 @@ static void test_read_chains_cancelled(void **state)
 /*
  * px__sys_epoll_ctl, wrapped (test/meson.build): the provider's calls on
  * g_ctl_fd's registration in its spill set.  g_ctl_both counts those
- * that ask for both directions; while g_ctl_left is not 0, an
- * EPOLL_CTL_MOD that asks for reading alone fails with g_ctl_err
+ * that ask for both directions; while g_ctl_left is not 0, a call with
+ * op g_ctl_op (EPOLL_CTL_MOD unless set) that asks for the directions
+ * g_ctl_dirs (reading alone unless set) fails with g_ctl_err
  * (g_ctl_left counted down when > 0; < 0: every time), counted in
  * g_ctl_failed.
  */
 int __real_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
 static atomic_int g_ctl_fd = -1, g_ctl_both, g_ctl_left, g_ctl_failed;
+static atomic_int g_ctl_op = EPOLL_CTL_MOD, g_ctl_dirs = EPOLLIN;
 static int g_ctl_err;
 
 int __wrap_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
@@ -2618,7 +2623,8 @@ int __wrap_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 
 		if (dirs == (EPOLLIN | EPOLLOUT))
 			atomic_fetch_add(&g_ctl_both, 1);
-		if (op == EPOLL_CTL_MOD && dirs == EPOLLIN && left != 0) {
+		if (op == atomic_load(&g_ctl_op) &&
+		    dirs == (uint32_t)atomic_load(&g_ctl_dirs) && left != 0) {
 			if (left > 0)
 				atomic_fetch_sub(&g_ctl_left, 1);
 			atomic_fetch_add(&g_ctl_failed, 1);
@@ -2742,6 +2748,103 @@ static void test_spill_rearm_fails(void **state)
 	}
 }
 
+/*
+ * The spill set's other changes refused: a descriptor's first
+ * registration (EPOLL_CTL_ADD, ENOSPC every time: max_user_watches), and
+ * the change that takes a cancelled operation's direction off (a write
+ * ended by its deadline: EPOLL_CTL_MOD for the read alone, ENOMEM every
+ * time).  A read refused the set waits in a poll iocb of its own
+ * (la_claim); one left in a registration that still names the ended
+ * write's direction takes at most a report for nothing.  Either way the
+ * read ends once with the byte sent after, and the write once with
+ * ETIMEDOUT.  Passed before fixed problem 284 too.
+ */
+static void run_spill_changes_refused(const char *engine, int loopers)
+{
+	int sv[2];
+	char rbuf[8];
+	static char wbuf[REARM_LEN];
+	op rd, wr;
+	pthread_t lt[1];
+
+	for (int round = 0; round < 2; round++) {
+		memset(&rd, 0, sizeof(rd));
+		memset(&wr, 0, sizeof(wr));
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		atomic_store(&g_ctl_both, 0);
+		atomic_store(&g_ctl_failed, 0);
+		atomic_store(&g_ctl_op, round ? EPOLL_CTL_MOD : EPOLL_CTL_ADD);
+		atomic_store(&g_ctl_dirs, EPOLLIN);
+		g_ctl_err = round ? ENOMEM : ENOSPC;
+		atomic_store(&g_ctl_left, round ? 0 : -1);
+		atomic_store(&g_ctl_fd, sv[1]);
+		px_proactor *px = make(engine);
+		atomic_store(&looping, true);
+		for (int i = 0; i < loopers; i++)
+			assert_int_equal(pthread_create(&lt[i], NULL,
+							looper_main, px), 0);
+		assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf),
+						op_cb, &rd), 0);
+		if (round) {
+			px_op_desc d = { .op = PX_OP_WRITE_STREAM, .fd = sv[1],
+					 .buf = wbuf, .len = sizeof(wbuf),
+					 .flags = PX_OPF_WRITE_ALL,
+					 .timeout_ns = 50000000u, .cb = op_cb,
+					 .user = &wr };
+
+			assert_int_equal(px_start_op(px, &d), 0);
+			for (int i = 0; i < 2000 && !atomic_load(&g_ctl_both);
+			     i++)
+				px_handle_events(px, 1);
+			if (!atomic_load(&g_ctl_both))
+				fail_msg("engine '%s': the read and the write "
+					 "never waited in the set together",
+					 engine);
+			atomic_store(&g_ctl_left, -1);
+			if (!drain_within(px, &wr, 1, 3000))
+				fail_msg("engine '%s': the write's deadline did "
+					 "not end it", engine);
+			assert_int_equal(wr.error, ETIMEDOUT);
+		}
+		for (int i = 0; i < 20; i++)
+			px_handle_events(px, 1);
+		if (!atomic_load(&g_ctl_failed))
+			fail_msg("engine '%s', round %d: no change was refused "
+				 "(the staging did not happen)", engine, round);
+		assert_int_equal(atomic_load(&rd.calls), 0);
+		assert_int_equal(write(sv[0], "y", 1), 1);
+		if (!drain_within(px, &rd, 1, 3000))
+			fail_msg("engine '%s', round %d: the read did not end "
+				 "after its byte came", engine, round);
+		assert_int_equal(rd.error, 0);
+		assert_int_equal(rd.bytes, 1);
+		assert_int_equal(rbuf[0], 'y');
+		atomic_store(&g_ctl_left, 0);
+		atomic_store(&looping, false);
+		for (int i = 0; i < loopers; i++)
+			pthread_join(lt[i], NULL);
+		assert_int_equal(px_destroy(px), 0);
+		atomic_store(&g_ctl_fd, -1);
+		assert_int_equal(atomic_load(&rd.calls), 1);
+		assert_int_equal(atomic_load(&wr.calls), round ? 1 : 0);
+		assert_int_equal(atomic_load(&extra_calls), 0);
+		close(sv[0]);
+		close(sv[1]);
+	}
+	atomic_store(&g_ctl_op, EPOLL_CTL_MOD);
+}
+
+static void test_spill_changes_refused(void **state)
+{
+	(void)state;
+	run_spill_changes_refused("provider=linux_aio wait=epoll", 0);
+	run_spill_changes_refused("provider=linux_aio wait=epoll", 1);
+	run_spill_changes_refused("linux-aio depth=1", 1);
+	run_spill_changes_refused("provider=linux_aio wait=epoll "
+				  "processor=dedicated", 0);
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2810,6 +2913,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_overflow_accepts),
 		cmocka_unit_test(test_read_chains_cancelled),
 		cmocka_unit_test(test_spill_rearm_fails),
+		cmocka_unit_test(test_spill_changes_refused),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
