@@ -60,7 +60,9 @@
  *     operation once (test_spill_rearm_fails, fixed problem 284); and
  *     the set refusing a first registration (ADD) or the take-off of a
  *     write ended by its deadline (MOD): the read ends once with its byte
- *     (test_spill_changes_refused).
+ *     (test_spill_changes_refused); glibc's epoll_ctl wrapped too, the
+ *     epoll wait's poller refusing to watch the set: a poll iocb watches
+ *     it, and reads and a write-all end once (test_spill_watch_refused).
  *
  * Exit 77 (skip) where io_setup is refused (no AIO in the kernel, seccomp).
  * argv[1], if given, is a cmocka glob of the tests to run.
@@ -2845,6 +2847,124 @@ static void test_spill_changes_refused(void **state)
 				  "processor=dedicated", 0);
 }
 
+/*
+ * The epoll wait's poller refusing to watch the spill set (glibc's
+ * epoll_ctl wrapped: every ADD or MOD of an epoll instance, which only
+ * the set is, fails with ENOMEM while g_watch_refuse is set): the set is
+ * then watched by a poll iocb of its own (la_spill_watch), whose event
+ * wakes the leader.  Reads waiting on four sockets and a write-all
+ * waiting for room each end once with their data, on one and two loop
+ * threads and on a dedicated processor.
+ */
+int __real_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev);
+static atomic_bool g_watch_refuse;
+static atomic_int g_watch_refused;
+
+static bool is_epoll_fd(int fd)
+{
+	static const char want[] = "anon_inode:[eventpoll]";
+	char path[40], name[sizeof(want) + 1];
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	n = readlink(path, name, sizeof(name));
+	return n == (ssize_t)sizeof(want) - 1 && !memcmp(name, want, (size_t)n);
+}
+
+int __wrap_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
+{
+	if (atomic_load(&g_watch_refuse) && op != EPOLL_CTL_DEL &&
+	    is_epoll_fd(fd)) {
+		atomic_fetch_add(&g_watch_refused, 1);
+		errno = ENOMEM;
+		return -1;
+	}
+	return __real_epoll_ctl(epfd, op, fd, ev);
+}
+
+enum { WR_N = 4 };
+
+static void run_spill_watch_refused(const char *engine, int loopers)
+{
+	int sv[WR_N][2], w[2];
+	char rbuf[WR_N][4];
+	static char wbuf[REARM_LEN], sink[65536];
+	op rd[WR_N], wr;
+	pthread_t lt[1];
+	size_t got = 0;
+
+	memset(rd, 0, sizeof(rd));
+	memset(&wr, 0, sizeof(wr));
+	atomic_store(&g_watch_refused, 0);
+	atomic_store(&g_watch_refuse, true);
+	px_proactor *px = make(engine);
+	atomic_store(&looping, true);
+	for (int i = 0; i < loopers; i++)
+		assert_int_equal(pthread_create(&lt[i], NULL, looper_main, px), 0);
+	for (int i = 0; i < WR_N; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+		assert_int_equal(px_read_stream(px, sv[i][1], rbuf[i], 4, op_cb,
+						&rd[i]), 0);
+	}
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, w),
+			 0);
+	assert_int_equal(fcntl(w[0], F_SETFL, O_NONBLOCK), 0);
+	assert_int_equal(px_write_stream_all(px, w[1], wbuf, sizeof(wbuf),
+					     op_cb, &wr), 0);
+	for (int i = 0; i < 20; i++)
+		px_handle_events(px, 1);
+	for (int i = 0; i < WR_N; i++) {
+		assert_int_equal(atomic_load(&rd[i].calls), 0);
+		assert_int_equal(write(sv[i][0], &"abcd"[i], 1), 1);
+	}
+	for (int i = 0; i < 5000 && got < sizeof(wbuf); i++) {
+		ssize_t n = read(w[0], sink, sizeof(sink));
+
+		if (n > 0)
+			got += (size_t)n;
+		else
+			px_handle_events(px, 1);
+	}
+	if (!drain_within(px, rd, WR_N, 3000) || !drain_within(px, &wr, 1, 3000))
+		fail_msg("engine '%s': operations did not end while the spill "
+			 "set could not be watched by the poller", engine);
+	if (!atomic_load(&g_watch_refused))
+		fail_msg("engine '%s': the spill set's watch was never asked "
+			 "for (the staging did not happen)", engine);
+	atomic_store(&g_watch_refuse, false);
+	assert_int_equal(got, sizeof(wbuf));
+	assert_int_equal(wr.error, 0);
+	assert_int_equal(wr.bytes, sizeof(wbuf));
+	for (int i = 0; i < WR_N; i++) {
+		assert_int_equal(rd[i].error, 0);
+		assert_int_equal(rd[i].bytes, 1);
+		assert_int_equal(rbuf[i][0], "abcd"[i]);
+	}
+	atomic_store(&looping, false);
+	for (int i = 0; i < loopers; i++)
+		pthread_join(lt[i], NULL);
+	assert_int_equal(px_destroy(px), 0);
+	for (int i = 0; i < WR_N; i++) {
+		assert_int_equal(atomic_load(&rd[i].calls), 1);
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+	assert_int_equal(atomic_load(&wr.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(w[0]);
+	close(w[1]);
+}
+
+static void test_spill_watch_refused(void **state)
+{
+	(void)state;
+	run_spill_watch_refused("provider=linux_aio wait=epoll", 0);
+	run_spill_watch_refused("provider=linux_aio wait=epoll", 1);
+	run_spill_watch_refused("provider=linux_aio wait=epoll "
+				"processor=dedicated", 0);
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -2914,6 +3034,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_read_chains_cancelled),
 		cmocka_unit_test(test_spill_rearm_fails),
 		cmocka_unit_test(test_spill_changes_refused),
+		cmocka_unit_test(test_spill_watch_refused),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
