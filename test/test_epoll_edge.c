@@ -33,7 +33,8 @@
  *  - epoll_ctl refused (ENOMEM, ENOSPC) at a start, after a batch and at
  *    a cancel, with one and two loop threads: one callback per started
  *    operation, with its data or the error, none for a start that
- *    failed, and no hang (epoll_ctl_refused_*; see refusals_run).
+ *    failed, and no hang (epoll_ctl_refused_*; see refusals_run); a
+ *    start deferred by max_aio=1 gets the refusal in its completion.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1217,6 +1218,57 @@ static void epoll_ctl_refused_two_threads(void **state)
 	refusals_run(1);
 }
 
+/*
+ * A start deferred by max_aio=1 whose registration the kernel refuses
+ * when its turn comes: the refusal arrives in its completion (ENOMEM),
+ * once, as px_read_stream(3) says of deferred starts; the read before it
+ * and one started after end with their data.
+ */
+static void epoll_ctl_refused_deferred(void **state)
+{
+	px_config cfg;
+	char err[256] = "", buf[3][4];
+	int a[2], b[2], c[2];
+	struct seen r[3] = { 0 };
+
+	(void)state;
+	assert_int_equal(px_config_parse(&cfg, "epoll max_aio=1", err,
+					 sizeof(err)), 0);
+	cfg.flags |= PX_CF_NO_ENV;
+	assert_int_equal(px_create_config(&g_px, &cfg, err, sizeof(err)), 0);
+	socket_pair(a);
+	socket_pair(b);
+	socket_pair(c);
+	assert_int_equal(px_read_stream(g_px, a[1], buf[0], 4, seen_cb, &r[0]),
+			 0);
+	px_handle_events(g_px, 5);
+	/* Deferred: a's read holds the only place. */
+	assert_int_equal(px_read_stream(g_px, b[1], buf[1], 4, seen_cb, &r[1]),
+			 0);
+	refuse(b[1], EPOLL_CTL_ADD, ENOMEM, -1);
+	assert_int_equal(write(a[0], "a", 1), 1);
+	if (!seen_within(&r[0], 3000) || !seen_within(&r[1], 3000))
+		fail_msg("a deferred read whose registration was refused did "
+			 "not end");
+	refuse_none();
+	assert_int_equal(atomic_load(&r[0].error), 0);
+	assert_int_equal(atomic_load(&r[1].error), ENOMEM);
+	assert_true(atomic_load(&g_refused) >= 1);
+	assert_int_equal(px_read_stream(g_px, c[1], buf[2], 4, seen_cb, &r[2]),
+			 0);
+	assert_int_equal(write(c[0], "c", 1), 1);
+	if (!seen_within(&r[2], 3000))
+		fail_msg("a read after the refusal did not end");
+	assert_int_equal(atomic_load(&r[2].error), 0);
+	assert_int_equal(buf[2][0], 'c');
+	assert_int_equal(px_destroy(g_px), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&r[i].calls), 1);
+	int fds[] = { a[0], a[1], b[0], b[1], c[0], c[1] };
+	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		close(fds[i]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1233,6 +1285,7 @@ int main(void)
 		cmocka_unit_test(stop_during_shared_calls),
 		cmocka_unit_test(epoll_ctl_refused_one_thread),
 		cmocka_unit_test(epoll_ctl_refused_two_threads),
+		cmocka_unit_test(epoll_ctl_refused_deferred),
 	};
 
 	alarm(60);
