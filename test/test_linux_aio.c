@@ -58,8 +58,9 @@
  *     a dedicated processor, with one and two loop threads: a read whose
  *     socket's write-all fired still ends with the byte sent after, each
  *     operation once (test_spill_rearm_fails, fixed problem 284); and
- *     the set refusing a first registration (ADD) or the take-off of a
- *     write ended by its deadline (MOD): the read ends once with its byte
+ *     the set refusing a first registration (ADD), the take-off of a
+ *     write ended by its deadline (MOD) or a cancelled read's removal
+ *     (DEL): the reads end once with their bytes
  *     (test_spill_changes_refused); glibc's epoll_ctl wrapped too, the
  *     epoll wait's poller refusing to watch the set: a poll iocb watches
  *     it, and reads and a write-all end once (test_spill_watch_refused).
@@ -2608,7 +2609,8 @@ static void test_read_chains_cancelled(void **state)
  * g_ctl_fd's registration in its spill set.  g_ctl_both counts those
  * that ask for both directions; while g_ctl_left is not 0, a call with
  * op g_ctl_op (EPOLL_CTL_MOD unless set) that asks for the directions
- * g_ctl_dirs (reading alone unless set) fails with g_ctl_err
+ * g_ctl_dirs (reading alone unless set; 0 for EPOLL_CTL_DEL) fails with
+ * g_ctl_err
  * (g_ctl_left counted down when > 0; < 0: every time), counted in
  * g_ctl_failed.
  */
@@ -2619,8 +2621,8 @@ static int g_ctl_err;
 
 int __wrap_px__sys_epoll_ctl(int epfd, int op, int fd, struct epoll_event *ev)
 {
-	if (fd == atomic_load(&g_ctl_fd) && ev) {
-		uint32_t dirs = ev->events & (EPOLLIN | EPOLLOUT);
+	if (fd == atomic_load(&g_ctl_fd)) {
+		uint32_t dirs = ev ? ev->events & (EPOLLIN | EPOLLOUT) : 0;
 		int left = atomic_load(&g_ctl_left);
 
 		if (dirs == (EPOLLIN | EPOLLOUT))
@@ -2837,6 +2839,60 @@ static void run_spill_changes_refused(const char *engine, int loopers)
 	atomic_store(&g_ctl_op, EPOLL_CTL_MOD);
 }
 
+/* The removal of a cancelled read's registration refused (EPOLL_CTL_DEL,
+ * every time): the next read on the socket registers it again (the ADD
+ * meets the old registration, EEXIST, and makes it a MOD) and ends with
+ * its byte. */
+static void run_spill_removal_refused(const char *engine)
+{
+	int sv[2];
+	char rbuf[8];
+	op r1, r2;
+
+	memset(&r1, 0, sizeof(r1));
+	memset(&r2, 0, sizeof(r2));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    sv), 0);
+	atomic_store(&g_ctl_failed, 0);
+	atomic_store(&g_ctl_op, EPOLL_CTL_DEL);
+	atomic_store(&g_ctl_dirs, 0);
+	g_ctl_err = ENOMEM;
+	atomic_store(&g_ctl_left, -1);
+	atomic_store(&g_ctl_fd, sv[1]);
+	px_proactor *px = make(engine);
+	assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf), op_cb,
+					&r1), 0);
+	for (int i = 0; i < 20; i++)
+		px_handle_events(px, 1);
+	assert_int_equal(px_cancel(px, sv[1]), 1);
+	if (!drain_within(px, &r1, 1, 3000))
+		fail_msg("engine '%s': a cancelled read did not end", engine);
+	assert_int_equal(r1.error, ECANCELED);
+	if (!atomic_load(&g_ctl_failed))
+		fail_msg("engine '%s': no removal was refused (the staging did "
+			 "not happen)", engine);
+	assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf), op_cb,
+					&r2), 0);
+	for (int i = 0; i < 20; i++)
+		px_handle_events(px, 1);
+	assert_int_equal(write(sv[0], "z", 1), 1);
+	if (!drain_within(px, &r2, 1, 3000))
+		fail_msg("engine '%s': a read after a refused removal did not "
+			 "end after its byte came", engine);
+	assert_int_equal(r2.error, 0);
+	assert_int_equal(rbuf[0], 'z');
+	atomic_store(&g_ctl_left, 0);
+	assert_int_equal(px_destroy(px), 0);
+	atomic_store(&g_ctl_fd, -1);
+	atomic_store(&g_ctl_op, EPOLL_CTL_MOD);
+	atomic_store(&g_ctl_dirs, EPOLLIN);
+	assert_int_equal(atomic_load(&r1.calls), 1);
+	assert_int_equal(atomic_load(&r2.calls), 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 static void test_spill_changes_refused(void **state)
 {
 	(void)state;
@@ -2845,6 +2901,8 @@ static void test_spill_changes_refused(void **state)
 	run_spill_changes_refused("linux-aio depth=1", 1);
 	run_spill_changes_refused("provider=linux_aio wait=epoll "
 				  "processor=dedicated", 0);
+	run_spill_removal_refused("provider=linux_aio wait=epoll");
+	run_spill_removal_refused("linux-aio depth=1");
 }
 
 /*
