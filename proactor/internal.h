@@ -459,7 +459,7 @@ int px__sigwait_signal_of(const struct px_provider *prov) PX_HIDDEN;
 
 /* fork(2): the library's process-wide locks (the signal tables of the
  * signal interrupt and of the sigwait wait, the POSIX AIO set-up, the
- * file status flags of nbio.c's calls on files of no type) are
+ * file status flags lock, px__flags_lock below) are
  * taken before a fork and released after it in both processes, so that a
  * child never inherits one held by a thread it does not have; in the
  * child each module also frees what the parent's proactors held, which
