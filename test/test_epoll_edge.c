@@ -34,7 +34,8 @@
  *    a cancel, with one and two loop threads: one callback per started
  *    operation, with its data or the error, none for a start that
  *    failed, and no hang (epoll_ctl_refused_*; see refusals_run); a
- *    start deferred by max_aio=1 gets the refusal in its completion.
+ *    start deferred by max_aio=1 gets the refusal in its completion, and
+ *    so does a trusted read whose later check is refused.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1269,6 +1270,53 @@ static void epoll_ctl_refused_deferred(void **state)
 		close(fds[i]);
 }
 
+/*
+ * The check of a trusted wait's registration (a read started from the
+ * callback of a read on the same socket waits unverified; the leader
+ * checks it after one to three SEL_CHECK_MS periods) refused: the read
+ * ends once with the error, within about three seconds.
+ */
+static int g_chk[2];
+static char g_chkbuf[2][4];
+static struct seen g_chk_r[2];
+
+static void chk_first_cb(const px_completion *c)
+{
+	seen_cb(c);
+	refuse(g_chk[1], EPOLL_CTL_MOD, ENOMEM, -1);
+	assert_int_equal(px_read_stream(g_px, g_chk[1], g_chkbuf[1], 4, seen_cb,
+					&g_chk_r[1]), 0);
+}
+
+static void epoll_ctl_refused_at_the_check(void **state)
+{
+	(void)state;
+	memset(g_chk_r, 0, sizeof(g_chk_r));
+	make_px();
+	socket_pair(g_chk);
+	assert_int_equal(px_read_stream(g_px, g_chk[1], g_chkbuf[0], 4,
+					chk_first_cb, &g_chk_r[0]), 0);
+	px_handle_events(g_px, 5);
+	assert_int_equal(write(g_chk[0], "a", 1), 1);
+	if (!seen_within(&g_chk_r[0], 3000))
+		fail_msg("the first read did not end");
+	uint64_t t0 = now_ms();
+	if (!seen_within(&g_chk_r[1], 6000))
+		fail_msg("a read whose registration check was refused did not "
+			 "end within 6 s (%d refusal(s))",
+			 atomic_load(&g_refused));
+	refuse_none();
+	print_message("the trusted read ended after %llu ms\n",
+		      (unsigned long long)(now_ms() - t0));
+	assert_int_equal(atomic_load(&g_chk_r[1].error), ENOMEM);
+	assert_true(atomic_load(&g_refused) >= 1);
+	assert_int_equal(px_destroy(g_px), 0);
+	assert_int_equal(atomic_load(&g_chk_r[0].calls), 1);
+	assert_int_equal(atomic_load(&g_chk_r[1].calls), 1);
+	close(g_chk[0]);
+	close(g_chk[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1286,6 +1334,7 @@ int main(void)
 		cmocka_unit_test(epoll_ctl_refused_one_thread),
 		cmocka_unit_test(epoll_ctl_refused_two_threads),
 		cmocka_unit_test(epoll_ctl_refused_deferred),
+		cmocka_unit_test(epoll_ctl_refused_at_the_check),
 	};
 
 	alarm(60);
