@@ -1658,15 +1658,24 @@ static void ur_unstall(px_uring *u, px_result *r)
 
 /* Queue an ASYNC_CANCEL for r's request, in the ring the request went
  * into (a cancel looks in its own ring only).  Returns false when it has to
- * wait (no SQE, or too many cancels in flight for the CQ). */
-static bool ur_send_cancel(px_uring *u, px_result *r)
+ * wait (no SQE, or too many cancels in flight for the CQ).  asked: the
+ * cancel of a px_cancel or px_close, which must reach the kernel before
+ * the call returns: past the cap (u->cancel_cap, the SQ's size, which is
+ * 1 or 2 with a tiny ring=) as long as the ring's CQ still has room for
+ * every CQE to come.  Held at the cap, it waited for the next lead, and a
+ * read cancelled meanwhile took data its peer sent after px_cancel had
+ * returned (TESTING.md, fixed problem 281).  (rg->pending counts every
+ * CQE to come but the kick's READ and the gate's POLL_ADD, and more: a
+ * held or parked read has none yet.) */
+static bool ur_send_cancel(px_uring *u, px_result *r, bool asked)
 {
 	struct px_uring_priv *pr = ur_priv(r);
 	px_uring_ring *rg = pr->rg;
 	struct io_uring_sqe *sqe;
 	uint64_t target = (uintptr_t)r;
 
-	if (rg->cancels_inflight >= u->cancel_cap)
+	if (rg->cancels_inflight >= u->cancel_cap &&
+	    (!asked || rg->pending + 3 > rg->ring.cq.ring_entries))
 		return false;
 	sqe = px__uring_get_sqe(rg, 0);
 	if (!sqe)
@@ -1696,7 +1705,7 @@ void px__uring_flush_stalled(px_uring *u, px_uring_ring *rg)
 	while ((l = px_list_first(&u->cancel_stalled))) {
 		px_result *r = ur_result_of_slink(l);
 		px_uring_ring *crg = ur_priv(r)->rg;
-		if (!ur_send_cancel(u, r))
+		if (!ur_send_cancel(u, r, false))
 			break;
 		ur_unstall(u, r);
 		px__uring_kick(crg);  /* its ring may be led by another */
@@ -2129,7 +2138,7 @@ static px_result *ur_cancel_done(px_uring *u, px_uring_ring *rg,
 	}
 	if (res == -ENOENT && pr->phase != PX_URING_IDLE &&
 	    pr->slist == PX_URING_NOLIST) {
-		if (!ur_send_cancel(u, r)) {
+		if (!ur_send_cancel(u, r, false)) {
 			pr->slist = PX_URING_CANCEL_STALLED;
 			px_list_push_back(&u->cancel_stalled, &pr->slink);
 		}
@@ -2708,8 +2717,24 @@ static int ur_cancel(px_provider *p, px_result *r)
 	 * take (a helper's review of 2026-12-05): submit what waits now, the
 	 * cancel, if it finds room, going right behind. */
 	bool unsubmitted = io_uring_sq_ready(&pr->rg->ring) != 0;
+	bool asked = !r->deadline_cancel;
+	if (!pr->cancel_sent && pr->slist == PX_URING_CANCEL_STALLED &&
+	    asked)
+		ur_unstall(u, r);  /* its deadline's cancel waits: this one goes */
 	if (!pr->cancel_sent && pr->slist == PX_URING_NOLIST) {
-		if (ur_send_cancel(u, r)) {
+		bool sent = ur_send_cancel(u, r, asked);
+		if (!sent && asked) {
+			/* No SQE: the SQ is full of what its submit could not
+			 * hand over yet (the SQPOLL thread takes the SQEs on
+			 * its own schedule).  Wait until the kernel has taken
+			 * them (ur_submit_taken: with SQPOLL; otherwise one
+			 * more submit), and try again: what the SQ held is
+			 * submitted, nothing of it dropped, and the cancel
+			 * goes behind. */
+			ur_submit_taken(pr->rg);
+			sent = ur_send_cancel(u, r, asked);
+		}
+		if (sent) {
 			/* A px_cancel's (or px_close's) ASYNC_CANCEL goes in
 			 * now, also when r's own request is in the kernel
 			 * already: the kernel marks a poll-armed request

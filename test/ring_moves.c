@@ -37,6 +37,11 @@
  * returned: the read still ends with ECANCELED and no bytes (TESTING.md,
  * fixed problem 278: io_uring left the ASYNC_CANCEL to the ring's leader,
  * and the read took what came meanwhile).
+ *
+ * cancel_many_then_data: the same for 24 reads in the kernel at once,
+ * cancelled one after another, each peer writing right after its own
+ * px_cancel (fixed problem 281: on io_uring with a tiny ring= the cancels
+ * beyond the SQ's size waited for the next lead).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -687,6 +692,77 @@ static void cancel_then_data(void **state)
 			 CD_ROUNDS / 2, reset, first_bad, what);
 }
 
+/* ------------------------------------------------------------------ */
+/* cancel_many_then_data                                                */
+/* ------------------------------------------------------------------ */
+
+/* Many reads in the kernel at once, cancelled one after the other from
+ * outside the loop, each peer writing its byte right after its own
+ * px_cancel returned: more cancels at once than a tiny ring= lets be in
+ * flight (io_uring held them at the SQ's size, 1 or 2, and left the rest
+ * to the next lead: TESTING.md, fixed problem 281).  Every read ends with
+ * ECANCELED and no bytes, and every byte is still there. */
+#define CM_ROUNDS 20
+#define CM_READS 24
+
+static void cancel_many_then_data(void **state)
+{
+	h_fx *f = *state;
+	cd_rec *recs = h_alloc(f, CM_READS * sizeof(cd_rec));
+	int sv[CM_READS][2];
+	int took = 0, first_round = -1, first_read = -1;
+	char what[96] = "";
+
+	h_loops_start(f, 2, false);
+	for (int round = 0; round < CM_ROUNDS; round++) {
+		memset(recs, 0, CM_READS * sizeof(cd_rec));
+		for (int i = 0; i < CM_READS; i++) {
+			assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM |
+						    SOCK_CLOEXEC, 0, sv[i]), 0);
+			assert_int_equal(px_read_stream(f->px, sv[i][0],
+							&recs[i].byte, 1, cd_cb,
+							&recs[i]), 0);
+		}
+		usleep(round % 2 ? 2000 : 200);  /* into the kernel */
+		for (int i = 0; i < CM_READS; i++) {
+			assert_int_equal(px_cancel(f->px, sv[i][0]), 1);
+			assert_int_equal(write(sv[i][1], "d", 1), 1);
+		}
+		for (int i = 0; i < CM_READS; i++) {
+			cd_rec *r = &recs[i];
+			uint64_t end = h_deadline(5000);
+			while (!atomic_load(&r->calls) && h_now_ms() < end)
+				usleep(50);
+			assert_int_equal(atomic_load(&r->calls), 1);
+			char b = 0;
+			ssize_t n = recv(sv[i][0], &b, 1, MSG_DONTWAIT);
+			if (r->error != ECANCELED || r->bytes) {
+				took++;
+				if (first_round < 0) {
+					first_round = round;
+					first_read = i;
+					snprintf(what, sizeof(what),
+						 "error %d, %zu bytes", r->error,
+						 r->bytes);
+				}
+			} else if (n != 1) {
+				fail_msg("round %d, read %d: ECANCELED, but the "
+					 "byte written after the cancel is gone "
+					 "(recv %zd)", round, i, n);
+			}
+			close(sv[i][0]);
+			close(sv[i][1]);
+		}
+	}
+	h_sleep_ms(20);
+	h_loops_stop();
+	if (first_round >= 0)
+		fail_msg("%d of %d cancelled reads did not end with ECANCELED "
+			 "and no bytes (the first, round %d, read %d: %s)",
+			 took, CM_ROUNDS * CM_READS, first_round, first_read,
+			 what);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(int argc, char **argv)
@@ -700,6 +776,7 @@ int main(int argc, char **argv)
 		T(cancel_close_reuse_threads),
 		T(destroy_with_every_ring_busy),
 		T(cancel_then_data),
+		T(cancel_many_then_data),
 	};
 	return cmocka_run_group_tests_name("ring_moves", tests, NULL, NULL) ? 1
 									    : 0;
