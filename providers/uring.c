@@ -1154,6 +1154,14 @@ bool px__uring_may_lead(px_uring *u, bool others_busy)
 
 	if (!home->led && home->pending)
 		return true;
+	/* Results and cancels waiting for an SQE are in no ring's pending
+	 * count: any lead's prepare issues them (px__uring_flush_stalled).
+	 * Once every ring had reaped its last CQE, nobody led, and they
+	 * waited for good (TESTING.md, fixed problem 282). */
+	if (!px_list_empty(&u->stalled) || !px_list_empty(&u->cancel_stalled))
+		for (unsigned i = 0; i < u->nrings; i++)
+			if (!u->rings[i].led)
+				return true;
 	/* Another thread's ring, while other threads are about: the one that
 	 * led it last comes back to it (unless it stays away too long), and
 	 * the sessions would move between threads. */
