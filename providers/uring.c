@@ -1875,8 +1875,23 @@ static void ur_advance(px_uring *u, px_list *q, px_uring_ring *near)
 {
 	px_link *l = px_list_first(q);
 
-	if (l)
-		ur_issue_or_stall(u, px_result_of_plink(l), near);
+	if (!l)
+		return;
+	if (u->advance_later) {
+		/* The head before it was cancelled by px_cancel or px_close
+		 * while it waited outside the kernel (ur_cancel), and the
+		 * same call cancels this one next: into the kernel now, a
+		 * write whose socket had room went out at that cancel's own
+		 * submit, after the cancelled write before it, and a read
+		 * took data (TESTING.md, fixed problem 283).  On the stalled
+		 * list it is issued by a prepare, should it be left. */
+		struct px_uring_priv *pr = ur_priv(px_result_of_plink(l));
+		pr->phase = PX_URING_IDLE;
+		pr->slist = PX_URING_STALLED;
+		px_list_push_back(&u->stalled, &pr->slink);
+		return;
+	}
+	ur_issue_or_stall(u, px_result_of_plink(l), near);
 }
 
 /*
@@ -2709,9 +2724,16 @@ static int ur_cancel(px_provider *p, px_result *r)
 		ur_gate_leave(pr->rg, pr, true);
 	}
 	if (pr->phase == PX_URING_IDLE) {
-		/* Not in the kernel: forget it now. */
+		/* Not in the kernel: forget it now.  A px_cancel or px_close
+		 * cancels every operation of the descriptor, in start order,
+		 * so the next head of r's queue, if r was the head (waiting
+		 * for an SQE, held late, parked at the gate), is cancelled
+		 * next: it waits (u->advance_later).  A deadline's cancel
+		 * ends r alone: the next goes in. */
 		pr->cancel_req = true;
+		u->advance_later = !r->deadline_cancel;
 		ur_finish(u, r, -ECANCELED);
+		u->advance_later = false;
 		for (unsigned i = 0; i < u->nrings; i++)
 			px__uring_kick(&u->rings[i]);  /* the next head, if any */
 		return PX_CANCEL_DONE;

@@ -175,6 +175,11 @@ typedef struct px_uring {
 
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
+	/* Set while ur_cancel finishes a queue head that was not in the
+	 * kernel for px_cancel or px_close: the next head goes on stalled
+	 * instead of into the kernel (ur_advance), since the same call
+	 * cancels it next. */
+	bool advance_later;
 
 	bool late_ok;               /* the config allows them (no SQPOLL) */
 	/* The process runs under valgrind: every wait is bounded by
