@@ -633,6 +633,61 @@ static int ur_submit(px_uring_ring *rg)
 	return rc < 0 ? rc : 0;
 }
 
+/* With SQPOLL, wait until the kernel thread has taken every SQE published
+ * on rg (ur_submit published them and woke it); at once without.  Mutex
+ * held: the other threads wait with it. */
+static void ur_sqpoll_taken(px_uring_ring *rg)
+{
+	struct io_uring_sq *sq = &rg->ring.sq;
+	unsigned spins = 0;
+
+	if (!(rg->ring.flags & IORING_SETUP_SQPOLL))
+		return;
+	/* With SQPOLL the kernel thread takes the SQEs when it runs, and it
+	 * competes for the CPUs with the application: on two loaded vCPUs it
+	 * was seen to take over 10 ms, the bound this wait used to have, and
+	 * a read cancelled and closed meanwhile took the data of the socket
+	 * that got its number next (a helper's review of 2026-12-05).  So
+	 * wait until it has taken them all, waking it whenever it has gone
+	 * to sleep; after the first yields, in 50 us naps.  One exception:
+	 * older kernels (5.10 among them) refuse submissions while
+	 * completions overflow the CQ, until they are reaped, which the
+	 * mutex held here keeps from happening; with the overflow flag up
+	 * the wait still ends after 10 ms. */
+	unsigned tail = sq->sqe_tail;
+	uint64_t overflow_end = 0;
+	while ((int)(tail - io_uring_smp_load_acquire(sq->khead)) > 0) {
+		unsigned kflags = IO_URING_READ_ONCE(*sq->kflags);
+		if (kflags & IORING_SQ_NEED_WAKEUP)
+			(void)io_uring_enter((unsigned)rg->ring.ring_fd, 0, 0,
+					     IORING_ENTER_SQ_WAKEUP, NULL);
+		if (kflags & IORING_SQ_CQ_OVERFLOW) {
+			uint64_t now = px__now_ns();
+			if (!overflow_end)
+				overflow_end = now + 10000000u;
+			else if (now >= overflow_end)
+				break;
+		}
+		if (++spins < 64) {
+			sched_yield();
+		} else {
+			struct timespec nap = { 0, 50000 };
+			nanosleep(&nap, NULL);
+		}
+	}
+}
+
+struct io_uring_sqe *px__uring_get_sqe_now(px_uring_ring *rg, unsigned reserve)
+{
+	struct io_uring_sqe *sqe = px__uring_get_sqe(rg, reserve);
+
+	if (!sqe && (rg->ring.flags & IORING_SETUP_SQPOLL)) {
+		ur_sqpoll_taken(rg);
+		sqe = px__uring_get_sqe(rg, reserve);
+	}
+	return sqe;
+}
+
 struct io_uring_sqe *px__uring_get_sqe(px_uring_ring *rg, unsigned reserve)
 {
 	struct io_uring_sqe *sqe;
@@ -2610,44 +2665,8 @@ static int ur_start(px_provider *p, px_result *r)
  * Mutex held: the other threads wait with it. */
 static void ur_submit_taken(px_uring_ring *rg)
 {
-	struct io_uring_sq *sq = &rg->ring.sq;
-	unsigned spins = 0;
-
 	ur_submit(rg);
-	if (!(rg->ring.flags & IORING_SETUP_SQPOLL))
-		return;
-	/* With SQPOLL the kernel thread takes the SQEs when it runs, and it
-	 * competes for the CPUs with the application: on two loaded vCPUs it
-	 * was seen to take over 10 ms, the bound this wait used to have, and
-	 * a read cancelled and closed meanwhile took the data of the socket
-	 * that got its number next (a helper's review of 2026-12-05).  So
-	 * wait until it has taken them all, waking it whenever it has gone
-	 * to sleep; after the first yields, in 50 us naps.  One exception:
-	 * older kernels (5.10 among them) refuse submissions while
-	 * completions overflow the CQ, until they are reaped, which the
-	 * mutex held here keeps from happening; with the overflow flag up
-	 * the wait still ends after 10 ms. */
-	unsigned tail = sq->sqe_tail;
-	uint64_t overflow_end = 0;
-	while ((int)(tail - io_uring_smp_load_acquire(sq->khead)) > 0) {
-		unsigned kflags = IO_URING_READ_ONCE(*sq->kflags);
-		if (kflags & IORING_SQ_NEED_WAKEUP)
-			(void)io_uring_enter((unsigned)rg->ring.ring_fd, 0, 0,
-					     IORING_ENTER_SQ_WAKEUP, NULL);
-		if (kflags & IORING_SQ_CQ_OVERFLOW) {
-			uint64_t now = px__now_ns();
-			if (!overflow_end)
-				overflow_end = now + 10000000u;
-			else if (now >= overflow_end)
-				break;
-		}
-		if (++spins < 64) {
-			sched_yield();
-		} else {
-			struct timespec nap = { 0, 50000 };
-			nanosleep(&nap, NULL);
-		}
-	}
+	ur_sqpoll_taken(rg);
 }
 
 /* The submit of ur_cancel.  A cancel made for r's deadline (timer.c, with

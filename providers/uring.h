@@ -233,6 +233,12 @@ extern const px_intr_ops px__intr_uring_ops PX_HIDDEN;
  * Mutex held. */
 struct io_uring_sqe *px__uring_get_sqe(px_uring_ring *rg, unsigned reserve) PX_HIDDEN;
 
+/* px__uring_get_sqe for what cannot wait for a later lead (the interrupt's
+ * NOP): with SQPOLL, when the ring is still full after the submit (its
+ * kernel thread has not taken the SQEs yet), wait until it has and look
+ * again.  NULL when there is still no room.  Mutex held. */
+struct io_uring_sqe *px__uring_get_sqe_now(px_uring_ring *rg, unsigned reserve) PX_HIDDEN;
+
 /* The calling thread's ring: where its starts go.  A thread gets one, in
  * turn, the first time it leads (px__uring_pick); before that ring 0.
  * Mutex held. */

@@ -32,7 +32,8 @@
  *     wait return at once without entering the kernel.
  * If the SQ is full and cannot be submitted (EAGAIN/EBUSY from the kernel),
  * the interrupt falls back to that flag, which the leader sees only after
- * its current wait.
+ * its current wait.  (With SQPOLL a full SQ is first given to the kernel
+ * thread to take: px__uring_get_sqe_now.)
  *
  * This file has two ops tables, the wait's and the interrupt's: they are
  * one mechanism and share the ring.
@@ -472,7 +473,14 @@ static void px_uring_intr_interrupt(px_intr *in)
 		any = true;
 		if (rg->intr_queued)
 			continue;
-		sqe = px__uring_get_sqe(rg, 0);
+		/* With SQPOLL the one-entry SQ of ring=1 was still full of
+		 * a start the kernel thread had yet to take, and the NOP
+		 * fell back to intr_deferred, which a leader blocked in the
+		 * kernel sees only when its wait ends: a post made right
+		 * after a start waited up to a second (196 of 200 on `uring
+		 * ring=1 rings=1 ring_flags=sqpoll`; TESTING.md, fixed
+		 * problem 282).  So wait for the thread to take them. */
+		sqe = px__uring_get_sqe_now(rg, 0);
 		if (!sqe) {
 			u->intr_deferred = true;
 			continue;
