@@ -1723,13 +1723,16 @@ static void ur_unstall(px_uring *u, px_result *r)
  * into (a cancel looks in its own ring only).  Returns false when it has to
  * wait (no SQE, or too many cancels in flight for the CQ).  asked: the
  * cancel of a px_cancel or px_close, which must reach the kernel before
- * the call returns: past the cap (u->cancel_cap, the SQ's size, which is
- * 1 or 2 with a tiny ring=) as long as the ring's CQ still has room for
- * every CQE to come.  Held at the cap, it waited for the next lead, and a
- * read cancelled meanwhile took data its peer sent after px_cancel had
- * returned (TESTING.md, fixed problem 281).  (rg->pending counts every
- * CQE to come but the kick's READ and the gate's POLL_ADD, and more: a
- * held or parked read has none yet.) */
+ * the call returns, so it is not held at the cap (u->cancel_cap, the SQ's
+ * size, which is 1 or 2 with a tiny ring=): held there, it waited for the
+ * next lead, and a read cancelled meanwhile took data its peer sent after
+ * px_cancel had returned (TESTING.md, fixed problem 281).  Held while the
+ * CQ looked full instead (the ring's pending count, with max_aio=3 and
+ * ring=2 an 8-entry CQ), it still did so now and then.  Past the cap,
+ * with nearly max_aio operations in flight in one ring, the CQ may fill;
+ * the kernel then keeps the CQEs beyond it (IORING_FEAT_NODROP) until the
+ * leader reaps room, as for operations the starvation guard starts
+ * beyond max_aio. */
 static bool ur_send_cancel(px_uring *u, px_result *r, bool asked)
 {
 	struct px_uring_priv *pr = ur_priv(r);
@@ -1737,8 +1740,7 @@ static bool ur_send_cancel(px_uring *u, px_result *r, bool asked)
 	struct io_uring_sqe *sqe;
 	uint64_t target = (uintptr_t)r;
 
-	if (rg->cancels_inflight >= u->cancel_cap &&
-	    (!asked || rg->pending + 3 > rg->ring.cq.ring_entries))
+	if (rg->cancels_inflight >= u->cancel_cap && !asked)
 		return false;
 	sqe = px__uring_get_sqe(rg, 0);
 	if (!sqe)
