@@ -42,6 +42,11 @@
  * cancelled one after another, each peer writing right after its own
  * px_cancel (fixed problem 281: on io_uring with a tiny ring= the cancels
  * beyond the SQ's size waited for the next lead).
+ *
+ * cancel_close_queued_threads: three reads and three writes queued on one
+ * socket, ended by px_cancel or px_close from three threads at once (or
+ * left to finish): what moved is a prefix in start order, byte for byte
+ * (fixed problem 283).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -763,6 +768,266 @@ static void cancel_many_then_data(void **state)
 			 what);
 }
 
+/* ------------------------------------------------------------------ */
+/* cancel_close_queued_threads                                          */
+/* ------------------------------------------------------------------ */
+
+/* Three outside threads, two loop threads.  Each round a thread makes a
+ * socketpair and starts, on one end, three reads and three writes of
+ * QW_LEN bytes each (so each direction has a head and two queued behind
+ * it), writes QW_IN bytes to it from the peer, then px_cancel, px_close
+ * or nothing (the peer then shuts its side down: the reads want more than
+ * it sent) in turn.  On a tiny ring=
+ * the heads often wait for an SQE (fixed problems 281-283).  Checked:
+ * every start calls back once; the writes that moved bytes come first in
+ * start order, the peer has exactly their bytes, in order, and a write
+ * that ended early (cancelled) is followed by none that moved bytes;
+ * the reads' bytes, in start order, followed by what is left in the
+ * socket, are the peer's bytes in order, and a read that ended with
+ * ECANCELED is followed by none that took bytes. */
+#define QW_THREADS 3
+#define QW_ROUNDS 200
+#define QW_OPS 3
+#define QW_LEN 64
+#define QW_IN 100
+
+typedef struct qw_rec {
+	atomic_int calls;
+	int error;
+	size_t bytes;
+	uint8_t buf[QW_LEN];
+} qw_rec;
+
+typedef struct qw_worker {
+	px_proactor *px;
+	int id;
+	char bad[200];
+	atomic_int closes;
+} qw_worker;
+
+static void qw_cb(const px_completion *c)
+{
+	qw_rec *r = c->user;
+
+	r->error = c->error;
+	r->bytes = c->bytes;
+	atomic_fetch_add(&r->calls, 1);
+}
+
+static void qw_close_cb(const px_completion *c)
+{
+	qw_worker *w = c->user;
+
+	atomic_fetch_add(&w->closes, 1);
+}
+
+static uint8_t qw_byte(int id, int round, size_t i, int dir)
+{
+	return (uint8_t)(i * 7u + (unsigned)round * 13u + (unsigned)id * 29u +
+			 (unsigned)dir * 101u);
+}
+
+static bool qw_wait(atomic_int *v, int want, int ms)
+{
+	uint64_t end = h_deadline(ms);
+
+	while (atomic_load(v) < want && h_now_ms() < end)
+		usleep(50);
+	return atomic_load(v) >= want;
+}
+
+/* One round's checks; false with w->bad set. */
+static bool qw_check(qw_worker *w, int round, int how, int peer,
+		     qw_rec *rd, qw_rec *wr, const uint8_t *out)
+{
+	static const char *hows[] = { "px_cancel", "px_close", "nothing" };
+	uint8_t got[QW_OPS * QW_LEN + 1];
+	size_t wsum = 0, rsum = 0;
+	bool wstop = false, rstop = false;
+
+	for (int i = 0; i < QW_OPS; i++) {
+		if (wstop && wr[i].bytes) {
+			snprintf(w->bad, sizeof(w->bad), "round %d (%s): write "
+				 "%d moved %zu bytes after one that ended early",
+				 round, hows[how], i, wr[i].bytes);
+			return false;
+		}
+		if (wr[i].error && wr[i].error != ECANCELED) {
+			snprintf(w->bad, sizeof(w->bad), "round %d (%s): write "
+				 "%d: error %d", round, hows[how], i,
+				 wr[i].error);
+			return false;
+		}
+		if (wr[i].bytes < QW_LEN)
+			wstop = true;
+		wsum += wr[i].bytes;
+	}
+	ssize_t n = recv(peer, got, sizeof(got), MSG_DONTWAIT);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n != wsum ||
+	    memcmp(got, out, wsum) != 0) {
+		snprintf(w->bad, sizeof(w->bad), "round %d (%s): the peer got "
+			 "%zd bytes, the writes say %zu", round, hows[how], n,
+			 wsum);
+		return false;
+	}
+	uint8_t in[QW_IN];
+	for (size_t i = 0; i < QW_IN; i++)
+		in[i] = qw_byte(w->id, round, i, 1);
+	for (int i = 0; i < QW_OPS; i++) {
+		if (rstop && rd[i].bytes) {
+			snprintf(w->bad, sizeof(w->bad), "round %d (%s): read "
+				 "%d took %zu bytes after one was cancelled",
+				 round, hows[how], i, rd[i].bytes);
+			return false;
+		}
+		if (rd[i].error == ECANCELED) {
+			rstop = true;
+		} else if (rd[i].error) {
+			snprintf(w->bad, sizeof(w->bad), "round %d (%s): read "
+				 "%d: error %d", round, hows[how], i,
+				 rd[i].error);
+			return false;
+		}
+		if (rsum + rd[i].bytes > QW_IN ||
+		    memcmp(rd[i].buf, in + rsum, rd[i].bytes) != 0) {
+			snprintf(w->bad, sizeof(w->bad), "round %d (%s): read "
+				 "%d: %zu bytes not the peer's at %zu", round,
+				 hows[how], i, rd[i].bytes, rsum);
+			return false;
+		}
+		rsum += rd[i].bytes;
+	}
+	return true;
+}
+
+static void *qw_main(void *arg)
+{
+	qw_worker *w = arg;
+	qw_rec rd[QW_OPS], wr[QW_OPS];
+	uint8_t out[QW_OPS * QW_LEN];
+
+	for (int round = 0; round < QW_ROUNDS; round++) {
+		int how = (round + w->id) % 3, sv[2];
+
+		memset(rd, 0, sizeof(rd));
+		memset(wr, 0, sizeof(wr));
+		for (size_t i = 0; i < sizeof(out); i++)
+			out[i] = qw_byte(w->id, round, i, 0);
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+			snprintf(w->bad, sizeof(w->bad), "socketpair: %s",
+				 strerror(errno));
+			return NULL;
+		}
+		for (int i = 0; i < QW_OPS; i++) {
+			int a = px_read_stream(w->px, sv[0], rd[i].buf, QW_LEN,
+					       qw_cb, &rd[i]);
+			int b = px_write_stream(w->px, sv[0],
+						out + (size_t)i * QW_LEN,
+						QW_LEN, qw_cb, &wr[i]);
+			if (a || b) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: starts: %d %d", round, a, b);
+				return NULL;
+			}
+		}
+		uint8_t in[QW_IN];
+		for (size_t i = 0; i < QW_IN; i++)
+			in[i] = qw_byte(w->id, round, i, 1);
+		if (write(sv[1], in, QW_IN) != QW_IN) {
+			snprintf(w->bad, sizeof(w->bad), "write: %s",
+				 strerror(errno));
+			return NULL;
+		}
+		if (how == 0) {
+			int rc = px_cancel(w->px, sv[0]);
+			if (rc < 0) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: px_cancel: %d", round, rc);
+				return NULL;
+			}
+		} else if (how == 1) {
+			int closes = atomic_load(&w->closes);
+			int rc = px_close(w->px, sv[0], qw_close_cb, w);
+			if (rc || !qw_wait(&w->closes, closes + 1, 5000)) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: px_close: %d, or no "
+					 "callback", round, rc);
+				return NULL;
+			}
+		} else {
+			/* The reads want more than comes: the end of the
+			 * stream ends the last ones. */
+			shutdown(sv[1], SHUT_WR);
+		}
+		for (int i = 0; i < QW_OPS; i++)
+			if (!qw_wait(&rd[i].calls, 1, 5000) ||
+			    !qw_wait(&wr[i].calls, 1, 5000)) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: operation %d never called "
+					 "back", round, i);
+				return NULL;
+			}
+		/* The reads' bytes and the rest of the socket's. */
+		uint8_t rest[QW_IN];
+		size_t rsum = 0;
+		for (int i = 0; i < QW_OPS; i++)
+			rsum += rd[i].bytes;
+		if (how != 1) {
+			ssize_t n = recv(sv[0], rest, sizeof(rest),
+					 MSG_DONTWAIT);
+			if (n < 0)
+				n = 0;
+			if (rsum + (size_t)n != QW_IN ||
+			    memcmp(rest, in + rsum, (size_t)n) != 0) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: the reads took %zu bytes, "
+					 "%zd left: not the peer's %d", round,
+					 rsum, n, QW_IN);
+				return NULL;
+			}
+		}
+		if (!qw_check(w, round, how, sv[1], rd, wr, out))
+			return NULL;
+		for (int i = 0; i < QW_OPS; i++)
+			if (atomic_load(&rd[i].calls) != 1 ||
+			    atomic_load(&wr[i].calls) != 1) {
+				snprintf(w->bad, sizeof(w->bad),
+					 "round %d: operation %d called back "
+					 "%d and %d times", round, i,
+					 atomic_load(&rd[i].calls),
+					 atomic_load(&wr[i].calls));
+				return NULL;
+			}
+		if (how != 1)
+			close(sv[0]);
+		close(sv[1]);
+	}
+	return NULL;
+}
+
+static void cancel_close_queued_threads(void **state)
+{
+	h_fx *f = *state;
+	qw_worker *w = h_alloc(f, QW_THREADS * sizeof(*w));
+	pthread_t th[QW_THREADS];
+
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < QW_THREADS; i++) {
+		w[i].px = f->px;
+		w[i].id = i;
+		assert_int_equal(pthread_create(&th[i], NULL, qw_main, &w[i]), 0);
+	}
+	for (int i = 0; i < QW_THREADS; i++)
+		pthread_join(th[i], NULL);
+	h_sleep_ms(20);
+	h_loops_stop();
+	for (int i = 0; i < QW_THREADS; i++)
+		if (w[i].bad[0])
+			fail_msg("worker %d: %s", i, w[i].bad);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(int argc, char **argv)
@@ -777,6 +1042,7 @@ int main(int argc, char **argv)
 		T(destroy_with_every_ring_busy),
 		T(cancel_then_data),
 		T(cancel_many_then_data),
+		T(cancel_close_queued_threads),
 	};
 	return cmocka_run_group_tests_name("ring_moves", tests, NULL, NULL) ? 1
 									    : 0;
