@@ -40,6 +40,11 @@
  * closed and reused for another socket with data waiting: the read must
  * end with ECANCELED and leave that data alone (fixed problem 229).
  *
+ * stalled_head_cancel_sends_nothing, post_after_start_on_full_sqpoll_ring,
+ * cq_overflow_then_destroy, destroy_with_full_sq_refused: one-entry SQs
+ * (TESTING.md, fixed problems 282 and 283, and the comment of each).
+ * argv[1], if given: a cmocka glob of the tests to run.
+ *
  * Exit 77 (skip) when this kernel has no usable io_uring.
  */
 #include <errno.h>
@@ -857,6 +862,91 @@ static void cq_overflow_then_destroy(void **state)
 	}
 }
 
+/* ------------------------------------------------------------------ */
+/* px_destroy with a full SQ the kernel will not take for a while       */
+/* ------------------------------------------------------------------ */
+
+/* `uring ring=1 rings=1`, no loop thread: a read takes the SQ's one entry
+ * unsubmitted, then, with submissions refused, 15 more reads on the same
+ * and on other sockets (given back for want of an SQE: deferred) and
+ * their peers' bytes for some; px_destroy while the kernel still refuses
+ * the next 40 submits and enters (it must retry, not give up or spin
+ * for good): every read called back once, ECANCELED with its byte left
+ * in the socket, or the byte. */
+#define DF_READS 16
+
+static void *df_undo_main(void *arg)
+{
+	(void)arg;
+	usleep(30000);
+	atomic_store(&enter_error, 0);
+	return NULL;
+}
+
+static void destroy_with_full_sq_refused(void **state)
+{
+	char err[256];
+	int sv[DF_READS][2];
+	co_rec recs[DF_READS];
+
+	(void)state;
+	memset(recs, 0, sizeof(recs));
+	assert_int_equal(px_create(&px, "uring ring=1 rings=1", err,
+				   sizeof(err)), 0);
+	for (int i = 0; i < DF_READS; i++)
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv[i]), 0);
+	assert_int_equal(px_read_stream(px, sv[0][0], &recs[0].byte, 1, co_cb,
+					&recs[0]), 0);
+	atomic_store(&submit_refusals, 1000);
+	for (int i = 1; i < DF_READS; i++)
+		assert_int_equal(px_read_stream(px, sv[i][0], &recs[i].byte, 1,
+						co_cb, &recs[i]), 0);
+	for (int i = 0; i < DF_READS; i += 3) {
+		uint8_t b = (uint8_t)(i + 1);
+		assert_int_equal(write(sv[i][1], &b, 1), 1);
+	}
+	atomic_store(&submit_refusals, 40);
+	atomic_store(&enter_error, EAGAIN);
+	atomic_store(&enter_refused, 0);
+	pthread_t undo;
+	/* The enters are refused until a thread says otherwise. */
+	assert_int_equal(pthread_create(&undo, NULL, df_undo_main, NULL), 0);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	pthread_join(undo, NULL);
+	atomic_store(&enter_error, 0);
+	int left = atomic_load(&submit_refusals);
+	atomic_store(&submit_refusals, 0);
+	printf("px_destroy met %d refused submits and %d refused enters\n",
+	       40 - left, atomic_load(&enter_refused));
+	assert_true(40 - left + atomic_load(&enter_refused) > 0);
+	for (int i = 0; i < DF_READS; i++) {
+		co_rec *r = &recs[i];
+		uint8_t b = 0;
+		ssize_t n = recv(sv[i][0], &b, 1, MSG_DONTWAIT);
+		bool sent = i % 3 == 0;
+
+		if (atomic_load(&r->calls) != 1)
+			fail_msg("read %d: %d callbacks after px_destroy", i,
+				 atomic_load(&r->calls));
+		if (r->error == 0 && r->bytes == 1) {
+			if (!sent || r->byte != (uint8_t)(i + 1) || n != -1)
+				fail_msg("read %d: byte %u, recv after it %zd",
+					 i, r->byte, n);
+		} else if (r->error == ECANCELED && r->bytes == 0) {
+			if (sent && (n != 1 || b != (uint8_t)(i + 1)))
+				fail_msg("read %d: ECANCELED, but its byte is "
+					 "gone (recv %zd)", i, n);
+		} else {
+			fail_msg("read %d: error %d, %zu bytes", i, r->error,
+				 r->bytes);
+		}
+		close(sv[i][0]);
+		close(sv[i][1]);
+	}
+}
+
 static void sqfill_ring8(void **state)
 {
 	(void)state;
@@ -900,6 +990,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
 		cmocka_unit_test(post_after_start_on_full_sqpoll_ring),
 		cmocka_unit_test(cq_overflow_then_destroy),
+		cmocka_unit_test(destroy_with_full_sq_refused),
 	};
 	return cmocka_run_group_tests_name("uring_sqfill", tests, NULL, NULL);
 }
