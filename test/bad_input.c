@@ -212,6 +212,87 @@ static void bad_fd_closed(void **state)
 	assert_no_callback_and_usable(f, never);
 }
 
+/* A number the engine has seen open and the application then closed with
+ * close(2): every page's ERRORS promise -EBADF from the call, except on
+ * the io_uring and Linux AIO providers, which look at a number only until
+ * they have seen it open and may instead return 0 and complete with EBADF
+ * (px_read_stream(3), px_read_file(3), px_read_dgram(3), px_accept(3)).
+ * For each start function: one operation that succeeds on a descriptor
+ * of its kind, close(2), then the same start on the number. */
+static void bad_fd_closed_after_use(void **state)
+{
+	h_fx *f = *state;
+	char *buf = h_alloc(f, 16);
+	memset(buf, 'x', 16);
+	for (kind k = 0; k < K_COUNT; k++) {
+		px_op op = k == K_WRITE_STREAM_ALL ? PX_OP_WRITE_STREAM :
+			   k > K_WRITE_STREAM_ALL ? (px_op)(k - 1) : (px_op)k;
+		px_config cfg;
+		const char *prov = h_proc_for(f, op, &cfg)->provider;
+		bool may_defer = !strcmp(prov, "uring") ||
+				 !strcmp(prov, "linux_aio");
+		fds d;
+		make_fds(f, &d);
+		int fd = fd_for(&d, k), peer = -1;
+		struct sockaddr_in at;
+		socklen_t alen = sizeof at;
+		if (k == K_READ_STREAM) {
+			assert_int_equal(write(d.sv[1], "hi", 2), 2);
+		} else if (k == K_READ_FILE) {
+			assert_int_equal(pwrite(fd, "hi", 2, 0), 2);
+		} else if (k == K_READ_DGRAM) {
+			assert_int_equal(getsockname(fd, (struct sockaddr *)&at,
+						     &alen), 0);
+			assert_int_equal(sendto(fd, "hi", 2, 0,
+						(struct sockaddr *)&at, alen), 2);
+		} else if (k == K_ACCEPT) {
+			assert_int_equal(getsockname(fd, (struct sockaddr *)&at,
+						     &alen), 0);
+			peer = h_track(f, socket(AF_INET, SOCK_STREAM |
+						 SOCK_CLOEXEC, 0));
+			assert_int_equal(connect(peer, (struct sockaddr *)&at,
+						 alen), 0);
+		}
+		h_rec *first = h_rec_new(f), *late = h_rec_new(f);
+		int rc = k == K_CONNECT ?
+			 /* To the listener, which takes the connection. */
+			 (getsockname(d.listener, (struct sockaddr *)&at,
+				      &alen),
+			  px_connect(f->px, fd, (struct sockaddr *)&at, alen,
+				     h_rec_cb, first)) :
+			 start_kind(f->px, k, fd, buf, 16, h_rec_cb, first);
+		if (rc == -EOPNOTSUPP)
+			continue;  /* (POSIX AIO alone: no sockets) */
+		expect_rc(rc, 0, k, "a descriptor of its kind");
+		h_wait_rec(f, first, 5000, "the operation that sees fd open");
+		if (first->c.error != 0)
+			fail_msg("%s: the first operation failed: %s",
+				 kind_name[k], px_strerror(first->c.error));
+		if (k == K_ACCEPT)
+			close(first->c.new_fd);
+		h_close(f, fd);
+		assert_int_equal(fcntl(fd, F_GETFD), -1);
+		rc = k == K_CONNECT ?
+		     px_connect(f->px, fd, (struct sockaddr *)&at, alen,
+				h_rec_cb, late) :
+		     start_kind(f->px, k, fd, buf, 16, h_rec_cb, late);
+		if (rc == 0 && may_defer) {
+			h_wait_rec(f, late, 5000, "a start on a closed number");
+			if (late->c.error != EBADF)
+				fail_msg("%s on a number closed after use "
+					 "(provider %s) completed with %d (%s), "
+					 "expected EBADF", kind_name[k], prov,
+					 late->c.error,
+					 px_strerror(late->c.error));
+		} else {
+			expect_rc(rc, -EBADF, k, "a number closed after use");
+			h_settle(f, 10);
+			assert_int_equal(atomic_load(&late->calls), 0);
+		}
+	}
+	h_assert_usable(f);
+}
+
 /* A huge number that is not open: -EBADF at once.  The providers size
  * their descriptor tables by the number, and used to do so before
  * checking it (1 << 26 cost a GiB and seconds, INT32_MAX - 1 gave
@@ -1540,6 +1621,7 @@ int bad_input_run(void)
 	const struct CMUnitTest tests[] = {
 		T(bad_fd_negative),
 		T(bad_fd_closed),
+		T(bad_fd_closed_after_use),
 		T(bad_fd_huge_unopened),
 		T(null_callback),
 		T(zero_length),
