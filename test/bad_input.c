@@ -532,6 +532,12 @@ static void null_arguments(void **state)
 	assert_string_equal(t_null, t_empty);
 	assert_int_equal(px_config_parse(NULL, "epoll", err, sizeof err),
 			 -EINVAL);
+	/* px_config_format(3): a NULL cfg -EINVAL; a NULL buf, whatever
+	 * len, writes nothing and still gives the length. */
+	assert_int_equal(px_config_format(NULL, t_null, sizeof t_null),
+			 -EINVAL);
+	assert_int_equal(px_config_format(&from_null, NULL, sizeof t_null),
+			 (int)strlen(t_null));
 	err[0] = 'x';
 	assert_int_equal(px_create(&out, "frobnicate=3", err, sizeof err),
 			 -EINVAL);
