@@ -250,7 +250,9 @@ const char *px_strerror(int err)
 	case 0:
 		return "success";
 	case EOPNOTSUPP:
-		return "operation not supported by any processor of this engine";
+		/* The start's meaning, and the kernel's in a completion
+		 * (an accept on a datagram socket). */
+		return "operation not supported by any processor of this engine, or by the descriptor";
 	case ESHUTDOWN:
 		return "proactor is stopped or being destroyed";
 	case ENOSYS:
