@@ -293,6 +293,97 @@ static void bad_fd_closed_after_use(void **state)
 	h_assert_usable(f);
 }
 
+/* px_start_op(3): -EINVAL for a field the operation does not take, with a
+ * descriptor of the right kind and a callback, so that nothing else could
+ * be the reason (op_timeout.c's start_op_refuses_what_an_op_does_not_take
+ * takes -EBADF too): an address, or an address length alone, on anything
+ * but a datagram write or a connect (or a length alone on those); an
+ * offset on anything but a file; a buffer or length on accept or connect;
+ * PX_OPF_WRITE_ALL on anything but a stream write. */
+static void start_op_fields_an_op_does_not_take(void **state)
+{
+	h_fx *f = *state;
+	fds d;
+	make_fds(f, &d);
+	h_rec *never = h_rec_new(f);
+	char *buf = h_alloc(f, 16);
+	struct sockaddr_in *to = h_alloc(f, sizeof *to);
+	*to = discard_addr();
+	const struct {
+		px_op op;
+		kind k;
+	} ops[] = {
+		{PX_OP_READ_STREAM, K_READ_STREAM},
+		{PX_OP_WRITE_STREAM, K_WRITE_STREAM},
+		{PX_OP_READ_FILE, K_READ_FILE},
+		{PX_OP_WRITE_FILE, K_WRITE_FILE},
+		{PX_OP_READ_DGRAM, K_READ_DGRAM},
+		{PX_OP_WRITE_DGRAM, K_WRITE_DGRAM},
+		{PX_OP_ACCEPT, K_ACCEPT},
+		{PX_OP_CONNECT, K_CONNECT},
+	};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+		px_op op = ops[i].op;
+		kind k = ops[i].k;
+		bool takes_buf = op != PX_OP_ACCEPT && op != PX_OP_CONNECT;
+		bool takes_addr = op == PX_OP_WRITE_DGRAM || op == PX_OP_CONNECT;
+		/* What the operation takes, made wrong one field at a time. */
+		px_op_desc ok = {
+			.op = op, .fd = fd_for(&d, k),
+			.buf = takes_buf ? buf : NULL, .len = takes_buf ? 16 : 0,
+			.addr = op == PX_OP_CONNECT ? (struct sockaddr *)to : NULL,
+			.addrlen = op == PX_OP_CONNECT ? sizeof *to : 0,
+			.cb = h_rec_cb, .user = never,
+		};
+		px_op_desc w;
+		if (!takes_addr) {
+			w = ok;
+			w.addr = (struct sockaddr *)to;
+			w.addrlen = sizeof *to;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with an address");
+			w.timeout_ns = 1000000000;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with an address and a deadline");
+		}
+		w = ok;
+		w.addr = NULL;
+		w.addrlen = sizeof *to;
+		expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+			  "px_start_op with an address length alone");
+		if (takes_addr) {
+			w = ok;
+			w.addr = (struct sockaddr *)to;
+			w.addrlen = 0;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with an address alone");
+		}
+		if (op != PX_OP_READ_FILE && op != PX_OP_WRITE_FILE) {
+			w = ok;
+			w.offset = 1;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with an offset");
+		}
+		if (!takes_buf) {
+			w = ok;
+			w.buf = buf;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with a buffer");
+			w = ok;
+			w.len = 16;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with a length");
+		}
+		if (op != PX_OP_WRITE_STREAM) {
+			w = ok;
+			w.flags = PX_OPF_WRITE_ALL;
+			expect_rc(px_start_op(f->px, &w), -EINVAL, k,
+				  "px_start_op with PX_OPF_WRITE_ALL");
+		}
+	}
+	assert_no_callback_and_usable(f, never);
+}
+
 /* A huge number that is not open: -EBADF at once.  The providers size
  * their descriptor tables by the number, and used to do so before
  * checking it (1 << 26 cost a GiB and seconds, INT32_MAX - 1 gave
@@ -1634,6 +1725,7 @@ int bad_input_run(void)
 		T(null_buffer_with_length),
 		T(length_over_ssize_max),
 		T(bad_address_length),
+		T(start_op_fields_an_op_does_not_take),
 		T(null_arguments),
 		T(errno_left_alone),
 		T(addresses_copied_at_start),
