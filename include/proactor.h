@@ -286,7 +286,9 @@ PX_API int px_config_parse(px_config *cfg, const char *text, char *err, size_t e
 
 /*
  * px_config_format - write the canonical text form of cfg to buf.
- * Returns the length the full text needs (like snprintf), or -EINVAL.
+ * Returns the length the full text needs (like snprintf), or -EINVAL
+ * (also for a NULL cfg).  buf may be NULL, with any len: nothing is
+ * written, and the length is returned all the same.
  */
 PX_API int px_config_format(const px_config *cfg, char *buf, size_t len);
 
@@ -676,7 +678,8 @@ typedef struct px_op_desc {
  * d is read during the call only.  Returns 0 or, as the start functions,
  * a negative errno (the callback then never runs); -EINVAL also for an
  * op that is not an I/O operation, an unknown flag, or a field that the
- * operation does not take (an offset on a stream, a buffer on accept).
+ * operation does not take (an offset on a stream, a buffer on accept, an
+ * address on anything but write_dgram and connect).
  */
 PX_API int px_start_op(px_proactor *px, const px_op_desc *d);
 
