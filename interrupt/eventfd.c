@@ -32,7 +32,7 @@ static void efd_destroy(px_intr *in)
 {
 	struct px_intr_eventfd *e = to_efd(in);
 
-	close(e->base.fd);
+	px__own_close(e->base.fd);
 	free(e);
 }
 
@@ -85,7 +85,7 @@ int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	e->base.ops = &eventfd_ops;
-	e->base.fd = fd;
+	e->base.fd = px__own_fd(fd);
 	e->base.wait_mask = NULL;
 	*out = &e->base;
 	return 0;

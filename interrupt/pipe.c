@@ -33,8 +33,8 @@ static void pipe_destroy(px_intr *in)
 {
 	struct px_intr_pipe *p = to_pipe(in);
 
-	close(p->base.fd);
-	close(p->wfd);
+	px__own_close(p->base.fd);
+	px__own_close(p->wfd);
 	free(p);
 }
 
@@ -87,9 +87,9 @@ int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	p->base.ops = &pipe_ops;
-	p->base.fd = fds[0];
+	p->base.fd = px__own_fd(fds[0]);
 	p->base.wait_mask = NULL;
-	p->wfd = fds[1];
+	p->wfd = px__own_fd(fds[1]);
 	*out = &p->base;
 	return 0;
 }

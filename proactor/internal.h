@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -899,6 +900,49 @@ static inline unsigned px__futile_wait_ms(unsigned futile)
 		return 0;
 	step = futile - PX_FUTILE_MIN;
 	return step < 6 ? 1u << step : PX_FUTILE_MAX_MS;
+}
+
+/*
+ * The descriptors the library holds for its own use: the engines' epoll
+ * instances, eventfds, pipes, io_uring rings and signalfds, and the dups
+ * and reopens the providers make of an application's file.  One record
+ * for the whole process, as a number is the process's: px_close and every
+ * start refuse such a number with -EBADF (it is not the application's),
+ * where closing it or operating on it broke the engine that held it, of
+ * this proactor or another (TESTING.md, fixed problem 287).  A number is
+ * marked right after the call that made it and unmarked right before its
+ * close, never after: once closed, the number may already be another
+ * thread's new descriptor of the library's, which an unmark after the
+ * close would wipe.  A bit per number below PX_OWN_FD_BITS (8 KiB); the
+ * rare number above goes to a small locked table, looked at only while
+ * it holds something.  The test is one or two relaxed loads: it is on
+ * every start.  Marking is best effort (a table that cannot grow leaves
+ * the number unmarked, as it was before the record existed).
+ */
+#define PX_OWN_FD_BITS 65536u
+extern _Atomic unsigned long px__own_fd_bits[PX_OWN_FD_BITS /
+					     (8 * sizeof(unsigned long))];
+extern _Atomic unsigned px__own_fd_high;
+bool px__own_fd_high_has(int fd) PX_HIDDEN;
+/* Mark fd (ignored when negative) and return it: wraps the call that
+ * makes it, fd = px__own_fd(eventfd(...)). */
+int px__own_fd(int fd) PX_HIDDEN;
+/* Unmark fd; the caller closes it next. */
+void px__own_fd_drop(int fd) PX_HIDDEN;
+/* Unmark fd and close it (close(2)'s result). */
+int px__own_close(int fd) PX_HIDDEN;
+
+static inline bool px__is_own_fd(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+
+	if ((unsigned)fd < PX_OWN_FD_BITS)
+		return atomic_load_explicit(&px__own_fd_bits[(unsigned)fd / w],
+					    memory_order_relaxed) &
+		       (1ul << ((unsigned)fd % w));
+	return fd >= 0 &&
+	       atomic_load_explicit(&px__own_fd_high, memory_order_relaxed) &&
+	       px__own_fd_high_has(fd);
 }
 
 /* The descriptor of the operation whose callback the calling thread is

@@ -705,8 +705,8 @@ static void fac_close_now(struct px_proactor *px, px_result *r)
 	 * putting a file there with dup2 (px__fd_keep_off_ops would move it
 	 * off such a number, but only after taking it).  EINVAL (that
 	 * bound is at the descriptor limit) or EMFILE: no dup. */
-	int last = px->nbyfd < INT_MAX ? fcntl(fd, F_DUPFD_CLOEXEC, (int)px->nbyfd)
-				       : -1;
+	int last = px->nbyfd < INT_MAX ?
+		   px__own_fd(fcntl(fd, F_DUPFD_CLOEXEC, (int)px->nbyfd)) : -1;
 	px_list_remove(&px->closing, &r->link);
 	e->closing = NULL;
 	e->closed_uncalled++;
@@ -724,7 +724,7 @@ static void fac_close_now(struct px_proactor *px, px_result *r)
 	if (last >= 0) {
 		px->ncloses_in_call++;
 		pthread_mutex_unlock(&px->lock);      /* unlock point 7 */
-		int lerr = close(last) < 0 ? errno : 0;
+		int lerr = px__own_close(last) < 0 ? errno : 0;
 		pthread_mutex_lock(&px->lock);
 		if (--px->ncloses_in_call == 0 && px->destroying)
 			pthread_cond_broadcast(&px->call_cv);
@@ -750,7 +750,9 @@ int px_close(px_proactor *px, int fd, px_callback *cb, void *user)
 		return -EINVAL;
 	if (fac_forked(px))
 		return -ECHILD;
-	if (fd < 0)
+	/* Not the application's to close: a descriptor the library holds
+	 * for an engine (internal.h, px__is_own_fd). */
+	if (fd < 0 || px__is_own_fd(fd))
 		return -EBADF;
 	int rc = 0;
 	pthread_mutex_lock(&px->lock);
@@ -939,7 +941,10 @@ static int fac_start(struct px_proactor *px, const px_start_args *a)
 		return -EINVAL;
 	if (fac_forked(px))
 		return -ECHILD;
-	if (a->fd < 0)
+	/* A descriptor the library holds (an engine's epoll instance,
+	 * eventfd, ring, ...; internal.h, px__is_own_fd) is no operation's:
+	 * a read of an interrupt's eventfd took its wake-up. */
+	if (a->fd < 0 || px__is_own_fd(a->fd))
 		return -EBADF;
 	if (!a->cb)
 		return -EINVAL;

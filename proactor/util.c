@@ -210,10 +210,12 @@ int px__rwf_nosignal(void)
 		int p[2];
 		if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
 			return 0; /* out of descriptors: ask again next time */
+		px__own_fd(p[0]);
+		px__own_fd(p[1]);
 		struct iovec v = {.iov_base = "x", .iov_len = 1};
 		k = pwritev2(p[1], &v, 1, -1, RWF_NOSIGNAL) == 1 ? 1 : 2;
-		close(p[0]);
-		close(p[1]);
+		px__own_close(p[0]);
+		px__own_close(p[1]);
 		atomic_store_explicit(&known, k, memory_order_relaxed);
 	}
 	return k == 1 ? RWF_NOSIGNAL : 0;
@@ -313,4 +315,86 @@ void *px__zalloc_lines(size_t size)
 	if (p)
 		memset(p, 0, n);
 	return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* The library's own descriptors (internal.h, px__is_own_fd)            */
+/* ------------------------------------------------------------------ */
+
+_Atomic unsigned long px__own_fd_bits[PX_OWN_FD_BITS /
+				      (8 * sizeof(unsigned long))];
+_Atomic unsigned px__own_fd_high;   /* entries in own_high */
+static pthread_mutex_t own_high_lock = PTHREAD_MUTEX_INITIALIZER;
+static int *own_high;
+static size_t own_high_n, own_high_cap;
+
+bool px__own_fd_high_has(int fd)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&own_high_lock);
+	for (size_t i = 0; i < own_high_n && !found; i++)
+		found = own_high[i] == fd;
+	pthread_mutex_unlock(&own_high_lock);
+	return found;
+}
+
+int px__own_fd(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+
+	if (fd < 0)
+		return fd;
+	if ((unsigned)fd < PX_OWN_FD_BITS) {
+		atomic_fetch_or_explicit(&px__own_fd_bits[(unsigned)fd / w],
+					 1ul << ((unsigned)fd % w),
+					 memory_order_relaxed);
+		return fd;
+	}
+	pthread_mutex_lock(&own_high_lock);
+	if (own_high_n == own_high_cap) {
+		size_t cap = own_high_cap ? own_high_cap * 2 : 16;
+		int *t = realloc(own_high, cap * sizeof(*t));
+		if (t) {
+			own_high = t;
+			own_high_cap = cap;
+		}
+	}
+	if (own_high_n < own_high_cap) {
+		own_high[own_high_n++] = fd;
+		atomic_store_explicit(&px__own_fd_high, (unsigned)own_high_n,
+				      memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&own_high_lock);
+	return fd;
+}
+
+void px__own_fd_drop(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+
+	if (fd < 0)
+		return;
+	if ((unsigned)fd < PX_OWN_FD_BITS) {
+		atomic_fetch_and_explicit(&px__own_fd_bits[(unsigned)fd / w],
+					  ~(1ul << ((unsigned)fd % w)),
+					  memory_order_relaxed);
+		return;
+	}
+	pthread_mutex_lock(&own_high_lock);
+	for (size_t i = 0; i < own_high_n; i++) {
+		if (own_high[i] == fd) {
+			own_high[i] = own_high[--own_high_n];
+			break;
+		}
+	}
+	atomic_store_explicit(&px__own_fd_high, (unsigned)own_high_n,
+			      memory_order_relaxed);
+	pthread_mutex_unlock(&own_high_lock);
+}
+
+int px__own_close(int fd)
+{
+	px__own_fd_drop(fd);
+	return close(fd);
 }

@@ -1779,11 +1779,11 @@ static void la_destroy(px_provider *p)
 	if (u->wait.intr && u->wait.intr != &u->nintr)
 		u->wait.intr->ops->destroy(u->wait.intr);
 	if (u->intr_fd >= 0)
-		close(u->intr_fd);
+		px__own_close(u->intr_fd);
 	if (u->resfd >= 0)
-		close(u->resfd);
+		px__own_close(u->resfd);
 	if (u->spill_ep >= 0)
-		close(u->spill_ep);
+		px__own_close(u->spill_ep);
 	px__fdq_fini(&u->fdq);
 	free(u->orphans);
 	free(u->lb.v);
@@ -1817,7 +1817,7 @@ static int la_poll_check(io_context_t ctx, const px_proc_spec *spec)
 {
 	struct iocb cb, *v[1] = { &cb };
 	struct io_event ev;
-	int efd = eventfd(0, EFD_CLOEXEC), rc;
+	int efd = px__own_fd(eventfd(0, EFD_CLOEXEC)), rc;
 
 	if (efd < 0) {
 		rc = -errno;
@@ -1838,7 +1838,7 @@ static int la_poll_check(io_context_t ctx, const px_proc_spec *spec)
 		 * injected refusal) says nothing about it: go on. */
 		rc = rc == -EINVAL ? -ENOSYS : 0;
 	}
-	close(efd);
+	px__own_close(efd);
 	if (rc == -ENOSYS && spec->why_len)
 		snprintf(spec->why, spec->why_len, "this kernel's AIO has no "
 			 "IOCB_CMD_POLL (Linux 4.18), needed for sockets and "
@@ -1903,7 +1903,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	 * closed with close(2) and is about to pass to px_close, which then
 	 * closed the set (test/close.c, close_during_start_call, once every
 	 * wait of the epoll wait went to the set). */
-	u->spill_ep = epoll_create1(EPOLL_CLOEXEC);
+	u->spill_ep = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
 	if (u->spill_ep < 0) {
 		rc = -errno;
 		/* A kernel without epoll (CONFIG_EPOLL off), or a sandbox
@@ -1927,7 +1927,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->use_resfd = true;
 		u->reap_all = true;
 		u->reap_max = PX_LAIO_EVENTS;
-		u->resfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		u->resfd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (u->resfd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);
@@ -1941,7 +1941,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		 * (see "Readiness and the epoll wait" above). */
 		u->spill_all = true;
 	} else if (spec->intr == PX_INTR_NATIVE) {
-		u->intr_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+		u->intr_fd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (u->intr_fd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);

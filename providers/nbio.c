@@ -240,18 +240,18 @@ static ssize_t nb_tty_io(int fd, const struct iovec *iov, int cnt, bool wr)
 	if (ioctl(fd, TIOCGPTN, &ptn) == 0 || errno == EIO)
 		return -ENOTTY;  /* a master side, or hung up */
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	own = open(path, (wr ? O_WRONLY : O_RDONLY) | O_NOCTTY | O_NONBLOCK |
-			 O_CLOEXEC);
+	own = px__own_fd(open(path, (wr ? O_WRONLY : O_RDONLY) | O_NOCTTY |
+				    O_NONBLOCK | O_CLOEXEC));
 	if (own < 0)
 		return -ENOTTY;
 	if (ioctl(own, TIOCGDEV, &own_dev) < 0 ||
 	    ioctl(fd, TIOCGDEV, &dev) < 0 || dev != own_dev) {
-		close(own);
+		px__own_close(own);
 		return -ENOTTY;
 	}
 	n = wr ? nb_writev(own, iov, cnt) : readv(own, iov, cnt);
 	err = errno;
-	close(own);
+	px__own_close(own);
 	return n < 0 ? -err : n;
 }
 

@@ -125,7 +125,8 @@ static int paio_dup(px_paio *p, int fd)
 {
 	int d = fcntl(fd, F_DUPFD_CLOEXEC, 0);
 
-	return d < 0 ? -errno : px__fd_keep_off_ops(p->prov.px, d);
+	/* Marked as the library's once on its final number. */
+	return d < 0 ? -errno : px__own_fd(px__fd_keep_off_ops(p->prov.px, d));
 }
 
 /*
@@ -162,7 +163,7 @@ static int paio_block_fd(px_paio *p, px_paio_fd *fe, bool wr)
 		close(d);
 		return -1;
 	}
-	d = px__fd_keep_off_ops(p->prov.px, d);
+	d = px__own_fd(px__fd_keep_off_ops(p->prov.px, d));
 	return d < 0 ? -1 : d;
 }
 
@@ -220,16 +221,16 @@ static void paio_fd_idle(px_paio_fd *fe)
 	fe->checked = false;
 	fe->lock_seen = false;
 	if (fe->wfd_open) {
-		close(fe->wfd);
+		px__own_close(fe->wfd);
 		fe->wfd_open = false;
 	}
 	if (fe->rfd_open) {
-		close(fe->rfd);
+		px__own_close(fe->rfd);
 		fe->rfd_open = false;
 	}
 	for (unsigned k = 1; fe->lanes_open; k++) {
 		if (fe->lanes_open & (1u << k)) {
-			close(fe->lane_fd[k]);
+			px__own_close(fe->lane_fd[k]);
 			fe->lanes_open &= ~(1u << k);
 		}
 	}
@@ -250,14 +251,14 @@ static bool paio_posix_locked(int fd)
 	int f;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	f = open(path, O_RDONLY | O_CLOEXEC);
+	f = px__own_fd(open(path, O_RDONLY | O_CLOEXEC));
 	/* Out of descriptors, the question cannot be asked: taken as
 	 * locked, so that no dup is made while the answer is cached (the
 	 * rest of the busy spell, when numbers may be free again). */
 	if (f < 0)
 		return errno == EMFILE || errno == ENFILE;
 	n = read(f, buf, sizeof(buf) - 1);
-	close(f);
+	px__own_close(f);
 	if (n <= 0)
 		return false;
 	buf[n] = '\0';
@@ -820,12 +821,12 @@ static void paio_destroy(px_provider *pv)
 	for (size_t i = 0; i < p->fdq.n; i++) {
 		px_paio_fd *fe = (px_paio_fd *)p->fdq.tab[i];
 		if (fe && fe->wfd_open)
-			close(fe->wfd);
+			px__own_close(fe->wfd);
 		if (fe && fe->rfd_open)
-			close(fe->rfd);
+			px__own_close(fe->rfd);
 		for (unsigned k = 1; fe && k < PX_POSIX_LANES_MAX; k++)
 			if (fe->lanes_open & (1u << k))
-				close(fe->lane_fd[k]);
+				px__own_close(fe->lane_fd[k]);
 	}
 	px__fdq_fini(&p->fdq);
 	free(p);

@@ -802,8 +802,8 @@ int px__uring_ready_fd(px_uring *u)
 	bool lead_now = u->intr_deferred, stuck = false;
 
 	if (u->ready_efd == -1) {
-		int fd = px__fd_keep_off_ops(u->prov.px,
-					     eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		int fd = px__own_fd(px__fd_keep_off_ops(u->prov.px,
+				eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
 		unsigned i = 0;
 
 		if (fd >= 0)
@@ -815,7 +815,7 @@ int px__uring_ready_fd(px_uring *u)
 			while (i--)
 				io_uring_unregister_eventfd(&u->rings[i].ring);
 			if (fd >= 0)
-				close(fd);
+				px__own_close(fd);
 			u->ready_efd = -2;   /* the dispatcher's bound stays */
 			return -1;
 		}
@@ -1580,8 +1580,8 @@ static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
 	if (rg->owner->gate_peers && ur_peer_here(rg->owner, r->c.fd, pr->fe))
 		return false;
 	if (rg->gate_ep == -1) {
-		rg->gate_ep = px__fd_keep_off_ops(r->c.proactor,
-						  epoll_create1(EPOLL_CLOEXEC));
+		rg->gate_ep = px__own_fd(px__fd_keep_off_ops(r->c.proactor,
+					epoll_create1(EPOLL_CLOEXEC)));
 		if (rg->gate_ep < 0) {
 			rg->gate_ep = -2;  /* ordinary reads from now on */
 			return false;
@@ -2850,19 +2850,27 @@ static void ur_closed(px_provider *p, int fd)
 	ur_own_port(u, fe, 0);
 }
 
+/* io_uring_queue_exit, the ring's descriptor leaving the library's
+ * record first (internal.h, px__is_own_fd). */
+static void ur_ring_exit(struct io_uring *ring)
+{
+	px__own_fd_drop(ring->ring_fd);
+	io_uring_queue_exit(ring);
+}
+
 static void ur_destroy(px_provider *p)
 {
 	px_uring *u = ur_of_prov(p);
 
 	for (unsigned i = 0; i < u->nrings; i++) {
-		io_uring_queue_exit(&u->rings[i].ring);
+		ur_ring_exit(&u->rings[i].ring);
 		if (u->rings[i].kick_fd >= 0)
-			close(u->rings[i].kick_fd);
+			px__own_close(u->rings[i].kick_fd);
 		if (u->rings[i].gate_ep >= 0)
-			close(u->rings[i].gate_ep);
+			px__own_close(u->rings[i].gate_ep);
 	}
 	if (u->ready_efd >= 0)
-		close(u->ready_efd);
+		px__own_close(u->ready_efd);
 	px__fdq_fini(&u->fdq);
 	free(u->ports);
 	free(u->port_ring);
@@ -2933,6 +2941,8 @@ static int ur_setup(struct io_uring *ring, unsigned entries,
 		prm->flags = flags;
 		prm->cq_entries = cq;
 		rc = io_uring_queue_init_params(entries, ring, prm);
+		if (rc == 0)
+			px__own_fd(ring->ring_fd);
 		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
 			flags &= ~optional[dropped++];
 		else if (rc == -ENOMEM && cq > 2 * ur_pow2(entries))
@@ -3066,8 +3076,9 @@ static int ur_create(const px_processor_config *cfg,
 		prm.cq_entries = cq;
 		if (io_uring_queue_init_params(sq, &rg->ring, &prm) < 0)
 			break;
+		px__own_fd(rg->ring.ring_fd);
 		if (rg->ring.cq.ring_entries < cq || rg->ring.sq.ring_entries < sq) {
-			io_uring_queue_exit(&rg->ring);
+			ur_ring_exit(&rg->ring);
 			break;
 		}
 		u->nrings++;
@@ -3090,7 +3101,7 @@ static int ur_create(const px_processor_config *cfg,
 	 * kernel thread submits; without an eventfd, starts submit). */
 	if (cfg->processor == PX_PROCESSOR_DEDICATED &&
 	    !(u->rings[0].ring.flags & IORING_SETUP_SQPOLL))
-		u->rings[0].kick_fd = eventfd(0, EFD_CLOEXEC);
+		u->rings[0].kick_fd = px__own_fd(eventfd(0, EFD_CLOEXEC));
 
 	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
 	u->cancel_cap = sq;
@@ -3119,7 +3130,7 @@ static int ur_create(const px_processor_config *cfg,
 	return 0;
 
 fail:
-	io_uring_queue_exit(&u->rings[0].ring);
+	ur_ring_exit(&u->rings[0].ring);
 	free(u->rings);
 	free(u);
 	return rc;

@@ -2091,6 +2091,125 @@ static void tiny_max_aio_does_not_starve(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* The engines' own descriptors                                         */
+/* ------------------------------------------------------------------ */
+
+#define OWN_MAX 256
+
+/* The numbers open in the process from 3 up to 4095, ascending (as the
+ * conformance --list-fds lists them, by fcntl rather than /proc, so that
+ * the listing's own descriptor is not among them); how many. */
+static int list_fds(int *out, int max)
+{
+	int n = 0;
+
+	for (int fd = 3; fd < 4096 && n < max; fd++)
+		if (fcntl(fd, F_GETFD) >= 0)
+			out[n++] = fd;
+	return n;
+}
+
+static bool in_list(const int *v, int n, int fd)
+{
+	for (int i = 0; i < n; i++)
+		if (v[i] == fd)
+			return true;
+	return false;
+}
+
+static void fd_target(int fd, char *buf, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(path, buf, len - 1);
+	buf[n > 0 ? n : 0] = '\0';
+}
+
+/* A socketpair read on px with its data waiting completes with it: the
+ * engine still works. */
+static void own_fds_read_works(h_fx *f, px_proactor *px, const char *what)
+{
+	h_fx g = { .px = px };
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(write(a[0], "ping", 4), 4);
+	assert_int_equal(px_read_stream(px, a[1], in, 16, h_rec_cb, rd), 0);
+	h_wait_rec(&g, rd, 5000, what);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], 0, what);
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+}
+
+/*
+ * The descriptors a proactor holds for its engine (an epoll instance, an
+ * eventfd, a pipe, an io_uring ring, ...), found as the numbers that
+ * px_create and a first read opened: px_close and the starts, of that
+ * proactor and of another, refuse each with EBADF and leave it open, and
+ * both engines go on working; px_destroy returns.  Before the record of
+ * the library's own descriptors, px_close closed them (a read with its
+ * data waiting then never completed on epoll, and px_destroy never
+ * returned on io_uring), and a read of poll's interrupt took its wake-up
+ * (TESTING.md, fixed problem 287).
+ */
+static void engine_descriptors_refused(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	int own[OWN_MAX], nown = 0;
+	int nb = list_fds(before, OWN_MAX);
+	px_proactor *b = NULL;
+	char err[256] = "";
+
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	/* Some descriptors come with the first use (a ready eventfd, a
+	 * gate's epoll set, a signalfd): one read first. */
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++)
+		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
+			own[nown++] = after[i];
+	if (!nown) {
+		assert_int_equal(px_destroy(b), 0);
+		skip();  /* an engine that holds no descriptor: nothing to refuse */
+	}
+	char *buf = h_alloc(f, 64);
+	h_rec *never = h_rec_new(f);
+	for (int i = 0; i < nown; i++) {
+		int fd = own[i];
+		char t[128];
+		fd_target(fd, t, sizeof t);
+		px_proactor *both[2] = { b, f->px };
+		for (int k = 0; k < 2; k++) {
+			px_proactor *px = both[k];
+			if (px_close(px, fd, h_rec_cb, never) != -EBADF)
+				fail_msg("px_close of the engine's descriptor %d (%s) "
+					 "was not refused (engine '%s')", fd, t,
+					 h_engine_text);
+			assert_int_equal(px_read_stream(px, fd, buf, 64, h_rec_cb, never),
+					 -EBADF);
+			assert_int_equal(px_write_stream(px, fd, "x", 1, h_rec_cb, never),
+					 -EBADF);
+			assert_int_equal(px_read_file(px, fd, buf, 8, 0, h_rec_cb, never),
+					 -EBADF);
+			assert_int_equal(px_accept(px, fd, h_rec_cb, never), -EBADF);
+			px_op_desc d = { .op = PX_OP_READ_STREAM, .fd = fd, .buf = buf,
+					 .len = 64, .cb = h_rec_cb, .user = never };
+			assert_int_equal(px_start_op(px, &d), -EBADF);
+		}
+		if (!fd_open(fd))
+			fail_msg("the engine's descriptor %d (%s) was closed", fd, t);
+	}
+	own_fds_read_works(f, b, "a read on the second proactor after the refusals");
+	own_fds_read_works(f, f->px, "a read on the first proactor after the refusals");
+	h_settle(f, 20);
+	assert_int_equal(atomic_load(&never->calls), 0);
+	assert_int_equal(px_destroy(b), 0);
+	h_assert_usable(f);
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, fx_teardown)
 
@@ -2128,6 +2247,7 @@ int main(int argc, char **argv)
 		T(lingering_close_holds_only_its_thread),
 		cmocka_unit_test_setup_teardown(deadlines_of_deferred_operations,
 						setup_aio2, fx_teardown),
+		T(engine_descriptors_refused),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }

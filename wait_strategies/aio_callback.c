@@ -202,7 +202,7 @@ const px_intr_ops px__intr_aio_callback_ops = {
 
 int px__paio_callback_init(px_paio *p)
 {
-	p->cb_efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	p->cb_efd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (p->cb_efd < 0)
 		return -errno;
 	atomic_init(&p->stack, NULL);
@@ -218,5 +218,5 @@ void px__paio_callback_fini(px_paio *p)
 	 * the last ones to be done with the eventfd. */
 	while (atomic_load(&p->notifying))
 		sched_yield();
-	close(p->cb_efd);
+	px__own_close(p->cb_efd);
 }

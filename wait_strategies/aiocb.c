@@ -317,13 +317,13 @@ const px_intr_ops px__intr_aiocb_ops = {
 int px__paio_aiocb_init(px_paio *p)
 {
 	/* Blocking: the helper's read waits for the write. */
-	p->intr_efd = eventfd(0, EFD_CLOEXEC);
+	p->intr_efd = px__own_fd(eventfd(0, EFD_CLOEXEC));
 	if (p->intr_efd < 0)
 		return -errno;
 	/* The first list now: prepare always has one to fill. */
 	p->list = malloc(AIOCB_LIST_MIN * sizeof(*p->list));
 	if (!p->list) {
-		close(p->intr_efd);
+		px__own_close(p->intr_efd);
 		return -ENOMEM;
 	}
 	p->cap = AIOCB_LIST_MIN;
@@ -350,6 +350,6 @@ void px__paio_aiocb_fini(px_paio *p)
 			aio_suspend(one, 1, NULL);
 		aio_return(&p->intr_cb);
 	}
-	close(p->intr_efd);
+	px__own_close(p->intr_efd);
 	free(p->list);
 }

@@ -225,7 +225,7 @@ static void ep_destroy(px_poller *pl)
 	struct ep *w = ep_of(pl);
 
 	if (w->epfd >= 0)
-		close(w->epfd);
+		px__own_close(w->epfd);
 	free(w);
 }
 
@@ -308,7 +308,7 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	w->base.flags = PX_POLLER_LIVE | (edge ? PX_POLLER_EDGE : 0);
 	w->base.fd_limit = INT32_MAX;
 	w->watch_fd = -1;
-	w->epfd = epoll_create1(EPOLL_CLOEXEC);
+	w->epfd = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
 	if (w->epfd < 0) {
 		rc = -errno;
 		goto fail;
