@@ -144,7 +144,7 @@ static int laioc_probe(char *why, size_t len)
 			snprintf(why, len, "io_setup: %s", strerror(e));
 		return e == EPERM ? -EPERM : e == ENOMEM ? -ENOMEM : -ENOSYS;
 	}
-	efd = px__own_fd(eventfd(0, EFD_CLOEXEC));
+	efd = eventfd(0, EFD_CLOEXEC);
 	if (efd < 0) {
 		rc = -errno;
 		syscall(__NR_io_destroy, ctx);
@@ -158,7 +158,7 @@ static int laioc_probe(char *why, size_t len)
 	cb.aio_buf = POLLOUT;
 	rc = syscall(__NR_io_submit, ctx, 1, cbs);
 	syscall(__NR_io_destroy, ctx);  /* reaps the poll's event with it */
-	px__own_close(efd);
+	close(efd);
 	if (rc < 0 && errno == EINVAL) {
 		if (why && len)
 			snprintf(why, len, "this kernel's AIO has no IOCB_CMD_POLL "

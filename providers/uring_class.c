@@ -159,7 +159,7 @@ static int uringc_probe(char *why, size_t len)
 	int fd, rc = 0;
 
 	memset(&p, 0, sizeof(p));
-	fd = px__own_fd((int)syscall(__NR_io_uring_setup, 2, &p));
+	fd = (int)syscall(__NR_io_uring_setup, 2, &p);
 	if (fd < 0) {
 		rc = -errno;
 		if (why && len)
@@ -172,7 +172,7 @@ static int uringc_probe(char *why, size_t len)
 			snprintf(why, len, "this kernel's io_uring has no timed "
 				 "wait (IORING_FEAT_EXT_ARG, Linux 5.11)");
 	}
-	px__own_close(fd);
+	close(fd);
 	return rc;
 }
 
