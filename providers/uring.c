@@ -625,6 +625,7 @@ static int ur_submit(px_uring_ring *rg)
 	 * submitted yet, may now take SQEs published after its prepare. */
 	if (took && rg->waiting)
 		rg->foreign_taken = true;
+	px__uring_enter_failed(rg, rc);
 	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR || rc == -ENOMEM) {
 		rg->submit_stuck = true;
 		return 0;
@@ -2823,6 +2824,34 @@ static int ur_cancel(px_provider *p, px_result *r)
 	    ur_void_unsubmitted(pr->rg, r))
 		pr->voided = true;
 	return PX_CANCEL_PENDING;
+}
+
+px_result *px__uring_dead_next(px_uring *u, px_uring_ring *rg,
+			       px_list *started)
+{
+	if (!started)
+		return NULL;
+	for (px_link *l = px_list_first(started); l;
+	     l = px_list_next(started, l)) {
+		px_result *r = px_result_of(l);
+		struct px_uring_priv *pr = ur_priv(r);
+
+		if (pr->rg != rg)
+			continue;
+		/* No CQE comes any more: not its own, not its cancel's. */
+		if (pr->cancel_sent) {
+			pr->cancel_sent = false;
+			rg->cancels_inflight--;
+		}
+		if (pr->held) {
+			pr->held = false;  /* finished already */
+			return r;
+		}
+		if (pr->phase == PX_URING_GATE && !pr->gate_ctl)
+			ur_gate_leave(rg, pr, true);
+		return ur_finish(u, r, pr->cancel_req ? -ECANCELED : -EBADF);
+	}
+	return NULL;
 }
 
 /* px_close closed fd: whatever the number names next is unknown, so its

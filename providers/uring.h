@@ -98,6 +98,12 @@ typedef struct px_uring_ring {
 	/* That enter failed, so submitted nothing (leader only, read back
 	 * under the mutex in next_completed). */
 	int enter_err;
+	/* An enter on it failed with EBADF: its descriptor was closed
+	 * behind the library's back with close(2) (px_close refuses the
+	 * number).  No CQE can be waited for and no cancel submitted any
+	 * more, so its leader ends what it holds (px__uring_dead_next);
+	 * px_destroy retried its cancels for good (fixed problem 288). */
+	bool dead;
 	/* Under the mutex, for a cancel that would make an unsubmitted SQE a
 	 * NOP while the leader waits (ur_void_unsubmitted): the leader's
 	 * enter may take SQEs (its prepare published some), up to the SQ
@@ -174,6 +180,7 @@ typedef struct px_uring {
 	unsigned sq_reserve;        /* SQ slots a start leaves free */
 
 	px_list stalled;            /* results waiting for an SQE (priv slink) */
+	px_list *started;           /* the processor's, from prepare() */
 	px_list cancel_stalled;     /* results whose cancel waits for an SQE */
 	/* Set while ur_cancel finishes a queue head that was not in the
 	 * kernel for px_cancel or px_close: the next head goes on stalled
@@ -351,6 +358,19 @@ bool px__uring_poll_first_refused(void) PX_HIDDEN;
  * Leader, mutex held. */
 px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 			      uint64_t user_data, int res) PX_HIDDEN;
+
+/* rg is dead (px_uring_ring.dead): finish one operation of started that
+ * rg holds and return it, or NULL when none is left.  Each ends once:
+ * with ECANCELED if a cancel was asked, else EBADF.  Leader, mutex
+ * held. */
+px_result *px__uring_dead_next(px_uring *u, px_uring_ring *rg,
+			       px_list *started) PX_HIDDEN;
+/* An enter on rg returned rc: EBADF marks it dead. */
+static inline void px__uring_enter_failed(px_uring_ring *rg, int rc)
+{
+	if (rc == -EBADF)
+		rg->dead = true;
+}
 
 /* Ask the CPU to start loading what px__uring_complete and ur_finish will
  * touch first for the next few CQEs of rg (the result's header, its

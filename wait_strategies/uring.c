@@ -100,7 +100,9 @@ static int px_uring_prepare(px_wait *w, px_list *started)
 	bool stuck = false;
 	int rc, rc2;
 
-	(void)started;  /* the kernel already knows every started operation */
+	/* The kernel already knows every started operation; the list is
+	 * looked at only for a dead ring (next_completed). */
+	u->started = started;
 	/* Before anything is reaped: a CQE from now on makes it readable. */
 	px__uring_ready_drain(u);
 	u->alone = !w->others_here;
@@ -230,6 +232,7 @@ static int px_uring_enter(px_uring_ring *rg, int timeout_ms, bool wait)
 	 * spun for as long as the kernel refused (fixed problem 221). */
 	if (rc < 0 && n)
 		rg->enter_err = rc;
+	px__uring_enter_failed(rg, rc);
 	return rc;
 }
 
@@ -256,7 +259,13 @@ static int px_uring_wait_many(px_uring_ring *rg, int timeout_ms)
 	if (ready || timeout_ms == 0)
 		return 1;
 	rc = poll(fds, n, timeout_ms);
-	return rc < 0 ? -errno : rc;
+	if (rc < 0)
+		return -errno;
+	/* A ring's descriptor closed behind the library's back. */
+	for (unsigned i = 0; i < n; i++)
+		if (fds[i].revents & POLLNVAL)
+			px__uring_enter_failed(i ? rg->extra[i - 1] : rg, -EBADF);
+	return rc;
 }
 
 static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms);
@@ -322,6 +331,7 @@ static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
 	}
 	if (rc == -ETIME || rc == -EAGAIN)
 		return 0;
+	px__uring_enter_failed(rg, rc);
 	if (rc < 0)
 		return rc;  /* -EINTR included: an ordinary wake-up */
 	return (int)io_uring_cq_ready(&rg->ring);
@@ -375,6 +385,15 @@ static px_result *px_uring_next_completed(px_wait *w)
 				o->reaped++;
 				return r;
 			}
+		/* Its descriptor is gone: what it holds ends here, once
+		 * each, as no CQE will (px__uring_dead_next). */
+		if (o->dead) {
+			r = px__uring_dead_next(u, o, u->started);
+			if (r)
+				return r;
+			o->pending = 0;
+			o->cancels_inflight = 0;
+		}
 	}
 	/* Nothing more, or enough: let the rings go. */
 	/* (Every ring, the home one too, gets the time: it is how long
