@@ -7,7 +7,9 @@
  * and of a lingering socket (only the closing thread waits), deadlines at
  * their edges and of deferred operations, and a max_aio too small for
  * what is pending (the deferred operations are started beyond it instead
- * of starving).  Public API only.
+ * of starving); the engines' own descriptors, refused by px_close and the
+ * starts, and an io_uring ring closed behind the library's back.  Public
+ * API only.
  *
  *   close 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
