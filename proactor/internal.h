@@ -471,6 +471,13 @@ void px__signal_atfork(int phase) PX_HIDDEN;
 void px__sigwait_atfork(int phase) PX_HIDDEN;
 void px__paio_atfork(int phase) PX_HIDDEN;
 void px__nbio_atfork(int phase) PX_HIDDEN;
+/* The record of the library's own descriptors (px__is_own_fd): its lock,
+ * and in the child the record is emptied.  The descriptors the child
+ * inherited are the parent's proactors', which it can neither use nor
+ * close through the library (ECHILD); it may close them with close(2)
+ * (closefrom, a daemon's clean-up) and get the numbers back for files of
+ * its own, which a record kept would refuse. */
+void px__own_fd_atfork(int phase) PX_HIDDEN;
 
 /* The file status flags (F_GETFL, F_SETFL) of the application's
  * descriptors: the library reads, changes and writes them back in several

@@ -64,10 +64,12 @@ static void fac_fork_prepare(void)
 	px__sigwait_atfork(PX_FORK_PREPARE);
 	px__signal_atfork(PX_FORK_PREPARE);
 	px__nbio_atfork(PX_FORK_PREPARE);
+	px__own_fd_atfork(PX_FORK_PREPARE);
 }
 
 static void fac_fork_parent(void)
 {
+	px__own_fd_atfork(PX_FORK_PARENT);
 	px__nbio_atfork(PX_FORK_PARENT);
 	px__signal_atfork(PX_FORK_PARENT);
 	px__sigwait_atfork(PX_FORK_PARENT);
@@ -79,6 +81,7 @@ static void fac_fork_child(void)
 	if (fac_fork_counts)
 		atomic_fetch_add_explicit(&fac_fork_count, 1,
 					  memory_order_relaxed);
+	px__own_fd_atfork(PX_FORK_CHILD);
 	px__nbio_atfork(PX_FORK_CHILD);
 	px__signal_atfork(PX_FORK_CHILD);
 	px__sigwait_atfork(PX_FORK_CHILD);

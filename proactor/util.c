@@ -393,6 +393,23 @@ void px__own_fd_drop(int fd)
 	pthread_mutex_unlock(&own_high_lock);
 }
 
+void px__own_fd_atfork(int phase)
+{
+	if (phase == PX_FORK_PREPARE) {
+		pthread_mutex_lock(&own_high_lock);
+		return;
+	}
+	if (phase == PX_FORK_CHILD) {
+		for (size_t i = 0; i < sizeof(px__own_fd_bits) /
+				       sizeof(px__own_fd_bits[0]); i++)
+			atomic_store_explicit(&px__own_fd_bits[i], 0,
+					      memory_order_relaxed);
+		own_high_n = 0;
+		atomic_store_explicit(&px__own_fd_high, 0, memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&own_high_lock);
+}
+
 int px__own_close(int fd)
 {
 	px__own_fd_drop(fd);

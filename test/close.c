@@ -30,6 +30,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -2211,6 +2212,87 @@ static void engine_descriptors_refused(void **state)
 	h_assert_usable(f);
 }
 
+/* The child of own_record_forgotten_in_child: close(2) each of the
+ * parent's engine descriptors, put a socket of its own on the number,
+ * and read it through a proactor of its own.  Exit 0 when every read
+ * started and got its byte; else the number of the step that failed. */
+static int child_reuses_engine_numbers(const int *own, int nown)
+{
+	px_proactor *c = NULL;
+	int sv[2];
+	char err[256] = "";
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		return 10;
+	for (int i = 0; i < nown; i++) {
+		close(own[i]);
+		if (dup2(sv[1], own[i]) != own[i])
+			return 11;
+	}
+	if (px_create_config(&c, &h_cfg, err, sizeof err) != 0)
+		return 12;
+	for (int i = 0; i < nown; i++) {
+		h_rec r;
+		char b[4];
+		memset(&r, 0, sizeof r);
+		if (px_read_stream(c, own[i], b, 1, h_rec_cb, &r) != 0)
+			return 13;  /* refused as the parent's engine's */
+		if (write(sv[0], "y", 1) != 1)
+			return 14;
+		uint64_t dl = h_deadline(5000);
+		while (!atomic_load(&r.done) && h_now_ms() < dl)
+			(void)px_handle_events(c, 10);
+		if (atomic_load(&r.calls) != 1 || r.c.error || r.c.bytes != 1)
+			return 15;
+	}
+	return px_destroy(c) == 0 ? 0 : 16;
+}
+
+/*
+ * fork(2): the child inherits the numbers of the parent's engines, which
+ * it cannot use through the library (ECHILD) and may close with close(2),
+ * as a daemon's clean-up does.  Numbers it then gets back for files of
+ * its own are its own: a proactor of the child takes starts on them.  The
+ * record of the library's descriptors is emptied in the child (its fork
+ * handler); kept, it refused those starts with EBADF.
+ */
+static void own_record_forgotten_in_child(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	int own[OWN_MAX], nown = 0;
+	int nb = list_fds(before, OWN_MAX);
+	px_proactor *b = NULL;
+	char err[256] = "";
+
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++)
+		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
+			own[nown++] = after[i];
+	if (!nown) {
+		assert_int_equal(px_destroy(b), 0);
+		skip();  /* an engine that holds no descriptor */
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		_exit(child_reuses_engine_numbers(own, nown));
+	}
+	int st = 0;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_int_equal(px_destroy(b), 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fail_msg("the child's proactor on numbers it got back from the "
+			 "parent's engine: %s %d (13: the start was refused; engine "
+			 "'%s')", WIFEXITED(st) ? "exit" : "signal",
+			 WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), h_engine_text);
+	h_assert_usable(f);
+}
+
 typedef struct destroyer {
 	px_proactor *px;
 	atomic_int done;
@@ -2366,6 +2448,7 @@ int main(int argc, char **argv)
 						setup_aio2, fx_teardown),
 		T(engine_descriptors_refused),
 		T(ring_closed_behind_then_destroy),
+		T(own_record_forgotten_in_child),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }
