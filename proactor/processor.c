@@ -347,9 +347,14 @@ static size_t proc_collect(px_processor *p, uint64_t now)
 #define PROC_CHECK_MAX_NS 1000000000u
 #define PROC_CHECK_BUSY_NS 5000000000u
 
+/* A number the library holds now (internal.h, px__is_own_fd) was closed
+ * by the application too: the engine of another proactor, made since,
+ * took it (a px_create keeps off only its own proactor's numbers).  Open
+ * as it is, the operation's file is gone, and the engine's wait watches
+ * the library's descriptor in its place. */
 static bool proc_fd_closed(int fd)
 {
-	return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+	return px__is_own_fd(fd) || (fcntl(fd, F_GETFD) < 0 && errno == EBADF);
 }
 
 /* The descriptors one check looked at, each with what fcntl said: an

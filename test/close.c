@@ -2293,6 +2293,49 @@ static void own_record_forgotten_in_child(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * A read pending on a socket the application closes with close(2), whose
+ * number another proactor's px_create takes at once for its engine (the
+ * lowest free number: the holes below it are filled).  The rule says the
+ * read ends with EBADF within seconds; the idle check found the number
+ * open and left it waiting, where the engine's wait watched the other
+ * proactor's descriptor (a readiness read there would read it).  A number
+ * in the record of the library's descriptors is no file of the
+ * application's: the check takes it for closed (TESTING.md, fixed problem
+ * 287).  The other proactor keeps working.
+ */
+static void closed_number_taken_by_an_engine(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	fill_holes_below(f, a[1]);
+	char *in = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 16, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	h_close(f, a[1]);
+	px_proactor *b = NULL;
+	char err[256] = "";
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	if (!fd_open(a[1])) {
+		/* This engine made no descriptor (a signal interrupt). */
+		h_wait_rec(f, rd, 5000, "a read whose descriptor was closed");
+		expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+		assert_int_equal(px_destroy(b), 0);
+		skip();
+	}
+	h_wait_rec(f, rd, 5000,
+		   "a read whose closed number another proactor's engine took");
+	h_settle(f, 20);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+	assert_int_equal(rd->c.bytes, 0);
+	assert_true(fd_open(a[1]));
+	own_fds_read_works(f, b, "a read on the proactor that took the number");
+	assert_int_equal(px_destroy(b), 0);
+	h_assert_usable(f);
+}
+
 typedef struct destroyer {
 	px_proactor *px;
 	atomic_int done;
@@ -2449,6 +2492,7 @@ int main(int argc, char **argv)
 		T(engine_descriptors_refused),
 		T(ring_closed_behind_then_destroy),
 		T(own_record_forgotten_in_child),
+		T(closed_number_taken_by_an_engine),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }
