@@ -379,7 +379,10 @@ PX_API int px_stop(px_proactor *px);
  * Every start function returns 0 when the operation is started (its
  * callback will run exactly once), or a negative errno, in which case the
  * callback will never run:
- *   -EBADF      fd is negative or not open, or px_close is closing it.
+ *   -EBADF      fd is negative or not open, or px_close is closing it,
+ *               or it is a descriptor the library holds for an engine
+ *               (an epoll instance, eventfd, pipe, io_uring ring, ...
+ *               of any proactor: see px_close).
  *               (uring and linux_aio check a descriptor number only until
  *               they have seen it open, to keep a syscall off every start;
  *               a descriptor closed after it was used there fails with
@@ -541,7 +544,9 @@ PX_API int px_post(px_proactor *px, px_callback *cb, void *user);
  * Returns 0 (cb will run once), or (cb will not run):
  *   -EINVAL    px or cb is NULL;
  *   -EBADF     fd is negative, or not open and no operation is pending
- *              on it;
+ *              on it, or a descriptor the library holds for an engine
+ *              (of any proactor; left open: the number is not the
+ *              application's, a stale one it closed before);
  *   -EALREADY  a px_close of fd is already under way;
  *   -ENOMEM    no memory for the record.
  */
