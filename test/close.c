@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "tsan.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                              */
@@ -2261,6 +2262,11 @@ static void own_record_forgotten_in_child(void **state)
 	h_fx *f = *state;
 	static int before[OWN_MAX], after[OWN_MAX];
 	int own[OWN_MAX], nown = 0;
+
+	/* A child of a threaded process that starts threads (a dedicated
+	 * leader's): ThreadSanitizer refuses it, as in fork_locks. */
+	if (PX_TEST_TSAN)
+		skip();
 	int nb = list_fds(before, OWN_MAX);
 	px_proactor *b = NULL;
 	char err[256] = "";
