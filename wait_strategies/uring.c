@@ -80,6 +80,9 @@ static __thread bool px_uring_tls_watch_ran_out;
  * do better. */
 #define PX_URING_REAP_MAX 64u
 
+/* The longest wait of a leader whose ring is dead (px_uring_ring.dead). */
+#define PX_URING_DEAD_NAP_MS 10
+
 /* Make rg's SQEs ready for this leader's wait and mark it waiting. */
 static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
 {
@@ -309,6 +312,21 @@ static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	int rc;
 
+	if (rg->dead) {
+		/* Its descriptor was closed behind the library's back: every
+		 * enter fails at once, and a dedicated leader spun on it at
+		 * full CPU.  Nothing can wake a wait through the ring either
+		 * (the interrupt is a NOP in it), so a nap of at most
+		 * PX_URING_DEAD_NAP_MS stands for the wait; what the ring
+		 * holds ends in next_completed. */
+		if (timeout_ms != 0) {
+			int ms = timeout_ms < 0 || timeout_ms > PX_URING_DEAD_NAP_MS
+				 ? PX_URING_DEAD_NAP_MS : timeout_ms;
+			struct timespec nap = { 0, (long)ms * 1000000 };
+			nanosleep(&nap, NULL);
+		}
+		return 0;
+	}
 	if (rg->nextra)
 		return px_uring_wait_many(rg, timeout_ms);
 	if (rg->to_submit) {
