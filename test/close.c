@@ -2342,6 +2342,74 @@ static void closed_number_taken_by_an_engine(void **state)
 	h_assert_usable(f);
 }
 
+typedef struct loop_once {
+	px_proactor *px;
+	atomic_int stop;
+} loop_once;
+
+static void *loop_until_stopped(void *arg)
+{
+	loop_once *l = arg;
+	while (!atomic_load(&l->stop))
+		(void)px_handle_events(l->px, 50);
+	return NULL;
+}
+
+static void count_post(const px_completion *c)
+{
+	atomic_fetch_add((atomic_int *)c->user, 1);
+}
+
+/*
+ * The same, with the first proactor's loop running while the second's
+ * engine is woken (posts from outside, each interrupting its leader): a
+ * readiness wait that watches by number (poll, select) saw the engine's
+ * interrupt descriptor under the old number turn readable, and the old
+ * read read it, taking the wake-up as its data.  The read must end with
+ * EBADF and nothing else, and every post must reach the second proactor.
+ */
+static void closed_number_taken_read_not_served(void **state)
+{
+	h_fx *f = *state;
+	int a[2];
+	h_socketpair(f, a);
+	fill_holes_below(f, a[1]);
+	char *in = h_alloc(f, 64);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	h_loops_start(f, 1, false);
+	h_close(f, a[1]);
+	px_proactor *b = NULL;
+	char err[256] = "";
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	bool taken = fd_open(a[1]);
+	loop_once lb = { .px = b };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, loop_until_stopped, &lb), 0);
+	atomic_int posts = 0;
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(px_post(b, count_post, &posts), 0);
+		h_sleep_ms(2);
+	}
+	uint64_t dl = h_deadline(5000);
+	while ((atomic_load(&posts) < 50 || !h_rec_done(rd)) && h_now_ms() < dl)
+		h_sleep_ms(5);
+	atomic_store(&lb.stop, 1);
+	pthread_join(th, NULL);
+	h_loops_stop();
+	assert_int_equal(atomic_load(&posts), 50);
+	if (!h_rec_done(rd))
+		fail_msg("the read whose number the second proactor took did not "
+			 "end within 5 s (engine '%s')", h_engine_text);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], EBADF, "the read");
+	assert_int_equal(rd->c.bytes, 0);
+	assert_int_equal(px_destroy(b), 0);
+	if (!taken)
+		skip();  /* this engine made no descriptor there */
+	h_assert_usable(f);
+}
+
 typedef struct destroyer {
 	px_proactor *px;
 	atomic_int done;
@@ -2499,6 +2567,7 @@ int main(int argc, char **argv)
 		T(ring_closed_behind_then_destroy),
 		T(own_record_forgotten_in_child),
 		T(closed_number_taken_by_an_engine),
+		T(closed_number_taken_read_not_served),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }
