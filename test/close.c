@@ -2464,6 +2464,48 @@ static void destroy_within(px_proactor *px, const char *what)
 }
 
 /*
+ * Every descriptor of an engine closed behind the library's back with
+ * close(2) (which no record can refuse), with a read pending: px_destroy
+ * returns within 5 s and the read ends once, with an error.  Whatever the
+ * engine can no longer do, it must not hold px_destroy for good.
+ */
+static void engine_descriptors_closed_behind_then_destroy(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	int own[OWN_MAX], nown = 0;
+	int nb = list_fds(before, OWN_MAX);
+	px_proactor *b = NULL;
+	char err[256] = "";
+
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++)
+		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
+			own[nown++] = after[i];
+	if (!nown) {
+		assert_int_equal(px_destroy(b), 0);
+		skip();  /* an engine that holds no descriptor */
+	}
+	h_fx g = { .px = b };
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	h_settle(&g, 20);
+	for (int i = 0; i < nown; i++)
+		close(own[i]);
+	destroy_within(b, "after its engine's descriptors were closed");
+	if (atomic_load(&rd->calls) != 1)
+		fail_msg("the pending read: %d callbacks, expected one",
+			 atomic_load(&rd->calls));
+	assert_int_not_equal(rd->c.error, 0);
+	h_assert_usable(f);
+}
+
+/*
  * An io_uring ring's descriptor closed behind the library's back with
  * close(2) (px_close now refuses the number; close(2) cannot be refused),
  * with a read pending: px_destroy returns, and the read ends once, with
@@ -2568,6 +2610,7 @@ int main(int argc, char **argv)
 		T(own_record_forgotten_in_child),
 		T(closed_number_taken_by_an_engine),
 		T(closed_number_taken_read_not_served),
+		T(engine_descriptors_closed_behind_then_destroy),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }
