@@ -608,6 +608,27 @@ static void proc_note_claim_time(px_processor *p, uint64_t ns, size_t n)
 	p->claim_ns = avg ? avg : 1;
 }
 
+/* The wait failed with EBADF: one of the engine's own descriptors (its
+ * epoll instance, its interrupt's, a ring; a descriptor of the
+ * application's that a select wait watched, closed meanwhile, too) was
+ * closed with close(2), which the record of the library's descriptors
+ * (internal.h, px__is_own_fd) cannot refuse.  Every wait would fail at
+ * once the same way, and the leader, a dedicated one above all, spun at
+ * full CPU (a whole CPU on epoll, poll and select, shared and
+ * dedicated).  So it naps instead, at most PROC_BROKEN_NAP_MS, as long
+ * as the wait would have lasted at most: nothing may be able to wake it,
+ * and px_stop and px_destroy must still get through.  Mutex released. */
+#define PROC_BROKEN_NAP_MS 10
+
+static void proc_wait_broken(int timeout_ms)
+{
+	int ms = timeout_ms < 0 || timeout_ms > PROC_BROKEN_NAP_MS
+		 ? PROC_BROKEN_NAP_MS : timeout_ms;
+	struct timespec nap = { 0, (long)ms * 1000000 };
+
+	nanosleep(&nap, NULL);
+}
+
 uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 					 uint64_t now, size_t release_min,
 					 bool *claimed)
@@ -642,7 +663,8 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	p->wait_end = timeout_ms < 0 ? UINT64_MAX
 				     : now + (uint64_t)timeout_ms * 1000000u;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
-	p->wait->ops->wait(p->wait, timeout_ms);
+	if (p->wait->ops->wait(p->wait, timeout_ms) == -EBADF && timeout_ms)
+		proc_wait_broken(timeout_ms);
 	pthread_mutex_lock(&px->lock);
 	p->wait_end = 0;
 	uint64_t end = px__now_ns();

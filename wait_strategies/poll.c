@@ -185,6 +185,12 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 		return -err;
 	}
 	if (n > 0) {
+		/* The interrupt's descriptor was closed behind the library's
+		 * back (close(2)): every wait would end here at once, as a
+		 * wait on a closed epoll instance fails (the processor naps
+		 * on EBADF). */
+		if (p->first && (p->wpfd[0].revents & POLLNVAL))
+			return -EBADF;
 		if (p->first && p->wpfd[0].revents) {
 			pl->fired = true;
 			n--;

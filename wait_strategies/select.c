@@ -176,6 +176,12 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 	if (n < 0) {
 		int err = errno;
 
+		/* The interrupt's own descriptor closed behind the
+		 * library's back (close(2)): no collect() can mend that,
+		 * and every wait would fail at once (the processor naps on
+		 * EBADF).  One fcntl, on this path only. */
+		if (err == EBADF && in->fd >= 0 && fcntl(in->fd, F_GETFD) < 0)
+			return -EBADF;
 		if (err == EBADF) {
 			/* The sets are undefined now: collect() finds the
 			 * closed descriptors under the lock. */
