@@ -48,6 +48,7 @@
  * left to finish): what moved is a prefix in start order, byte for byte
  * (fixed problem 283).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1028,6 +1029,251 @@ static void cancel_close_queued_threads(void **state)
 			fail_msg("worker %d: %s", i, w[i].bad);
 }
 
+/* ------------------------------------------------------------------ */
+/* cancel_overflow_threads_idle                                         */
+/* ------------------------------------------------------------------ */
+
+/* Many descriptors, each with two reads and two write-alls queued, so a
+ * tiny ring= has far more operations in flight than its CQ holds; three
+ * outside threads px_cancel a third of them each, at once, every peer
+ * writing a byte right after its own cancel: the asked cancels go past
+ * the per-ring cap and may overflow the CQ (IORING_FEAT_NODROP keeps the
+ * rest).  Checked: one callback per start; the reads ECANCELED with no
+ * bytes; the writes that moved bytes a prefix in start order, the peer
+ * having exactly their bytes; then more traffic on the same descriptors
+ * (a read gets the byte written after the cancel); then, idle, the
+ * process's own threads (not the kernel's io threads: SQPOLL's polls on
+ * its own) use well under the time slept (no leader spins for stalled
+ * operations or cancels); then reads pending at px_destroy end with
+ * ECANCELED, once each.  A fourth outside thread makes posts and 1 ms
+ * timers meanwhile: each calls back once. */
+#define CO_FDS 60
+#define CO_THREADS 3
+#define CO_LEN 64
+#define CO_IDLE_MS 400
+
+typedef struct co_worker {
+	px_proactor *px;
+	int first, n;
+	int (*sv)[2];
+} co_worker;
+
+#define CO_POSTS 200
+
+static atomic_int co_posts, co_timers;
+
+static void co_post_cb(const px_completion *c)
+{
+	atomic_fetch_add(c->user ? &co_timers : &co_posts, 1);
+}
+
+/* Posts and timers from outside the loop while the cancels go on: on a
+ * one-entry SQPOLL SQ their NOPs wait for the kernel thread to take the
+ * SQ (px__uring_get_sqe_now).  Each calls back once. */
+static void *co_poster(void *arg)
+{
+	px_proactor *px = arg;
+
+	for (int i = 0; i < CO_POSTS; i++) {
+		if (px_post(px, co_post_cb, NULL) != 0)
+			h_bad("px_post %d failed", i);
+		if (px_timer_start(px, 1000000, co_post_cb, px) <= 0)
+			h_bad("px_timer_start %d failed", i);
+		if (i % 8 == 0)
+			usleep(50);
+	}
+	return NULL;
+}
+
+static void *co_main(void *arg)
+{
+	co_worker *w = arg;
+
+	for (int i = w->first; i < w->first + w->n; i++) {
+		if (px_cancel(w->px, w->sv[i][0]) < 1)
+			h_bad("px_cancel of descriptor %d returned < 1", i);
+		if (write(w->sv[i][1], "d", 1) != 1)
+			h_bad("write to peer %d failed", i);
+	}
+	return NULL;
+}
+
+/* CPU time of the process's threads but the kernel's io threads, in
+ * clock ticks. */
+static long co_cpu_ticks(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	long ticks = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[300], buf[1024];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/stat",
+			 e->d_name);
+		FILE *fp = fopen(path, "r");
+		if (!fp)
+			continue;  /* gone meanwhile */
+		size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+		fclose(fp);
+		buf[n] = 0;
+		char *open = strchr(buf, '('), *close_ = strrchr(buf, ')');
+		if (!open || !close_)
+			continue;
+		if (!strncmp(open + 1, "iou-", 4))
+			continue;  /* io_uring's kernel threads */
+		unsigned long ut = 0, st = 0;
+		/* after ")": state and fields 4-13, then utime and stime */
+		if (sscanf(close_ + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u "
+			   "%*u %*u %lu %lu", &ut, &st) == 2)
+			ticks += (long)(ut + st);
+	}
+	closedir(d);
+	return ticks;
+}
+
+static void cancel_overflow_threads_idle(void **state)
+{
+	h_fx *f = *state;
+	int (*sv)[2] = h_alloc(f, CO_FDS * sizeof(*sv));
+	cd_rec *reads = h_alloc(f, 2 * CO_FDS * sizeof(cd_rec));
+	cd_rec *again = h_alloc(f, CO_FDS * sizeof(cd_rec));
+	cd_rec *writes = h_alloc(f, 2 * CO_FDS * sizeof(cd_rec));
+	uint8_t (*wbuf)[CO_LEN] = h_alloc(f, 2 * CO_FDS * CO_LEN);
+	co_worker w[CO_THREADS];
+	pthread_t th[CO_THREADS];
+
+	memset(reads, 0, 2 * CO_FDS * sizeof(cd_rec));
+	memset(again, 0, CO_FDS * sizeof(cd_rec));
+	memset(writes, 0, 2 * CO_FDS * sizeof(cd_rec));
+	for (int i = 0; i < CO_FDS; i++)
+		h_socketpair(f, sv[i]);
+	for (int i = 0; i < 2 * CO_FDS; i++)
+		for (int k = 0; k < CO_LEN; k++)
+			wbuf[i][k] = (uint8_t)(i * 7 + k);
+	h_loops_start(f, 2, false);
+	for (int i = 0; i < CO_FDS; i++) {
+		for (int j = 0; j < 2; j++) {
+			assert_int_equal(px_read_stream(f->px, sv[i][0],
+							&reads[2 * i + j].byte, 1,
+							cd_cb, &reads[2 * i + j]), 0);
+			assert_int_equal(px_write_stream_all(f->px, sv[i][0],
+							     wbuf[2 * i + j], CO_LEN,
+							     cd_cb, &writes[2 * i + j]), 0);
+		}
+	}
+	usleep(1000);  /* into the kernel, most of them */
+	pthread_t poster;
+	atomic_store(&co_posts, 0);
+	atomic_store(&co_timers, 0);
+	assert_int_equal(pthread_create(&poster, NULL, co_poster, f->px), 0);
+	for (int t = 0; t < CO_THREADS; t++) {
+		w[t] = (co_worker){ f->px, t * (CO_FDS / CO_THREADS),
+				    CO_FDS / CO_THREADS, sv };
+		assert_int_equal(pthread_create(&th[t], NULL, co_main, &w[t]), 0);
+	}
+	for (int t = 0; t < CO_THREADS; t++)
+		pthread_join(th[t], NULL);
+	pthread_join(poster, NULL);
+	h_assert_no_bad("cancel_overflow_threads_idle, cancels");
+	for (int i = 0; i < 2 * CO_FDS; i++) {
+		uint64_t end = h_deadline(5000);
+		while ((!atomic_load(&reads[i].calls) ||
+			!atomic_load(&writes[i].calls)) && h_now_ms() < end)
+			usleep(50);
+	}
+	h_sleep_ms(20);
+	for (int i = 0; i < CO_FDS; i++) {
+		uint8_t got[2 * CO_LEN + 1];
+		ssize_t n = recv(sv[i][1], got, sizeof(got), MSG_DONTWAIT);
+		size_t moved = 0;
+		bool ended = false;
+		if (n < 0)
+			n = 0;
+		for (int j = 0; j < 2; j++) {
+			cd_rec *r = &reads[2 * i + j], *wr = &writes[2 * i + j];
+			if (atomic_load(&r->calls) != 1 ||
+			    atomic_load(&wr->calls) != 1)
+				fail_msg("descriptor %d, op %d: read %d, write %d "
+					 "callbacks", i, j, atomic_load(&r->calls),
+					 atomic_load(&wr->calls));
+			if (r->error != ECANCELED || r->bytes)
+				fail_msg("descriptor %d, read %d: error %d, %zu "
+					 "bytes", i, j, r->error, r->bytes);
+			if (wr->bytes && ended)
+				fail_msg("descriptor %d, write %d moved %zu bytes "
+					 "after one that ended early", i, j,
+					 wr->bytes);
+			if (wr->bytes && (size_t)n >= moved + wr->bytes &&
+			    memcmp(got + moved, wbuf[2 * i + j], wr->bytes))
+				fail_msg("descriptor %d, write %d: its bytes are "
+					 "not where they belong", i, j);
+			moved += wr->bytes;
+			if (wr->error || wr->bytes < CO_LEN)
+				ended = true;
+		}
+		if ((size_t)n != moved)
+			fail_msg("descriptor %d: the writes moved %zu bytes, the "
+				 "peer has %zd", i, moved, n);
+	}
+	/* More traffic: a read on each gets the byte its peer wrote after
+	 * the cancel. */
+	for (int i = 0; i < CO_FDS; i++)
+		assert_int_equal(px_read_stream(f->px, sv[i][0], &again[i].byte,
+						1, cd_cb, &again[i]), 0);
+	for (int i = 0; i < CO_FDS; i++) {
+		uint64_t end = h_deadline(5000);
+		while (!atomic_load(&again[i].calls) && h_now_ms() < end)
+			usleep(50);
+		if (atomic_load(&again[i].calls) != 1 || again[i].error ||
+		    again[i].bytes != 1 || again[i].byte != 'd')
+			fail_msg("descriptor %d, read after the cancel: %d "
+				 "callbacks, error %d, %zu bytes", i,
+				 atomic_load(&again[i].calls), again[i].error,
+				 again[i].bytes);
+	}
+	{
+		uint64_t end = h_deadline(5000);
+		while ((atomic_load(&co_posts) < CO_POSTS ||
+			atomic_load(&co_timers) < CO_POSTS) && h_now_ms() < end)
+			usleep(100);
+		h_sleep_ms(10);
+		if (atomic_load(&co_posts) != CO_POSTS ||
+		    atomic_load(&co_timers) != CO_POSTS)
+			fail_msg("%d posts and %d timers called back, of %d each",
+				 atomic_load(&co_posts), atomic_load(&co_timers),
+				 CO_POSTS);
+	}
+	/* Idle: the loop threads wait; nobody spins. */
+	h_sleep_ms(100);
+	long hz = sysconf(_SC_CLK_TCK);
+	long t0 = co_cpu_ticks();
+	h_sleep_ms(CO_IDLE_MS);
+	long t1 = co_cpu_ticks();
+	if (t0 >= 0 && t1 >= 0 && (t1 - t0) * 1000 / hz > CO_IDLE_MS / 2)
+		fail_msg("idle after the cancels, the process's threads used "
+			 "%ld ms of CPU in %d ms", (t1 - t0) * 1000 / hz,
+			 CO_IDLE_MS);
+	/* Reads pending at px_destroy end with ECANCELED, once. */
+	memset(again, 0, CO_FDS * sizeof(cd_rec));
+	for (int i = 0; i < CO_FDS; i++)
+		assert_int_equal(px_read_stream(f->px, sv[i][0], &again[i].byte,
+						1, cd_cb, &again[i]), 0);
+	h_sleep_ms(5);
+	h_loops_stop();
+	assert_int_equal(px_destroy(f->px), 0);
+	f->px = NULL;
+	for (int i = 0; i < CO_FDS; i++)
+		if (atomic_load(&again[i].calls) != 1 ||
+		    again[i].error != ECANCELED)
+			fail_msg("descriptor %d, read pending at px_destroy: %d "
+				 "callbacks, error %d", i,
+				 atomic_load(&again[i].calls), again[i].error);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, h_teardown)
 
 int main(int argc, char **argv)
@@ -1043,6 +1289,7 @@ int main(int argc, char **argv)
 		T(cancel_then_data),
 		T(cancel_many_then_data),
 		T(cancel_close_queued_threads),
+		T(cancel_overflow_threads_idle),
 	};
 	return cmocka_run_group_tests_name("ring_moves", tests, NULL, NULL) ? 1
 									    : 0;
