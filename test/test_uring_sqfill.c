@@ -667,6 +667,198 @@ static void stalled_head_cancel_sends_nothing(void **state)
 	close(t[1]);
 }
 
+/* The state of stalled_head_cancel_sends_nothing (a queue's head waits on
+ * the provider's stalled list for an SQE of a one-entry SQ, two more
+ * queued behind it), ended three other ways.  how: 0, the head is a
+ * write-all whose deadline (px_start_op, 30 ms) passes while it waits
+ * and the kernel still refuses submissions: it ends with ETIMEDOUT and
+ * nothing sent, and the two behind it, which a deadline does not end,
+ * must still go out, once each and in order, once the refusals end;
+ * 1, px_close of the writes: all three ECANCELED, nothing of theirs
+ * sent, the peer sees the end of the stream right after the first
+ * write's byte; 2, three reads instead of writes, px_cancel: all
+ * ECANCELED with no bytes, the peer's bytes still in the socket, and a
+ * read on a new socketpair (given the cancelled one's number when it is
+ * closed) gets its own byte. */
+static void sh_cb_close(const px_completion *c)
+{
+	sh_cb(c);
+}
+
+static void stalled_head_other_ends(int how)
+{
+	char err[256], fbuf[SH_FILL][8], rbuf[8], rb[3], pb;
+	int s[2], t[2], zero;
+	sh_rec fill[SH_FILL], prev, w[3], rd, closed;
+	const char *wdata[3] = { "abcdefgh", "B", "C" };
+	bool reads = how == 2;
+
+	memset(fill, 0, sizeof(fill));
+	memset(&prev, 0, sizeof(prev));
+	memset(w, 0, sizeof(w));
+	memset(&rd, 0, sizeof(rd));
+	memset(&closed, 0, sizeof(closed));
+	assert_int_equal(px_create(&px, "uring ring=1 rings=1", err,
+				   sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t),
+			 0);
+	zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	assert_true(zero >= 0);
+	if (reads)  /* the first read takes "p", the three find "xyz" */
+		assert_int_equal(write(s[1], "pxyz", 4), 4);
+	for (int i = 0; i < SH_FILL; i++)
+		assert_int_equal(px_read_file(px, zero, fbuf[i],
+					      sizeof(fbuf[i]), 0, sh_cb,
+					      &fill[i]), 0);
+	if (reads) {
+		assert_int_equal(px_read_stream(px, s[0], &pb, 1, sh_cb, &prev),
+				 0);
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(px_read_stream(px, s[0], &rb[i], 1,
+							sh_cb, &w[i]), 0);
+	} else {
+		assert_int_equal(px_write_stream(px, s[0], "p", 1, sh_cb, &prev),
+				 0);
+		px_op_desc d = { .op = PX_OP_WRITE_STREAM, .fd = s[0],
+				 .buf = (void *)wdata[0], .len = 8,
+				 .flags = PX_OPF_WRITE_ALL,
+				 .timeout_ns = how == 0 ? 30000000u : 0,
+				 .cb = sh_cb, .user = &w[0] };
+		assert_int_equal(px_start_op(px, &d), 0);
+		for (int i = 1; i < 3; i++)
+			assert_int_equal(px_write_stream_all(px, s[0],
+							     wdata[i], 1, sh_cb,
+							     &w[i]), 0);
+	}
+	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
+	if (atomic_load(&prev.calls))
+		skip();  /* (its CQE came among the first 64) */
+	assert_int_equal(px_read_stream(px, t[0], rbuf, sizeof(rbuf), sh_cb,
+					&rd), 0);
+	atomic_store(&submit_refusals, 1000000);
+	atomic_store(&enter_error, EAGAIN);
+	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
+	assert_int_equal(atomic_load(&prev.calls), 1);
+	assert_int_equal(prev.bytes, 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&w[i].calls), 0);
+	if (how == 0) {
+		/* The deadline passes with the head still waiting. */
+		uint64_t end = ds_now_ms() + 2000;
+		while (!atomic_load(&w[0].calls) && ds_now_ms() < end)
+			px_handle_events(px, 5);
+	}
+	atomic_store(&submit_refusals, 0);
+	atomic_store(&enter_error, 0);
+	if (how == 0)
+		assert_int_equal(atomic_load(&w[0].calls), 1);
+	else if (how == 1)
+		assert_int_equal(px_close(px, s[0], sh_cb_close, &closed), 0);
+	else
+		assert_int_equal(px_cancel(px, s[0]), 3);
+	for (int k = 0; k < 200; k++) {
+		bool all = how != 1 || atomic_load(&closed.calls);
+		for (int i = 0; i < 3; i++)
+			all = all && atomic_load(&w[i].calls);
+		if (all)
+			break;
+		px_handle_events(px, 5);
+	}
+	char got[16];
+	ssize_t n = reads ? recv(s[0], got, sizeof(got), MSG_DONTWAIT)
+			  : recv(s[1], got, sizeof(got), MSG_DONTWAIT);
+	for (int i = 0; i < 3; i++)
+		if (atomic_load(&w[i].calls) != 1)
+			fail_msg("%s %d: %d callbacks", reads ? "read" : "write",
+				 i, atomic_load(&w[i].calls));
+	if (how == 0) {
+		if (w[0].error != ETIMEDOUT || w[0].bytes)
+			fail_msg("the write-all past its deadline: error %d, %zu "
+				 "bytes", w[0].error, w[0].bytes);
+		for (int i = 1; i < 3; i++)
+			if (w[i].error || w[i].bytes != 1)
+				fail_msg("write %d behind it: error %d, %zu bytes",
+					 i, w[i].error, w[i].bytes);
+		if (n != 3 || memcmp(got, "pBC", 3))
+			fail_msg("the peer got %zd bytes, \"%.*s\", not \"pBC\"",
+				 n, n > 0 ? (int)n : 0, got);
+	} else {
+		for (int i = 0; i < 3; i++)
+			if (w[i].error != ECANCELED || w[i].bytes)
+				fail_msg("%s %d of the three %s: error %d, %zu "
+					 "bytes", reads ? "read" : "write", i,
+					 how == 1 ? "closed" : "cancelled",
+					 w[i].error, w[i].bytes);
+		if (how == 1) {
+			assert_int_equal(atomic_load(&closed.calls), 1);
+			assert_int_equal(closed.error, 0);
+			if (n != 1 || got[0] != 'p')
+				fail_msg("the peer got %zd bytes, not the first "
+					 "write's one", n);
+			assert_int_equal(recv(s[1], got, sizeof(got),
+					      MSG_DONTWAIT), 0);  /* closed */
+		} else if (n != 3 || memcmp(got, "xyz", 3)) {
+			fail_msg("after the cancelled reads the socket held "
+				 "%zd bytes, not \"xyz\"", n);
+		}
+	}
+	if (reads) {
+		/* The number comes back for a new socket, whose read gets
+		 * its own byte. */
+		int u[2];
+		sh_rec nr;
+		char nb = 0;
+		memset(&nr, 0, sizeof(nr));
+		close(s[0]);
+		close(s[1]);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, u), 0);
+		assert_int_equal(px_read_stream(px, u[0], &nb, 1, sh_cb, &nr),
+				 0);
+		assert_int_equal(write(u[1], "n", 1), 1);
+		for (int k = 0; k < 200 && !atomic_load(&nr.calls); k++)
+			px_handle_events(px, 5);
+		assert_int_equal(atomic_load(&nr.calls), 1);
+		if (nr.error || nr.bytes != 1 || nb != 'n')
+			fail_msg("the read on the reused number: error %d, %zu "
+				 "bytes", nr.error, nr.bytes);
+		close(u[0]);
+		close(u[1]);
+	} else {
+		if (how != 1)
+			close(s[0]);
+		close(s[1]);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	for (int i = 0; i < SH_FILL; i++)
+		assert_int_equal(atomic_load(&fill[i].calls), 1);
+	close(zero);
+	close(t[0]);
+	close(t[1]);
+}
+
+static void stalled_head_deadline_rest_in_order(void **state)
+{
+	(void)state;
+	stalled_head_other_ends(0);
+}
+
+static void stalled_head_close_sends_nothing(void **state)
+{
+	(void)state;
+	stalled_head_other_ends(1);
+}
+
+static void stalled_read_head_cancel_takes_nothing(void **state)
+{
+	(void)state;
+	stalled_head_other_ends(2);
+}
+
 /* ------------------------------------------------------------------ */
 /* The interrupt on a full SQPOLL ring                                  */
 /* ------------------------------------------------------------------ */
@@ -988,6 +1180,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(enter_refused_backs_off),
 		cmocka_unit_test(cancel_submit_refused_then_reuse),
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
+		cmocka_unit_test(stalled_head_deadline_rest_in_order),
+		cmocka_unit_test(stalled_head_close_sends_nothing),
+		cmocka_unit_test(stalled_read_head_cancel_takes_nothing),
 		cmocka_unit_test(post_after_start_on_full_sqpoll_ring),
 		cmocka_unit_test(cq_overflow_then_destroy),
 		cmocka_unit_test(destroy_with_full_sq_refused),
