@@ -1653,7 +1653,13 @@ void px__uring_gate_arm(px_uring_ring *rg)
 static bool ur_issue(px_uring_ring *rg, px_result *r, unsigned reserve)
 {
 	struct px_uring_priv *pr = ur_priv(r);
-	struct io_uring_sqe *sqe = px__uring_get_sqe(rg, reserve);
+	/* With SQPOLL a small SQ still holds, a moment after the submit
+	 * that woke the kernel thread, what its neighbours put in: a start
+	 * given back for that was deferred, and the leader waited for a
+	 * completion that could not come before it went in (10 ms and more
+	 * a round trip on ring=1 or ring=2; TESTING.md, fixed problem 290).
+	 * So wait for the thread to take them, as the interrupt does. */
+	struct io_uring_sqe *sqe = px__uring_get_sqe_now(rg, reserve);
 
 	if (!sqe)
 		return false;

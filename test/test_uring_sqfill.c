@@ -860,6 +860,118 @@ static void stalled_read_head_cancel_takes_nothing(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Starts on a full SQPOLL ring                                         */
+/* ------------------------------------------------------------------ */
+
+/* `uring ring=1 rings=1 ring_flags=sqpoll`, one thread: a ping-pong of
+ * 64-byte messages over a socketpair whose every write and read is
+ * started by a callback, so each start finds the one-entry SQ holding the
+ * SQE its neighbour put there a moment before, which the kernel thread
+ * has not taken yet.  Such a start was given back (PX_START_AGAIN) and
+ * deferred, and the leader then waited for a completion that could not
+ * come before the deferred start went in: about 18 ms a round, and
+ * ping_pong_one_thread_cancel_close (conformance) ran out of its 20 s.
+ * Checked without timing: every round comes back (a guard of 20 s, for a
+ * hang), and px_stats counts no deferred start. */
+#define PP2_ROUNDS 300
+#define PP2_LEN 64
+
+typedef struct pp2 {
+	int sv[2];
+	int rounds;
+	bool failed;
+	uint8_t out[PP2_LEN], echo[PP2_LEN], back[PP2_LEN];
+} pp2;
+
+static void pp2_cb_write(const px_completion *c)
+{
+	pp2 *p = c->user;
+
+	if (c->error || c->bytes != PP2_LEN)
+		p->failed = true;
+}
+
+static void pp2_send(pp2 *p)
+{
+	memset(p->out, (uint8_t)p->rounds, PP2_LEN);
+	if (px_write_stream_all(px, p->sv[0], p->out, PP2_LEN, pp2_cb_write,
+				p) != 0)
+		p->failed = true;
+}
+
+static void pp2_server(const px_completion *c);
+
+static void pp2_client(const px_completion *c)
+{
+	pp2 *p = c->user;
+
+	if (c->error || c->bytes != PP2_LEN ||
+	    p->back[0] != (uint8_t)p->rounds) {
+		p->failed = true;
+		return;
+	}
+	if (++p->rounds == PP2_ROUNDS)
+		return;
+	pp2_send(p);
+	if (px_read_stream(px, p->sv[0], p->back, PP2_LEN, pp2_client,
+			       p) != 0)
+		p->failed = true;
+}
+
+static void pp2_server(const px_completion *c)
+{
+	pp2 *p = c->user;
+
+	if (c->error || c->bytes != PP2_LEN) {
+		p->failed = true;
+		return;
+	}
+	if (px_write_stream_all(px, p->sv[1], p->echo, PP2_LEN, pp2_cb_write,
+				p) != 0 ||
+	    (p->rounds + 1 < PP2_ROUNDS &&
+	     px_read_stream(px, p->sv[1], p->echo, PP2_LEN, pp2_server,
+				p) != 0))
+		p->failed = true;
+}
+
+static void start_on_full_sqpoll_ring_not_deferred(void **state)
+{
+	char err[256];
+	pp2 p;
+	struct px_stats st;
+
+	(void)state;
+	memset(&p, 0, sizeof(p));
+	if (px_create(&px, "uring ring=1 rings=1 ring_flags=sqpoll", err,
+		      sizeof(err)) != 0) {
+		print_message("no SQPOLL ring: %s\n", err);
+		skip();
+	}
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    p.sv), 0);
+	assert_int_equal(px_read_stream(px, p.sv[1], p.echo, PP2_LEN,
+					pp2_server, &p), 0);
+	pp2_send(&p);
+	assert_int_equal(px_read_stream(px, p.sv[0], p.back, PP2_LEN,
+					    pp2_client, &p), 0);
+	uint64_t end = ds_now_ms() + 20000;
+	while (p.rounds < PP2_ROUNDS && !p.failed && ds_now_ms() < end)
+		px_handle_events(px, 10);
+	assert_false(p.failed);
+	if (p.rounds < PP2_ROUNDS)
+		fail_msg("%d of %d rounds in 20 s", p.rounds, PP2_ROUNDS);
+	assert_int_equal(px_stats(px, &st), 0);
+	if (st.deferred)
+		fail_msg("%llu of %llu starts deferred on the full SQPOLL SQ "
+			 "(%d rounds)", (unsigned long long)st.deferred,
+			 (unsigned long long)st.started, p.rounds);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	close(p.sv[0]);
+	close(p.sv[1]);
+}
+
+/* ------------------------------------------------------------------ */
 /* The interrupt on a full SQPOLL ring                                  */
 /* ------------------------------------------------------------------ */
 
@@ -1184,6 +1296,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(stalled_head_close_sends_nothing),
 		cmocka_unit_test(stalled_read_head_cancel_takes_nothing),
 		cmocka_unit_test(post_after_start_on_full_sqpoll_ring),
+		cmocka_unit_test(start_on_full_sqpoll_ring_not_deferred),
 		cmocka_unit_test(cq_overflow_then_destroy),
 		cmocka_unit_test(destroy_with_full_sq_refused),
 	};
