@@ -40,9 +40,12 @@
  * closed and reused for another socket with data waiting: the read must
  * end with ECANCELED and leave that data alone (fixed problem 229).
  *
- * stalled_head_cancel_sends_nothing, post_after_start_on_full_sqpoll_ring,
- * cq_overflow_then_destroy, destroy_with_full_sq_refused: one-entry SQs
- * (TESTING.md, fixed problems 282 and 283, and the comment of each).
+ * stalled_head_cancel_sends_nothing, stalled_head_deadline_rest_in_order,
+ * stalled_head_close_sends_nothing, stalled_read_head_cancel_takes_nothing,
+ * start_on_full_sqpoll_ring_not_deferred,
+ * post_after_start_on_full_sqpoll_ring, cq_overflow_then_destroy,
+ * destroy_with_full_sq_refused: one-entry SQs (TESTING.md, fixed
+ * problems 282, 283 and 290, and the comment of each).
  * argv[1], if given: a cmocka glob of the tests to run.
  *
  * Exit 77 (skip) when this kernel has no usable io_uring.
