@@ -102,8 +102,10 @@ typedef struct px_uring_ring {
 	 * behind the library's back with close(2) (px_close refuses the
 	 * number).  No CQE can be waited for and no cancel submitted any
 	 * more, so its leader ends what it holds (px__uring_dead_next);
-	 * px_destroy retried its cancels for good (fixed problem 288). */
-	bool dead;
+	 * px_destroy retried its cancels for good (fixed problem 288).
+	 * Atomic: set under the mutex, read by the leader's wait without it
+	 * (px_uring_wait_on). */
+	atomic_bool dead;
 	/* Under the mutex, for a cancel that would make an unsubmitted SQE a
 	 * NOP while the leader waits (ur_void_unsubmitted): the leader's
 	 * enter may take SQEs (its prepare published some), up to the SQ
@@ -369,7 +371,7 @@ px_result *px__uring_dead_next(px_uring *u, px_uring_ring *rg,
 static inline void px__uring_enter_failed(px_uring_ring *rg, int rc)
 {
 	if (rc == -EBADF)
-		rg->dead = true;
+		atomic_store_explicit(&rg->dead, true, memory_order_relaxed);
 }
 
 /* Ask the CPU to start loading what px__uring_complete and ur_finish will

@@ -312,7 +312,7 @@ static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
 	struct io_uring_cqe *cqe;
 	int rc;
 
-	if (rg->dead) {
+	if (atomic_load_explicit(&rg->dead, memory_order_relaxed)) {
 		/* Its descriptor was closed behind the library's back: every
 		 * enter fails at once, and a dedicated leader spun on it at
 		 * full CPU.  Nothing can wake a wait through the ring either
@@ -405,7 +405,7 @@ static px_result *px_uring_next_completed(px_wait *w)
 			}
 		/* Its descriptor is gone: what it holds ends here, once
 		 * each, as no CQE will (px__uring_dead_next). */
-		if (o->dead) {
+		if (atomic_load_explicit(&o->dead, memory_order_relaxed)) {
 			r = px__uring_dead_next(u, o, u->started);
 			if (r)
 				return r;
