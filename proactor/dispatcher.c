@@ -788,9 +788,18 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * timers, counting on this one).  Woken, it sleeps again
 			 * on the short bound (or until the next timer), after
 			 * which it takes some of this thread's results (step
-			 * 2b). */
-			if ((batch > 1 || px->ntheap) && px->nfollowers_long &&
-			    disp_tls_gave != px)
+			 * 2b).  The same holds for a shared processor that
+			 * still has operations pending and nobody leading it
+			 * (this thread has just stopped leading it to run what
+			 * it collected): a follower whose bound grew while the
+			 * proactor was quiet would leave that processor unled
+			 * for up to PX_FOLLOWER_CHECK_MAX_NS should even a
+			 * single callback block, and data that came for those
+			 * operations meanwhile waited 0.2 to 0.9 s
+			 * (test/lifecycle_races.c,
+			 * blocked_callback_leaves_lead_to_sleeper). */
+			if ((batch > 1 || px->ntheap || disp_unled_work(px)) &&
+			    px->nfollowers_long && disp_tls_gave != px)
 				px__dispatch_wake_follower(px);
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = q == &own.items ? disp_own_pop(px, &own)

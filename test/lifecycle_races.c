@@ -2896,6 +2896,131 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
 			 second ? (double)(second - t0) / 1e6 : -1.0, BB_BLOCK_MS);
 }
 
+/* One completion whose callback blocks, with other operations still
+ * pending on its processor: two threads in px_handle_events(px, -1), reads
+ * R1 and R2 on two socketpairs, callbacks measured cheap first (a few
+ * dozen posts), then BL_QUIET_MS of quiet, in which the follower's bound
+ * doubles (20, 40, ... ms: it is in a sleep of 640 ms when the data
+ * comes).  R1's data comes and its callback blocks for BL_BLOCK_MS; 100 ms
+ * later R2's data comes: another thread must lead the processor and run
+ * R2's callback within LV_LATE_MS.  Before, the thread that collected R1
+ * woke nobody for a batch of one, and R2 waited for the follower's sleep
+ * to end: 460 ms in every round, on every engine with a shared processor
+ * (a helper's review of 2026-12-07, the dispatcher's liveness under many
+ * threads; 660 to 860 ms after a longer quiet).  A late round is run
+ * again on a fresh proactor, up to three. */
+#define BL_QUIET_MS 700
+#define BL_BLOCK_MS 600
+#define BL_WARM 40
+
+static struct {
+	atomic_int warm, r1, r2;
+	atomic_ullong r2_ns;
+	int err1, err2;
+	size_t bytes1, bytes2;
+} g_bl;
+
+static void bl_warm_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&g_bl.warm, 1);
+}
+
+static void bl_r1_cb(const px_completion *c)
+{
+	g_bl.err1 = c->error;
+	g_bl.bytes1 = c->bytes;
+	h_sleep_ms(BL_BLOCK_MS);
+	atomic_fetch_add(&g_bl.r1, 1);
+}
+
+static void bl_r2_cb(const px_completion *c)
+{
+	atomic_store(&g_bl.r2_ns, h_now_ns());
+	g_bl.err2 = c->error;
+	g_bl.bytes2 = c->bytes;
+	atomic_fetch_add(&g_bl.r2, 1);
+}
+
+static unsigned long long bl_round(h_fx *f)
+{
+	int s1[2], s2[2];
+	char *buf = h_alloc(f, 2);
+	pthread_t th[2];
+
+	memset(&g_bl, 0, sizeof g_bl);
+	h_socketpair(f, s1);
+	h_socketpair(f, s2);
+	assert_int_equal(px_read_stream(f->px, s1[0], buf, 1, bl_r1_cb, NULL), 0);
+	assert_int_equal(px_read_stream(f->px, s2[0], buf + 1, 1, bl_r2_cb,
+					NULL), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						f->px), 0);
+	for (int i = 0; i < BL_WARM; i++) {
+		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(1);
+	}
+	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	h_sleep_ms(BL_QUIET_MS);
+	assert_int_equal(write(s1[1], "1", 1), 1);
+	h_sleep_ms(100);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(write(s2[1], "2", 1), 1);
+	bool done = h_wait_at_least(&g_bl.r2, 1, PROMPT_MS);
+	bool blocked = h_wait_at_least(&g_bl.r1, 1, PROMPT_MS);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	if (!warm)
+		fail_msg("%d of %d posts ran", atomic_load(&g_bl.warm), BL_WARM);
+	if (!done || !blocked)
+		fail_msg("R1's callback %s, R2's %s, %d s after the data came "
+			 "(two threads in px_handle_events(px, -1))",
+			 blocked ? "ran" : "did not run",
+			 done ? "ran" : "did not", PROMPT_MS / 1000);
+	assert_int_equal(atomic_load(&g_bl.r1), 1);
+	assert_int_equal(atomic_load(&g_bl.r2), 1);
+	assert_int_equal(g_bl.err1, 0);
+	assert_int_equal(g_bl.bytes1, 1);
+	assert_int_equal(g_bl.err2, 0);
+	assert_int_equal(g_bl.bytes2, 1);
+	assert_memory_equal(buf, "12", 2);
+	uint64_t at = atomic_load(&g_bl.r2_ns);
+	return at > t0 ? (at - t0) / MS : 0;
+}
+
+static void blocked_callback_leaves_lead_to_sleeper(void **state)
+{
+	h_fx *f = *state;
+	px_config cfg;
+	const px_processor_config *ps = h_proc_for(f, PX_OP_READ_STREAM, &cfg);
+	unsigned long long late[3];
+	int round;
+
+	if (ps->processor == PX_PROCESSOR_DEDICATED)
+		skip();  /* the reads' leader never runs callbacks */
+	round_cfg_of_fixture();
+	for (round = 0; round < 3; round++) {
+		if (round) {
+			destroy_now(f);
+			round_new(f);
+		}
+		late[round] = bl_round(f);
+		if (late[round] <= LV_LATE_MS)
+			break;
+		printf("round %d: R2 completed %llu ms after its data came; "
+		       "once more\n", round + 1, late[round]);
+	}
+	if (round == 3)
+		fail_msg("R2 completed %llu, %llu and %llu ms after its data "
+			 "came in three rounds, while R1's callback blocked for "
+			 "%d ms and another thread slept in "
+			 "px_handle_events(px, -1) (at most %d ms)", late[0],
+			 late[1], late[2], BL_BLOCK_MS, LV_LATE_MS);
+}
+
 /* ------------------------------------------------------------------ */
 /* px_handle_events called from a callback                              */
 /* ------------------------------------------------------------------ */
@@ -3279,6 +3404,7 @@ int main(int argc, char **argv)
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
 		T(blocked_callback_leaves_batch_to_sleeper),
+		T(blocked_callback_leaves_lead_to_sleeper),
 		T(nested_call_runs_held_completions),
 		T(second_proactor_in_callbacks),
 		T(periodic_cancel_from_callback_and_thread),
