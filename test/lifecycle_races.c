@@ -64,6 +64,12 @@
  *  - a periodic timer cancelled at once by its own callback and by a
  *    plain thread: one cancel returns 0, one ECANCELED callback, nothing
  *    after it.
+ *  - a callback that blocks while its processor has other operations
+ *    pending: a follower whose sleep had grown takes the lead at once;
+ *  - a dozen loop threads entering and leaving px_handle_events with
+ *    timeouts 0, 1, 50 ms and none, beside posts, reads, timers and
+ *    blocking callbacks: nothing waits long, no call returns 0 before
+ *    its timeout, every thread leaves after px_stop.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -72,6 +78,7 @@
  *   lifecycle_races 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
@@ -3376,6 +3383,343 @@ static void periodic_cancel_from_callback_and_thread(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Many threads coming and going with every kind of timeout              */
+/* ------------------------------------------------------------------ */
+
+/* MT_SLOTS loop threads on a 2-CPU machine, each making a random number
+ * of px_handle_events calls (1 to 24) with timeouts 0, 1, 50 ms or none,
+ * then exiting, and replaced at once by a new one; two more stay for the
+ * whole run, with the same mix of timeouts.  Meanwhile the test thread
+ * posts (stamped), writes a byte to one of MT_PAIRS socketpairs whose
+ * one-byte read is restarted from its callback, starts timers of 0 to
+ * 3 ms, and now and then posts a callback that blocks 20 to 60 ms (and
+ * may call px_handle_events(px, 0) and post again from there).  Asserted:
+ *   - liveness: every stamped post, read and timer runs within MT_LATE_MS
+ *     of being due (a thread with time left is always inside, so a
+ *     completion that waits longer was forgotten; the figure is generous
+ *     for sanitizers and a loaded machine, not a performance bound);
+ *   - timeouts: a call that returns 0 lasted at least its timeout, and
+ *     at most MT_LATE_MS beyond it;
+ *   - after px_stop every thread leaves with -ESHUTDOWN within PROMPT_MS,
+ *     and after px_destroy every accepted post and timer ran once, and
+ *     the bytes read are the bytes written, less what the socket holds. */
+#define MT_SLOTS 12
+#define MT_STAY 2
+#define MT_PAIRS 4
+#define MT_RUN_MS 900
+#define MT_LATE_MS 2000
+#define MT_MAX 2048
+
+typedef struct mt_probe {
+	atomic_int calls;
+	atomic_ullong due_ns;   /* 0: not started (refused) */
+	uint64_t lat_ns;
+} mt_probe;
+
+static struct {
+	px_proactor *px;
+	mt_probe probe[MT_MAX];
+	atomic_int nprobe;
+	atomic_int blocks, blocks_ran;
+	int sv[MT_PAIRS][2];
+	unsigned char rbuf[MT_PAIRS];
+	atomic_ullong wrote_ns[MT_PAIRS];   /* a byte is out, unread */
+	atomic_ullong written, read;
+	atomic_ullong worst_read_ns;
+	atomic_int read_errors;
+	atomic_int early, late_zero, calls, zero_calls;
+	atomic_int stopping;
+	char first[160];
+	atomic_int have_first;
+} g_mt;
+
+static void mt_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void mt_note(const char *fmt, ...)
+{
+	if (atomic_exchange(&g_mt.have_first, 1))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(g_mt.first, sizeof g_mt.first, fmt, ap);
+	va_end(ap);
+}
+
+static void mt_probe_cb(const px_completion *c)
+{
+	mt_probe *p = c->user;
+	if (atomic_fetch_add(&p->calls, 1) == 0) {
+		uint64_t now = h_now_ns(), due = atomic_load(&p->due_ns);
+		p->lat_ns = now > due ? now - due : 0;
+	}
+}
+
+static mt_probe *mt_new_probe(uint64_t delay_ns)
+{
+	int i = atomic_fetch_add(&g_mt.nprobe, 1);
+	if (i >= MT_MAX) {
+		atomic_fetch_sub(&g_mt.nprobe, 1);
+		return NULL;
+	}
+	mt_probe *p = &g_mt.probe[i];
+	atomic_store(&p->due_ns, h_now_ns() + delay_ns);
+	return p;
+}
+
+static void mt_block_cb(const px_completion *c)
+{
+	unsigned seed = (unsigned)(uintptr_t)c->user;
+	h_sleep_ms(20 + (int)(rand_r(&seed) % 41));
+	if (seed % 3 == 0) {
+		int n = px_handle_events(g_mt.px, 0);
+		if (n < 0 && n != -ESHUTDOWN)
+			mt_note("px_handle_events(px, 0) from a callback: %d", n);
+	}
+	if (seed % 2 == 0) {
+		/* A post from a callback (level follower), stamped. */
+		mt_probe *p = mt_new_probe(0);
+		if (p && px_post(g_mt.px, mt_probe_cb, p) != 0)
+			atomic_store(&p->due_ns, 0);  /* refused (stopped) */
+	}
+	atomic_fetch_add(&g_mt.blocks_ran, 1);
+}
+
+static void mt_read_cb(const px_completion *c);
+
+static int mt_start_read(int i)
+{
+	return px_read_stream(g_mt.px, g_mt.sv[i][0], &g_mt.rbuf[i], 1,
+			      mt_read_cb, (void *)(intptr_t)i);
+}
+
+static void mt_read_cb(const px_completion *c)
+{
+	int i = (int)(intptr_t)c->user;
+	if (c->error) {
+		if (c->error != ECANCELED)
+			atomic_fetch_add(&g_mt.read_errors, 1);
+		return;
+	}
+	if (c->bytes != 1) {
+		atomic_fetch_add(&g_mt.read_errors, 1);
+		return;
+	}
+	atomic_fetch_add(&g_mt.read, 1);
+	uint64_t w = atomic_exchange(&g_mt.wrote_ns[i], 0);
+	if (w) {
+		uint64_t lat = h_now_ns() - w;
+		uint64_t m = atomic_load(&g_mt.worst_read_ns);
+		while (lat > m &&
+		       !atomic_compare_exchange_weak(&g_mt.worst_read_ns, &m, lat))
+			;
+	}
+	int rc = mt_start_read(i);
+	if (rc && rc != -ESHUTDOWN)
+		mt_note("a read restarted from its callback: %d", rc);
+}
+
+static int mt_timeout(unsigned *seed)
+{
+	static const int tos[] = { 0, 1, 50, -1 };
+	return tos[rand_r(seed) % 4];
+}
+
+/* One call, checked: -1 for a refusal (the thread leaves). */
+static int mt_call(unsigned *seed)
+{
+	int to = mt_timeout(seed);
+	uint64_t t0 = h_now_ns();
+	int n = px_handle_events(g_mt.px, to);
+	uint64_t el = h_now_ns() - t0;
+	atomic_fetch_add(&g_mt.calls, 1);
+	if (n < 0) {
+		if (n != -ESHUTDOWN || !atomic_load(&g_mt.stopping))
+			mt_note("px_handle_events(px, %d): %d", to, n);
+		return -1;
+	}
+	if (n == 0 && to >= 0) {
+		atomic_fetch_add(&g_mt.zero_calls, 1);
+		if (el < (uint64_t)to * MS) {
+			atomic_fetch_add(&g_mt.early, 1);
+			mt_note("px_handle_events(px, %d) returned 0 after %.3f ms",
+				to, (double)el / 1e6);
+		} else if (el - (uint64_t)to * MS > MT_LATE_MS * MS) {
+			atomic_fetch_add(&g_mt.late_zero, 1);
+			mt_note("px_handle_events(px, %d) returned 0 after %.1f ms",
+				to, (double)el / 1e6);
+		}
+	}
+	if (n == 0 && to < 0)
+		mt_note("px_handle_events(px, -1) returned 0");
+	return 0;
+}
+
+static void *mt_passing_main(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	int calls = 1 + (int)(rand_r(&seed) % 24);
+	while (calls-- > 0 && mt_call(&seed) == 0)
+		;
+	return NULL;
+}
+
+static void *mt_staying_main(void *arg)
+{
+	unsigned seed = (unsigned)(uintptr_t)arg;
+	while (mt_call(&seed) == 0)
+		;
+	return NULL;
+}
+
+static void many_threads_mixed_timeouts_stay_live(void **state)
+{
+	h_fx *f = *state;
+	pthread_t slot[MT_SLOTS], stay[MT_STAY];
+	bool live[MT_SLOTS] = { false };
+	unsigned seed = 20261207u, spawned = 0;
+
+	memset(&g_mt, 0, sizeof g_mt);
+	g_mt.px = f->px;
+	for (int i = 0; i < MT_PAIRS; i++) {
+		h_socketpair(f, g_mt.sv[i]);
+		assert_int_equal(mt_start_read(i), 0);
+	}
+	for (int i = 0; i < MT_STAY; i++)
+		assert_int_equal(pthread_create(&stay[i], NULL, mt_staying_main,
+						(void *)(uintptr_t)(1000 + i)), 0);
+	uint64_t end = h_now_ns() + MT_RUN_MS * MS;
+	while (h_now_ns() < end) {
+		for (int i = 0; i < MT_SLOTS; i++) {
+			if (live[i] && pthread_tryjoin_np(slot[i], NULL) == 0)
+				live[i] = false;
+			if (!live[i] &&
+			    pthread_create(&slot[i], NULL, mt_passing_main,
+					   (void *)(uintptr_t)++spawned) == 0)
+				live[i] = true;
+		}
+		unsigned k = rand_r(&seed) % 16;
+		if (k < 6) {
+			mt_probe *p = mt_new_probe(0);
+			if (p && px_post(f->px, mt_probe_cb, p) != 0) {
+				atomic_store(&p->due_ns, 0);
+				mt_note("a post from outside refused");
+			}
+		} else if (k < 11) {
+			int i = (int)(rand_r(&seed) % MT_PAIRS);
+			unsigned long long zero = 0;
+			if (atomic_compare_exchange_strong(&g_mt.wrote_ns[i], &zero,
+							   h_now_ns())) {
+				if (write(g_mt.sv[i][1], "x", 1) == 1)
+					atomic_fetch_add(&g_mt.written, 1);
+				else
+					mt_note("write to a socketpair failed");
+			}
+		} else if (k < 15) {
+			uint64_t d = (uint64_t)(rand_r(&seed) % 3000) * 1000u;
+			mt_probe *p = mt_new_probe(d);
+			if (p && px_timer_start(f->px, d, mt_probe_cb, p) <= 0) {
+				atomic_store(&p->due_ns, 0);
+				mt_note("a timer from outside refused");
+			}
+		} else {
+			atomic_fetch_add(&g_mt.blocks, 1);
+			if (px_post(f->px, mt_block_cb,
+				    (void *)(uintptr_t)rand_r(&seed)) != 0)
+				mt_note("a blocking post refused");
+		}
+		h_sleep_ms(1 + (int)(rand_r(&seed) % 3));
+	}
+	/* Let what was started come through while the threads go on
+	 * coming and going, then stop. */
+	uint64_t settle = h_now_ns() + MT_LATE_MS * MS;
+	bool all = false;
+	while (!all && h_now_ns() < settle) {
+		for (int i = 0; i < MT_SLOTS; i++) {
+			if (live[i] && pthread_tryjoin_np(slot[i], NULL) == 0)
+				live[i] = false;
+			if (!live[i] &&
+			    pthread_create(&slot[i], NULL, mt_passing_main,
+					   (void *)(uintptr_t)++spawned) == 0)
+				live[i] = true;
+		}
+		all = atomic_load(&g_mt.blocks_ran) == atomic_load(&g_mt.blocks);
+		for (int i = 0; all && i < atomic_load(&g_mt.nprobe); i++)
+			if (atomic_load(&g_mt.probe[i].due_ns) &&
+			    !atomic_load(&g_mt.probe[i].calls))
+				all = false;
+		for (int i = 0; all && i < MT_PAIRS; i++)
+			if (atomic_load(&g_mt.wrote_ns[i]))
+				all = false;
+		h_sleep_ms(2);
+	}
+	atomic_store(&g_mt.stopping, 1);
+	uint64_t stop_ns = h_now_ns();
+	assert_int_equal(px_stop(f->px), 0);
+	/* Every thread must leave: join with a deadline (a thread that
+	 * never leaves is reported, and the program ends: nothing can be
+	 * destroyed under it). */
+	for (int i = 0; i < MT_SLOTS + MT_STAY; i++) {
+		pthread_t th = i < MT_SLOTS ? slot[i] : stay[i - MT_SLOTS];
+		if (i < MT_SLOTS && !live[i])
+			continue;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += PROMPT_MS / 1000;
+		if (pthread_timedjoin_np(th, NULL, &ts) != 0) {
+			print_error("a loop thread was still in px_handle_events "
+				    "%d ms after px_stop\n", PROMPT_MS);
+			exit(1);
+		}
+	}
+	uint64_t left_ms = (h_now_ns() - stop_ns) / MS;
+	destroy_now(f);
+
+	/* Verdicts, with every thread gone and the proactor destroyed. */
+	if (atomic_load(&g_mt.have_first))
+		fail_msg("%s", g_mt.first);
+	int n = atomic_load(&g_mt.nprobe), counted = 0;
+	uint64_t worst = 0;
+	for (int i = 0; i < n; i++) {
+		mt_probe *p = &g_mt.probe[i];
+		if (!atomic_load(&p->due_ns))
+			continue;
+		counted++;
+		if (atomic_load(&p->calls) != 1)
+			fail_msg("probe %d (post or timer) called back %d times",
+				 i, atomic_load(&p->calls));
+		if (p->lat_ns > worst)
+			worst = p->lat_ns;
+	}
+	uint64_t worst_read = atomic_load(&g_mt.worst_read_ns);
+	print_message("%u threads made %d calls (%d returned 0 at their "
+		      "timeout); %d posts and timers, worst %.1f ms late; %llu "
+		      "bytes read, worst %.1f ms after the write; %d blocking "
+		      "callbacks; all left %llu ms after px_stop\n",
+		      spawned + MT_STAY, atomic_load(&g_mt.calls),
+		      atomic_load(&g_mt.zero_calls), counted,
+		      (double)worst / 1e6, atomic_load(&g_mt.read),
+		      (double)worst_read / 1e6, atomic_load(&g_mt.blocks),
+		      (unsigned long long)left_ms);
+	assert_true(counted > 0);
+	assert_int_equal(atomic_load(&g_mt.blocks_ran), atomic_load(&g_mt.blocks));
+	assert_int_equal(atomic_load(&g_mt.read_errors), 0);
+	if (worst > MT_LATE_MS * MS || worst_read > MT_LATE_MS * MS)
+		fail_msg("a completion waited %.1f ms (post or timer) or %.1f ms "
+			 "(read) while threads were in px_handle_events (at "
+			 "most %d ms)", (double)worst / 1e6,
+			 (double)worst_read / 1e6, MT_LATE_MS);
+	/* Bytes: what the reads took plus what the sockets still hold. */
+	unsigned long long left = 0;
+	for (int i = 0; i < MT_PAIRS; i++) {
+		unsigned char b[64];
+		ssize_t k;
+		while ((k = recv(g_mt.sv[i][0], b, sizeof b, MSG_DONTWAIT)) > 0)
+			left += (unsigned long long)k;
+	}
+	assert_int_equal(atomic_load(&g_mt.read) + left,
+			 atomic_load(&g_mt.written));
+}
+
+/* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
@@ -3408,6 +3752,7 @@ int main(int argc, char **argv)
 		T(nested_call_runs_held_completions),
 		T(second_proactor_in_callbacks),
 		T(periodic_cancel_from_callback_and_thread),
+		T(many_threads_mixed_timeouts_stay_live),
 	};
 	return cmocka_run_group_tests_name("lifecycle_races", tests, NULL, NULL)
 		       ? 1 : 0;
