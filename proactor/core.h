@@ -109,7 +109,12 @@ typedef struct px_processor {
 enum {
 	PX_NOTIFY_NONE = 0,     /* queue only */
 	PX_NOTIFY_FOLLOWER,     /* and wake a follower if there is one */
-	PX_NOTIFY_STRONG        /* or else interrupt a shared leader */
+	PX_NOTIFY_STRONG,       /* or else interrupt a shared leader */
+	PX_NOTIFY_CALLER        /* the calling thread, running a callback,
+	                           runs it next: wake nobody, but with no
+	                           follower asleep interrupt a shared leader
+	                           whose wait lasts long, once per wait
+	                           (px__dispatch_level_for_done) */
 };
 
 /* Build processor index (0 primary, 1 secondary) from a resolved config.

@@ -3028,6 +3028,100 @@ static void blocked_callback_leaves_lead_to_sleeper(void **state)
 			 late[1], late[2], BL_BLOCK_MS, LV_LATE_MS);
 }
 
+/* As post_from_blocked_callback_reaches_leader (two loop threads in
+ * px_handle_events(px, -1), one leading a read that gets no data, one
+ * asleep; a post from outside wakes the sleeper, whose callback then
+ * blocks PB_BLOCK_MS), with callbacks measured cheap first, and with a
+ * write that finishes within its start in place of the post: a
+ * socketpair with room, where the readiness and Linux AIO engines make
+ * the send inside px_write_stream.  Such a result is queued for the
+ * calling thread to run after its callback, and woke nobody: with no
+ * follower asleep, the leader saw it only when its wait ended, 100 to
+ * 430 ms later (up to the idle check's second; a helper's review of
+ * 2026-12-07, the dispatcher's liveness under many threads).  It must
+ * run within LV_LATE_MS.  (On io_uring the write goes to the ring, whose
+ * completion wakes the leader.) */
+#define DW_QUIET_MS 650
+
+static struct {
+	px_proactor *px;
+	int sv[2];
+	uint64_t started_ns, ran_ns;
+	atomic_int ran, blocked;
+	int error;
+	size_t bytes;
+} dw;
+
+static void dw_write_cb(const px_completion *c)
+{
+	dw.error = c->error;
+	dw.bytes = c->bytes;
+	dw.ran_ns = h_now_ns();
+	atomic_store(&dw.ran, 1);
+}
+
+static void dw_first_cb(const px_completion *c)
+{
+	(void)c;
+	dw.started_ns = h_now_ns();
+	int rc = px_write_stream(dw.px, dw.sv[0], "done", 4, dw_write_cb, NULL);
+	if (rc)
+		h_bad("the write from the blocking callback: %d", rc);
+	h_sleep_ms(PB_BLOCK_MS);
+	atomic_store(&dw.blocked, 1);
+}
+
+static unsigned long long dw_round(h_fx *f)
+{
+	memset(&dw, 0, sizeof dw);
+	dw.px = f->px;
+	int sv[2];
+	char *buf = h_alloc(f, 8);
+	h_socketpair(f, sv);
+	h_socketpair(f, dw.sv);
+	h_rec *idle = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, sv[1], buf, 8, h_rec_cb, idle),
+			 0);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						f->px), 0);
+	/* Callbacks measured cheap (before any is measured, a result is
+	 * worth help and goes as a post from a callback does). */
+	memset(&g_bl, 0, sizeof g_bl);
+	for (int i = 0; i < BL_WARM; i++) {
+		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(1);
+	}
+	assert_true(h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS));
+	h_sleep_ms(DW_QUIET_MS);
+	assert_int_equal(px_post(f->px, dw_first_cb, NULL), 0);
+	bool done = h_wait_at_least(&dw.ran, 1, PROMPT_MS);
+	uint64_t late_ms = done ? (dw.ran_ns - dw.started_ns) / MS : 0;
+	h_wait_at_least(&dw.blocked, 1, PROMPT_MS);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	h_assert_no_bad("done_at_start_from_blocked_callback_reaches_leader");
+	if (!done)
+		fail_msg("a write started by a callback that then blocked never "
+			 "called back (another thread was in "
+			 "px_handle_events(px, -1))");
+	assert_int_equal(dw.error, 0);
+	assert_int_equal(dw.bytes, 4);
+	char got[4];
+	assert_int_equal(recv(dw.sv[1], got, sizeof got, MSG_DONTWAIT), 4);
+	assert_memory_equal(got, "done", 4);
+	return late_ms;
+}
+
+static void done_at_start_from_blocked_callback_reaches_leader(void **state)
+{
+	late_rounds(*state, dw_round,
+		    "a write started by a callback that then blocked");
+}
+
 /* ------------------------------------------------------------------ */
 /* px_handle_events called from a callback                              */
 /* ------------------------------------------------------------------ */
@@ -3744,6 +3838,7 @@ int main(int argc, char **argv)
 		T(leader_leaves_work_to_follower),
 		T(post_chain_outlives_bounded_call),
 		T(post_from_blocked_callback_reaches_leader),
+		T(done_at_start_from_blocked_callback_reaches_leader),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(round_ends_after_callbacks),
