@@ -363,8 +363,20 @@ int px__dispatch_level_for_caller(struct px_proactor *px)
  * test/lifecycle_races.c, leaver_hands_over_to_follower.) */
 void px__dispatch_needs_leader(struct px_proactor *px)
 {
-	if (px__tls_dispatching == px && !px->nfollowers_long)
+	if (px__tls_dispatching == px && !px->nfollowers_long) {
+		/* With no follower asleep at all, should the callback block,
+		 * nobody would look: a thread leading another shared
+		 * processor (a team's sockets while this start is a file
+		 * read) is interrupted, if its wait lasts long, once per
+		 * wait, and leads both in turn.  A file read started by a
+		 * callback that then blocked waited for that wait's end,
+		 * about 700 ms, on linux-aio+epoll, posix-aio+epoll and
+		 * io_uring for files beside epoll (test/lifecycle_races.c,
+		 * idle_processor_start_from_blocked_callback). */
+		if (!px->nfollowers)
+			disp_interrupt_shared_leader(px, true);
 		return;
+	}
 	if (px__dispatch_wake_follower(px) || px__tls_dispatching == px)
 		return;
 	/* Nobody asleep to take it: a thread leading another shared

@@ -2693,6 +2693,97 @@ static void idle_processor_start_reaches_leader(void **state)
 			 late[0], late[1], late[2], LV_LATE_MS);
 }
 
+/* The same start made by a callback that then blocks: two loop threads
+ * in px_handle_events(px, -1), one leading the socket processor (a read
+ * without data), the other asleep; after IB_QUIET_MS a post from outside
+ * wakes the sleeper, whose callback starts a file read on the idle file
+ * processor and blocks IB_BLOCK_MS.  A start from a callback wakes
+ * nobody when no follower sleeps long, the calling thread leading the
+ * processor once its callback returns; here none sleeps at all, and the
+ * read waited for the other thread's wait to end: about 700 ms, every
+ * round, on linux-aio+epoll, posix-aio+epoll and io_uring for files
+ * beside epoll (a helper's review of 2026-12-07, the dispatcher's
+ * liveness under many threads).  It must complete within LV_LATE_MS, in
+ * one of three rounds. */
+#define IB_QUIET_MS 700
+#define IB_BLOCK_MS 1000
+
+static struct {
+	px_proactor *px;
+	int fd;
+	uint8_t *buf;
+	h_rec *rd;
+	uint64_t started_ns;
+	atomic_int blocked;
+} g_ib;
+
+static void ib_post_cb(const px_completion *c)
+{
+	(void)c;
+	g_ib.started_ns = h_now_ns();
+	int rc = px_read_file(g_ib.px, g_ib.fd, g_ib.buf, 64, 0, h_rec_cb,
+			      g_ib.rd);
+	if (rc)
+		h_bad("the file read from the blocking callback: %d", rc);
+	h_sleep_ms(IB_BLOCK_MS);
+	atomic_store(&g_ib.blocked, 1);
+}
+
+static unsigned long long ib_round(h_fx *f)
+{
+	int sv[2];
+	char *idle = h_alloc(f, 4);
+	h_rec *quiet = h_rec_new(f);
+	pthread_t th[2];
+
+	memset(&g_ib, 0, sizeof g_ib);
+	g_ib.px = f->px;
+	g_ib.fd = pattern_file(f);
+	g_ib.buf = h_alloc(f, 64);
+	g_ib.rd = h_rec_new(f);
+	h_socketpair(f, sv);
+	assert_int_equal(px_read_stream(f->px, sv[0], idle, 4, h_rec_cb, quiet),
+			 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						f->px), 0);
+	h_sleep_ms(IB_QUIET_MS);
+	assert_int_equal(px_post(f->px, ib_post_cb, NULL), 0);
+	bool done = h_wait_at_least(&g_ib.rd->done, 1, PROMPT_MS);
+	bool blocked = h_wait_at_least(&g_ib.blocked, 1, PROMPT_MS);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	h_assert_no_bad("idle_processor_start_from_blocked_callback");
+	if (!done || !blocked)
+		fail_msg("a file read started by a callback that then blocked "
+			 "%s, and the callback %s",
+			 done ? "completed" : "never completed",
+			 blocked ? "returned" : "never returned");
+	assert_int_equal(atomic_load(&quiet->calls), 0);
+	assert_int_equal(g_ib.rd->c.error, 0);
+	assert_int_equal(g_ib.rd->c.bytes, 64);
+	uint8_t want[64];
+	h_pattern(want, sizeof want, FILE_SEED, 0);
+	assert_memory_equal(g_ib.buf, want, sizeof want);
+	return g_ib.rd->at_ns > g_ib.started_ns
+	       ? (g_ib.rd->at_ns - g_ib.started_ns) / MS : 0;
+}
+
+static void idle_processor_start_from_blocked_callback(void **state)
+{
+	h_fx *f = *state;
+	px_config cfg_f, cfg_s;
+	const px_processor_config *pf = h_proc_for(f, PX_OP_READ_FILE, &cfg_f);
+	const px_processor_config *ps = h_proc_for(f, PX_OP_READ_STREAM, &cfg_s);
+	bool same = strcmp(pf->provider, ps->provider) == 0 &&
+		    strcmp(pf->wait, ps->wait) == 0 && pf->ops == ps->ops;
+	if (same || pf->processor == PX_PROCESSOR_DEDICATED ||
+	    ps->processor == PX_PROCESSOR_DEDICATED)
+		skip();  /* one processor, or one with a leader of its own */
+	late_rounds(f, ib_round, "a file read started by a blocked callback");
+}
+
 /* ------------------------------------------------------------------ */
 /* A call's round ends after its callbacks                               */
 /* ------------------------------------------------------------------ */
@@ -3843,6 +3934,7 @@ int main(int argc, char **argv)
 		T(done_at_start_from_blocked_callback_reaches_leader),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
+		T(idle_processor_start_from_blocked_callback),
 		T(round_ends_after_callbacks),
 		T(blocked_callback_leaves_batch_to_sleeper),
 		T(blocked_callback_leaves_lead_to_sleeper),
