@@ -248,6 +248,9 @@ struct px_proactor {
 	unsigned nfollowers, nleaders, nhandlers;
 	unsigned nfollowers_long;  /* of them, asleep with no bound of at most
 	                              PX_FOLLOWER_CHECK_NS (dispatcher.c) */
+	uint64_t insured_ns;       /* when a thread running callbacks last
+	                              interrupted a leader in case they
+	                              block (disp_insure, dispatcher.c) */
 	px_follower_order order;
 	px_processor *proc[2];
 	int nproc;

@@ -91,6 +91,36 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px,
 	return false;
 }
 
+/* A thread running one of px's callbacks queued work that it will take
+ * itself when the callback returns (a result its start finished at once,
+ * a start on an idle processor), and no follower sleeps to look should
+ * the callback block instead.  A shared leader blocked in a long wait is
+ * interrupted, as for a post from a callback (long_only), but at most
+ * once per PX_FOLLOWER_CHECK_NS: a leader whose wait begins within that
+ * time after such an interrupt waits no longer than it (step 2), so that
+ * it looks again by itself.  Sent at every such start, they came at the
+ * rate of the starts (a chain of file reads from callbacks on
+ * posix-aio+epoll, two threads: one per read, 16,000 a second, to the
+ * thread leading the sockets, which went back to a long wait each
+ * time). */
+static bool disp_insured_lately(const struct px_proactor *px, uint64_t now)
+{
+	/* (now may be a little older than the time another thread noted.) */
+	return px->insured_ns &&
+	       (px->insured_ns > now || now - px->insured_ns < PX_FOLLOWER_CHECK_NS);
+}
+
+static void disp_insure(struct px_proactor *px)
+{
+	if (px->nfollowers)
+		return;
+	uint64_t now = px__now_ns();
+	if (disp_insured_lately(px, now))
+		return;
+	if (disp_interrupt_shared_leader(px, true))
+		px->insured_ns = now;
+}
+
 void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 {
 	px_list_push_back(&px->completed, &r->link);
@@ -102,8 +132,7 @@ void px__dispatch_post(struct px_proactor *px, px_result *r, int level)
 	 * follower sleeps longer), and with none a leader blocked in the
 	 * kernel must be told, as for a post from a callback. */
 	if (level == PX_NOTIFY_CALLER) {
-		if (!px->nfollowers)
-			disp_interrupt_shared_leader(px, true);
+		disp_insure(px);
 		return;
 	}
 	if (px__dispatch_wake_follower(px))
@@ -373,8 +402,7 @@ void px__dispatch_needs_leader(struct px_proactor *px)
 		 * about 700 ms, on linux-aio+epoll, posix-aio+epoll and
 		 * io_uring for files beside epoll (test/lifecycle_races.c,
 		 * idle_processor_start_from_blocked_callback). */
-		if (!px->nfollowers)
-			disp_interrupt_shared_leader(px, true);
+		disp_insure(px);
 		return;
 	}
 	if (px__dispatch_wake_follower(px) || px__tls_dispatching == px)
@@ -881,6 +909,17 @@ lead:
 			 * its callback's flag hung (test/lifecycle_races.c,
 			 * round_ends_after_callbacks). */
 			int ms = n ? 0 : px__ms_until(until, now);
+			/* Beside a thread that runs callbacks, with no
+			 * follower asleep, this thread is the only one that
+			 * would look should one of them block: it waits no
+			 * longer than a follower would there (step 3), nor
+			 * for PX_FOLLOWER_CHECK_NS after disp_insure
+			 * interrupted a leader, whose later calls it leaves
+			 * out counting on this bound. */
+			if (((px->nhandlers && !px->nfollowers) ||
+			     disp_insured_lately(px, now)) &&
+			    (ms < 0 || ms > (int)(PX_FOLLOWER_CHECK_NS / 1000000u)))
+				ms = (int)(PX_FOLLOWER_CHECK_NS / 1000000u);
 			check = PX_FOLLOWER_CHECK_NS;
 			if (ms && px->has_idle_waits)
 				disp_idle_waits(px);
