@@ -3693,8 +3693,8 @@ static void mt_read_cb(const px_completion *c)
 	atomic_fetch_add(&g_mt.read, 1);
 	uint64_t w = atomic_exchange(&g_mt.wrote_ns[i], 0);
 	if (w) {
-		uint64_t lat = h_now_ns() - w;
-		uint64_t m = atomic_load(&g_mt.worst_read_ns);
+		unsigned long long lat = h_now_ns() - w;
+		unsigned long long m = atomic_load(&g_mt.worst_read_ns);
 		while (lat > m &&
 		       !atomic_compare_exchange_weak(&g_mt.worst_read_ns, &m, lat))
 			;
