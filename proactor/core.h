@@ -113,8 +113,8 @@ enum {
 	PX_NOTIFY_CALLER        /* the calling thread, running a callback,
 	                           runs it next: wake nobody, but with no
 	                           follower asleep interrupt a shared leader
-	                           whose wait lasts long, once per wait
-	                           (px__dispatch_level_for_done) */
+	                           whose wait lasts long, at most once per
+	                           20 ms (disp_insure in dispatcher.c) */
 };
 
 /* Build processor index (0 primary, 1 secondary) from a resolved config.

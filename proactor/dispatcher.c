@@ -396,8 +396,8 @@ void px__dispatch_needs_leader(struct px_proactor *px)
 		/* With no follower asleep at all, should the callback block,
 		 * nobody would look: a thread leading another shared
 		 * processor (a team's sockets while this start is a file
-		 * read) is interrupted, if its wait lasts long, once per
-		 * wait, and leads both in turn.  A file read started by a
+		 * read) is interrupted, if its wait lasts long
+		 * (disp_insure), and leads both in turn.  A file read started by a
 		 * callback that then blocked waited for that wait's end,
 		 * about 700 ms, on linux-aio+epoll, posix-aio+epoll and
 		 * io_uring for files beside epoll (test/lifecycle_races.c,
@@ -562,13 +562,13 @@ static bool disp_worth_help(const struct px_proactor *px, size_t n)
  * of the epoll engine back and forth at every message: 1/2/8192/8192 ran
  * 0.64-0.73 of the round trips it runs without those wake-ups.  The
  * level is not "none" but PX_NOTIFY_CALLER: with no follower asleep, a
- * shared leader whose wait would last long is interrupted, once a wait,
+ * shared leader whose wait would last long is interrupted (disp_insure),
  * since this thread's callback may block; the result waited for the end
  * of that wait, up to the idle check's second (test/lifecycle_races.c,
  * done_at_start_from_blocked_callback_reaches_leader).  In busy loops a
  * leader's waits rarely last that long: a one-session and a 20-session
- * echo on two threads counted 13 to 106 interrupts a second with it, 0 to
- * 26 without, among 3,000 to 130,000 waits a second. */
+ * echo on two threads counted 0 to 28 interrupts a second with it, 0 to
+ * 32 without, among 3,000 to 140,000 waits a second. */
 int px__dispatch_level_for_done(struct px_proactor *px)
 {
 	if (px__tls_dispatching == px && !px->nfollowers_long &&
