@@ -112,7 +112,9 @@ static bool disp_insured_lately(const struct px_proactor *px, uint64_t now)
 
 static void disp_insure(struct px_proactor *px)
 {
-	if (px->nfollowers)
+	/* No clock read unless some thread leads: a lone thread running
+	 * callbacks (one loop thread, the common case) pays two loads. */
+	if (px->nfollowers || !px->nleaders)
 		return;
 	uint64_t now = px__now_ns();
 	if (disp_insured_lately(px, now))
