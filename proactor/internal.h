@@ -569,6 +569,11 @@ typedef struct px_wait_ops {
 	 * that holds something shared while it waits gives it back here
 	 * (the aiocb wait: one of glibc's helper threads). */
 	void (*idle)(px_wait *w);
+	/* Optional (leader, mutex held): the processor's idle check runs
+	 * (processor.c, proc_check).  Look at what no wait reports, such as
+	 * the wait's or its provider's own descriptors closed with close(2)
+	 * behind the library's back (the Linux AIO waits). */
+	void (*check)(px_wait *w);
 } px_wait_ops;
 
 struct px_wait {

@@ -537,6 +537,8 @@ static void proc_unstarve(px_processor *p)
 static void proc_check(px_processor *p, uint64_t now, bool quiet)
 {
 	p->last_check = now;
+	if (p->wait->ops->check)
+		p->wait->ops->check(p->wait);
 	proc_reap_closed(p);
 	/* Starving once more than PROC_CHECK_MAX_NS passed without a
 	 * completion: the third check of a quiet run (200 + 400 + 800 ms). */
@@ -609,7 +611,8 @@ static void proc_note_claim_time(px_processor *p, uint64_t ns, size_t n)
 }
 
 /* The wait failed with EBADF: one of the engine's own descriptors (its
- * epoll instance, its interrupt's, a ring; a descriptor of the
+ * epoll instance, its interrupt's, an io_uring ring, whose wait says so
+ * once the ring is dead; a descriptor of the
  * application's that a select wait watched, closed meanwhile, too) was
  * closed with close(2), which the record of the library's descriptors
  * (internal.h, px__is_own_fd) cannot refuse.  Every wait would fail at

@@ -684,6 +684,62 @@ static void la_recancel(px_laio *u)
 }
 
 /* ------------------------------------------------------------------ */
+/* The provider's own descriptors closed behind its back                */
+/* ------------------------------------------------------------------ */
+
+/* libaio's io_set_eventfd sets this bit of u.c.flags (IOCB_FLAG_RESFD). */
+#define LA_IOCB_RESFD 1u
+
+/* Is fd, one of the provider's own, closed?  (-1: it has none.) */
+static bool la_own_closed(int fd)
+{
+	return fd >= 0 && fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+}
+
+/*
+ * The record of the library's descriptors (fixed problem 287) keeps
+ * px_close off the provider's eventfds and epoll sets, but close(2) cannot
+ * be refused.  Once the native interrupt's eventfd was closed, every
+ * prepare armed its poll again, io_submit refused it with EBADF, and the
+ * wait returned at once for that failure: a whole CPU; with the epoll
+ * wait, an operation waiting in a closed spill set, or behind a closed
+ * poller or resfd, never ended.  The context itself is no descriptor and
+ * keeps working, so the provider goes on without the others, for good
+ * (px_laio.dead): what waited in the spill set goes back to the context
+ * as a poll iocb, no iocb names resfd any more, nothing is armed on the
+ * interrupt's eventfd, and the waits become io_getevents of at most
+ * PX_LAIO_DEAD_NAP_MS (nothing else can wake them).  Every operation
+ * still ends once, with its own result.  Mutex held, at a place where no
+ * list is being walked.
+ */
+static void la_go_dead(px_laio *u)
+{
+	px_link *l;
+
+	atomic_store_explicit(&u->dead, true, memory_order_relaxed);
+	u->use_resfd = false;
+	u->spill_all = false;
+	while ((l = px_list_first(&u->spilled))) {
+		px_result *r = la_result_of_slink(l);
+
+		la_unlist(u, r);
+		la_issue(u, r, true);
+	}
+	u->intr_pending = false;
+}
+
+void px__laio_check_own(px_laio *u)
+{
+	u->check_own = false;
+	if (px_laio_dead(u))
+		return;
+	if (u->pl_failed || la_own_closed(u->intr_fd) ||
+	    la_own_closed(u->resfd) || la_own_closed(u->spill_ep) ||
+	    (u->wait.intr != &u->nintr && la_own_closed(u->wait.intr->fd)))
+		la_go_dead(u);
+}
+
+/* ------------------------------------------------------------------ */
 /* Submission                                                           */
 /* ------------------------------------------------------------------ */
 
@@ -761,8 +817,12 @@ static int la_spill_set(px_laio *u, la_fd *fe, unsigned dirs)
 	if (px__sys_epoll_ctl(u->spill_ep, op, fe->fq.fd, &ev) < 0) {
 		/* What fe remembers is stale: the number was closed (its
 		 * registration went with it) or reused after a DEL. */
-		if (errno != (op == EPOLL_CTL_MOD ? ENOENT : EEXIST))
+		if (errno != (op == EPOLL_CTL_MOD ? ENOENT : EEXIST)) {
+			/* (EBADF: the set itself may be the one closed) */
+			if (errno == EBADF || errno == EINVAL)
+				u->check_own = true;
 			return -errno;
+		}
 		op = op == EPOLL_CTL_MOD ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
 		if (px__sys_epoll_ctl(u->spill_ep, op, fe->fq.fd, &ev) < 0)
 			return -errno;
@@ -782,8 +842,9 @@ static int la_spill(px_laio *u, px_result *r)
 	unsigned bit = 1u << px__fdq_dir(r->c.op);
 	int rc;
 
-	if (u->spill_ep < 0)
-		return -ENOSYS;  /* no epoll here (la_create) */
+	if (u->spill_ep < 0 || px_laio_dead(u))
+		return -ENOSYS;  /* no epoll here (la_create), or the set may
+		                    be closed (px_laio.dead) */
 	rc = la_spill_set(u, pr->fe, pr->fe->spill_dirs | bit);
 	if (rc < 0)
 		return rc;
@@ -841,6 +902,8 @@ static void la_spill_take(px_laio *u)
 	if (max <= 0 || u->spill_ep < 0)
 		return;
 	n = epoll_wait(u->spill_ep, ev, max, 0);
+	if (n < 0 && errno != EINTR)
+		u->check_own = true;  /* the set closed behind our back? */
 	for (int i = 0; i < n; i++) {
 		px_fdq_entry *fq = px_fdq_lookup(&u->fdq, ev[i].data.fd);
 		la_fd *fe;
@@ -949,6 +1012,8 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		la_unlist(u, r);
 		u->inkernel++;
 		u->files_inkernel += pr->phase == LA_OP;
+		if (!u->use_resfd)  /* (issued before the provider died) */
+			pr->cb.u.c.flags &= ~LA_IOCB_RESFD;
 		v[n++] = &pr->cb;
 	}
 	la_spill_watch(u, v, &n);
@@ -1095,6 +1160,10 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		if (v[k] == &u->intr_cb) {
 			u->intr_armed = false;
 			again = true;
+			/* Refused for another reason than a full context: its
+			 * eventfd closed behind our back (EBADF). */
+			if (err[k] != EAGAIN)
+				u->check_own = true;
 			continue;
 		}
 		if (v[k] == &u->spill_cb) {
@@ -1104,6 +1173,11 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 				/* A leader blocked in the kernel would not
 				 * send it again before some other event. */
 				la_wake_leader(u);
+			} else if (err[k] == EBADF) {
+				/* The set was closed behind our back: its
+				 * operations go back to the context
+				 * (la_check_own, at the end). */
+				u->check_own = true;
 			} else {
 				la_spill_fail(u, err[k]);
 			}
@@ -1128,7 +1202,15 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 			la_complete(u, r, true);
 		} else if (pr->cancel_req) {
 			la_fail(u, r, ECANCELED, true);
-		} else if (err[k] == EAGAIN) {
+		} else if (err[k] == EAGAIN ||
+			   (err[k] == EBADF && (v[k]->u.c.flags & LA_IOCB_RESFD) &&
+			    la_own_closed(u->resfd))) {
+			/* (EBADF for resfd, closed behind our back, and not
+			 * for the operation's descriptor: it goes again
+			 * without resfd, once la_check_own below has made
+			 * the provider dead.) */
+			if (err[k] == EBADF)
+				u->check_own = true;
 			again = true;
 			pr->slist = LA_ON_PENDING;
 			px_list_push_front(&u->pending, &pr->slink);
@@ -1141,6 +1223,8 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 	u->submit_stuck = again && u->inkernel == 0;
 	if (--u->submitting == 0)
 		la_recancel(u);
+	if (u->check_own)
+		px__laio_check_own(u);
 }
 
 /* A start while the leader is blocked in the kernel: nobody else would
@@ -1323,7 +1407,9 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 {
 	unsigned n = 0;
 
-	if (with_intr && !u->intr_armed) {
+	if (u->check_own)
+		px__laio_check_own(u);
+	if (with_intr && !u->intr_armed && !px_laio_dead(u)) {
 		io_prep_poll(&u->intr_cb, u->intr_fd, POLLIN);
 		u->intr_cb.data = NULL;
 		u->lb.v[n++] = &u->intr_cb;
@@ -1365,11 +1451,27 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 
 	if (u->lb.n)
 		again = la_submit(u, u->lb.v, u->lb.err, u->lb.n);
-	for (unsigned i = 0; i < u->lb.n; i++)
-		if (u->lb.err[i] && u->lb.err[i] != EAGAIN)
-			return 0;  /* a failure to hand out */
+	for (unsigned i = 0; i < u->lb.n; i++) {
+		if (!u->lb.err[i] || u->lb.err[i] == EAGAIN)
+			continue;
+		/* The interrupt's poll has nothing to hand out, and refused
+		 * other than for room (its eventfd closed behind our back) it
+		 * stays refused: returning at once spun the leader at a whole
+		 * CPU.  It naps instead, as a dead provider's waits do. */
+		if (u->lb.v[i] == &u->intr_cb) {
+			if (timeout_ms < 0 || timeout_ms > PX_LAIO_DEAD_NAP_MS)
+				timeout_ms = PX_LAIO_DEAD_NAP_MS;
+			continue;
+		}
+		return 0;  /* a failure to hand out */
+	}
 	if (u->skip_wait)
 		return 0;
+	/* Nothing but the context's own events can wake a dead provider's
+	 * leader (px_laio.dead). */
+	if (px_laio_dead(u) &&
+	    (timeout_ms < 0 || timeout_ms > PX_LAIO_DEAD_NAP_MS))
+		timeout_ms = PX_LAIO_DEAD_NAP_MS;
 	/* Iocbs left over (the native interrupt's poll may be among them):
 	 * wait briefly, then try again. */
 	if (again && (timeout_ms < 0 || timeout_ms > PX_LAIO_STUCK_MS))
@@ -1528,6 +1630,8 @@ px_result *px__laio_next_completed(px_laio *u)
 		la_settle(u, u->lb.v, u->lb.err, u->lb.n);
 		u->lb.n = 0;
 	}
+	if (u->check_own)
+		px__laio_check_own(u);
 	/* The calls of held operations whose poll was refused, claimed in
 	 * prepare (la_release_held); before any event claims more. */
 	if (u->nclaimed)
@@ -1553,6 +1657,8 @@ px_result *px__laio_next_completed(px_laio *u)
 			la_spill_take(u);
 			if (u->nclaimed)
 				la_run(u);
+			if (u->check_own)
+				px__laio_check_own(u);
 			continue;
 		}
 		/* The last reap filled the array: there may be more (libaio

@@ -13,6 +13,7 @@
 #define PX_PROVIDERS_LINUX_AIO_H
 
 #include <libaio.h>
+#include <stdatomic.h>
 
 #include "../wait_strategies/poller.h"
 #include "fdq.h"
@@ -21,6 +22,10 @@
 /* How long the leader waits before trying again a submit the kernel
  * refused with EAGAIN. */
 #define PX_LAIO_STUCK_MS 10
+
+/* The longest wait of a leader whose provider is dead (px_laio.dead):
+ * nothing can wake it but the context's own events. */
+#define PX_LAIO_DEAD_NAP_MS 10
 
 /* How often a write waiting for room is tried again without a report
  * (la_writers_retry in providers/linux_aio.c). */
@@ -136,8 +141,29 @@ typedef struct px_laio {
 	bool spill_all;             /* epoll wait: no poll iocb for streams */
 	px_poll_reg spill_reg;      /* spill_all: spill_ep in the poller */
 
+	/* One of the provider's own descriptors (the native interrupt's
+	 * eventfd, resfd, the spill set, the epoll wait's poller or its
+	 * interrupt) was closed behind the library's back with close(2)
+	 * (la_check_own in linux_aio.c).  The context, which is no
+	 * descriptor, still works: from then on no iocb names resfd, no
+	 * poll goes to the spill set, nothing is armed on the interrupt's
+	 * eventfd, and every wait is an io_getevents of at most
+	 * PX_LAIO_DEAD_NAP_MS.  Written under the mutex, read by the
+	 * leader's wait without it: atomic, relaxed. */
+	atomic_bool dead;
+	/* Something failed as a closed descriptor of the provider's would
+	 * (an interrupt's write, an epoll_ctl or epoll_wait of the spill
+	 * set, the poller's wait): look at them at the next safe place. */
+	bool check_own;
+	bool pl_failed;             /* the poller's wait said EBADF (leader) */
+
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;
+
+static inline bool px_laio_dead(px_laio *u)
+{
+	return atomic_load_explicit(&u->dead, memory_order_relaxed);
+}
 
 static inline px_laio *px_laio_of_wait(px_wait *w)
 {
@@ -184,5 +210,9 @@ int px__laio_reap(px_laio *u, long min_nr, struct timespec *ts,
 		  const sigset_t *sigmask) PX_HIDDEN;
 /* Leader, mutex held: the next finished result (see px_wait_ops). */
 px_result *px__laio_next_completed(px_laio *u) PX_HIDDEN;
+/* Mutex held: the idle check (px_wait_ops.check) and the failures that
+ * u->check_own notes: when one of the provider's own descriptors is
+ * closed, go on without them (px_laio.dead). */
+void px__laio_check_own(px_laio *u) PX_HIDDEN;
 
 #endif /* PX_PROVIDERS_LINUX_AIO_H */

@@ -2505,6 +2505,143 @@ static void engine_descriptors_closed_behind_then_destroy(void **state)
 	h_assert_usable(f);
 }
 
+typedef struct poster {
+	px_proactor *px;
+	atomic_int *posts;
+} poster;
+
+static void *post_after_a_while(void *arg)
+{
+	poster *p = arg;
+	h_sleep_ms(30);
+	assert_int_equal(px_post(p->px, count_post, p->posts), 0);
+	return NULL;
+}
+
+/*
+ * Every descriptor of an engine closed behind the library's back with
+ * close(2), with a read pending and the loop run on it afterwards, after
+ * a wake-up of its leader (a post from another thread, so that a native
+ * interrupt's poll has fired and must be armed again): the leader must
+ * not spin (at most 1,000 waits in 300 ms of px_handle_events(px, 10):
+ * each failed wait naps; a spin makes hundreds of thousands), the read
+ * must call back once within 5 s of its data (with the data, or with an
+ * error), a read started after the close too, and px_destroy return.
+ * Linux AIO's io_getevents wait re-armed the closed interrupt eventfd's
+ * poll at every wait, which io_submit refused, and returned at once for
+ * the failure: a whole CPU; with its epoll wait, a read in the closed
+ * spill set, or behind the closed poller, never ended (TESTING.md, fixed
+ * problem 291).  Engines that hold no descriptor: skipped.
+ */
+static void engine_descriptors_closed_behind_loop_runs(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	int own[OWN_MAX], nown = 0;
+	int nb = list_fds(before, OWN_MAX);
+	px_proactor *b = NULL;
+	char err[256] = "";
+
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++)
+		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
+			own[nown++] = after[i];
+	if (!nown) {
+		assert_int_equal(px_destroy(b), 0);
+		skip();  /* an engine that holds no descriptor */
+	}
+	int a[2];
+	h_socketpair(f, a);
+	char *in = h_alloc(f, 16), *in2 = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f), *rd2 = h_rec_new(f);
+	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	/* A wake-up of the leader from another thread, taken. */
+	atomic_int posts = 0;
+	poster po = { .px = b, .posts = &posts };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, post_after_a_while, &po), 0);
+	uint64_t dl = h_deadline(5000);
+	while (!atomic_load(&posts) && h_now_ms() < dl)
+		(void)px_handle_events(b, 200);
+	pthread_join(th, NULL);
+	assert_int_equal(atomic_load(&posts), 1);
+	for (int i = 0; i < nown; i++)
+		close(own[i]);
+
+	struct px_stats s0, s1;
+	assert_int_equal(px_stats(b, &s0), 0);
+	uint64_t end = h_deadline(300);
+	while (h_now_ms() < end)
+		(void)px_handle_events(b, 10);
+	assert_int_equal(px_stats(b, &s1), 0);
+	uint64_t turns = s1.leader_turns - s0.leader_turns;
+	printf("# %llu leader waits in 300 ms with the engine's descriptors "
+	       "closed\n", (unsigned long long)turns);
+	if (turns > 1000)
+		fail_msg("the leader spun with its engine's descriptors closed: "
+			 "%llu waits in 300 ms (engine '%s')",
+			 (unsigned long long)turns, h_engine_text);
+	/* No data yet: the read has not ended, or ended with an error (a
+	 * dead io_uring ring ends what it holds with EBADF). */
+	if (h_rec_done(rd))
+		assert_int_not_equal(rd->c.error, 0);
+
+	/* Its data comes: the read ends once, served or failed.  A read
+	 * that a readiness wait serves (the select provider, and the teams
+	 * that give it sockets) is never served nor ended once that wait's
+	 * epoll instance, or the poll or select wait's interrupt, is closed:
+	 * a known problem (TESTING.md), checked for the rest and then
+	 * skipped there. */
+	bool readiness = strstr(h_engine_text, "provider=select") ||
+			 strstr(h_engine_text, "+epoll");
+	assert_int_equal(write(a[0], "ping", 4), 4);
+	dl = h_deadline(5000);
+	while (!h_rec_done(rd) && h_now_ms() < dl)
+		(void)px_handle_events(b, 10);
+	if (!h_rec_done(rd) && readiness) {
+		destroy_within(b, "after its engine's descriptors were closed");
+		expect_once(rd, PX_OP_READ_STREAM, a[1], ECANCELED,
+			    "the pending read, ended by px_destroy");
+		printf("# known problem: the read was not served within 5 s of "
+		       "its data (engine '%s')\n", h_engine_text);
+		skip();
+	}
+	if (!h_rec_done(rd))
+		fail_msg("a read pending when its engine's descriptors were "
+			 "closed did not end within 5 s of its data (engine '%s')",
+			 h_engine_text);
+	if (rd->c.error == 0) {
+		assert_int_equal(rd->c.bytes, 4);
+		assert_memory_equal(in, "ping", 4);
+	}
+	/* A read started afterwards, its data already there. */
+	assert_int_equal(write(a[0], "pong", 4), 4);
+	int rc = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
+	if (rc == 0) {
+		dl = h_deadline(5000);
+		while (!h_rec_done(rd2) && h_now_ms() < dl)
+			(void)px_handle_events(b, 10);
+		if (!h_rec_done(rd2))
+			fail_msg("a read started after the engine's descriptors "
+				 "were closed did not end within 5 s (engine '%s')",
+				 h_engine_text);
+		if (rd2->c.error == 0 && rd->c.error == 0) {
+			assert_int_equal(rd2->c.bytes, 4);
+			assert_memory_equal(in2, "pong", 4);
+		}
+	}
+	destroy_within(b, "after its engine's descriptors were closed");
+	expect_once(rd, PX_OP_READ_STREAM, a[1], rd->c.error, "the pending read");
+	if (rc == 0)
+		expect_once(rd2, PX_OP_READ_STREAM, a[1], rd2->c.error,
+			    "the read started after the close");
+	else
+		assert_int_equal(atomic_load(&rd2->calls), 0);
+	h_assert_usable(f);
+}
+
 /*
  * An io_uring ring's descriptor closed behind the library's back with
  * close(2) (px_close now refuses the number; close(2) cannot be refused),
@@ -2611,6 +2748,7 @@ int main(int argc, char **argv)
 		T(closed_number_taken_by_an_engine),
 		T(closed_number_taken_read_not_served),
 		T(engine_descriptors_closed_behind_then_destroy),
+		T(engine_descriptors_closed_behind_loop_runs),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }

@@ -35,6 +35,8 @@ static int aep_prepare(px_wait *w, px_list *started)
 	int rc;
 
 	(void)started;
+	if (px_laio_dead(u) || u->pl_failed)
+		return px__laio_prepare(u, false);  /* no poller: see aep_wait */
 	px_poller_drain(u->pl);
 	rc = px__laio_prepare(u, false);
 	if (!u->reg.armed) {
@@ -49,10 +51,38 @@ static int aep_prepare(px_wait *w, px_list *started)
 static int aep_wait(px_wait *w, int timeout_ms)
 {
 	px_laio *u = px_laio_of_wait(w);
+	int rc;
 
 	timeout_ms = px__laio_submit_leader(u, timeout_ms);
+	if (px_laio_dead(u) || u->pl_failed) {
+		/* One of the provider's descriptors was closed behind our back
+		 * (px_laio.dead): no iocb names resfd, nothing waits in the
+		 * spill set, and the leader waits in the context itself, at
+		 * most PX_LAIO_DEAD_NAP_MS (submit_leader's bound). */
+		struct timespec ts, *tsp = NULL;
+
+		if (timeout_ms >= 0) {
+			ts.tv_sec = timeout_ms / 1000;
+			ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
+			tsp = &ts;
+		}
+		return px__laio_reap(u, timeout_ms == 0 ? 0 : 1, tsp, NULL);
+	}
 	u->polled = true;
-	return u->pl->ops->wait(u->pl, timeout_ms);
+	rc = u->pl->ops->wait(u->pl, timeout_ms);
+	/* The poller's epoll instance (or a descriptor it watched) was
+	 * closed behind our back: every wait would fail at once, and what
+	 * resfd and the spill set report would never be seen. */
+	if (rc == -EBADF) {
+		u->pl_failed = true;
+		u->polled = false;
+	}
+	return rc;
+}
+
+static void aep_check(px_wait *w)
+{
+	px__laio_check_own(px_laio_of_wait(w));
 }
 
 static px_result *aep_next_completed(px_wait *w)
@@ -85,6 +115,8 @@ static px_result *aep_next_completed(px_wait *w)
 		}
 		px_poller_drain(u->pl);
 	}
+	if (u->pl_failed)
+		u->check_own = true;  /* (px__laio_check_own makes it dead) */
 	return px__laio_next_completed(u);
 }
 
@@ -95,4 +127,5 @@ const px_wait_ops px__wait_laio_epoll_ops = {
 	.prepare = aep_prepare,                /* claim pending iocbs, arm resfd */
 	.wait = aep_wait,                      /* io_submit, then the poller */
 	.next_completed = aep_next_completed,  /* reap, settle, event -> result */
+	.check = aep_check,                    /* own descriptors closed? */
 };

@@ -77,6 +77,11 @@ static void age_watch(px_wait *w, int fd)
 	u->watch_want = !u->watch_off;
 }
 
+static void age_check(px_wait *w)
+{
+	px__laio_check_own(px_laio_of_wait(w));
+}
+
 static px_result *age_next_completed(px_wait *w)
 {
 	px_laio *u = px_laio_of_wait(w);
@@ -96,6 +101,7 @@ const px_wait_ops px__wait_laio_getevents_ops = {
 	.wait = age_wait,                      /* io_submit, then io_getevents */
 	.next_completed = age_next_completed,  /* settle, then one event -> result */
 	.watch = age_watch,                    /* a poll iocb on another's fd */
+	.check = age_check,                    /* own descriptors closed? */
 };
 
 /* ------------------------------------------------------------------ */
@@ -112,13 +118,28 @@ static void age_intr_interrupt(px_intr *in)
 	px_laio *u = px_laio_of_intr(in);
 	uint64_t one = 1;
 
-	if (u->intr_pending)
-		return;
+	ssize_t n;
+
+	if (u->intr_pending || px_laio_dead(u))
+		return;  /* (dead: the leader naps; px_laio.dead) */
 	u->intr_pending = true;
-	/* Only EAGAIN (counter at its maximum) can fail, and then the
-	 * eventfd is readable anyway. */
-	while (write(u->intr_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+	/* EAGAIN (counter at its maximum) leaves the eventfd readable
+	 * anyway. */
+	while ((n = write(u->intr_fd, &one, sizeof(one))) < 0 && errno == EINTR)
 		;
+	if (n < 0 && errno == EBADF) {
+		/* The eventfd was closed behind our back, under the poll
+		 * that holds its file: nothing can make that poll fire.
+		 * Its cancel puts an event in the ring, which wakes the
+		 * leader; the provider then goes on without the eventfd
+		 * (px__laio_check_own). */
+		struct io_event ev;
+
+		u->intr_pending = false;
+		u->check_own = true;
+		if (u->intr_armed)
+			(void)px__laio_io_cancel(u->ctx, &u->intr_cb, &ev);
+	}
 }
 
 static void age_intr_drain(px_intr *in)
