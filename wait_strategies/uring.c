@@ -80,9 +80,6 @@ static __thread bool px_uring_tls_watch_ran_out;
  * do better. */
 #define PX_URING_REAP_MAX 64u
 
-/* The longest wait of a leader whose ring is dead (px_uring_ring.dead). */
-#define PX_URING_DEAD_NAP_MS 10
-
 /* Make rg's SQEs ready for this leader's wait and mark it waiting. */
 static int px_uring_prepare_ring(px_uring_ring *rg, bool *stuck)
 {
@@ -316,16 +313,12 @@ static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
 		/* Its descriptor was closed behind the library's back: every
 		 * enter fails at once, and a dedicated leader spun on it at
 		 * full CPU.  Nothing can wake a wait through the ring either
-		 * (the interrupt is a NOP in it), so a nap of at most
-		 * PX_URING_DEAD_NAP_MS stands for the wait; what the ring
-		 * holds ends in next_completed. */
-		if (timeout_ms != 0) {
-			int ms = timeout_ms < 0 || timeout_ms > PX_URING_DEAD_NAP_MS
-				 ? PX_URING_DEAD_NAP_MS : timeout_ms;
-			struct timespec nap = { 0, (long)ms * 1000000 };
-			nanosleep(&nap, NULL);
-		}
-		return 0;
+		 * (the interrupt is a NOP in it): EBADF makes the processor
+		 * nap in its place (proc_wait_broken, processor.c), as for
+		 * any wait on a closed descriptor; what the ring holds ends
+		 * in next_completed.  (A wait that must not block, such as
+		 * skip_wait's, returns at once.) */
+		return timeout_ms != 0 ? -EBADF : 0;
 	}
 	if (rg->nextra)
 		return px_uring_wait_many(rg, timeout_ms);
