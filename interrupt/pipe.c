@@ -12,7 +12,9 @@
  * merely a spurious wake-up.  Portable to any POSIX system.
  */
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -43,12 +45,42 @@ static void pipe_interrupt(px_intr *in)
 	struct px_intr_pipe *p = to_pipe(in);
 	const char c = 1;
 
+	struct iovec v = { .iov_base = (void *)&c, .iov_len = 1 };
+	sigset_t pipe_set, old, pend;
+	bool was_pending = false;
+	int fl = px__rwf_nosignal();
+	ssize_t n;
+
 	if (p->pending)
 		return;
 	p->pending = true;
-	/* EAGAIN would mean the pipe is full: readable already, fine. */
-	while (write(p->wfd, &c, 1) < 0 && errno == EINTR)
+	/* EAGAIN would mean the pipe is full: readable already, fine.
+	 * EPIPE: the read end was closed behind the library's back with
+	 * close(2) (the wait then naps or fails on it); the write must not
+	 * raise SIGPIPE, whose default action ended the application's
+	 * process in whichever thread interrupted (TESTING.md, fixed problem
+	 * 292).  RWF_NOSIGNAL where the kernel takes it (6.18); elsewhere
+	 * SIGPIPE blocked around the write and taken off again unless it was
+	 * pending before, as the readiness calls' writes to pipes do
+	 * (providers/nbio.c, nb_other_write). */
+	if (fl) {
+		while (pwritev2(p->wfd, &v, 1, -1, fl) < 0 && errno == EINTR)
+			;
+		return;
+	}
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	if (sigismember(&old, SIGPIPE) && sigpending(&pend) == 0)
+		was_pending = sigismember(&pend, SIGPIPE);
+	while ((n = write(p->wfd, &c, 1)) < 0 && errno == EINTR)
 		;
+	if (n < 0 && errno == EPIPE && !was_pending) {
+		const struct timespec zero = { 0, 0 };
+		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
 static void pipe_drain(px_intr *in)
