@@ -39,6 +39,8 @@ struct pollp {
 	nfds_t wn, pos, first;    /* filled; next to collect; 1 if [0] is the
 	                             interrupt */
 	bool bounded;             /* the wait watches descriptors: bound it */
+	bool intr_gone;           /* the interrupt's descriptor was closed
+	                             behind our back: no longer watched */
 };
 
 static struct pollp *pollp_of(px_poller *pl)
@@ -153,7 +155,7 @@ static void pollp_prepare(px_poller *pl)
 		p->spare_reg = NULL;
 		p->spare_cap = 0;
 	}
-	if (pl->intr->fd >= 0) {
+	if (pl->intr->fd >= 0 && !p->intr_gone) {
 		p->wpfd[0].fd = pl->intr->fd;
 		p->wpfd[0].events = POLLIN;
 		p->wpfd[0].revents = 0;
@@ -176,6 +178,8 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 
 	if (p->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
 		timeout_ms = PX_POLL_RECHECK_MS;
+	if (p->intr_gone && (timeout_ms < 0 || timeout_ms > PX_POLL_NO_INTR_MS))
+		timeout_ms = PX_POLL_NO_INTR_MS;
 	n = ppoll(p->wpfd, p->wn, px_poll_timeout(timeout_ms, &ts),
 		  pl->intr->wait_mask);
 	if (n < 0) {
@@ -186,11 +190,17 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 	}
 	if (n > 0) {
 		/* The interrupt's descriptor was closed behind the library's
-		 * back (close(2)): every wait would end here at once, as a
-		 * wait on a closed epoll instance fails (the processor naps
-		 * on EBADF). */
-		if (p->first && (p->wpfd[0].revents & POLLNVAL))
-			return -EBADF;
+		 * back (close(2)): every wait would end here at once.  It is
+		 * watched no more, and waits last at most PX_POLL_NO_INTR_MS
+		 * (nothing can wake them), while the rest is still watched:
+		 * failing the wait with EBADF made the processor nap, and the
+		 * operations it watched were never served (TESTING.md, fixed
+		 * problem 293). */
+		if (p->first && (p->wpfd[0].revents & POLLNVAL)) {
+			p->intr_gone = true;
+			p->wpfd[0].revents = 0;
+			n--;
+		}
 		if (p->first && p->wpfd[0].revents) {
 			pl->fired = true;
 			n--;

@@ -52,6 +52,8 @@ struct selp {
 	int wmax;                 /* highest fd in the wait's sets, or -1 */
 	int cur;                  /* next fd collect looks at */
 	bool badf;                /* the wait said EBADF */
+	bool intr_gone;           /* the interrupt's descriptor was closed
+	                             behind our back: no longer watched */
 	px_poll_reg *regs[FD_SETSIZE]; /* the registration of each fd */
 };
 
@@ -148,7 +150,7 @@ static void selp_prepare(px_poller *pl)
 	selp_or_writers(&s->wrd, &s->rd, &s->wr, &s->quiet);
 	s->wwr = s->wr;
 	s->wmax = s->top;
-	if (ifd >= 0) {
+	if (ifd >= 0 && !s->intr_gone) {
 		FD_SET(ifd, &s->wrd);
 		if (ifd > s->wmax)
 			s->wmax = ifd;
@@ -171,17 +173,27 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 		timeout_ms = PX_POLL_RECHECK_MS;
 	if (s->wquiet && (timeout_ms < 0 || timeout_ms > SELP_QUIET_MS))
 		timeout_ms = SELP_QUIET_MS;
+	if (s->intr_gone && (timeout_ms < 0 || timeout_ms > PX_POLL_NO_INTR_MS))
+		timeout_ms = PX_POLL_NO_INTR_MS;
 	n = pselect(s->wmax + 1, &s->wrd, &s->wwr, NULL,
 		    px_poll_timeout(timeout_ms, &ts), in->wait_mask);
 	if (n < 0) {
 		int err = errno;
 
 		/* The interrupt's own descriptor closed behind the
-		 * library's back (close(2)): no collect() can mend that,
-		 * and every wait would fail at once (the processor naps on
-		 * EBADF).  One fcntl, on this path only. */
-		if (err == EBADF && in->fd >= 0 && fcntl(in->fd, F_GETFD) < 0)
-			return -EBADF;
+		 * library's back (close(2)): every wait would fail at once.
+		 * It is watched no more, and waits last at most
+		 * PX_POLL_NO_INTR_MS (nothing can wake them); this one
+		 * returns at once, and the next watches the rest without it
+		 * (failing with EBADF made the processor nap, and what it
+		 * watched was never served: TESTING.md, fixed problem 293).
+		 * One fcntl, on this path only. */
+		if (err == EBADF && in->fd >= 0 && !s->intr_gone &&
+		    fcntl(in->fd, F_GETFD) < 0) {
+			s->intr_gone = true;
+			s->cur = s->wmax + 1;  /* nothing to collect */
+			return 0;
+		}
 		if (err == EBADF) {
 			/* The sets are undefined now: collect() finds the
 			 * closed descriptors under the lock. */
@@ -193,7 +205,7 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 		return -err;
 	}
 	if (n > 0) {
-		if (in->fd >= 0 && FD_ISSET(in->fd, &s->wrd)) {
+		if (in->fd >= 0 && !s->intr_gone && FD_ISSET(in->fd, &s->wrd)) {
 			pl->fired = true;
 			FD_CLR(in->fd, &s->wrd);
 			n--;
