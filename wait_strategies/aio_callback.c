@@ -98,9 +98,21 @@ static int cbw_wait(px_wait *w, int timeout_ms)
 		return 1;
 	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
 		timeout_ms = PX_PAIO_RETRY_MS;
+	/* The eventfd was closed behind the library's back: the notifier
+	 * threads' writes and the interrupt's are lost, and poll said
+	 * POLLNVAL at once, every time (a dedicated leader spun at a whole
+	 * CPU).  EBADF makes the processor nap (at most 10 ms) instead; the
+	 * stack is looked at after each nap (TESTING.md, fixed problem
+	 * 294). */
+	if (atomic_load_explicit(&p->efd_gone, memory_order_relaxed))
+		return timeout_ms != 0 ? -EBADF : 0;
 	rc = poll(pfd, pfd[1].fd >= 0 ? 2 : 1, timeout_ms);
 	if (rc < 0)
 		return -errno;
+	if (pfd[0].revents & POLLNVAL) {
+		atomic_store_explicit(&p->efd_gone, true, memory_order_relaxed);
+		return timeout_ms != 0 ? -EBADF : 0;
+	}
 	/* Woken by the watch alone: nothing of ours to report. */
 	return pfd[0].revents ? 1 : 0;
 }

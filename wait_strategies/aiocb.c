@@ -65,8 +65,21 @@
 #define AIOCB_LIST_MIN 64   /* entries of the first list (at create) */
 #define AIOCB_SHORT_MS 10   /* longest wait over a list that is short */
 
+/* The eventfd was closed behind the library's back (px_paio.efd_gone). */
+static bool aiocb_gone(px_paio *p)
+{
+	return atomic_load_explicit(&p->efd_gone, memory_order_relaxed);
+}
+
+static void aiocb_set_gone(px_paio *p)
+{
+	atomic_store_explicit(&p->efd_gone, true, memory_order_relaxed);
+}
+
 static int aiocb_arm(px_paio *p)
 {
+	if (aiocb_gone(p))
+		return -EBADF;  /* its read would fail at once, every time */
 	memset(&p->intr_cb, 0, sizeof(p->intr_cb));
 	p->intr_cb.aio_fildes = p->intr_efd;
 	p->intr_cb.aio_buf = &p->intr_buf;
@@ -82,7 +95,8 @@ static int aiocb_arm(px_paio *p)
 /* The interrupt's read has finished (mutex held): take it out of glibc. */
 static void aiocb_reap_intr(px_paio *p)
 {
-	aio_return(&p->intr_cb);
+	if (aio_return(&p->intr_cb) < 0 && aio_error(&p->intr_cb) == EBADF)
+		aiocb_set_gone(p);
 	p->intr_armed = false;
 	p->intr_pending = false;
 	/* The list holds the finished read: rebuilt in any case. */
@@ -171,7 +185,7 @@ static int aiocb_prepare(px_wait *w, px_list *started)
 	 * prepare tries to grow again.  Never the old list: its requests
 	 * may have been reaped (their aiocbs say finished, or belong to
 	 * other operations by now), and a wait over it returns at once. */
-	p->list_short = want > p->cap || !p->intr_armed;
+	p->list_short = want > p->cap || !p->intr_armed || aiocb_gone(p);
 	if (p->intr_armed)
 		p->list[n++] = &p->intr_cb;
 	for (px_link *l = px_list_first(&p->inflight); l && n < p->cap;
@@ -207,12 +221,22 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 		struct pollfd pfd = { .fd = p->intr_efd, .events = POLLIN };
 		uint64_t v;
 
+		/* Closed behind the library's back: poll said POLLNVAL at
+		 * once, every time, and a dedicated leader spun at a whole
+		 * CPU.  EBADF makes the processor nap instead (TESTING.md,
+		 * fixed problem 294). */
+		if (aiocb_gone(p))
+			return timeout_ms != 0 ? -EBADF : 0;
 		rc = poll(&pfd, 1, timeout_ms);
 		p->scan = true;
 		if (rc < 0)
 			return errno == EINTR ? 0 : -errno;
 		if (rc == 0)
 			return 0;
+		if (pfd.revents & POLLNVAL) {
+			aiocb_set_gone(p);
+			return timeout_ms != 0 ? -EBADF : 0;
+		}
 		while (read(p->intr_efd, &v, sizeof(v)) < 0 && errno == EINTR)
 			;
 		p->idle_drained = true;
@@ -293,11 +317,18 @@ static void aiocb_intr_interrupt(px_intr *in)
 	px_paio *p = px_paio_of_intr(in);
 	uint64_t one = 1;
 
+	ssize_t n;
+
 	if (p->intr_pending)
 		return;
 	p->intr_pending = true;
-	while (write(p->intr_efd, &one, sizeof(one)) < 0 && errno == EINTR)
+	while ((n = write(p->intr_efd, &one, sizeof(one))) < 0 && errno == EINTR)
 		;
+	/* Closed behind the library's back: the read on it, which the
+	 * leader's aio_suspend watches, can no longer end; later waits are
+	 * bounded instead (aiocb_prepare: list_short). */
+	if (n < 0 && errno == EBADF)
+		aiocb_set_gone(p);
 }
 
 static void aiocb_intr_nop(px_intr *in)
