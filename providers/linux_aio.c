@@ -733,7 +733,8 @@ void px__laio_check_own(px_laio *u)
 	u->check_own = false;
 	if (px_laio_dead(u))
 		return;
-	if (u->pl_failed || la_own_closed(u->intr_fd) ||
+	if (atomic_load_explicit(&u->pl_failed, memory_order_relaxed) ||
+	    la_own_closed(u->intr_fd) ||
 	    la_own_closed(u->resfd) || la_own_closed(u->spill_ep) ||
 	    (u->wait.intr != &u->nintr && la_own_closed(u->wait.intr->fd)))
 		la_go_dead(u);

@@ -155,7 +155,9 @@ typedef struct px_laio {
 	 * (an interrupt's write, an epoll_ctl or epoll_wait of the spill
 	 * set, the poller's wait): look at them at the next safe place. */
 	bool check_own;
-	bool pl_failed;             /* the poller's wait said EBADF (leader) */
+	/* The poller's wait said EBADF: written by the leader without the
+	 * mutex, read by any thread with it (px__laio_check_own). */
+	atomic_bool pl_failed;
 
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;

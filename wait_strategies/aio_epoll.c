@@ -35,7 +35,8 @@ static int aep_prepare(px_wait *w, px_list *started)
 	int rc;
 
 	(void)started;
-	if (px_laio_dead(u) || u->pl_failed)
+	if (px_laio_dead(u) ||
+	    atomic_load_explicit(&u->pl_failed, memory_order_relaxed))
 		return px__laio_prepare(u, false);  /* no poller: see aep_wait */
 	px_poller_drain(u->pl);
 	rc = px__laio_prepare(u, false);
@@ -54,7 +55,8 @@ static int aep_wait(px_wait *w, int timeout_ms)
 	int rc;
 
 	timeout_ms = px__laio_submit_leader(u, timeout_ms);
-	if (px_laio_dead(u) || u->pl_failed) {
+	if (px_laio_dead(u) ||
+	    atomic_load_explicit(&u->pl_failed, memory_order_relaxed)) {
 		/* One of the provider's descriptors was closed behind our back
 		 * (px_laio.dead): no iocb names resfd, nothing waits in the
 		 * spill set, and the leader waits in the context itself, at
@@ -74,7 +76,7 @@ static int aep_wait(px_wait *w, int timeout_ms)
 	 * closed behind our back: every wait would fail at once, and what
 	 * resfd and the spill set report would never be seen. */
 	if (rc == -EBADF) {
-		u->pl_failed = true;
+		atomic_store_explicit(&u->pl_failed, true, memory_order_relaxed);
 		u->polled = false;
 	}
 	return rc;
@@ -115,7 +117,7 @@ static px_result *aep_next_completed(px_wait *w)
 		}
 		px_poller_drain(u->pl);
 	}
-	if (u->pl_failed)
+	if (atomic_load_explicit(&u->pl_failed, memory_order_relaxed))
 		u->check_own = true;  /* (px__laio_check_own makes it dead) */
 	return px__laio_next_completed(u);
 }
