@@ -108,6 +108,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,6 +137,50 @@ enum {
 /* Thread counts from the environment (-1: the seed draws them), read once
  * by model_random_seeds. */
 static int g_env_loops = -1, g_env_drivers = -1;
+/* PX_MODEL_RACER: 1 runs the racer (below) in every seed, 0 in none; -1:
+ * the seed draws it. */
+static int g_env_racer = -1;
+
+/* The racer: in a third of the seeds (drawn apart from the other draws) a
+ * thread of its own calls into the library without the model's lock,
+ * beside the drivers, loop threads and callbacks: px_cancel of the
+ * numbers the model's descriptors have or had (px_close may be closing
+ * one at that very moment, or have closed it and a new socket taken the
+ * number), posts, one-shot timers and their cancels, px_stats.  Every
+ * operation of a descriptor may then end with ECANCELED (the model
+ * cannot tell which came before which cancel); all the other checks
+ * stay: bytes in order per channel, whatever a cancel cut short, every
+ * connection a connect completed taken exactly once, one callback per
+ * start.  Its own starts are held to exactly one callback each (checked
+ * after px_destroy), a timer's ECANCELED to a px_timer_cancel that
+ * returned 0 or to px_destroy, -ESHUTDOWN only once px_stop was called
+ * and always after it returned; each px_stats snapshot balances per
+ * processor and no total goes below the racer's last one. */
+enum { R_MAX_TOK = 1200 };
+typedef struct rtok {
+	int kind;               /* MK_POST, MK_TIMER */
+	int64_t id;             /* timer */
+	uint64_t due_ns;
+	int cancel_rc;          /* 1: not cancelled */
+	atomic_int calls;
+	atomic_int error;
+	atomic_int live_cancel; /* ECANCELED before px_destroy */
+	_Atomic int64_t cb_id;  /* the completion's timer_id */
+} rtok;
+static struct {
+	bool on;
+	pthread_t th;
+	atomic_int stop;
+	uint64_t rng;
+	atomic_int fds[M_MAX_FDS];      /* numbers the model's descriptors
+	                                   had, -1 none */
+	atomic_int nfds;
+	rtok tok[R_MAX_TOK];
+	int ntok;
+	int ncancels;
+	struct px_stats st_prev;
+	bool st_have;
+} g_rc;
 
 enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
        MK_POST, MK_TIMER, MK_CLOSE, MK_ACCEPT, MK_CONNECT, MK_BAD };
@@ -282,6 +327,8 @@ static struct {
 	atomic_int stop_called; /* px_stop is being or was called */
 	atomic_int stop_done;   /* px_stop returned */
 	bool stopped;           /* px_stop returned (under mu) */
+	int nested;             /* px_handle_events calls from callbacks
+	                           under way (do_nested) */
 	int cbs_after_stop;     /* callbacks entered after that, before
 	                           px_destroy */
 	struct px_stats st_prev; /* the last mid-run px_stats snapshot */
@@ -420,6 +467,8 @@ static bool can_cancel(const mop *o)
 {
 	if (g.destroying)
 		return true;
+	if (g_rc.on && o->fdi >= 0)
+		return true;            /* the racer's px_cancel, at any time */
 	return o->fdi >= 0 && o->id < g.fd[o->fdi].cancel_mark;
 }
 
@@ -1632,6 +1681,27 @@ static void do_bad(uint64_t *r, int who)
 		o->rc = 1;      /* never pending: a callback is a fault */
 }
 
+/* px_handle_events(px, 0) from a callback (px_handle_events(3): it runs
+ * what its own outer call had collected, docs/ARCHITECTURE.md), the
+ * model's lock held, so that the callbacks it runs come in nested.  It
+ * returns -ESHUTDOWN once px_stop was called and from a callback of
+ * px_destroy, else the number of callbacks it ran. */
+static void do_nested(const mop *self)
+{
+	if (g.nested >= 2)
+		return;
+	g.nested++;
+	int rc = px_handle_events(g.px, 0);
+	g.nested--;
+	if (g.trace)
+		printf("model: px_handle_events(px, 0) in #%d's callback -> %d\n",
+		       self->id, rc);
+	if (rc == -ESHUTDOWN ? !g.destroying && !atomic_load(&g.stop_called)
+			     : rc < 0)
+		bad("px_handle_events in #%d's callback returned %d", self->id,
+		    rc);
+}
+
 static void step(uint64_t *r, int who, mop *self)
 {
 	if (g.nops >= M_MAX_OPS - 4)
@@ -1681,6 +1751,8 @@ static void step(uint64_t *r, int who, mop *self)
 		do_stats();
 	} else if (k < 86) {
 		do_bad(r, who);
+	} else if (k < 89 && self) {
+		do_nested(self);
 	}
 	/* else nothing here: the driver pumps or yields */
 }
@@ -1703,6 +1775,8 @@ static int add_fd(int fd, int kind, bool tcp)
 	f->kind = kind;
 	f->tcp = tcp;
 	f->wch = f->rch = f->peer = -1;
+	atomic_store(&g_rc.fds[g.nfd], fd);
+	atomic_store(&g_rc.nfds, g.nfd + 1);
 	return g.nfd++;
 }
 
@@ -1918,6 +1992,162 @@ static void *churn_main(void *arg)
 		pthread_create(&g_lt.th[i], NULL, loop_main, &g_lt.quit[i]);
 	}
 	return NULL;
+}
+
+static void racer_cb(const px_completion *c)
+{
+	rtok *t = c->user;
+	if (t < g_rc.tok || t >= g_rc.tok + R_MAX_TOK) {
+		bad("racer: a callback with a user pointer %p not its own",
+		    c->user);
+		return;
+	}
+	if (atomic_fetch_add(&t->calls, 1))
+		bad("racer: %s %d called back twice (error %d)",
+		    kind_name[t->kind], (int)(t - g_rc.tok), c->error);
+	atomic_store(&t->error, c->error);
+	if (c->error == ECANCELED && !g.destroying)
+		atomic_store(&t->live_cancel, 1);
+	if (c->op != (t->kind == MK_POST ? PX_OP_POST : PX_OP_TIMER))
+		bad("racer: %s %d: completion says op %d", kind_name[t->kind],
+		    (int)(t - g_rc.tok), c->op);
+	/* the id is compared after px_destroy: the callback may run
+	 * before px_timer_start has returned it */
+	atomic_store(&t->cb_id, c->timer_id);
+	if (t->kind == MK_TIMER && c->error == 0 && h_now_ns() < t->due_ns)
+		bad("racer: timer %d fired %" PRIu64 " ns early",
+		    (int)(t - g_rc.tok), t->due_ns - h_now_ns());
+	if (c->error && c->error != ECANCELED)
+		bad("racer: %s %d: error %d", kind_name[t->kind],
+		    (int)(t - g_rc.tok), c->error);
+}
+
+/* A start of the racer's returned rc: -ESHUTDOWN only once px_stop was
+ * called, and always once it had returned (stopped: read before the
+ * start). */
+static bool racer_rc(const char *what, int rc, bool stopped)
+{
+	if (rc == 0 && !stopped)
+		return true;
+	if (rc == -ESHUTDOWN && atomic_load(&g.stop_called))
+		return false;
+	bad("racer: %s returned %d%s", what, rc,
+	    stopped ? " after px_stop returned" : "");
+	return false;
+}
+
+static void racer_stats(void)
+{
+	struct px_stats st;
+	int rc = px_stats(g.px, &st);
+	if (rc != 0) {
+		bad("racer: px_stats: %d", rc);
+		return;
+	}
+	for (unsigned i = 0; i < st.nproc && i < 2; i++) {
+		const px_proc_stats *p = &st.proc[i];
+		if (p->started != p->completed + p->cancelled + p->timed_out +
+				  p->in_flight)
+			bad("racer: px_stats processor %u: started %" PRIu64
+			    " != completed %" PRIu64 " + cancelled %" PRIu64
+			    " + timed out %" PRIu64 " + in flight %" PRIu64, i,
+			    p->started, p->completed, p->cancelled,
+			    p->timed_out, p->in_flight);
+	}
+	const struct px_stats *q = &g_rc.st_prev;
+	if (g_rc.st_have &&
+	    (st.started < q->started || st.completed < q->completed ||
+	     st.cancelled < q->cancelled || st.timed_out < q->timed_out ||
+	     st.posts < q->posts || st.timer_callbacks < q->timer_callbacks ||
+	     st.callbacks < q->callbacks))
+		bad("racer: px_stats: a total went down since its last "
+		    "snapshot");
+	g_rc.st_prev = st;
+	g_rc.st_have = true;
+}
+
+static void *racer_main(void *arg)
+{
+	(void)arg;
+	uint64_t *r = &g_rc.rng;
+	while (!atomic_load(&g_rc.stop) && !atomic_load(&g.bad)) {
+		unsigned k = rn(r, 100);
+		bool stopped = atomic_load(&g.stop_done);
+		if (k < 55) {
+			int n = atomic_load(&g_rc.nfds);
+			if (n) {
+				int fd = atomic_load(&g_rc.fds[rn(r, (unsigned)n)]);
+				int rc = px_cancel(g.px, fd);
+				g_rc.ncancels++;
+				if (rc < 0)
+					bad("racer: px_cancel(%d): %d", fd, rc);
+			}
+		} else if (k < 65) {
+			racer_stats();
+		} else if (k < 80 && g_rc.ntok < R_MAX_TOK) {
+			rtok *t = &g_rc.tok[g_rc.ntok];
+			t->kind = MK_POST;
+			t->cancel_rc = 1;
+			if (racer_rc("px_post", px_post(g.px, racer_cb, t),
+				     stopped))
+				g_rc.ntok++;
+		} else if (k < 92 && g_rc.ntok < R_MAX_TOK) {
+			rtok *t = &g_rc.tok[g_rc.ntok];
+			uint64_t delay = rn(r, 3) ? rn(r, 2000000) : 0;
+			t->kind = MK_TIMER;
+			t->cancel_rc = 1;
+			t->due_ns = h_now_ns() + delay;
+			t->id = px_timer_start(g.px, delay, racer_cb, t);
+			if (racer_rc("px_timer_start", t->id > 0 ? 0 : (int)t->id,
+				     stopped))
+				g_rc.ntok++;
+		} else if (g_rc.ntok) {
+			/* cancel one of the last few timers */
+			int i = g_rc.ntok - 1 - (int)rn(r, g_rc.ntok < 8
+							  ? (unsigned)g_rc.ntok : 8);
+			rtok *t = &g_rc.tok[i];
+			if (t->kind == MK_TIMER && t->cancel_rc == 1) {
+				t->cancel_rc = px_timer_cancel(g.px, t->id);
+				if (t->cancel_rc != 0 && t->cancel_rc != -ENOENT)
+					bad("racer: px_timer_cancel: %d",
+					    t->cancel_rc);
+			}
+		}
+		if (rn(r, 4)) {
+			struct timespec ts = { 0, 5000 + (long)rn(r, 200000) };
+			nanosleep(&ts, NULL);
+		} else {
+			sched_yield();
+		}
+	}
+	return NULL;
+}
+
+/* After px_destroy: each start of the racer called back once; a timer
+ * ECANCELED only if px_timer_cancel returned 0 or px_destroy took it
+ * waiting, and fired (error 0) only if no px_timer_cancel returned 0. */
+static void racer_check(void)
+{
+	for (int i = 0; i < g_rc.ntok && !g.bad; i++) {
+		rtok *t = &g_rc.tok[i];
+		int n = atomic_load(&t->calls), e = atomic_load(&t->error);
+		if (n != 1)
+			bad("racer: %s %d: %d callbacks after px_destroy",
+			    kind_name[t->kind], i, n);
+		else if (t->kind == MK_TIMER && e == 0 && t->cancel_rc == 0)
+			bad("racer: timer %d fired after px_timer_cancel "
+			    "returned 0", i);
+		else if (t->kind == MK_TIMER && atomic_load(&t->live_cancel) &&
+			 t->cancel_rc != 0)
+			bad("racer: timer %d: ECANCELED before px_destroy, but "
+			    "px_timer_cancel returned %d", i, t->cancel_rc);
+		else if (t->kind == MK_TIMER && atomic_load(&t->cb_id) != t->id)
+			bad("racer: timer %d: completion says id %" PRId64
+			    ", started as %" PRId64, i,
+			    (int64_t)atomic_load(&t->cb_id), t->id);
+		else if (t->kind == MK_POST && e != 0)
+			bad("racer: post %d: error %d", i, e);
+	}
 }
 
 typedef struct driver {
@@ -2293,6 +2523,11 @@ static bool run_seed(uint64_t seed, int steps)
 	g.stop_step = (int)rn(&rs, (unsigned)steps + 1);
 	g.dg_named = rn(&rs, 2);
 	g.loop_forever = g.stop_mode && rn(&rs, 2);
+	memset(&g_rc, 0, sizeof g_rc);
+	g_rc.on = rn(&rs, 3) == 0;
+	g_rc.rng = rnd(&rs);
+	if (g_env_racer >= 0)
+		g_rc.on = g_env_racer;
 	atomic_store(&g.stop_called, 0);
 	atomic_store(&g.stop_done, 0);
 
@@ -2328,6 +2563,8 @@ static bool run_seed(uint64_t seed, int steps)
 		       g.ndrivers, g.stop_mode ? "px_stop" :
 		       destroy_at_once ? "destroy at once" : "drain", steps,
 		       g.dg_named ? ", named datagram sockets" : "");
+	if (g.trace && g_rc.on)
+		printf("model: the racer cancels, posts and times beside\n");
 	if (g.trace && g.loop_forever && g.nloops)
 		printf("model: loop threads wait without a bound\n");
 	if (!setup_fds())
@@ -2359,6 +2596,8 @@ static bool run_seed(uint64_t seed, int steps)
 	 * the seed's other draws, which stay as they were */
 	uint64_t r3 = rnd(&r) ^ 0x5bd1e995u;
 	driver d2 = { .rng = rnd(&r3), .who = 2, .steps = steps / 2 };
+	if (g_rc.on)
+		pthread_create(&g_rc.th, NULL, racer_main, NULL);
 	if (g.ndrivers >= 2)
 		pthread_create(&dt, NULL, driver_main, &d1);
 	if (g.ndrivers >= 3)
@@ -2368,6 +2607,10 @@ static bool run_seed(uint64_t seed, int steps)
 		pthread_join(dt, NULL);
 	if (g.ndrivers >= 3)
 		pthread_join(dt2, NULL);
+	if (g_rc.on) {
+		atomic_store(&g_rc.stop, 1);
+		pthread_join(g_rc.th, NULL);
+	}
 	if (g.stop_mode) {
 		lock();
 		do_stop("at the end");          /* no callback took the arming */
@@ -2458,6 +2701,11 @@ out:
 			bad("#%d %s: the start failed (%d) but it was called back",
 			    o->id, kind_name[o->kind], o->rc);
 	}
+	if (g.trace && g_rc.on)
+		printf("model: the racer: %d px_cancel, %d posts and timers\n",
+		       g_rc.ncancels, g_rc.ntok);
+	if (!g.bad)
+		racer_check();
 	if (!g.bad)
 		drain_and_compare();
 	if (!g.bad)
@@ -2465,8 +2713,8 @@ out:
 	bool ok = !g.bad;
 	if (!ok || g.trace)
 		printf("model: seed %" PRIu64 " (max_aio %u, %d loop threads, %d "
-		       "drivers, %s): %d operations%s%s\n", seed, g.max_aio,
-		       g.nloops, g.ndrivers,
+		       "drivers%s, %s): %d operations%s%s\n", seed, g.max_aio,
+		       g.nloops, g.ndrivers, g_rc.on ? ", the racer" : "",
 		       g.stop_mode ? "stopped" :
 		       destroy_at_once ? "destroyed at once" : "drained", g.nops,
 		       ok ? "" : ": ", ok ? "" : g.msg);
@@ -2497,6 +2745,8 @@ static void model_random_seeds(void **state)
 				? (int)env_u64("PX_MODEL_DRIVERS", 1) : -1;
 	if (g_env_drivers > M_MAX_DRIVERS)
 		g_env_drivers = M_MAX_DRIVERS;
+	g_env_racer = getenv("PX_MODEL_RACER")
+			      ? (int)env_u64("PX_MODEL_RACER", 0) != 0 : -1;
 	uint64_t t0 = h_now_ms();
 	for (uint64_t s = first; s < first + count; s++) {
 		alarm(H_WATCHDOG_S);
@@ -2509,6 +2759,9 @@ static void model_random_seeds(void **state)
 			if (g_env_drivers >= 1)
 				snprintf(thr + strlen(thr), sizeof thr - strlen(thr),
 					 "PX_MODEL_DRIVERS=%d ", g_env_drivers);
+			if (g_env_racer >= 0)
+				snprintf(thr + strlen(thr), sizeof thr - strlen(thr),
+					 "PX_MODEL_RACER=%d ", g_env_racer);
 			fail_msg("model: seed %" PRIu64 " failed: %s\n  again: "
 				 "%sPX_MODEL_SEED=%" PRIu64 " PX_MODEL_STEPS=%d "
 				 "PX_MODEL_TRACE=1 build/test/fault '%s' "
