@@ -156,7 +156,7 @@ static int g_env_racer = -1;
  * returned 0 or to px_destroy, -ESHUTDOWN only once px_stop was called
  * and always after it returned; each px_stats snapshot balances per
  * processor and no total goes below the racer's last one. */
-enum { R_MAX_TOK = 1200 };
+enum { R_MAX_TOK = 1200, R_MAX_SOPS = 600 };
 typedef struct rtok {
 	int kind;               /* MK_POST, MK_TIMER */
 	int64_t id;             /* timer */
@@ -180,6 +180,24 @@ static struct {
 	int ncancels;
 	struct px_stats st_prev;
 	bool st_have;
+	/* its own AF_UNIX stream pair, fd[0] written, fd[1] read, by
+	 * the racer alone (nobody cancels or closes them before
+	 * px_destroy): its bytes, in read start order and then what is
+	 * left, must be the prefixes its writes report, in start order */
+	int sfd[2];
+	struct rsop {
+		bool write, all;
+		uint8_t *buf;
+		size_t len;
+		uint64_t pos;           /* write: where its bytes start in
+		                           the pattern */
+		atomic_int calls, error, late;
+		atomic_size_t bytes;
+	} sop[R_MAX_SOPS];
+	int nsop;
+	uint64_t wpos;
+	atomic_uint_fast64_t io_started;        /* counted before the start */
+	atomic_uint_fast64_t io_done;           /* callbacks */
 } g_rc;
 
 enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
@@ -1563,9 +1581,14 @@ static void do_stats(void)
 	if (ps != st.started || pc != st.completed || pk != st.cancelled ||
 	    pt != st.timed_out || pf != st.in_flight)
 		bad("px_stats: the sums differ from the processors' counts");
-	if (st.started != started)
+	/* the racer's own stream operations (read after the snapshot:
+	 * no fewer than it had) */
+	uint64_t rio = g_rc.on ? atomic_load(&g_rc.io_started) : 0;
+	if (st.started < started || st.started > started + rio)
 		bad("px_stats: started %" PRIu64 ", but %" PRIu64 " I/O starts "
-		    "returned 0", st.started, started);
+		    "returned 0 (and %" PRIu64 " of the racer's)", st.started,
+		    started, rio);
+	pend += rio;
 	if (st.in_flight > pend)
 		bad("px_stats: in flight %" PRIu64 ", but only %" PRIu64
 		    " I/O operations not called back", st.in_flight, pend);
@@ -2075,6 +2098,136 @@ static void racer_stats(void)
 	g_rc.st_have = true;
 }
 
+static void racer_scb(const px_completion *c)
+{
+	struct rsop *o = c->user;
+	if (atomic_fetch_add(&o->calls, 1)) {
+		bad("racer: stream op %d called back twice",
+		    (int)(o - g_rc.sop));
+		return;
+	}
+	atomic_store(&o->bytes, c->bytes);
+	atomic_store(&o->error, c->error);
+	atomic_store(&o->late, g.destroying || atomic_load(&g_rc.stop));
+	atomic_fetch_add(&g_rc.io_done, 1);
+	if (c->op != (o->write ? PX_OP_WRITE_STREAM : PX_OP_READ_STREAM) ||
+	    c->fd != g_rc.sfd[o->write ? 0 : 1] || c->bytes > o->len)
+		bad("racer: stream op %d: completion says op %d fd %d, %zu "
+		    "of %zu bytes", (int)(o - g_rc.sop), c->op, c->fd, c->bytes,
+		    o->len);
+}
+
+/* A read or write on the racer's own pair, while fewer than three of
+ * the kind are waiting. */
+static void racer_stream(uint64_t *r, bool stopped)
+{
+	if (g_rc.sfd[0] < 0 || g_rc.nsop >= R_MAX_SOPS)
+		return;
+	bool write = rn(r, 2);
+	int waiting = 0;
+	for (int i = 0; i < g_rc.nsop; i++)
+		waiting += g_rc.sop[i].write == write &&
+			   !atomic_load(&g_rc.sop[i].calls);
+	if (waiting >= 3)
+		return;
+	struct rsop *o = &g_rc.sop[g_rc.nsop];
+	o->write = write;
+	o->all = write && rn(r, 2);
+	o->len = 1 + rn(r, rn(r, 2) ? 20000 : 300);
+	o->buf = calloc(1, o->len);
+	if (!o->buf)
+		return;
+	int rc;
+	atomic_fetch_add(&g_rc.io_started, 1);
+	if (write) {
+		o->pos = g_rc.wpos;
+		h_pattern(o->buf, o->len, (uint32_t)g.seed ^ 0x7acce55u, o->pos);
+		rc = o->all ? px_write_stream_all(g.px, g_rc.sfd[0], o->buf,
+						  o->len, racer_scb, o)
+			    : px_write_stream(g.px, g_rc.sfd[0], o->buf, o->len,
+					      racer_scb, o);
+	} else {
+		rc = px_read_stream(g.px, g_rc.sfd[1], o->buf, o->len, racer_scb,
+				    o);
+	}
+	if (!racer_rc(write ? "px_write_stream" : "px_read_stream", rc,
+		      stopped)) {
+		atomic_fetch_sub(&g_rc.io_started, 1);
+		free(o->buf);
+		o->buf = NULL;
+		return;
+	}
+	if (write)
+		g_rc.wpos += o->len;
+	g_rc.nsop++;
+}
+
+/* After px_destroy: each of the pair's operations called back once,
+ * with error 0 (a write-all with every byte, a read with some: nobody
+ * shuts the writer down) or, from px_destroy, ECANCELED; the bytes the
+ * reads got, then what is left in fd[1], are the writes' bytes. */
+static void racer_stream_check(void)
+{
+	size_t cap = 0, nw = 0, nr = 0;
+	for (int i = 0; i < g_rc.nsop; i++)
+		cap += g_rc.sop[i].write ? g_rc.sop[i].len : 0;
+	uint8_t *want = malloc(cap + 1), *got = malloc(cap + 1);
+	if (!want || !got)
+		goto out;
+	for (int i = 0; i < g_rc.nsop && !g.bad; i++) {
+		struct rsop *o = &g_rc.sop[i];
+		int e = atomic_load(&o->error);
+		size_t n = atomic_load(&o->bytes);
+		if (atomic_load(&o->calls) != 1) {
+			bad("racer: stream op %d: %d callbacks after px_destroy",
+			    i, atomic_load(&o->calls));
+			break;
+		}
+		if (e && !(e == ECANCELED && atomic_load(&o->late)))
+			bad("racer: stream %s %d: error %d (%s)",
+			    o->write ? "write" : "read", i, e, strerror(e));
+		else if (!e && (o->all ? n != o->len : n == 0))
+			bad("racer: stream %s%s %d: error 0 with %zu of %zu bytes",
+			    o->write ? "write" : "read", o->all ? "-all" : "", i,
+			    n, o->len);
+		if (o->write) {
+			memcpy(want + nw, o->buf, n);
+			nw += n;
+		} else if (nr + n <= cap) {
+			memcpy(got + nr, o->buf, n);
+			nr += n;
+		} else {
+			bad("racer: the reads got more bytes than were written");
+		}
+	}
+	if (g.bad)
+		goto out;
+	for (;;) {
+		ssize_t n = cap > nr ? recv(g_rc.sfd[1], got + nr, cap - nr,
+					    MSG_DONTWAIT) : 0;
+		if (n <= 0)
+			break;
+		nr += (size_t)n;
+	}
+	if (nr != nw || memcmp(want, got, nw) != 0) {
+		size_t at = 0;
+		while (at < nr && at < nw && want[at] == got[at])
+			at++;
+		bad("racer: its stream got %zu bytes, its writes reported %zu; "
+		    "they differ from byte %zu", nr, nw, at);
+	}
+out:
+	free(want);
+	free(got);
+}
+
+/* The racer's stream operations not yet called back. */
+static int racer_pending(void)
+{
+	return g_rc.on ? (int)(atomic_load(&g_rc.io_started) -
+			       atomic_load(&g_rc.io_done)) : 0;
+}
+
 static void *racer_main(void *arg)
 {
 	(void)arg;
@@ -2091,8 +2244,10 @@ static void *racer_main(void *arg)
 				if (rc < 0)
 					bad("racer: px_cancel(%d): %d", fd, rc);
 			}
-		} else if (k < 65) {
+		} else if (k < 60) {
 			racer_stats();
+		} else if (k < 70) {
+			racer_stream(r, stopped);
 		} else if (k < 80 && g_rc.ntok < R_MAX_TOK) {
 			rtok *t = &g_rc.tok[g_rc.ntok];
 			t->kind = MK_POST;
@@ -2129,6 +2284,11 @@ static void *racer_main(void *arg)
 			sched_yield();
 		}
 	}
+	/* its reads would wait for px_destroy: the drain's px_stats
+	 * wants nothing in flight (ECANCELED is taken from here on) */
+	for (int i = 0; i < 2; i++)
+		if (g_rc.sfd[i] >= 0)
+			px_cancel(g.px, g_rc.sfd[i]);
 	return NULL;
 }
 
@@ -2533,6 +2693,7 @@ static bool run_seed(uint64_t seed, int steps)
 	g.dg_named = rn(&rs, 2);
 	g.loop_forever = g.stop_mode && rn(&rs, 2);
 	memset(&g_rc, 0, sizeof g_rc);
+	g_rc.sfd[0] = g_rc.sfd[1] = -1;
 	g_rc.on = rn(&rs, 3) == 0;
 	g_rc.rng = rnd(&rs);
 	if (g_env_racer >= 0)
@@ -2578,6 +2739,11 @@ static bool run_seed(uint64_t seed, int steps)
 		printf("model: loop threads wait without a bound\n");
 	if (!setup_fds())
 		goto out;
+	if (g_rc.on && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				  g_rc.sfd) == 0) {
+		small_bufs(g_rc.sfd[0], false);
+		small_bufs(g_rc.sfd[1], false);
+	}
 	if (g.trace)
 		for (int c = 0; c < g.nch; c++)
 			printf("model: channel %d: fd %d -> fd %d (%s)\n", c,
@@ -2659,7 +2825,7 @@ static bool run_seed(uint64_t seed, int steps)
 		uint64_t dl = h_deadline(3000);
 		for (;;) {
 			lock();
-			int n = pending_ops(false);
+			int n = pending_ops(false) + racer_pending();
 			unlock();
 			if (!n || g.bad || h_now_ms() > dl)
 				break;
@@ -2670,7 +2836,7 @@ static bool run_seed(uint64_t seed, int steps)
 		}
 		lock();
 		struct px_stats st;
-		if (!pending_ops(false) && !g.bad &&
+		if (!pending_ops(false) && !racer_pending() && !g.bad &&
 		    px_stats(g.px, &st) == 0 &&
 		    (st.in_flight ||
 		     st.started != st.completed + st.cancelled + st.timed_out))
@@ -2711,10 +2877,18 @@ out:
 			    o->id, kind_name[o->kind], o->rc);
 	}
 	if (g.trace && g_rc.on)
-		printf("model: the racer: %d px_cancel, %d posts and timers\n",
-		       g_rc.ncancels, g_rc.ntok);
+		printf("model: the racer: %d px_cancel, %d posts and timers, "
+		       "%d stream operations\n", g_rc.ncancels, g_rc.ntok,
+		       g_rc.nsop);
 	if (!g.bad)
 		racer_check();
+	if (!g.bad && g_rc.on)
+		racer_stream_check();
+	for (int i = 0; i < g_rc.nsop; i++)
+		free(g_rc.sop[i].buf);
+	for (int i = 0; i < 2; i++)
+		if (g_rc.sfd[i] >= 0)
+			close(g_rc.sfd[i]);
 	if (!g.bad)
 		drain_and_compare();
 	if (!g.bad)
