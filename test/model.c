@@ -34,7 +34,12 @@
  * stream, a short address, a buffer on an accept, a NULL buffer, a
  * period 0; a px_timer_cancel of an id never given) on one of the
  * model's descriptors whatever its state: -EINVAL (-ENOENT), and no
- * callback.
+ * callback.  A callback's step may be px_handle_events(px, 0), so that
+ * callbacks run nested.  In a third of the seeds (PX_MODEL_RACER=0/1:
+ * none, all) the racer, a thread of its own, calls in without the
+ * model's lock: px_cancel of the model's descriptor numbers, posts,
+ * timers, px_stats, and reads and writes on a stream pair of its own,
+ * checked apart (racer_check, racer_stream_check).
  *
  * The model, checked in each callback and after px_destroy:
  *   - every start that returned 0 gets exactly one callback, with its own

@@ -9,6 +9,15 @@
  *    text again (a round trip, then a fixed point);
  *  - px_config_format reports the length it needs, like snprintf, and
  *    never writes past len.
+ *  - for one text in eight that parses (by a hash of the text, so that an
+ *    input replays; PX_FUZZ_CREATE=1 every one, 0 none): px_create on it
+ *    succeeds or fails with one of the errors px_create(3) gives, its
+ *    message NUL-terminated and not empty; a proactor it made names a
+ *    text (px_engine_name) that parses again to a configuration with the
+ *    same provider, wait, interrupt, processor and ops per processor as
+ *    the text resolved (unless the primary is auto, which px_create picks
+ *    on this kernel), and px_destroy returns 0 (LeakSanitizer checks
+ *    that nothing is left).
  * A violation aborts, which libFuzzer reports with the input.
  *
  * Built by scripts/fuzz.sh (clang -fsanitize=fuzzer,address,undefined).
@@ -20,6 +29,7 @@
 #include <string.h>
 
 #include "internal.h"  /* px__config_resolve: compare resolved configs */
+#include "proactor.h"
 
 #define MAX_TEXT 4096
 
@@ -44,6 +54,74 @@ static int same(const px_config *a, const px_config *b)
 	return same_proc(&a->primary, &b->primary) &&
 	       same_proc(&a->secondary, &b->secondary) &&
 	       a->followers == b->followers && a->flags == b->flags;
+}
+
+/* The engine a proactor runs is the one the text named, resolved: the
+ * same provider, wait, interrupt, processor and operations per
+ * processor (max_aio may differ: px_create sizes the default by the
+ * engine, px__config_resolve by RLIMIT_NOFILE). */
+static int same_engine(const px_processor_config *a,
+		       const px_processor_config *b)
+{
+	return a->processor == b->processor &&
+	       !strcmp(a->provider, b->provider) && !strcmp(a->wait, b->wait) &&
+	       !strcmp(a->interrupt, b->interrupt) && a->ops == b->ops;
+}
+
+static int create_wanted(const char *text, size_t size)
+{
+	static int mode = -2;
+	if (mode == -2) {
+		const char *e = getenv("PX_FUZZ_CREATE");
+		mode = e && *e ? atoi(e) != 0 : -1;
+	}
+	if (mode >= 0)
+		return mode;
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < size; i++)
+		h = (h ^ (uint8_t)text[i]) * 16777619u;
+	return h % 8 == 0;
+}
+
+static void try_create(const char *text, const px_config *c1)
+{
+	char err[256];
+	px_proactor *px = NULL;
+	memset(err, 'x', sizeof err);
+	int rc = px_create(&px, text, err, sizeof err);
+	if (memchr(err, '\0', sizeof err) == NULL)
+		die("px_create's message not NUL-terminated", text, NULL);
+	if (rc != 0) {
+		if (px)
+			die("px_create failed but gave a proactor", text, NULL);
+		/* px_create(3): -EINVAL, -ENOSYS, -ENOMEM or another errno
+		 * of the system (a resource it ran out of); never a
+		 * positive value or 0 with no proactor */
+		if (rc > 0 || rc < -4095)
+			die("px_create returned no errno", text, err);
+		if (!err[0])
+			die("px_create failed without a message", text, NULL);
+		return;
+	}
+	if (!px)
+		die("px_create returned 0 without a proactor", text, NULL);
+	const char *name = px_engine_name(px);
+	px_config e, r1 = *c1;
+	if (px_config_parse(&e, name, NULL, 0) != 0)
+		die("px_engine_name does not parse", text, name);
+	if (px__config_resolve(&r1, NULL, 0) != 0 ||
+	    px__config_resolve(&e, NULL, 0) != 0)
+		die("a config does not resolve", text, name);
+	/* an auto primary (no provider, no wait: resolved, it stays so)
+	 * is what px_create finds on this kernel, maybe with a secondary */
+	if (r1.primary.provider[0] &&
+	    (!same_engine(&r1.primary, &e.primary) ||
+	     !same_engine(&r1.secondary, &e.secondary)))
+		die("px_engine_name is not the engine the text named", text,
+		    name);
+	rc = px_destroy(px);
+	if (rc != 0)
+		die("px_destroy failed", text, name);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -111,5 +189,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		die("a parsed config does not resolve", text, out1);
 	if (!same(&r1, &r2))
 		die("parse(format(parse(text))) is not parse(text)", text, out1);
+	if (create_wanted(text, size))
+		try_create(text, &c1);
 	return 0;
 }
