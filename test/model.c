@@ -190,19 +190,23 @@ static struct {
 	 * px_destroy): its bytes, in read start order and then what is
 	 * left, must be the prefixes its writes report, in start order */
 	int sfd[2];
+	int snum[2];            /* their numbers (sfd[0] is -1 once
+	                           px_close has it) */
 	struct rsop {
 		bool write, all;
 		uint8_t *buf;
 		size_t len;
 		uint64_t pos;           /* write: where its bytes start in
 		                           the pattern */
-		atomic_int calls, error, late;
+		atomic_int calls, error, late, eof_ok;
 		atomic_size_t bytes;
 	} sop[R_MAX_SOPS];
 	int nsop;
 	uint64_t wpos;
 	atomic_uint_fast64_t io_started;        /* counted before the start */
 	atomic_uint_fast64_t io_done;           /* callbacks */
+	atomic_int wclosed;     /* px_close of fd[0] called */
+	atomic_int ccalls;      /* its callbacks */
 } g_rc;
 
 enum { MK_READ = 1, MK_WRITE, MK_DREAD, MK_DWRITE, MK_FREAD, MK_FWRITE,
@@ -2114,9 +2118,10 @@ static void racer_scb(const px_completion *c)
 	atomic_store(&o->bytes, c->bytes);
 	atomic_store(&o->error, c->error);
 	atomic_store(&o->late, g.destroying || atomic_load(&g_rc.stop));
+	atomic_store(&o->eof_ok, atomic_load(&g_rc.wclosed));
 	atomic_fetch_add(&g_rc.io_done, 1);
 	if (c->op != (o->write ? PX_OP_WRITE_STREAM : PX_OP_READ_STREAM) ||
-	    c->fd != g_rc.sfd[o->write ? 0 : 1] || c->bytes > o->len)
+	    c->fd != g_rc.snum[o->write ? 0 : 1] || c->bytes > o->len)
 		bad("racer: stream op %d: completion says op %d fd %d, %zu "
 		    "of %zu bytes", (int)(o - g_rc.sop), c->op, c->fd, c->bytes,
 		    o->len);
@@ -2191,7 +2196,8 @@ static void racer_stream_check(void)
 		if (e && !(e == ECANCELED && atomic_load(&o->late)))
 			bad("racer: stream %s %d: error %d (%s)",
 			    o->write ? "write" : "read", i, e, strerror(e));
-		else if (!e && (o->all ? n != o->len : n == 0))
+		else if (!e && (o->all ? n != o->len
+				       : n == 0 && !atomic_load(&o->eof_ok)))
 			bad("racer: stream %s%s %d: error 0 with %zu of %zu bytes",
 			    o->write ? "write" : "read", o->all ? "-all" : "", i,
 			    n, o->len);
@@ -2205,6 +2211,9 @@ static void racer_stream_check(void)
 			bad("racer: the reads got more bytes than were written");
 		}
 	}
+	if (atomic_load(&g_rc.wclosed) && atomic_load(&g_rc.ccalls) != 1)
+		bad("racer: px_close of its writer: %d callbacks after "
+		    "px_destroy", atomic_load(&g_rc.ccalls));
 	if (g.bad)
 		goto out;
 	for (;;) {
@@ -2224,6 +2233,21 @@ static void racer_stream_check(void)
 out:
 	free(want);
 	free(got);
+}
+
+/* px_close of the racer's writer: after every write's callback. */
+static void racer_ccb(const px_completion *c)
+{
+	if (c->op != PX_OP_CLOSE || c->error)
+		bad("racer: px_close of its writer: op %d, error %d", c->op,
+		    c->error);
+	if (atomic_fetch_add(&g_rc.ccalls, 1))
+		bad("racer: px_close of its writer called back twice");
+	for (int i = 0; i < g_rc.nsop; i++)
+		if (g_rc.sop[i].write && !atomic_load(&g_rc.sop[i].calls))
+			bad("racer: px_close of its writer called back before "
+			    "write %d", i);
+	atomic_fetch_add(&g_rc.io_done, 1);
 }
 
 /* The racer's stream operations not yet called back. */
@@ -2290,7 +2314,23 @@ static void *racer_main(void *arg)
 		}
 	}
 	/* its reads would wait for px_destroy: the drain's px_stats
-	 * wants nothing in flight (ECANCELED is taken from here on) */
+	 * wants nothing in flight (ECANCELED is taken from here on).  The
+	 * writer goes by px_close in half the seeds: its callback must
+	 * come after those of the writes (racer_ccb), and the reads may
+	 * then see the end of the stream. */
+	if (g_rc.sfd[0] >= 0 && rn(r, 2)) {
+		atomic_store(&g_rc.wclosed, 1);
+		atomic_fetch_add(&g_rc.io_started, 1);
+		int rc = px_close(g.px, g_rc.sfd[0], racer_ccb, &g_rc);
+		if (rc != 0) {
+			atomic_fetch_sub(&g_rc.io_started, 1);
+			if (rc != -ESHUTDOWN || !atomic_load(&g.stop_called))
+				bad("racer: px_close of its writer: %d", rc);
+			atomic_store(&g_rc.wclosed, 0);
+		} else {
+			g_rc.sfd[0] = -1;       /* px_close closes it */
+		}
+	}
 	for (int i = 0; i < 2; i++)
 		if (g_rc.sfd[i] >= 0)
 			px_cancel(g.px, g_rc.sfd[i]);
@@ -2748,6 +2788,8 @@ static bool run_seed(uint64_t seed, int steps)
 				  g_rc.sfd) == 0) {
 		small_bufs(g_rc.sfd[0], false);
 		small_bufs(g_rc.sfd[1], false);
+		g_rc.snum[0] = g_rc.sfd[0];
+		g_rc.snum[1] = g_rc.sfd[1];
 	}
 	if (g.trace)
 		for (int c = 0; c < g.nch; c++)
