@@ -10,7 +10,8 @@
  * or two driver threads take random steps: stream reads and
  * writes (plain, write-all, vectored, with a deadline through
  * px_start_op), datagram reads and writes, file reads and writes at block
- * offsets, px_cancel, px_close, shutdown(SHUT_WR) of a socket (SHUT_RD
+ * offsets, px_cancel, px_close, px_cancel then close(2) by the
+ * application, shutdown(SHUT_WR) of a socket (SHUT_RD
  * of an AF_UNIX stream reader), posts,
  * one-shot and periodic timers and their cancels, accepts on a TCP
  * listener and connects of new sockets (or again of one whose connect
@@ -1273,6 +1274,50 @@ static void do_close(uint64_t *r, int who, int fdi)
 		    px_strerror(o->rc));
 }
 
+/* px_cancel, then close(2) by the application, as px_cancel(3) allows:
+ * "the application may close(2) fd right after px_cancel".  Only a
+ * stream or datagram socket or pipe end, not the file (POSIX AIO and
+ * Linux AIO cannot stop a file request under way: px_cancel(3)), and
+ * not under TSan, which takes a close beside the library's calls on the
+ * number in another thread for a race.  The cancelled operations still
+ * end once each, with ECANCELED or their real result; the number is free
+ * for the next socket the model makes, whose operations and bytes the
+ * cancelled ones must leave alone.  A record of kind close stands for
+ * the close(2), called back already, so that the model's checks of a
+ * closed descriptor (closing, close_op) hold. */
+static void do_cancel_close(uint64_t *r, int fdi)
+{
+#if PX_TEST_TSAN
+	(void)r;
+	(void)fdi;
+#else
+	if (fdi < 0)
+		fdi = (int)rn(r, (unsigned)g.nfd);
+	mfd *f = &g.fd[fdi];
+	if (f->closing || (f->kind != 's' && f->kind != 'd'))
+		return;
+	mop *o = new_op(MK_CLOSE, fdi, 0);
+	if (!o)
+		return;
+	o->op = PX_OP_CLOSE;
+	o->rc = 0;
+	o->calls = 1;
+	o->cb_seq = ++g.cbseq;
+	f->cancel_mark = o->id;
+	int rc = px_cancel(g.px, f->fd);
+	f->closing = true;
+	f->close_op = o->id;
+	mark_broken(fdi, true);
+	if (g.trace)
+		printf("model: #%d px_cancel(%d) -> %d, then close(2)\n", o->id,
+		       f->fd, rc);
+	if (rc < 0)
+		bad("px_cancel(fd %d) before its close(2): %d", f->fd, rc);
+	if (close(f->fd) != 0)
+		bad("close(%d) after px_cancel: %s", f->fd, strerror(errno));
+#endif
+}
+
 static void do_shutdown(uint64_t *r, int fdi)
 {
 	if (fdi < 0)
@@ -1772,8 +1817,11 @@ static void step(uint64_t *r, int who, mop *self)
 	} else if (k < 64) {
 		do_cancel(r, own);
 	} else if (k < 65) {
-		if (rn(r, 3) == 0)
+		unsigned c = rn(r, 3);
+		if (c == 0)
 			do_close(r, who, own);
+		else if (c == 1 && rn(r, 2) == 0)
+			do_cancel_close(r, own);
 	} else if (k < 66) {
 		if (rn(r, 2) == 0)
 			do_shutdown(r, -1);
