@@ -34,8 +34,11 @@
  * program had closed do not count: with loop threads the library may have
  * taken the number, for this very accept, just after library_took
  * looked).  Starts fail only
- * with the errors the manual gives for the case.  A violation (or a
- * SIGPIPE, which the library must never raise) aborts.
+ * with the errors the manual gives for the case.  Before px_destroy
+ * (the loop threads gone), px_stats balances per processor, its started
+ * is the number of I/O starts that returned 0 and no more are in flight
+ * than have not been called back.  A violation (or a SIGPIPE, which the
+ * library must never raise) aborts.
  *
  * The application never opens a descriptor during an input (it closes
  * each accepted socket in its accept's callback), so a number it closed
@@ -741,6 +744,43 @@ attach:
 #undef NOREC
 }
 
+/* Before px_destroy, the loop threads gone: px_stats balances per
+ * processor (started = completed + cancelled + timed out + in flight),
+ * its totals are the processors' sums, started is the number of I/O
+ * starts that returned 0, and in flight no more than those not called
+ * back yet (px_stats(3)). */
+static void check_stats(void)
+{
+	struct px_stats st;
+	if (px_stats(g_px, &st) != 0)
+		fail("px_stats failed", -1);
+	uint64_t started = 0, pend = 0, s = 0, c = 0, k = 0, t = 0, f = 0;
+	for (int i = 0; i < g_n; i++)
+		if (g_rec[i].started && g_rec[i].op <= PX_OP_CONNECT) {
+			started++;
+			pend += !g_rec[i].calls;
+		}
+	for (unsigned i = 0; i < st.nproc && i < 2; i++) {
+		const px_proc_stats *p = &st.proc[i];
+		if (p->started != p->completed + p->cancelled + p->timed_out +
+				  p->in_flight)
+			fail("px_stats: a processor's counts do not balance", -1);
+		s += p->started;
+		c += p->completed;
+		k += p->cancelled;
+		t += p->timed_out;
+		f += p->in_flight;
+	}
+	if (s != st.started || c != st.completed || k != st.cancelled ||
+	    t != st.timed_out || f != st.in_flight)
+		fail("px_stats: the totals are not the processors' sums", -1);
+	if (st.started != started)
+		fail("px_stats: started is not the I/O starts that returned 0",
+		     -1);
+	if (st.in_flight > pend)
+		fail("px_stats: more in flight than not called back", -1);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	char err[256];
@@ -797,6 +837,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	__atomic_store_n(&g_quit, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < g_nthreads; i++)
 		pthread_join(th[i], NULL);
+	check_stats();
 	g_destroying = 1;
 	if (px_destroy(g_px) != 0)
 		fail("px_destroy failed", -1);
