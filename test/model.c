@@ -33,7 +33,8 @@
  * snapshot, or makes a start the manual refuses (a length 0, no or
  * empty buffers, too many buffers, an unknown flag, an offset on a
  * stream, a short address, a buffer on an accept, a NULL buffer, a
- * period 0; a px_timer_cancel of an id never given) on one of the
+ * period 0, write-all on a read, a vectored datagram, an address on a
+ * stream write, -1 buffers; a px_timer_cancel of an id never given) on one of the
  * model's descriptors whatever its state: -EINVAL (-ENOENT), and no
  * callback.  A callback's step may be px_handle_events(px, 0), so that
  * callbacks run nested.  In a third of the seeds (PX_MODEL_RACER=0/1:
@@ -1674,9 +1675,43 @@ static void do_bad(uint64_t *r, int who)
 	struct sockaddr_storage ss = { .ss_family = AF_UNIX };
 	px_op_desc d = { .fd = fd, .buf = o->buf, .len = o->len, .cb = cb,
 			 .user = o };
-	unsigned k = rn(r, 12);
+	unsigned k = rn(r, 16);
 	const char *what;
 	switch (k) {
+	case 12:
+		what = "px_start_op of a stream read with PX_OPF_WRITE_ALL";
+		d.op = o->op = PX_OP_READ_STREAM;
+		d.flags = PX_OPF_WRITE_ALL;
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 13:
+		what = "px_start_op of a vectored datagram write";
+		d.op = o->op = PX_OP_WRITE_DGRAM;
+		d.buf = NULL;
+		d.len = 0;
+		iov[0].iov_len = 8;
+		d.iov = iov;
+		d.iovcnt = 1;
+		d.flags = PX_OPF_VECTORED;
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 14:
+		what = "px_start_op of a stream write with an address";
+		d.op = o->op = PX_OP_WRITE_STREAM;
+		d.addr = (struct sockaddr *)&ss;
+		d.addrlen = sizeof(struct sockaddr_un);
+		o->rc = px_start_op(g.px, &d);
+		break;
+	case 15:
+		what = "px_start_op of a vectored write of -1 buffers";
+		d.op = o->op = PX_OP_WRITE_STREAM;
+		d.buf = NULL;
+		d.len = 0;
+		d.iov = iov;
+		d.iovcnt = -1;
+		d.flags = PX_OPF_VECTORED;
+		o->rc = px_start_op(g.px, &d);
+		break;
 	case 0:
 		what = "read of length 0";
 		o->op = PX_OP_READ_STREAM;
