@@ -34,8 +34,10 @@
  * empty buffers, too many buffers, an unknown flag, an offset on a
  * stream, a short address, a buffer on an accept, a NULL buffer, a
  * period 0, write-all on a read, a vectored datagram, an address on a
- * stream write, -1 buffers; a px_timer_cancel of an id never given) on one of the
- * model's descriptors whatever its state: -EINVAL (-ENOENT), and no
+ * stream write, -1 buffers; a px_timer_cancel of an id never given) on
+ * one of the model's descriptors whatever its state: -EINVAL (-ENOENT;
+ * -EBADF on a number px_close has closed, which the library may have
+ * taken for itself since), and no
  * callback.  A callback's step may be px_handle_events(px, 0), so that
  * callbacks run nested.  In a third of the seeds (PX_MODEL_RACER=0/1:
  * none, all) the racer, a thread of its own, calls in without the
@@ -50,7 +52,8 @@
  *     closing, -ESHUTDOWN from callbacks that px_destroy runs,
  *     -EOPNOTSUPP for vectored file operations on POSIX AIO);
  *   - ECANCELED only for an operation started before a px_cancel or
- *     px_close of its descriptor, or during px_destroy; ETIMEDOUT only
+ *     px_close of its descriptor, or during px_destroy (any operation on
+ *     a descriptor, in a seed with the racer); ETIMEDOUT only
  *     with a deadline, and not before it; end of stream only once the
  *     writer shut down or closed its end; EPIPE and ECONNRESET only on a
  *     channel one of whose ends was shut down or closed; a write-all
