@@ -91,12 +91,15 @@ typedef struct px_processor {
 	                              once, so it will again (disp_lone_lead) */
 	bool collected;            /* its latest collection found results
 	                              (disp_lone_lead) */
-	uint64_t wait_end;         /* shared: the latest end of its leader's
-	                              wait in the kernel (CLOCK_MONOTONIC ns,
+	uint64_t wait_end;         /* shared: the latest end of its leaders'
+	                              waits in the kernel (CLOCK_MONOTONIC ns,
 	                              UINT64_MAX: none); 0 when no leader
-	                              waits, or one was interrupted for a
-	                              result queued meanwhile (dispatcher.c,
+	                              waits, or those that wait were
+	                              interrupted for a result queued
+	                              meanwhile (dispatcher.c,
 	                              disp_interrupt_shared_leader) */
+	unsigned nwaiting;         /* shared: its leaders in that wait now
+	                              (several with io_uring's rings) */
 	px_proc_stats st;          /* counters (px_stats; in_flight unused) */
 	unsigned nfirst;           /* results inside their first start
 	                              (px__processor_start), counted in

@@ -663,13 +663,27 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	if (p->wait->ops->prepare(p->wait, &p->started) < 0)
 		timeout_ms = 0;
 	p->st.leader_turns++;
-	p->wait_end = timeout_ms < 0 ? UINT64_MAX
-				     : now + (uint64_t)timeout_ms * 1000000u;
+	/* With several leaders waiting at once (io_uring's rings), wait_end
+	 * is the latest end among the waits begun since the last interrupt
+	 * (which reaches every leader that waits), and only the last wait
+	 * to end clears it.  Cleared by the first to end, it said "nobody
+	 * waits" while another leader was in a wait of up to a second, and
+	 * a post from a callback that then blocked waited for that wait's
+	 * end (test_uring_rings, post_from_blocked_callback_beside_other_ring;
+	 * TESTING.md, fixed problem 297).  The wait that set it may have
+	 * ended while shorter ones go on: a long_only interrupt then
+	 * reaches those, once, which costs them a turn. */
+	uint64_t until = timeout_ms < 0 ? UINT64_MAX
+				       : now + (uint64_t)timeout_ms * 1000000u;
+	if (until > p->wait_end)
+		p->wait_end = until;
+	p->nwaiting++;
 	pthread_mutex_unlock(&px->lock);      /* unlock point 3 */
 	if (p->wait->ops->wait(p->wait, timeout_ms) == -EBADF && timeout_ms)
 		proc_wait_broken(timeout_ms);
 	pthread_mutex_lock(&px->lock);
-	p->wait_end = 0;
+	if (--p->nwaiting == 0)
+		p->wait_end = 0;
 	uint64_t end = px__now_ns();
 	p->st.wait_ns += end - now;
 	size_t n = 0;  /* descriptors claimed, with a claim op */

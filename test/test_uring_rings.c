@@ -206,10 +206,15 @@ static void lone_leader_serves_both_rings(void **state)
 #define AB_SESS 16
 #define AB_LATE_MS 100
 #define AB_TRIES 25
+/* AB_R2_POST: the longest the victim's callback waits for its post. */
+#define AB_BLOCK_MS 2000
 /* Who starts the read behind the victim's: the main thread before the
  * victim's data; the victim's callback; the main thread right after the
- * victim's thread left. */
-enum { AB_R2_QUEUED, AB_R2_CB, AB_R2_OUTSIDE };
+ * victim's thread left.  AB_R2_POST: no read behind; the victim's
+ * callback posts and then blocks (its thread stays), waiting for the
+ * post's callback.  AB_R2_BLOCK: as AB_R2_QUEUED, but the victim's
+ * callback blocks until the read behind has called back. */
+enum { AB_R2_QUEUED, AB_R2_CB, AB_R2_OUTSIDE, AB_R2_POST, AB_R2_BLOCK };
 
 static struct {
 	int sv[AB_SESS][2];
@@ -221,6 +226,10 @@ static struct {
 	atomic_int leave, parked;
 	atomic_long done;        /* callbacks of the sessions' reads */
 	atomic_ullong r2_ns;     /* when the queued read called back */
+	atomic_ullong post_ns;   /* AB_R2_POST: when the post was made */
+	atomic_int unblocked;    /* AB_R2_POST, _BLOCK: the victim's callback
+	                            returned */
+	atomic_int in_block;     /* AB_R2_BLOCK: the victim's callback began */
 	atomic_int r2_calls, errors;
 	size_t r2_bytes;
 	int r2_error;
@@ -251,6 +260,18 @@ static void ab_cb(const px_completion *c)
 	if (c->error || c->bytes == 0) {
 		if (c->error != ECANCELED)  /* (px_destroy's) */
 			atomic_fetch_add(&ab.errors, 1);
+		return;
+	}
+	if (i == atomic_load(&ab.victim) &&
+	    (ab.r2_mode == AB_R2_POST || ab.r2_mode == AB_R2_BLOCK)) {
+		atomic_store(&ab.post_ns, now_ns());
+		if (ab.r2_mode == AB_R2_POST && px_post(px, ab_r2_cb, NULL) < 0)
+			atomic_fetch_add(&ab.errors, 1);
+		atomic_store(&ab.in_block, 1);
+		uint64_t dl = now_ns() + AB_BLOCK_MS * 1000000ull;
+		while (!atomic_load(&ab.r2_calls) && now_ns() < dl)
+			usleep(200);
+		atomic_store(&ab.unblocked, 1);
 		return;
 	}
 	if (i == atomic_load(&ab.victim)) {
@@ -325,8 +346,9 @@ static void ab_feed(int ms)
 }
 
 /* quiet_ms: how long nothing happens between the last traffic and the
- * read whose callback makes its thread leave. */
-static void ab_run(int quiet_ms, int r2_mode)
+ * read whose callback makes its thread leave (or, AB_R2_POST, post and
+ * block).  Returns how late the read behind (the post) called back. */
+static uint64_t ab_run(int quiet_ms, int r2_mode)
 {
 	char err[256];
 	pthread_t th[2];
@@ -359,7 +381,7 @@ static void ab_run(int quiet_ms, int r2_mode)
 	uint64_t late_ns = 0;
 	bool parked = false;
 	int victim = 0;
-	if (two && r2_mode != AB_R2_QUEUED) {
+	if (two && r2_mode != AB_R2_QUEUED && r2_mode != AB_R2_BLOCK) {
 		/* Only two sessions stay, one in each ring; the others are
 		 * cancelled.  The victim's ring then holds nothing but its
 		 * read when that completes. */
@@ -402,12 +424,37 @@ static void ab_run(int quiet_ms, int r2_mode)
 		/* The victim's read completes; its thread leaves the loop.
 		 * The read queued behind it is its ring's next request. */
 		atomic_store(&ab.victim, victim);
-		if (r2_mode == AB_R2_QUEUED)
+		if (r2_mode == AB_R2_QUEUED || r2_mode == AB_R2_BLOCK)
 			assert_int_equal(px_read_stream(px, ab.sv[0][0], ab.buf2,
 							sizeof ab.buf2,
 							ab_r2_cb, NULL), 0);
 		assert_int_equal(write(ab.sv[victim][1], "1", 1), 1);
 		uint64_t dl = now_ns() + 2000000000u;
+		if (r2_mode == AB_R2_POST) {
+			dl += AB_BLOCK_MS * 1000000ull;
+			while (!(parked = atomic_load(&ab.unblocked)) &&
+			       now_ns() < dl)
+				usleep(100);
+			if (atomic_load(&ab.r2_calls))
+				late_ns = atomic_load(&ab.r2_ns) -
+					  atomic_load(&ab.post_ns);
+			goto ended;
+		}
+		if (r2_mode == AB_R2_BLOCK) {
+			/* The victim's callback blocks; the read behind
+			 * gets its data. */
+			while (!atomic_load(&ab.in_block) && now_ns() < dl)
+				usleep(100);
+			uint64_t t0 = now_ns();
+			assert_int_equal(write(ab.sv[victim][1], "2", 1), 1);
+			dl = t0 + 2000000000u + AB_BLOCK_MS * 1000000ull;
+			while (!(parked = atomic_load(&ab.unblocked)) &&
+			       now_ns() < dl)
+				usleep(100);
+			if (atomic_load(&ab.r2_calls))
+				late_ns = atomic_load(&ab.r2_ns) - t0;
+			goto ended;
+		}
 		while (!(parked = atomic_load(&ab.parked)) && now_ns() < dl)
 			usleep(100);
 		uint64_t t0 = now_ns();
@@ -423,6 +470,7 @@ static void ab_run(int quiet_ms, int r2_mode)
 		if (atomic_load(&ab.r2_calls))
 			late_ns = atomic_load(&ab.r2_ns) - t0;
 	}
+ended:
 	atomic_store(&ab.looping, false);
 	px_stop(px);
 	for (int k = 0; k < 2; k++)
@@ -443,6 +491,21 @@ static void ab_run(int quiet_ms, int r2_mode)
 	if (!two)
 		fail_msg("after %d rounds of traffic the two loop threads did "
 			 "not lead a ring each", AB_TRIES);
+	if (r2_mode == AB_R2_POST || r2_mode == AB_R2_BLOCK) {
+		printf("two ring leaders, %d ms quiet: set up in %d round(s); "
+		       "the %s ran %.1f ms after %s\n", quiet_ms, tries,
+		       r2_mode == AB_R2_POST ? "post from the blocked callback"
+					     : "read behind the blocked callback's",
+		       (double)late_ns / 1e6,
+		       r2_mode == AB_R2_POST ? "it was made" : "its data");
+		if (!parked)
+			fail_msg("the victim's callback did not return");
+		assert_int_equal(atomic_load(&ab.r2_calls), 1);
+		assert_int_equal(ab.r2_error, 0);
+		assert_int_equal(ab.r2_bytes, r2_mode == AB_R2_POST ? 0 : 1);
+		assert_int_equal(atomic_load(&ab.errors), 0);
+		return late_ns;
+	}
 	printf("abandoned ring, %d ms quiet: set up in %d round(s); the "
 	       "queued read completed %.1f ms after its data\n", quiet_ms,
 	       tries, (double)late_ns / 1e6);
@@ -458,6 +521,7 @@ static void ab_run(int quiet_ms, int r2_mode)
 			 "completed %.1f ms after its data (at most %d ms): the "
 			 "thread waiting on the other ring did not take that "
 			 "ring over", (double)late_ns / 1e6, AB_LATE_MS);
+	return late_ns;
 }
 
 /* Right after traffic: the waiting thread's watch is short. */
@@ -499,6 +563,55 @@ static void ring_left_then_an_outside_start(void **state)
 {
 	(void)state;
 	ab_run(AB_QUIET_MS, AB_R2_OUTSIDE);
+}
+
+/* Two threads each leading a ring, both waiting; after PB2_QUIET_MS the
+ * victim's read completes, and its callback posts and then waits (up to
+ * AB_BLOCK_MS) for the post's callback.  The thread still waiting on the
+ * other ring must run the post within AB_LATE_MS, in one of three
+ * rounds.  A post from a callback with no follower asleep interrupts a
+ * shared leader whose wait lasts long (fixed problem 102), known by the
+ * processor's wait_end; with two leaders, the end of the victim's wait
+ * set it to "nobody waits", and the other leader, whose watch had grown
+ * in the quiet, was left to its wait: the post ran 100 to 1000 ms late
+ * (a helper's review of 2026-12-07, the dispatcher changes of 272-274,
+ * second look). */
+#define PB2_QUIET_MS 1200
+static void ab_late_rounds(int quiet_ms, int r2_mode, const char *what)
+{
+	uint64_t late[3];
+	int round;
+
+	for (round = 0; round < 3; round++) {
+		late[round] = ab_run(quiet_ms, r2_mode);
+		if (late[round] <= (uint64_t)AB_LATE_MS * 1000000u)
+			break;
+	}
+	if (round == 3)
+		fail_msg("%s ran %.1f, %.1f and %.1f ms late while another "
+			 "thread waited on the other ring (at most %d ms)", what,
+			 (double)late[0] / 1e6, (double)late[1] / 1e6,
+			 (double)late[2] / 1e6, AB_LATE_MS);
+}
+
+static void post_from_blocked_callback_beside_other_ring(void **state)
+{
+	(void)state;
+	ab_late_rounds(PB2_QUIET_MS, AB_R2_POST,
+		       "a post from a callback that then blocked");
+}
+
+/* As abandoned_ring_after_a_quiet_spell, but the victim's thread stays
+ * in its callback, which waits (up to AB_BLOCK_MS) for the read queued
+ * behind: the ring is left unled by a thread blocked in a callback while
+ * the other thread leads the other ring (the case TESTING.md left open
+ * after fixed problem 272).  The read behind must complete within
+ * AB_LATE_MS of its data, in one of three rounds. */
+static void ring_left_by_blocked_callback(void **state)
+{
+	(void)state;
+	ab_late_rounds(AB_QUIET_MS, AB_R2_BLOCK,
+		       "a read queued behind a callback that blocked");
 }
 
 /* ------------------------------------------------------------------ */
@@ -1246,6 +1359,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(abandoned_ring_after_a_quiet_spell),
 		cmocka_unit_test(ring_left_with_a_callbacks_start),
 		cmocka_unit_test(ring_left_then_an_outside_start),
+		cmocka_unit_test(post_from_blocked_callback_beside_other_ring),
+		cmocka_unit_test(ring_left_by_blocked_callback),
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
 		cmocka_unit_test(team_churn_then_destroy),
