@@ -64,9 +64,12 @@ bool px__dispatch_wake_follower(struct px_proactor *px)
  * asleep beside a running callback looks within PX_FOLLOWER_CHECK_NS
  * (step 3); so a thread running callbacks costs a busy leader at most one
  * interrupt a turn (test/lifecycle_races.c,
- * post_from_blocked_callback_reaches_leader). */
-static bool disp_interrupt_shared_leader(struct px_proactor *px,
-					 bool long_only)
+ * post_from_blocked_callback_reaches_leader).
+ *
+ * beyond (long_only): and only one whose wait ends after that time too
+ * (disp_insure); 0 for any. */
+static bool disp_interrupt_leader_beyond(struct px_proactor *px,
+					bool long_only, uint64_t beyond)
 {
 	uint64_t soon = 0;  /* read from the clock only when a leader waits */
 
@@ -76,7 +79,7 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px,
 		    !px__processor_led_by_other(p))
 			continue;
 		if (long_only) {
-			if (!p->wait_end)
+			if (!p->wait_end || p->wait_end <= beyond)
 				continue;
 			if (!soon)
 				soon = px__now_ns() + PX_FOLLOWER_CHECK_NS;
@@ -89,6 +92,12 @@ static bool disp_interrupt_shared_leader(struct px_proactor *px,
 		return true;
 	}
 	return false;
+}
+
+static bool disp_interrupt_shared_leader(struct px_proactor *px,
+					 bool long_only)
+{
+	return disp_interrupt_leader_beyond(px, long_only, 0);
 }
 
 /* A thread running one of px's callbacks queued work that it will take
@@ -117,9 +126,23 @@ static void disp_insure(struct px_proactor *px)
 	if (px->nfollowers || !px->nleaders)
 		return;
 	uint64_t now = px__now_ns();
+	/* Within PX_FOLLOWER_CHECK_NS of the last interrupt, a wait begun
+	 * since then ends by 2 * PX_FOLLOWER_CHECK_NS after it (step 2's
+	 * bound), and is left alone.  A wait that ends later began before
+	 * that interrupt, which did not reach it: the leader of the other
+	 * shared processor (an interrupt goes to one).  That one is
+	 * interrupted all the same, since the thread interrupted then may
+	 * not look again: it may have run the result it came for and
+	 * blocked in that callback, or left px_handle_events.  Skipped, a
+	 * result queued meanwhile waited for the end of that other wait,
+	 * up to the idle check's second, while the threads that could have
+	 * run it were blocked (test_uring_rings,
+	 * insured_leader_beside_other_part; TESTING.md, fixed problem
+	 * 298). */
+	uint64_t beyond = 0;
 	if (disp_insured_lately(px, now))
-		return;
-	if (disp_interrupt_shared_leader(px, true))
+		beyond = px->insured_ns + 2 * (uint64_t)PX_FOLLOWER_CHECK_NS;
+	if (disp_interrupt_leader_beyond(px, true, beyond))
 		px->insured_ns = now;
 }
 

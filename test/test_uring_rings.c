@@ -1102,6 +1102,215 @@ static void team_outside_file_reads_two_threads(void **state)
 			 (double)lat[OT_READS / 2] / 1e6, OT_READS);
 }
 
+/* ------------------------------------------------------------------ */
+/* A result queued within 20 ms of an interrupt to the other part's     */
+/* leader                                                              */
+/* ------------------------------------------------------------------ */
+
+/* The TEAM engine with three loop threads in px_handle_events(px, -1): a
+ * file read on an empty pipe keeps one thread waiting in the io_uring
+ * part, a read on a quiet socket another in the epoll part, and the
+ * third sleeps.  After IS_QUIET_MS a post from outside wakes the sleeper,
+ * whose callback C writes X to a socket with room (the epoll part makes
+ * the send inside the start, and queues X for C's thread:
+ * PX_NOTIFY_CALLER), waits until X's callback runs on another thread,
+ * then writes Y the same way and waits for Y's callback.  X's callback
+ * waits for Y's too.  X's result interrupted one leader (disp_insure),
+ * which ran X; Y came within 20 ms of that interrupt, and the other
+ * leader, whose wait had begun long before, must still be told: C's and
+ * X's threads both wait for Y.  Before, disp_insure sent no interrupt
+ * within 20 ms of the last one, counting on the thread it had
+ * interrupted to look again, and Y waited for the other leader's wait to
+ * end, up to the processor's idle check (a helper's review of
+ * 2026-12-07, the dispatcher changes of 272-274, second look).  Y must
+ * call back within IS_LATE_MS, in one of three rounds. */
+#define IS_QUIET_MS 700
+#define IS_WAIT_MS 3000
+#define IS_LATE_MS 150
+#define IS_WARM 40
+
+static struct {
+	px_proactor *px;
+	int sv[2];               /* X and Y: writes on sv[0] */
+	bool x_leaves;           /* X's thread leaves the loop, not waits */
+	pthread_t leaver;        /* written before leave is set (release) */
+	atomic_int leave, parked, stop;
+	atomic_int warm, x_in, y_done, c_done, bad;
+	atomic_ullong y_start_ns, y_ns;
+	int x_error, y_error;
+	size_t x_bytes, y_bytes;
+} is;
+
+static bool is_wait_for(atomic_int *flag, int ms)
+{
+	uint64_t end = now_ns() + (uint64_t)ms * 1000000u;
+
+	while (!atomic_load(flag)) {
+		if (now_ns() > end)
+			return false;
+		usleep(200);
+	}
+	return true;
+}
+
+static void is_warm_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&is.warm, 1);
+}
+
+static void is_y_cb(const px_completion *c)
+{
+	is.y_error = c->error;
+	is.y_bytes = c->bytes;
+	atomic_store(&is.y_ns, now_ns());
+	atomic_store(&is.y_done, 1);
+}
+
+static void is_x_cb(const px_completion *c)
+{
+	is.x_error = c->error;
+	is.x_bytes = c->bytes;
+	if (is.x_leaves) {
+		is.leaver = pthread_self();
+		atomic_store_explicit(&is.leave, 1, memory_order_release);
+		atomic_store(&is.x_in, 1);
+		return;
+	}
+	atomic_store(&is.x_in, 1);
+	if (!is_wait_for(&is.y_done, IS_WAIT_MS))
+		atomic_store(&is.bad, 1);
+}
+
+static void is_c_cb(const px_completion *c)
+{
+	(void)c;
+	/* (A thread that leaves must be gone: before, it would run Y.) */
+	if (px_write_stream(is.px, is.sv[0], "x", 1, is_x_cb, NULL) ||
+	    !is_wait_for(is.x_leaves ? &is.parked : &is.x_in, IS_WAIT_MS)) {
+		atomic_store(&is.bad, 1);
+		atomic_store(&is.c_done, 1);
+		return;
+	}
+	atomic_store(&is.y_start_ns, now_ns());
+	if (px_write_stream(is.px, is.sv[0], "y", 1, is_y_cb, NULL) ||
+	    !is_wait_for(&is.y_done, IS_WAIT_MS))
+		atomic_store(&is.bad, 1);
+	atomic_store(&is.c_done, 1);
+}
+
+static void *is_loop(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		if (atomic_load_explicit(&is.leave, memory_order_acquire) &&
+		    pthread_equal(is.leaver, pthread_self())) {
+			atomic_store(&is.parked, 1);
+			while (!atomic_load(&is.stop))
+				usleep(1000);
+			break;
+		}
+		if (px_handle_events(is.px, -1) < 0)
+			break;
+	}
+	return NULL;
+}
+
+/* One round: how late Y called back (ms), or -1 if it never did. */
+static long is_round(bool x_leaves)
+{
+	char err[256], idle_b[8], pipe_b[8], got[2];
+	lone_rec idle = { 0 }, piped = { 0 };
+	pthread_t th[3];
+	int sv[2], pp[2];
+
+	memset(&is, 0, sizeof is);
+	is.x_leaves = x_leaves;
+	assert_int_equal(px_create(&is.px, TEAM, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    is.sv), 0);
+	assert_int_equal(pipe2(pp, O_CLOEXEC), 0);
+	assert_int_equal(px_read_stream(is.px, sv[0], idle_b, sizeof(idle_b),
+					lone_rec_cb, &idle), 0);
+	assert_int_equal(px_read_file(is.px, pp[0], pipe_b, sizeof(pipe_b), 0,
+				      lone_rec_cb, &piped), 0);
+	for (int t = 0; t < 3; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, is_loop, NULL), 0);
+	/* Callbacks measured cheap: a result finished within its start is
+	 * then queued for its caller (before, it is worth help). */
+	for (int i = 0; i < IS_WARM; i++) {
+		assert_int_equal(px_post(is.px, is_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			usleep(1000);
+	}
+	uint64_t dl = now_ns() + (uint64_t)IS_WAIT_MS * 1000000u;
+	while (atomic_load(&is.warm) < IS_WARM && now_ns() < dl)
+		usleep(1000);
+	assert_int_equal(atomic_load(&is.warm), IS_WARM);
+	usleep(IS_QUIET_MS * 1000);
+	assert_int_equal(px_post(is.px, is_c_cb, NULL), 0);
+	bool done = is_wait_for(&is.c_done, 2 * IS_WAIT_MS);
+	atomic_store(&is.stop, 1);
+	px_stop(is.px);
+	for (int t = 0; t < 3; t++)
+		pthread_join(th[t], NULL);
+	assert_int_equal(px_destroy(is.px), 0);
+	assert_int_equal(atomic_load(&idle.calls), 1);
+	assert_int_equal(atomic_load(&piped.calls), 1);
+	assert_true(done);
+	assert_int_equal(atomic_load(&is.bad), 0);
+	assert_int_equal(is.x_error, 0);
+	assert_int_equal(is.x_bytes, 1);
+	assert_int_equal(is.y_error, 0);
+	assert_int_equal(is.y_bytes, 1);
+	assert_int_equal(recv(is.sv[1], got, sizeof(got), MSG_DONTWAIT), 2);
+	assert_memory_equal(got, "xy", 2);
+	close(sv[0]);
+	close(sv[1]);
+	close(is.sv[0]);
+	close(is.sv[1]);
+	close(pp[0]);
+	close(pp[1]);
+	return (long)((atomic_load(&is.y_ns) - atomic_load(&is.y_start_ns)) /
+		      1000000u);
+}
+
+static void is_rounds(bool x_leaves)
+{
+	long late[3];
+	int round;
+
+	for (round = 0; round < 3; round++) {
+		late[round] = is_round(x_leaves);
+		printf("round %d: Y called back %ld ms after its start\n",
+		       round + 1, late[round]);
+		if (late[round] <= IS_LATE_MS)
+			break;
+	}
+	if (round == 3)
+		fail_msg("a result finished within its start, queued within "
+			 "20 ms of an interrupt that reached the other part's "
+			 "leader (whose thread then %s), called back %ld, %ld "
+			 "and %ld ms late while the thread leading the sockets "
+			 "waited (at most %d ms)",
+			 x_leaves ? "left the loop" : "blocked in a callback",
+			 late[0], late[1], late[2], IS_LATE_MS);
+}
+
+static void insured_leader_beside_other_part(void **state)
+{
+	(void)state;
+	is_rounds(false);
+}
+
+/* The same, the thread that ran X leaving the loop after it. */
+static void insured_leader_leaves_other_part(void **state)
+{
+	(void)state;
+	is_rounds(true);
+}
+
 /* loopback_ends_share_a_ring: with two loop threads on "uring rings=2",
  * LP_PAIRS loopback TCP connections made in this process, each client
  * bound before its px_connect.  The accepted end's first read (started in
@@ -1367,6 +1576,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(post_after_own_lead_interrupts),
 		cmocka_unit_test(loopback_ends_share_a_ring),
 		cmocka_unit_test(team_outside_file_reads_two_threads),
+		cmocka_unit_test(insured_leader_beside_other_part),
+		cmocka_unit_test(insured_leader_leaves_other_part),
 		cmocka_unit_test(cq_size_at_huge_max_aio),
 	};
 	return cmocka_run_group_tests_name("uring_rings", tests, NULL, NULL);
