@@ -69,7 +69,9 @@
  *  - a dozen loop threads entering and leaving px_handle_events with
  *    timeouts 0, 1, 50 ms and none, beside posts, reads, timers and
  *    blocking callbacks: nothing waits long, no call returns 0 before
- *    its timeout, every thread leaves after px_stop.
+ *    its timeout, every thread leaves after px_stop;
+ *  - a leader beside a callback that blocks, with no follower asleep,
+ *    waits in the kernel (20 ms at a time), it does not poll.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -3216,6 +3218,103 @@ static void done_at_start_from_blocked_callback_reaches_leader(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A leader beside a blocked callback waits in the kernel               */
+/* ------------------------------------------------------------------ */
+
+/* Two loop threads in px_handle_events(px, -1), a read without data
+ * pending, callbacks measured cheap (40 posts), then a post whose
+ * callback posts once more (which interrupts the leader, fixed problem
+ * 102: it runs that post and leads again) and blocks SW_BLOCK_MS.  With
+ * no follower asleep, the other thread leads with waits of at most 20 ms
+ * and looks again after each (fixed problem 274's bound): it must still
+ * block in the kernel, not poll.  The waits the processors make in SW_WINDOW_MS of the block are
+ * counted (px_stats, leader_turns): waits of 20 ms make about 15, and
+ * SW_MAX_TURNS is ten times that; a leader that polled made thousands.
+ * A dedicated processor's leader waits with its own bound (the idle
+ * check's), and is counted too. */
+#define SW_QUIET_MS 100
+#define SW_BLOCK_MS 500
+#define SW_WINDOW_MS 300
+#define SW_MAX_TURNS 150
+
+static struct {
+	px_proactor *px;
+	atomic_int in, out, posted;
+} g_sw;
+
+static void sw_post_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_store(&g_sw.posted, 1);
+}
+
+static void sw_block_cb(const px_completion *c)
+{
+	(void)c;
+	if (px_post(g_sw.px, sw_post_cb, NULL))
+		h_bad("the post from the blocking callback failed");
+	atomic_store(&g_sw.in, 1);
+	h_sleep_ms(SW_BLOCK_MS);
+	atomic_store(&g_sw.out, 1);
+}
+
+static void blocked_callback_leader_waits(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	char *buf = h_alloc(f, 4);
+	h_rec *idle = h_rec_new(f);
+	pthread_t th[2];
+
+	memset(&g_sw, 0, sizeof g_sw);
+	g_sw.px = f->px;
+	h_socketpair(f, sv);
+	assert_int_equal(px_read_stream(f->px, sv[0], buf, 4, h_rec_cb, idle),
+			 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						f->px), 0);
+	memset(&g_bl, 0, sizeof g_bl);
+	for (int i = 0; i < BL_WARM; i++) {
+		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(1);
+	}
+	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	h_sleep_ms(SW_QUIET_MS);
+	assert_int_equal(px_post(f->px, sw_block_cb, NULL), 0);
+	bool in = h_wait_at_least(&g_sw.in, 1, PROMPT_MS);
+	bool posted = h_wait_at_least(&g_sw.posted, 1, PROMPT_MS);
+	struct px_stats s0, s1;
+	assert_int_equal(px_stats(f->px, &s0), 0);
+	uint64_t t0 = h_now_ns();
+	h_sleep_ms(SW_WINDOW_MS);
+	assert_int_equal(px_stats(f->px, &s1), 0);
+	uint64_t t1 = h_now_ns();
+	bool out_early = atomic_load(&g_sw.out);
+	bool out = h_wait_at_least(&g_sw.out, 1, PROMPT_MS);
+	px_stop(f->px);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	h_assert_no_bad("blocked_callback_leader_waits");
+	if (!warm || !in || !out || !posted)
+		fail_msg("warm-up posts %d of %d, the blocking callback %s, its "
+			 "post %s", atomic_load(&g_bl.warm), BL_WARM,
+			 !in ? "never ran" : out ? "returned" : "never returned",
+			 posted ? "ran" : "never ran");
+	assert_int_equal(atomic_load(&idle->calls), 0);
+	unsigned long long turns = s1.leader_turns - s0.leader_turns;
+	printf("%llu waits in %.0f ms beside a blocked callback\n", turns,
+	       (double)(t1 - t0) / 1e6);
+	/* (A window stretched past the block by a loaded machine counts
+	 * waits made after it too: still no spin.) */
+	if (!out_early && turns > SW_MAX_TURNS)
+		fail_msg("the leader beside a callback blocked for %d ms made "
+			 "%llu waits in %d ms (at most %d): it polled",
+			 SW_BLOCK_MS, turns, SW_WINDOW_MS, SW_MAX_TURNS);
+}
+
+/* ------------------------------------------------------------------ */
 /* px_handle_events called from a callback                              */
 /* ------------------------------------------------------------------ */
 
@@ -3932,6 +4031,7 @@ int main(int argc, char **argv)
 		T(post_chain_outlives_bounded_call),
 		T(post_from_blocked_callback_reaches_leader),
 		T(done_at_start_from_blocked_callback_reaches_leader),
+		T(blocked_callback_leader_waits),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(idle_processor_start_from_blocked_callback),
