@@ -3231,16 +3231,26 @@ static void done_at_start_from_blocked_callback_reaches_leader(void **state)
  * counted (px_stats, leader_turns): waits of 20 ms make about 15, and
  * SW_MAX_TURNS is ten times that; a leader that polled made thousands.
  * A dedicated processor's leader waits with its own bound (the idle
- * check's), and is counted too. */
+ * check's), and is counted too.  The blocking callback also starts a
+ * 50 ms timer, which must fire while the callback is still blocked
+ * (the leader's bounded waits must not pass it over). */
 #define SW_QUIET_MS 100
 #define SW_BLOCK_MS 500
 #define SW_WINDOW_MS 300
 #define SW_MAX_TURNS 150
+#define SW_TIMER_MS 50
 
 static struct {
 	px_proactor *px;
-	atomic_int in, out, posted;
+	atomic_int in, out, posted, timer, timer_in_block;
 } g_sw;
+
+static void sw_timer_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_store(&g_sw.timer_in_block, !atomic_load(&g_sw.out));
+	atomic_store(&g_sw.timer, 1);
+}
 
 static void sw_post_cb(const px_completion *c)
 {
@@ -3253,6 +3263,8 @@ static void sw_block_cb(const px_completion *c)
 	(void)c;
 	if (px_post(g_sw.px, sw_post_cb, NULL))
 		h_bad("the post from the blocking callback failed");
+	if (px_timer_start(g_sw.px, SW_TIMER_MS * MS, sw_timer_cb, NULL) <= 0)
+		h_bad("the timer from the blocking callback failed");
 	atomic_store(&g_sw.in, 1);
 	h_sleep_ms(SW_BLOCK_MS);
 	atomic_store(&g_sw.out, 1);
@@ -3293,6 +3305,7 @@ static void blocked_callback_leader_waits(void **state)
 	uint64_t t1 = h_now_ns();
 	bool out_early = atomic_load(&g_sw.out);
 	bool out = h_wait_at_least(&g_sw.out, 1, PROMPT_MS);
+	bool timer = h_wait_at_least(&g_sw.timer, 1, PROMPT_MS);
 	px_stop(f->px);
 	for (int i = 0; i < 2; i++)
 		pthread_join(th[i], NULL);
@@ -3303,6 +3316,10 @@ static void blocked_callback_leader_waits(void **state)
 			 !in ? "never ran" : out ? "returned" : "never returned",
 			 posted ? "ran" : "never ran");
 	assert_int_equal(atomic_load(&idle->calls), 0);
+	if (!timer || !atomic_load(&g_sw.timer_in_block))
+		fail_msg("a %d ms timer started by a callback that then blocked "
+			 "%d ms %s", SW_TIMER_MS, SW_BLOCK_MS,
+			 timer ? "fired only after the block" : "never fired");
 	unsigned long long turns = s1.leader_turns - s0.leader_turns;
 	printf("%llu waits in %.0f ms beside a blocked callback\n", turns,
 	       (double)(t1 - t0) / 1e6);
