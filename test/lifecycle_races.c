@@ -71,7 +71,10 @@
  *    blocking callbacks: nothing waits long, no call returns 0 before
  *    its timeout, every thread leaves after px_stop;
  *  - a leader beside a callback that blocks, with no follower asleep,
- *    waits in the kernel (20 ms at a time), it does not poll.
+ *    waits in the kernel (20 ms at a time), it does not poll;
+ *  - on a team of two readiness processors of its own (two-processors
+ *    engine only), a result queued within 20 ms of an interrupt to one
+ *    processor's leader reaches the other's.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -3332,6 +3335,148 @@ static void blocked_callback_leader_waits(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A result queued within 20 ms of an interrupt to the other processor  */
+/* ------------------------------------------------------------------ */
+
+/* Fixed problem 298 on two readiness processors, so that it runs where
+ * io_uring does not (test_uring_rings has it on io_uring for files
+ * beside epoll): a team of its own, reads on epoll and writes on poll,
+ * three loop threads in px_handle_events(px, -1), a read on a quiet
+ * socket and a write on a full one pending, one leader waiting in each
+ * processor, the third thread asleep.  After 40 cheap posts and
+ * RT_QUIET_MS a post wakes the sleeper, whose callback reads X (its
+ * byte waiting: the read ends within its start, queued for the caller)
+ * and waits for X's callback, which the interrupted reads leader runs
+ * and which waits for Y's; then it reads Y the same way.  Y must call
+ * back within LV_LATE_MS, in one of three rounds: the writes leader,
+ * whose wait began before, must be told.  Before the fix Y waited for
+ * that wait's end.  Run on the engine two-processors only (the team is
+ * the test's own). */
+#define RT_TEAM "provider=select wait=epoll " \
+	"ops=read_stream,read_dgram,accept,file ; secondary: " \
+	"provider=select wait=poll ops=write_stream,write_dgram,connect"
+#define RT_QUIET_MS 700
+#define RT_WAIT_MS 3000
+
+static struct {
+	px_proactor *px;
+	int sv[2];
+	char x, y;
+	atomic_int x_in, y_done, c_done, bad;
+	atomic_ullong y_start_ns, y_ns;
+} g_rt;
+
+static void rt_y_cb(const px_completion *c)
+{
+	if (c->error || c->bytes != 1 || g_rt.y != 'y')
+		atomic_store(&g_rt.bad, 1);
+	atomic_store(&g_rt.y_ns, h_now_ns());
+	atomic_store(&g_rt.y_done, 1);
+}
+
+static void rt_x_cb(const px_completion *c)
+{
+	if (c->error || c->bytes != 1 || g_rt.x != 'x')
+		atomic_store(&g_rt.bad, 1);
+	atomic_store(&g_rt.x_in, 1);
+	if (!h_wait_at_least(&g_rt.y_done, 1, RT_WAIT_MS))
+		atomic_store(&g_rt.bad, 1);
+}
+
+static void rt_c_cb(const px_completion *c)
+{
+	(void)c;
+	if (px_read_stream(g_rt.px, g_rt.sv[0], &g_rt.x, 1, rt_x_cb, NULL) ||
+	    !h_wait_at_least(&g_rt.x_in, 1, RT_WAIT_MS)) {
+		atomic_store(&g_rt.bad, 1);
+		atomic_store(&g_rt.c_done, 1);
+		return;
+	}
+	atomic_store(&g_rt.y_start_ns, h_now_ns());
+	if (px_read_stream(g_rt.px, g_rt.sv[0], &g_rt.y, 1, rt_y_cb, NULL) ||
+	    !h_wait_at_least(&g_rt.y_done, 1, RT_WAIT_MS))
+		atomic_store(&g_rt.bad, 1);
+	atomic_store(&g_rt.c_done, 1);
+}
+
+static unsigned long long rt_round(h_fx *f)
+{
+	char err[256];
+	int quiet[2], full[2];
+	char idle[4];
+	static char big[65536];
+	h_rec *rd = h_rec_new(f), *wr = h_rec_new(f);
+	pthread_t th[3];
+
+	memset(&g_rt, 0, sizeof g_rt);
+	h_socketpair(f, quiet);
+	h_socketpair(f, full);
+	h_socketpair(f, g_rt.sv);
+	int fl = fcntl(full[0], F_GETFL);
+	assert_int_equal(fcntl(full[0], F_SETFL, fl | O_NONBLOCK), 0);
+	while (write(full[0], big, sizeof big) > 0)
+		;
+	assert_int_equal(fcntl(full[0], F_SETFL, fl), 0);
+	assert_int_equal(write(g_rt.sv[1], "xy", 2), 2);
+	assert_int_equal(px_create(&g_rt.px, RT_TEAM, err, sizeof err), 0);
+	assert_int_equal(px_read_stream(g_rt.px, quiet[0], idle, sizeof idle,
+					h_rec_cb, rd), 0);
+	assert_int_equal(px_write_stream(g_rt.px, full[0], "w", 1, h_rec_cb,
+					 wr), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
+						g_rt.px), 0);
+	memset(&g_bl, 0, sizeof g_bl);
+	for (int i = 0; i < BL_WARM; i++) {
+		assert_int_equal(px_post(g_rt.px, bl_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(1);
+	}
+	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	h_sleep_ms(RT_QUIET_MS);
+	assert_int_equal(px_post(g_rt.px, rt_c_cb, NULL), 0);
+	bool done = h_wait_at_least(&g_rt.c_done, 1, 2 * RT_WAIT_MS);
+	px_stop(g_rt.px);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(px_destroy(g_rt.px), 0);
+	g_rt.px = NULL;
+	assert_true(warm);
+	assert_true(done);
+	assert_int_equal(atomic_load(&g_rt.bad), 0);
+	assert_int_equal(atomic_load(&rd->calls), 1);
+	assert_int_equal(atomic_load(&wr->calls), 1);
+	uint64_t y = atomic_load(&g_rt.y_ns), y0 = atomic_load(&g_rt.y_start_ns);
+	return y > y0 ? (y - y0) / MS : 0;
+}
+
+static void insured_leader_beside_other_processor(void **state)
+{
+	h_fx *f = *state;
+	px_config cfg_f, cfg_s;
+	const px_processor_config *pf = h_proc_for(f, PX_OP_READ_FILE, &cfg_f);
+	const px_processor_config *ps = h_proc_for(f, PX_OP_READ_STREAM, &cfg_s);
+	if (strcmp(pf->provider, "select") || strcmp(ps->provider, "select") ||
+	    !strcmp(pf->wait, ps->wait))
+		skip();  /* the team is the test's own: run it once */
+	unsigned long long late[3];
+	int round;
+	for (round = 0; round < 3; round++) {
+		late[round] = rt_round(f);
+		if (late[round] <= LV_LATE_MS)
+			break;
+		printf("round %d: Y called back %llu ms after its start; once "
+		       "more\n", round + 1, late[round]);
+	}
+	if (round == 3)
+		fail_msg("a read finished within its start, queued within 20 ms "
+			 "of an interrupt to the reads' leader, called back "
+			 "%llu, %llu and %llu ms late while the writes' leader "
+			 "waited (at most %d ms)", late[0], late[1], late[2],
+			 LV_LATE_MS);
+}
+
+/* ------------------------------------------------------------------ */
 /* px_handle_events called from a callback                              */
 /* ------------------------------------------------------------------ */
 
@@ -4049,6 +4194,7 @@ int main(int argc, char **argv)
 		T(post_from_blocked_callback_reaches_leader),
 		T(done_at_start_from_blocked_callback_reaches_leader),
 		T(blocked_callback_leader_waits),
+		T(insured_leader_beside_other_processor),
 		T(dedicated_leader_waits_while_completions_queue),
 		T(idle_processor_start_reaches_leader),
 		T(idle_processor_start_from_blocked_callback),
