@@ -240,7 +240,9 @@ void px__paio_stats(px_provider *pv, unsigned long *cancels,
 /* The waits (wait_strategies/): set up and tear down their part of p, and
  * fill in the notification of a request. */
 int px__paio_aiocb_init(px_paio *p) PX_HIDDEN;
-void px__paio_aiocb_fini(px_paio *p) PX_HIDDEN;
+/* true: glibc still holds the interrupt's aiocb (a read that nothing can
+ * end, px__paio_aiocb_fini): p must not be freed. */
+bool px__paio_aiocb_fini(px_paio *p) PX_HIDDEN;
 int px__paio_sigwait_init(px_paio *p, const px_posix_settings *s) PX_HIDDEN;
 void px__paio_sigwait_fini(px_paio *p) PX_HIDDEN;
 int px__paio_callback_init(px_paio *p) PX_HIDDEN;

@@ -2881,6 +2881,69 @@ static void engine_descriptors_closed_after_file_reads(void **state)
 }
 
 /*
+ * POSIX AIO's aiocb wait, on a proactor of its own (provider=posix wait=aiocb,
+ * which serves pipes, with this engine's processor kind): a pipe read in
+ * flight (a glibc helper blocked in it), so that the wait's interrupt read
+ * on its eventfd is made too (another helper blocked in it); then that
+ * eventfd closed behind the library's back with close(2), the pipe's data
+ * written, the read served, and px_destroy: it must return within 5 s.
+ * px_destroy ended the interrupt's read with a write to the eventfd and
+ * waited for it: with the eventfd closed the write failed, and it waited
+ * for good (TESTING.md, fixed problem 255).  Run where the engine is POSIX
+ * AIO's aiocb wait; skipped elsewhere, and under ThreadSanitizer (glibc's
+ * helper threads).
+ */
+static void aiocb_eventfd_closed_under_its_read_then_destroy(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	const char *t = h_engine_text;
+
+	if (PX_TEST_TSAN || !strstr(t, "posix") || strstr(t, "sigwait") ||
+	    strstr(t, "callback"))
+		skip();
+	char text[128];
+	snprintf(text, sizeof text, "provider=posix wait=aiocb processor=%s",
+		 strstr(t, "dedicated") ? "dedicated" : "shared");
+	int nb = list_fds(before, OWN_MAX);
+	px_proactor *b = NULL;
+	char err[256] = "";
+	assert_int_equal(px_create(&b, text, err, sizeof err), 0);
+	int na = list_fds(after, OWN_MAX), efd = -1;
+	for (int i = 0; i < na; i++) {
+		char tg[128];
+		if (in_list(before, nb, after[i]))
+			continue;
+		fd_target(after[i], tg, sizeof tg);
+		if (strstr(tg, "eventfd"))
+			efd = after[i];
+	}
+	assert_true(efd >= 0);
+	int p[2];
+	h_pipe(f, p);
+	char *in = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(b, p[0], in, 16, h_rec_cb, rd), 0);
+	/* A few turns of the loop: the read goes to glibc, and the next
+	 * prepare makes the interrupt's read beside it. */
+	for (int i = 0; i < 4; i++)
+		(void)px_handle_events(b, 20);
+	assert_false(h_rec_done(rd));
+	struct px_stats s;
+	assert_int_equal(px_stats(b, &s), 0);
+	assert_int_equal(close(efd), 0);
+	assert_int_equal(write(p[1], "ping", 4), 4);
+	h_fx g = { .px = b };
+	h_wait_rec(&g, rd, 5000, "a pipe read after the eventfd's close");
+	expect_once(rd, PX_OP_READ_STREAM, p[0], 0, "the pipe read");
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+	destroy_within(b, "after the aiocb wait's eventfd was closed under "
+		       "its read");
+	h_assert_usable(f);
+}
+
+/*
  * An io_uring ring's descriptor closed behind the library's back with
  * close(2) (px_close now refuses the number; close(2) cannot be refused),
  * with a read pending: px_destroy returns, and the read ends once, with
@@ -2989,6 +3052,7 @@ int main(int argc, char **argv)
 		T(engine_descriptors_closed_behind_loop_runs),
 		T(engine_descriptor_closed_alone),
 		T(engine_descriptors_closed_after_file_reads),
+		T(aiocb_eventfd_closed_under_its_read_then_destroy),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }

@@ -365,17 +365,33 @@ int px__paio_aiocb_init(px_paio *p)
 	return 0;
 }
 
-void px__paio_aiocb_fini(px_paio *p)
+bool px__paio_aiocb_fini(px_paio *p)
 {
 	if (p->intr_armed) {
 		const struct aiocb *one[1] = { &p->intr_cb };
 		uint64_t v = 1;
+		ssize_t n = 0;
 
 		/* A running read cannot be cancelled: finish it. */
 		if (aio_cancel(p->intr_efd, &p->intr_cb) != AIO_CANCELED) {
-			while (write(p->intr_efd, &v, sizeof(v)) < 0 &&
+			while ((n = write(p->intr_efd, &v, sizeof(v))) < 0 &&
 			       errno == EINTR)
 				;
+		}
+		if (n < 0 && aio_error(&p->intr_cb) == EINPROGRESS) {
+			/* The eventfd was closed behind the library's back
+			 * (close(2)) under the read a glibc helper performs:
+			 * glibc refuses the cancel for the closed number, the
+			 * write fails with EBADF, and nothing can end that
+			 * read any more (the helper holds the file).  Waiting
+			 * for it held px_destroy for good (TESTING.md, fixed
+			 * problem 255).  glibc keeps the aiocb, so the
+			 * caller leaves the provider's memory to it; the
+			 * number, closed already and maybe the
+			 * application's file by now, is only forgotten. */
+			px__own_fd_drop(p->intr_efd);
+			free(p->list);
+			return true;
 		}
 		while (aio_error(&p->intr_cb) == EINPROGRESS)
 			aio_suspend(one, 1, NULL);
@@ -383,4 +399,5 @@ void px__paio_aiocb_fini(px_paio *p)
 	}
 	px__own_close(p->intr_efd);
 	free(p->list);
+	return false;
 }
