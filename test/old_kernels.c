@@ -81,6 +81,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -1000,6 +1001,121 @@ static void pipe_runs(void)
 			 &pipe_engines[i].sigpipe);
 }
 
+/* ---- the pipe interrupt without RWF_NOSIGNAL ------------------------- */
+
+/* Engines whose leader the pipe interrupt wakes, each with a dedicated
+ * leader, which always waits, so that a post from this thread writes to
+ * the pipe (a shared processor's leader would be this thread). */
+static const char *const intr_pipe_engines[] = {
+	"provider=select wait=epoll interrupt=pipe processor=dedicated",
+	"provider=select wait=poll interrupt=pipe processor=dedicated",
+	"provider=select wait=select interrupt=pipe processor=dedicated",
+	"provider=select wait=linux_rt interrupt=pipe processor=dedicated",
+	"provider=linux_aio wait=epoll interrupt=pipe processor=dedicated",
+};
+
+/* The read end of a pipe among the numbers below 1024 not open in
+ * before[]: the interrupt's, made by px_create.  -1 if none. */
+static int new_pipe_reader(const bool *before)
+{
+	for (int fd = 3; fd < 1024; fd++) {
+		struct stat st;
+		if (before[fd] || fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+			continue;
+		int fl = fcntl(fd, F_GETFL);
+		if (fl >= 0 && (fl & O_ACCMODE) == O_RDONLY)
+			return fd;
+	}
+	return -1;
+}
+
+/* The pipe interrupt's read end closed behind the library's back with
+ * close(2), on a kernel without RWF_NOSIGNAL: a post from this thread
+ * (the interrupt's write meets a pipe without reader) and px_destroy
+ * must not raise SIGPIPE here, whose default action ends the process
+ * (in_child reports the death); with SIGPIPE blocked, none is left
+ * pending, and the application's own stays pending.  The post still
+ * arrives (the dedicated leader's bounded wait).  Each round on a
+ * proactor of its own: the interrupt writes once per drain, and with its
+ * read end gone it is never drained again (TESTING.md, fixed problem 292,
+ * whose fallback path this kernel never took). */
+static void intr_reader_gone(const char *eng, const void *arg)
+{
+	static bool before[1024];
+	sigset_t pipe_set, old;
+
+	(void)arg;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	for (int i = 0; i < 3; i++) {
+		char what[240];
+		snprintf(what, sizeof what, "%s: a post with the interrupt "
+			 "pipe's read end closed%s", eng,
+			 i == 0 ? ", SIGPIPE at its default" :
+			 i == 1 ? ", SIGPIPE blocked" :
+				  ", SIGPIPE blocked and pending");
+		for (int fd = 0; fd < 1024; fd++)
+			before[fd] = fcntl(fd, F_GETFD) >= 0;
+		px_proactor *px = NULL;
+		char err[256] = "";
+		int rc = px_create(&px, eng, err, sizeof err);
+		if (rc < 0) {
+			printf("  '%s' not here (%s: %s)\n", eng,
+			       px_strerror(rc), err);
+			fflush(stdout);
+			_exit(rc == -ENOSYS || rc == -EPERM || rc == -EAGAIN ||
+			      rc == -EINVAL ? 0 : 1);
+		}
+		int rfd = new_pipe_reader(before);
+		if (rfd < 0) {
+			bad("%s: no interrupt pipe among its descriptors", eng);
+			px_destroy(px);
+			return;
+		}
+		signal(SIGPIPE, SIG_DFL);
+		if (i >= 1)
+			pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+		if (i == 2)
+			raise(SIGPIPE);  /* the application's own */
+		/* The dedicated leader in its wait, then the close. */
+		const struct timespec ms20 = {0, 20 * 1000000};
+		nanosleep(&ms20, NULL);
+		close(rfd);
+		rec p = {0};
+		rc = px_post(px, rec_cb, &p);
+		if (rc != 0)
+			bad("%s: px_post: %s", what, px_strerror(rc));
+		else if (wait_rec(px, &p, what))
+			expect(&p, what, 0, 0);
+		rc = px_destroy(px);
+		if (rc != 0)
+			bad("%s: px_destroy: %s", what, px_strerror(rc));
+		if (i >= 1) {
+			bool pend = sigpipe_pending();
+			if (i == 1 && pend)
+				bad("%s: SIGPIPE left pending", what);
+			if (i == 2 && !pend)
+				bad("%s: the application's SIGPIPE was taken",
+				    what);
+			if (pend) {
+				const struct timespec zero = {0, 0};
+				sigtimedwait(&pipe_set, NULL, &zero);
+			}
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+		}
+		signal(SIGPIPE, SIG_IGN);
+	}
+	if (failures == 0)
+		printf("  '%s': interrupt pipe without reader ok\n", eng);
+}
+
+static void intr_reader_gone_runs(void)
+{
+	size_t n = sizeof intr_pipe_engines / sizeof intr_pipe_engines[0];
+	for (size_t i = 0; i < n; i++)
+		in_child(intr_pipe_engines[i], intr_reader_gone, NULL);
+}
+
 static void also_run(const char *eng, const void *arg)
 {
 	const kase *k = arg;
@@ -1128,8 +1244,11 @@ static int child(const kase *k)
 	}
 	if (k->groups & G_WIPEONFORK)
 		fork_check();
-	if ((k->groups & G_RWFLAGS) && flags_refused(k->groups))
+	if ((k->groups & G_RWFLAGS) && flags_refused(k->groups)) {
 		pipe_runs();
+		if (k->groups == G_NOSIGNAL)
+			intr_reader_gone_runs();
+	}
 	also_runs(k);
 	return failures ? 1 : 0;
 }
