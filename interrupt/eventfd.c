@@ -40,14 +40,19 @@ static void efd_interrupt(px_intr *in)
 {
 	struct px_intr_eventfd *e = to_efd(in);
 	uint64_t one = 1;
+	ssize_t n;
 
 	if (e->pending)
 		return;
 	e->pending = true;
-	/* Only EAGAIN (counter at its maximum) can fail here, and then the
-	 * fd is readable anyway. */
-	while (write(e->base.fd, &one, sizeof(one)) < 0 && errno == EINTR)
+	/* EAGAIN (counter at its maximum) leaves the fd readable anyway.
+	 * EBADF: closed behind the library's back with close(2); nothing
+	 * wakes the leader through it any more (px_intr.gone).  (pending
+	 * stays set: no drain comes, and no more writes are made.) */
+	while ((n = write(e->base.fd, &one, sizeof(one))) < 0 && errno == EINTR)
 		;
+	if (n < 0 && errno == EBADF)
+		atomic_store_explicit(&in->gone, true, memory_order_relaxed);
 }
 
 static void efd_drain(px_intr *in)

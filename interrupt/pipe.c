@@ -40,6 +40,17 @@ static void pipe_destroy(px_intr *in)
 	free(p);
 }
 
+/* The interrupt's write failed with err (0: it did not).  EPIPE (the
+ * read end closed behind the library's back with close(2)) or EBADF (the
+ * write end) mean that nothing can wake the leader through the pipe any
+ * more (px_intr.gone).  (pending stays set: no drain comes, and no more
+ * writes are made.) */
+static void pipe_note_gone(px_intr *in, int err)
+{
+	if (err == EPIPE || err == EBADF)
+		atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+}
+
 static void pipe_interrupt(px_intr *in)
 {
 	struct px_intr_pipe *p = to_pipe(in);
@@ -50,6 +61,7 @@ static void pipe_interrupt(px_intr *in)
 	bool was_pending = false;
 	int fl = px__rwf_nosignal();
 	ssize_t n;
+	int err;
 
 	if (p->pending)
 		return;
@@ -64,8 +76,10 @@ static void pipe_interrupt(px_intr *in)
 	 * pending before, as the readiness calls' writes to pipes do
 	 * (providers/nbio.c, nb_other_write). */
 	if (fl) {
-		while (pwritev2(p->wfd, &v, 1, -1, fl) < 0 && errno == EINTR)
+		while ((n = pwritev2(p->wfd, &v, 1, -1, fl)) < 0 &&
+		       errno == EINTR)
 			;
+		pipe_note_gone(in, n < 0 ? errno : 0);
 		return;
 	}
 	sigemptyset(&pipe_set);
@@ -75,12 +89,14 @@ static void pipe_interrupt(px_intr *in)
 		was_pending = sigismember(&pend, SIGPIPE);
 	while ((n = write(p->wfd, &c, 1)) < 0 && errno == EINTR)
 		;
-	if (n < 0 && errno == EPIPE && !was_pending) {
+	err = n < 0 ? errno : 0;
+	if (err == EPIPE && !was_pending) {
 		const struct timespec zero = { 0, 0 };
 		while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR)
 			;
 	}
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	pipe_note_gone(in, err);
 }
 
 static void pipe_drain(px_intr *in)

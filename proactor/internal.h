@@ -411,6 +411,14 @@ struct px_intr {
 	int fd;                    /* readable once interrupted; -1 if none */
 	const sigset_t *wait_mask; /* signal mask for the wait (ppoll,
 	                              the wait call, as ppoll and pselect take), or NULL */
+	/* interrupt() found its descriptor closed behind the library's back
+	 * (close(2)): the write said EBADF, or EPIPE for a pipe whose read
+	 * end is gone, and no wake-up can come through it any more.  A wait
+	 * that sees nothing else of the close (epoll: the instance drops the
+	 * descriptor without a word) bounds itself by PX_POLL_NO_INTR_MS
+	 * instead (wait_strategies/epoll.c).  Set by any thread with the
+	 * mutex, read by the leader without it: atomic, relaxed. */
+	atomic_bool gone;
 };
 
 /* Interrupt strategies by number (px_processor_config.interrupt names one;
