@@ -29,7 +29,9 @@
  *     and the parent's read must still complete;
  *   - pwritev2 with RWF_NOSIGNAL with EOPNOTSUPP: every kernel before
  *     6.18, where the shared non-blocking calls (providers/nbio.c) keep
- *     SIGPIPE blocked around a write to a pipe instead;
+ *     SIGPIPE blocked around a write to a pipe instead, and so does the
+ *     pipe interrupt's wake-up (interrupt/pipe.c), tried with the
+ *     interrupt's read end closed behind the library's back;
  *   - preadv2 and pwritev2 with RWF_NOWAIT or RWF_NOSIGNAL with
  *     EOPNOTSUPP: a kernel before 4.14, which knows neither (and, for
  *     RWF_NOWAIT, a pipe of kernels before 5.x), where a pipe is checked
