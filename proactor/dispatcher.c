@@ -881,8 +881,8 @@ int px__dispatch_handle_events(struct px_proactor *px, int timeout_ms)
 			 * operations meanwhile waited 0.2 to 0.9 s
 			 * (test/lifecycle_races.c,
 			 * blocked_callback_leaves_lead_to_sleeper). */
-			if ((batch > 1 || px->ntheap || disp_unled_work(px)) &&
-			    px->nfollowers_long && disp_tls_gave != px)
+			if (px->nfollowers_long && disp_tls_gave != px &&
+			    (batch > 1 || px->ntheap || disp_unled_work(px)))
 				px__dispatch_wake_follower(px);
 			while (batch-- > 0 && !px->stopped) {
 				px_link *l = q == &own.items ? disp_own_pop(px, &own)
