@@ -551,7 +551,7 @@ static int disp_lone_lead(px_processor *p, px_processor *o, int ms)
 		 * processor that did not deliver"). */
 		ms = 0;
 	}
-	return ms < 0 || ms > 1 ? 1 : ms;
+	return px__cap_ms(ms, 1);
 }
 
 /* Hand-offs.  Waking a follower costs a futex wake and a context switch,
@@ -942,9 +942,9 @@ lead:
 			 * interrupted a leader, whose later calls it leaves
 			 * out counting on this bound. */
 			if (((px->nhandlers && !px->nfollowers) ||
-			     disp_insured_lately(px, now)) &&
-			    (ms < 0 || ms > (int)(PX_FOLLOWER_CHECK_NS / 1000000u)))
-				ms = (int)(PX_FOLLOWER_CHECK_NS / 1000000u);
+			     disp_insured_lately(px, now)))
+				ms = px__cap_ms(ms, (int)(PX_FOLLOWER_CHECK_NS /
+							  1000000u));
 			check = PX_FOLLOWER_CHECK_NS;
 			if (ms && px->has_idle_waits)
 				disp_idle_waits(px);

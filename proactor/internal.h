@@ -415,7 +415,7 @@ struct px_intr {
 	 * (close(2)): the write said EBADF, or EPIPE for a pipe whose read
 	 * end is gone, and no wake-up can come through it any more.  A wait
 	 * that sees nothing else of the close (epoll: the instance drops the
-	 * descriptor without a word) bounds itself by PX_POLL_NO_INTR_MS
+	 * descriptor without a word) bounds itself by PX_NO_WAKE_MS
 	 * instead (wait_strategies/epoll.c).  Set by any thread with the
 	 * mutex, read by the leader without it: atomic, relaxed. */
 	atomic_bool gone;
@@ -920,6 +920,28 @@ static inline unsigned px__futile_wait_ms(unsigned futile)
 		return 0;
 	step = futile - PX_FUTILE_MIN;
 	return step < 6 ? 1u << step : PX_FUTILE_MAX_MS;
+}
+
+/*
+ * Wait bounds.  px__cap_ms(timeout_ms, cap) is the wait of timeout_ms
+ * (negative: no limit) cut to cap ms at most, for the many places where a
+ * condition (a descriptor to check again, a retry due, an engine that
+ * nothing can wake) shortens a wait.
+ *
+ * PX_NO_WAKE_MS: the longest wait of a leader that no wake-up can reach
+ * any more, because one of the engine's own descriptors was closed with
+ * close(2) behind the library's back (docs/ARCHITECTURE.md, "Closed
+ * descriptors and px_close"): the processor's nap after a wait that says
+ * EBADF, a poll or select poller or an epoll wait whose interrupt
+ * descriptor is gone, a dead Linux AIO provider.  Short enough that
+ * px_stop, px_destroy and the posts of other threads get through soon;
+ * long enough that a dedicated leader costs next to nothing.
+ */
+#define PX_NO_WAKE_MS 10
+
+static inline int px__cap_ms(int timeout_ms, int cap)
+{
+	return timeout_ms < 0 || timeout_ms > cap ? cap : timeout_ms;
 }
 
 /*

@@ -585,8 +585,7 @@ static int proc_wait_bound(const px_processor *p, int timeout_ms)
 			return timeout_ms;
 		cap = PROC_CHECK_MAX_NS;
 	}
-	int ms = (int)(cap / 1000000u);
-	return timeout_ms < 0 || timeout_ms > ms ? ms : timeout_ms;
+	return px__cap_ms(timeout_ms, (int)(cap / 1000000u));
 }
 
 /* Fold the time a claim of n descriptors took to collect (the calls, the
@@ -618,15 +617,12 @@ static void proc_note_claim_time(px_processor *p, uint64_t ns, size_t n)
  * (internal.h, px__is_own_fd) cannot refuse.  Every wait would fail at
  * once the same way, and the leader, a dedicated one above all, spun at
  * full CPU (a whole CPU on epoll, poll and select, shared and
- * dedicated).  So it naps instead, at most PROC_BROKEN_NAP_MS, as long
- * as the wait would have lasted at most: nothing may be able to wake it,
- * and px_stop and px_destroy must still get through.  Mutex released. */
-#define PROC_BROKEN_NAP_MS 10
-
+ * dedicated).  So it naps instead, at most PX_NO_WAKE_MS, as long as
+ * the wait would have lasted at most: nothing may be able to wake it, and
+ * px_stop and px_destroy must still get through.  Mutex released. */
 static void proc_wait_broken(int timeout_ms)
 {
-	int ms = timeout_ms < 0 || timeout_ms > PROC_BROKEN_NAP_MS
-		 ? PROC_BROKEN_NAP_MS : timeout_ms;
+	int ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 	struct timespec nap = { 0, (long)ms * 1000000 };
 
 	nanosleep(&nap, NULL);
@@ -650,10 +646,9 @@ uint64_t px__processor_handle_aio_events(px_processor *p, int timeout_ms,
 	if (proc_start_deferred(p) ||
 	    (runs_queue && px__dispatch_has_queued(px)))
 		timeout_ms = 0;
-	else if (runs_queue && !px_list_empty(&px->owns) &&
-		 (timeout_ms < 0 || timeout_ms > 1))
-		timeout_ms = 1;  /* another thread's own completions: see
-		                    dispatcher.c, step 2 */
+	else if (runs_queue && !px_list_empty(&px->owns))
+		/* another thread's own completions: see dispatcher.c, step 2 */
+		timeout_ms = px__cap_ms(timeout_ms, 1);
 	timeout_ms = proc_wait_bound(p, timeout_ms);
 	/* (With several leaders px__processor_may_lead set it, from the
 	 * dispatcher's patience; alone, or in px_destroy, nobody else

@@ -708,7 +708,7 @@ static bool la_own_closed(int fd)
  * (px_laio.dead): what waited in the spill set goes back to the context
  * as a poll iocb, no iocb names resfd any more, nothing is armed on the
  * interrupt's eventfd, and the waits become io_getevents of at most
- * PX_LAIO_DEAD_NAP_MS (nothing else can wake them).  Every operation
+ * PX_NO_WAKE_MS (nothing else can wake them).  Every operation
  * still ends once, with its own result.  Mutex held, at a place where no
  * list is being walked.
  */
@@ -1460,8 +1460,7 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 		 * stays refused: returning at once spun the leader at a whole
 		 * CPU.  It naps instead, as a dead provider's waits do. */
 		if (u->lb.v[i] == &u->intr_cb) {
-			if (timeout_ms < 0 || timeout_ms > PX_LAIO_DEAD_NAP_MS)
-				timeout_ms = PX_LAIO_DEAD_NAP_MS;
+			timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 			continue;
 		}
 		return 0;  /* a failure to hand out */
@@ -1470,20 +1469,18 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 		return 0;
 	/* Nothing but the context's own events can wake a dead provider's
 	 * leader (px_laio.dead). */
-	if (px_laio_dead(u) &&
-	    (timeout_ms < 0 || timeout_ms > PX_LAIO_DEAD_NAP_MS))
-		timeout_ms = PX_LAIO_DEAD_NAP_MS;
+	if (px_laio_dead(u))
+		timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 	/* Iocbs left over (the native interrupt's poll may be among them):
 	 * wait briefly, then try again. */
-	if (again && (timeout_ms < 0 || timeout_ms > PX_LAIO_STUCK_MS))
-		timeout_ms = PX_LAIO_STUCK_MS;
+	if (again)
+		timeout_ms = px__cap_ms(timeout_ms, PX_LAIO_STUCK_MS);
 	/* A held datagram write polls again then (la_hold). */
-	if (u->held_ms >= 0 && (timeout_ms < 0 || timeout_ms > u->held_ms))
-		timeout_ms = u->held_ms;
+	if (u->held_ms >= 0)
+		timeout_ms = px__cap_ms(timeout_ms, u->held_ms);
 	/* A write waiting for room is tried again then (la_writers_retry). */
-	if (u->writers_ms >= 0 &&
-	    (timeout_ms < 0 || timeout_ms > u->writers_ms))
-		timeout_ms = u->writers_ms;
+	if (u->writers_ms >= 0)
+		timeout_ms = px__cap_ms(timeout_ms, u->writers_ms);
 	return timeout_ms;
 }
 

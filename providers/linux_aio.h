@@ -23,10 +23,6 @@
  * refused with EAGAIN. */
 #define PX_LAIO_STUCK_MS 10
 
-/* The longest wait of a leader whose provider is dead (px_laio.dead):
- * nothing can wake it but the context's own events. */
-#define PX_LAIO_DEAD_NAP_MS 10
-
 /* How often a write waiting for room is tried again without a report
  * (la_writers_retry in providers/linux_aio.c). */
 #define PX_LAIO_RETRY_MS 1000
@@ -148,7 +144,7 @@ typedef struct px_laio {
 	 * descriptor, still works: from then on no iocb names resfd, no
 	 * poll goes to the spill set, nothing is armed on the interrupt's
 	 * eventfd, and every wait is an io_getevents of at most
-	 * PX_LAIO_DEAD_NAP_MS.  Written under the mutex, read by the
+	 * PX_NO_WAKE_MS.  Written under the mutex, read by the
 	 * leader's wait without it: atomic, relaxed. */
 	atomic_bool dead;
 	/* Something failed as a closed descriptor of the provider's would

@@ -32,9 +32,6 @@
 #include "internal.h"
 #include "posix_aio_class.h"
 
-/* The longest wait of a leader whose eventfd is gone (px_paio.efd_gone). */
-#define PX_PAIO_EFD_GONE_MS 10
-
 /* Which wait the provider was built with. */
 enum { PX_PAIO_AIOCB = 0, PX_PAIO_SIGWAIT, PX_PAIO_CALLBACK };
 
@@ -133,9 +130,9 @@ struct px_paio {
 	/* The aiocb or callback wait's eventfd was closed behind the
 	 * library's back (close(2)): an interrupt's write or the leader's
 	 * poll said so.  Nothing can wake the leader any more: its waits
-	 * last at most PX_PAIO_EFD_GONE_MS, and the aiocb wait makes no
-	 * read on it.  Written by the leader without the mutex too:
-	 * atomic, relaxed. */
+	 * say EBADF, so the processor naps (PX_NO_WAKE_MS) instead, and the
+	 * aiocb wait makes no read on it.  Written by the leader without the
+	 * mutex too: atomic, relaxed. */
 	atomic_bool efd_gone;
 
 	/* sigwait wait: the signal, the pointers the leader took off the

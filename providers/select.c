@@ -1178,9 +1178,8 @@ static int sel_wait_wait(px_wait *w, int timeout_ms)
 
 	if (sel->no_block)
 		timeout_ms = 0;
-	else if (sel->wait_cap_ms >= 0 &&
-		 (timeout_ms < 0 || timeout_ms > sel->wait_cap_ms))
-		timeout_ms = sel->wait_cap_ms;
+	else if (sel->wait_cap_ms >= 0)
+		timeout_ms = px__cap_ms(timeout_ms, sel->wait_cap_ms);
 	return sel->pl->ops->wait(sel->pl, timeout_ms);
 }
 

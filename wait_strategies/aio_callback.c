@@ -96,8 +96,8 @@ static int cbw_wait(px_wait *w, int timeout_ms)
 	p->watch_fd = -1;
 	if (atomic_load_explicit(&p->stack, memory_order_acquire))
 		return 1;
-	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
-		timeout_ms = PX_PAIO_RETRY_MS;
+	if (p->retry_soon)
+		timeout_ms = px__cap_ms(timeout_ms, PX_PAIO_RETRY_MS);
 	/* The eventfd was closed behind the library's back: the notifier
 	 * threads' writes and the interrupt's are lost, and poll said
 	 * POLLNVAL at once, every time (a dedicated leader spun at a whole

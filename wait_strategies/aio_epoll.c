@@ -60,7 +60,7 @@ static int aep_wait(px_wait *w, int timeout_ms)
 		/* One of the provider's descriptors was closed behind our back
 		 * (px_laio.dead): no iocb names resfd, nothing waits in the
 		 * spill set, and the leader waits in the context itself, at
-		 * most PX_LAIO_DEAD_NAP_MS (submit_leader's bound). */
+		 * most PX_NO_WAKE_MS (submit_leader's bound). */
 		struct timespec ts, *tsp = NULL;
 
 		if (timeout_ms >= 0) {

@@ -204,10 +204,10 @@ static int aiocb_wait(px_wait *w, int timeout_ms)
 	struct timespec ts, *tsp = NULL;
 	int rc;
 
-	if (p->list_short && (timeout_ms < 0 || timeout_ms > AIOCB_SHORT_MS))
-		timeout_ms = AIOCB_SHORT_MS;
-	if (p->retry_soon && (timeout_ms < 0 || timeout_ms > PX_PAIO_RETRY_MS))
-		timeout_ms = PX_PAIO_RETRY_MS;
+	if (p->list_short)
+		timeout_ms = px__cap_ms(timeout_ms, AIOCB_SHORT_MS);
+	if (p->retry_soon)
+		timeout_ms = px__cap_ms(timeout_ms, PX_PAIO_RETRY_MS);
 	if (timeout_ms >= 0) {
 		ts.tv_sec = timeout_ms / 1000;
 		ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;

@@ -177,9 +177,8 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 	 * wake-up was late by the wait's whole bound (the idle check's, up to
 	 * a second) for the rest of the proactor's life (TESTING.md, fixed
 	 * problem 256).  One relaxed load on the healthy path. */
-	if (atomic_load_explicit(&pl->intr->gone, memory_order_relaxed) &&
-	    (timeout_ms < 0 || timeout_ms > PX_POLL_NO_INTR_MS))
-		timeout_ms = PX_POLL_NO_INTR_MS;
+	if (atomic_load_explicit(&pl->intr->gone, memory_order_relaxed))
+		timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 	n = px__sys_epoll_pwait(w->epfd, w->ev, EP_BATCH, timeout_ms,
 				pl->intr->wait_mask);
 	if (n < 0) {

@@ -522,9 +522,8 @@ static int lrt_wait(px_poller *pl, int timeout_ms)
 	w->overflow = false;
 	if (w->nowait)
 		timeout_ms = 0;
-	else if (w->bounded &&
-		 (timeout_ms < 0 || timeout_ms > LRT_OUT_RECHECK_MS))
-		timeout_ms = LRT_OUT_RECHECK_MS;
+	else if (w->bounded)
+		timeout_ms = px__cap_ms(timeout_ms, LRT_OUT_RECHECK_MS);
 	sig = sigtimedwait(&w->wset, &si, px_poll_timeout(timeout_ms, &ts));
 	if (sig < 0) {
 		if (errno != EAGAIN)

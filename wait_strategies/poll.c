@@ -176,10 +176,10 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 	struct timespec ts;
 	int n;
 
-	if (p->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
-		timeout_ms = PX_POLL_RECHECK_MS;
-	if (p->intr_gone && (timeout_ms < 0 || timeout_ms > PX_POLL_NO_INTR_MS))
-		timeout_ms = PX_POLL_NO_INTR_MS;
+	if (p->bounded)
+		timeout_ms = px__cap_ms(timeout_ms, PX_POLL_RECHECK_MS);
+	if (p->intr_gone)
+		timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 	n = ppoll(p->wpfd, p->wn, px_poll_timeout(timeout_ms, &ts),
 		  pl->intr->wait_mask);
 	if (n < 0) {
@@ -191,7 +191,7 @@ static int pollp_wait(px_poller *pl, int timeout_ms)
 	if (n > 0) {
 		/* The interrupt's descriptor was closed behind the library's
 		 * back (close(2)): every wait would end here at once.  It is
-		 * watched no more, and waits last at most PX_POLL_NO_INTR_MS
+		 * watched no more, and waits last at most PX_NO_WAKE_MS
 		 * (nothing can wake them), while the rest is still watched:
 		 * failing the wait with EBADF made the processor nap, and the
 		 * operations it watched were never served (TESTING.md, fixed

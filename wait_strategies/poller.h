@@ -70,11 +70,6 @@
  * their waits last at most this long while they watch any descriptor. */
 #define PX_POLL_RECHECK_MS 500
 
-/* The longest wait of a poll or select poller whose interrupt descriptor
- * was closed behind the library's back (close(2)): nothing can wake it,
- * so it waits this long at most and goes on watching the rest. */
-#define PX_POLL_NO_INTR_MS 10
-
 /* px_poller.flags */
 #define PX_POLLER_LIVE 0x1u /* interest set in the kernel: see above */
 #define PX_POLLER_EDGE 0x2u /* registered once, edge reports: see above */

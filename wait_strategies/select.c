@@ -169,12 +169,12 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 	struct timespec ts;
 	int n;
 
-	if (s->bounded && (timeout_ms < 0 || timeout_ms > PX_POLL_RECHECK_MS))
-		timeout_ms = PX_POLL_RECHECK_MS;
-	if (s->wquiet && (timeout_ms < 0 || timeout_ms > SELP_QUIET_MS))
-		timeout_ms = SELP_QUIET_MS;
-	if (s->intr_gone && (timeout_ms < 0 || timeout_ms > PX_POLL_NO_INTR_MS))
-		timeout_ms = PX_POLL_NO_INTR_MS;
+	if (s->bounded)
+		timeout_ms = px__cap_ms(timeout_ms, PX_POLL_RECHECK_MS);
+	if (s->wquiet)
+		timeout_ms = px__cap_ms(timeout_ms, SELP_QUIET_MS);
+	if (s->intr_gone)
+		timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
 	n = pselect(s->wmax + 1, &s->wrd, &s->wwr, NULL,
 		    px_poll_timeout(timeout_ms, &ts), in->wait_mask);
 	if (n < 0) {
@@ -183,7 +183,7 @@ static int selp_wait(px_poller *pl, int timeout_ms)
 		/* The interrupt's own descriptor closed behind the
 		 * library's back (close(2)): every wait would fail at once.
 		 * It is watched no more, and waits last at most
-		 * PX_POLL_NO_INTR_MS (nothing can wake them); this one
+		 * PX_NO_WAKE_MS (nothing can wake them); this one
 		 * returns at once, and the next watches the rest without it
 		 * (failing with EBADF made the processor nap, and what it
 		 * watched was never served: TESTING.md, fixed problem 293).

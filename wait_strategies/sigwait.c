@@ -180,8 +180,7 @@ static int sigw_wait(px_wait *w, int timeout_ms)
 	cap = p->cap_ms;
 	if (p->retry_soon && cap > PX_PAIO_RETRY_MS)
 		cap = PX_PAIO_RETRY_MS;
-	if (timeout_ms < 0 || timeout_ms > cap)
-		timeout_ms = cap;
+	timeout_ms = px__cap_ms(timeout_ms, cap);
 	ts.tv_sec = timeout_ms / 1000;
 	ts.tv_nsec = (long)(timeout_ms % 1000) * 1000000L;
 	if (!p->tid || !pthread_equal(p->tid_of, pthread_self())) {

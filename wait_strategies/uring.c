@@ -281,15 +281,14 @@ static int px_uring_wait(px_wait *w, int timeout_ms)
 		/* valgrind hands its lock to another thread in sched_yield
 		 * (a call it knows), not in io_uring_enter: PX_URING_VALGRIND_MS. */
 		sched_yield();
-		if (timeout_ms < 0 || timeout_ms > PX_URING_VALGRIND_MS)
-			timeout_ms = PX_URING_VALGRIND_MS;
+		timeout_ms = px__cap_ms(timeout_ms, PX_URING_VALGRIND_MS);
 	}
 	if (rg->skip_wait) {
 		rg->skip_wait = false;
 		timeout_ms = 0;
 	}
-	if (rg->wait_short && (timeout_ms < 0 || timeout_ms > PX_URING_STUCK_MS))
-		timeout_ms = PX_URING_STUCK_MS;
+	if (rg->wait_short)
+		timeout_ms = px__cap_ms(timeout_ms, PX_URING_STUCK_MS);
 	/* Orphans (another ring with work and no leader) or the watch (see
 	 * prepare). */
 	bool watched = false;
