@@ -66,6 +66,9 @@
  *    drops a closed descriptor silently; the processor's idle check
  *    (proactor/processor.c) cancels such operations (EBADF), and so does
  *    the provider's own check of an unverified registration.
+ *  - The epoll instance itself closed behind the library's back: the
+ *    poller marks itself broken and the leader makes a new instance after
+ *    its wait (sel_rebuilt).
  *  - Nothing allocates between start and completion: the descriptor table
  *    (fdq.h) and the poll poller's arrays grow at start time, which may
  *    fail with -ENOMEM.
@@ -1259,6 +1262,37 @@ static __thread struct {
 	sel_fd *batch;
 } sel_tls_run;
 
+/* The edge poller made a new epoll instance for one closed behind the
+ * library's back (wait_strategies/epoll.c): nothing of before is
+ * registered there, and reports may have been lost meanwhile.  So every
+ * entry forgets its registration, and one with heads queued forgets what
+ * it knew of readiness too: its heads go on the retry list, are tried by
+ * this claim, and an EAGAIN registers the descriptor with the new
+ * instance, which reports it at once if it became ready in between.
+ * (Before, such heads waited for good: TESTING.md, fixed problem 308.)
+ * Leader, mutex held; rare, so a walk of the whole table. */
+static void sel_rebuilt(px_sel *sel)
+{
+	px_poller *pl = sel->pl;
+
+	for (size_t i = 0; i < sel->fdq.n; i++) {
+		px_fdq_entry *fq = sel->fdq.tab[i];
+		sel_fd *e;
+
+		if (!fq)
+			continue;
+		e = sel_fd_of(fq);
+		pl->ops->forget(pl, &e->reg);
+		e->recheck = 0;
+		if (!sel_queued(e))
+			continue;
+		e->nready = 0;
+		e->verified = 0;
+		sel_edge_unsuspect(sel, e);
+		(void)sel_edge_update(sel, e);  /* no call: all may be ready */
+	}
+}
+
 /* Claim every descriptor the last wait reported, for one unlock for all
  * of their calls.  With an edge poller (LIVE: what the calls leave to wait
  * for reaches a wait in progress at once), the batch becomes the calling
@@ -1272,6 +1306,9 @@ static size_t sel_wait_claim(px_wait *w)
 
 	px_poller_drain(pl);
 	sel->in_wait = false;
+	if (atomic_load_explicit(&pl->broken, memory_order_relaxed) &&
+	    pl->ops->rebuild(pl) > 0)
+		sel_rebuilt(sel);
 	while ((n = pl->ops->collect(pl, sel->ev, SEL_EVENTS)) > 0) {
 		for (size_t i = 0; i < n; i++) {
 			px_fdq_entry *fq = px_fdq_lookup(&sel->fdq, sel->ev[i].fd);

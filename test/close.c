@@ -2514,9 +2514,10 @@ static void engine_descriptors_closed_behind_then_destroy(void **state)
 }
 
 /* Is a socket read of this engine served by the readiness provider's
- * epoll wait (its default), alone or in a team?  Such a read is not
- * served once the wait's epoll instance is closed behind the library's
- * back (TESTING.md, known problems). */
+ * epoll wait (its default), alone or in a team?  That wait makes a new
+ * epoll instance for one closed behind the library's back, so such a
+ * read must still be served, with its data (TESTING.md, fixed problem
+ * 308: before, it waited for good). */
 static bool read_served_by_epoll_wait(void)
 {
 	const char *t = h_engine_text;
@@ -2552,7 +2553,9 @@ static void *post_after_a_while(void *arg)
  * the failure: a whole CPU; with its epoll wait, a read in the closed
  * spill set, or behind the closed poller, never ended (TESTING.md, fixed
  * problem 291); with the poll and select waits, whose interrupt's
- * descriptor was closed, likewise (fixed problem 293).  Engines that hold
+ * descriptor was closed, likewise (fixed problem 293); with the readiness
+ * provider's epoll wait, whose instance was closed, likewise (fixed
+ * problem 308), where the reads must get their data.  Engines that hold
  * no descriptor: skipped.
  */
 static void engine_descriptors_closed_behind_loop_runs(void **state)
@@ -2612,28 +2615,22 @@ static void engine_descriptors_closed_behind_loop_runs(void **state)
 	if (h_rec_done(rd))
 		assert_int_not_equal(rd->c.error, 0);
 
-	/* Its data comes: the read ends once, served or failed.  A read
-	 * that the readiness provider's epoll wait serves (the teams that
-	 * give it sockets too) is never served nor ended once that wait's
-	 * epoll instance is closed: a known problem (TESTING.md), checked
-	 * for the rest and then skipped there. */
+	/* Its data comes: the read ends once, served or failed; served,
+	 * where the readiness provider's epoll wait has it (the teams that
+	 * give it sockets too), since that wait makes a new instance. */
 	bool readiness = read_served_by_epoll_wait();
 	assert_int_equal(write(a[0], "ping", 4), 4);
 	dl = h_deadline(5000);
 	while (!h_rec_done(rd) && h_now_ms() < dl)
 		(void)px_handle_events(b, 10);
-	if (!h_rec_done(rd) && readiness) {
-		destroy_within(b, "after its engine's descriptors were closed");
-		expect_once(rd, PX_OP_READ_STREAM, a[1], ECANCELED,
-			    "the pending read, ended by px_destroy");
-		printf("# known problem: the read was not served within 5 s of "
-		       "its data (engine '%s')\n", h_engine_text);
-		skip();
-	}
 	if (!h_rec_done(rd))
 		fail_msg("a read pending when its engine's descriptors were "
 			 "closed did not end within 5 s of its data (engine '%s')",
 			 h_engine_text);
+	if (readiness && rd->c.error != 0)
+		fail_msg("the readiness wait failed a read on an open socket with "
+			 "error %d once its epoll instance was closed (engine '%s')",
+			 rd->c.error, h_engine_text);
 	if (rd->c.error == 0) {
 		assert_int_equal(rd->c.bytes, 4);
 		assert_memory_equal(in, "ping", 4);
@@ -2653,6 +2650,13 @@ static void engine_descriptors_closed_behind_loop_runs(void **state)
 			assert_int_equal(rd2->c.bytes, 4);
 			assert_memory_equal(in2, "pong", 4);
 		}
+		if (readiness && rd2->c.error != 0)
+			fail_msg("a read started after the close failed with "
+				 "error %d (engine '%s')", rd2->c.error,
+				 h_engine_text);
+	} else if (readiness) {
+		fail_msg("a read started after the close was refused with %d "
+			 "(engine '%s')", rc, h_engine_text);
 	}
 	destroy_within(b, "after its engine's descriptors were closed");
 	expect_once(rd, PX_OP_READ_STREAM, a[1], rd->c.error, "the pending read");
@@ -2701,7 +2705,8 @@ static void count_sigpipe(int sig)
  * The pipe interrupt's write to a pipe whose read end was closed raised
  * SIGPIPE, whose default action ends the process, in the thread that
  * posted (TESTING.md, fixed problem 292).  Where the readiness epoll
- * wait serves the read, the read is not checked (known problems).  Engines that
+ * wait serves the read, the read must get its data (fixed problem 308:
+ * with the wait's instance closed it waited for good).  Engines that
  * hold no descriptor: skipped.
  */
 static void engine_descriptor_closed_alone(void **state)
@@ -2764,11 +2769,9 @@ static void engine_descriptor_closed_alone(void **state)
 			h_sleep_ms(2);
 		int got = atomic_load(&posts);
 		assert_int_equal(write(a[0], "ping", 4), 4);
-		if (!readiness) {
-			dl = h_deadline(5000);
-			while (!h_rec_done(rd) && h_now_ms() < dl)
-				h_sleep_ms(2);
-		}
+		dl = h_deadline(5000);
+		while (!h_rec_done(rd) && h_now_ms() < dl)
+			h_sleep_ms(2);
 		atomic_store(&lb.stop, 1);
 		(void)px_post(b, count_post, &posts);
 		pthread_join(th, NULL);
@@ -2779,10 +2782,14 @@ static void engine_descriptor_closed_alone(void **state)
 		if (atomic_load(&sigpipes))
 			fail_msg("SIGPIPE raised with the engine's descriptor %d (%s) "
 				 "closed (engine '%s')", fd, t, h_engine_text);
-		if (!readiness && !h_rec_done(rd))
+		if (!h_rec_done(rd))
 			fail_msg("a read did not end within 5 s of its data with the "
 				 "engine's descriptor %d (%s) closed (engine '%s')",
 				 fd, t, h_engine_text);
+		if (readiness && rd->c.error != 0)
+			fail_msg("the readiness wait failed a read on an open socket "
+				 "with error %d, its descriptor %d (%s) closed "
+				 "(engine '%s')", rd->c.error, fd, t, h_engine_text);
 		destroy_within(b, "after one of its engine's descriptors was closed");
 		if (atomic_load(&rd->calls) != 1)
 			fail_msg("the read: %d callbacks, expected one (descriptor "
@@ -2793,6 +2800,124 @@ static void engine_descriptor_closed_alone(void **state)
 		}
 	}
 	assert_int_equal(sigaction(SIGPIPE, &old, NULL), 0);
+	h_assert_usable(f);
+}
+
+/*
+ * The readiness provider's epoll instance replaced behind the library's
+ * back with dup2(2) (an application's file under its number at once),
+ * a loop thread waiting in it with a read pending: the wait's next
+ * epoll_pwait says EINVAL, the provider makes a new instance, and the
+ * pending read and one started afterwards both get their data within
+ * 5 s; within 2 s the number is no longer refused as the library's (the
+ * wait in progress at the dup2 keeps the old instance until it ends, and
+ * only the next one finds out: a read waits on another socket meanwhile,
+ * so that a shared leader goes on waiting; a read on the number,
+ * /dev/null now, ends with 0 bytes), and px_destroy leaves the
+ * application's file under it open.  Before (fixed problem 308) the reads
+ * waited for good.  Engines whose socket reads another wait serves, or
+ * with more than one epoll instance of their own: skipped.
+ */
+static void readiness_epoll_replaced_by_dup2(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	int nb = list_fds(before, OWN_MAX), ep = -1, neps = 0;
+	px_proactor *b = NULL;
+	char err[256] = "", t[128];
+
+	if (!read_served_by_epoll_wait())
+		skip();
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++) {
+		if (in_list(before, nb, after[i]) || in_list(f->fds, f->nfds, after[i]))
+			continue;
+		fd_target(after[i], t, sizeof t);
+		if (strstr(t, "eventpoll")) {
+			ep = after[i];
+			neps++;
+		}
+	}
+	if (neps != 1) {
+		assert_int_equal(px_destroy(b), 0);
+		printf("# %d epoll instances of the engine's own: not staged\n",
+		       neps);
+		skip();
+	}
+	int a[2], c[2];
+	h_socketpair(f, a);
+	h_socketpair(f, c);
+	char *in = h_alloc(f, 16), *in2 = h_alloc(f, 16), *in3 = h_alloc(f, 16);
+	char *in4 = h_alloc(f, 16);
+	h_rec *rd = h_rec_new(f), *rd2 = h_rec_new(f), *rd3 = h_rec_new(f);
+	h_rec *rd4 = h_rec_new(f);
+	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	assert_int_equal(px_read_stream(b, c[1], in4, 16, h_rec_cb, rd4), 0);
+	loop_once lb = { .px = b };
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, loop_500, &lb), 0);
+	leader_settled(b);
+	int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	assert_true(null >= 0);
+	assert_int_equal(dup2(null, ep), ep);
+	assert_int_equal(close(null), 0);
+	assert_int_equal(write(a[0], "ping", 4), 4);
+	uint64_t dl = h_deadline(5000);
+	while (!h_rec_done(rd) && h_now_ms() < dl)
+		h_sleep_ms(2);
+	int rc2 = -1, rc3 = -1;
+	if (h_rec_done(rd)) {
+		assert_int_equal(write(a[0], "pong", 4), 4);
+		rc2 = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
+		dl = h_deadline(5000);
+		while (rc2 == 0 && !h_rec_done(rd2) && h_now_ms() < dl)
+			h_sleep_ms(2);
+		dl = h_deadline(2000);
+		while ((rc3 = px_read_stream(b, ep, in3, 16, h_rec_cb, rd3)) ==
+		       -EBADF && h_now_ms() < dl)
+			h_sleep_ms(5);
+		dl = h_deadline(5000);
+		while (rc3 == 0 && !h_rec_done(rd3) && h_now_ms() < dl)
+			h_sleep_ms(2);
+	}
+	atomic_store(&lb.stop, 1);
+	atomic_int posts = 0;
+	(void)px_post(b, count_post, &posts);
+	pthread_join(th, NULL);
+	if (!h_rec_done(rd))
+		fail_msg("a read pending when the epoll instance %d was replaced "
+			 "did not end within 5 s of its data (engine '%s')", ep,
+			 h_engine_text);
+	assert_int_equal(rd->c.error, 0);
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+	assert_int_equal(rc2, 0);
+	if (!h_rec_done(rd2))
+		fail_msg("a read started after the replacement did not end "
+			 "within 5 s of its data (engine '%s')", h_engine_text);
+	assert_int_equal(rd2->c.error, 0);
+	assert_int_equal(rd2->c.bytes, 4);
+	assert_memory_equal(in2, "pong", 4);
+	if (rc3 != 0)
+		fail_msg("a read on the number %d, the application's /dev/null "
+			 "now, was refused with %d for 2 s", ep, rc3);
+	if (!h_rec_done(rd3))
+		fail_msg("the read of /dev/null did not end within 5 s");
+	assert_int_equal(rd3->c.error, 0);
+	assert_int_equal(rd3->c.bytes, 0);
+	destroy_within(b, "after its epoll instance was replaced");
+	expect_once(rd, PX_OP_READ_STREAM, a[1], 0, "the pending read");
+	expect_once(rd2, PX_OP_READ_STREAM, a[1], 0, "the later read");
+	expect_once(rd3, PX_OP_READ_STREAM, ep, 0, "the read of /dev/null");
+	expect_once(rd4, PX_OP_READ_STREAM, c[1], ECANCELED,
+		    "the read left for px_destroy");
+	if (!fd_open(ep))
+		fail_msg("px_destroy closed the application's file under %d", ep);
+	fd_target(ep, t, sizeof t);
+	assert_string_equal(t, "/dev/null");
+	assert_int_equal(close(ep), 0);
 	h_assert_usable(f);
 }
 
@@ -3297,6 +3422,7 @@ int main(int argc, char **argv)
 		T(engine_descriptors_closed_behind_then_destroy),
 		T(engine_descriptors_closed_behind_loop_runs),
 		T(engine_descriptor_closed_alone),
+		T(readiness_epoll_replaced_by_dup2),
 		T(engine_descriptors_closed_after_file_reads),
 		T(aiocb_eventfd_closed_under_its_read_then_destroy),
 		T(engine_descriptor_closed_under_blocked_wait),

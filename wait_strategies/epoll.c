@@ -40,7 +40,21 @@
  * still report the file's events under the old number, which the
  * callers treat as a spurious wake-up.  Regular files cannot be
  * registered: set() fails with -EPERM.
+ *
+ * The instance closed behind the library's back (an application's
+ * close(2) of the number; px_close refuses it, close(2) cannot).  A wait
+ * already inside epoll_pwait keeps the instance alive and goes on; the
+ * next one fails with EBADF, or EINVAL once the number names another
+ * file, and so does every epoll_ctl.  Before, the readiness provider's
+ * stream operations then waited for good.  The edge poller marks itself
+ * broken (px_poller.broken) when its wait, or an epoll_ctl whose target is
+ * open, fails that way, and the provider's leader has rebuild() make a
+ * new instance after its wait and registers again what it watches
+ * (providers/select.c, sel_rebuilt).  The old number is dropped from the
+ * record of the library's descriptors without a close: it is not ours
+ * any more, and may be the application's next file.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -117,6 +131,36 @@ static void ep_remove(px_poller *pl, px_poll_reg *reg)
 /* Edge registration: both directions, hang-ups, once. */
 #define EP_EDGE_EVENTS (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET)
 
+/* An epoll_ctl of the edge poller failed with err: was it the instance
+ * that failed, closed behind the library's back, rather than the target?
+ * EINVAL says the number is no epoll instance any more (closed and taken
+ * by another file); EBADF may be either number's, so the instance is
+ * asked.  If so, the poller is marked broken and its leader woken to
+ * make a new one; returns true.  Under the caller's lock; costs nothing
+ * unless epoll_ctl failed. */
+static bool ep_broken(px_poller *pl, int err)
+{
+	struct ep *w = ep_of(pl);
+
+	if (err != EINVAL &&
+	    (err != EBADF || fcntl(w->epfd, F_GETFD) >= 0 || errno != EBADF))
+		return false;
+	if (!atomic_exchange_explicit(&pl->broken, true, memory_order_relaxed))
+		pl->intr->ops->interrupt(pl->intr);
+	return true;
+}
+
+/* A registration refused because the instance is gone (ep_broken): fine
+ * for now if the target is open, as the rebuild registers it again;
+ * -EBADF if it is not.  Else -err, as before. */
+static int ep_edge_failed(px_poller *pl, px_poll_reg *reg, int err)
+{
+	reg->armed = 0;
+	if (!ep_broken(pl, err))
+		return -err;
+	return fcntl(reg->fd, F_GETFD) < 0 ? -EBADF : 0;
+}
+
 static int ep_edge_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 {
 	struct ep *w = ep_of(pl);
@@ -126,7 +170,7 @@ static int ep_edge_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 	if (reg->armed)
 		return 0;
 	if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, reg->fd, &ev) < 0 && errno != EEXIST)
-		return -errno;
+		return ep_edge_failed(pl, reg, errno);
 	reg->armed = PX_POLL_IN | PX_POLL_OUT;
 	return 0;
 }
@@ -154,10 +198,8 @@ static int ep_edge_refresh(px_poller *pl, px_poll_reg *reg)
 			       reg->fd, &ev);
 	/* EEXIST from the ADD after a MOD said ENOENT: another thread's
 	 * ADD came between the two; it is registered, which is all we want. */
-	if (rc < 0 && errno != EEXIST) {
-		reg->armed = 0;
-		return -errno;
-	}
+	if (rc < 0 && errno != EEXIST)
+		return ep_edge_failed(pl, reg, errno);
 	reg->armed = PX_POLL_IN | PX_POLL_OUT;
 	return 0;
 }
@@ -179,6 +221,12 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 	 * problem 256).  One relaxed load on the healthy path. */
 	if (atomic_load_explicit(&pl->intr->gone, memory_order_relaxed))
 		timeout_ms = px__cap_ms(timeout_ms, PX_NO_WAKE_MS);
+	/* The instance is gone (see the top): waiting on the number again
+	 * would fail at once, or wait on whatever file it names now. */
+	if (atomic_load_explicit(&pl->broken, memory_order_relaxed)) {
+		w->nev = w->pos = 0;
+		return -EBADF;
+	}
 	n = px__sys_epoll_pwait(w->epfd, w->ev, EP_BATCH, timeout_ms,
 				pl->intr->wait_mask);
 	if (n < 0) {
@@ -186,6 +234,13 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 
 		w->nev = w->pos = 0;
 		px_poller_wait_failed(pl, err);
+		/* EBADF, or EINVAL (the number names another file now): the
+		 * instance was closed behind our back.  Only the edge poller
+		 * can be rebuilt (its provider, the readiness one, asks). */
+		if ((err == EBADF || err == EINVAL) &&
+		    (pl->flags & PX_POLLER_EDGE))
+			atomic_store_explicit(&pl->broken, true,
+					      memory_order_relaxed);
 		return -err;
 	}
 	w->nev = n;
@@ -231,9 +286,53 @@ static void ep_destroy(px_poller *pl)
 {
 	struct ep *w = ep_of(pl);
 
-	if (w->epfd >= 0)
+	if (w->epfd < 0)
+		;
+	else if (atomic_load_explicit(&pl->broken, memory_order_relaxed))
+		px__own_fd_drop(w->epfd);   /* not ours any more */
+	else
 		px__own_close(w->epfd);
 	free(w);
+}
+
+/* Register the interrupt's descriptor (if it has one) with the instance. */
+static int ep_add_intr(struct ep *w, px_intr *in)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EP_INTR_KEY };
+
+	if (in->fd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, in->fd, &ev) == 0)
+		return 0;
+	return -errno;
+}
+
+/* poller.h: a new instance for one closed behind our back (see the top).
+ * What the old one watched the caller registers again; the watch of
+ * another processor's descriptor is made again by the next ep_watch. */
+static int ep_rebuild(px_poller *pl)
+{
+	struct ep *w = ep_of(pl);
+	int fd;
+
+	if (!atomic_load_explicit(&pl->broken, memory_order_relaxed))
+		return 0;
+	fd = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
+	if (fd < 0)
+		return -errno;
+	/* (The new instance may well have the old number, the lowest free
+	 * one: then it stays in the record.) */
+	if (fd != w->epfd)
+		px__own_fd_drop(w->epfd);
+	w->epfd = fd;
+	w->nev = w->pos = 0;
+	w->watch_fd = -1;
+	w->watch_armed = false;
+	/* An interrupt descriptor closed too cannot be watched: the waits
+	 * bound themselves as for px_intr.gone. */
+	if (ep_add_intr(w, pl->intr) < 0)
+		atomic_store_explicit(&pl->intr->gone, true,
+				      memory_order_relaxed);
+	atomic_store_explicit(&pl->broken, false, memory_order_relaxed);
+	return 1;
 }
 
 /* Readable while events (or the interrupt) wait in the ready list. */
@@ -301,6 +400,7 @@ static const px_poller_ops ep_edge_ops = {
 	.refresh = ep_edge_refresh,   /* MOD or ADD, the other on failure */
 	.ready_fd = ep_ready_fd,
 	.watch = ep_watch,
+	.rebuild = ep_rebuild,        /* a new instance for a closed one */
 };
 
 static int ep_create(px_intr *in, bool edge, px_poller **out)
@@ -320,15 +420,9 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 		rc = -errno;
 		goto fail;
 	}
-	if (in->fd >= 0) {
-		struct epoll_event ev = { .events = EPOLLIN,
-					  .data.u64 = EP_INTR_KEY };
-
-		if (epoll_ctl(w->epfd, EPOLL_CTL_ADD, in->fd, &ev) < 0) {
-			rc = -errno;
-			goto fail;
-		}
-	}
+	rc = ep_add_intr(w, in);
+	if (rc < 0)
+		goto fail;
 	*out = &w->base;
 	return 0;
 fail:

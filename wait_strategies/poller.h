@@ -135,6 +135,14 @@ typedef struct px_poller_ops {
 	 * the caller bounds the wait anyway (the dispatcher's
 	 * disp_lone_lead). */
 	void (*watch)(px_poller *pl, int fd);
+	/* Optional (edge epoll): after px_poller.broken was set, make a new
+	 * kernel object that watches the interrupt alone.  Leader, under the
+	 * caller's lock, after its wait.  Returns 1 when it made one: no
+	 * registration of before is in it, so the caller registers again
+	 * whatever it still watches (reg->armed means nothing until then);
+	 * 0 when nothing was broken; -errno when no new object could be made
+	 * (the waits go on failing with -EBADF: try again after the next). */
+	int (*rebuild)(px_poller *pl);
 } px_poller_ops;
 
 struct px_poller {
@@ -143,6 +151,12 @@ struct px_poller {
 	unsigned flags;     /* PX_POLLER_* */
 	int fd_limit;       /* descriptors >= this cannot be watched */
 	bool fired;         /* the last wait saw the interrupt, not yet drained */
+	/* The kernel object the waits use (the epoll instance) was closed
+	 * behind the library's back with close(2), as a wait or a
+	 * registration found out; see rebuild.  Set by the leader's wait
+	 * without the lock and by registrations under it, cleared by rebuild
+	 * under it: atomic, relaxed. */
+	atomic_bool broken;
 };
 
 /* Build a poller that watches in->fd (if any) and waits with
