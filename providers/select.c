@@ -998,13 +998,20 @@ static int sel_start(px_provider *p, px_result *r)
 	if (fd < 0)
 		return -EBADF;
 	if (r->c.op == PX_OP_READ_FILE || r->c.op == PX_OP_WRITE_FILE) {
-		/* r is on no list yet, so nothing else can reach it: the
-		 * disk wait needs no claim and no mutex. */
+		/* r is on no queue of this provider, so no event reaches it:
+		 * the disk wait needs no claim.  But px_cancel finds it on
+		 * the processor's starting list, and must not return while
+		 * the call is under way (the application may close fd then,
+		 * and a number reused before a deferred start's pread(2)
+		 * got there would be read or written in its place): it is a
+		 * call as the socket ones are, which px_cancel waits for. */
+		px_call_begin(r);
 		if (sel->base.lock)
 			pthread_mutex_unlock(sel->base.lock);
 		px__nbio_file_io(r);
 		if (sel->base.lock)
 			pthread_mutex_lock(sel->base.lock);
+		px_call_end(r);
 		if (r->c.error == EBADF && sel_fd_closed(fd))
 			return -EBADF;
 		return PX_START_DONE;

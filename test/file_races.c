@@ -10,6 +10,8 @@
  *    offsets across 4 GiB on a sparse file (no 32-bit truncation), and
  *    offsets beyond what an off_t holds (EINVAL, the file position of the
  *    descriptor neither used nor moved);
+ *  - px_cancel waiting for a readiness engine's pread held in the kernel
+ *    (userfaultfd);
  *  - px_cancel racing file operations, px_close with them pending (also
  *    from one of their callbacks), px_destroy with hundreds pending, and
  *    close(2) behind the library's back: each completes exactly once, a
@@ -41,6 +43,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -48,13 +51,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <linux/userfaultfd.h>
 
 #include "harness.h"
 
@@ -3169,6 +3175,139 @@ static void file_size_limit_no_sigxfsz(void **state)
 			 "(its message above)", WEXITSTATUS(st));
 }
 
+/*
+ * px_cancel(3): "when px_cancel() returns, no thread of the proactor is
+ * inside a system call on fd for one of the cancelled operations", so the
+ * application may close fd and let the number be reused.  The readiness
+ * engines make a file read or write inside its start, with the mutex
+ * released (or in the leader, for a deferred one), and did not mark it as
+ * a call under way: px_cancel returned while the pread(2) still ran, and
+ * a leader about to make a deferred one would have made it on whatever
+ * file got the number next.  Here the pread of /dev/zero is held in the
+ * kernel for as long as the test likes: its buffer is a page that
+ * userfaultfd(2) reports missing, and the read's copy waits for the test
+ * to fill it.  Once the fault shows the read inside the call, another
+ * thread cancels; px_cancel must not return before the page is given.
+ * Only where a thread of the proactor makes the call (the readiness
+ * provider); io_uring, Linux AIO and POSIX AIO perform file requests in
+ * the kernel or in glibc's helpers (px_cancel(3) names their exceptions).
+ */
+typedef struct cw_arg {
+	h_fx *f;
+	int fd;
+	void *buf;
+	size_t len;
+	atomic_int rc;
+	atomic_int calls;
+	atomic_int error;
+	atomic_int cancel_rc;
+	atomic_int cancel_back;
+} cw_arg;
+
+static void cw_cb(const px_completion *c)
+{
+	cw_arg *a = c->user;
+	atomic_store(&a->error, c->error);
+	atomic_fetch_add(&a->calls, 1);
+}
+
+static void *cw_start(void *arg)
+{
+	cw_arg *a = arg;
+	atomic_store(&a->rc, px_read_file(a->f->px, a->fd, a->buf, a->len, 0,
+					  cw_cb, a));
+	return NULL;
+}
+
+static void *cw_cancel(void *arg)
+{
+	cw_arg *a = arg;
+	atomic_store(&a->cancel_rc, px_cancel(a->f->px, a->fd));
+	atomic_store(&a->cancel_back, 1);
+	return NULL;
+}
+
+static void file_cancel_waits_for_call(void **state)
+{
+	h_fx *f = *state;
+	char prov[PX_NAME_MAX];
+	proc_of(f, PX_OP_READ_FILE, prov, sizeof prov, NULL);
+	if (strcmp(prov, "select") != 0) {
+		print_message("file operations go to provider=%s, which performs "
+			      "them in the kernel or in glibc's helpers: not "
+			      "run\n", prov);
+		skip();
+	}
+	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	struct uffdio_api api = { .api = UFFD_API };
+	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0) {
+		print_message("no userfaultfd here (%s): not run\n",
+			      strerror(errno));
+		if (uffd >= 0)
+			close(uffd);
+		skip();
+	}
+	h_track(f, uffd);
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *buf = mmap(NULL, page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(buf != MAP_FAILED);
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)buf, .len = page },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+		print_message("userfaultfd refuses the page (%s): not run\n",
+			      strerror(errno));
+		munmap(buf, page);
+		skip();
+	}
+	cw_arg a = { .f = f, .buf = buf, .len = page };
+	a.fd = open_tracked(f, "/dev/zero", O_RDONLY);
+	atomic_store(&a.rc, 1);
+	/* A loop thread, which makes the read itself where the start is
+	 * deferred (start=leader): a leader's call must be waited for too. */
+	h_loops_start(f, 1, false);
+	pthread_t th, tc;
+	assert_int_equal(pthread_create(&th, NULL, cw_start, &a), 0);
+	/* The read's copy into the page faults: a thread is in pread. */
+	struct pollfd pf = { .fd = uffd, .events = POLLIN };
+	if (poll(&pf, 1, 5000) != 1)
+		fail_msg("the read's fault never came (engine '%s')",
+			 h_engine_text);
+	struct uffd_msg msg;
+	assert_int_equal(read(uffd, &msg, sizeof msg), (ssize_t)sizeof msg);
+	assert_int_equal(msg.event, UFFD_EVENT_PAGEFAULT);
+	assert_int_equal(pthread_create(&tc, NULL, cw_cancel, &a), 0);
+	/* px_cancel may not come back while the read is held. */
+	uint64_t dl = h_deadline(300);
+	while (h_now_ms() < dl && !atomic_load(&a.cancel_back))
+		h_sleep_ms(1);
+	bool early = atomic_load(&a.cancel_back);
+	struct uffdio_zeropage zp = {
+		.range = { .start = (uintptr_t)buf, .len = page },
+	};
+	assert_int_equal(ioctl(uffd, UFFDIO_ZEROPAGE, &zp), 0);
+	pthread_join(th, NULL);
+	pthread_join(tc, NULL);
+	if (early)
+		fail_msg("px_cancel returned %d while the cancelled read was "
+			 "still inside its pread(2) (engine '%s')",
+			 atomic_load(&a.cancel_rc), h_engine_text);
+	assert_int_equal(atomic_load(&a.rc), 0);
+	assert_int_equal(atomic_load(&a.cancel_rc), 1);
+	if (!h_wait_at_least(&a.calls, 1, 5000))
+		fail_msg("the held read's callback never ran (engine '%s')",
+			 h_engine_text);
+	h_sleep_ms(20);
+	h_loops_stop();
+	assert_int_equal(atomic_load(&a.calls), 1);
+	/* It finished before the cancel could take effect: its bytes. */
+	assert_int_equal(atomic_load(&a.error), 0);
+	h_close(f, a.fd);
+	munmap(buf, page);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -3205,6 +3344,7 @@ int main(int argc, char **argv)
 		T(file_huge_lengths),
 		T(file_truncated_under_reads),
 		T(file_size_limit_no_sigxfsz),
+		T(file_cancel_waits_for_call),
 	};
 	return cmocka_run_group_tests_name("file_races", tests, NULL, NULL) ? 1
 									     : 0;
