@@ -281,6 +281,9 @@ struct la_priv {
 	                       earlier one to the same bytes */
 	int sync_err;       /* LA_SUBMIT_DONE: the call's result (errno) */
 	size_t sync_bytes;  /* ... and the bytes it moved */
+	unsigned gen;       /* the batch that last claimed its iocb */
+	bool subwait;       /* on u->subwaiters (la_subwait) */
+	px_link sublink;
 };
 
 static struct la_priv *la_priv(px_result *r)
@@ -600,6 +603,67 @@ static void la_wake_leader(px_laio *u)
 		u->wait.intr->ops->interrupt(u->wait.intr);
 }
 
+/*
+ * A cancelled operation whose iocb a batch holds that io_submit has not
+ * taken yet.  The kernel looks the iocb's descriptor number up when
+ * io_submit comes to it, so a close of the number and a new file opened
+ * under it before then would get the operation: a cancelled write went
+ * into the new file (TESTING.md, fixed problem 301).  px_cancel(3)
+ * promises that the application may close the number once it returns:
+ * so r counts as a call under way (px_call_begin, which px_cancel waits
+ * for) until its batch has been through io_submit (la_subwait_release)
+ * or r has ended (la_complete).  Mutex held.
+ */
+static void la_subwait(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+
+	pr->subwait = true;
+	px_list_push_back(&u->subwaiters, &pr->sublink);
+	px_call_begin(r);
+}
+
+static void la_subwait_end(px_laio *u, px_result *r)
+{
+	struct la_priv *pr = la_priv(r);
+
+	px_list_remove(&u->subwaiters, &pr->sublink);
+	pr->subwait = false;
+	px_call_end(r);
+}
+
+static void la_subwait_release(px_laio *u, unsigned gen)
+{
+	px_link *l, *next;
+
+	for (l = px_list_first(&u->subwaiters); l; l = next) {
+		struct la_priv *pr = px_container_of(l, struct la_priv, sublink);
+		next = px_list_next(&u->subwaiters, l);
+		if (pr->gen == gen)
+			la_subwait_end(u, (px_result *)(void *)((char *)pr -
+								PX_RESULT_HDR));
+	}
+}
+
+/* Is r's iocb in a batch that io_submit has not taken yet?  The leader's
+ * batch is submitted without the mutex: this side notes that it waits
+ * before it looks, and the leader, after its io_submit, notes that it
+ * is done before it looks for a waiter (px__laio_submit_leader), so one
+ * of the two sees the other. */
+static bool la_unsubmitted(px_laio *u, const struct la_priv *pr)
+{
+	if (!pr->gen)
+		return false;
+	for (px_link *l = px_list_first(&u->kicks); l;
+	     l = px_list_next(&u->kicks, l))
+		if (px_container_of(l, px_laio_kick, link)->gen == pr->gen)
+			return true;
+	if (!u->lb.n || pr->gen != u->lb_gen)
+		return false;
+	atomic_store(&u->lb_waiter, true);
+	return atomic_load(&u->lb_unsub);
+}
+
 /* r is finished (outputs set): forget it, let the next operation of its
  * descriptor and direction go, and hand r out (deliver) or leave that to
  * the caller (a cancel answering PX_CANCEL_DONE). */
@@ -612,6 +676,8 @@ static void la_complete(px_laio *u, px_result *r, bool deliver)
 	if (r->c.op == PX_OP_WRITE_FILE)
 		la_fwrite_done(u, r);
 	la_unlist(u, r);
+	if (pr->subwait)
+		la_subwait_end(u, r);
 	if (px_link_linked(&pr->wlink))
 		px_list_remove(&u->writers, &pr->wlink);
 	pr->phase = LA_IDLE;
@@ -984,7 +1050,8 @@ static void la_spill_watch(px_laio *u, struct iocb **v, unsigned *n)
  * and the spill set's watch when it must go too (so max >= 2).  Polls past
  * u->poll_cap go to the spill set instead, and so do all of them with the
  * epoll wait (u->spill_all). */
-static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
+static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max,
+			 unsigned gen)
 {
 	unsigned n = 0;
 	px_link *l;
@@ -1015,6 +1082,7 @@ static unsigned la_claim(px_laio *u, struct iocb **v, unsigned max)
 		u->files_inkernel += pr->phase == LA_OP;
 		if (!u->use_resfd)  /* (issued before the provider died) */
 			pr->cb.u.c.flags &= ~LA_IOCB_RESFD;
+		pr->gen = gen;
 		v[n++] = &pr->cb;
 	}
 	la_spill_watch(u, v, &n);
@@ -1228,19 +1296,31 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 		px__laio_check_own(u);
 }
 
+/* A new batch's generation (never 0, which no batch has). */
+static unsigned la_next_gen(px_laio *u)
+{
+	if (!++u->batch_gen)
+		u->batch_gen = 1;
+	return u->batch_gen;
+}
+
 /* A start while the leader is blocked in the kernel: nobody else would
  * submit for a while, so this thread does, without the mutex. */
 static void la_kick(px_laio *u)
 {
 	struct iocb *v[LA_KICK_MAX];
 	int err[LA_KICK_MAX];
-	unsigned n = la_claim(u, v, LA_KICK_MAX);
+	px_laio_kick k = { .gen = la_next_gen(u) };
+	unsigned n = la_claim(u, v, LA_KICK_MAX, k.gen);
 
 	if (n) {
 		u->submitting++;
+		px_list_push_back(&u->kicks, &k.link);
 		pthread_mutex_unlock(u->prov.lock);
 		la_submit(u, v, err, n);
 		pthread_mutex_lock(u->prov.lock);
+		px_list_remove(&u->kicks, &k.link);
+		la_subwait_release(u, k.gen);
 		la_settle(u, v, err, n);
 	}
 	/* The leader must come back for: results finished here (a failed
@@ -1425,10 +1505,14 @@ int px__laio_prepare(px_laio *u, bool with_intr)
 	u->watch_want = false;
 	la_release_held(u);
 	la_writers_retry(u);
-	n += la_claim(u, u->lb.v + n, u->depth + 1);
+	u->lb_gen = la_next_gen(u);
+	n += la_claim(u, u->lb.v + n, u->depth + 1, u->lb_gen);
 	u->lb.n = n;
-	if (n)
+	if (n) {
 		u->submitting++;
+		atomic_store(&u->lb_waiter, false);
+		atomic_store(&u->lb_unsub, true);
+	}
 	u->skip_wait = !px_list_empty(&u->done) || u->nclaimed;
 	u->leader_waiting = true;
 	/* Keep the device's queue full: with files in the kernel, a wait
@@ -1450,8 +1534,17 @@ int px__laio_submit_leader(px_laio *u, int timeout_ms)
 {
 	bool again = false;
 
-	if (u->lb.n)
+	if (u->lb.n) {
 		again = la_submit(u, u->lb.v, u->lb.err, u->lb.n);
+		/* Every number of the batch has been looked up: a cancel
+		 * that waits for that (la_unsubmitted) may return. */
+		atomic_store(&u->lb_unsub, false);
+		if (atomic_load(&u->lb_waiter)) {
+			pthread_mutex_lock(u->prov.lock);
+			la_subwait_release(u, u->lb_gen);
+			pthread_mutex_unlock(u->prov.lock);
+		}
+	}
 	for (unsigned i = 0; i < u->lb.n; i++) {
 		if (!u->lb.err[i] || u->lb.err[i] == EAGAIN)
 			continue;
@@ -1625,6 +1718,8 @@ px_result *px__laio_next_completed(px_laio *u)
 
 	u->leader_waiting = false;
 	if (u->lb.n) {
+		atomic_store(&u->lb_unsub, false);
+		la_subwait_release(u, u->lb_gen);
 		la_settle(u, u->lb.v, u->lb.err, u->lb.n);
 		u->lb.n = 0;
 	}
@@ -1797,7 +1892,13 @@ static int la_start(px_provider *p, px_result *r)
 	}
 	if (u->leader_waiting) {
 		pr->in_start = true;
+		/* r is on the processor's starting list, where a px_cancel
+		 * only marks it: it waits for this call like any other, so
+		 * that it returns only once the batch holding r's iocb has
+		 * been through io_submit (la_subwait). */
+		px_call_begin(r);
 		la_kick(u);
+		px_call_end(r);
 		pr->in_start = false;
 		if (pr->early)
 			return PX_START_DONE;
@@ -1830,6 +1931,8 @@ static int la_cancel(px_provider *p, px_result *r)
 		return PX_CANCEL_DONE;
 	}
 	pr->cancel_req = true;
+	if (la_unsubmitted(u, pr))
+		la_subwait(u, r);
 	if (pr->phase == LA_POLL) {
 		/* EINPROGRESS: the poll's event comes through the ring.
 		 * EINVAL: it is not in the kernel's list, because its event
@@ -1990,6 +2093,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	px_list_init(&u->pending);
 	px_list_init(&u->done);
 	px_list_init(&u->recancel);
+	px_list_init(&u->kicks);
+	px_list_init(&u->subwaiters);
 	px_list_init(&u->held);
 	u->held_ms = -1;
 	px_list_init(&u->writers);

@@ -39,6 +39,12 @@ typedef struct px_laio_batch {
 	unsigned n;
 } px_laio_batch;
 
+/* A batch that la_kick submits (on px_laio.kicks meanwhile). */
+typedef struct px_laio_kick {
+	px_link link;
+	unsigned gen;
+} px_laio_kick;
+
 /* A cancelled poll left to the kernel (la_orphan in linux_aio.c): its
  * record, and the tag in its iocb's data. */
 typedef struct px_laio_orphan {
@@ -154,6 +160,23 @@ typedef struct px_laio {
 	/* The poller's wait said EBADF: written by the leader without the
 	 * mutex, read by any thread with it (px__laio_check_own). */
 	atomic_bool pl_failed;
+
+	/* Batches claimed and not yet through io_submit, which looks each
+	 * iocb's descriptor number up only when it comes to it: la_kick's
+	 * (px_laio_kick, on the list while the kicking thread submits) and
+	 * the leader's (lb, generation lb_gen, lb_unsub until its io_submit
+	 * has returned).  A cancelled operation whose iocb one of them holds
+	 * waits on subwaiters, marked as a call under way, so that
+	 * px_cancel returns only once the number has been looked up: the
+	 * application may close it then (la_subwait).  lb_unsub and
+	 * lb_waiter are the leader's and a canceller's side of a handshake
+	 * without the mutex: each writes its own, then reads the other's. */
+	unsigned batch_gen;         /* the last batch's generation (not 0) */
+	px_list kicks;
+	px_list subwaiters;
+	unsigned lb_gen;
+	atomic_bool lb_unsub;
+	atomic_bool lb_waiter;
 
 	px_fdq fdq;                 /* per-descriptor queues (px_laio_fd) */
 } px_laio;

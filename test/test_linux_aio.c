@@ -30,6 +30,11 @@
  *   - A read cancelled and then closed by the application, whose cancel's
  *     event comes late (after the check for closed descriptors has found
  *     the number closed), still completes with ECANCELED, not EBADF.
+ *   - A file write cancelled while the batch holding its iocb waits for
+ *     io_submit (held there by the wrapper), on the leader's batch and on
+ *     a start's own: px_cancel returns only once that io_submit has
+ *     looked the number up, so a file the application opens under the
+ *     number afterwards never gets the write (fixed problem 301).
  *   - io_setup's EAGAIN is explained by naming fs.aio-max-nr.
  *   - Two appends to an O_APPEND file land in the order they were
  *     started, the second started while the leader's io_submit of the
@@ -3037,6 +3042,175 @@ static void test_spill_watch_refused(void **state)
 				"processor=dedicated", 0);
 }
 
+/*
+ * px_cancel(3): once px_cancel returns, the application may close the
+ * descriptor.  A file write claimed into a batch whose io_submit has not
+ * yet taken it names its descriptor by number, and the kernel looks the
+ * number up only then.  px_cancel used to return at once for it (the
+ * provider marks it and hands out its result when the batch settles):
+ * the application's close, and a new file opened under the number, came
+ * before that io_submit, and the cancelled write went into the new file.
+ * io_submit is replaced by a wrapper that holds the batch holding the
+ * write on the number; another thread cancels.  px_cancel must not
+ * return before the batch has been submitted.  Where it does, the test
+ * does what the application may do then, and looks at the new file.
+ */
+static atomic_int sw_stage;  /* 0, 1: the write's batch held, 2: go */
+static int sw_fd = -1;
+
+static int sw_submit(io_context_t ctx, long nr, struct iocb **ios)
+{
+	bool target = false;
+
+	for (long i = 0; i < nr; i++)
+		if (ios[i]->aio_lio_opcode == IO_CMD_PWRITE &&
+		    (int)ios[i]->aio_fildes == sw_fd)
+			target = true;
+	if (target && atomic_load(&sw_stage) == 0) {
+		atomic_store(&sw_stage, 1);
+		for (int i = 0; i < 3000 && atomic_load(&sw_stage) != 2; i++)
+			usleep(1000);
+	}
+	return io_submit(ctx, nr, ios);
+}
+
+typedef struct sw_arg {
+	px_proactor *px;
+	int fd;
+	op *o;
+	const char *buf;
+	atomic_int rc, back;
+} sw_arg;
+
+static void *sw_cancel(void *arg)
+{
+	sw_arg *a = arg;
+	atomic_store(&a->rc, px_cancel(a->px, a->fd));
+	atomic_store(&a->back, 1);
+	return NULL;
+}
+
+static void *sw_write(void *arg)
+{
+	sw_arg *a = arg;
+	atomic_store(&a->rc, px_write_file(a->px, a->fd, a->buf, 5, 0, op_cb,
+					   a->o));
+	return NULL;
+}
+
+typedef struct loop_arg {
+	px_proactor *px;
+	atomic_int *stop;
+} loop_arg;
+
+static void *loop_main(void *arg)
+{
+	loop_arg *a = arg;
+	while (!atomic_load(a->stop))
+		px_handle_events(a->px, 10);
+	return NULL;
+}
+
+static void run_cancel_unsubmitted_write(const char *engine, bool loop)
+{
+	char path[64], path2[64];
+	op o;
+	int fd = scratch(0, path, sizeof(path));
+	assert_true(fd >= 0);
+	unlink(path);
+	memset(&o, 0, sizeof(o));
+	atomic_store(&sw_stage, 0);
+	sw_fd = fd;
+	px__laio_io_submit = sw_submit;
+	px_proactor *px = make(engine);
+	pthread_t lt, wt, ct;
+	atomic_int stop = 0;
+	loop_arg la = { px, &stop };
+	if (loop) {
+		assert_int_equal(pthread_create(&lt, NULL, loop_main, &la), 0);
+		usleep(20000);  /* the loop thread goes to its wait */
+	}
+	/* The write from a thread of its own: its start may be the one that
+	 * submits it (the leader is in the kernel), and be held there. */
+	sw_arg w = { .px = px, .fd = fd, .o = &o, .buf = "AAAAA" };
+	assert_int_equal(pthread_create(&wt, NULL, sw_write, &w), 0);
+	for (int i = 0; i < 3000 && atomic_load(&sw_stage) != 1; i++)
+		usleep(1000);
+	assert_int_equal(atomic_load(&sw_stage), 1);
+	sw_arg c = { .px = px, .fd = fd };
+	assert_int_equal(pthread_create(&ct, NULL, sw_cancel, &c), 0);
+	for (int i = 0; i < 300 && !atomic_load(&c.back); i++)
+		usleep(1000);
+	bool early = atomic_load(&c.back);
+	int fd2 = -1;
+	if (early) {
+		/* What the application may do once px_cancel returns: close
+		 * the number, and a new file gets it. */
+		close(fd);
+		fd2 = scratch(0, path2, sizeof(path2));
+		unlink(path2);
+		if (fd2 != fd) {
+			assert_int_equal(dup2(fd2, fd), fd);
+			close(fd2);
+		}
+		fd2 = fd;
+	}
+	atomic_store(&sw_stage, 2);
+	pthread_join(ct, NULL);
+	pthread_join(wt, NULL);
+	assert_int_equal(atomic_load(&w.rc), 0);
+	for (int i = 0; i < 3000 && !atomic_load(&o.calls); i++)
+		if (loop)
+			usleep(1000);
+		else
+			px_handle_events(px, 1);
+	int calls = atomic_load(&o.calls);
+	if (loop) {
+		atomic_store(&stop, 1);
+		pthread_join(lt, NULL);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	px__laio_io_submit = io_submit;
+	sw_fd = -1;
+	if (early) {
+		char got[8] = "";
+		ssize_t n = pread(fd2, got, sizeof(got), 0);
+		close(fd2);
+		fail_msg("px_cancel returned %d while the batch holding the "
+			 "cancelled write was not submitted (engine '%s'); the "
+			 "file opened under the number afterwards holds %zd "
+			 "bytes%s", atomic_load(&c.rc), engine, n,
+			 n > 0 ? ", the cancelled write's" : "");
+	}
+	assert_int_equal(atomic_load(&c.rc), 1);
+	assert_int_equal(calls, 1);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	/* Submitted before px_cancel returned: its own result. */
+	assert_true(o.error == 0 || o.error == ECANCELED);
+	close(fd);
+}
+
+static void test_cancel_unsubmitted_write_shared(void **state)
+{
+	(void)state;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=io_getevents "
+				     "processor=shared", true);
+}
+
+static void test_cancel_unsubmitted_write_dedicated(void **state)
+{
+	(void)state;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=io_getevents "
+				     "processor=dedicated", false);
+}
+
+static void test_cancel_unsubmitted_write_epoll(void **state)
+{
+	(void)state;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=epoll "
+				     "processor=shared", true);
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -3107,6 +3281,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_spill_rearm_fails),
 		cmocka_unit_test(test_spill_changes_refused),
 		cmocka_unit_test(test_spill_watch_refused),
+		cmocka_unit_test(test_cancel_unsubmitted_write_shared),
+		cmocka_unit_test(test_cancel_unsubmitted_write_dedicated),
+		cmocka_unit_test(test_cancel_unsubmitted_write_epoll),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
