@@ -562,7 +562,11 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * send, recv, accept or connect on fd for a cancelled operation: if one
  * was (a readiness engine makes those calls itself, with the proactor's
  * lock released), px_cancel waited for that call to return, which is
- * short because the calls do not block.  So the application may close(2)
+ * short because the calls do not block (a readiness engine's file read
+ * or write, made the same way, lasts as long as the disk takes).  Nor is
+ * a Linux AIO request of fd in a batch whose io_submit has not yet
+ * looked its descriptor up: px_cancel waits for that io_submit.  So the
+ * application may close(2)
  * fd right after px_cancel; the cancelled operations still complete later
  * as described above, and operations started on fd after px_cancel are
  * not covered.  The exception is the POSIX AIO provider: a request that
@@ -571,10 +575,11 @@ PX_API int px_close(px_proactor *px, int fd, px_callback *cb, void *user);
  * the read or write returns: a stream read on a quiet pipe (or socket, with
  * sockets=aio) then never gets ECANCELED, ETIMEDOUT from a deadline, or
  * EBADF after close(2); px_close's cb and px_destroy wait for it, maybe
- * for good.  See README.md, "Engines and configuration".  Likewise Linux
- * AIO performs a file read or write on a descriptor not opened with
- * O_DIRECT inside its io_submit, which px_cancel neither stops nor waits
- * for.  (A file read or write on a pipe, socket or terminal, where that
+ * for good.  See README.md, "Engines and configuration".  Linux AIO
+ * performs a file read or write on a descriptor not opened with O_DIRECT
+ * inside its io_submit, which px_cancel cannot stop: it waits for that
+ * io_submit, and the operation keeps its own result.  (A file read or
+ * write on a pipe, socket or terminal, where that
  * would last until data or room came, fails with ESPIPE on both AIO
  * providers instead, as pread does: px_read_file(3).)
  */
