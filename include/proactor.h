@@ -383,10 +383,11 @@ PX_API int px_stop(px_proactor *px);
  *               or it is a descriptor the library holds for an engine
  *               (an epoll instance, eventfd, pipe, io_uring ring, ...
  *               of any proactor: see px_close).
- *               (uring and linux_aio check a descriptor number only until
- *               they have seen it open, to keep a syscall off every start;
- *               a descriptor closed after it was used there fails with
- *               EBADF in the completion instead.)
+ *               (uring and linux_aio check a descriptor number the first
+ *               time they meet it and after px_close has closed it, to
+ *               keep a syscall off every start; a descriptor closed with
+ *               close(2) after it was used there fails with EBADF in the
+ *               completion instead.)
  *   -EINVAL     px or cb is NULL, or len is 0 where data must move or
  *               over SSIZE_MAX, buf is NULL with a length, only one of
  *               an address and its length is given, or an address
@@ -394,14 +395,18 @@ PX_API int px_stop(px_proactor *px);
  *               struct sockaddr_storage;
  *   -EOPNOTSUPP no processor of this engine does the operation;
  *   -ESHUTDOWN  the proactor is being destroyed or was stopped;
- *   -ENOMEM     no memory for the operation record;
+ *   -ENOMEM     no memory for the operation record or the tables kept
+ *               per descriptor, or the kernel had none to register fd
+ *               with the epoll wait;
+ *   -ENOSPC     the epoll wait could not register fd: the user's
+ *               /proc/sys/fs/epoll/max_user_watches is reached;
  *   -EMFILE     fd is beyond what the wait strategy can watch
  *               (select: FD_SETSIZE).
  * A start may be deferred instead of reaching the engine at once (max_aio
  * operations started, older starts still deferred, or start=leader and the
  * caller not leading).  The engine's checks are then made later: EBADF for
- * a descriptor not open, EMFILE, EOPNOTSUPP for a socket on POSIX AIO and
- * ENOMEM arrive in the completion's error, with the callback run, and the
+ * a descriptor not open, EMFILE, EOPNOTSUPP for a socket on POSIX AIO,
+ * ENOSPC and ENOMEM arrive in the completion's error, with the callback run, and the
  * start returns 0.  A negative fd, a descriptor px_close is closing and
  * the other errors are always returned by the call.
  * Operations on one descriptor and direction are performed in the order
