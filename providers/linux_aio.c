@@ -62,8 +62,11 @@
  * mutex is released; the thread that claimed a batch settles it after
  * retaking the mutex, touching only the iocbs io_submit did not take (those
  * it took may already have completed and been handed out).  A cancel that
- * comes while a batch is out only marks the result, and retries its
- * io_cancel once every batch has settled (u->recancel).  An event for the
+ * comes while a batch is out marks the result, and retries its io_cancel
+ * once every batch has settled (u->recancel); while the batch's io_submit
+ * has not looked the descriptor up yet, px_cancel waits for it
+ * (la_subwait), since the application may close the number once
+ * px_cancel returns.  An event for the
  * operation a start is still submitting (its result is not yet on the
  * processor's started list) is kept on the result (la_priv.early) and the
  * start returns PX_START_DONE.  The calls of streams, datagrams, accept
