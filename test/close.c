@@ -123,6 +123,39 @@ static void wait_done(h_rec *r, int ms, const char *what)
 	}
 }
 
+/* Wait without pumping (loop threads do), napping 2 ms, until r is done
+ * or ms pass; whether it is done.  No verdict: the caller's. */
+static bool nap_until_done(h_rec *r, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!h_rec_done(r) && h_now_ms() < dl)
+		h_sleep_ms(2);
+	return h_rec_done(r);
+}
+
+/* Run px's loop from this thread, px_handle_events(px, 10) a turn, until
+ * r is done or ms pass; whether it is done.  No verdict: the caller's. */
+static bool pump_until_done(px_proactor *px, h_rec *r, int ms)
+{
+	uint64_t dl = h_deadline(ms);
+	while (!h_rec_done(r) && h_now_ms() < dl)
+		(void)px_handle_events(px, 10);
+	return h_rec_done(r);
+}
+
+/* h_start_pending_read on another proactor than the fixture's: a read of
+ * up to len bytes started on px, on sv[1] of a new socketpair sv (tracked
+ * by f), into f's memory (*buf); nothing is written.  Its record. */
+static h_rec *pending_read_on(h_fx *f, px_proactor *px, int sv[2], size_t len,
+			      char **buf)
+{
+	h_socketpair(f, sv);
+	*buf = h_alloc(f, len);
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_read_stream(px, sv[1], *buf, len, h_rec_cb, r), 0);
+	return r;
+}
+
 /* ------------------------------------------------------------------ */
 /* The rule: close(2) under pending operations                          */
 /* ------------------------------------------------------------------ */
@@ -182,17 +215,13 @@ static void closed_under_read_no_timeout(void **state)
 {
 	h_fx *f = *state;
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = h_start_pending_read(f, a, 64, &in);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, pump_forever, f->px), 0);
 	h_sleep_ms(30);
 	h_close(f, a[1]);
-	uint64_t dl = h_deadline(5000);
-	while (!h_rec_done(rd) && h_now_ms() < dl)
-		h_sleep_ms(2);
+	(void)nap_until_done(rd, 5000);
 	px_stop(f->px);
 	pthread_join(th, NULL);
 	if (!h_rec_done(rd))
@@ -385,10 +414,9 @@ static void close_twice_and_starts_refused(void **state)
 {
 	h_fx *f = *state;
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f), *k = h_rec_new(f), *never = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = h_start_pending_read(f, a, 64, &in);
+	h_rec *k = h_rec_new(f), *never = h_rec_new(f);
 	h_settle(f, 20);
 	/* No thread dispatches between these calls, so the read's
 	 * completion is not delivered yet and the close still waits. */
@@ -699,10 +727,9 @@ static void close_then_destroy(void **state)
 {
 	h_fx *f = *state;
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f), *k = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = h_start_pending_read(f, a, 64, &in);
+	h_rec *k = h_rec_new(f);
 	h_settle(f, 20);
 	assert_int_equal(px_close(f->px, a[1], h_rec_cb, k), 0);
 	untrack(f, a[1]);
@@ -827,6 +854,18 @@ int aio_read(struct aiocb *cb)
 	return real(cb);
 }
 
+/* A read of 64 bytes pending on a[1] of a new socketpair a (its record),
+ * then every number below a[1] taken: once a[1] is closed it is the lowest
+ * free number, the one the kernel gives a new descriptor next. */
+static h_rec *read_then_fill_holes(h_fx *f, int a[2])
+{
+	char *in;
+	h_rec *rd = h_start_pending_read(f, a, 64, &in);
+	h_settle(f, 20);
+	fill_holes_below(f, a[1]);
+	return rd;
+}
+
 static void library_keeps_off_a_closed_number(void **state)
 {
 	h_fx *f = *state;
@@ -842,12 +881,7 @@ static void library_keeps_off_a_closed_number(void **state)
 	assert_int_equal(pwrite(file, data, NREAD * BLK, 0), NREAD * BLK);
 
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
-	h_settle(f, 20);
-	fill_holes_below(f, a[1]);
+	h_rec *rd = read_then_fill_holes(f, a);
 	atomic_store(&lo_hits, 0);
 	atomic_store(&lo_read, rd);
 	atomic_store(&lo_watch, a[1]);
@@ -898,12 +932,7 @@ static h_rec *keep_off_setup(h_fx *f, int *l, struct sockaddr_in *la,
 			     int a[2], int cl)
 {
 	*l = listener(f, la);
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
-	h_settle(f, 20);
-	fill_holes_below(f, a[1]);
+	h_rec *rd = read_then_fill_holes(f, a);
 	h_close(f, a[1]);
 	assert_int_equal(connect(cl, (struct sockaddr *)la, sizeof *la), 0);
 	return rd;
@@ -2146,6 +2175,72 @@ static void own_fds_read_works(h_fx *f, px_proactor *px, const char *what)
 	assert_memory_equal(in, "ping", 4);
 }
 
+/* The numbers of after (na of them) that are neither in before (nb) nor
+ * the fixture's: the engine's own, into own (OWN_MAX); how many. */
+static int new_fds(h_fx *f, const int *before, int nb, const int *after,
+		   int na, int *own)
+{
+	int nown = 0;
+
+	for (int i = 0; i < na; i++)
+		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
+			own[nown++] = after[i];
+	return nown;
+}
+
+/* A second proactor *b of the engine under test, with a first read done
+ * on it (some descriptors come with the first use: a ready eventfd, a
+ * gate's epoll set, a signalfd), and the descriptors its engine holds,
+ * the numbers px_create and that read opened, into own (OWN_MAX): how
+ * many.  An engine that holds none: *b destroyed, the test skipped. */
+static int engine_fds_or_skip(h_fx *f, px_proactor **b, int *own)
+{
+	static int before[OWN_MAX], after[OWN_MAX];
+	int nb = list_fds(before, OWN_MAX);
+	char err[256] = "";
+
+	*b = NULL;
+	assert_int_equal(px_create_config(b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, *b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	int nown = new_fds(f, before, nb, after, na, own);
+	if (!nown) {
+		assert_int_equal(px_destroy(*b), 0);
+		skip();  /* an engine that holds no descriptor */
+	}
+	return nown;
+}
+
+/* One of the engine's descriptors closed alone: a fresh proactor of the
+ * engine (the same engine makes the same numbers again), a first read
+ * done on it, and a read of 16 bytes pending on a[1] of a new socketpair
+ * a (the loop thread that runs it, once started, leads the engine's
+ * wait). */
+typedef struct alone {
+	px_proactor *b;
+	char t[128];             /* what fd is (/proc/self/fd) */
+	int a[2];
+	char *in;
+	h_rec *rd;
+} alone;
+
+/* False, the proactor destroyed, when fd is not open this time (made
+ * elsewhere): the caller goes on to the next. */
+static bool alone_begin(h_fx *f, alone *x, int fd)
+{
+	char err[256] = "";
+
+	assert_int_equal(px_create_config(&x->b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, x->b, "a first read on the new proactor");
+	if (!fd_open(fd)) {
+		assert_int_equal(px_destroy(x->b), 0);
+		return false;
+	}
+	fd_target(fd, x->t, sizeof x->t);
+	x->rd = pending_read_on(f, x->b, x->a, 16, &x->in);
+	return true;
+}
+
 /*
  * The descriptors a proactor holds for its engine (an epoll instance, an
  * eventfd, a pipe, an io_uring ring, ...), found as the numbers that
@@ -2160,24 +2255,9 @@ static void own_fds_read_works(h_fx *f, px_proactor *px, const char *what)
 static void engine_descriptors_refused(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	/* Some descriptors come with the first use (a ready eventfd, a
-	 * gate's epoll set, a signalfd): one read first. */
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
-	if (!nown) {
-		assert_int_equal(px_destroy(b), 0);
-		skip();  /* an engine that holds no descriptor: nothing to refuse */
-	}
+	int own[OWN_MAX];
+	px_proactor *b;
+	int nown = engine_fds_or_skip(f, &b, own);
 	char *buf = h_alloc(f, 64);
 	h_rec *never = h_rec_new(f);
 	for (int i = 0; i < nown; i++) {
@@ -2260,27 +2340,14 @@ static int child_reuses_engine_numbers(const int *own, int nown)
 static void own_record_forgotten_in_child(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
+	int own[OWN_MAX];
+	px_proactor *b;
 
 	/* A child of a threaded process that starts threads (a dedicated
 	 * leader's): ThreadSanitizer refuses it, as in fork_locks. */
 	if (PX_TEST_TSAN)
 		skip();
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
-	if (!nown) {
-		assert_int_equal(px_destroy(b), 0);
-		skip();  /* an engine that holds no descriptor */
-	}
+	int nown = engine_fds_or_skip(f, &b, own);
 	fflush(NULL);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -2310,16 +2377,25 @@ static void own_record_forgotten_in_child(void **state)
  * application's: the check takes it for closed (TESTING.md, fixed problem
  * 287).  The other proactor keeps working.
  */
+/* A new socketpair a, every number below a[1] taken (so that, closed,
+ * a[1] is the lowest free number), then a read of len bytes pending on
+ * a[1]: its record. */
+static h_rec *fill_holes_then_read(h_fx *f, int a[2], size_t len)
+{
+	h_socketpair(f, a);
+	fill_holes_below(f, a[1]);
+	char *in = h_alloc(f, len);
+	h_rec *rd = h_rec_new(f);
+	assert_int_equal(px_read_stream(f->px, a[1], in, len, h_rec_cb, rd), 0);
+	h_settle(f, 20);
+	return rd;
+}
+
 static void closed_number_taken_by_an_engine(void **state)
 {
 	h_fx *f = *state;
 	int a[2];
-	h_socketpair(f, a);
-	fill_holes_below(f, a[1]);
-	char *in = h_alloc(f, 16);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 16, h_rec_cb, rd), 0);
-	h_settle(f, 20);
+	h_rec *rd = fill_holes_then_read(f, a, 16);
 	h_close(f, a[1]);
 	px_proactor *b = NULL;
 	char err[256] = "";
@@ -2342,9 +2418,11 @@ static void closed_number_taken_by_an_engine(void **state)
 	h_assert_usable(f);
 }
 
+/* A thread running a proactor's loop until stop (loop_thread_start). */
 typedef struct loop_once {
 	px_proactor *px;
 	atomic_int stop;
+	pthread_t th;
 } loop_once;
 
 static void *loop_until_stopped(void *arg)
@@ -2361,6 +2439,16 @@ static void *loop_500(void *arg)
 	while (!atomic_load(&l->stop))
 		(void)px_handle_events(l->px, 500);
 	return NULL;
+}
+
+/* Start a thread running px's loop with run (loop_until_stopped,
+ * loop_500, loop_unbounded) until l->stop; its id in l->th. */
+static void loop_thread_start(loop_once *l, px_proactor *px,
+			      void *(*run)(void *))
+{
+	l->px = px;
+	atomic_store(&l->stop, 0);
+	assert_int_equal(pthread_create(&l->th, NULL, run, l), 0);
 }
 
 static void count_post(const px_completion *c)
@@ -2380,21 +2468,15 @@ static void closed_number_taken_read_not_served(void **state)
 {
 	h_fx *f = *state;
 	int a[2];
-	h_socketpair(f, a);
-	fill_holes_below(f, a[1]);
-	char *in = h_alloc(f, 64);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, a[1], in, 64, h_rec_cb, rd), 0);
-	h_settle(f, 20);
+	h_rec *rd = fill_holes_then_read(f, a, 64);
 	h_loops_start(f, 1, false);
 	h_close(f, a[1]);
 	px_proactor *b = NULL;
 	char err[256] = "";
 	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
 	bool taken = fd_open(a[1]);
-	loop_once lb = { .px = b };
-	pthread_t th;
-	assert_int_equal(pthread_create(&th, NULL, loop_until_stopped, &lb), 0);
+	loop_once lb;
+	loop_thread_start(&lb, b, loop_until_stopped);
 	atomic_int posts = 0;
 	for (int i = 0; i < 50; i++) {
 		assert_int_equal(px_post(b, count_post, &posts), 0);
@@ -2404,7 +2486,7 @@ static void closed_number_taken_read_not_served(void **state)
 	while ((atomic_load(&posts) < 50 || !h_rec_done(rd)) && h_now_ms() < dl)
 		h_sleep_ms(5);
 	atomic_store(&lb.stop, 1);
-	pthread_join(th, NULL);
+	pthread_join(lb.th, NULL);
 	h_loops_stop();
 	assert_int_equal(atomic_load(&posts), 50);
 	if (!h_rec_done(rd))
@@ -2480,28 +2562,13 @@ static void destroy_within(px_proactor *px, const char *what)
 static void engine_descriptors_closed_behind_then_destroy(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
-	if (!nown) {
-		assert_int_equal(px_destroy(b), 0);
-		skip();  /* an engine that holds no descriptor */
-	}
+	int own[OWN_MAX];
+	px_proactor *b;
+	int nown = engine_fds_or_skip(f, &b, own);
 	h_fx g = { .px = b };
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 16);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = pending_read_on(f, b, a, 16, &in);
 	h_settle(&g, 20);
 	for (int i = 0; i < nown; i++)
 		close(own[i]);
@@ -2561,27 +2628,14 @@ static void *post_after_a_while(void *arg)
 static void engine_descriptors_closed_behind_loop_runs(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
-	if (!nown) {
-		assert_int_equal(px_destroy(b), 0);
-		skip();  /* an engine that holds no descriptor */
-	}
+	int own[OWN_MAX];
+	px_proactor *b;
+	int nown = engine_fds_or_skip(f, &b, own);
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 16), *in2 = h_alloc(f, 16);
-	h_rec *rd = h_rec_new(f), *rd2 = h_rec_new(f);
-	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = pending_read_on(f, b, a, 16, &in);
+	char *in2 = h_alloc(f, 16);
+	h_rec *rd2 = h_rec_new(f);
 	/* A wake-up of the leader from another thread, taken. */
 	atomic_int posts = 0;
 	poster po = { .px = b, .posts = &posts };
@@ -2620,9 +2674,7 @@ static void engine_descriptors_closed_behind_loop_runs(void **state)
 	 * give it sockets too), since that wait makes a new instance. */
 	bool readiness = read_served_by_epoll_wait();
 	assert_int_equal(write(a[0], "ping", 4), 4);
-	dl = h_deadline(5000);
-	while (!h_rec_done(rd) && h_now_ms() < dl)
-		(void)px_handle_events(b, 10);
+	(void)pump_until_done(b, rd, 5000);
 	if (!h_rec_done(rd))
 		fail_msg("a read pending when its engine's descriptors were "
 			 "closed did not end within 5 s of its data (engine '%s')",
@@ -2639,10 +2691,7 @@ static void engine_descriptors_closed_behind_loop_runs(void **state)
 	assert_int_equal(write(a[0], "pong", 4), 4);
 	int rc = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
 	if (rc == 0) {
-		dl = h_deadline(5000);
-		while (!h_rec_done(rd2) && h_now_ms() < dl)
-			(void)px_handle_events(b, 10);
-		if (!h_rec_done(rd2))
+		if (!pump_until_done(b, rd2, 5000))
 			fail_msg("a read started after the engine's descriptors "
 				 "were closed did not end within 5 s (engine '%s')",
 				 h_engine_text);
@@ -2687,6 +2736,20 @@ static void leader_settled(px_proactor *px)
 	assert_int_equal(px_stats(px, &s), 0);
 }
 
+/* fd closed with close(2) before a loop thread (run) starts on x->b, and
+ * once a dedicated leader has taken the wake-up of the read's start:
+ * ThreadSanitizer models a descriptor as memory and reports a close that
+ * races with another thread's call on it, which is what this stages
+ * (leader_settled).  Then 20 ms for the thread to get in. */
+static void close_then_loop(alone *x, int fd, loop_once *lb,
+			    void *(*run)(void *))
+{
+	leader_settled(x->b);
+	assert_int_equal(close(fd), 0);
+	loop_thread_start(lb, x->b, run);
+	h_sleep_ms(20);
+}
+
 static atomic_int sigpipes;
 
 static void count_sigpipe(int sig)
@@ -2712,22 +2775,11 @@ static void count_sigpipe(int sig)
 static void engine_descriptor_closed_alone(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
+	int own[OWN_MAX];
+	px_proactor *b;
 	bool readiness = read_served_by_epoll_wait();
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
+	int nown = engine_fds_or_skip(f, &b, own);
 	assert_int_equal(px_destroy(b), 0);
-	if (!nown)
-		skip();  /* an engine that holds no descriptor */
 
 	struct sigaction sa, old;
 	memset(&sa, 0, sizeof sa);
@@ -2736,67 +2788,45 @@ static void engine_descriptor_closed_alone(void **state)
 	assert_int_equal(sigaction(SIGPIPE, &sa, &old), 0);
 	atomic_store(&sigpipes, 0);
 	for (int k = 0; k < nown; k++) {
-		/* The same engine makes the same numbers again. */
-		assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-		own_fds_read_works(f, b, "a first read on the new proactor");
 		int fd = own[k];
-		char t[128];
-		if (!fd_open(fd)) {
-			assert_int_equal(px_destroy(b), 0);
-			continue;  /* made elsewhere this time */
-		}
-		fd_target(fd, t, sizeof t);
-		int a[2];
-		h_socketpair(f, a);
-		char *in = h_alloc(f, 16);
-		h_rec *rd = h_rec_new(f);
-		assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
-		/* Closed before the loop thread starts, and once a dedicated
-		 * leader has taken the wake-up of that start: ThreadSanitizer
-		 * models a descriptor as memory and reports a close that races
-		 * with another thread's call on it, which is what this
-		 * stages (leader_settled). */
-		leader_settled(b);
-		assert_int_equal(close(fd), 0);
-		loop_once lb = { .px = b };
-		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, loop_500, &lb), 0);
-		h_sleep_ms(20);
+		alone x;
+		if (!alone_begin(f, &x, fd))
+			continue;
+		loop_once lb;
+		close_then_loop(&x, fd, &lb, loop_500);
 		atomic_int posts = 0;
-		assert_int_equal(px_post(b, count_post, &posts), 0);
+		assert_int_equal(px_post(x.b, count_post, &posts), 0);
 		uint64_t dl = h_deadline(2000);
 		while (!atomic_load(&posts) && h_now_ms() < dl)
 			h_sleep_ms(2);
 		int got = atomic_load(&posts);
-		assert_int_equal(write(a[0], "ping", 4), 4);
-		dl = h_deadline(5000);
-		while (!h_rec_done(rd) && h_now_ms() < dl)
-			h_sleep_ms(2);
+		assert_int_equal(write(x.a[0], "ping", 4), 4);
+		(void)nap_until_done(x.rd, 5000);
 		atomic_store(&lb.stop, 1);
-		(void)px_post(b, count_post, &posts);
-		pthread_join(th, NULL);
+		(void)px_post(x.b, count_post, &posts);
+		pthread_join(lb.th, NULL);
 		if (got != 1)
 			fail_msg("a post did not arrive within 2 s with the engine's "
-				 "descriptor %d (%s) closed (engine '%s')", fd, t,
+				 "descriptor %d (%s) closed (engine '%s')", fd, x.t,
 				 h_engine_text);
 		if (atomic_load(&sigpipes))
 			fail_msg("SIGPIPE raised with the engine's descriptor %d (%s) "
-				 "closed (engine '%s')", fd, t, h_engine_text);
-		if (!h_rec_done(rd))
+				 "closed (engine '%s')", fd, x.t, h_engine_text);
+		if (!h_rec_done(x.rd))
 			fail_msg("a read did not end within 5 s of its data with the "
 				 "engine's descriptor %d (%s) closed (engine '%s')",
-				 fd, t, h_engine_text);
-		if (readiness && rd->c.error != 0)
+				 fd, x.t, h_engine_text);
+		if (readiness && x.rd->c.error != 0)
 			fail_msg("the readiness wait failed a read on an open socket "
 				 "with error %d, its descriptor %d (%s) closed "
-				 "(engine '%s')", rd->c.error, fd, t, h_engine_text);
-		destroy_within(b, "after one of its engine's descriptors was closed");
-		if (atomic_load(&rd->calls) != 1)
+				 "(engine '%s')", x.rd->c.error, fd, x.t, h_engine_text);
+		destroy_within(x.b, "after one of its engine's descriptors was closed");
+		if (atomic_load(&x.rd->calls) != 1)
 			fail_msg("the read: %d callbacks, expected one (descriptor "
-				 "%d, %s)", atomic_load(&rd->calls), fd, t);
-		if (rd->c.error == 0) {
-			assert_int_equal(rd->c.bytes, 4);
-			assert_memory_equal(in, "ping", 4);
+				 "%d, %s)", atomic_load(&x.rd->calls), fd, x.t);
+		if (x.rd->c.error == 0) {
+			assert_int_equal(x.rd->c.bytes, 4);
+			assert_memory_equal(x.in, "ping", 4);
 		}
 	}
 	assert_int_equal(sigaction(SIGPIPE, &old, NULL), 0);
@@ -2971,7 +3001,7 @@ static void engine_descriptors_closed_after_file_reads(void **state)
 	h_fx *f = *state;
 	enum { NREAD = 8, BLK = 64 };
 	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
+	int own[OWN_MAX];
 	/* This program's own file, read only. */
 	int file = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
 	assert_true(file >= 0);
@@ -2986,9 +3016,7 @@ static void engine_descriptors_closed_after_file_reads(void **state)
 	/* The engine's own (not the dups POSIX AIO makes of the file). */
 	int na = list_fds(after, OWN_MAX);
 	file_reads_work(f, b, file, data, NREAD, false, "a file read before the close");
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
+	int nown = new_fds(f, before, nb, after, na, own);
 	if (!nown) {
 		assert_int_equal(px_destroy(b), 0);
 		skip();  /* an engine that holds no descriptor */
@@ -3002,17 +3030,16 @@ static void engine_descriptors_closed_after_file_reads(void **state)
 				   "a file read after the close");
 	/* A loop thread, and a post from this one (an interrupt). */
 	struct px_stats s0, s1;
-	loop_once lb = { .px = b };
-	pthread_t th;
+	loop_once lb;
 	atomic_int posts = 0;
-	assert_int_equal(pthread_create(&th, NULL, loop_500, &lb), 0);
+	loop_thread_start(&lb, b, loop_500);
 	assert_int_equal(px_stats(b, &s0), 0);
 	assert_int_equal(px_post(b, count_post, &posts), 0);
 	h_sleep_ms(1800);
 	assert_int_equal(px_stats(b, &s1), 0);
 	atomic_store(&lb.stop, 1);
 	assert_int_equal(px_post(b, count_post, &posts), 0);
-	pthread_join(th, NULL);
+	pthread_join(lb.th, NULL);
 	assert_true(atomic_load(&posts) >= 1);
 	uint64_t turns = s1.leader_turns - s0.leader_turns;
 	printf("# %llu leader waits in 1.8 s with the engine's descriptors "
@@ -3082,76 +3109,54 @@ static bool join_or_nudge(pthread_t th, int ms)
 static void engine_descriptor_closed_under_blocked_wait(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
+	int own[OWN_MAX];
+	px_proactor *b;
 	int nlost = 0;
 	char lost[512] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
+	int nown = engine_fds_or_skip(f, &b, own);
 	assert_int_equal(px_destroy(b), 0);
-	if (!nown)
-		skip();  /* an engine that holds no descriptor */
 
 	for (int k = 0; k < nown; k++) {
-		assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-		own_fds_read_works(f, b, "a first read on the new proactor");
 		int fd = own[k];
-		char t[128];
-		if (!fd_open(fd)) {
-			assert_int_equal(px_destroy(b), 0);
-			continue;  /* made elsewhere this time */
-		}
-		fd_target(fd, t, sizeof t);
 		/* A read pending on a quiet socket: the loop thread leads, in
 		 * the engine's wait (without work it would sleep in the
 		 * dispatcher, where a post reaches it without the engine). */
-		int a[2];
-		h_socketpair(f, a);
-		char *in = h_alloc(f, 16);
-		h_rec *rd = h_rec_new(f);
-		assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
-		loop_once lb = { .px = b };
-		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, loop_unbounded, &lb), 0);
+		alone x;
+		if (!alone_begin(f, &x, fd))
+			continue;
+		loop_once lb;
+		loop_thread_start(&lb, x.b, loop_unbounded);
 		h_sleep_ms(50);
 		/* (The loop thread's calls so far happen before the close for
 		 * ThreadSanitizer: px_stats takes the mutex it let go.) */
 		struct px_stats s;
-		assert_int_equal(px_stats(b, &s), 0);
+		assert_int_equal(px_stats(x.b, &s), 0);
 		assert_int_equal(close(fd), 0);
 		h_sleep_ms(20);
 		atomic_int posts = 0;
 		uint64_t t0 = h_now_ms();
-		assert_int_equal(px_post(b, count_post, &posts), 0);
+		assert_int_equal(px_post(x.b, count_post, &posts), 0);
 		uint64_t dl = h_deadline(3000);
 		while (!atomic_load(&posts) && h_now_ms() < dl)
 			h_sleep_ms(2);
 		int got = atomic_load(&posts);
 		printf("# descriptor %d (%s) closed: the post came after %llu ms%s\n",
-		       fd, t, (unsigned long long)(h_now_ms() - t0),
+		       fd, x.t, (unsigned long long)(h_now_ms() - t0),
 		       got ? "" : " (not at all)");
 		atomic_store(&lb.stop, 1);
-		(void)px_post(b, count_post, &posts);
-		(void)px_stop(b);
-		bool left = join_or_nudge(th, 3000);
-		destroy_within(b, "after one of its engine's descriptors was closed");
+		(void)px_post(x.b, count_post, &posts);
+		(void)px_stop(x.b);
+		bool left = join_or_nudge(lb.th, 3000);
+		destroy_within(x.b, "after one of its engine's descriptors was closed");
 		/* Never served (no data came): ended once by px_destroy. */
-		expect_once(rd, PX_OP_READ_STREAM, a[1], rd->c.error,
+		expect_once(x.rd, PX_OP_READ_STREAM, x.a[1], x.rd->c.error,
 			    "the pending read");
-		assert_int_not_equal(rd->c.error, 0);
+		assert_int_not_equal(x.rd->c.error, 0);
 		if (!got || !left) {
 			nlost++;
 			size_t len = strlen(lost);
 			snprintf(lost + len, sizeof lost - len, "%s%d (%s)%s",
-				 len ? ", " : "", fd, t,
+				 len ? ", " : "", fd, x.t,
 				 left ? "" : ", the loop thread never left");
 		}
 	}
@@ -3178,52 +3183,25 @@ static void engine_descriptor_closed_under_blocked_wait(void **state)
 static void engine_descriptor_closed_wakeups_keep_coming(void **state)
 {
 	h_fx *f = *state;
-	static int before[OWN_MAX], after[OWN_MAX];
-	int own[OWN_MAX], nown = 0;
-	int nb = list_fds(before, OWN_MAX);
-	px_proactor *b = NULL;
-	char err[256] = "";
-
-	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-	own_fds_read_works(f, b, "a first read on the second proactor");
-	int na = list_fds(after, OWN_MAX);
-	for (int i = 0; i < na; i++)
-		if (!in_list(before, nb, after[i]) && !in_list(f->fds, f->nfds, after[i]))
-			own[nown++] = after[i];
+	int own[OWN_MAX];
+	px_proactor *b;
+	int nown = engine_fds_or_skip(f, &b, own);
 	assert_int_equal(px_destroy(b), 0);
-	if (!nown)
-		skip();  /* an engine that holds no descriptor */
 
 	for (int k = 0; k < nown; k++) {
 		enum { NPOST = 10 };
-		assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
-		own_fds_read_works(f, b, "a first read on the new proactor");
 		int fd = own[k];
-		char t[128];
-		if (!fd_open(fd)) {
-			assert_int_equal(px_destroy(b), 0);
-			continue;  /* made elsewhere this time */
-		}
-		fd_target(fd, t, sizeof t);
-		int a[2];
-		h_socketpair(f, a);
-		char *in = h_alloc(f, 16);
-		h_rec *rd = h_rec_new(f);
-		assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
-		/* Closed before the loop thread starts, once a dedicated
-		 * leader has taken the start's wake-up (leader_settled). */
-		leader_settled(b);
-		assert_int_equal(close(fd), 0);
-		loop_once lb = { .px = b };
-		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, loop_unbounded, &lb), 0);
-		h_sleep_ms(20);
+		alone x;
+		if (!alone_begin(f, &x, fd))
+			continue;
+		loop_once lb;
+		close_then_loop(&x, fd, &lb, loop_unbounded);
 		atomic_int posts = 0;
 		uint64_t t0 = h_now_ms(), dl = h_deadline(3000);
 		int sent = 0;
 		while (h_now_ms() < dl && atomic_load(&posts) < NPOST) {
 			if (atomic_load(&posts) == sent) {
-				assert_int_equal(px_post(b, count_post, &posts), 0);
+				assert_int_equal(px_post(x.b, count_post, &posts), 0);
 				sent++;
 			}
 			h_sleep_ms(1);
@@ -3231,22 +3209,22 @@ static void engine_descriptor_closed_wakeups_keep_coming(void **state)
 		int got = atomic_load(&posts);
 		uint64_t ms = h_now_ms() - t0;
 		atomic_store(&lb.stop, 1);
-		(void)px_stop(b);
-		bool left = join_or_nudge(th, 3000);
-		destroy_within(b, "after one of its engine's descriptors was closed");
-		expect_once(rd, PX_OP_READ_STREAM, a[1], rd->c.error,
+		(void)px_stop(x.b);
+		bool left = join_or_nudge(lb.th, 3000);
+		destroy_within(x.b, "after one of its engine's descriptors was closed");
+		expect_once(x.rd, PX_OP_READ_STREAM, x.a[1], x.rd->c.error,
 			    "the pending read");
 		printf("# descriptor %d (%s) closed: %d of %d posts in %llu ms\n",
-		       fd, t, got, NPOST, (unsigned long long)ms);
+		       fd, x.t, got, NPOST, (unsigned long long)ms);
 		if (got < NPOST)
 			fail_msg("%d of %d posts, one after the other, arrived "
 				 "within 3 s with the engine's descriptor %d (%s) "
-				 "closed (engine '%s')", got, NPOST, fd, t,
+				 "closed (engine '%s')", got, NPOST, fd, x.t,
 				 h_engine_text);
 		if (!left)
 			fail_msg("the loop thread did not leave on px_stop with "
 				 "the engine's descriptor %d (%s) closed (engine "
-				 "'%s')", fd, t, h_engine_text);
+				 "'%s')", fd, x.t, h_engine_text);
 	}
 	h_assert_usable(f);
 }
@@ -3335,10 +3313,8 @@ static void ring_closed_behind_then_destroy(void **state)
 	}
 	h_fx g = { .px = b };
 	int a[2];
-	h_socketpair(f, a);
-	char *in = h_alloc(f, 16);
-	h_rec *rd = h_rec_new(f);
-	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+	char *in;
+	h_rec *rd = pending_read_on(f, b, a, 16, &in);
 	h_settle(&g, 20);
 	assert_int_equal(close(ring), 0);
 	destroy_within(b, "after the ring's descriptor was closed");
@@ -3352,18 +3328,12 @@ static void ring_closed_behind_then_destroy(void **state)
 	assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd2), 0);
 	h_settle(&g, 20);
 	assert_int_equal(close(ring), 0);
-	uint64_t dl = h_deadline(5000);
-	while (!h_rec_done(rd2) && h_now_ms() < dl)
-		(void)px_handle_events(b, 10);
-	if (!h_rec_done(rd2))
+	if (!pump_until_done(b, rd2, 5000))
 		fail_msg("a read pending on a closed ring never ended (engine '%s')",
 			 h_engine_text);
 	int rc = px_read_stream(b, a[1], in, 16, h_rec_cb, rd3);
-	if (rc == 0) {
-		dl = h_deadline(5000);
-		while (!h_rec_done(rd3) && h_now_ms() < dl)
-			(void)px_handle_events(b, 10);
-	}
+	if (rc == 0)
+		(void)pump_until_done(b, rd3, 5000);
 	for (int i = 0; i < 5; i++)
 		(void)px_handle_events(b, 2);
 	destroy_within(b, "with the loop run on the closed ring");
