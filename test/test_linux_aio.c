@@ -169,6 +169,32 @@ static int scratch(int flags, char *path, size_t len)
 	return open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | flags, 0600);
 }
 
+/* A listening TCP socket on 127.0.0.1 (backlog as given); its address in
+ * *sa. */
+static int listener(struct sockaddr_in *sa, int backlog)
+{
+	socklen_t sl = sizeof(*sa);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(l >= 0);
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)sa, sizeof(*sa)), 0);
+	assert_int_equal(listen(l, backlog), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)sa, &sl), 0);
+	return l;
+}
+
+/* A cmocka test that runs call, one engine's run of a test body (the
+ * per-engine variants below). */
+#define ENGINE_TEST(name, call)                                         \
+	static void name(void **state)                                  \
+	{                                                               \
+		(void)state;                                            \
+		call;                                                   \
+	}
+
 static uint8_t pattern(size_t pos, int seed)
 {
 	return (uint8_t)(pos * 7 + (pos >> 9) * 3 + (size_t)seed * 31);
@@ -249,14 +275,8 @@ static void run_idle_over_depth(const char *engine)
 	assert_memory_equal(fbuf, "file bytes", 10);
 
 	/* An accept whose connection comes later (a poll of its own). */
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	assert_true(lfd >= 0);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(lfd, 4), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	struct sockaddr_in sa;
+	int lfd = listener(&sa, 4);
 	assert_int_equal(px_accept(px, lfd, op_cb, &aop), 0);
 	for (int i = 0; i < 3; i++)
 		px_handle_events(px, 1);
@@ -337,29 +357,13 @@ static void run_idle_over_depth(const char *engine)
 	close(fd);
 }
 
-static void test_idle_over_depth_native(void **state)
-{
-	(void)state;
-	run_idle_over_depth("linux-aio depth=4");
-}
-
-static void test_idle_over_depth_dedicated(void **state)
-{
-	(void)state;
-	run_idle_over_depth("linux-aio-dedicated depth=4");
-}
-
-static void test_idle_over_depth_epoll(void **state)
-{
-	(void)state;
-	run_idle_over_depth("provider=linux_aio wait=epoll depth=4");
-}
-
-static void test_idle_over_depth_one(void **state)
-{
-	(void)state;
-	run_idle_over_depth("linux-aio depth=1");
-}
+ENGINE_TEST(test_idle_over_depth_native,
+	    run_idle_over_depth("linux-aio depth=4"))
+ENGINE_TEST(test_idle_over_depth_dedicated,
+	    run_idle_over_depth("linux-aio-dedicated depth=4"))
+ENGINE_TEST(test_idle_over_depth_epoll,
+	    run_idle_over_depth("provider=linux_aio wait=epoll depth=4"))
+ENGINE_TEST(test_idle_over_depth_one, run_idle_over_depth("linux-aio depth=1"))
 
 /*
  * A terminal's read: io_submit refuses its poll (a terminal waits on two
@@ -498,35 +502,15 @@ static void run_error_queue_spilled(const char *engine)
 	close(u);
 }
 
-static void test_error_queue_spilled_native(void **state)
-{
-	(void)state;
-	run_error_queue_spilled("linux-aio depth=4");
-}
-
-static void test_error_queue_spilled_epoll(void **state)
-{
-	(void)state;
-	run_error_queue_spilled("provider=linux_aio wait=epoll depth=4");
-}
-
-static void test_tty_read_native(void **state)
-{
-	(void)state;
-	run_tty_read_waits_quietly("linux-aio");
-}
-
-static void test_tty_read_epoll(void **state)
-{
-	(void)state;
-	run_tty_read_waits_quietly("provider=linux_aio wait=epoll");
-}
-
-static void test_tty_read_dedicated(void **state)
-{
-	(void)state;
-	run_tty_read_waits_quietly("linux-aio-dedicated");
-}
+ENGINE_TEST(test_error_queue_spilled_native,
+	    run_error_queue_spilled("linux-aio depth=4"))
+ENGINE_TEST(test_error_queue_spilled_epoll,
+	    run_error_queue_spilled("provider=linux_aio wait=epoll depth=4"))
+ENGINE_TEST(test_tty_read_native, run_tty_read_waits_quietly("linux-aio"))
+ENGINE_TEST(test_tty_read_epoll,
+	    run_tty_read_waits_quietly("provider=linux_aio wait=epoll"))
+ENGINE_TEST(test_tty_read_dedicated,
+	    run_tty_read_waits_quietly("linux-aio-dedicated"))
 
 /*
  * A signalfd's read: a poll iocb that waits is woken and looked at again
@@ -584,23 +568,11 @@ static void run_signalfd_read(const char *engine)
 	assert_int_equal(atomic_load(&extra_calls), 0);
 }
 
-static void test_signalfd_read_native(void **state)
-{
-	(void)state;
-	run_signalfd_read("linux-aio");
-}
-
-static void test_signalfd_read_epoll(void **state)
-{
-	(void)state;
-	run_signalfd_read("provider=linux_aio wait=epoll");
-}
-
-static void test_signalfd_read_dedicated(void **state)
-{
-	(void)state;
-	run_signalfd_read("linux-aio-dedicated");
-}
+ENGINE_TEST(test_signalfd_read_native, run_signalfd_read("linux-aio"))
+ENGINE_TEST(test_signalfd_read_epoll,
+	    run_signalfd_read("provider=linux_aio wait=epoll"))
+ENGINE_TEST(test_signalfd_read_dedicated,
+	    run_signalfd_read("linux-aio-dedicated"))
 
 static void test_odirect_aligned(void **state)
 {
@@ -735,6 +707,21 @@ static void *looper_main(void *arg)
 	return NULL;
 }
 
+/* Start n threads that run px's loop (looper_main) until loopers_stop. */
+static void loopers_start(pthread_t *t, int n, px_proactor *px)
+{
+	atomic_store(&looping, true);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, looper_main, px), 0);
+}
+
+static void loopers_stop(pthread_t *t, int n)
+{
+	atomic_store(&looping, false);
+	for (int i = 0; i < n; i++)
+		pthread_join(t[i], NULL);
+}
+
 static void *starter_main(void *arg)
 {
 	starter *s = arg;
@@ -767,9 +754,7 @@ static void run_over_depth(const char *engine)
 
 	px_proactor *px = make(engine);
 	memset(st, 0, sizeof(st));
-	atomic_store(&looping, true);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main, px), 0);
+	loopers_start(loopers, 2, px);
 	for (int i = 0; i < STARTERS; i++) {
 		st[i].px = px;
 		st[i].fd = fd;
@@ -781,9 +766,7 @@ static void run_over_depth(const char *engine)
 		pthread_join(starters[i], NULL);
 	for (int i = 0; i < STARTERS; i++)
 		drain(px, st[i].ops, PER_STARTER);
-	atomic_store(&looping, false);
-	for (int i = 0; i < 2; i++)
-		pthread_join(loopers[i], NULL);
+	loopers_stop(loopers, 2);
 	assert_int_equal(px_destroy(px), 0);
 
 	for (int i = 0; i < STARTERS; i++) {
@@ -802,23 +785,11 @@ static void run_over_depth(const char *engine)
 	free(data);
 }
 
-static void test_over_depth_shared(void **state)
-{
-	(void)state;
-	run_over_depth("linux-aio depth=4");
-}
-
-static void test_over_depth_dedicated(void **state)
-{
-	(void)state;
-	run_over_depth("linux-aio-dedicated depth=4");
-}
-
-static void test_over_depth_epoll(void **state)
-{
-	(void)state;
-	run_over_depth("provider=linux_aio wait=epoll depth=4");
-}
+ENGINE_TEST(test_over_depth_shared, run_over_depth("linux-aio depth=4"))
+ENGINE_TEST(test_over_depth_dedicated,
+	    run_over_depth("linux-aio-dedicated depth=4"))
+ENGINE_TEST(test_over_depth_epoll,
+	    run_over_depth("provider=linux_aio wait=epoll depth=4"))
 
 /* ------------------------------------------------------------------ */
 /* Fault injection                                                      */
@@ -936,23 +907,10 @@ static void run_injected(const char *engine)
 	close(fd);
 }
 
-static void test_inject_shared(void **state)
-{
-	(void)state;
-	run_injected("linux-aio");
-}
-
-static void test_inject_dedicated(void **state)
-{
-	(void)state;
-	run_injected("linux-aio-dedicated");
-}
-
-static void test_inject_tiny_epoll(void **state)
-{
-	(void)state;
-	run_injected("provider=linux_aio wait=epoll depth=2");
-}
+ENGINE_TEST(test_inject_shared, run_injected("linux-aio"))
+ENGINE_TEST(test_inject_dedicated, run_injected("linux-aio-dedicated"))
+ENGINE_TEST(test_inject_tiny_epoll,
+	    run_injected("provider=linux_aio wait=epoll depth=2"))
 
 /* ------------------------------------------------------------------ */
 
@@ -1060,19 +1018,12 @@ static void run_cancel_leader_batch(const char *engine)
 	free(buf);
 }
 
-static void test_cancel_leader_batch_native(void **state)
-{
-	(void)state;
-	run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
-				"interrupt=native processor=dedicated");
-}
-
-static void test_cancel_leader_batch_signal(void **state)
-{
-	(void)state;
-	run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
-				"interrupt=signal processor=dedicated");
-}
+ENGINE_TEST(test_cancel_leader_batch_native,
+	    run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
+				    "interrupt=native processor=dedicated"))
+ENGINE_TEST(test_cancel_leader_batch_signal,
+	    run_cancel_leader_batch("provider=linux_aio wait=io_getevents "
+				    "interrupt=signal processor=dedicated"))
 
 /* (The epoll wait has no such batch: its stream operations wait in the
  * provider's epoll set, where a cancel forgets them at once; see
@@ -1827,10 +1778,7 @@ static void run_overflow_mixed(const char *engine, bool inject)
 		px__laio_io_submit = inject_submit;
 	}
 	px_proactor *px = make(engine);
-	atomic_store(&looping, true);
-	for (int i = 0; i < nloop; i++)
-		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
-						px), 0);
+	loopers_start(loopers, nloop, px);
 	for (int i = 0; i < OM_N; i++) {
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
 					    0, sv[i]), 0);
@@ -1857,14 +1805,8 @@ static void run_overflow_mixed(const char *engine, bool inject)
 	assert_int_equal(pwrite(fd, om_wbuf, sizeof(fbuf), 0), (ssize_t)sizeof(fbuf));
 	assert_int_equal(px_read_file(px, fd, fbuf, sizeof(fbuf), 0, op_cb,
 				      &fop), 0);
-	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t sl = sizeof(sa);
-	assert_true(lfd >= 0);
-	assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-	assert_int_equal(listen(lfd, 4), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &sl), 0);
+	struct sockaddr_in sa;
+	int lfd = listener(&sa, 4);
 	assert_int_equal(px_accept(px, lfd, op_cb, &aop), 0);
 	int cfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(cfd >= 0);
@@ -1980,9 +1922,7 @@ static void run_overflow_mixed(const char *engine, bool inject)
 			break;
 		}
 	}
-	atomic_store(&looping, false);
-	for (int i = 0; i < nloop; i++)
-		pthread_join(loopers[i], NULL);
+	loopers_stop(loopers, nloop);
 	/* The rest still wait, past the depth: px_destroy ends them. */
 	assert_int_equal(px_destroy(px), 0);
 	px__laio_io_submit = io_submit;
@@ -2010,42 +1950,19 @@ static void run_overflow_mixed(const char *engine, bool inject)
 	close(fd);
 }
 
-static void test_overflow_mixed_native(void **state)
-{
-	(void)state;
-	run_overflow_mixed("linux-aio depth=8", false);
-}
-
-static void test_overflow_mixed_dedicated(void **state)
-{
-	(void)state;
-	run_overflow_mixed("linux-aio-dedicated depth=8", false);
-}
-
-static void test_overflow_mixed_epoll(void **state)
-{
-	(void)state;
-	run_overflow_mixed("provider=linux_aio wait=epoll depth=8", false);
-}
-
-static void test_overflow_mixed_epoll_dedicated(void **state)
-{
-	(void)state;
-	run_overflow_mixed("provider=linux_aio wait=epoll interrupt=eventfd "
-			   "processor=dedicated depth=8", false);
-}
-
-static void test_overflow_mixed_inject(void **state)
-{
-	(void)state;
-	run_overflow_mixed("linux-aio depth=8", true);
-}
-
-static void test_overflow_mixed_inject_epoll(void **state)
-{
-	(void)state;
-	run_overflow_mixed("provider=linux_aio wait=epoll depth=16", true);
-}
+ENGINE_TEST(test_overflow_mixed_native,
+	    run_overflow_mixed("linux-aio depth=8", false))
+ENGINE_TEST(test_overflow_mixed_dedicated,
+	    run_overflow_mixed("linux-aio-dedicated depth=8", false))
+ENGINE_TEST(test_overflow_mixed_epoll,
+	    run_overflow_mixed("provider=linux_aio wait=epoll depth=8", false))
+ENGINE_TEST(test_overflow_mixed_epoll_dedicated,
+	    run_overflow_mixed("provider=linux_aio wait=epoll "
+			       "interrupt=eventfd processor=dedicated depth=8", false))
+ENGINE_TEST(test_overflow_mixed_inject,
+	    run_overflow_mixed("linux-aio depth=8", true))
+ENGINE_TEST(test_overflow_mixed_inject_epoll,
+	    run_overflow_mixed("provider=linux_aio wait=epoll depth=16", true))
 
 /*
  * A burst past the depth, raced by cancels: 160 reads wait (depth=8, so
@@ -2085,10 +2002,7 @@ static void run_overflow_burst(const char *engine)
 	for (int i = 0; i < OB_N; i++)
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
 					    0, ob_sv[i]), 0);
-	atomic_store(&looping, true);
-	for (int i = 0; i < nloop; i++)
-		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
-						px), 0);
+	loopers_start(loopers, nloop, px);
 	for (int round = 0; round < 3; round++) {
 		memset(rd, 0, sizeof(rd));
 		memset(buf, 0, sizeof(buf));
@@ -2134,9 +2048,7 @@ static void run_overflow_burst(const char *engine)
 		}
 		assert_int_equal(atomic_load(&extra_calls), 0);
 	}
-	atomic_store(&looping, false);
-	for (int i = 0; i < nloop; i++)
-		pthread_join(loopers[i], NULL);
+	loopers_stop(loopers, nloop);
 	assert_int_equal(px_destroy(px), 0);
 	assert_int_equal(atomic_load(&extra_calls), 0);
 	for (int i = 0; i < OB_N; i++) {
@@ -2244,10 +2156,7 @@ static void run_overflow_writers(const char *engine)
 		assert_int_equal(setsockopt(ow_sv[s][1], SOL_SOCKET, SO_SNDBUF,
 					    &sz, sizeof(sz)), 0);
 	}
-	atomic_store(&looping, true);
-	for (int i = 0; i < nloop; i++)
-		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
-						ow_px), 0);
+	loopers_start(loopers, nloop, ow_px);
 	for (int t = 0; t < OW_THREADS; t++)
 		assert_int_equal(pthread_create(&wt[t], NULL, ow_writer,
 						(void *)(intptr_t)t), 0);
@@ -2296,9 +2205,7 @@ static void run_overflow_writers(const char *engine)
 				assert_int_equal(o->error, 0);
 				assert_int_equal(o->bytes, OW_LEN);
 			}
-	atomic_store(&looping, false);
-	for (int i = 0; i < nloop; i++)
-		pthread_join(loopers[i], NULL);
+	loopers_stop(loopers, nloop);
 	assert_int_equal(px_destroy(ow_px), 0);
 	assert_int_equal(atomic_load(&extra_calls), 0);
 	for (int s = 0; s < OW_SOCKS; s++) {
@@ -2326,21 +2233,6 @@ static void test_overflow_writers(void **state)
 #define OA_IDLE 10
 #define OA_L 6
 
-static int oa_listener(struct sockaddr_in *sa)
-{
-	socklen_t sl = sizeof(*sa);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	assert_true(l >= 0);
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(l, (struct sockaddr *)sa, sizeof(*sa)), 0);
-	assert_int_equal(listen(l, 8), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)sa, &sl), 0);
-	return l;
-}
-
 static void run_overflow_accepts(const char *engine)
 {
 	int sv[OA_IDLE][2], l[OA_L], c[2 * OA_L], nl, nc;
@@ -2364,7 +2256,7 @@ static void run_overflow_accepts(const char *engine)
 						sizeof(ib[i]), op_cb, &idle[i]), 0);
 	}
 	for (int i = 0; i < OA_L; i++) {
-		l[i] = oa_listener(&sa[i]);
+		l[i] = listener(&sa[i], 8);
 		for (int j = 0; j < 2; j++)
 			assert_int_equal(px_accept(px, l[i], op_cb, &acc[i][j]),
 					 0);
@@ -2405,7 +2297,7 @@ static void run_overflow_accepts(const char *engine)
 	for (int s = 0; s < 300 && !atomic_load(&om_closed); s++)
 		px_handle_events(px, 10);
 	assert_true(atomic_load(&om_closed));
-	nl = oa_listener(&nsa);
+	nl = listener(&nsa, 8);
 	assert_int_equal(nl, old);
 	assert_int_equal(px_accept(px, nl, op_cb, &nacc), 0);
 	for (int i = 0; i < 3; i++)
@@ -2570,10 +2462,7 @@ static void run_read_chains_cancelled(const char *engine)
 						sizeof(rc_s[i].buf), rc_cb,
 						&rc_s[i]), 0);
 	}
-	atomic_store(&looping, true);
-	for (int i = 0; i < nloop; i++)
-		assert_int_equal(pthread_create(&loopers[i], NULL, looper_main,
-						rc_px), 0);
+	loopers_start(loopers, nloop, rc_px);
 	assert_int_equal(pthread_create(&w, NULL, rc_writer, NULL), 0);
 	pthread_join(w, NULL);
 	for (int spin = 0; spin < 1000; spin++) {
@@ -2587,9 +2476,7 @@ static void run_read_chains_cancelled(const char *engine)
 		nanosleep(&ts, NULL);
 	}
 	atomic_store(&rc_stop, true);
-	atomic_store(&looping, false);
-	for (int i = 0; i < nloop; i++)
-		pthread_join(loopers[i], NULL);
+	loopers_stop(loopers, nloop);
 	assert_int_equal(px_destroy(rc_px), 0);
 	assert_int_equal(atomic_load(&rc_errors), 0);
 	int cancels = 0;
@@ -2695,9 +2582,7 @@ static void run_spill_rearm_fails(const char *engine, int err, int fails,
 	g_ctl_err = err;
 	atomic_store(&g_ctl_fd, sv[1]);
 	px_proactor *px = make(engine);
-	atomic_store(&looping, true);
-	for (int i = 0; i < loopers; i++)
-		assert_int_equal(pthread_create(&lt[i], NULL, looper_main, px), 0);
+	loopers_start(lt, loopers, px);
 	assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf), op_cb,
 					&rd), 0);
 	assert_int_equal(px_write_stream_all(px, sv[1], wbuf, sizeof(wbuf),
@@ -2739,9 +2624,7 @@ static void run_spill_rearm_fails(const char *engine, int err, int fails,
 	assert_int_equal(rd.bytes, 1);
 	assert_int_equal(rbuf[0], 'x');
 	atomic_store(&g_ctl_left, 0);
-	atomic_store(&looping, false);
-	for (int i = 0; i < loopers; i++)
-		pthread_join(lt[i], NULL);
+	loopers_stop(lt, loopers);
 	assert_int_equal(px_destroy(px), 0);
 	atomic_store(&g_ctl_fd, -1);
 	assert_int_equal(atomic_load(&rd.calls), 1);
@@ -2803,10 +2686,7 @@ static void run_spill_changes_refused(const char *engine, int loopers)
 		atomic_store(&g_ctl_left, round ? 0 : -1);
 		atomic_store(&g_ctl_fd, sv[1]);
 		px_proactor *px = make(engine);
-		atomic_store(&looping, true);
-		for (int i = 0; i < loopers; i++)
-			assert_int_equal(pthread_create(&lt[i], NULL,
-							looper_main, px), 0);
+		loopers_start(lt, loopers, px);
 		assert_int_equal(px_read_stream(px, sv[1], rbuf, sizeof(rbuf),
 						op_cb, &rd), 0);
 		if (round) {
@@ -2844,9 +2724,7 @@ static void run_spill_changes_refused(const char *engine, int loopers)
 		assert_int_equal(rd.bytes, 1);
 		assert_int_equal(rbuf[0], 'y');
 		atomic_store(&g_ctl_left, 0);
-		atomic_store(&looping, false);
-		for (int i = 0; i < loopers; i++)
-			pthread_join(lt[i], NULL);
+		loopers_stop(lt, loopers);
 		assert_int_equal(px_destroy(px), 0);
 		atomic_store(&g_ctl_fd, -1);
 		assert_int_equal(atomic_load(&rd.calls), 1);
@@ -2975,9 +2853,7 @@ static void run_spill_watch_refused(const char *engine, int loopers)
 	atomic_store(&g_watch_refused, 0);
 	atomic_store(&g_watch_refuse, true);
 	px_proactor *px = make(engine);
-	atomic_store(&looping, true);
-	for (int i = 0; i < loopers; i++)
-		assert_int_equal(pthread_create(&lt[i], NULL, looper_main, px), 0);
+	loopers_start(lt, loopers, px);
 	for (int i = 0; i < WR_N; i++) {
 		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
 					    0, sv[i]), 0);
@@ -3018,9 +2894,7 @@ static void run_spill_watch_refused(const char *engine, int loopers)
 		assert_int_equal(rd[i].bytes, 1);
 		assert_int_equal(rbuf[i][0], "abcd"[i]);
 	}
-	atomic_store(&looping, false);
-	for (int i = 0; i < loopers; i++)
-		pthread_join(lt[i], NULL);
+	loopers_stop(lt, loopers);
 	assert_int_equal(px_destroy(px), 0);
 	for (int i = 0; i < WR_N; i++) {
 		assert_int_equal(atomic_load(&rd[i].calls), 1);
