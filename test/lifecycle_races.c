@@ -1786,6 +1786,22 @@ static void *one_loop_main(void *arg)
 	return (void *)(intptr_t)rc;
 }
 
+/* n threads in px_handle_events(px, -1) (one_loop_main) until px_stop. */
+static void plain_loops_start(pthread_t *th, int n, px_proactor *px)
+{
+	for (int i = 0; i < n; i++)
+		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main, px),
+				 0);
+}
+
+/* px_stop, then join the n threads (of plain_loops_start, or the like). */
+static void plain_loops_stop(px_proactor *px, pthread_t *th, int n)
+{
+	px_stop(px);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+}
+
 /* Mappings of the kernel's rings in this process: an io_uring's
  * ("anon_inode:[io_uring]") and a Linux AIO context's ("/[aio]"), which
  * stay after the descriptor (io_uring) or without one (AIO) until the
@@ -2552,23 +2568,16 @@ static unsigned long long pb_round(h_fx *f)
 	memset(&pb, 0, sizeof pb);
 	pb.px = f->px;
 	int sv[2];
-	char *buf = h_alloc(f, 8);
-	h_socketpair(f, sv);
-	h_rec *idle = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], buf, 8, h_rec_cb, idle),
-			 0);
+	char *buf;
+	(void)h_start_pending_read(f, sv, 8, &buf);  /* a read that waits */
 	pthread_t th[2];
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						f->px), 0);
+	plain_loops_start(th, 2, f->px);
 	h_sleep_ms(PB_QUIET_MS);
 	assert_int_equal(px_post(f->px, pb_first_cb, NULL), 0);
 	bool done = h_wait_at_least(&pb.ran, 1, PROMPT_MS);
 	uint64_t late_ms = done ? (pb.ran_ns - pb.posted_ns) / MS : 0;
 	h_wait_at_least(&pb.blocked, 1, PROMPT_MS);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("post_from_blocked_callback_reaches_leader");
 	if (!done)
 		fail_msg("a post from a callback that then blocked never ran "
@@ -2646,9 +2655,11 @@ static void dedicated_leader_waits_while_completions_queue(void **state)
  * as in leaver_hands_over_to_follower. */
 #define IP_SETTLE_MS 300
 
-static void idle_processor_start_reaches_leader(void **state)
+/* Skip the test unless files and sockets go to two processors, both
+ * shared (one processor, or one with a leader of its own: nothing to
+ * reach). */
+static void skip_unless_two_shared_processors(h_fx *f)
 {
-	h_fx *f = *state;
 	px_config cfg_f, cfg_s;
 	const px_processor_config *pf = h_proc_for(f, PX_OP_READ_FILE, &cfg_f);
 	const px_processor_config *ps = h_proc_for(f, PX_OP_READ_STREAM, &cfg_s);
@@ -2657,6 +2668,12 @@ static void idle_processor_start_reaches_leader(void **state)
 	if (same || pf->processor == PX_PROCESSOR_DEDICATED ||
 	    ps->processor == PX_PROCESSOR_DEDICATED)
 		skip();  /* one processor, or one with a leader of its own */
+}
+
+static void idle_processor_start_reaches_leader(void **state)
+{
+	h_fx *f = *state;
+	skip_unless_two_shared_processors(f);
 
 	int sv[2];
 	h_socketpair(f, sv);
@@ -2749,16 +2766,12 @@ static unsigned long long ib_round(h_fx *f)
 	h_socketpair(f, sv);
 	assert_int_equal(px_read_stream(f->px, sv[0], idle, 4, h_rec_cb, quiet),
 			 0);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						f->px), 0);
+	plain_loops_start(th, 2, f->px);
 	h_sleep_ms(IB_QUIET_MS);
 	assert_int_equal(px_post(f->px, ib_post_cb, NULL), 0);
 	bool done = h_wait_at_least(&g_ib.rd->done, 1, PROMPT_MS);
 	bool blocked = h_wait_at_least(&g_ib.blocked, 1, PROMPT_MS);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("idle_processor_start_from_blocked_callback");
 	if (!done || !blocked)
 		fail_msg("a file read started by a callback that then blocked "
@@ -2778,14 +2791,7 @@ static unsigned long long ib_round(h_fx *f)
 static void idle_processor_start_from_blocked_callback(void **state)
 {
 	h_fx *f = *state;
-	px_config cfg_f, cfg_s;
-	const px_processor_config *pf = h_proc_for(f, PX_OP_READ_FILE, &cfg_f);
-	const px_processor_config *ps = h_proc_for(f, PX_OP_READ_STREAM, &cfg_s);
-	bool same = strcmp(pf->provider, ps->provider) == 0 &&
-		    strcmp(pf->wait, ps->wait) == 0 && pf->ops == ps->ops;
-	if (same || pf->processor == PX_PROCESSOR_DEDICATED ||
-	    ps->processor == PX_PROCESSOR_DEDICATED)
-		skip();  /* one processor, or one with a leader of its own */
+	skip_unless_two_shared_processors(f);
 	late_rounds(f, ib_round, "a file read started by a blocked callback");
 }
 
@@ -2956,13 +2962,6 @@ static void bb_timer_cb(const px_completion *c)
 	}
 }
 
-static void *bb_loop(void *arg)
-{
-	while (px_handle_events(arg, -1) >= 0)
-		;
-	return NULL;
-}
-
 static void blocked_callback_leaves_batch_to_sleeper(void **state)
 {
 	h_fx *f = *state;
@@ -2971,8 +2970,7 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
 	atomic_store(&g_bb.n, 0);
 	atomic_store(&g_bb.first_ns, 0);
 	atomic_store(&g_bb.second_ns, 0);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, bb_loop, f->px), 0);
+	plain_loops_start(th, 2, f->px);
 	h_sleep_ms(100);   /* both asleep, nothing to do */
 	uint64_t t0 = h_now_ns();
 	assert_true(px_timer_start(f->px, 100 * MS, bb_timer_cb, NULL) > 0);
@@ -2986,9 +2984,7 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
 	/* Let the blocked callback end before the stop. */
 	while (h_now_ns() - t0 < (100 + BB_BLOCK_MS + 200) * MS)
 		h_sleep_ms(10);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	assert_true(atomic_load(&g_bb.first_ns) != 0);
 	/* 100 ms for the timers, then well under the block (about 20 ms
 	 * by the follower's short bound, more under the sanitizers). */
@@ -3029,6 +3025,19 @@ static void bl_warm_cb(const px_completion *c)
 	atomic_fetch_add(&g_bl.warm, 1);
 }
 
+/* BL_WARM cheap posts to px, a nap of 1 ms after every eighth, so that
+ * callbacks are measured cheap: whether all ran within PROMPT_MS
+ * (g_bl.warm counts them; the caller zeroes it). */
+static bool warm_up(px_proactor *px)
+{
+	for (int i = 0; i < BL_WARM; i++) {
+		assert_int_equal(px_post(px, bl_warm_cb, NULL), 0);
+		if (i % 8 == 7)
+			h_sleep_ms(1);
+	}
+	return h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+}
+
 static void bl_r1_cb(const px_completion *c)
 {
 	g_bl.err1 = c->error;
@@ -3057,15 +3066,8 @@ static unsigned long long bl_round(h_fx *f)
 	assert_int_equal(px_read_stream(f->px, s1[0], buf, 1, bl_r1_cb, NULL), 0);
 	assert_int_equal(px_read_stream(f->px, s2[0], buf + 1, 1, bl_r2_cb,
 					NULL), 0);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						f->px), 0);
-	for (int i = 0; i < BL_WARM; i++) {
-		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
-		if (i % 8 == 7)
-			h_sleep_ms(1);
-	}
-	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	plain_loops_start(th, 2, f->px);
+	bool warm = warm_up(f->px);
 	h_sleep_ms(BL_QUIET_MS);
 	assert_int_equal(write(s1[1], "1", 1), 1);
 	h_sleep_ms(100);
@@ -3073,9 +3075,7 @@ static unsigned long long bl_round(h_fx *f)
 	assert_int_equal(write(s2[1], "2", 1), 1);
 	bool done = h_wait_at_least(&g_bl.r2, 1, PROMPT_MS);
 	bool blocked = h_wait_at_least(&g_bl.r1, 1, PROMPT_MS);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	if (!warm)
 		fail_msg("%d of %d posts ran", atomic_load(&g_bl.warm), BL_WARM);
 	if (!done || !blocked)
@@ -3172,33 +3172,21 @@ static unsigned long long dw_round(h_fx *f)
 	memset(&dw, 0, sizeof dw);
 	dw.px = f->px;
 	int sv[2];
-	char *buf = h_alloc(f, 8);
-	h_socketpair(f, sv);
+	char *buf;
+	(void)h_start_pending_read(f, sv, 8, &buf);  /* a read that waits */
 	h_socketpair(f, dw.sv);
-	h_rec *idle = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], buf, 8, h_rec_cb, idle),
-			 0);
 	pthread_t th[2];
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						f->px), 0);
+	plain_loops_start(th, 2, f->px);
 	/* Callbacks measured cheap (before any is measured, a result is
 	 * worth help and goes as a post from a callback does). */
 	memset(&g_bl, 0, sizeof g_bl);
-	for (int i = 0; i < BL_WARM; i++) {
-		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
-		if (i % 8 == 7)
-			h_sleep_ms(1);
-	}
-	assert_true(h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS));
+	assert_true(warm_up(f->px));
 	h_sleep_ms(DW_QUIET_MS);
 	assert_int_equal(px_post(f->px, dw_first_cb, NULL), 0);
 	bool done = h_wait_at_least(&dw.ran, 1, PROMPT_MS);
 	uint64_t late_ms = done ? (dw.ran_ns - dw.started_ns) / MS : 0;
 	h_wait_at_least(&dw.blocked, 1, PROMPT_MS);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("done_at_start_from_blocked_callback_reaches_leader");
 	if (!done)
 		fail_msg("a write started by a callback that then blocked never "
@@ -3286,16 +3274,9 @@ static void blocked_callback_leader_waits(void **state)
 	h_socketpair(f, sv);
 	assert_int_equal(px_read_stream(f->px, sv[0], buf, 4, h_rec_cb, idle),
 			 0);
-	for (int i = 0; i < 2; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						f->px), 0);
+	plain_loops_start(th, 2, f->px);
 	memset(&g_bl, 0, sizeof g_bl);
-	for (int i = 0; i < BL_WARM; i++) {
-		assert_int_equal(px_post(f->px, bl_warm_cb, NULL), 0);
-		if (i % 8 == 7)
-			h_sleep_ms(1);
-	}
-	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	bool warm = warm_up(f->px);
 	h_sleep_ms(SW_QUIET_MS);
 	assert_int_equal(px_post(f->px, sw_block_cb, NULL), 0);
 	bool in = h_wait_at_least(&g_sw.in, 1, PROMPT_MS);
@@ -3309,9 +3290,7 @@ static void blocked_callback_leader_waits(void **state)
 	bool out_early = atomic_load(&g_sw.out);
 	bool out = h_wait_at_least(&g_sw.out, 1, PROMPT_MS);
 	bool timer = h_wait_at_least(&g_sw.timer, 1, PROMPT_MS);
-	px_stop(f->px);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("blocked_callback_leader_waits");
 	if (!warm || !in || !out || !posted)
 		fail_msg("warm-up posts %d of %d, the blocking callback %s, its "
@@ -3423,22 +3402,13 @@ static unsigned long long rt_round(h_fx *f)
 					h_rec_cb, rd), 0);
 	assert_int_equal(px_write_stream(g_rt.px, full[0], "w", 1, h_rec_cb,
 					 wr), 0);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(pthread_create(&th[i], NULL, one_loop_main,
-						g_rt.px), 0);
+	plain_loops_start(th, 3, g_rt.px);
 	memset(&g_bl, 0, sizeof g_bl);
-	for (int i = 0; i < BL_WARM; i++) {
-		assert_int_equal(px_post(g_rt.px, bl_warm_cb, NULL), 0);
-		if (i % 8 == 7)
-			h_sleep_ms(1);
-	}
-	bool warm = h_wait_at_least(&g_bl.warm, BL_WARM, PROMPT_MS);
+	bool warm = warm_up(g_rt.px);
 	h_sleep_ms(RT_QUIET_MS);
 	assert_int_equal(px_post(g_rt.px, rt_c_cb, NULL), 0);
 	bool done = h_wait_at_least(&g_rt.c_done, 1, 2 * RT_WAIT_MS);
-	px_stop(g_rt.px);
-	for (int i = 0; i < 3; i++)
-		pthread_join(th[i], NULL);
+	plain_loops_stop(g_rt.px, th, 3);
 	assert_int_equal(px_destroy(g_rt.px), 0);
 	g_rt.px = NULL;
 	assert_true(warm);
@@ -4018,6 +3988,20 @@ static void *mt_staying_main(void *arg)
 	return NULL;
 }
 
+/* Join the passing threads that have left, and start new ones in their
+ * slots (spawned numbers them). */
+static void mt_refill(pthread_t *slot, bool *live, unsigned *spawned)
+{
+	for (int i = 0; i < MT_SLOTS; i++) {
+		if (live[i] && pthread_tryjoin_np(slot[i], NULL) == 0)
+			live[i] = false;
+		if (!live[i] &&
+		    pthread_create(&slot[i], NULL, mt_passing_main,
+				   (void *)(uintptr_t)++*spawned) == 0)
+			live[i] = true;
+	}
+}
+
 static void many_threads_mixed_timeouts_stay_live(void **state)
 {
 	h_fx *f = *state;
@@ -4036,14 +4020,7 @@ static void many_threads_mixed_timeouts_stay_live(void **state)
 						(void *)(uintptr_t)(1000 + i)), 0);
 	uint64_t end = h_now_ns() + MT_RUN_MS * MS;
 	while (h_now_ns() < end) {
-		for (int i = 0; i < MT_SLOTS; i++) {
-			if (live[i] && pthread_tryjoin_np(slot[i], NULL) == 0)
-				live[i] = false;
-			if (!live[i] &&
-			    pthread_create(&slot[i], NULL, mt_passing_main,
-					   (void *)(uintptr_t)++spawned) == 0)
-				live[i] = true;
-		}
+		mt_refill(slot, live, &spawned);
 		unsigned k = rand_r(&seed) % 16;
 		if (k < 6) {
 			mt_probe *p = mt_new_probe(0);
@@ -4081,14 +4058,7 @@ static void many_threads_mixed_timeouts_stay_live(void **state)
 	uint64_t settle = h_now_ns() + MT_LATE_MS * MS;
 	bool all = false;
 	while (!all && h_now_ns() < settle) {
-		for (int i = 0; i < MT_SLOTS; i++) {
-			if (live[i] && pthread_tryjoin_np(slot[i], NULL) == 0)
-				live[i] = false;
-			if (!live[i] &&
-			    pthread_create(&slot[i], NULL, mt_passing_main,
-					   (void *)(uintptr_t)++spawned) == 0)
-				live[i] = true;
-		}
+		mt_refill(slot, live, &spawned);
 		all = atomic_load(&g_mt.blocks_ran) == atomic_load(&g_mt.blocks);
 		for (int i = 0; all && i < atomic_load(&g_mt.nprobe); i++)
 			if (atomic_load(&g_mt.probe[i].due_ns) &&
