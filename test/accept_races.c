@@ -938,6 +938,19 @@ static void sleep_us(int us)
 
 #define CR_ROUNDS 60
 
+/* RACE_ACCEPTS accepts started on l (each must start), then the racer
+ * thread rc making its connections (*th, joined by the caller). */
+static void race_begin(px_proactor *px, int l, rec **a, racer *rc,
+		       pthread_t *th)
+{
+	for (int i = 0; i < RACE_ACCEPTS; i++) {
+		a[i] = start_accept(px, l, i, rec_cb);
+		assert_non_null(a[i]);
+		assert_int_equal(atomic_load(&a[i]->started), 1);
+	}
+	assert_int_equal(pthread_create(th, NULL, racer_main, rc), 0);
+}
+
 static void accept_cancel_races_arrivals(void **state)
 {
 	h_fx *f = *state;
@@ -953,13 +966,8 @@ static void accept_cancel_races_arrivals(void **state)
 		if (round % 2)
 			set_nonblock(l);
 		rec *a[RACE_ACCEPTS];
-		for (int i = 0; i < RACE_ACCEPTS; i++) {
-			a[i] = start_accept(f->px, l, i, rec_cb);
-			assert_non_null(a[i]);
-			assert_int_equal(atomic_load(&a[i]->started), 1);
-		}
 		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, racer_main, &rc), 0);
+		race_begin(f->px, l, a, &rc, &th);
 		sleep_us((int)rnd(400));
 		int n = px_cancel(f->px, l);
 		pthread_join(th, NULL);
@@ -1099,13 +1107,8 @@ static void accept_close_races_arrivals(void **state)
 		if (round % 2)
 			set_nonblock(l);
 		rec *a[RACE_ACCEPTS];
-		for (int i = 0; i < RACE_ACCEPTS; i++) {
-			a[i] = start_accept(f->px, l, i, rec_cb);
-			assert_non_null(a[i]);
-			assert_int_equal(atomic_load(&a[i]->started), 1);
-		}
 		pthread_t th;
-		assert_int_equal(pthread_create(&th, NULL, racer_main, &rc), 0);
+		race_begin(f->px, l, a, &rc, &th);
 		sleep_us((int)rnd(300));
 		rec *cr = rec_new(PX_OP_CLOSE, l, 99);
 		assert_non_null(cr);
