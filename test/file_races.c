@@ -276,12 +276,31 @@ static rec *start_rwv(px_proactor *px, bool wr, int fd,
 
 /* A new unlinked temporary file, not tracked (px_close or the test
  * closes it): its descriptor. */
-static int temp_file_untracked(void)
+/* The template of a temporary file, in $TMPDIR or /tmp. */
+static void temp_path(char *path, size_t len)
 {
 	const char *dir = getenv("TMPDIR");
-	char path[512];
-	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
+	snprintf(path, len, "%s/px-file-races-XXXXXX",
 		 dir && *dir ? dir : "/tmp");
+}
+
+/* A new unlinked temporary file, untracked, opened O_RDWR (returned) and
+ * again O_WRONLY | O_APPEND (*ap); -1 where either fails (errno). */
+static int temp_file_and_append(int *ap)
+{
+	char path[512];
+	temp_path(path, sizeof path);
+	int fd = mkostemp(path, O_CLOEXEC);
+	*ap = fd >= 0 ? open(path, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
+	if (fd >= 0)
+		unlink(path);
+	return fd;
+}
+
+static int temp_file_untracked(void)
+{
+	char path[512];
+	temp_path(path, sizeof path);
 	int fd = mkostemp(path, O_CLOEXEC);
 	if (fd < 0)
 		fail_msg("mkostemp(%s): %s", path, strerror(errno));
@@ -293,10 +312,8 @@ static int temp_file_untracked(void)
  * again with flags when reopen (-1 then, with errno, if that fails). */
 static int temp_file_as(h_fx *f, bool reopen, int flags)
 {
-	const char *dir = getenv("TMPDIR");
 	char path[512];
-	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
-		 dir && *dir ? dir : "/tmp");
+	temp_path(path, sizeof path);
 	int fd = mkostemp(path, O_CLOEXEC);
 	if (fd < 0)
 		fail_msg("mkostemp(%s): %s", path, strerror(errno));
@@ -2569,10 +2586,8 @@ static void file_offsets_near_off_t_max(void **state)
 static void file_append_lands_at_end(void **state)
 {
 	h_fx *f = *state;
-	const char *dir = getenv("TMPDIR");
 	char path[512];
-	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
-		 dir && *dir ? dir : "/tmp");
+	temp_path(path, sizeof path);
 	int fd = mkostemp(path, O_CLOEXEC);
 	assert_true(fd >= 0);
 	h_track(f, fd);
@@ -2998,14 +3013,8 @@ static int fs_swrite(px_proactor *px, int fd, const void *buf, size_t len,
 static int fsize_streams(px_proactor *px, uint64_t lim,
 			 uint8_t *buf)
 {
-	const char *dir = getenv("TMPDIR");
-	char path[512];
-	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
-		 dir && *dir ? dir : "/tmp");
-	int fd = mkostemp(path, O_CLOEXEC);
-	int ap = fd >= 0 ? open(path, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
-	if (fd >= 0)
-		unlink(path);
+	int ap;
+	int fd = temp_file_and_append(&ap);
 	if (fd < 0 || ap < 0) {
 		printf("fsize child: a temporary file: %s\n", strerror(errno));
 		return 1;
@@ -3089,14 +3098,8 @@ static int fsize_child(const char *text)
 		       px_strerror(rc), err);
 		return 2;
 	}
-	const char *dir = getenv("TMPDIR");
-	char path[512];
-	snprintf(path, sizeof path, "%s/px-file-races-XXXXXX",
-		 dir && *dir ? dir : "/tmp");
-	int fd = mkostemp(path, O_CLOEXEC);
-	int ap = fd >= 0 ? open(path, O_WRONLY | O_APPEND | O_CLOEXEC) : -1;
-	if (fd >= 0)
-		unlink(path);
+	int ap;
+	int fd = temp_file_and_append(&ap);
 	if (fd < 0 || ap < 0) {
 		printf("fsize child: a temporary file: %s\n", strerror(errno));
 		return 2;
