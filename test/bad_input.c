@@ -935,6 +935,24 @@ static void unsupported_operation(void **state)
 	assert_no_callback_and_usable_on(f, never, true);
 }
 
+
+/* RLIMIT_NOFILE's soft limit raised to need if it is lower; the test
+ * skipped when the hard limit does not allow it. */
+static void nofile_at_least_or_skip(rlim_t need)
+{
+	struct rlimit rl;
+	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	if (rl.rlim_cur < need) {
+		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
+			print_message("RLIMIT_NOFILE hard limit %llu is too "
+				      "low: skipped\n",
+				      (unsigned long long)rl.rlim_max);
+			skip();
+		}
+		rl.rlim_cur = need;
+		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	}
+}
 /* With the select wait strategy, an fd >= FD_SETSIZE cannot be watched. */
 static void select_fd_beyond_fd_setsize(void **state)
 {
@@ -951,19 +969,7 @@ static void select_fd_beyond_fd_setsize(void **state)
 			      "strategy: skipped\n");
 		skip();
 	}
-	struct rlimit rl;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	const rlim_t need = FD_SETSIZE + 200;
-	if (rl.rlim_cur < need) {
-		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
-			print_message("RLIMIT_NOFILE hard limit %llu is too "
-				      "low: skipped\n",
-				      (unsigned long long)rl.rlim_max);
-			skip();
-		}
-		rl.rlim_cur = need;
-		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	}
+	nofile_at_least_or_skip(FD_SETSIZE + 200);
 	int sv[2];
 	h_socketpair(f, sv);
 	h_rec *never = h_rec_new(f);
@@ -1016,19 +1022,7 @@ static void numbers_beyond_fd_setsize_work(void **state)
 		skip();
 	}
 	enum { BASE = FD_SETSIZE + 40 };
-	struct rlimit rl;
-	assert_int_equal(getrlimit(RLIMIT_NOFILE, &rl), 0);
-	const rlim_t need = FD_SETSIZE + 300;
-	if (rl.rlim_cur < need) {
-		if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) {
-			print_message("RLIMIT_NOFILE hard limit %llu is too "
-				      "low: skipped\n",
-				      (unsigned long long)rl.rlim_max);
-			skip();
-		}
-		rl.rlim_cur = need;
-		assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0);
-	}
+	nofile_at_least_or_skip(FD_SETSIZE + 300);
 	/* Every free number below FD_SETSIZE taken while the engine is
 	 * made. */
 	int *fill = h_alloc(f, FD_SETSIZE * sizeof(int));
