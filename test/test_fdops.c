@@ -1284,6 +1284,30 @@ static void one_cb(const px_completion *c)
 	r->error = c->error;
 }
 
+/* A listening TCP socket on 127.0.0.1 (backlog as given); its address
+ * in *a. */
+static int listener(struct sockaddr_in *a, int backlog)
+{
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(l >= 0);
+	memset(a, 0, sizeof(*a));
+	a->sin_family = AF_INET;
+	a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	socklen_t al = sizeof(*a);
+	assert_int_equal(bind(l, (struct sockaddr *)a, sizeof(*a)), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)a, &al), 0);
+	assert_int_equal(listen(l, backlog), 0);
+	return l;
+}
+
+/* Run px's loop (waits of 50 ms) until r has called back or ms pass. */
+static void pump_until_called(px_proactor *px, struct seen_one *r, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+	while (!r->calls && now_ms() < end)
+		assert_true(px_handle_events(px, 50) >= 0);
+}
+
 static void connect_reset_while_finished_says_reset(void **state)
 {
 	(void)state;
@@ -1291,14 +1315,8 @@ static void connect_reset_while_finished_says_reset(void **state)
 		print_message("the kernel makes io_uring's connect: skipped\n");
 		skip();
 	}
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(l >= 0);
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
-	assert_int_equal(listen(l, 4), 0);
+	struct sockaddr_in a;
+	int l = listener(&a, 4);
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(s >= 0);
 	px_proactor *px = make();
@@ -1308,9 +1326,7 @@ static void connect_reset_while_finished_says_reset(void **state)
 	atomic_store(&g_reset_fd, s);
 	assert_int_equal(px_connect(px, s, (struct sockaddr *)&a, sizeof(a),
 				    one_cb, &r), 0);
-	uint64_t end = now_ms() + 3000;
-	while (!r.calls && now_ms() < end)
-		assert_true(px_handle_events(px, 50) >= 0);
+	pump_until_called(px, &r, 3000);
 	atomic_store(&g_reset_fd, -1);
 	assert_int_equal(r.calls, 1);
 	if (!atomic_load(&g_reset_fired))
@@ -1365,14 +1381,8 @@ static void connect_keeps_o_async_set_meanwhile(void **state)
 	(void)state;
 	if (strcmp(g_engine, "epoll") != 0)
 		skip();
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(l >= 0);
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
-	assert_int_equal(listen(l, 4), 0);
+	struct sockaddr_in a;
+	int l = listener(&a, 4);
 	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	assert_true(s >= 0);
 	int fl = fcntl(s, F_GETFL);
@@ -1402,9 +1412,7 @@ static void connect_keeps_o_async_set_meanwhile(void **state)
 	pthread_join(t, NULL);
 	atomic_store(&g_cx_fd, -1);
 	assert_int_equal(x.rc, 0);
-	uint64_t end = now_ms() + 2000;
-	while (!cr.calls && now_ms() < end)
-		assert_true(px_handle_events(px, 50) >= 0);
+	pump_until_called(px, &cr, 2000);
 	assert_int_equal(cr.calls, 1);
 	assert_int_equal(cr.error, 0);
 	int now = fcntl(s, F_GETFL);
@@ -1414,9 +1422,7 @@ static void connect_keeps_o_async_set_meanwhile(void **state)
 	int peer = accept(l, NULL, NULL);
 	assert_true(peer >= 0);
 	assert_int_equal(write(peer, "x", 1), 1);
-	end = now_ms() + 2000;
-	while (!rr.calls && now_ms() < end)
-		assert_true(px_handle_events(px, 50) >= 0);
+	pump_until_called(px, &rr, 2000);
 	if (rr.calls != 1)
 		fail_msg("a read started while a px_connect had O_NONBLOCK set "
 			 "did not end within 2 s of its byte (flags %#x: "
@@ -1615,14 +1621,8 @@ static void team_dedicated_thread_refused(void **state)
 static void own_connect_failing_under_a_px_connect(void **state)
 {
 	(void)state;
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	assert_true(l >= 0);
-	struct sockaddr_in a = { .sin_family = AF_INET,
-				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t al = sizeof(a);
-	assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)&a, &al), 0);
-	assert_int_equal(listen(l, 0), 0);
+	struct sockaddr_in a;
+	int l = listener(&a, 0);
 	/* Fill the backlog until a SYN is left waiting. */
 	int fill[32], nfill = 0, s = -1;
 	while (nfill < 32) {
@@ -1654,9 +1654,7 @@ static void own_connect_failing_under_a_px_connect(void **state)
 	atomic_store(&g_fail_fd, s);
 	assert_int_equal(px_connect(px, s, (struct sockaddr *)&a, sizeof(a),
 				    one_cb, &r), 0);
-	uint64_t end = now_ms() + 2000;
-	while (!r.calls && now_ms() < end)
-		assert_true(px_handle_events(px, 50) >= 0);
+	pump_until_called(px, &r, 2000);
 	atomic_store(&g_fail_fd, -1);
 	assert_int_equal(r.calls, 1);
 	if (r.error != EALREADY)
