@@ -945,19 +945,42 @@ static bool rl_lock_held(const char *path)
 	return WEXITSTATUS(st) == 1;
 }
 
+/* A new file from the template path, RL_READS * RL_LEN bytes long, under
+ * a write lock of the application's (F_SETLK) (returned), and buffers for
+ * RL_READS reads of it (*bufs). */
+static int rl_begin(char *path, char **bufs)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+
+	*bufs = malloc((size_t)RL_READS * RL_LEN);
+	int fd = mkstemp(path);
+	assert_non_null(*bufs);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)RL_READS * RL_LEN), 0);
+	assert_int_equal(fcntl(fd, F_SETLK, &fl), 0);
+	return fd;
+}
+
+/* The end of a test of rl_begin's file: the proactor ended (fx_end), then
+ * whether the lock is still held; the file and buffers freed. */
+static bool rl_end(fx *f, int fd, const char *path, char *bufs)
+{
+	fx_end(f);
+	bool held = rl_lock_held(path);
+	close(fd);
+	unlink(path);
+	free(bufs);
+	return held;
+}
+
 static void record_lock_on(const char *wait)
 {
 	char text[64], path[] = "/tmp/px_paio_XXXXXX";
 	rec r[RL_READS];
 	fx f = { 0 };
-	char *bufs = malloc((size_t)RL_READS * RL_LEN);
-	int fd = mkstemp(path);
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	char *bufs;
+	int fd = rl_begin(path, &bufs);
 
-	assert_non_null(bufs);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)RL_READS * RL_LEN), 0);
-	assert_int_equal(fcntl(fd, F_SETLK, &fl), 0);
 	assert_true(rl_lock_held(path));
 	memset(r, 0, sizeof(r));
 	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
@@ -981,12 +1004,7 @@ static void record_lock_on(const char *wait)
 		assert_true(wait_calls(&r[i], 1, 10000));
 		assert_int_equal(r[i].error, 0);
 	}
-	fx_end(&f);
-	bool held = rl_lock_held(path);
-	close(fd);
-	unlink(path);
-	free(bufs);
-	if (!held)
+	if (!rl_end(&f, fd, path, bufs))
 		fail_msg("wait=%s: the application's record lock on the file "
 			 "was gone after reads through file lanes and stream "
 			 "writes", wait);
@@ -1010,15 +1028,10 @@ static void record_lock_full_table_on(const char *wait)
 	char text[64], path[] = "/tmp/px_paio_XXXXXX";
 	rec r[RL_READS];
 	fx f = { 0 };
-	char *bufs = malloc((size_t)RL_READS * RL_LEN);
-	int fd = mkstemp(path), filler[64], nfill = 0, nf;
-	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
+	char *bufs;
+	int fd = rl_begin(path, &bufs), filler[64], nfill = 0, nf;
 	struct rlimit rl, lo;
 
-	assert_non_null(bufs);
-	assert_true(fd >= 0);
-	assert_int_equal(ftruncate(fd, (off_t)RL_READS * RL_LEN), 0);
-	assert_int_equal(fcntl(fd, F_SETLK, &fl), 0);
 	memset(r, 0, sizeof(r));
 	snprintf(text, sizeof(text), "provider=posix wait=%s", wait);
 	fx_start(&f, text, 0);
@@ -1048,12 +1061,7 @@ static void record_lock_full_table_on(const char *wait)
 		assert_int_equal(r[i].error, 0);
 		assert_int_equal(r[i].bytes, RL_LEN);
 	}
-	fx_end(&f);
-	bool held = rl_lock_held(path);
-	close(fd);
-	unlink(path);
-	free(bufs);
-	if (!held)
+	if (!rl_end(&f, fd, path, bufs))
 		fail_msg("wait=%s: the application's record lock on the file "
 			 "was gone after reads through file lanes whose look at "
 			 "the lock came with the descriptor table full", wait);
