@@ -591,9 +591,36 @@ static void sh_cb(const px_completion *c)
 	atomic_fetch_add(&r->calls, 1);
 }
 
+/* px on "uring ring=1 rings=1" (an SQ of one entry), socketpairs s and t,
+ * and /dev/zero open (returned). */
+static int sh_begin(int s[2], int t[2])
+{
+	char err[256];
+
+	assert_int_equal(px_create(&px, "uring ring=1 rings=1", err,
+				   sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t),
+			 0);
+	int zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	assert_true(zero >= 0);
+	return zero;
+}
+
+/* SH_FILL file reads of zero started, each submitting the one before
+ * (the SQ has one entry). */
+static void sh_fill(int zero, char fbuf[SH_FILL][8], sh_rec *fill)
+{
+	for (int i = 0; i < SH_FILL; i++)
+		assert_int_equal(px_read_file(px, zero, fbuf[i],
+					      sizeof(fbuf[i]), 0, sh_cb,
+					      &fill[i]), 0);
+}
+
 static void stalled_head_cancel_sends_nothing(void **state)
 {
-	char err[256], fbuf[SH_FILL][8], rbuf[8];
+	char fbuf[SH_FILL][8], rbuf[8];
 	int s[2], t[2], zero;
 	sh_rec fill[SH_FILL], prev, w[3], rd;
 
@@ -602,19 +629,8 @@ static void stalled_head_cancel_sends_nothing(void **state)
 	memset(&prev, 0, sizeof(prev));
 	memset(w, 0, sizeof(w));
 	memset(&rd, 0, sizeof(rd));
-	assert_int_equal(px_create(&px, "uring ring=1 rings=1", err,
-				   sizeof(err)), 0);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s),
-			 0);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t),
-			 0);
-	zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
-	assert_true(zero >= 0);
-	/* Each start submits the one before (the SQ has one entry). */
-	for (int i = 0; i < SH_FILL; i++)
-		assert_int_equal(px_read_file(px, zero, fbuf[i],
-					      sizeof(fbuf[i]), 0, sh_cb,
-					      &fill[i]), 0);
+	zero = sh_begin(s, t);
+	sh_fill(zero, fbuf, fill);
 	assert_int_equal(px_write_stream(px, s[0], "p", 1, sh_cb, &prev), 0);
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(px_write_stream(px, s[0], "w", 1, sh_cb,
@@ -690,7 +706,7 @@ static void sh_cb_close(const px_completion *c)
 
 static void stalled_head_other_ends(int how)
 {
-	char err[256], fbuf[SH_FILL][8], rbuf[8], rb[3], pb;
+	char fbuf[SH_FILL][8], rbuf[8], rb[3], pb;
 	int s[2], t[2], zero;
 	sh_rec fill[SH_FILL], prev, w[3], rd, closed;
 	const char *wdata[3] = { "abcdefgh", "B", "C" };
@@ -701,20 +717,10 @@ static void stalled_head_other_ends(int how)
 	memset(w, 0, sizeof(w));
 	memset(&rd, 0, sizeof(rd));
 	memset(&closed, 0, sizeof(closed));
-	assert_int_equal(px_create(&px, "uring ring=1 rings=1", err,
-				   sizeof(err)), 0);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, s),
-			 0);
-	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t),
-			 0);
-	zero = open("/dev/zero", O_RDONLY | O_CLOEXEC);
-	assert_true(zero >= 0);
+	zero = sh_begin(s, t);
 	if (reads)  /* the first read takes "p", the three find "xyz" */
 		assert_int_equal(write(s[1], "pxyz", 4), 4);
-	for (int i = 0; i < SH_FILL; i++)
-		assert_int_equal(px_read_file(px, zero, fbuf[i],
-					      sizeof(fbuf[i]), 0, sh_cb,
-					      &fill[i]), 0);
+	sh_fill(zero, fbuf, fill);
 	if (reads) {
 		assert_int_equal(px_read_stream(px, s[0], &pb, 1, sh_cb, &prev),
 				 0);
