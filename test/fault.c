@@ -350,6 +350,22 @@ static void pipe_reader_gone_no_sigpipe(void **state)
 			 "reader", pipes, started);
 }
 
+
+/* In a forked child: SIGPIPE's default action back (the test is whether
+ * the library raises it), and a proactor of the engine under test; NULL,
+ * said on stdout, when it cannot be made. */
+static px_proactor *child_proactor(void)
+{
+	px_proactor *px;
+	char err[256];
+
+	signal(SIGPIPE, SIG_DFL);
+	if (px_create_config(&px, &h_cfg, err, sizeof err) < 0) {
+		printf("child: px_create_config: %s\n", err);
+		return NULL;
+	}
+	return px;
+}
 /* One child of sigpipe_default_disposition: SIGPIPE at its default
  * disposition (the process dies of it), a proactor of its own, and every
  * write form on descriptor kind `kind`; each must complete once with
@@ -362,13 +378,9 @@ static int sigpipe_child(int kind, bool pipes)
 				     "px_writev_stream_all", "px_write_dgram"};
 	static char data[200];
 	struct iovec iov[2] = {{data, 100}, {data + 100, 100}};
-	signal(SIGPIPE, SIG_DFL);
-	px_proactor *px;
-	char err[256];
-	if (px_create_config(&px, &h_cfg, err, sizeof err) < 0) {
-		printf("child: px_create_config: %s\n", err);
+	px_proactor *px = child_proactor();
+	if (!px)
 		return 1;
-	}
 	int bad = 0;
 	for (int form = 0; form < 5; form++) {
 		int sv[2] = {-1, -1}, fd, keep = -1;
@@ -983,13 +995,9 @@ static int peer_gone_child(int kind)
 				     "TCP peer stopped reading, closed",
 				     "TCP peer drained, closed",
 				     "AF_UNIX peer stopped reading, closed"};
-	signal(SIGPIPE, SIG_DFL);
-	px_proactor *px;
-	char err[256];
-	if (px_create_config(&px, &h_cfg, err, sizeof err) < 0) {
-		printf("child: px_create_config: %s\n", err);
+	px_proactor *px = child_proactor();
+	if (!px)
 		return 1;
-	}
 	int c, s, bad = 0;
 	bool tcp = kind == 0 || kind == 2 || kind == 3;
 	if (tcp) {
