@@ -618,6 +618,34 @@ static void sh_fill(int zero, char fbuf[SH_FILL][8], sh_rec *fill)
 					      &fill[i]), 0);
 }
 
+/* With prev and three operations after it started on the stream behind
+ * the fill: a turn submits the last one's SQE and reaps 64 of the CQEs (the
+ * test skipped when prev's came among them); a read of rfd fills the
+ * SQE, unsubmitted as nobody leads; then, io_uring_submit refused
+ * refusals times and the enter failing with EAGAIN, a turn reaps the
+ * rest: prev completes, and the first of the three finds no SQE.  The caller
+ * ends the refusals. */
+static void sh_stall(sh_rec *prev, int rfd, char *rbuf, size_t len,
+		     sh_rec *rd, int refusals)
+{
+	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
+	if (atomic_load(&prev->calls))
+		skip();  /* (its CQE came among the first 64) */
+	assert_int_equal(px_read_stream(px, rfd, rbuf, len, sh_cb, rd), 0);
+	atomic_store(&submit_refusals, refusals);
+	atomic_store(&enter_error, EAGAIN);
+	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
+}
+
+/* After sh_stall: prev completed with its byte, none of w yet. */
+static void sh_stalled(sh_rec *prev, sh_rec *w)
+{
+	assert_int_equal(atomic_load(&prev->calls), 1);
+	assert_int_equal(prev->bytes, 1);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(atomic_load(&w[i].calls), 0);
+}
+
 static void stalled_head_cancel_sends_nothing(void **state)
 {
 	char fbuf[SH_FILL][8], rbuf[8];
@@ -635,24 +663,10 @@ static void stalled_head_cancel_sends_nothing(void **state)
 	for (int i = 0; i < 3; i++)
 		assert_int_equal(px_write_stream(px, s[0], "w", 1, sh_cb,
 						 &w[i]), 0);
-	/* Submits the last write's SQE; reaps 64 of the 71 CQEs. */
-	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
-	if (atomic_load(&prev.calls))
-		skip();  /* (its CQE came among the first 64) */
-	/* Fills the SQE; nobody leads, so it stays unsubmitted. */
-	assert_int_equal(px_read_stream(px, t[0], rbuf, sizeof(rbuf), sh_cb,
-					&rd), 0);
-	atomic_store(&submit_refusals, 1000);
-	atomic_store(&enter_error, EAGAIN);
-	/* Reaps the rest: the write before the three completes, and the
-	 * first of them finds no SQE. */
-	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
+	sh_stall(&prev, t[0], rbuf, sizeof(rbuf), &rd, 1000);
 	atomic_store(&submit_refusals, 0);
 	atomic_store(&enter_error, 0);
-	assert_int_equal(atomic_load(&prev.calls), 1);
-	assert_int_equal(prev.bytes, 1);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(atomic_load(&w[i].calls), 0);
+	sh_stalled(&prev, w);
 	assert_int_equal(px_cancel(px, s[0]), 3);
 	for (int k = 0; k < 100; k++) {
 		bool all = true;
@@ -741,18 +755,8 @@ static void stalled_head_other_ends(int how)
 							     wdata[i], 1, sh_cb,
 							     &w[i]), 0);
 	}
-	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
-	if (atomic_load(&prev.calls))
-		skip();  /* (its CQE came among the first 64) */
-	assert_int_equal(px_read_stream(px, t[0], rbuf, sizeof(rbuf), sh_cb,
-					&rd), 0);
-	atomic_store(&submit_refusals, 1000000);
-	atomic_store(&enter_error, EAGAIN);
-	assert_int_equal(px_handle_events(px, 0) >= 0, 1);
-	assert_int_equal(atomic_load(&prev.calls), 1);
-	assert_int_equal(prev.bytes, 1);
-	for (int i = 0; i < 3; i++)
-		assert_int_equal(atomic_load(&w[i].calls), 0);
+	sh_stall(&prev, t[0], rbuf, sizeof(rbuf), &rd, 1000000);
+	sh_stalled(&prev, w);
 	if (how == 0) {
 		/* The deadline passes with the head still waiting. */
 		uint64_t end = ds_now_ms() + 2000;
