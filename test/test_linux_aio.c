@@ -170,21 +170,8 @@ static int scratch(int flags, char *path, size_t len)
 }
 
 /* A listening TCP socket on 127.0.0.1 (backlog as given); its address in
- * *sa. */
-static int listener(struct sockaddr_in *sa, int backlog)
-{
-	socklen_t sl = sizeof(*sa);
-	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	assert_true(l >= 0);
-	memset(sa, 0, sizeof(*sa));
-	sa->sin_family = AF_INET;
-	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(l, (struct sockaddr *)sa, sizeof(*sa)), 0);
-	assert_int_equal(listen(l, backlog), 0);
-	assert_int_equal(getsockname(l, (struct sockaddr *)sa, &sl), 0);
-	return l;
-}
+ * *sa (defined below, beside the overflow-accepts test). */
+static int listener(struct sockaddr_in *sa, int backlog);
 
 /* A cmocka test that runs call, one engine's run of a test body (the
  * per-engine variants below). */
@@ -2232,6 +2219,21 @@ static void test_overflow_writers(void **state)
  */
 #define OA_IDLE 10
 #define OA_L 6
+
+static int listener(struct sockaddr_in *sa, int backlog)
+{
+	socklen_t sl = sizeof(*sa);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	assert_true(l >= 0);
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(l, (struct sockaddr *)sa, sizeof(*sa)), 0);
+	assert_int_equal(listen(l, backlog), 0);
+	assert_int_equal(getsockname(l, (struct sockaddr *)sa, &sl), 0);
+	return l;
+}
 
 static void run_overflow_accepts(const char *engine)
 {
