@@ -608,15 +608,6 @@ static int fx_teardown(void **state)
 	return rc;
 }
 
-static void destroy_now(h_fx *f)
-{
-	alarm(H_TEARDOWN_S + 5);
-	int rc = px_destroy(f->px);
-	alarm(H_WATCHDOG_S);
-	f->px = NULL;
-	assert_int_equal(rc, 0);
-}
-
 /* After px_destroy and with every descriptor of the test closed, the
  * process must hold what it held before the proactor was made: an
  * accepted socket the library kept or forgot shows up here. */
@@ -858,7 +849,7 @@ static void accept_storm(void **state)
 	int n = px_cancel(f->px, s->l);
 	h_sleep_ms(20);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pthread_cond_destroy(&s->cv);
 	pthread_mutex_destroy(&s->mu);
 	reg_check("accept storm");
@@ -1003,7 +994,7 @@ static void accept_cancel_races_arrivals(void **state)
 		conns_free(&cs);
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("cancel racing arrivals");
 	h_assert_no_bad("cancel racing arrivals");
 	assert_no_fd_leak("cancel racing arrivals");
@@ -1157,7 +1148,7 @@ static void accept_close_races_arrivals(void **state)
 		conns_free(&cs);
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("close racing arrivals");
 	h_assert_no_bad("close racing arrivals");
 	assert_int_equal(atomic_load(&g_close_calls), round);
@@ -1227,7 +1218,7 @@ static void accept_destroy_races_arrivals(void **state)
 		sleep_us((int)rnd(1500));
 		h_loops_stop();
 		atomic_store(&g_destroying, 1);
-		destroy_now(f);   /* connections may still be arriving */
+		h_destroy_now(f);   /* connections may still be arriving */
 		pthread_join(th, NULL);
 		int cancelled = 0;
 		for (int i = 0; i < DS_ACCEPTS; i++) {
@@ -1352,7 +1343,7 @@ static void connect_pending_cancel_close_destroy(void **state)
 				 again[i]->error, strerror(again[i]->error));
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("pending connects");
 	h_assert_no_bad("pending connects");
 	int cancelled = 0;
@@ -1457,7 +1448,7 @@ static void connect_with_deadline(void **state)
 			fd_drop(idle);
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	(void)l;
 	reg_check("connects with deadlines");
 	h_assert_no_bad("connects with deadlines");
@@ -1538,7 +1529,7 @@ static void accept_deadline_races_arrivals(void **state)
 		conns_free(&cs);
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("accept deadlines");
 	h_assert_no_bad("accept deadlines");
 	assert_no_fd_leak("accept deadlines");
@@ -1820,7 +1811,7 @@ static void accept_connect_bad_input(void **state)
 		close(ok.new_fd);
 	}
 	h_settle(f, 20);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("bad input");
 	h_assert_no_bad("bad input");
 	assert_no_fd_leak("bad input");
@@ -1928,7 +1919,7 @@ static void read_of_reused_listener_number(void **state)
 			     unix_family ? EINVAL : ENOTCONN, false);
 		fd_drop(sv[0]);
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("reused listener number");
 	h_assert_no_bad("reused listener number");
 	assert_no_fd_leak("reused listener number");
@@ -2018,7 +2009,7 @@ static void accept_connect_max_aio_4(void **state)
 			 (unsigned long long)st.cancelled,
 			 (unsigned long long)st.timed_out,
 			 (unsigned long long)st.in_flight);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("max_aio=4");
 	h_assert_no_bad("max_aio=4");
 	int made = cs.n;
@@ -2074,7 +2065,7 @@ static void accept_closed_behind_back(void **state)
 	assert_int_equal(b->error, 0);
 	assert_int_equal(b->peer_port, port);
 	close(b->new_fd);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("closed behind the back");
 	h_assert_no_bad("closed behind the back");
 	assert_no_fd_leak("closed behind the back");
@@ -2213,7 +2204,7 @@ static void accept_on_shut_down_listener(void **state)
 			 1e3 * cpu, 1e3 * wall);
 	print_message("listeners shut down: %.1f ms of CPU in %.1f ms\n",
 		      1e3 * cpu, 1e3 * wall);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("listeners shut down");
 	h_assert_no_bad("listeners shut down");
 }
@@ -2307,7 +2298,7 @@ static void accept_burst_small_max_aio(void **state)
 	h_loops_stop();
 	struct px_stats st;
 	assert_int_equal(px_stats(f->px, &st), 0);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("burst");
 	h_assert_no_bad("burst");
 	int made = b->cs.n;
@@ -2436,7 +2427,7 @@ static void connect_unix_ended_then_reused(void **state)
 		fail_msg("%d connections in the AF_UNIX backlog, expected %d "
 			 "(%d filling ones and %d reconnected)", queued,
 			 filled + RU_N, filled, RU_N);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("AF_UNIX connect reused");
 	h_assert_no_bad("AF_UNIX connect reused");
 }
@@ -2594,7 +2585,7 @@ static void connect_failed_then_read_write(void **state)
 			fail_msg("a second connect (%s) after a failed one, with "
 				 "a read and a write between: error %d (%s)",
 				 what[i], r2[i]->error, strerror(r2[i]->error));
-	destroy_now(f);
+	h_destroy_now(f);
 	(void)l;
 	reg_check("reads and writes after a failed connect");
 	h_assert_no_bad("reads and writes after a failed connect");
@@ -2664,7 +2655,7 @@ static void connect_after_own_failed_connect(void **state)
 	for (int a; (a = accept4(l, NULL, NULL, SOCK_CLOEXEC)) >= 0; queued++)
 		close(a);
 	assert_int_equal(queued, 2);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("a connect after the application's own failed one");
 	h_assert_no_bad("a connect after the application's own failed one");
 }
@@ -2725,7 +2716,7 @@ static void connect_again_after_reset(void **state)
 		close(b);
 		fail_msg("a px_connect that said EISCONN made a new connection");
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("a connect of a reset socket");
 	h_assert_no_bad("a connect of a reset socket");
 }
@@ -2791,7 +2782,7 @@ static void connect_while_own_connect_under_way(void **state)
 	if (atomic_load(&r->calls) != 1)
 		fail_msg("%d callbacks for one px_connect",
 			 atomic_load(&r->calls));
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("a px_connect while the application's own is under way");
 	h_assert_no_bad("a px_connect while the application's own is under way");
 }
@@ -2884,7 +2875,7 @@ static void accept_peer_addresses(void **state)
 	rmdir(dir);
 	if (!ok)
 		fail_msg("AF_UNIX sockets under %s: %s", dir, strerror(e));
-	destroy_now(f);
+	h_destroy_now(f);
 	h_assert_no_bad("peer addresses");
 }
 
@@ -3074,7 +3065,7 @@ static void connect_unix_full_backlog_many(void **state)
 		if (pass == 1)
 			unlink(ua->sun_path);
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("connects waiting for room");
 	h_assert_no_bad("connects waiting for room");
 }
@@ -3202,7 +3193,7 @@ static void connect_unix_full_backlog_ended(void **state)
 		fail_msg("datagram connect to a full receiver (%d queued): "
 			 "error %d (%s), 0 expected", sent, rd->error,
 			 strerror(rd->error));
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("connects waiting for room, ended");
 	h_assert_no_bad("connects waiting for room, ended");
 }
@@ -3285,7 +3276,7 @@ static void connect_unix_full_backlog_end_races(void **state)
 		fail_msg("%d connections in the backlog, %d expected (the "
 			 "fillers): a connect was made after its end", queued,
 			 filled);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("connects waiting for room, ended in races");
 	h_assert_no_bad("connects waiting for room, ended in races");
 }
@@ -3333,7 +3324,7 @@ static void connect_unix_full_backlog_destroy(void **state)
 	rec *ra = start_accept(f->px, l, 1, ux_accept_cb);
 	assert_true(ra && atomic_load(&ra->started));
 	h_settle(f, 100);
-	destroy_now(f);
+	h_destroy_now(f);
 	if (atomic_load(&rc->calls) != 1 || atomic_load(&ra->calls) != 1)
 		fail_msg("after px_destroy: connect called back %d times, "
 			 "accept %d times", atomic_load(&rc->calls),
@@ -3413,7 +3404,7 @@ static void connect_unix_full_backlog_sndtimeo(void **state)
 		fail_msg("%d connections in the backlog, %d expected: the timed "
 			 "out connect was made after all?", queued + 1,
 			 filled + 1);
-	destroy_now(f);
+	h_destroy_now(f);
 	reg_check("connect with SO_SNDTIMEO");
 	h_assert_no_bad("connect with SO_SNDTIMEO");
 }

@@ -346,17 +346,6 @@ static int fx_teardown(void **state)
 	return h_teardown(state);
 }
 
-/* Destroy the proactor now (the callbacks of everything pending run
- * here); the fixture's memory stays until the teardown. */
-static void destroy_now(h_fx *f)
-{
-	alarm(H_TEARDOWN_S + 5);
-	int rc = px_destroy(f->px);
-	alarm(H_WATCHDOG_S);
-	f->px = NULL;
-	assert_int_equal(rc, 0);
-}
-
 /* ------------------------------------------------------------------ */
 /* 1. Many datagrams, three loop threads, starts from everywhere        */
 /* ------------------------------------------------------------------ */
@@ -565,7 +554,7 @@ static void dgram_many_threads(void **state)
 		pthread_join(th[i], NULL);
 	int n = px_cancel(f->px, m->a);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pthread_cond_destroy(&m->cv);
 	pthread_mutex_destroy(&m->mu);
 
@@ -717,7 +706,7 @@ static void dgram_same_socket_threads(void **state)
 	bool all = h_wait_at_least(&s->received, SAME_N, 15000);
 	pthread_join(snd, NULL);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&s->ops, "reads from several threads");
 	h_assert_no_bad("reads from several threads");
 	if (!all)
@@ -863,7 +852,7 @@ static void dgram_reads_outlive_their_thread(void **state)
 			}
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&x->ops, "reads started by a thread that exited");
 	h_assert_no_bad("reads started by a thread that exited");
 }
@@ -1057,7 +1046,7 @@ static void dgram_unix_writes_wait_for_room(void **state)
 	bool all = h_wait_at_least(&x->done, UX_N, 10000);
 	pthread_join(rd, NULL);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&x->ops, "AF_UNIX writes waiting for room");
 	h_assert_no_bad("AF_UNIX writes waiting for room");
 	if (!all)
@@ -1098,7 +1087,7 @@ static void dgram_unix_cancel_close_destroy_pending_writes(void **state)
 			;
 		op *cl = NULL;
 		if (destroy) {
-			destroy_now(f);
+			h_destroy_now(f);
 		} else if (round % 2 == 0) {
 			int n = px_cancel(f->px, x->u[0]);
 			if (n < 0 || n > UX_N)
@@ -1193,7 +1182,7 @@ static void dgram_mixed_reads_keep_order(void **state)
 			fail_msg("read %d (%s) got %s", i, px_op_name(r[i]->op),
 				 why ? why : "another datagram: out of order");
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "mixed reads in order");
 	h_assert_no_bad("mixed reads in order");
 }
@@ -1248,7 +1237,7 @@ static void dgram_unix_writes_closed_behind_back(void **state)
 		got++;
 	}
 	assert_int_equal(got, filled);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "AF_UNIX writes closed behind the back");
 	print_message("AF_UNIX writes closed behind the back: EBADF after "
 		      "%llu ms\n", (unsigned long long)took);
@@ -1425,7 +1414,7 @@ static void dgram_cancel_races_arrivals(void **state)
 	atomic_store(&x->quit, 1);
 	pthread_join(snd, NULL);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&x->ops, "cancel racing arrivals");
 	h_assert_no_bad("cancel racing arrivals");
 	print_message("cancel vs arrivals: %d reads took data, %d cancelled, "
@@ -1711,7 +1700,7 @@ static void dgram_close_races_traffic(void **state)
 	h_loops_stop();
 	for (int round = 0; round < CL_ROUNDS; round++)
 		pthread_mutex_destroy(&xs[round]->mu);
-	destroy_now(f);
+	h_destroy_now(f);
 	h_assert_no_bad("px_close racing traffic");
 	print_message("px_close vs traffic: %d reads with data, %d starts "
 		      "refused with EBADF during the closes, %d of %d starts "
@@ -1774,7 +1763,7 @@ static void dgram_closed_behind_back(void **state)
 	pump_until(f, w, 5000, "a write after the close");
 	assert_int_equal(w->error, 0);
 	assert_int_equal(w->bytes, 64);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "closed behind the back");
 	print_message("closed behind the back: EBADF after %llu ms\n",
 		      (unsigned long long)took);
@@ -1893,7 +1882,7 @@ static void dgram_destroy_pending(void **state)
 	for (int i = 0; i < DS_SOCKS * DS_READS; i++)
 		before += op_is_done(&x->ops.v[i]);
 	atomic_store(&x->destroying, 1);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&x->ops, "px_destroy with datagram reads pending");
 	h_assert_no_bad("px_destroy with datagram reads pending");
 	/* Every datagram sent: taken by a read, or still in its socket, or
@@ -1983,7 +1972,7 @@ static op *e_write_stream(edge *e, int fd, const void *buf, size_t len)
 static void edge_end(edge *e, const char *what)
 {
 	h_settle(e->f, 10);
-	destroy_now(e->f);
+	h_destroy_now(e->f);
 	pool_check(&e->ops, what);
 	h_assert_no_bad(what);
 }
@@ -2747,7 +2736,7 @@ static void dgram_ipv6_loopback(void **state)
 	int a = udp6(f, &aa), b = a >= 0 ? udp6(f, &ba) : -1;
 	if (a < 0 || b < 0) {
 		print_message("no IPv6 loopback here: skipped\n");
-		destroy_now(f);
+		h_destroy_now(f);
 		skip();
 	}
 	uint8_t *in = h_alloc(f, 2 * DG_MAX), *out = h_alloc(f, 2 * DG_MAX);
@@ -3485,7 +3474,7 @@ static void dgram_max_aio_4(void **state)
 			 st.completed + st.cancelled + st.timed_out + st.in_flight);
 	assert_int_equal(st.in_flight, 0);
 	assert_int_equal(st.started, 128);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "max_aio=4");
 	print_message("max_aio=4: %llu of 128 starts deferred; 64 writes "
 		      "took %llu ms\n", (unsigned long long)st.deferred,
@@ -3566,7 +3555,7 @@ static void dgram_close_deferred(void **state)
 	int got = drain(d, seen, 8, 0, sent, 1000);
 	assert_int_equal(got, sent);
 	assert_int_equal(drain(d, seen, 8, got, 0, 50), sent);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "px_close with deferred operations");
 	print_message("close with deferred: %llu starts deferred, %d of 8 "
 		      "writes went out before the close\n",
@@ -3655,7 +3644,7 @@ static void dgram_deadline_races_arrivals(void **state)
 	}
 	h_loops_stop();
 	assert_int_equal(drain(a, seen, DL_ROUNDS, 0, 0, 20), 0);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "deadlines racing arrivals");
 	h_assert_no_bad("deadlines racing arrivals");
 	print_message("deadline vs arrival: %d data, %d ETIMEDOUT, %d "
@@ -3714,7 +3703,7 @@ static void dgram_deferred_deadlines(void **state)
 	struct px_stats st;
 	assert_int_equal(px_stats(f->px, &st), 0);
 	assert_int_equal(st.timed_out, 8);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "deferred reads with deadlines");
 }
 

@@ -383,17 +383,6 @@ static int fx_teardown(void **state)
 	return rc;
 }
 
-/* Destroy the proactor now (the callbacks of everything pending run
- * here); the fixture's memory stays until the teardown. */
-static void destroy_now(h_fx *f)
-{
-	alarm(H_TEARDOWN_S + 5);
-	int rc = px_destroy(f->px);
-	alarm(H_WATCHDOG_S);
-	f->px = NULL;
-	assert_int_equal(rc, 0);
-}
-
 /* The file's bytes [off, off+len) are seed's pattern (or zero where
  * zero_ok says a byte may not have been written: then each byte is one or
  * the other).  Returns NULL or what is wrong. */
@@ -1253,7 +1242,7 @@ static void file_destroy_pending(void **state)
 		assert_non_null(r[i]);
 		assert_int_equal(r[i]->start_rc, 0);
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	/* The proactor's own descriptors are gone now, ours are open: no
 	 * more than before plus ours (a dup of a file the library kept, as
 	 * POSIX AIO makes them, would show). */
@@ -3157,7 +3146,7 @@ static void file_size_limit_no_sigxfsz(void **state)
 	h_fx *f = *state;
 	/* A fresh program: no need of the fixture's proactor (nor of its
 	 * dedicated thread, if any, in the fork). */
-	destroy_now(f);
+	h_destroy_now(f);
 	fflush(NULL);
 	pid_t pid = fork();
 	assert_true(pid >= 0);

@@ -238,6 +238,15 @@ int h_setup_max_aio(void **state, unsigned max_aio, int (*setup)(void **))
 	return rc;
 }
 
+void h_destroy_now(h_fx *f)
+{
+	alarm(H_TEARDOWN_S + 5);
+	int rc = px_destroy(f->px);
+	alarm(H_WATCHDOG_S);
+	f->px = NULL;
+	assert_int_equal(rc, 0);
+}
+
 int h_teardown(void **state)
 {
 	h_fx *f = *state;

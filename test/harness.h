@@ -113,6 +113,11 @@ void h_pump(h_fx *f, uint64_t deadline, const char *waiting_for);
 void h_settle(h_fx *f, int ms);
 /* Check that the proactor still works: a post round-trips. */
 void h_assert_usable(h_fx *f);
+/* Destroy the fixture's proactor now, in the test (the callbacks of
+ * everything pending run here), under a watchdog of H_TEARDOWN_S + 5
+ * seconds, then the test's own again: px_destroy must return 0.  The
+ * fixture's memory and descriptors stay until the teardown. */
+void h_destroy_now(h_fx *f);
 
 /* ------------------------------------------------------------------ */
 /* Event-loop threads                                                   */

@@ -465,11 +465,7 @@ static void stop_now(h_fx *f)
 static void destroy_now(h_fx *f)
 {
 	atomic_store(&g_destroying, 1);
-	alarm(H_TEARDOWN_S + 5);
-	int rc = px_destroy(f->px);
-	alarm(H_WATCHDOG_S);
-	f->px = NULL;
-	assert_int_equal(rc, 0);
+	h_destroy_now(f);
 }
 
 /* Bytes waiting in fd, appended to out (nonblocking reads). */

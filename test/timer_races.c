@@ -447,17 +447,6 @@ static int fx_teardown(void **state)
 	return h_teardown(state);
 }
 
-/* Destroy the proactor now (the callbacks of everything pending run
- * here); the fixture's memory stays until the teardown. */
-static void destroy_now(h_fx *f)
-{
-	alarm(H_TEARDOWN_S + 5);
-	int rc = px_destroy(f->px);
-	alarm(H_WATCHDOG_S);
-	f->px = NULL;
-	assert_int_equal(rc, 0);
-}
-
 static bool wait_done(tm *t, int ms)
 {
 	return h_wait_at_least(&t->done, 1, ms);
@@ -625,7 +614,7 @@ static void timers_never_early(void **state)
 		h_sleep_ms(1);
 	int fired = atomic_load(&e->fired), started = atomic_load(&e->started);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&e->p, "never early");
 	h_assert_no_bad("never early");
 	if (fired != started)
@@ -724,7 +713,7 @@ static void timer_wakes_sleeping_loop(void **state)
 				 "wake-up?)", wake_case_name[kind],
 				 WAKE_DELAY_MS, (double)late / 1e6);
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "wake-up");
 	h_assert_no_bad("wake-up");
 }
@@ -827,7 +816,7 @@ static void cancel_races_fire(void **state)
 			fail_msg("round %d: the pair's timers did not fire", r);
 	}
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "cancel races fire");
 	h_assert_no_bad("cancel races fire");
 	for (int i = 0; i < RACE_ROUNDS * RACE_K; i++) {
@@ -898,7 +887,7 @@ static void cancel_after_the_deadline(void **state)
 	assert_int_equal(px_stop(f->px), 0);
 	h_sleep_ms(3);
 	int rc_stopped = px_timer_cancel(f->px, stopped->id);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "cancel after the deadline");
 	h_assert_no_bad("cancel after the deadline");
 	if (rc_once != -ENOENT)
@@ -960,7 +949,7 @@ static void periodic_cancel_while_running(void **state)
 	}
 	h_sleep_ms(10);  /* anything after the end would show now */
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "periodic cancelled while running");
 	h_assert_no_bad("periodic cancelled while running");
 	for (int r = 0; r < PCANCEL_ROUNDS; r++) {
@@ -1048,7 +1037,7 @@ static void periodic_cancelled_from_callbacks(void **state)
 	       atomic_load(&x->rc_after) == 0 || !tm_is_done(x->after))
 		h_pump(f, dl, "periodic timers cancelled from callbacks");
 	h_settle(f, 10);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "periodic cancelled from callbacks");
 	h_assert_no_bad("periodic cancelled from callbacks");
 	assert_int_equal(atomic_load(&x->rc_b) - 1000, 0);
@@ -1093,7 +1082,7 @@ static void periodic_slow_callback_reports_missed(void **state)
 	if (!wait_done(t, 2000))
 		fail_msg("no ECANCELED callback within 2 s of the cancel");
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "slow periodic");
 	h_assert_no_bad("slow periodic");
 	periodic_log_check(t, "slow periodic");
@@ -1147,7 +1136,7 @@ static void periodic_extreme_periods(void **state)
 	dl = h_deadline(2000);
 	while (!tm_is_done(ns1) || !tm_is_done(huge) || !tm_is_done(huge2))
 		h_pump(f, dl, "the ECANCELED callbacks");
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "extreme periods");
 	h_assert_no_bad("extreme periods");
 	periodic_log_check(ns1, "1 ns period");
@@ -1233,7 +1222,7 @@ static void destroy_with_timers_pending(void **state)
 	}
 	h_sleep_ms(2);
 	atomic_store(&d->destroying, 1);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "destroy with timers pending");
 	h_assert_no_bad("destroy with timers pending");
 	int n = pool_count(p);
@@ -1343,7 +1332,7 @@ static void timer_bad_input(void **state)
 	assert_int_equal(tm_start(px, st, MS, tm_cb), -ESHUTDOWN);
 	tm *st2 = pool_take(p);
 	assert_int_equal(tm_start_periodic(px, st2, MS, MS, tm_cb), -ESHUTDOWN);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "bad input");
 	h_assert_no_bad("bad input");
 	assert_int_equal(after->error, ECANCELED);
@@ -1405,7 +1394,7 @@ static void timers_with_full_max_aio(void **state)
 	if (!wait_done(per, 2000))
 		fail_msg("no ECANCELED callback of the periodic timer");
 	lp_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "timers with max_aio=1 full");
 	h_assert_no_bad("timers with max_aio=1 full");
 	late_check(p, "timers with max_aio=1 full");
@@ -1527,7 +1516,7 @@ static void io_not_starved_by_due_timers(void **state)
 		assert_int_equal(rd->c.error, 0);
 		assert_int_equal(rd->c.bytes, 1);
 	}
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&b->p, "always-due timers");
 	for (int i = 0; i < BUSY_RING; i++)
 		chain_record_ok(&b->ring[i]);
@@ -1597,7 +1586,7 @@ static void stop_with_timers_pending(void **state)
 	h_sleep_ms(10);  /* the 2-6 ms timers are due now, unrun */
 	int before = atomic_load(&s->after_stop);
 	atomic_store(&s->destroying, 1);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "stop with timers pending");
 	h_assert_no_bad("stop with timers pending");
 	/* px_stop lets the callbacks being run finish, no more: one per
@@ -1852,7 +1841,7 @@ static void far_deadlines_leave_the_loop_asleep(void **state)
 			h_pump(f, dl, "cancelled far periodic timers");
 	h_wait_rec(f, rd, 2000, "a cancelled read with a far deadline");
 	assert_int_equal(rd->c.error, ECANCELED);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "far deadlines");
 	h_assert_no_bad("far deadlines");
 	/* The deadline in c->offset: the delay added to the clock, or the
@@ -2036,7 +2025,7 @@ static void thousands_started_cancelled_in_random_order(void **state)
 			fail_msg("read %d with a deadline never called back", i);
 	h_sleep_ms(5);
 	h_loops_stop();
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(&m->p, "thousands of timers");
 	h_assert_no_bad("thousands of timers");
 	late_check(&m->p, "thousands of timers");
@@ -2410,7 +2399,7 @@ static void destroy_with_deadlines_pending(void **state)
 					 i % 2 ? 1 : 1000 * MS, r[i]), 0);
 	}
 	h_sleep_ms(5);  /* the 1 ns ones are due, nobody expired them */
-	destroy_now(f);
+	h_destroy_now(f);
 	for (int i = 0; i < N; i++) {
 		assert_int_equal(atomic_load(&r[i]->calls), 1);
 		int e = r[i]->c.error;
@@ -2832,7 +2821,7 @@ static void periodic_cancelled_every_way(void **state)
 	int ended = 0;
 	for (int i = 0; i < PS_N; i++)
 		ended += tm_is_done(x->t[i]);
-	destroy_now(f);
+	h_destroy_now(f);
 	pool_check(p, "periodic timers cancelled every way");
 	h_assert_no_bad("periodic timers cancelled every way");
 	for (int i = 0; i < PS_N; i++) {
