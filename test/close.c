@@ -2366,17 +2366,6 @@ static void own_record_forgotten_in_child(void **state)
 	h_assert_usable(f);
 }
 
-/*
- * A read pending on a socket the application closes with close(2), whose
- * number another proactor's px_create takes at once for its engine (the
- * lowest free number: the holes below it are filled).  The rule says the
- * read ends with EBADF within seconds; the idle check found the number
- * open and left it waiting, where the engine's wait watched the other
- * proactor's descriptor (a readiness read there would read it).  A number
- * in the record of the library's descriptors is no file of the
- * application's: the check takes it for closed (TESTING.md, fixed problem
- * 287).  The other proactor keeps working.
- */
 /* A new socketpair a, every number below a[1] taken (so that, closed,
  * a[1] is the lowest free number), then a read of len bytes pending on
  * a[1]: its record. */
@@ -2391,6 +2380,17 @@ static h_rec *fill_holes_then_read(h_fx *f, int a[2], size_t len)
 	return rd;
 }
 
+/*
+ * A read pending on a socket the application closes with close(2), whose
+ * number another proactor's px_create takes at once for its engine (the
+ * lowest free number: the holes below it are filled).  The rule says the
+ * read ends with EBADF within seconds; the idle check found the number
+ * open and left it waiting, where the engine's wait watched the other
+ * proactor's descriptor (a readiness read there would read it).  A number
+ * in the record of the library's descriptors is no file of the
+ * application's: the check takes it for closed (TESTING.md, fixed problem
+ * 287).  The other proactor keeps working.
+ */
 static void closed_number_taken_by_an_engine(void **state)
 {
 	h_fx *f = *state;

@@ -274,8 +274,6 @@ static rec *start_rwv(px_proactor *px, bool wr, int fd,
 /* Files, the engine, the fixture                                       */
 /* ------------------------------------------------------------------ */
 
-/* A new unlinked temporary file, not tracked (px_close or the test
- * closes it): its descriptor. */
 /* The template of a temporary file, in $TMPDIR or /tmp. */
 static void temp_path(char *path, size_t len)
 {
@@ -297,6 +295,8 @@ static int temp_file_and_append(int *ap)
 	return fd;
 }
 
+/* A new unlinked temporary file, not tracked (px_close or the test
+ * closes it): its descriptor. */
 static int temp_file_untracked(void)
 {
 	char path[512];

@@ -2640,17 +2640,6 @@ static void dedicated_leader_waits_while_completions_queue(void **state)
 /* 10. A start on an idle second processor reaches the lone leader       */
 /* ------------------------------------------------------------------ */
 
-/* Two shared processors, files on one and sockets on the other (a team
- * such as linux-aio+epoll).  One thread is in px_handle_events(px, -1),
- * leading the socket processor, which a read without data keeps busy;
- * the file processor has no work.  The main thread, no loop thread,
- * starts a file read: the lone thread must come back and lead the file
- * processor too.  Before, nobody told it: it found the read at its next
- * idle check, 200 ms to 1 s later (every round of 10 took 295 to 901
- * ms); now it is interrupted.  A late round is run again, up to three,
- * as in leaver_hands_over_to_follower. */
-#define IP_SETTLE_MS 300
-
 /* Skip the test unless files and sockets go to two processors, both
  * shared (one processor, or one with a leader of its own: nothing to
  * reach). */
@@ -2665,6 +2654,17 @@ static void skip_unless_two_shared_processors(h_fx *f)
 	    ps->processor == PX_PROCESSOR_DEDICATED)
 		skip();  /* one processor, or one with a leader of its own */
 }
+
+/* Two shared processors, files on one and sockets on the other (a team
+ * such as linux-aio+epoll).  One thread is in px_handle_events(px, -1),
+ * leading the socket processor, which a read without data keeps busy;
+ * the file processor has no work.  The main thread, no loop thread,
+ * starts a file read: the lone thread must come back and lead the file
+ * processor too.  Before, nobody told it: it found the read at its next
+ * idle check, 200 ms to 1 s later (every round of 10 took 295 to 901
+ * ms); now it is interrupted.  A late round is run again, up to three,
+ * as in leaver_hands_over_to_follower. */
+#define IP_SETTLE_MS 300
 
 static void idle_processor_start_reaches_leader(void **state)
 {
