@@ -1269,8 +1269,8 @@ static __thread struct {
 	sel_fd *batch;
 } sel_tls_run;
 
-/* The edge poller made a new epoll instance for one closed behind the
- * library's back (wait_strategies/epoll.c): nothing of before is
+/* The edge poller made a new epoll instance for one closed (or taken by
+ * another instance) behind the library's back (wait_strategies/epoll.c): nothing of before is
  * registered there, and reports may have been lost meanwhile.  So every
  * entry forgets its registration, and one with heads queued forgets what
  * it knew of readiness too: its heads go on the retry list, are tried by
@@ -1427,6 +1427,22 @@ static void sel_wait_destroy(px_wait *w)
 	(void)w;                  /* the provider's destroy frees it all */
 }
 
+/* The processor's idle check (leader, mutex held): an epoll instance of
+ * the application's (or another proactor's) under our instance's number
+ * reports nothing of ours, so the waits would never learn that ours is
+ * gone (TESTING.md, fixed problem 309); the poller looks, and a new
+ * instance is made at once if it is. */
+static void sel_wait_check(px_wait *w)
+{
+	px_sel *sel = sel_of_wait(w);
+	px_poller *pl = sel->pl;
+
+	pl->ops->verify(pl);
+	if (atomic_load_explicit(&pl->broken, memory_order_relaxed) &&
+	    pl->ops->rebuild(pl) > 0)
+		sel_rebuilt(sel);
+}
+
 static int sel_wait_ready_fd(px_wait *w)
 {
 	px_poller *pl = sel_of_wait(w)->pl;
@@ -1456,6 +1472,7 @@ static const px_wait_ops sel_wait_ops = {
 	.has_shared = sel_wait_has_shared,
 	.ready_fd = sel_wait_ready_fd,     /* epoll: the epoll instance */
 	.watch = sel_wait_watch,           /* epoll: one-shot in the set */
+	.check = sel_wait_check,           /* epoll: is the instance ours? */
 };
 
 /* ------------------------------------------------------------------ */
@@ -1524,6 +1541,8 @@ static int sel_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		goto fail;
 	if (!sel->pl->ops->watch)
 		sel->wait_ops.watch = NULL;
+	if (!sel->pl->ops->verify)
+		sel->wait_ops.check = NULL;
 	sel->edge = (sel->pl->flags & PX_POLLER_EDGE) != 0;
 	sel->base.ops = &px__provider_select_ops;
 	sel->base.wait = &sel->wait;

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/ioctl.h>
@@ -2951,6 +2952,149 @@ static void readiness_epoll_replaced_by_dup2(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * The readiness provider's epoll instance closed with close(2) under a
+ * loop thread and its number taken at once by an epoll instance of the
+ * application's (epoll_create1 gets the lowest free number), in two
+ * rounds: one where the application's instance has an event of its own
+ * ready (a pipe, with data that is no pointer of the library's), one where
+ * it has nothing.  A read pending from before (its registration died with
+ * the old instance) and one started afterwards both get their data within
+ * 5 s, px_destroy returns and leaves the application's instance open with
+ * its own registration in it.  Before (fixed problem 309), the leader's
+ * wait, now on the application's instance, took the application's event
+ * for one of its own and followed its data as a pointer (a crash in
+ * ep_collect); with nothing ready there it never learnt that its own
+ * instance was gone, the pending read waited for good (ECANCELED at
+ * px_destroy) and px_destroy closed the application's instance.  The
+ * second round needs the wait's interrupt to have a descriptor (its
+ * idle check looks for it in the instance): skipped with a signal.
+ * Engines whose socket reads another wait serves, or with more than one
+ * epoll instance of their own: skipped.
+ */
+static void readiness_epoll_taken_by_apps_epoll(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+	const uint64_t app_data = UINT64_C(0x0123456789abcdef);
+	bool signal_intr = strstr(h_engine_text, "interrupt=signal") != NULL;
+
+	if (!read_served_by_epoll_wait())
+		skip();
+	for (int round = 0; round < 2; round++) {
+		int nb = list_fds(before, OWN_MAX), ep = -1, neps = 0;
+		px_proactor *b = NULL;
+		char err[256] = "", t[128];
+
+		if (round == 1 && signal_intr) {
+			printf("# a signal interrupt: nothing tells an empty "
+			       "instance of the application's from ours\n");
+			break;
+		}
+		assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+		own_fds_read_works(f, b, "a first read on the second proactor");
+		int na = list_fds(after, OWN_MAX);
+		for (int i = 0; i < na; i++) {
+			if (in_list(before, nb, after[i]) ||
+			    in_list(f->fds, f->nfds, after[i]))
+				continue;
+			fd_target(after[i], t, sizeof t);
+			if (strstr(t, "eventpoll")) {
+				ep = after[i];
+				neps++;
+			}
+		}
+		if (neps != 1) {
+			assert_int_equal(px_destroy(b), 0);
+			printf("# %d epoll instances of the engine's own: not "
+			       "staged\n", neps);
+			skip();
+		}
+		int a[2], c[2], p[2];
+		h_socketpair(f, a);
+		h_socketpair(f, c);
+		char *in = h_alloc(f, 16), *in2 = h_alloc(f, 16);
+		char *in4 = h_alloc(f, 16);
+		h_rec *rd = h_rec_new(f), *rd2 = h_rec_new(f), *rd4 = h_rec_new(f);
+		assert_int_equal(px_read_stream(b, a[1], in, 16, h_rec_cb, rd), 0);
+		assert_int_equal(px_read_stream(b, c[1], in4, 16, h_rec_cb, rd4), 0);
+		loop_once lb = { .px = b };
+		pthread_t th;
+		assert_int_equal(pthread_create(&th, NULL, loop_500, &lb), 0);
+		leader_settled(b);
+		assert_int_equal(close(ep), 0);
+		int aep = epoll_create1(EPOLL_CLOEXEC);
+		assert_true(aep >= 0);
+		if (aep != ep) {
+			assert_int_equal(dup2(aep, ep), ep);
+			assert_int_equal(close(aep), 0);
+		}
+		assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+		if (round == 0) {
+			struct epoll_event ev = { .events = EPOLLIN,
+						  .data.u64 = app_data };
+			assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, p[0], &ev), 0);
+			assert_int_equal(write(p[1], "x", 1), 1);
+		}
+		assert_int_equal(write(a[0], "ping", 4), 4);
+		uint64_t dl = h_deadline(5000);
+		while (!h_rec_done(rd) && h_now_ms() < dl)
+			h_sleep_ms(2);
+		int rc2 = -1;
+		if (h_rec_done(rd)) {
+			assert_int_equal(write(a[0], "pong", 4), 4);
+			rc2 = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
+			dl = h_deadline(5000);
+			while (rc2 == 0 && !h_rec_done(rd2) && h_now_ms() < dl)
+				h_sleep_ms(2);
+		}
+		atomic_store(&lb.stop, 1);
+		atomic_int posts = 0;
+		(void)px_post(b, count_post, &posts);
+		pthread_join(th, NULL);
+		if (!h_rec_done(rd))
+			fail_msg("a read pending when the epoll instance %d was "
+				 "taken by the application's (%s) did not end "
+				 "within 5 s of its data (engine '%s')", ep,
+				 round ? "empty" : "with an event", h_engine_text);
+		assert_int_equal(rd->c.error, 0);
+		assert_int_equal(rd->c.bytes, 4);
+		assert_memory_equal(in, "ping", 4);
+		assert_int_equal(rc2, 0);
+		if (!h_rec_done(rd2))
+			fail_msg("a read started afterwards did not end within 5 s "
+				 "of its data (engine '%s')", h_engine_text);
+		assert_int_equal(rd2->c.error, 0);
+		assert_int_equal(rd2->c.bytes, 4);
+		assert_memory_equal(in2, "pong", 4);
+		destroy_within(b, "after its epoll instance's number was taken");
+		expect_once(rd, PX_OP_READ_STREAM, a[1], 0, "the pending read");
+		expect_once(rd2, PX_OP_READ_STREAM, a[1], 0, "the later read");
+		expect_once(rd4, PX_OP_READ_STREAM, c[1], ECANCELED,
+			    "the read left for px_destroy");
+		if (!fd_open(ep))
+			fail_msg("px_destroy closed the application's epoll "
+				 "instance under %d", ep);
+		fd_target(ep, t, sizeof t);
+		assert_non_null(strstr(t, "eventpoll"));
+		if (round == 0) {
+			struct epoll_event out[4];
+			int n = epoll_wait(ep, out, 4, 0);
+			bool seen = false;
+
+			for (int i = 0; i < n; i++)
+				seen |= out[i].data.u64 == app_data;
+			if (!seen)
+				fail_msg("the application's instance lost its "
+					 "own registration");
+		}
+		assert_int_equal(close(ep), 0);
+		assert_int_equal(close(p[0]), 0);
+		assert_int_equal(close(p[1]), 0);
+	}
+	h_assert_usable(f);
+}
+
 /* n file reads of BLK bytes at once on px, each its block of file: each
  * calls back once within 5 s with its bytes.  Leader: this thread. */
 static int file_reads_work(h_fx *f, px_proactor *px, int file, const char *data,
@@ -3393,6 +3537,7 @@ int main(int argc, char **argv)
 		T(engine_descriptors_closed_behind_loop_runs),
 		T(engine_descriptor_closed_alone),
 		T(readiness_epoll_replaced_by_dup2),
+		T(readiness_epoll_taken_by_apps_epoll),
 		T(engine_descriptors_closed_after_file_reads),
 		T(aiocb_eventfd_closed_under_its_read_then_destroy),
 		T(engine_descriptor_closed_under_blocked_wait),

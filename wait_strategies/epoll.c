@@ -53,6 +53,18 @@
  * (providers/select.c, sel_rebuilt).  The old number is dropped from the
  * record of the library's descriptors without a close: it is not ours
  * any more, and may be the application's next file.
+ *
+ * The number may also be taken by another epoll instance: the
+ * application's own (epoll_create1 gets the lowest free number), or
+ * another proactor's.  Then the waits and the epoll_ctl calls succeed on
+ * it, and its events carry data that is not ours: taken for a
+ * px_poll_reg pointer, an event of the application's crashed the leader
+ * (TESTING.md, fixed problem 309).  So an event's data is checked before
+ * use: each poller stamps its own (ep_key), the edge poller's with the
+ * descriptor number in place of the pointer, so that its events are never
+ * dereferenced at all.  An event without the poller's stamp means the
+ * instance is not ours: the poller marks itself broken, as for EBADF, and
+ * the wait fails.
  */
 #include <fcntl.h>
 #include <stdlib.h>
@@ -65,6 +77,14 @@
 #define EP_INTR_KEY UINT64_MAX   /* epoll_event.data of the interrupt fd */
 #define EP_WATCH_KEY (UINT64_MAX - 1) /* ... of the watched fd (ep_watch) */
 
+/* A registration's epoll_event.data: the poller's stamp in the top 16
+ * bits (struct ep.stamp: from 0x8000 up, never 0 nor 0xffff, so neither
+ * a pointer, a small number nor the two keys above carries it), then the
+ * edge poller's descriptor number (bits 0-31) or the one-shot poller's
+ * px_poll_reg pointer (user-space addresses fit in 48 bits). */
+#define EP_STAMP_SHIFT 48
+#define EP_LOW_MASK ((UINT64_C(1) << EP_STAMP_SHIFT) - 1)
+
 struct ep {
 	px_poller base;
 	int epfd;
@@ -74,12 +94,33 @@ struct ep {
 	 * until a wait reports it. */
 	int watch_fd;             /* -1: none registered */
 	bool watch_armed;
+	uint64_t stamp;           /* this poller's mark on its events' data */
 	struct epoll_event ev[EP_BATCH];
 };
 
 static struct ep *ep_of(px_poller *pl)
 {
 	return px_container_of(pl, struct ep, base);
+}
+
+/* The data of reg's registration (see EP_STAMP_SHIFT). */
+static uint64_t ep_key(const struct ep *w, const px_poll_reg *reg)
+{
+	if (w->base.flags & PX_POLLER_EDGE)
+		return w->stamp | (uint32_t)reg->fd;
+	return w->stamp | (uint64_t)(uintptr_t)reg;
+}
+
+/* Is data one of this poller's registrations?  Only then may the one-shot
+ * poller take it for a pointer. */
+static bool ep_key_ours(const struct ep *w, uint64_t data)
+{
+	if ((data & ~EP_LOW_MASK) != w->stamp)
+		return false;
+	if (w->base.flags & PX_POLLER_EDGE)
+		return (data & EP_LOW_MASK) <= UINT32_MAX;
+	return (data & EP_LOW_MASK) &&
+	       !(data & (_Alignof(px_poll_reg) - 1));
 }
 
 static unsigned ep_events(uint32_t events)
@@ -107,7 +148,9 @@ static int ep_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 		ev.events |= EPOLLIN;
 	if (interest & PX_POLL_OUT)
 		ev.events |= EPOLLOUT;
-	ev.data.ptr = reg;
+	if ((uintptr_t)reg > EP_LOW_MASK)
+		return -EINVAL;       /* no room for the stamp (never seen) */
+	ev.data.u64 = ep_key(w, reg);
 	if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, reg->fd, &ev) < 0) {
 		if (errno != ENOENT)
 			return -errno;
@@ -164,7 +207,8 @@ static int ep_edge_failed(px_poller *pl, px_poll_reg *reg, int err)
 static int ep_edge_set(px_poller *pl, px_poll_reg *reg, unsigned interest)
 {
 	struct ep *w = ep_of(pl);
-	struct epoll_event ev = { .events = EP_EDGE_EVENTS, .data.ptr = reg };
+	struct epoll_event ev = { .events = EP_EDGE_EVENTS,
+				  .data.u64 = ep_key(w, reg) };
 
 	(void)interest;
 	if (reg->armed)
@@ -184,7 +228,8 @@ static void ep_edge_forget(px_poller *pl, px_poll_reg *reg)
 static int ep_edge_refresh(px_poller *pl, px_poll_reg *reg)
 {
 	struct ep *w = ep_of(pl);
-	struct epoll_event ev = { .events = EP_EDGE_EVENTS, .data.ptr = reg };
+	struct epoll_event ev = { .events = EP_EDGE_EVENTS,
+				  .data.u64 = ep_key(w, reg) };
 	/* Guess which call the number needs first: a registration this
 	 * poller never made (a new connection, a number just accepted) is
 	 * most likely absent, so ADD; one it made is most likely still
@@ -212,6 +257,7 @@ static void ep_prepare(px_poller *pl)
 static int ep_wait(px_poller *pl, int timeout_ms)
 {
 	struct ep *w = ep_of(pl);
+	bool foreign = false;
 	int n;
 
 	/* The interrupt's descriptor was closed behind the library's back
@@ -236,9 +282,11 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 		px_poller_wait_failed(pl, err);
 		/* EBADF, or EINVAL (the number names another file now): the
 		 * instance was closed behind our back.  Only the edge poller
-		 * can be rebuilt (its provider, the readiness one, asks). */
-		if ((err == EBADF || err == EINVAL) &&
-		    (pl->flags & PX_POLLER_EDGE))
+		 * can be rebuilt (its provider, the readiness one, asks); the
+		 * one-shot poller's (Linux AIO's) stops waiting on it, and
+		 * either drops the number at destroy instead of closing what
+		 * it names now. */
+		if (err == EBADF || err == EINVAL)
 			atomic_store_explicit(&pl->broken, true,
 					      memory_order_relaxed);
 		return -err;
@@ -247,7 +295,8 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 	w->pos = 0;
 	/* Take the interrupt and the watch out of the batch: neither is a
 	 * descriptor of the caller's.  The watch was one-shot; the kernel
-	 * disarmed it. */
+	 * disarmed it.  And an event without our stamp: another epoll
+	 * instance took the number (see the top). */
 	for (int i = 0; i < w->nev;) {
 		if (w->ev[i].data.u64 == EP_INTR_KEY) {
 			pl->fired = true;
@@ -255,9 +304,19 @@ static int ep_wait(px_poller *pl, int timeout_ms)
 		} else if (w->ev[i].data.u64 == EP_WATCH_KEY) {
 			w->watch_armed = false;
 			w->ev[i] = w->ev[--w->nev];
+		} else if (!ep_key_ours(w, w->ev[i].data.u64)) {
+			foreign = true;
+			w->ev[i] = w->ev[--w->nev];
 		} else {
 			i++;
 		}
+	}
+	if (foreign) {
+		/* What of ours it reported the rebuild tries anyway
+		 * (providers/select.c, sel_rebuilt). */
+		w->nev = 0;
+		atomic_store_explicit(&pl->broken, true, memory_order_relaxed);
+		return -EBADF;
 	}
 	/* Woken by the watch alone: 0 events, as a timeout would be. */
 	return w->nev;
@@ -271,28 +330,44 @@ static size_t ep_collect(px_poller *pl, px_poll_event *out, size_t max)
 
 	for (; w->pos < w->nev && n < max; w->pos++) {
 		struct epoll_event *ev = &w->ev[w->pos];
-		px_poll_reg *reg = ev->data.ptr;
 
-		if (!edge)
+		if (edge) {
+			out[n].fd = (int)(uint32_t)ev->data.u64;
+		} else {
+			px_poll_reg *reg = (px_poll_reg *)(uintptr_t)
+					   (ev->data.u64 & EP_LOW_MASK);
+
 			reg->armed = 0;   /* one-shot: the kernel disarmed it */
-		out[n].fd = reg->fd;
+			out[n].fd = reg->fd;
+		}
 		out[n].events = ep_events(ev->events);
 		n++;
 	}
 	return n;
 }
 
-static void ep_destroy(px_poller *pl)
+/* Close the instance, or only forget its number when it is not ours any
+ * more, and free w. */
+static void ep_release(struct ep *w)
 {
-	struct ep *w = ep_of(pl);
-
 	if (w->epfd < 0)
 		;
-	else if (atomic_load_explicit(&pl->broken, memory_order_relaxed))
+	else if (atomic_load_explicit(&w->base.broken, memory_order_relaxed))
 		px__own_fd_drop(w->epfd);   /* not ours any more */
 	else
 		px__own_close(w->epfd);
 	free(w);
+}
+
+static void ep_verify(px_poller *pl);
+
+static void ep_destroy(px_poller *pl)
+{
+	/* No wait may have found out yet that another epoll instance took
+	 * the number (the application's): that one is not ours to close
+	 * (TESTING.md, fixed problem 309).  One epoll_ctl. */
+	ep_verify(pl);
+	ep_release(ep_of(pl));
 }
 
 /* Register the interrupt's descriptor (if it has one) with the instance. */
@@ -333,6 +408,30 @@ static int ep_rebuild(px_poller *pl)
 				      memory_order_relaxed);
 	atomic_store_explicit(&pl->broken, false, memory_order_relaxed);
 	return 1;
+}
+
+/* poller.h: the instance under our number is ours if our interrupt's
+ * descriptor is registered in it (an EPOLL_CTL_MOD that changes nothing).
+ * ENOENT: another instance took the number, one that reports nothing of
+ * ours, where the waits missed every report and every wake-up (TESTING.md,
+ * fixed problem 309).  Without an interrupt descriptor (a signal, or one
+ * closed behind our back) nothing tells; an event of the other instance's
+ * still does (ep_wait). */
+static void ep_verify(px_poller *pl)
+{
+	struct ep *w = ep_of(pl);
+	px_intr *in = pl->intr;
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EP_INTR_KEY };
+
+	if (in->fd < 0 || atomic_load_explicit(&in->gone, memory_order_relaxed) ||
+	    atomic_load_explicit(&pl->broken, memory_order_relaxed))
+		return;
+	if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, in->fd, &ev) == 0)
+		return;
+	if (errno == ENOENT)
+		atomic_store_explicit(&pl->broken, true, memory_order_relaxed);
+	else
+		(void)ep_broken(pl, errno);   /* EBADF, EINVAL: gone */
 }
 
 /* Readable while events (or the interrupt) wait in the ready list. */
@@ -401,7 +500,10 @@ static const px_poller_ops ep_edge_ops = {
 	.ready_fd = ep_ready_fd,
 	.watch = ep_watch,
 	.rebuild = ep_rebuild,        /* a new instance for a closed one */
+	.verify = ep_verify,          /* our interrupt still registered? */
 };
+
+static atomic_uint ep_stamps;
 
 static int ep_create(px_intr *in, bool edge, px_poller **out)
 {
@@ -415,6 +517,11 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	w->base.flags = PX_POLLER_LIVE | (edge ? PX_POLLER_EDGE : 0);
 	w->base.fd_limit = INT32_MAX;
 	w->watch_fd = -1;
+	/* One stamp per poller, so that another proactor's instance under
+	 * our number is told apart too (0x8000 to 0xfffe). */
+	w->stamp = (uint64_t)(0x8000u + atomic_fetch_add_explicit(
+			&ep_stamps, 1, memory_order_relaxed) % 0x7fffu)
+		   << EP_STAMP_SHIFT;
 	w->epfd = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
 	if (w->epfd < 0) {
 		rc = -errno;
@@ -426,7 +533,7 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	*out = &w->base;
 	return 0;
 fail:
-	ep_destroy(&w->base);
+	ep_release(w);
 	return rc;
 }
 

@@ -143,6 +143,11 @@ typedef struct px_poller_ops {
 	 * 0 when nothing was broken; -errno when no new object could be made
 	 * (the waits go on failing with -EBADF: try again after the next). */
 	int (*rebuild)(px_poller *pl);
+	/* Optional (edge epoll): is the kernel object the waits use still
+	 * ours?  Another one of the same kind may have taken its number,
+	 * and then reports nothing of ours.  Marks the poller broken if not.
+	 * Leader, under the caller's lock, now and then (a system call). */
+	void (*verify)(px_poller *pl);
 } px_poller_ops;
 
 struct px_poller {
