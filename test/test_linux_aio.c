@@ -34,7 +34,10 @@
  *     io_submit (held there by the wrapper), on the leader's batch and on
  *     a start's own: px_cancel returns only once that io_submit has
  *     looked the number up, so a file the application opens under the
- *     number afterwards never gets the write (fixed problem 301).
+ *     number afterwards never gets the write (fixed problem 301).  Also
+ *     with that io_submit refusing the batch (EAGAIN) once it goes on
+ *     and a second px_cancel of the write waiting beside the first: the
+ *     write ends with ECANCELED and never reaches the file.
  *   - io_setup's EAGAIN is explained by naming fs.aio-max-nr.
  *   - Two appends to an O_APPEND file land in the order they were
  *     started, the second started while the leader's io_submit of the
@@ -2933,6 +2936,11 @@ static void test_spill_watch_refused(void **state)
  */
 static atomic_int sw_stage;  /* 0, 1: the write's batch held, 2: go */
 static int sw_fd = -1;
+/* Variants: the held batch refused with EAGAIN once let go, so that its
+ * cancelled write is never submitted; a second px_cancel of the same
+ * write from a third thread while the first waits. */
+static atomic_int sw_refuse;
+static bool sw_twice;
 
 static int sw_submit(io_context_t ctx, long nr, struct iocb **ios)
 {
@@ -2946,6 +2954,8 @@ static int sw_submit(io_context_t ctx, long nr, struct iocb **ios)
 		atomic_store(&sw_stage, 1);
 		for (int i = 0; i < 3000 && atomic_load(&sw_stage) != 2; i++)
 			usleep(1000);
+		if (atomic_exchange(&sw_refuse, 0))
+			return -EAGAIN;
 	}
 	return io_submit(ctx, nr, ios);
 }
@@ -3013,11 +3023,18 @@ static void run_cancel_unsubmitted_write(const char *engine, bool loop)
 	for (int i = 0; i < 3000 && atomic_load(&sw_stage) != 1; i++)
 		usleep(1000);
 	assert_int_equal(atomic_load(&sw_stage), 1);
-	sw_arg c = { .px = px, .fd = fd };
+	sw_arg c = { .px = px, .fd = fd }, c2 = { .px = px, .fd = fd };
+	pthread_t ct2;
+	bool refuse = atomic_load(&sw_refuse), twice = sw_twice;
 	assert_int_equal(pthread_create(&ct, NULL, sw_cancel, &c), 0);
-	for (int i = 0; i < 300 && !atomic_load(&c.back); i++)
+	if (twice) {
+		usleep(50000);  /* the first cancel waits by now */
+		assert_int_equal(pthread_create(&ct2, NULL, sw_cancel, &c2), 0);
+	}
+	for (int i = 0; i < 300 && !atomic_load(&c.back) &&
+	     !atomic_load(&c2.back); i++)
 		usleep(1000);
-	bool early = atomic_load(&c.back);
+	bool early = atomic_load(&c.back) || atomic_load(&c2.back);
 	int fd2 = -1;
 	if (early) {
 		/* What the application may do once px_cancel returns: close
@@ -3033,6 +3050,8 @@ static void run_cancel_unsubmitted_write(const char *engine, bool loop)
 	}
 	atomic_store(&sw_stage, 2);
 	pthread_join(ct, NULL);
+	if (twice)
+		pthread_join(ct2, NULL);
 	pthread_join(wt, NULL);
 	assert_int_equal(atomic_load(&w.rc), 0);
 	for (int i = 0; i < 3000 && !atomic_load(&o.calls); i++)
@@ -3048,6 +3067,8 @@ static void run_cancel_unsubmitted_write(const char *engine, bool loop)
 	assert_int_equal(px_destroy(px), 0);
 	px__laio_io_submit = io_submit;
 	sw_fd = -1;
+	atomic_store(&sw_refuse, 0);
+	sw_twice = false;
 	if (early) {
 		char got[8] = "";
 		ssize_t n = pread(fd2, got, sizeof(got), 0);
@@ -3059,11 +3080,51 @@ static void run_cancel_unsubmitted_write(const char *engine, bool loop)
 			 n > 0 ? ", the cancelled write's" : "");
 	}
 	assert_int_equal(atomic_load(&c.rc), 1);
+	if (twice)
+		assert_int_equal(atomic_load(&c2.rc), 1);
 	assert_int_equal(calls, 1);
 	assert_int_equal(atomic_load(&extra_calls), 0);
 	/* Submitted before px_cancel returned: its own result. */
 	assert_true(o.error == 0 || o.error == ECANCELED);
+	if (refuse) {
+		/* Refused, then settled as cancelled: never submitted again. */
+		char got[8];
+		assert_int_equal(o.error, ECANCELED);
+		assert_int_equal(pread(fd, got, sizeof(got), 0), 0);
+	}
 	close(fd);
+}
+
+/* The same, with the held batch refused (EAGAIN) once it goes on and a
+ * second px_cancel of the write while the first waits: neither returns
+ * while the batch is held, both count the write, and the write, refused
+ * and cancelled, calls back once with ECANCELED and never reaches the
+ * file. */
+static void test_cancel_unsubmitted_write_refused_twice_shared(void **state)
+{
+	(void)state;
+	atomic_store(&sw_refuse, 1);
+	sw_twice = true;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=io_getevents "
+				     "processor=shared", true);
+}
+
+static void test_cancel_unsubmitted_write_refused_twice_dedicated(void **state)
+{
+	(void)state;
+	atomic_store(&sw_refuse, 1);
+	sw_twice = true;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=io_getevents "
+				     "processor=dedicated", false);
+}
+
+static void test_cancel_unsubmitted_write_refused_twice_epoll(void **state)
+{
+	(void)state;
+	atomic_store(&sw_refuse, 1);
+	sw_twice = true;
+	run_cancel_unsubmitted_write("provider=linux_aio wait=epoll "
+				     "processor=shared", true);
 }
 
 static void test_cancel_unsubmitted_write_shared(void **state)
@@ -3160,6 +3221,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_unsubmitted_write_shared),
 		cmocka_unit_test(test_cancel_unsubmitted_write_dedicated),
 		cmocka_unit_test(test_cancel_unsubmitted_write_epoll),
+		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_shared),
+		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_dedicated),
+		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_epoll),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
