@@ -1427,18 +1427,24 @@ static void sel_wait_destroy(px_wait *w)
 	(void)w;                  /* the provider's destroy frees it all */
 }
 
-/* The processor's idle check (leader, mutex held): an epoll instance of
- * the application's (or another proactor's) under our instance's number
+/* The processor's idle check (mutex held): an epoll instance of the
+ * application's (or another proactor's) under our instance's number
  * reports nothing of ours, so the waits would never learn that ours is
- * gone (TESTING.md, fixed problem 309); the poller looks, and a new
- * instance is made at once if it is. */
+ * gone (TESTING.md, fixed problem 309); the poller looks.  The check may
+ * run in a thread that gave up the lead after its claim, while another
+ * thread leads and sits in the wait, which uses the instance without the
+ * mutex: then the poller is only marked broken, that wait ends by its
+ * bound (our interrupt is not in the other instance), the next fails at
+ * once, and the leader's claim makes the new instance.  With nobody in
+ * the wait (in_wait clear) it is made here. */
 static void sel_wait_check(px_wait *w)
 {
 	px_sel *sel = sel_of_wait(w);
 	px_poller *pl = sel->pl;
 
 	pl->ops->verify(pl);
-	if (atomic_load_explicit(&pl->broken, memory_order_relaxed) &&
+	if (!sel->in_wait &&
+	    atomic_load_explicit(&pl->broken, memory_order_relaxed) &&
 	    pl->ops->rebuild(pl) > 0)
 		sel_rebuilt(sel);
 }

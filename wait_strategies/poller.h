@@ -146,7 +146,8 @@ typedef struct px_poller_ops {
 	/* Optional (edge epoll): is the kernel object the waits use still
 	 * ours?  Another one of the same kind may have taken its number,
 	 * and then reports nothing of ours.  Marks the poller broken if not.
-	 * Leader, under the caller's lock, now and then (a system call). */
+	 * Under the caller's lock, now and then (a system call), maybe
+	 * while another thread is in the wait, which it leaves alone. */
 	void (*verify)(px_poller *pl);
 } px_poller_ops;
 
