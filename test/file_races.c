@@ -3304,6 +3304,140 @@ static void file_cancel_waits_for_call(void **state)
 	munmap(buf, page);
 }
 
+/*
+ * The same held read, with the cancel and a px_close coming from
+ * callbacks (posts run by the loop threads) rather than from a thread of
+ * the application's: a callback's px_cancel waits for the call like any
+ * other (the thread in the call is not one that runs callbacks, nor one
+ * the cancel needs), and a px_close from another callback returns at once
+ * without waiting for it.  Once the page is given: px_cancel returns 1,
+ * the read calls back once with its bytes, then the close calls back once
+ * with 0 and the number is closed.  Three loop threads, so that with
+ * start=leader (the read made by a leader) one is left for the close's
+ * post.  (Passes since fixed problem 300; a review of that fix's second
+ * look staged it, for the deadlock it might have made.)
+ */
+typedef struct cc_arg {
+	cw_arg *a;
+	h_fx *f;
+	atomic_int cancel_rc, cancel_back, close_rc, close_back;
+	atomic_int close_calls, close_error, read_calls_at_close;
+} cc_arg;
+
+static void cc_cancel_post(const px_completion *c)
+{
+	cc_arg *x = c->user;
+	atomic_store(&x->cancel_rc, px_cancel(x->f->px, x->a->fd));
+	atomic_store(&x->cancel_back, 1);
+}
+
+static void cc_close_cb(const px_completion *c)
+{
+	cc_arg *x = c->user;
+	atomic_store(&x->read_calls_at_close, atomic_load(&x->a->calls));
+	atomic_store(&x->close_error, c->error);
+	atomic_fetch_add(&x->close_calls, 1);
+}
+
+static void cc_close_post(const px_completion *c)
+{
+	cc_arg *x = c->user;
+	atomic_store(&x->close_rc, px_close(x->f->px, x->a->fd, cc_close_cb, x));
+	atomic_store(&x->close_back, 1);
+}
+
+static void file_cancel_and_close_from_callbacks_beside_call(void **state)
+{
+	h_fx *f = *state;
+	char prov[PX_NAME_MAX];
+	proc_of(f, PX_OP_READ_FILE, prov, sizeof prov, NULL);
+	if (strcmp(prov, "select") != 0 && strcmp(prov, "linux_aio") != 0) {
+		print_message("file operations go to provider=%s, which performs "
+			      "them in the kernel or in glibc's helpers: not "
+			      "run\n", prov);
+		skip();
+	}
+	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	struct uffdio_api api = { .api = UFFD_API };
+	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0) {
+		print_message("no userfaultfd here (%s): not run\n",
+			      strerror(errno));
+		if (uffd >= 0)
+			close(uffd);
+		skip();
+	}
+	h_track(f, uffd);
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	void *buf = mmap(NULL, page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(buf != MAP_FAILED);
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)buf, .len = page },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
+		print_message("userfaultfd refuses the page (%s): not run\n",
+			      strerror(errno));
+		munmap(buf, page);
+		skip();
+	}
+	cw_arg a = { .f = f, .buf = buf, .len = page };
+	cc_arg x = { .a = &a, .f = f };
+	/* Not tracked: px_close closes it. */
+	a.fd = open("/dev/zero", O_RDONLY | O_CLOEXEC);
+	assert_true(a.fd >= 0);
+	atomic_store(&a.rc, 1);
+	h_loops_start(f, 3, false);
+	pthread_t th;
+	assert_int_equal(pthread_create(&th, NULL, cw_start, &a), 0);
+	struct pollfd pf = { .fd = uffd, .events = POLLIN };
+	if (poll(&pf, 1, 5000) != 1)
+		fail_msg("the read's fault never came (engine '%s')",
+			 h_engine_text);
+	struct uffd_msg msg;
+	assert_int_equal(read(uffd, &msg, sizeof msg), (ssize_t)sizeof msg);
+	assert_int_equal(msg.event, UFFD_EVENT_PAGEFAULT);
+	assert_int_equal(px_post(f->px, cc_cancel_post, &x), 0);
+	h_sleep_ms(20);
+	assert_int_equal(px_post(f->px, cc_close_post, &x), 0);
+	uint64_t dl = h_deadline(300);
+	while (h_now_ms() < dl && !atomic_load(&x.cancel_back))
+		h_sleep_ms(1);
+	bool early = atomic_load(&x.cancel_back);
+	bool closed_early = atomic_load(&x.close_calls) != 0;
+	struct uffdio_zeropage zp = {
+		.range = { .start = (uintptr_t)buf, .len = page },
+	};
+	assert_int_equal(ioctl(uffd, UFFDIO_ZEROPAGE, &zp), 0);
+	pthread_join(th, NULL);
+	if (early)
+		fail_msg("px_cancel from a callback returned %d while the "
+			 "cancelled read was still inside its call (engine '%s')",
+			 atomic_load(&x.cancel_rc), h_engine_text);
+	if (closed_early)
+		fail_msg("the close called back while the read was held "
+			 "(engine '%s')", h_engine_text);
+	if (!h_wait_at_least(&x.close_calls, 1, 5000))
+		fail_msg("the close never called back (cancel back %d, close "
+			 "back %d, read calls %d; engine '%s')",
+			 atomic_load(&x.cancel_back), atomic_load(&x.close_back),
+			 atomic_load(&a.calls), h_engine_text);
+	h_sleep_ms(20);
+	h_loops_stop();
+	assert_int_equal(atomic_load(&a.rc), 0);
+	assert_int_equal(atomic_load(&x.cancel_rc), 1);
+	assert_int_equal(atomic_load(&x.close_rc), 0);
+	assert_int_equal(atomic_load(&a.calls), 1);
+	assert_int_equal(atomic_load(&a.error), 0);
+	assert_int_equal(atomic_load(&x.close_calls), 1);
+	assert_int_equal(atomic_load(&x.close_error), 0);
+	assert_int_equal(atomic_load(&x.read_calls_at_close), 1);
+	if (fcntl(a.fd, F_GETFD) >= 0)
+		fail_msg("the number %d is still open after the close's "
+			 "callback", a.fd);
+	munmap(buf, page);
+}
+
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
 
 int main(int argc, char **argv)
@@ -3341,6 +3475,7 @@ int main(int argc, char **argv)
 		T(file_truncated_under_reads),
 		T(file_size_limit_no_sigxfsz),
 		T(file_cancel_waits_for_call),
+		T(file_cancel_and_close_from_callbacks_beside_call),
 	};
 	return cmocka_run_group_tests_name("file_races", tests, NULL, NULL) ? 1
 									     : 0;
