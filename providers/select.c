@@ -1269,12 +1269,13 @@ static __thread struct {
 	sel_fd *batch;
 } sel_tls_run;
 
-/* The edge poller made a new epoll instance for one closed (or taken by
- * another instance) behind the library's back (wait_strategies/epoll.c): nothing of before is
- * registered there, and reports may have been lost meanwhile.  So every
- * entry forgets its registration, and one with heads queued forgets what
- * it knew of readiness too: its heads go on the retry list, are tried by
- * this claim, and an EAGAIN registers the descriptor with the new
+/* The edge poller made a new epoll instance for one closed behind the
+ * library's back, or whose number another instance took
+ * (wait_strategies/epoll.c): nothing of before is registered there, and
+ * reports may have been lost meanwhile.  So every entry forgets its
+ * registration, and one with heads queued forgets what it knew of
+ * readiness too: its heads go on the retry list, are tried by
+ * this claim (the next one after sel_wait_check), and an EAGAIN registers the descriptor with the new
  * instance, which reports it at once if it became ready in between.
  * (Before, such heads waited for good: TESTING.md, fixed problem 308.)
  * Leader, mutex held; rare, so a walk of the whole table. */
