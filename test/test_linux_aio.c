@@ -3148,6 +3148,155 @@ static void test_cancel_unsubmitted_write_epoll(void **state)
 				     "processor=shared", true);
 }
 
+/*
+ * The epoll wait's own epoll instance (its poller's: the provider's
+ * spill set is made first, so the highest-numbered of the two) closed
+ * with close(2) and its number taken at once by an epoll instance of the
+ * application's, with an event of its own ready and then empty (fixed
+ * problem 309): a read pending from before and one started after get
+ * their data within 5 s (the first sent once the wait in progress at the
+ * close, which the old instance serves, has ended), and px_destroy
+ * leaves the application's instance open.  Before, the application's event was taken for a
+ * registration of the poller's and its data followed as a pointer (a
+ * crash); with the instance empty the leader never learnt that the
+ * poller's was gone, resfd's completions were not reaped (both reads
+ * ended with ECANCELED at px_destroy) and px_destroy closed the
+ * application's instance.
+ */
+static int la_list_epolls(int *out, int max, const int *skip, int nskip)
+{
+	int n = 0;
+
+	for (int fd = 3; fd < 4096 && n < max; fd++) {
+		char p[64], t[128];
+		bool old = false;
+		ssize_t k;
+
+		for (int i = 0; i < nskip; i++)
+			old |= skip[i] == fd;
+		snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+		if (old || (k = readlink(p, t, sizeof(t) - 1)) <= 0)
+			continue;
+		t[k] = 0;
+		if (strstr(t, "eventpoll"))
+			out[n++] = fd;
+	}
+	return n;
+}
+
+static void *ta_loop(void *arg)
+{
+	loop_arg *a = arg;
+	while (!atomic_load(a->stop))
+		px_handle_events(a->px, 100);
+	return NULL;
+}
+
+static void run_epoll_taken(const char *engine, bool loop, bool with_event)
+{
+	static int before[64], eps[8];
+	int nb = la_list_epolls(before, 64, NULL, 0);
+	const uint64_t app_data = UINT64_C(0x0123456789abcdef);
+	px_proactor *px = make(engine);
+	int neps = la_list_epolls(eps, 8, before, nb);
+	if (neps != 2)
+		fail_msg("%d new epoll instances for '%s', expected 2", neps,
+			 engine);
+	int ep = eps[1];
+	int sv[2], pp[2];
+	char in[16], in2[16];
+	op o, o2;
+	memset(&o, 0, sizeof(o));
+	memset(&o2, 0, sizeof(o2));
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	assert_int_equal(px_read_stream(px, sv[1], in, sizeof(in), op_cb, &o), 0);
+	pthread_t lt;
+	atomic_int stop = 0;
+	loop_arg la = { px, &stop };
+	if (loop)
+		assert_int_equal(pthread_create(&lt, NULL, ta_loop, &la), 0);
+	usleep(50000);
+	assert_int_equal(close(ep), 0);
+	int aep = epoll_create1(EPOLL_CLOEXEC);
+	assert_true(aep >= 0);
+	if (aep != ep) {
+		assert_int_equal(dup2(aep, ep), ep);
+		close(aep);
+	}
+	assert_int_equal(pipe2(pp, O_CLOEXEC), 0);
+	if (with_event) {
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = app_data };
+		assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &ev), 0);
+		assert_int_equal(write(pp[1], "x", 1), 1);
+	}
+	/* The wait in progress at the close keeps the old instance, which
+	 * would report the read: its data comes once that wait has ended
+	 * (100 ms here, up to 1 s for a dedicated leader). */
+	usleep(loop ? 300000 : 1100000);
+	assert_int_equal(write(sv[0], "ping", 4), 4);
+	for (int i = 0; i < 5000 && !atomic_load(&o.fin); i++)
+		if (loop)
+			usleep(1000);
+		else
+			px_handle_events(px, 1);
+	int rc2 = -1;
+	if (atomic_load(&o.fin)) {
+		assert_int_equal(write(sv[0], "pong", 4), 4);
+		rc2 = px_read_stream(px, sv[1], in2, sizeof(in2), op_cb, &o2);
+		for (int i = 0; rc2 == 0 && i < 5000 && !atomic_load(&o2.fin); i++)
+			if (loop)
+				usleep(1000);
+			else
+				px_handle_events(px, 1);
+	}
+	if (loop) {
+		atomic_store(&stop, 1);
+		pthread_join(lt, NULL);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	if (atomic_load(&o.calls) != 1 || o.error != 0)
+		fail_msg("a read pending when the epoll wait's instance %d was "
+			 "taken by the application's (%s) ended %d times, error "
+			 "%d (engine '%s')", ep, with_event ? "with an event" :
+			 "empty", atomic_load(&o.calls), o.error, engine);
+	assert_int_equal(o.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+	assert_int_equal(rc2, 0);
+	assert_int_equal(atomic_load(&o2.calls), 1);
+	assert_int_equal(o2.error, 0);
+	assert_int_equal(o2.bytes, 4);
+	assert_memory_equal(in2, "pong", 4);
+	assert_int_equal(atomic_load(&extra_calls), 0);
+	if (fcntl(ep, F_GETFD) < 0)
+		fail_msg("px_destroy closed the application's epoll instance "
+			 "under %d (engine '%s')", ep, engine);
+	if (with_event) {
+		struct epoll_event out[4];
+		int n = epoll_wait(ep, out, 4, 0);
+		bool seen = false;
+
+		for (int i = 0; i < n; i++)
+			seen |= out[i].data.u64 == app_data;
+		assert_true(seen);
+	}
+	close(ep);
+	close(pp[0]);
+	close(pp[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+static void test_epoll_taken_by_apps_epoll(void **state)
+{
+	(void)state;
+	for (int ev = 1; ev >= 0; ev--) {
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=eventfd processor=shared", true, ev);
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=pipe processor=dedicated", false, ev);
+	}
+}
+
 static void test_explain_limit(void **state)
 {
 	const px_provider_class *cls = px__class_find("linux_aio", 9);
@@ -3224,6 +3373,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_shared),
 		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_dedicated),
 		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_epoll),
+		cmocka_unit_test(test_epoll_taken_by_apps_epoll),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)

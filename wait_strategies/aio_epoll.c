@@ -82,9 +82,24 @@ static int aep_wait(px_wait *w, int timeout_ms)
 	return rc;
 }
 
+/* The processor's idle check (leader, after its wait, mutex held).  The
+ * poller's instance may have been closed and its number taken by another
+ * epoll instance (the application's): the waits there succeed and report
+ * nothing of ours, and resfd's completions were never reaped (TESTING.md,
+ * fixed problem 309).  The poller looks (ep_verify); if the instance is
+ * not ours, the provider stops using the poller as for a failed wait. */
 static void aep_check(px_wait *w)
 {
-	px__laio_check_own(px_laio_of_wait(w));
+	px_laio *u = px_laio_of_wait(w);
+
+	if (u->pl && u->pl->ops->verify && !px_laio_dead(u) &&
+	    !atomic_load_explicit(&u->pl_failed, memory_order_relaxed)) {
+		u->pl->ops->verify(u->pl);
+		if (atomic_load_explicit(&u->pl->broken, memory_order_relaxed))
+			atomic_store_explicit(&u->pl_failed, true,
+					      memory_order_relaxed);
+	}
+	px__laio_check_own(u);
 }
 
 static px_result *aep_next_completed(px_wait *w)

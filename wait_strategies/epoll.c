@@ -489,6 +489,7 @@ static const px_poller_ops ep_ops = {
 	.collect = ep_collect,
 	.ready_fd = ep_ready_fd,
 	.watch = ep_watch,            /* another's fd, one-shot */
+	.verify = ep_verify,          /* our interrupt still registered? */
 };
 
 static const px_poller_ops ep_edge_ops = {

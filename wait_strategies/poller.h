@@ -143,7 +143,7 @@ typedef struct px_poller_ops {
 	 * 0 when nothing was broken; -errno when no new object could be made
 	 * (the waits go on failing with -EBADF: try again after the next). */
 	int (*rebuild)(px_poller *pl);
-	/* Optional (edge epoll): is the kernel object the waits use still
+	/* Optional (epoll): is the kernel object the waits use still
 	 * ours?  Another one of the same kind may have taken its number,
 	 * and then reports nothing of ours.  Marks the poller broken if not.
 	 * Under the caller's lock, now and then (a system call), maybe
