@@ -3216,6 +3216,11 @@ static void run_epoll_taken(const char *engine, bool loop, bool with_event)
 	if (loop)
 		assert_int_equal(pthread_create(&lt, NULL, ta_loop, &la), 0);
 	usleep(50000);
+	/* The leader now waits; its last epoll_ctl on the number, before
+	 * the wait, is ordered before the close by the mutex (ThreadSanitizer
+	 * models a descriptor as memory). */
+	struct px_stats st;
+	assert_int_equal(px_stats(px, &st), 0);
 	assert_int_equal(close(ep), 0);
 	int aep = epoll_create1(EPOLL_CLOEXEC);
 	assert_true(aep >= 0);
@@ -3229,6 +3234,8 @@ static void run_epoll_taken(const char *engine, bool loop, bool with_event)
 		assert_int_equal(epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &ev), 0);
 		assert_int_equal(write(pp[1], "x", 1), 1);
 	}
+	/* And the new instance before the leader's next epoll_ctl on it. */
+	assert_int_equal(px_stats(px, &st), 0);
 	/* The wait in progress at the close keeps the old instance, which
 	 * would report the read: its data comes once that wait has ended
 	 * (100 ms here, up to 1 s for a dedicated leader). */
