@@ -3167,6 +3167,48 @@ static void file_size_limit_no_sigxfsz(void **state)
 			 "(its message above)", WEXITSTATUS(st));
 }
 
+/* For the tests of a file call held in the kernel: a page of anonymous
+ * memory whose first touch userfaultfd (*uffd, tracked) holds until the
+ * test fills it, so that a read into it stays inside its call.  Skipped
+ * where the library's own threads do not make the file calls (providers
+ * other than select and linux_aio) or userfaultfd is refused. */
+static void *held_page_or_skip(h_fx *f, int *uffd, size_t *page)
+{
+	char prov[PX_NAME_MAX];
+	proc_of(f, PX_OP_READ_FILE, prov, sizeof prov, NULL);
+	if (strcmp(prov, "select") != 0 && strcmp(prov, "linux_aio") != 0) {
+		print_message("file operations go to provider=%s, which performs "
+			      "them in the kernel or in glibc's helpers: not "
+			      "run\n", prov);
+		skip();
+	}
+	*uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	struct uffdio_api api = { .api = UFFD_API };
+	if (*uffd < 0 || ioctl(*uffd, UFFDIO_API, &api) < 0) {
+		print_message("no userfaultfd here (%s): not run\n",
+			      strerror(errno));
+		if (*uffd >= 0)
+			close(*uffd);
+		skip();
+	}
+	h_track(f, *uffd);
+	*page = (size_t)sysconf(_SC_PAGESIZE);
+	void *buf = mmap(NULL, *page, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(buf != MAP_FAILED);
+	struct uffdio_register reg = {
+		.range = { .start = (uintptr_t)buf, .len = *page },
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	if (ioctl(*uffd, UFFDIO_REGISTER, &reg) < 0) {
+		print_message("userfaultfd refuses the page (%s): not run\n",
+			      strerror(errno));
+		munmap(buf, *page);
+		skip();
+	}
+	return buf;
+}
+
 /*
  * px_cancel(3): "when px_cancel() returns, no thread of the proactor is
  * inside a system call on fd for one of the cancelled operations", so the
@@ -3225,38 +3267,9 @@ static void *cw_cancel(void *arg)
 static void file_cancel_waits_for_call(void **state)
 {
 	h_fx *f = *state;
-	char prov[PX_NAME_MAX];
-	proc_of(f, PX_OP_READ_FILE, prov, sizeof prov, NULL);
-	if (strcmp(prov, "select") != 0 && strcmp(prov, "linux_aio") != 0) {
-		print_message("file operations go to provider=%s, which performs "
-			      "them in the kernel or in glibc's helpers: not "
-			      "run\n", prov);
-		skip();
-	}
-	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
-	struct uffdio_api api = { .api = UFFD_API };
-	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0) {
-		print_message("no userfaultfd here (%s): not run\n",
-			      strerror(errno));
-		if (uffd >= 0)
-			close(uffd);
-		skip();
-	}
-	h_track(f, uffd);
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	void *buf = mmap(NULL, page, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(buf != MAP_FAILED);
-	struct uffdio_register reg = {
-		.range = { .start = (uintptr_t)buf, .len = page },
-		.mode = UFFDIO_REGISTER_MODE_MISSING,
-	};
-	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
-		print_message("userfaultfd refuses the page (%s): not run\n",
-			      strerror(errno));
-		munmap(buf, page);
-		skip();
-	}
+	int uffd;
+	size_t page;
+	void *buf = held_page_or_skip(f, &uffd, &page);
 	cw_arg a = { .f = f, .buf = buf, .len = page };
 	a.fd = open_tracked(f, "/dev/zero", O_RDONLY);
 	atomic_store(&a.rc, 1);
@@ -3349,38 +3362,9 @@ static void cc_close_post(const px_completion *c)
 static void file_cancel_and_close_from_callbacks_beside_call(void **state)
 {
 	h_fx *f = *state;
-	char prov[PX_NAME_MAX];
-	proc_of(f, PX_OP_READ_FILE, prov, sizeof prov, NULL);
-	if (strcmp(prov, "select") != 0 && strcmp(prov, "linux_aio") != 0) {
-		print_message("file operations go to provider=%s, which performs "
-			      "them in the kernel or in glibc's helpers: not "
-			      "run\n", prov);
-		skip();
-	}
-	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
-	struct uffdio_api api = { .api = UFFD_API };
-	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0) {
-		print_message("no userfaultfd here (%s): not run\n",
-			      strerror(errno));
-		if (uffd >= 0)
-			close(uffd);
-		skip();
-	}
-	h_track(f, uffd);
-	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	void *buf = mmap(NULL, page, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	assert_true(buf != MAP_FAILED);
-	struct uffdio_register reg = {
-		.range = { .start = (uintptr_t)buf, .len = page },
-		.mode = UFFDIO_REGISTER_MODE_MISSING,
-	};
-	if (ioctl(uffd, UFFDIO_REGISTER, &reg) < 0) {
-		print_message("userfaultfd refuses the page (%s): not run\n",
-			      strerror(errno));
-		munmap(buf, page);
-		skip();
-	}
+	int uffd;
+	size_t page;
+	void *buf = held_page_or_skip(f, &uffd, &page);
 	cw_arg a = { .f = f, .buf = buf, .len = page };
 	cc_arg x = { .a = &a, .f = f };
 	/* Not tracked: px_close closes it. */
