@@ -2895,23 +2895,19 @@ static void readiness_epoll_replaced_by_dup2(void **state)
 	assert_int_equal(dup2(null, ep), ep);
 	assert_int_equal(close(null), 0);
 	assert_int_equal(write(a[0], "ping", 4), 4);
-	uint64_t dl = h_deadline(5000);
-	while (!h_rec_done(rd) && h_now_ms() < dl)
-		h_sleep_ms(2);
+	(void)nap_until_done(rd, 5000);
 	int rc2 = -1, rc3 = -1;
 	if (h_rec_done(rd)) {
 		assert_int_equal(write(a[0], "pong", 4), 4);
 		rc2 = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
-		dl = h_deadline(5000);
-		while (rc2 == 0 && !h_rec_done(rd2) && h_now_ms() < dl)
-			h_sleep_ms(2);
-		dl = h_deadline(2000);
+		if (rc2 == 0)
+			(void)nap_until_done(rd2, 5000);
+		uint64_t dl = h_deadline(2000);
 		while ((rc3 = px_read_stream(b, ep, in3, 16, h_rec_cb, rd3)) ==
 		       -EBADF && h_now_ms() < dl)
 			h_sleep_ms(5);
-		dl = h_deadline(5000);
-		while (rc3 == 0 && !h_rec_done(rd3) && h_now_ms() < dl)
-			h_sleep_ms(2);
+		if (rc3 == 0)
+			(void)nap_until_done(rd3, 5000);
 	}
 	atomic_store(&lb.stop, 1);
 	atomic_int posts = 0;
@@ -3041,16 +3037,13 @@ static void readiness_epoll_taken_by_apps_epoll(void **state)
 		struct px_stats st;
 		assert_int_equal(px_stats(b, &st), 0);
 		assert_int_equal(write(a[0], "ping", 4), 4);
-		uint64_t dl = h_deadline(5000);
-		while (!h_rec_done(rd) && h_now_ms() < dl)
-			h_sleep_ms(2);
+		(void)nap_until_done(rd, 5000);
 		int rc2 = -1;
 		if (h_rec_done(rd)) {
 			assert_int_equal(write(a[0], "pong", 4), 4);
 			rc2 = px_read_stream(b, a[1], in2, 16, h_rec_cb, rd2);
-			dl = h_deadline(5000);
-			while (rc2 == 0 && !h_rec_done(rd2) && h_now_ms() < dl)
-				h_sleep_ms(2);
+			if (rc2 == 0)
+				(void)nap_until_done(rd2, 5000);
 		}
 		atomic_store(&lb.stop, 1);
 		atomic_int posts = 0;
