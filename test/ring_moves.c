@@ -913,7 +913,8 @@ static bool qw_check(qw_worker *w, int round, int how, int peer,
  * completion to a kernel worker, which a loaded machine runs seconds late
  * (TESTING.md, known problems): on one CPU shared with two busy loops, a
  * read whose peer had shut down was called back more than 5 s after the
- * shutdown, twice in some 600 runs.  One later than 5 s is printed. */
+ * shutdown, twice in several hundred runs (fixed problem 304).  One later
+ * than 5 s is printed. */
 #define QW_LATE_MS 5000
 #define QW_LOST_MS 30000
 
