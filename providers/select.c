@@ -1274,9 +1274,10 @@ static __thread struct {
  * (wait_strategies/epoll.c): nothing of before is registered there, and
  * reports may have been lost meanwhile.  So every entry forgets its
  * registration, and one with heads queued forgets what it knew of
- * readiness too: its heads go on the retry list, are tried by
- * this claim (the next one after sel_wait_check), and an EAGAIN registers the descriptor with the new
- * instance, which reports it at once if it became ready in between.
+ * readiness too: its heads go on the retry list, are tried by this
+ * claim (the next one after sel_wait_check), and an EAGAIN registers the
+ * descriptor with the new instance, which reports it at once if it
+ * became ready in between.
  * (Before, such heads waited for good: TESTING.md, fixed problem 308.)
  * Leader, mutex held; rare, so a walk of the whole table. */
 static void sel_rebuilt(px_sel *sel)

@@ -160,9 +160,9 @@ struct px_poller {
 	/* The kernel object the waits use (the epoll instance) was closed
 	 * behind the library's back with close(2), or its number is another
 	 * instance's now, as a wait, a registration or verify found out;
-	 * see rebuild.  Set by the leader's wait
-	 * without the lock and by registrations under it, cleared by rebuild
-	 * under it: atomic, relaxed. */
+	 * see rebuild.  Set by the leader's wait without the lock and by
+	 * registrations under it, cleared by rebuild under it: atomic,
+	 * relaxed. */
 	atomic_bool broken;
 };
 
