@@ -2834,6 +2834,24 @@ static void engine_descriptor_closed_alone(void **state)
 	h_assert_usable(f);
 }
 
+/* The readiness epoll tests' two reads of one socket, both done: the one
+ * pending at the change got "ping", the one started after it (its start
+ * returned rc2) "pong". */
+static void expect_ping_then_pong(h_rec *rd, const char *in, int rc2,
+				  h_rec *rd2, const char *in2)
+{
+	assert_int_equal(rd->c.error, 0);
+	assert_int_equal(rd->c.bytes, 4);
+	assert_memory_equal(in, "ping", 4);
+	assert_int_equal(rc2, 0);
+	if (!h_rec_done(rd2))
+		fail_msg("a read started after the change did not end within 5 s "
+			 "of its data (engine '%s')", h_engine_text);
+	assert_int_equal(rd2->c.error, 0);
+	assert_int_equal(rd2->c.bytes, 4);
+	assert_memory_equal(in2, "pong", 4);
+}
+
 /*
  * The readiness provider's epoll instance replaced behind the library's
  * back with dup2(2) (an application's file under its number at once),
@@ -2917,16 +2935,7 @@ static void readiness_epoll_replaced_by_dup2(void **state)
 		fail_msg("a read pending when the epoll instance %d was replaced "
 			 "did not end within 5 s of its data (engine '%s')", ep,
 			 h_engine_text);
-	assert_int_equal(rd->c.error, 0);
-	assert_int_equal(rd->c.bytes, 4);
-	assert_memory_equal(in, "ping", 4);
-	assert_int_equal(rc2, 0);
-	if (!h_rec_done(rd2))
-		fail_msg("a read started after the replacement did not end "
-			 "within 5 s of its data (engine '%s')", h_engine_text);
-	assert_int_equal(rd2->c.error, 0);
-	assert_int_equal(rd2->c.bytes, 4);
-	assert_memory_equal(in2, "pong", 4);
+	expect_ping_then_pong(rd, in, rc2, rd2, in2);
 	if (rc3 != 0)
 		fail_msg("a read on the number %d, the application's /dev/null "
 			 "now, was refused with %d for 2 s", ep, rc3);
@@ -3054,16 +3063,7 @@ static void readiness_epoll_taken_by_apps_epoll(void **state)
 				 "taken by the application's (%s) did not end "
 				 "within 5 s of its data (engine '%s')", ep,
 				 round ? "empty" : "with an event", h_engine_text);
-		assert_int_equal(rd->c.error, 0);
-		assert_int_equal(rd->c.bytes, 4);
-		assert_memory_equal(in, "ping", 4);
-		assert_int_equal(rc2, 0);
-		if (!h_rec_done(rd2))
-			fail_msg("a read started afterwards did not end within 5 s "
-				 "of its data (engine '%s')", h_engine_text);
-		assert_int_equal(rd2->c.error, 0);
-		assert_int_equal(rd2->c.bytes, 4);
-		assert_memory_equal(in2, "pong", 4);
+		expect_ping_then_pong(rd, in, rc2, rd2, in2);
 		destroy_within(b, "after its epoll instance's number was taken");
 		expect_once(rd, PX_OP_READ_STREAM, a[1], 0, "the pending read");
 		expect_once(rd2, PX_OP_READ_STREAM, a[1], 0, "the later read");

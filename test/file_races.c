@@ -3167,6 +3167,19 @@ static void file_size_limit_no_sigxfsz(void **state)
 			 "(its message above)", WEXITSTATUS(st));
 }
 
+/* The read into held_page_or_skip's page has faulted: a thread is inside
+ * its call, held there until the test fills the page. */
+static void await_held_fault(int uffd)
+{
+	struct pollfd pf = { .fd = uffd, .events = POLLIN };
+	if (poll(&pf, 1, 5000) != 1)
+		fail_msg("the read's fault never came (engine '%s')",
+			 h_engine_text);
+	struct uffd_msg msg;
+	assert_int_equal(read(uffd, &msg, sizeof msg), (ssize_t)sizeof msg);
+	assert_int_equal(msg.event, UFFD_EVENT_PAGEFAULT);
+}
+
 /* For the tests of a file call held in the kernel: a page of anonymous
  * memory whose first touch userfaultfd (*uffd, tracked) holds until the
  * test fills it, so that a read into it stays inside its call.  Skipped
@@ -3279,13 +3292,7 @@ static void file_cancel_waits_for_call(void **state)
 	pthread_t th, tc;
 	assert_int_equal(pthread_create(&th, NULL, cw_start, &a), 0);
 	/* The read's copy into the page faults: a thread is in pread. */
-	struct pollfd pf = { .fd = uffd, .events = POLLIN };
-	if (poll(&pf, 1, 5000) != 1)
-		fail_msg("the read's fault never came (engine '%s')",
-			 h_engine_text);
-	struct uffd_msg msg;
-	assert_int_equal(read(uffd, &msg, sizeof msg), (ssize_t)sizeof msg);
-	assert_int_equal(msg.event, UFFD_EVENT_PAGEFAULT);
+	await_held_fault(uffd);
 	assert_int_equal(pthread_create(&tc, NULL, cw_cancel, &a), 0);
 	/* px_cancel may not come back while the read is held. */
 	uint64_t dl = h_deadline(300);
@@ -3374,13 +3381,7 @@ static void file_cancel_and_close_from_callbacks_beside_call(void **state)
 	h_loops_start(f, 3, false);
 	pthread_t th;
 	assert_int_equal(pthread_create(&th, NULL, cw_start, &a), 0);
-	struct pollfd pf = { .fd = uffd, .events = POLLIN };
-	if (poll(&pf, 1, 5000) != 1)
-		fail_msg("the read's fault never came (engine '%s')",
-			 h_engine_text);
-	struct uffd_msg msg;
-	assert_int_equal(read(uffd, &msg, sizeof msg), (ssize_t)sizeof msg);
-	assert_int_equal(msg.event, UFFD_EVENT_PAGEFAULT);
+	await_held_fault(uffd);
 	assert_int_equal(px_post(f->px, cc_cancel_post, &x), 0);
 	h_sleep_ms(20);
 	assert_int_equal(px_post(f->px, cc_close_post, &x), 0);
