@@ -746,6 +746,25 @@ static bool sigpipe_pending(void)
 	return sigpending(&pend) == 0 && sigismember(&pend, SIGPIPE);
 }
 
+/* After a round run with SIGPIPE blocked: a SIGPIPE the library raised
+ * must not be left pending (app_raised false), and one the application
+ * raised before the round must still be (app_raised true).  Then takes
+ * whatever is pending and restores the mask the round started with. */
+static void sigpipe_round_end(const char *what, bool app_raised,
+			      const sigset_t *pipe_set, const sigset_t *old)
+{
+	bool pend = sigpipe_pending();
+	if (!app_raised && pend)
+		bad("%s: SIGPIPE left pending", what);
+	if (app_raised && !pend)
+		bad("%s: the application's SIGPIPE was taken", what);
+	if (pend) {
+		const struct timespec zero = {0, 0};
+		sigtimedwait(pipe_set, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, old, NULL);
+}
+
 /* Writes to a pipe whose reader has gone, with SIGPIPE at its default
  * disposition: each EPIPE, and the process lives (the parent sees a
  * death).  Then with SIGPIPE blocked: none left pending after the write
@@ -808,19 +827,8 @@ static void pipe_reader_gone(px_proactor *px, const char *eng)
 		} else if (wait_rec(px, &w, what)) {
 			expect(&w, what, EPIPE, 0);
 		}
-		if (i >= 4) {
-			bool pend = sigpipe_pending();
-			if (i == 4 && pend)
-				bad("%s: SIGPIPE left pending", what);
-			if (i == 5 && !pend)
-				bad("%s: the application's SIGPIPE was taken",
-				    what);
-			if (pend) {
-				const struct timespec zero = {0, 0};
-				sigtimedwait(&pipe_set, NULL, &zero);
-			}
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-		}
+		if (i >= 4)
+			sigpipe_round_end(what, i == 5, &pipe_set, &old);
 		close(p[1]);
 	}
 	signal(SIGPIPE, SIG_IGN);
@@ -1092,19 +1100,8 @@ static void intr_reader_gone(const char *eng, const void *arg)
 		rc = px_destroy(px);
 		if (rc != 0)
 			bad("%s: px_destroy: %s", what, px_strerror(rc));
-		if (i >= 1) {
-			bool pend = sigpipe_pending();
-			if (i == 1 && pend)
-				bad("%s: SIGPIPE left pending", what);
-			if (i == 2 && !pend)
-				bad("%s: the application's SIGPIPE was taken",
-				    what);
-			if (pend) {
-				const struct timespec zero = {0, 0};
-				sigtimedwait(&pipe_set, NULL, &zero);
-			}
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-		}
+		if (i >= 1)
+			sigpipe_round_end(what, i == 2, &pipe_set, &old);
 		signal(SIGPIPE, SIG_IGN);
 	}
 	if (failures == 0)
