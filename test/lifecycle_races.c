@@ -2207,7 +2207,7 @@ static void destroy_leaves_buffers_and_descriptors(void **state)
  * the follower must take the lead and complete it within LV_LATE_MS.
  * Before, the follower's sleeps doubled while the callback ran (20, 40,
  * 80, 160, 320 ms...), so the read waited about 270 ms for its next look.
- * Engines whose processors are all dedicated are left out (all_dedicated). */
+ * Skipped on engines whose processors are all dedicated (all_dedicated). */
 #define LV_HOLD_MS 350
 #define LV_LATE_MS 150
 
@@ -2222,7 +2222,7 @@ static struct {
 } lv;
 
 /* Engines whose processors are all dedicated have a leader of their own:
- * nothing to hand over (the two tests below pass trivially there). */
+ * nothing to hand over, so the tests that ask it are skipped there. */
 static bool all_dedicated(h_fx *f)
 {
 	const char *name = px_engine_name(f->px);
@@ -2303,7 +2303,7 @@ static void late_rounds(h_fx *f, unsigned long long (*one)(h_fx *),
 	int round;
 
 	if (all_dedicated(f))
-		return;
+		skip();  /* nothing to hand over: reported skipped */
 	round_cfg_of_fixture();
 	for (round = 0; round < 3; round++) {
 		if (round) {
@@ -2506,6 +2506,10 @@ static unsigned long long pc_round(h_fx *f)
 	if (atomic_load(&pc.loop_started))
 		pthread_join(pc.loop, NULL);
 	h_assert_no_bad("post_chain_outlives_bounded_call");
+	if (atomic_load(&idle->calls))
+		fail_msg("the read nothing was written to called back "
+			 "(error %d, %zu bytes)", idle->c.error,
+			 idle->c.bytes);
 	if (n < 1)
 		fail_msg("px_handle_events(px, 100) ran no callback (%d)", n);
 	print_message("the call ran %d of the %d links\n", links_then,
@@ -2565,7 +2569,9 @@ static unsigned long long pb_round(h_fx *f)
 	pb.px = f->px;
 	int sv[2];
 	char *buf;
-	(void)h_start_pending_read(f, sv, 8, &buf);  /* a read that waits */
+	/* A read that waits: nothing is written to it, so it must not call
+	 * back before the fixture's px_destroy. */
+	h_rec *idle = h_start_pending_read(f, sv, 8, &buf);
 	pthread_t th[2];
 	plain_loops_start(th, 2, f->px);
 	h_sleep_ms(PB_QUIET_MS);
@@ -2575,6 +2581,10 @@ static unsigned long long pb_round(h_fx *f)
 	h_wait_at_least(&pb.blocked, 1, PROMPT_MS);
 	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("post_from_blocked_callback_reaches_leader");
+	if (atomic_load(&idle->calls))
+		fail_msg("the read nothing was written to called back "
+			 "(error %d, %zu bytes)", idle->c.error,
+			 idle->c.bytes);
 	if (!done)
 		fail_msg("a post from a callback that then blocked never ran "
 			 "(another thread was in px_handle_events(px, -1))");
@@ -2606,7 +2616,7 @@ static void dedicated_leader_waits_while_completions_queue(void **state)
 	h_fx *f = *state;
 	if (!strstr(px_engine_name(f->px), "processor=dedicated")) {
 		printf("no dedicated processor: no leader to watch\n");
-		return;
+		skip();
 	}
 	int pp[2];
 	h_pipe(f, pp);      /* a pipe: every engine reads one */
@@ -2958,9 +2968,10 @@ static void bb_timer_cb(const px_completion *c)
 	}
 }
 
-static void blocked_callback_leaves_batch_to_sleeper(void **state)
+/* One round: when the second callback ran, in ns after the timers were
+ * started (0: not within 5 s). */
+static uint64_t bb_round(h_fx *f)
 {
-	h_fx *f = *state;
 	pthread_t th[2];
 
 	atomic_store(&g_bb.n, 0);
@@ -2982,13 +2993,43 @@ static void blocked_callback_leaves_batch_to_sleeper(void **state)
 		h_sleep_ms(10);
 	plain_loops_stop(f->px, th, 2);
 	assert_true(atomic_load(&g_bb.first_ns) != 0);
-	/* 100 ms for the timers, then well under the block (about 20 ms
-	 * by the follower's short bound, more under the sanitizers). */
-	if (!second || second - t0 > (100 + BB_BLOCK_MS / 2) * MS)
-		fail_msg("the second of two timers due together ran %.1f ms after "
-			 "they were started, behind a callback blocked for %d ms, "
-			 "while a thread waited in px_handle_events(px, -1)",
-			 second ? (double)(second - t0) / 1e6 : -1.0, BB_BLOCK_MS);
+	return second ? second - t0 : 0;
+}
+
+/* 100 ms for the timers, then well under the block (about 20 ms by the
+ * follower's short bound, more under the sanitizers).  The bug made every
+ * round wait the whole block; a machine too loaded to schedule the
+ * sleeper for a few hundred ms makes one late now and then (964 ms once,
+ * beside busy helpers), so a late round is run again, up to three, as in
+ * late_rounds. */
+static void blocked_callback_leaves_batch_to_sleeper(void **state)
+{
+	h_fx *f = *state;
+	const uint64_t bound = (100 + BB_BLOCK_MS / 2) * MS;
+	uint64_t at[3];
+	int round;
+
+	round_cfg_of_fixture();
+	for (round = 0; round < 3; round++) {
+		if (round) {
+			destroy_now(f);
+			round_new(f);
+		}
+		at[round] = bb_round(f);
+		if (at[round] && at[round] <= bound)
+			break;
+		printf("round %d: the second timer ran %.1f ms after the "
+		       "start; once more\n", round + 1,
+		       at[round] ? (double)at[round] / 1e6 : -1.0);
+	}
+	if (round == 3)
+		fail_msg("the second of two timers due together ran %.1f, %.1f "
+			 "and %.1f ms after they were started (-1: not within "
+			 "5 s) in three rounds, behind a callback blocked for %d "
+			 "ms, while a thread waited in px_handle_events(px, -1)",
+			 at[0] ? (double)at[0] / 1e6 : -1.0,
+			 at[1] ? (double)at[1] / 1e6 : -1.0,
+			 at[2] ? (double)at[2] / 1e6 : -1.0, BB_BLOCK_MS);
 }
 
 /* One completion whose callback blocks, with other operations still
@@ -3169,7 +3210,9 @@ static unsigned long long dw_round(h_fx *f)
 	dw.px = f->px;
 	int sv[2];
 	char *buf;
-	(void)h_start_pending_read(f, sv, 8, &buf);  /* a read that waits */
+	/* A read that waits: nothing is written to it, so it must not call
+	 * back before the fixture's px_destroy. */
+	h_rec *idle = h_start_pending_read(f, sv, 8, &buf);
 	h_socketpair(f, dw.sv);
 	pthread_t th[2];
 	plain_loops_start(th, 2, f->px);
@@ -3184,6 +3227,10 @@ static unsigned long long dw_round(h_fx *f)
 	h_wait_at_least(&dw.blocked, 1, PROMPT_MS);
 	plain_loops_stop(f->px, th, 2);
 	h_assert_no_bad("done_at_start_from_blocked_callback_reaches_leader");
+	if (atomic_load(&idle->calls))
+		fail_msg("the read nothing was written to called back "
+			 "(error %d, %zu bytes)", idle->c.error,
+			 idle->c.bytes);
 	if (!done)
 		fail_msg("a write started by a callback that then blocked never "
 			 "called back (another thread was in "
