@@ -607,7 +607,7 @@ unsigned px__uring_publish(px_uring_ring *rg)
 static int ur_submit(px_uring_ring *rg)
 {
 	int rc;
-	bool took = false;
+	unsigned took = 0;
 
 	/* Store the tail with release semantics ourselves: the leader may be
 	 * in its own io_uring_enter right now (wait_strategies/uring.c), and
@@ -615,16 +615,19 @@ static int ur_submit(px_uring_ring *rg)
 	px__uring_publish(rg);
 	do {
 		rc = io_uring_submit(&rg->ring);
-		took = took || rc > 0;
+		if (rc > 0)
+			took += (unsigned)rc;
 		/* Without SUBMIT_ALL the kernel stops at an SQE that fails
 		 * early; what follows it is still pending.  (With SQPOLL the
 		 * kernel thread consumes at its own pace: no loop.) */
 	} while (rc > 0 && io_uring_sq_ready(&rg->ring) &&
 		 !(rg->ring.flags & IORING_SETUP_SQPOLL));
 	/* Taken while the leader waits: its enter, should it not have
-	 * submitted yet, may now take SQEs published after its prepare. */
-	if (took && rg->waiting)
-		rg->foreign_taken = true;
+	 * submitted yet, may now take SQEs published after its prepare
+	 * (ur_void_unsubmitted tells its part of the head's moves from
+	 * ours). */
+	if (rg->waiting)
+		rg->foreign_n += took;
 	px__uring_enter_failed(rg, rc);
 	if (rc == -EAGAIN || rc == -EBUSY || rc == -EINTR || rc == -ENOMEM) {
 		rg->submit_stuck = true;
@@ -1917,14 +1920,20 @@ int px__uring_flush(px_uring_ring *rg)
 {
 	rg->to_submit = 0;
 	rg->enter_takes = false;
-	rg->foreign_taken = false;
 	if (!io_uring_sq_ready(&rg->ring))
 		return 0;
 	if (!(rg->ring.flags & IORING_SETUP_SQPOLL) && !rg->submit_stuck) {
 		/* The leader enters without the mutex, in its wait. */
 		rg->to_submit = px__uring_publish(rg);
-		rg->enter_takes = rg->to_submit != 0;
-		rg->enter_end = rg->ring.sq.sqe_tail;
+		if (rg->to_submit) {
+			/* For ur_void_unsubmitted (uring.h). */
+			rg->enter_takes = true;
+			rg->enter_n = rg->to_submit;
+			rg->enter_head = rg->ring.sq.sqe_tail - rg->to_submit;
+			rg->foreign_n = 0;
+			atomic_store_explicit(&rg->entering, true,
+					      memory_order_relaxed);
+		}
 		return 0;
 	}
 	return ur_submit(rg);
@@ -2704,37 +2713,75 @@ static void ur_cancel_submit(px_uring_ring *rg, const px_result *r)
  * whose data the request would then take at the next lead's submit (the
  * ASYNC_CANCEL behind it comes too late for a read whose data is there).
  * So the SQE becomes a NOP with the same user_data: it looks nothing up,
- * and its CQE ends r with ECANCELED (px__uring_complete).  Only where no
- * enter of rg's leader, made without the mutex, may be reading that SQE
- * at this moment: no leader waits on rg, or its prepare published
- * nothing for its enter, or published only SQEs before this one and no
- * other thread's submit has taken any since (the kernel takes at most
- * as many as were published, from its head on).  Not with SQPOLL
- * (ur_submit_taken waits for its kernel thread instead).  Mutex held.
- * Returns whether it made the NOP. */
+ * and its CQE ends r with ECANCELED (px__uring_complete).
+ *
+ * The SQE is rewritten only where no enter of rg's leader, made without
+ * the mutex, may be reading it.  That enter takes at most enter_n SQEs
+ * from the kernel's head on, and the kernel stores its head once, at
+ * the end of a submission: so with the mutex held (no other thread's
+ * submit under way), a head moved by more than the SQEs other threads'
+ * submits took since the prepare (foreign_n) says the enter took its SQEs
+ * and takes no more, and a head moved by just that many says it has not
+ * taken any yet, and then may take those from the head up to enter_n
+ * further.  When r's SQE is among those, wait (holding the mutex, as
+ * ur_sqpoll_taken does) until the enter has taken it or returned
+ * without: a few microseconds, which the leader spends in its own wait()
+ * without the mutex.  Left alone, the SQE was taken by that enter, or
+ * by the next lead's submit after an enter refused too, on whatever the
+ * number named by then: a cancelled read took the data of the socket the
+ * application had opened under it (TESTING.md, fixed problem 317).  If
+ * that enter took it, the descriptor was looked up before px_cancel
+ * returns, and the kernel takes submissions again: the ASYNC_CANCEL
+ * behind goes in now.  Not with SQPOLL (ur_submit_taken waits for its
+ * kernel thread instead).  Mutex held.  Returns whether it made the NOP. */
 static bool ur_void_unsubmitted(px_uring_ring *rg, px_result *r)
 {
 	struct io_uring_sq *sq = &rg->ring.sq;
 	uint64_t ud = (uintptr_t)r;
-	unsigned head = io_uring_smp_load_acquire(sq->khead);
+	unsigned spins = 0;
 
 	if (rg->ring.flags & IORING_SETUP_SQPOLL)
 		return false;
-	for (unsigned pos = head; pos != sq->sqe_tail; pos++) {
-		struct io_uring_sqe *sqe = &sq->sqes[pos & sq->ring_mask];
-		uint64_t d = sqe->user_data;
+	for (;;) {
+		/* The flag before the head: cleared, the enter's whole
+		 * submission is behind (its release, after the syscall). */
+		bool live = rg->waiting && rg->enter_takes &&
+			    atomic_load_explicit(&rg->entering,
+						 memory_order_acquire);
+		unsigned head = io_uring_smp_load_acquire(sq->khead);
+		unsigned pos = head;
+		struct io_uring_sqe *sqe = NULL;
+		uint64_t d = 0;
 
-		/* Its operation or its readiness poll (never its cancel). */
-		if (d != ud && d != (ud | PX_URING_UD_POLL))
-			continue;
-		if (rg->waiting && rg->enter_takes &&
-		    (rg->foreign_taken || (int)(pos - rg->enter_end) < 0))
-			return false;  /* the leader's enter may be taking it */
-		io_uring_prep_nop(sqe);
-		io_uring_sqe_set_data64(sqe, d);
-		return true;
+		for (; pos != sq->sqe_tail; pos++) {
+			sqe = &sq->sqes[pos & sq->ring_mask];
+			d = sqe->user_data;
+			/* Its operation or its readiness poll (never its
+			 * cancel). */
+			if (d == ud || d == (ud | PX_URING_UD_POLL))
+				break;
+		}
+		if (pos == sq->sqe_tail) {
+			/* Taken (by the leader's enter, if it was waited
+			 * for). */
+			if (spins)
+				ur_submit(rg);
+			return false;
+		}
+		if (!live || head - rg->enter_head != rg->foreign_n ||
+		    pos - head >= rg->enter_n) {
+			io_uring_prep_nop(sqe);
+			io_uring_sqe_set_data64(sqe, d);
+			return true;
+		}
+		/* The leader's enter may be taking it at this moment. */
+		if (++spins < 64) {
+			sched_yield();
+		} else {
+			struct timespec nap = { 0, 50000 };
+			nanosleep(&nap, NULL);
+		}
 	}
-	return false;
 }
 
 static int ur_cancel(px_provider *p, px_result *r)

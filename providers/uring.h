@@ -106,14 +106,23 @@ typedef struct px_uring_ring {
 	 * Atomic: set under the mutex, read by the leader's wait without it
 	 * (px_uring_wait_on). */
 	atomic_bool dead;
-	/* Under the mutex, for a cancel that would make an unsubmitted SQE a
-	 * NOP while the leader waits (ur_void_unsubmitted): the leader's
-	 * enter may take SQEs (its prepare published some), up to the SQ
-	 * position enter_end as long as no other thread's submit has taken
-	 * any since that prepare (foreign_taken). */
+	/* For a cancel that would make an unsubmitted SQE a NOP while the
+	 * leader waits (ur_void_unsubmitted), set by prepare under the
+	 * mutex: the leader's enter may take SQEs (enter_takes: its prepare
+	 * published enter_n of them, the kernel's SQ head then at
+	 * enter_head); the SQEs other threads' submits have taken since
+	 * (foreign_n, under the mutex).  The kernel moves its head only at
+	 * the end of a submission, so once the head has moved by more than
+	 * foreign_n, the leader's enter has taken its SQEs and takes no more;
+	 * before, it may take up to enter_n from the head on.  entering:
+	 * set by that prepare, cleared by the leader once the enter has
+	 * returned (release; atomic, as the leader stores it without the
+	 * mutex).  One store of each per lead that submits. */
 	bool enter_takes;
-	bool foreign_taken;
-	unsigned enter_end;
+	atomic_bool entering;
+	unsigned enter_head;
+	unsigned enter_n;
+	unsigned foreign_n;
 	/* CQEs reaped by the current lead (leader only; PX_URING_REAP_MAX). */
 	unsigned reaped;
 

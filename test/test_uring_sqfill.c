@@ -40,6 +40,10 @@
  * closed and reused for another socket with data waiting: the read must
  * end with ECANCELED and leave that data alone (fixed problem 229).
  *
+ * cancel_during_held_enter_then_reuse: the same, with the leader held
+ * (io_uring_enter2's wrap) between its prepare and the enter that may
+ * take the read's SQE (fixed problem 317; the comment of the test).
+ *
  * stalled_head_cancel_sends_nothing, stalled_head_deadline_rest_in_order,
  * stalled_head_close_sends_nothing, stalled_read_head_cancel_takes_nothing,
  * start_on_full_sqpoll_ring_not_deferred,
@@ -285,9 +289,29 @@ int __real_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
 			   unsigned flags, sigset_t *sig, size_t sz);
 int __wrap_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
 			   unsigned flags, sigset_t *sig, size_t sz);
+/* A submitting enter held on request (cancel_during_held_enter_then_reuse):
+ * hold_next arms the hold for the next one, which says so (hold_in) and
+ * waits until the test lets it go (hold_go); hold_refuse, if set then,
+ * is the error it fails with, once, instead of entering. */
+static atomic_int hold_next, hold_refuse;
+static pthread_mutex_t hold_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hold_cv = PTHREAD_COND_INITIALIZER;
+static bool hold_in, hold_go;
+
 int __wrap_io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min,
 			   unsigned flags, sigset_t *sig, size_t sz)
 {
+	if (to_submit && atomic_exchange(&hold_next, 0)) {
+		pthread_mutex_lock(&hold_mu);
+		hold_in = true;
+		pthread_cond_broadcast(&hold_cv);
+		while (!hold_go)
+			pthread_cond_wait(&hold_cv, &hold_mu);
+		pthread_mutex_unlock(&hold_mu);
+		int r = atomic_exchange(&hold_refuse, 0);
+		if (r)
+			return -r;
+	}
 	int e = atomic_load(&enter_error);
 
 	if (e && to_submit) {
@@ -556,6 +580,224 @@ static void cancel_submit_refused_then_reuse(void **state)
 	cancel_submit_refused_then_reuse_with("uring rings=2", false);
 	cancel_submit_refused_then_reuse_with("uring rings=1", true);
 	cancel_submit_refused_then_reuse_with("uring rings=2", true);
+}
+
+/* ------------------------------------------------------------------ */
+/* A cancel while the leader's enter may be taking the SQE              */
+/* ------------------------------------------------------------------ */
+
+/* The leader submits what its prepare published in the io_uring_enter
+ * that also waits, made without the mutex.  Here a read's SQE is among
+ * those, and the leader is held between its prepare and that enter (the
+ * wrap of io_uring_enter2); px_cancel's own submit is refused (EAGAIN),
+ * the application closes the number and gets it back for a new
+ * socketpair with data waiting; only then (or after HE_HOLD_MS, should
+ * px_cancel not return while the enter is held) is the enter let go, to
+ * go on or to be refused once more (EAGAIN).  The cancelled read must
+ * end once with ECANCELED and 0 bytes, and the new socket's "hello" stay
+ * where it is.  Before the fix the enter, or the next lead's submit,
+ * sent the read on the new socket, which took its data.
+ *
+ * How the read's SQE gets published by the leader's prepare:
+ *   HE_NO_LEADER: started while no thread leads, the loop thread comes
+ *     after it;
+ *   HE_FOREIGN: the prepare published another read's SQE, and while the
+ *     enter is held a start's submit takes it (a submit of another
+ *     thread's), then the read is started, its start's submit refused:
+ *     the held enter, which may take as many SQEs as its prepare
+ *     published, from the kernel's head on, would take the read's;
+ *   HE_KICK: on a dedicated processor, started while its leader waits:
+ *     the start wakes the leader through the kick, and the leader's next
+ *     prepare publishes it;
+ *   HE_BEYOND: as HE_FOREIGN, but a read on a third socketpair is
+ *     started before it, its submit refused too: the held enter would
+ *     take that one only, and the cancelled read's SQE is out of its
+ *     reach (px_cancel need not wait for the enter: printed); that read
+ *     ends with the byte then sent to it. */
+enum { HE_NO_LEADER, HE_FOREIGN, HE_KICK, HE_BEYOND };
+#define HE_HOLD_MS 150
+
+static atomic_bool he_reused;
+
+/* Lets the held enter go once the number is reused, or after HE_HOLD_MS,
+ * the submits no longer refused; arg: the error it then fails with (0:
+ * it goes on). */
+static void *he_release_main(void *arg)
+{
+	for (int i = 0; i < HE_HOLD_MS && !atomic_load(&he_reused); i++)
+		usleep(1000);
+	atomic_store(&submit_refusals, 0);
+	atomic_store(&hold_refuse, (int)(intptr_t)arg);
+	pthread_mutex_lock(&hold_mu);
+	hold_go = true;
+	pthread_cond_broadcast(&hold_cv);
+	pthread_mutex_unlock(&hold_mu);
+	return NULL;
+}
+
+static void he_wait_held(void)
+{
+	pthread_mutex_lock(&hold_mu);
+	for (int i = 0; i < 2000 && !hold_in; i++) {
+		pthread_mutex_unlock(&hold_mu);
+		usleep(1000);
+		pthread_mutex_lock(&hold_mu);
+	}
+	bool in = hold_in;
+	pthread_mutex_unlock(&hold_mu);
+	if (!in)
+		fail_msg("the leader's enter never came to be held");
+}
+
+static void he_run(const char *engine, int how, int refuse)
+{
+	char err[256];
+	int a[2], b[2], k[2], x[2], y[2];
+	cr_rec rd, keep, other, first;
+	pthread_t loop = 0, rel;
+	bool dedicated = how == HE_KICK;
+
+	memset(&rd, 0, sizeof(rd));
+	memset(&keep, 0, sizeof(keep));
+	memset(&other, 0, sizeof(other));
+	memset(&first, 0, sizeof(first));
+	atomic_store(&he_reused, false);
+	atomic_store(&hold_refuse, 0);
+	hold_in = hold_go = false;
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, k),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, x),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, y),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a),
+			 0);
+	atomic_store(&ds_looping, true);
+	switch (how) {
+	case HE_NO_LEADER:
+		assert_int_equal(px_read_stream(px, a[0], rd.buf,
+						sizeof(rd.buf), cr_cb, &rd), 0);
+		atomic_store(&hold_next, 1);
+		assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+		he_wait_held();
+		break;
+	case HE_FOREIGN:
+	case HE_BEYOND:
+		assert_int_equal(px_read_stream(px, k[0], keep.buf,
+						sizeof(keep.buf), cr_cb, &keep),
+				 0);
+		atomic_store(&hold_next, 1);
+		assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+		he_wait_held();
+		/* Its submit takes the keep read's SQE and its own. */
+		assert_int_equal(px_read_stream(px, x[0], other.buf,
+						sizeof(other.buf), cr_cb,
+						&other), 0);
+		atomic_store(&submit_refusals, 1000);
+		if (how == HE_BEYOND)
+			assert_int_equal(px_read_stream(px, y[0], first.buf,
+							sizeof(first.buf),
+							cr_cb, &first), 0);
+		assert_int_equal(px_read_stream(px, a[0], rd.buf,
+						sizeof(rd.buf), cr_cb, &rd), 0);
+		break;
+	case HE_KICK:
+		/* The dedicated leader waits in the kernel for this one. */
+		assert_int_equal(px_read_stream(px, k[0], keep.buf,
+						sizeof(keep.buf), cr_cb, &keep),
+				 0);
+		usleep(20000);
+		atomic_store(&hold_next, 1);
+		assert_int_equal(px_read_stream(px, a[0], rd.buf,
+						sizeof(rd.buf), cr_cb, &rd), 0);
+		he_wait_held();
+		break;
+	}
+	assert_int_equal(pthread_create(&rel, NULL, he_release_main,
+					(void *)(intptr_t)refuse), 0);
+	atomic_store(&submit_refusals, 1000);
+	assert_int_equal(px_cancel(px, a[0]), 1);
+	pthread_mutex_lock(&hold_mu);
+	bool before = !hold_go;
+	pthread_mutex_unlock(&hold_mu);
+	int num = a[0];
+	close(a[0]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, b),
+			 0);
+	bool reused = b[0] == num;
+	if (reused)
+		assert_int_equal(write(b[1], "hello", 5), 5);
+	atomic_store(&he_reused, true);
+	pthread_join(rel, NULL);
+	printf("%s, %s, enter %s: px_cancel returned %s the enter was let "
+	       "go\n", engine,
+	       how == HE_NO_LEADER ? "no leader" :
+	       how == HE_FOREIGN ? "another's submit" :
+	       how == HE_BEYOND ? "out of the enter's reach" : "kick",
+	       refuse ? "refused" : "goes on", before ? "before" : "after");
+	if (how == HE_BEYOND)
+		assert_int_equal(write(y[1], "y", 1), 1);
+	/* (A dedicated processor's callbacks run in the application's
+	 * threads.) */
+	for (int i = 0; i < 1000 && (!atomic_load(&rd.calls) ||
+				     (how == HE_BEYOND &&
+				      !atomic_load(&first.calls))); i++)
+		if (dedicated)
+			px_handle_events(px, 2);
+		else
+			usleep(2000);
+	if (!dedicated) {
+		atomic_store(&ds_looping, false);
+		px_stop(px);
+		pthread_join(loop, NULL);
+	}
+	if (atomic_load(&rd.calls) != 1 || rd.error != ECANCELED ||
+	    rd.bytes != 0)
+		fail_msg("%s: the cancelled read: %d callbacks, error %d, %zu "
+			 "bytes (\"%.*s\")", engine, atomic_load(&rd.calls),
+			 rd.error, rd.bytes, (int)rd.bytes, rd.buf);
+	char got[8] = { 0 };
+	if (reused) {
+		ssize_t n = recv(b[0], got, sizeof(got), MSG_DONTWAIT);
+		if (n != 5 || memcmp(got, "hello", 5))
+			fail_msg("%s: the new socket under the number: recv %zd",
+				 engine, n);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(atomic_load(&keep.calls), how == HE_NO_LEADER ? 0 : 1);
+	assert_int_equal(atomic_load(&other.calls),
+			 how == HE_FOREIGN || how == HE_BEYOND ? 1 : 0);
+	if (how == HE_BEYOND) {
+		assert_int_equal(atomic_load(&first.calls), 1);
+		assert_int_equal(first.error, 0);
+		assert_int_equal(first.bytes, 1);
+	}
+	close(a[1]);
+	close(b[0]);
+	close(b[1]);
+	close(k[0]);
+	close(k[1]);
+	close(x[0]);
+	close(x[1]);
+	close(y[0]);
+	close(y[1]);
+	if (!reused)
+		skip();  /* (the number went elsewhere) */
+}
+
+static void cancel_during_held_enter_then_reuse(void **state)
+{
+	(void)state;
+	for (int refuse = 0; refuse <= EAGAIN; refuse += EAGAIN) {
+		he_run("uring rings=1", HE_NO_LEADER, refuse);
+		he_run("uring rings=2", HE_NO_LEADER, refuse);
+		he_run("uring rings=1", HE_FOREIGN, refuse);
+		he_run("uring rings=1", HE_BEYOND, refuse);
+		he_run("uring rings=1 processor=dedicated", HE_KICK, refuse);
+	}
 }
 
 /* ------------------------------------------------------------------ */
@@ -1304,6 +1546,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(deferred_start_wakes_leader),
 		cmocka_unit_test(enter_refused_backs_off),
 		cmocka_unit_test(cancel_submit_refused_then_reuse),
+		cmocka_unit_test(cancel_during_held_enter_then_reuse),
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
 		cmocka_unit_test(stalled_head_deadline_rest_in_order),
 		cmocka_unit_test(stalled_head_close_sends_nothing),

@@ -224,6 +224,11 @@ static int px_uring_enter(px_uring_ring *rg, int timeout_ms, bool wait)
 	rc = io_uring_enter2((unsigned)rg->ring.ring_fd, n, min, flags,
 			     flags ? (sigset_t *)&arg : NULL,
 			     flags ? sizeof(arg) : 0);
+	/* Its submission is over: a cancel waiting to make one of those SQEs
+	 * a NOP may look (ur_void_unsubmitted, providers/uring.c). */
+	if (n)
+		atomic_store_explicit(&rg->entering, false,
+				      memory_order_release);
 	/* With SQEs to submit, a failure means the kernel took none of them
 	 * (it submits before it waits, and then reports what it took): they
 	 * wait for the next prepare, which retries after a short wait.
@@ -316,7 +321,11 @@ static int px_uring_wait_on(px_uring_ring *rg, int timeout_ms)
 		 * nap in its place (proc_wait_broken, processor.c), as for
 		 * any wait on a closed descriptor; what the ring holds ends
 		 * in next_completed.  (A wait that must not block, such as
-		 * skip_wait's, returns at once.) */
+		 * skip_wait's, returns at once.)  No enter: a cancel must not
+		 * wait for one (ur_void_unsubmitted). */
+		for (unsigned i = 0; i <= rg->nextra; i++)
+			atomic_store_explicit(&(i ? rg->extra[i - 1] : rg)->entering,
+					      false, memory_order_release);
 		return timeout_ms != 0 ? -EBADF : 0;
 	}
 	if (rg->nextra)
