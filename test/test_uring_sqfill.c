@@ -44,6 +44,10 @@
  * (io_uring_enter2's wrap) between its prepare and the enter that may
  * take the read's SQE (fixed problem 317; the comment of the test).
  *
+ * cancel_from_callback_refused: a write and a read started and cancelled
+ * by a callback of the lone loop thread while submissions are refused,
+ * their numbers reused at once (the comment of the test).
+ *
  * stalled_head_cancel_sends_nothing, stalled_head_deadline_rest_in_order,
  * stalled_head_close_sends_nothing, stalled_read_head_cancel_takes_nothing,
  * start_on_full_sqpoll_ring_not_deferred,
@@ -800,6 +804,117 @@ static void cancel_during_held_enter_then_reuse(void **state)
 	}
 }
 
+/* px_cancel from a callback of the thread that leads, while the kernel
+ * refuses submissions: the loop thread (the test's own, alone) runs the
+ * callback of a trigger read, which starts a 3-byte write on socketpair
+ * w and a read on pipe p, cancels both, closes the two numbers and gets
+ * them back as the two ends of a new socketpair b, each end then holding
+ * 5 bytes its peer sent ("hello", "world").  Once submissions go through
+ * again, both must end with ECANCELED and 0 bytes, and each end of b
+ * hold exactly its 5 bytes: the write's SQE, went in, would have sent
+ * "bad" on one end, the read's taken the bytes of the other.  (The read
+ * goes to the kernel as a READ: a socket's read started by a callback is
+ * held back until the next prepare, with no SQE.)  The thread that
+ * cancels leads no enter meanwhile, so nothing waits.  Passes before and
+ * after fixed problem 317. */
+typedef struct cc_state {
+	int w[2], p[2], b[2];
+	int ncw, ncr;
+	cr_rec wr, rd;
+	bool done;
+} cc_state;
+
+static void cc_trigger_cb(const px_completion *c)
+{
+	cc_state *s = c->user;
+
+	atomic_store(&submit_refusals, 1000);
+	assert_int_equal(px_write_stream(px, s->w[0], "bad", 3, cr_cb,
+					 &s->wr), 0);
+	assert_int_equal(px_read_stream(px, s->p[0], s->rd.buf,
+					sizeof(s->rd.buf), cr_cb, &s->rd), 0);
+	s->ncw = px_cancel(px, s->w[0]);
+	s->ncr = px_cancel(px, s->p[0]);
+	close(s->w[0]);
+	close(s->p[0]);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    s->b), 0);
+	assert_int_equal(write(s->b[1], "hello", 5), 5);
+	assert_int_equal(write(s->b[0], "world", 5), 5);
+	atomic_store(&submit_refusals, 0);
+	s->done = true;
+}
+
+static void cancel_from_callback_refused_with(const char *engine)
+{
+	char err[256], tb[4];
+	int t[2];
+	cc_state s;
+
+	memset(&s, 0, sizeof(s));
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, t),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0,
+				    s.w), 0);
+	assert_int_equal(pipe2(s.p, O_CLOEXEC), 0);
+	int lo = s.w[0] < s.p[0] ? s.w[0] : s.p[0];
+	int hi = s.w[0] < s.p[0] ? s.p[0] : s.w[0];
+	assert_int_equal(px_read_stream(px, t[0], tb, sizeof(tb),
+					cc_trigger_cb, &s), 0);
+	assert_int_equal(write(t[1], "x", 1), 1);
+	for (int i = 0; i < 500 && !s.done; i++)
+		px_handle_events(px, 2);
+	assert_true(s.done);
+	assert_int_equal(s.ncw, 1);
+	assert_int_equal(s.ncr, 1);
+	for (int i = 0; i < 500 && (!atomic_load(&s.wr.calls) ||
+				    !atomic_load(&s.rd.calls)); i++)
+		px_handle_events(px, 2);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 2);
+	if (atomic_load(&s.wr.calls) != 1 || s.wr.error != ECANCELED ||
+	    s.wr.bytes)
+		fail_msg("%s: the cancelled write: %d callbacks, error %d, %zu "
+			 "bytes", engine, atomic_load(&s.wr.calls), s.wr.error,
+			 s.wr.bytes);
+	if (atomic_load(&s.rd.calls) != 1 || s.rd.error != ECANCELED ||
+	    s.rd.bytes)
+		fail_msg("%s: the cancelled read: %d callbacks, error %d, %zu "
+			 "bytes", engine, atomic_load(&s.rd.calls), s.rd.error,
+			 s.rd.bytes);
+	bool reused = s.b[0] == lo && s.b[1] == hi;
+	char got[16];
+	ssize_t n0 = recv(s.b[0], got, sizeof(got), MSG_DONTWAIT);
+	if (n0 != 5 || memcmp(got, "hello", 5))
+		fail_msg("%s: one end of the new socketpair: recv %zd", engine,
+			 n0);
+	ssize_t n1 = recv(s.b[1], got, sizeof(got), MSG_DONTWAIT);
+	if (n1 != 5 || memcmp(got, "world", 5))
+		fail_msg("%s: the other end of the new socketpair: recv %zd",
+			 engine, n1);
+	/* Nor did the write reach its own peer: the end of stream at once
+	 * (the number was closed). */
+	assert_int_equal(recv(s.w[1], got, sizeof(got), MSG_DONTWAIT), 0);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	close(t[0]);
+	close(t[1]);
+	close(s.w[1]);
+	close(s.p[1]);
+	close(s.b[0]);
+	close(s.b[1]);
+	if (!reused)
+		skip();  /* (the numbers went elsewhere) */
+}
+
+static void cancel_from_callback_refused(void **state)
+{
+	(void)state;
+	cancel_from_callback_refused_with("uring rings=1");
+	cancel_from_callback_refused_with("uring rings=2");
+}
+
 /* ------------------------------------------------------------------ */
 /* A queue head waiting for an SQE, cancelled                           */
 /* ------------------------------------------------------------------ */
@@ -1547,6 +1662,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(enter_refused_backs_off),
 		cmocka_unit_test(cancel_submit_refused_then_reuse),
 		cmocka_unit_test(cancel_during_held_enter_then_reuse),
+		cmocka_unit_test(cancel_from_callback_refused),
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
 		cmocka_unit_test(stalled_head_deadline_rest_in_order),
 		cmocka_unit_test(stalled_head_close_sends_nothing),
