@@ -584,6 +584,12 @@ static void cancel_submit_refused_then_reuse(void **state)
 	cancel_submit_refused_then_reuse_with("uring rings=2", false);
 	cancel_submit_refused_then_reuse_with("uring rings=1", true);
 	cancel_submit_refused_then_reuse_with("uring rings=2", true);
+	/* With SQPOLL px_cancel waits for the ring's kernel thread to take
+	 * the SQEs, whatever io_uring_submit said. */
+	cancel_submit_refused_then_reuse_with("uring rings=1 ring_flags=sqpoll",
+					      false);
+	cancel_submit_refused_then_reuse_with("uring rings=1 ring_flags=sqpoll",
+					      true);
 }
 
 /* ------------------------------------------------------------------ */
