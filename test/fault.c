@@ -2420,6 +2420,131 @@ static void signal_interrupt_disposition_changed(void **state)
 	assert_int_equal(atomic_load(&rd->calls), 0);
 }
 
+/* interrupt=signal only: proactors on one interrupt signal made and
+ * destroyed at once from four threads.  The handler is the process's,
+ * installed by the first proactor on the signal and given back by the
+ * last, so a make in one thread races the give-back of another.  The
+ * signal is SIGUSR1, whose default action ends the process: should the
+ * give-back leave the default in place while another proactor uses the
+ * signal, that proactor's next interrupt kills the test.  Each proactor
+ * has a loop thread in px_handle_events(px, -1), woken by posts from its
+ * own worker: each post runs (within 2 s; an interrupt lost another way
+ * would wait for the wait's end, about a second), and the handler is not
+ * the default while the proactor lives; after the last, SIGUSR1 is at its
+ * default again. */
+enum { SIGC_THREADS = 4, SIGC_ROUNDS = 25, SIGC_POSTS = 3 };
+
+static struct {
+	px_config cfg;
+	atomic_int rounds, late, dfl, create_err, other;
+} g_sigc;
+
+static void sigc_post_cb(const px_completion *c)
+{
+	atomic_fetch_add((atomic_int *)c->user, 1);
+}
+
+static void *sigc_loop(void *arg)
+{
+	px_proactor *px = arg;
+	while (px_handle_events(px, -1) >= 0)
+		;
+	return NULL;
+}
+
+static void *sigc_worker(void *arg)
+{
+	(void)arg;
+	for (int r = 0; r < SIGC_ROUNDS; r++) {
+		px_proactor *px;
+		char err[256];
+		int rc = px_create_config(&px, &g_sigc.cfg, err, sizeof err);
+		if (rc < 0) {
+			atomic_store(&g_sigc.create_err, rc);
+			return NULL;
+		}
+		pthread_t t;
+		if (pthread_create(&t, NULL, sigc_loop, px) != 0) {
+			atomic_fetch_add(&g_sigc.other, 1);
+			px_destroy(px);
+			return NULL;
+		}
+		atomic_int ran = 0;
+		for (int i = 0; i < SIGC_POSTS; i++) {
+			h_sleep_ms(1);
+			if (px_post(px, sigc_post_cb, &ran) != 0) {
+				atomic_fetch_add(&g_sigc.other, 1);
+				continue;
+			}
+			uint64_t dl = h_deadline(2000);
+			while (atomic_load(&ran) < i + 1 && h_now_ms() < dl)
+				usleep(100);
+			if (atomic_load(&ran) < i + 1)
+				atomic_fetch_add(&g_sigc.late, 1);
+		}
+		struct sigaction sa;
+		if (sigaction(SIGUSR1, NULL, &sa) == 0 &&
+		    sa.sa_handler == SIG_DFL)
+			atomic_fetch_add(&g_sigc.dfl, 1);
+		px_stop(px);
+		pthread_join(t, NULL);
+		if (px_destroy(px) != 0)
+			atomic_fetch_add(&g_sigc.other, 1);
+		atomic_fetch_add(&g_sigc.rounds, 1);
+	}
+	return NULL;
+}
+
+static void signal_interrupt_shared_by_threads(void **state)
+{
+	h_fx *f = *state;
+	const char *name = px_engine_name(f->px);
+	if (!strstr(name, "interrupt=signal")) {
+		print_message("no signal interrupt in %s; skipped\n", name);
+		skip();
+	}
+	struct sigaction sa;
+	assert_int_equal(sigaction(SIGUSR1, NULL, &sa), 0);
+	if (sa.sa_handler != SIG_DFL) {
+		print_message("SIGUSR1 is not at its default here; skipped\n");
+		skip();
+	}
+	memset(&g_sigc, 0, sizeof g_sigc);
+	g_sigc.cfg = h_cfg;
+	g_sigc.cfg.flags |= PX_CF_NO_ENV;
+	if (!strcmp(g_sigc.cfg.primary.interrupt, "signal"))
+		g_sigc.cfg.primary.intr_signo = SIGUSR1;
+	if (!strcmp(g_sigc.cfg.secondary.interrupt, "signal"))
+		g_sigc.cfg.secondary.intr_signo = SIGUSR1;
+	pthread_t w[SIGC_THREADS];
+	uint64_t t0 = h_now_ms();
+	for (int i = 0; i < SIGC_THREADS; i++)
+		assert_int_equal(pthread_create(&w[i], NULL, sigc_worker, NULL),
+				 0);
+	for (int i = 0; i < SIGC_THREADS; i++)
+		pthread_join(w[i], NULL);
+	print_message("%d proactors on SIGUSR1 made and destroyed by %d "
+		      "threads in %llu ms\n", atomic_load(&g_sigc.rounds),
+		      SIGC_THREADS, (unsigned long long)(h_now_ms() - t0));
+	if (atomic_load(&g_sigc.create_err))
+		fail_msg("px_create_config on SIGUSR1 failed: %d (%s)",
+			 atomic_load(&g_sigc.create_err),
+			 px_strerror(atomic_load(&g_sigc.create_err)));
+	assert_int_equal(atomic_load(&g_sigc.other), 0);
+	if (atomic_load(&g_sigc.dfl))
+		fail_msg("%d times SIGUSR1 was at SIG_DFL while a proactor "
+			 "used it", atomic_load(&g_sigc.dfl));
+	if (atomic_load(&g_sigc.late))
+		fail_msg("%d posts did not run within 2 s",
+			 atomic_load(&g_sigc.late));
+	assert_int_equal(atomic_load(&g_sigc.rounds),
+			 SIGC_THREADS * SIGC_ROUNDS);
+	assert_int_equal(sigaction(SIGUSR1, NULL, &sa), 0);
+	if (sa.sa_handler != SIG_DFL)
+		fail_msg("SIGUSR1 not given back to its default after the last "
+			 "proactor on it");
+}
+
 /* ------------------------------------------------------------------ */
 /* Tiny max_aio under load                                              */
 /* ------------------------------------------------------------------ */
@@ -2939,6 +3064,7 @@ int main(int argc, char **argv)
 		T(eintr_storm_waits),
 		T(eintr_storm_restart_mixed),
 		T(signal_interrupt_disposition_changed),
+		T(signal_interrupt_shared_by_threads),
 		T(accept_at_fd_limit),
 		T1(max_aio_1_load),
 		T2(max_aio_2_load),
