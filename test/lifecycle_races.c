@@ -61,6 +61,9 @@
  *    destroyed there with a read and a timer pending: each ECANCELED
  *    once; in px_destroy's callback the first proactor refuses a second
  *    px_destroy, posts and px_handle_events, and px_stats balances;
+ *  - two proactors of the engine with reads pending on one pipe or
+ *    socket, one of them destroyed: its read ECANCELED, the other's
+ *    still gets the bytes written after, and a later read the next ones;
  *  - a periodic timer cancelled at once by its own callback and by a
  *    plain thread: one cancel returns 0, one ECANCELED callback, nothing
  *    after it.
@@ -3775,6 +3778,95 @@ static void second_proactor_in_callbacks(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* Two proactors with reads on one descriptor, one of them destroyed    */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A second proactor of the engine under test and the test's own each
+ * have a read pending on one pipe or socket (the second's started first,
+ * then the other way round); the second is destroyed with no loop thread
+ * in it.  Its read ends with ECANCELED there; the test's read, served by
+ * a loop thread, still gets the bytes written after, and a read started
+ * afterwards the next ones.  What one proactor's engine does to the
+ * descriptor when it lets it go (an epoll set's removal, the linux_rt
+ * wait's O_ASYNC, owner and signal, which belong to the open file, POSIX
+ * AIO's dups) must not cut the other's read off it.
+ */
+static void two_proactors_one_descriptor_one_destroyed(void **state)
+{
+	h_fx *f = *state;
+	char *ba = h_alloc(f, 8), *bb = h_alloc(f, 8);
+	px_config cfg = h_cfg;
+	cfg.flags |= PX_CF_NO_ENV;
+	h_loops_start(f, 1, false);
+	for (int round = 0; round < 4; round++) {
+		bool sock = round & 1, other_first = round < 2;
+		int d[2];
+		if (sock)
+			h_socketpair(f, d);
+		else
+			h_pipe(f, d);
+		px_proactor *b;
+		char err[256];
+		int rc = px_create_config(&b, &cfg, err, sizeof err);
+		if (rc < 0) {
+			h_loops_stop();
+			fail_msg("second proactor: %d %s: %s", rc, px_strerror(rc),
+				 err);
+		}
+		h_rec *ra = h_rec_new(f), *rb = h_rec_new(f), *rc2 = h_rec_new(f);
+		if (other_first)
+			assert_int_equal(px_read_stream(b, d[0], ba, 8, h_rec_cb,
+							ra), 0);
+		assert_int_equal(px_read_stream(f->px, d[0], bb, 8, h_rec_cb, rb),
+				 0);
+		if (!other_first)
+			assert_int_equal(px_read_stream(b, d[0], ba, 8, h_rec_cb,
+							ra), 0);
+		/* Let both engines take their reads up (io_uring: into the
+		 * kernel; a dedicated leader: registered). */
+		assert_true(px_handle_events(b, 10) >= 0);
+		h_sleep_ms(10);
+		assert_int_equal(atomic_load(&rb->calls), 0);
+		assert_int_equal(px_destroy(b), 0);
+		assert_int_equal(atomic_load(&ra->calls), 1);
+		assert_int_equal(ra->c.error, ECANCELED);
+		h_sleep_ms(10);
+		assert_int_equal(write(d[1], "hello", 5), 5);
+		uint64_t dl = h_deadline(3000);
+		while (!h_rec_done(rb) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (!h_rec_done(rb)) {
+			h_loops_stop();
+			fail_msg("round %d (%s, the destroyed proactor's read "
+				 "started %s): the other's read got nothing in 3 s",
+				 round, sock ? "socket" : "pipe",
+				 other_first ? "first" : "second");
+		}
+		assert_int_equal(rb->c.error, 0);
+		assert_int_equal(rb->c.bytes, 5);
+		assert_memory_equal(bb, "hello", 5);
+		assert_int_equal(px_read_stream(f->px, d[0], bb, 8, h_rec_cb,
+						rc2), 0);
+		h_sleep_ms(5);
+		assert_int_equal(write(d[1], "again", 5), 5);
+		dl = h_deadline(3000);
+		while (!h_rec_done(rc2) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (!h_rec_done(rc2)) {
+			h_loops_stop();
+			fail_msg("round %d: a read started after got nothing in 3 s",
+				 round);
+		}
+		assert_int_equal(rc2->c.bytes, 5);
+		assert_memory_equal(bb, "again", 5);
+		assert_int_equal(atomic_load(&ra->calls), 1);
+		assert_int_equal(atomic_load(&rb->calls), 1);
+	}
+	h_loops_stop();
+}
+
+/* ------------------------------------------------------------------ */
 /* A periodic timer cancelled by its callback and by another thread     */
 /* ------------------------------------------------------------------ */
 
@@ -4216,6 +4308,7 @@ int main(int argc, char **argv)
 		T(blocked_callback_leaves_lead_to_sleeper),
 		T(nested_call_runs_held_completions),
 		T(second_proactor_in_callbacks),
+		T(two_proactors_one_descriptor_one_destroyed),
 		T(periodic_cancel_from_callback_and_thread),
 		T(many_threads_mixed_timeouts_stay_live),
 	};
