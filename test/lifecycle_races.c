@@ -3811,18 +3811,19 @@ static void two_proactors_one_descriptor_one_destroyed(void **state)
 		int rc = px_create_config(&b, &cfg, err, sizeof err);
 		if (rc < 0) {
 			h_loops_stop();
-			fail_msg("second proactor: %d %s: %s", rc, px_strerror(rc),
-				 err);
+			fail_msg("second proactor: %d %s: %s", rc,
+				 px_strerror(rc), err);
 		}
-		h_rec *ra = h_rec_new(f), *rb = h_rec_new(f), *rc2 = h_rec_new(f);
+		h_rec *ra = h_rec_new(f), *rb = h_rec_new(f);
+		h_rec *rc2 = h_rec_new(f);
 		if (other_first)
-			assert_int_equal(px_read_stream(b, d[0], ba, 8, h_rec_cb,
-							ra), 0);
-		assert_int_equal(px_read_stream(f->px, d[0], bb, 8, h_rec_cb, rb),
-				 0);
+			assert_int_equal(px_read_stream(b, d[0], ba, 8,
+							h_rec_cb, ra), 0);
+		assert_int_equal(px_read_stream(f->px, d[0], bb, 8,
+						h_rec_cb, rb), 0);
 		if (!other_first)
-			assert_int_equal(px_read_stream(b, d[0], ba, 8, h_rec_cb,
-							ra), 0);
+			assert_int_equal(px_read_stream(b, d[0], ba, 8,
+							h_rec_cb, ra), 0);
 		/* Let both engines take their reads up (io_uring: into the
 		 * kernel; a dedicated leader: registered). */
 		assert_true(px_handle_events(b, 10) >= 0);
@@ -3838,9 +3839,10 @@ static void two_proactors_one_descriptor_one_destroyed(void **state)
 			h_sleep_ms(1);
 		if (!h_rec_done(rb)) {
 			h_loops_stop();
-			fail_msg("round %d (%s, the destroyed proactor's read "
-				 "started %s): the other's read got nothing in 3 s",
-				 round, sock ? "socket" : "pipe",
+			fail_msg("round %d (%s, the destroyed proactor's "
+				 "read started %s): the other's read got "
+				 "nothing in 3 s", round,
+				 sock ? "socket" : "pipe",
 				 other_first ? "first" : "second");
 		}
 		assert_int_equal(rb->c.error, 0);
@@ -3855,8 +3857,8 @@ static void two_proactors_one_descriptor_one_destroyed(void **state)
 			h_sleep_ms(1);
 		if (!h_rec_done(rc2)) {
 			h_loops_stop();
-			fail_msg("round %d: a read started after got nothing in 3 s",
-				 round);
+			fail_msg("round %d: a read started after got "
+				 "nothing in 3 s", round);
 		}
 		assert_int_equal(rc2->c.bytes, 5);
 		assert_memory_equal(bb, "again", 5);
