@@ -300,6 +300,7 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "nbio.h"
@@ -2784,6 +2785,72 @@ static bool ur_void_unsubmitted(px_uring_ring *rg, px_result *r)
 	}
 }
 
+/* Whether an SQE with user_data ud waits in rg's SQ, unsubmitted. */
+static bool ur_in_sq(px_uring_ring *rg, uint64_t ud)
+{
+	struct io_uring_sq *sq = &rg->ring.sq;
+
+	for (unsigned pos = io_uring_smp_load_acquire(sq->khead);
+	     pos != sq->sqe_tail; pos++)
+		if (sq->sqes[pos & sq->ring_mask].user_data == ud)
+			return true;
+	return false;
+}
+
+/* The argument of IORING_REGISTER_SYNC_CANCEL (6.0), spelt out here as
+ * the kernel's header has it, so that an older liburing builds too. */
+struct ur_sync_cancel_reg {
+	uint64_t addr;
+	int32_t fd;
+	uint32_t flags;
+	struct __kernel_timespec timeout;
+	uint64_t pad[4];
+};
+#define PX_URING_REGISTER_SYNC_CANCEL 24u
+
+/* r's request is in the kernel, and the ASYNC_CANCEL that px_cancel (or
+ * px_close) queued behind it still waits in the SQ: the kernel refused
+ * its submit (EAGAIN, EBUSY, ENOMEM, EINTR), or, the SQ full of what it
+ * refused, waits for an SQE on the stalled-cancel list.  Left so, px_cancel returned
+ * with the request armed, and a read took the data its peer sent after
+ * the call, which a cancelled read must leave alone (fixed problem 278):
+ * the cancel reached the kernel only once submissions went through again
+ * (TESTING.md, fixed problem 318).  The kernel's synchronous cancel takes
+ * no SQE: it cancels the request with the given user_data at once (a poll
+ * armed read or write, a request queued for an io-wq worker, which would
+ * look its descriptor up only when it ran), and waits for one an io-wq
+ * worker is performing (interrupted, it ends soon), up to
+ * PX_URING_SYNC_CANCEL_MS.  The request's CQE then comes as usual, and the
+ * ASYNC_CANCEL, submitted later, finds nothing (ur_cancel_done).  Mutex
+ * held.  Kernels before 6.0 refuse the call (EINVAL): as before there. */
+#define PX_URING_SYNC_CANCEL_MS 100
+static void ur_sync_cancel(px_uring *u, px_result *r)
+{
+	struct px_uring_priv *pr = ur_priv(r);
+	px_uring_ring *rg = pr->rg;
+	uint64_t ud = (uintptr_t)r;
+	uint64_t target = pr->phase == PX_URING_POLL ? ud | PX_URING_UD_POLL
+						       : ud;
+
+	/* Its ASYNC_CANCEL unsubmitted, or not even queued (no SQE: on the
+	 * stalled-cancel list); its own SQE taken by the kernel. */
+	if (u->sync_cancel_off ||
+	    (pr->cancel_sent ? !ur_in_sq(rg, ud | PX_URING_UD_CANCEL)
+			     : pr->slist != PX_URING_CANCEL_STALLED) ||
+	    ur_in_sq(rg, ud) || ur_in_sq(rg, ud | PX_URING_UD_POLL))
+		return;
+	struct ur_sync_cancel_reg reg;
+	memset(&reg, 0, sizeof(reg));
+	reg.addr = target;
+	reg.fd = -1;
+	reg.timeout.tv_sec = 0;
+	reg.timeout.tv_nsec = PX_URING_SYNC_CANCEL_MS * 1000000LL;
+	long rc = syscall(__NR_io_uring_register, rg->ring.ring_fd,
+			  PX_URING_REGISTER_SYNC_CANCEL, &reg, 1);
+	if (rc < 0 && errno == EINVAL)
+		u->sync_cancel_off = true;
+}
+
 static int ur_cancel(px_provider *p, px_result *r)
 {
 	px_uring *u = ur_of_prov(p);
@@ -2876,6 +2943,9 @@ static int ur_cancel(px_provider *p, px_result *r)
 	    io_uring_sq_ready(&pr->rg->ring) &&
 	    ur_void_unsubmitted(pr->rg, r))
 		pr->voided = true;
+	/* The request is in the kernel, its ASYNC_CANCEL refused. */
+	if (asked && !pr->voided && pr->rg->submit_stuck)
+		ur_sync_cancel(u, r);
 	return PX_CANCEL_PENDING;
 }
 

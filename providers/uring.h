@@ -200,6 +200,9 @@ typedef struct px_uring {
 	bool advance_later;
 
 	bool late_ok;               /* the config allows them (no SQPOLL) */
+	/* The kernel has no IORING_REGISTER_SYNC_CANCEL (before 6.0; see
+	 * ur_sync_cancel in uring.c): not asked again. */
+	bool sync_cancel_off;
 	/* The process runs under valgrind: every wait is bounded by
 	 * PX_URING_VALGRIND_MS (see there). */
 	bool valgrind;

@@ -1060,6 +1060,118 @@ static void cancel_refused_reuse_threads(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A cancel refused while its read is in the kernel                     */
+/* ------------------------------------------------------------------ */
+
+/* A read already in the kernel (armed on its socket's poll) is cancelled
+ * while the kernel refuses submissions: px_cancel's ASYNC_CANCEL stays in
+ * the SQ (its submit refused with EAGAIN, and the leaders' submitting
+ * enters too, for IK_MS), and the peer then writes a byte.  The read must
+ * end once with ECANCELED and 0 bytes, and the byte stay in the socket:
+ * px_cancel(3) promises that a cancelled read takes nothing sent after the
+ * call returned (fixed problem 278).  Before the fix (fixed problem 318)
+ * the read took the byte: the cancel reached the kernel only once the
+ * refusals ended.
+ *
+ * how: IK_NONE, no loop thread (the test's px_handle_events(px, 0) put
+ * the read in the kernel); IK_LOOP, a loop thread waiting in the kernel,
+ * the read submitted by its start; IK_DEDICATED, the dedicated leader,
+ * woken by the start's kick, submitted it; IK_FULL, as IK_NONE on a
+ * one-entry SQ that another read's SQE fills before px_cancel, whose
+ * ASYNC_CANCEL then finds no SQE (its submit refused) and waits on the
+ * provider's stalled-cancel list. */
+enum { IK_NONE, IK_LOOP, IK_DEDICATED, IK_FULL };
+#define IK_MS 30
+
+static void cancel_refused_in_kernel_with(const char *engine, int how)
+{
+	char err[256];
+	int a[2], k[2];
+	cr_rec rd, keep;
+	pthread_t loop = 0;
+
+	memset(&rd, 0, sizeof(rd));
+	memset(&keep, 0, sizeof(keep));
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, k),
+			 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a),
+			 0);
+	if (how == IK_LOOP || how == IK_DEDICATED)
+		/* Keeps the leader waiting in the kernel. */
+		assert_int_equal(px_read_stream(px, k[0], keep.buf,
+						sizeof(keep.buf), cr_cb, &keep),
+				 0);
+	if (how == IK_LOOP) {
+		atomic_store(&ds_looping, true);
+		assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+	}
+	usleep(20000);
+	assert_int_equal(px_read_stream(px, a[0], rd.buf, sizeof(rd.buf), cr_cb,
+					&rd), 0);
+	if (how == IK_NONE || how == IK_FULL)
+		for (int i = 0; i < 3; i++)
+			px_handle_events(px, 0);
+	usleep(20000);  /* in the kernel, armed on the socket's poll */
+	atomic_store(&enter_error, EAGAIN);
+	atomic_store(&submit_refusals, 1000000);
+	if (how == IK_FULL)
+		assert_int_equal(px_read_stream(px, k[0], keep.buf,
+						sizeof(keep.buf), cr_cb, &keep),
+				 0);
+	assert_int_equal(px_cancel(px, a[0]), 1);
+	assert_int_equal(write(a[1], "x", 1), 1);
+	usleep(IK_MS * 1000);
+	atomic_store(&submit_refusals, 0);
+	atomic_store(&enter_error, 0);
+	if (how == IK_LOOP)
+		assert_int_equal(px_post(px, cr_post_cb, NULL), 0);
+	for (int i = 0; i < 1000 && !atomic_load(&rd.calls); i++)
+		if (how == IK_LOOP)
+			usleep(1000);
+		else
+			px_handle_events(px, 2);
+	if (how == IK_LOOP) {
+		atomic_store(&ds_looping, false);
+		px_stop(px);
+		pthread_join(loop, NULL);
+	}
+	printf("%s, %s: the cancelled read: %d callbacks, error %d, %zu "
+	       "bytes\n", engine, how == IK_NONE ? "no loop thread" :
+	       how == IK_LOOP ? "a loop thread" :
+	       how == IK_FULL ? "SQ full" : "dedicated",
+	       atomic_load(&rd.calls), rd.error, rd.bytes);
+	if (atomic_load(&rd.calls) != 1 || rd.error != ECANCELED ||
+	    rd.bytes != 0)
+		fail_msg("%s: the cancelled read: %d callbacks, error %d, %zu "
+			 "bytes", engine, atomic_load(&rd.calls), rd.error,
+			 rd.bytes);
+	char got[4] = { 0 };
+	assert_int_equal(recv(a[0], got, sizeof(got), MSG_DONTWAIT), 1);
+	assert_int_equal(got[0], 'x');
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	assert_int_equal(atomic_load(&rd.calls), 1);
+	assert_int_equal(atomic_load(&keep.calls), how == IK_NONE ? 0 : 1);
+	close(a[0]);
+	close(a[1]);
+	close(k[0]);
+	close(k[1]);
+}
+
+static void cancel_refused_in_kernel_then_data(void **state)
+{
+	(void)state;
+	cancel_refused_in_kernel_with("uring rings=1", IK_NONE);
+	cancel_refused_in_kernel_with("uring rings=2", IK_NONE);
+	cancel_refused_in_kernel_with("uring rings=1", IK_LOOP);
+	cancel_refused_in_kernel_with("uring rings=2", IK_LOOP);
+	cancel_refused_in_kernel_with("uring rings=1 processor=dedicated",
+				      IK_DEDICATED);
+	cancel_refused_in_kernel_with("uring ring=1 rings=1", IK_FULL);
+}
+
+/* ------------------------------------------------------------------ */
 /* A queue head waiting for an SQE, cancelled                           */
 /* ------------------------------------------------------------------ */
 
@@ -1808,6 +1920,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(cancel_during_held_enter_then_reuse),
 		cmocka_unit_test(cancel_from_callback_refused),
 		cmocka_unit_test(cancel_refused_reuse_threads),
+		cmocka_unit_test(cancel_refused_in_kernel_then_data),
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
 		cmocka_unit_test(stalled_head_deadline_rest_in_order),
 		cmocka_unit_test(stalled_head_close_sends_nothing),
