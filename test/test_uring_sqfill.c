@@ -52,6 +52,13 @@
  * threads cancelling and reusing numbers while the kernel refuses now
  * and then (the comment of the test).
  *
+ * cancel_refused_in_kernel_then_data, cancel_refused_tty_write: a read
+ * armed in the kernel, and a terminal write held in an io-wq worker,
+ * cancelled while the kernel refuses the cancel's submit: neither goes on
+ * after px_cancel returns (fixed problem 318).
+ * cancel_refused_after_enter_took_none: px_cancel does not wait for a
+ * leader's enter that took none of its SQEs (the comment of each).
+ *
  * stalled_head_cancel_sends_nothing, stalled_head_deadline_rest_in_order,
  * stalled_head_close_sends_nothing, stalled_read_head_cancel_takes_nothing,
  * start_on_full_sqpoll_ring_not_deferred,
