@@ -1088,8 +1088,10 @@ static void cancel_refused_reuse_threads(void **state)
  * woken by the start's kick, submitted it; IK_FULL, as IK_NONE on a
  * one-entry SQ that another read's SQE fills before px_cancel, whose
  * ASYNC_CANCEL then finds no SQE (its submit refused) and waits on the
- * provider's stalled-cancel list. */
-enum { IK_NONE, IK_LOOP, IK_DEDICATED, IK_FULL };
+ * provider's stalled-cancel list; IK_CLOSE, as IK_NONE with px_close in
+ * place of px_cancel (the byte is then sent with MSG_NOSIGNAL, and
+ * refused once the socket has gone: the read must not take it either). */
+enum { IK_NONE, IK_LOOP, IK_DEDICATED, IK_FULL, IK_CLOSE };
 #define IK_MS 30
 
 static void cancel_refused_in_kernel_with(const char *engine, int how)
@@ -1118,7 +1120,7 @@ static void cancel_refused_in_kernel_with(const char *engine, int how)
 	usleep(20000);
 	assert_int_equal(px_read_stream(px, a[0], rd.buf, sizeof(rd.buf), cr_cb,
 					&rd), 0);
-	if (how == IK_NONE || how == IK_FULL)
+	if (how == IK_NONE || how == IK_FULL || how == IK_CLOSE)
 		for (int i = 0; i < 3; i++)
 			px_handle_events(px, 0);
 	usleep(20000);  /* in the kernel, armed on the socket's poll */
@@ -1128,8 +1130,16 @@ static void cancel_refused_in_kernel_with(const char *engine, int how)
 		assert_int_equal(px_read_stream(px, k[0], keep.buf,
 						sizeof(keep.buf), cr_cb, &keep),
 				 0);
-	assert_int_equal(px_cancel(px, a[0]), 1);
-	assert_int_equal(write(a[1], "x", 1), 1);
+	cr_rec closed;
+	memset(&closed, 0, sizeof(closed));
+	if (how == IK_CLOSE) {
+		assert_int_equal(px_close(px, a[0], cr_cb, &closed), 0);
+		ssize_t n = send(a[1], "x", 1, MSG_NOSIGNAL);
+		assert_true(n == 1 || (n < 0 && errno == EPIPE));
+	} else {
+		assert_int_equal(px_cancel(px, a[0]), 1);
+		assert_int_equal(write(a[1], "x", 1), 1);
+	}
 	usleep(IK_MS * 1000);
 	atomic_store(&submit_refusals, 0);
 	atomic_store(&enter_error, 0);
@@ -1148,7 +1158,8 @@ static void cancel_refused_in_kernel_with(const char *engine, int how)
 	printf("%s, %s: the cancelled read: %d callbacks, error %d, %zu "
 	       "bytes\n", engine, how == IK_NONE ? "no loop thread" :
 	       how == IK_LOOP ? "a loop thread" :
-	       how == IK_FULL ? "SQ full" : "dedicated",
+	       how == IK_FULL ? "SQ full" :
+	       how == IK_CLOSE ? "px_close" : "dedicated",
 	       atomic_load(&rd.calls), rd.error, rd.bytes);
 	if (atomic_load(&rd.calls) != 1 || rd.error != ECANCELED ||
 	    rd.bytes != 0)
@@ -1156,13 +1167,21 @@ static void cancel_refused_in_kernel_with(const char *engine, int how)
 			 "bytes", engine, atomic_load(&rd.calls), rd.error,
 			 rd.bytes);
 	char got[4] = { 0 };
-	assert_int_equal(recv(a[0], got, sizeof(got), MSG_DONTWAIT), 1);
-	assert_int_equal(got[0], 'x');
+	if (how != IK_CLOSE) {
+		assert_int_equal(recv(a[0], got, sizeof(got), MSG_DONTWAIT), 1);
+		assert_int_equal(got[0], 'x');
+	} else {
+		for (int i = 0; i < 1000 && !atomic_load(&closed.calls); i++)
+			px_handle_events(px, 2);
+		assert_int_equal(atomic_load(&closed.calls), 1);
+	}
 	assert_int_equal(px_destroy(px), 0);
 	px = NULL;
 	assert_int_equal(atomic_load(&rd.calls), 1);
-	assert_int_equal(atomic_load(&keep.calls), how == IK_NONE ? 0 : 1);
-	close(a[0]);
+	assert_int_equal(atomic_load(&keep.calls),
+			 how == IK_NONE || how == IK_CLOSE ? 0 : 1);
+	if (how != IK_CLOSE)
+		close(a[0]);
 	close(a[1]);
 	close(k[0]);
 	close(k[1]);
@@ -1178,6 +1197,8 @@ static void cancel_refused_in_kernel_then_data(void **state)
 	cancel_refused_in_kernel_with("uring rings=1 processor=dedicated",
 				      IK_DEDICATED);
 	cancel_refused_in_kernel_with("uring ring=1 rings=1", IK_FULL);
+	cancel_refused_in_kernel_with("uring rings=1", IK_CLOSE);
+	cancel_refused_in_kernel_with("uring rings=2", IK_CLOSE);
 }
 
 /* ------------------------------------------------------------------ */
