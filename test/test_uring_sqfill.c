@@ -52,10 +52,11 @@
  * threads cancelling and reusing numbers while the kernel refuses now
  * and then (the comment of the test).
  *
- * cancel_refused_in_kernel_then_data, cancel_refused_tty_write: a read
- * armed in the kernel, and a terminal write held in an io-wq worker,
- * cancelled while the kernel refuses the cancel's submit: neither goes on
- * after px_cancel returns (fixed problem 318).
+ * cancel_refused_in_kernel_then_data, cancel_refused_tty_write,
+ * cancel_refused_queued_tty_write: a read armed in the kernel, a terminal
+ * write held in an io-wq worker and one queued behind it, cancelled while
+ * the kernel refuses the cancel's submit: none goes on after px_cancel
+ * returns (fixed problem 318).
  * cancel_refused_after_enter_took_none: px_cancel does not wait for a
  * leader's enter that took none of its SQEs (the comment of each).
  *
@@ -84,6 +85,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -1412,6 +1414,142 @@ static void cancel_refused_tty_write(void **state)
 	cancel_refused_tty_write_with("uring rings=2");
 }
 
+/* A terminal write queued for an io-wq worker, not yet run, cancelled
+ * while the kernel refuses the cancel's submit, its number then closed
+ * and taken by a socketpair.  The worker looks the write's descriptor
+ * number up only when it runs it: here the ring's io-wq may have one
+ * worker for such work (IORING_REGISTER_IOWQ_MAX_WORKERS on the
+ * library's ring, found in /proc/self/fd), which a 1 MiB write to a
+ * first terminal, its master unread, holds.  The master is then read
+ * whole, the kernel still refusing submissions, which frees the worker
+ * for what is queued: the queued write must end once with ECANCELED and
+ * 0 bytes, and the socket under its old number receive nothing.  Before the fix
+ * (fixed problem 318) the worker ran it on the socket, which got its
+ * "hello".  Skipped without a pseudo-terminal or the register call. */
+static int tq_open_pty(int *m, int *s)
+{
+	char name[128];
+	struct termios tio;
+
+	*m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (*m < 0 || grantpt(*m) != 0 || unlockpt(*m) != 0 ||
+	    ptsname_r(*m, name, sizeof(name)) != 0)
+		return -1;
+	*s = open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (*s < 0 || tcgetattr(*s, &tio) != 0)
+		return -1;
+	cfmakeraw(&tio);
+	return tcsetattr(*s, TCSANOW, &tio);
+}
+
+/* One unbound io-wq worker for every io_uring instance of the process;
+ * how many instances were found. */
+static int tq_one_worker(void)
+{
+	char path[64], link[64];
+	int found = 0;
+
+	for (int fd = 0; fd < 1024; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, "anon_inode:[io_uring]") != 0)
+			continue;
+		unsigned vals[2] = { 0, 1 };  /* bounded unchanged, unbound 1 */
+		if (syscall(__NR_io_uring_register, fd,
+			    IORING_REGISTER_IOWQ_MAX_WORKERS, vals, 2) != 0)
+			return -1;
+		found++;
+	}
+	return found;
+}
+
+static void cancel_refused_queued_tty_write_with(const char *engine)
+{
+	char err[256];
+	int m1, s1, m2, s2, sp[2];
+	cr_rec w1, w2;
+	static char big[TW_LEN];
+
+	memset(&w1, 0, sizeof(w1));
+	memset(&w2, 0, sizeof(w2));
+	memset(big, 'z', sizeof(big));
+	if (tq_open_pty(&m1, &s1) != 0 || tq_open_pty(&m2, &s2) != 0)
+		skip();
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	if (tq_one_worker() <= 0) {
+		px_destroy(px);
+		px = NULL;
+		skip();
+	}
+	assert_int_equal(px_write_stream(px, s1, big, sizeof(big), cr_cb, &w1),
+			 0);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 10);
+	assert_int_equal(px_write_stream(px, s2, "hello", 5, cr_cb, &w2), 0);
+	for (int i = 0; i < 5; i++)
+		px_handle_events(px, 10);
+	/* Both held: the first by its terminal, the second behind it. */
+	assert_int_equal(atomic_load(&w1.calls), 0);
+	assert_int_equal(atomic_load(&w2.calls), 0);
+	atomic_store(&enter_error, EAGAIN);
+	atomic_store(&submit_refusals, 1000000);
+	assert_int_equal(px_cancel(px, s2), 1);
+	int num = s2;
+	close(s2);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp),
+			 0);
+	bool reused = sp[0] == num;
+	/* Frees the worker: the first write ends once its master has read
+	 * all of it. */
+	static char drain[65536];
+	size_t total = 0;
+	struct pollfd pf = { .fd = m1, .events = POLLIN };
+	while (total < TW_LEN && poll(&pf, 1, 1000) > 0) {
+		ssize_t k = read(m1, drain, sizeof(drain));
+		if (k <= 0)
+			break;
+		total += (size_t)k;
+	}
+	assert_int_equal(total, TW_LEN);
+	usleep(20000);  /* (time for the worker to run what it finds) */
+	atomic_store(&submit_refusals, 0);
+	atomic_store(&enter_error, 0);
+	for (int i = 0; i < 500 && (!atomic_load(&w1.calls) ||
+				    !atomic_load(&w2.calls)); i++)
+		px_handle_events(px, 2);
+	usleep(20000);
+	char got[8];
+	ssize_t n = recv(sp[1], got, sizeof(got), MSG_DONTWAIT);
+	printf("%s: the queued terminal write: %d callbacks, error %d, %zu "
+	       "bytes; the socket under its number got %zd\n", engine,
+	       atomic_load(&w2.calls), w2.error, w2.bytes, n);
+	assert_int_equal(atomic_load(&w1.calls), 1);
+	if (atomic_load(&w2.calls) != 1 || w2.error != ECANCELED ||
+	    w2.bytes != 0 || n > 0)
+		fail_msg("%s: the cancelled queued write: %d callbacks, error "
+			 "%d, %zu bytes; the socket under its number got %zd",
+			 engine, atomic_load(&w2.calls), w2.error, w2.bytes, n);
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	close(s1);
+	close(m1);
+	close(m2);
+	close(sp[0]);
+	close(sp[1]);
+	if (!reused)
+		skip();  /* (the number went elsewhere) */
+}
+
+static void cancel_refused_queued_tty_write(void **state)
+{
+	(void)state;
+	cancel_refused_queued_tty_write_with("uring rings=1");
+	cancel_refused_queued_tty_write_with("uring rings=2");
+}
+
 /* ------------------------------------------------------------------ */
 /* A queue head waiting for an SQE, cancelled                           */
 /* ------------------------------------------------------------------ */
@@ -2164,6 +2302,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(cancel_refused_in_kernel_then_data),
 		cmocka_unit_test(cancel_refused_after_enter_took_none),
 		cmocka_unit_test(cancel_refused_tty_write),
+		cmocka_unit_test(cancel_refused_queued_tty_write),
 		cmocka_unit_test(stalled_head_cancel_sends_nothing),
 		cmocka_unit_test(stalled_head_deadline_rest_in_order),
 		cmocka_unit_test(stalled_head_close_sends_nothing),
