@@ -2833,8 +2833,10 @@ static void ur_sync_cancel(px_uring *u, px_result *r)
 						       : ud;
 
 	/* Its ASYNC_CANCEL unsubmitted, or not even queued (no SQE: on the
-	 * stalled-cancel list); its own SQE taken by the kernel. */
+	 * stalled-cancel list); its own SQE taken by the kernel.  (Not on a
+	 * dead ring, whose number may name another file by now.) */
 	if (u->sync_cancel_off ||
+	    atomic_load_explicit(&rg->dead, memory_order_relaxed) ||
 	    (pr->cancel_sent ? !ur_in_sq(rg, ud | PX_URING_UD_CANCEL)
 			     : pr->slist != PX_URING_CANCEL_STALLED) ||
 	    ur_in_sq(rg, ud) || ur_in_sq(rg, ud | PX_URING_UD_POLL))
