@@ -43,6 +43,8 @@
  * cancel_during_held_enter_then_reuse: the same, with the leader held
  * (io_uring_enter2's wrap) between its prepare and the enter that may
  * take the read's SQE (fixed problem 317; the comment of the test).
+ * two_cancels_during_held_enter: two such cancels at once, from two
+ * threads (the comment of the test).
  *
  * cancel_from_callback_refused: a write and a read started and cancelled
  * by a callback of the lone loop thread while submissions are refused,
@@ -822,6 +824,118 @@ static void cancel_during_held_enter_then_reuse(void **state)
 		he_run("uring rings=1", HE_FOREIGN, refuse);
 		he_run("uring rings=1", HE_BEYOND, refuse);
 		he_run("uring rings=1 processor=dedicated", HE_KICK, refuse);
+	}
+}
+
+/* Two px_cancel calls at once, from two threads, of two reads whose SQEs
+ * the held leader's enter may take (both published by its prepare: started
+ * while no thread led), their own submits refused: neither returns while
+ * the enter is held (the first waits for it holding the mutex, the second
+ * for the mutex), both return 1 once it is let go, to go on or to be
+ * refused once (EAGAIN); the numbers, closed only then, are taken by two
+ * new socketpairs with "hello" waiting, and each read must end once with
+ * ECANCELED and 0 bytes, each "hello" staying where it is.  (Added by a
+ * helper's review of 2026-12-07, a second look at fixed problem 317.) */
+static atomic_int tc_returned;
+
+static void *tc_cancel_main(void *arg)
+{
+	int n = px_cancel(px, (int)(intptr_t)arg);
+
+	atomic_fetch_add(&tc_returned, 1);
+	return (void *)(intptr_t)n;
+}
+
+static void two_cancels_during_held_enter_with(const char *engine,
+					       int refuse)
+{
+	char err[256];
+	int a[2][2], b[2][2];
+	cr_rec rd[2];
+	pthread_t loop, rel, cancel[2];
+
+	memset(rd, 0, sizeof(rd));
+	atomic_store(&he_reused, false);
+	atomic_store(&hold_refuse, 0);
+	atomic_store(&tc_returned, 0);
+	hold_in = hold_go = false;
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, a[i]), 0);
+		assert_int_equal(px_read_stream(px, a[i][0], rd[i].buf,
+						sizeof(rd[i].buf), cr_cb,
+						&rd[i]), 0);
+	}
+	atomic_store(&ds_looping, true);
+	atomic_store(&hold_next, 1);
+	assert_int_equal(pthread_create(&loop, NULL, ds_loop, NULL), 0);
+	he_wait_held();
+	atomic_store(&submit_refusals, 1000000);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(pthread_create(&cancel[i], NULL, tc_cancel_main,
+						(void *)(intptr_t)a[i][0]), 0);
+	usleep(30000);
+	int early = atomic_load(&tc_returned);
+	assert_int_equal(pthread_create(&rel, NULL, he_release_main,
+					(void *)(intptr_t)refuse), 0);
+	atomic_store(&he_reused, true);  /* lets the enter go at once */
+	for (int i = 0; i < 2; i++) {
+		void *n;
+		pthread_join(cancel[i], &n);
+		assert_int_equal((int)(intptr_t)n, 1);
+	}
+	pthread_join(rel, NULL);
+	bool reused = true;
+	for (int i = 0; i < 2; i++) {
+		int num = a[i][0];
+		close(a[i][0]);
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, b[i]), 0);
+		reused = reused && b[i][0] == num;
+		assert_int_equal(write(b[i][1], "hello", 5), 5);
+	}
+	for (int i = 0; i < 1000 && (!atomic_load(&rd[0].calls) ||
+				     !atomic_load(&rd[1].calls)); i++)
+		usleep(1000);
+	atomic_store(&ds_looping, false);
+	px_stop(px);
+	pthread_join(loop, NULL);
+	printf("%s, enter %s: %d of the two px_cancel calls returned while "
+	       "the enter was held\n", engine, refuse ? "refused" : "goes on",
+	       early);
+	assert_int_equal(early, 0);
+	for (int i = 0; i < 2; i++)
+		if (atomic_load(&rd[i].calls) != 1 ||
+		    rd[i].error != ECANCELED || rd[i].bytes != 0)
+			fail_msg("%s: cancelled read %d: %d callbacks, error %d, "
+				 "%zu bytes", engine, i,
+				 atomic_load(&rd[i].calls), rd[i].error,
+				 rd[i].bytes);
+	for (int i = 0; i < 2; i++) {
+		char got[8] = { 0 };
+		assert_int_equal(recv(b[i][0], got, sizeof(got), MSG_DONTWAIT),
+				 5);
+		assert_memory_equal(got, "hello", 5);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	px = NULL;
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(atomic_load(&rd[i].calls), 1);
+		close(a[i][1]);
+		close(b[i][0]);
+		close(b[i][1]);
+	}
+	if (!reused)
+		skip();  /* (the numbers went elsewhere) */
+}
+
+static void two_cancels_during_held_enter(void **state)
+{
+	(void)state;
+	for (int refuse = 0; refuse <= EAGAIN; refuse += EAGAIN) {
+		two_cancels_during_held_enter_with("uring rings=1", refuse);
+		two_cancels_during_held_enter_with("uring rings=2", refuse);
 	}
 }
 
@@ -2297,6 +2411,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(enter_refused_backs_off),
 		cmocka_unit_test(cancel_submit_refused_then_reuse),
 		cmocka_unit_test(cancel_during_held_enter_then_reuse),
+		cmocka_unit_test(two_cancels_during_held_enter),
 		cmocka_unit_test(cancel_from_callback_refused),
 		cmocka_unit_test(cancel_refused_reuse_threads),
 		cmocka_unit_test(cancel_refused_in_kernel_then_data),
