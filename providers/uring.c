@@ -2811,10 +2811,12 @@ struct ur_sync_cancel_reg {
 /* r's request is in the kernel, and the ASYNC_CANCEL that px_cancel (or
  * px_close) queued behind it still waits in the SQ: the kernel refused
  * its submit (EAGAIN, EBUSY, ENOMEM, EINTR), or, the SQ full of what it
- * refused, waits for an SQE on the stalled-cancel list.  Left so, px_cancel returned
- * with the request armed, and a read took the data its peer sent after
- * the call, which a cancelled read must leave alone (fixed problem 278):
- * the cancel reached the kernel only once submissions went through again
+ * refused, waits for an SQE on the stalled-cancel list.  Left so,
+ * px_cancel returned with the request armed, and a read took the data
+ * its peer sent after the call, which a cancelled read must leave alone
+ * (fixed problem 278), a terminal write went on writing, and one queued
+ * for an io-wq worker was run on the file that had taken its number: the
+ * cancel reached the kernel only once submissions went through again
  * (TESTING.md, fixed problem 318).  The kernel's synchronous cancel takes
  * no SQE: it cancels the request with the given user_data at once (a poll
  * armed read or write, a request queued for an io-wq worker, which would
