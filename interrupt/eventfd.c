@@ -90,7 +90,7 @@ int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	e->base.ops = &eventfd_ops;
-	e->base.fd = px__own_fd(fd);
+	e->base.fd = px__own_fd_id(fd);
 	e->base.wait_mask = NULL;
 	*out = &e->base;
 	return 0;

@@ -135,9 +135,9 @@ int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	p->base.ops = &pipe_ops;
-	p->base.fd = px__own_fd(fds[0]);
+	p->base.fd = px__own_fd_id(fds[0]);
 	p->base.wait_mask = NULL;
-	p->wfd = px__own_fd(fds[1]);
+	p->wfd = px__own_fd_id(fds[1]);
 	*out = &p->base;
 	return 0;
 }

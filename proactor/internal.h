@@ -971,8 +971,22 @@ bool px__own_fd_high_has(int fd) PX_HIDDEN;
 int px__own_fd(int fd) PX_HIDDEN;
 /* Unmark fd; the caller closes it next. */
 void px__own_fd_drop(int fd) PX_HIDDEN;
-/* Unmark fd and close it (close(2)'s result). */
+/* Unmark fd and close it (close(2)'s result); when the number no longer
+ * names what px__own_fd_id made (px__own_fd_is), only unmark it and
+ * return -1 with EBADF: the application's file now, or nothing. */
 int px__own_close(int fd) PX_HIDDEN;
+/* px__own_fd, and remember what fd names (its device and inode, and a
+ * stamp on its file description: util.c, own_id), for px__own_fd_is.
+ * For the descriptors an engine makes for itself, never for a dup of the
+ * application's file (the stamp would be on the application's file
+ * description).  A system call or two, when the descriptor is made. */
+int px__own_fd_id(int fd) PX_HIDDEN;
+/* Does fd still name what px__own_fd_id made?  False when it was closed
+ * behind the library's back, or its number names another file (the
+ * application's dup2, open, socket, epoll_create1...).  True for a number
+ * made with px__own_fd alone, or when it cannot tell.  Two system calls:
+ * at an idle check or a close only. */
+bool px__own_fd_is(int fd) PX_HIDDEN;
 
 static inline bool px__is_own_fd(int fd)
 {

@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -328,6 +329,37 @@ static pthread_mutex_t own_high_lock = PTHREAD_MUTEX_INITIALIZER;
 static int *own_high;
 static size_t own_high_n, own_high_cap;
 
+/*
+ * What each of the engines' own descriptors named when it was made
+ * (px__own_fd_id), so that a close can tell whether the number still
+ * names it (px__own_fd_is): the application may have closed it with
+ * close(2) and taken the number for a file of its own since, by dup2(2)
+ * or its next open, socket or epoll_create1, and px_destroy closed that
+ * file (TESTING.md, fixed problem 310).  The device and inode tell a
+ * pipe, an io_uring ring (each its own inode) or any ordinary file apart;
+ * eventfds, epoll instances and signalfds share one anonymous inode, so
+ * each also carries a stamp on its open file description: F_SETSIG's
+ * signal number, which only a file with O_ASYNC (or a lease, a directory
+ * notification) ever uses, none of them ours, and which a new file of
+ * the application's has at 0.  Kept in a locked table under own_high's
+ * lock, with a bit per number below PX_OWN_FD_BITS saying the table
+ * holds it, so that the close of a number without one (the POSIX AIO
+ * dups, made per busy spell) pays one relaxed load.  Looked at only when
+ * a descriptor is made, checked (an idle check) or closed: never per
+ * operation.
+ */
+#define OWN_STAMP_SIG 61
+typedef struct own_id {
+	int fd;
+	bool stamped;
+	dev_t dev;
+	ino_t ino;
+} own_id;
+static _Atomic unsigned long own_id_bits[PX_OWN_FD_BITS /
+					 (8 * sizeof(unsigned long))];
+static own_id *own_ids;
+static size_t own_ids_n, own_ids_cap;
+
 bool px__own_fd_high_has(int fd)
 {
 	bool found = false;
@@ -369,12 +401,131 @@ int px__own_fd(int fd)
 	return fd;
 }
 
+/* Whether the table may hold an identity for fd (see own_id). */
+static bool own_id_maybe(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+
+	if ((unsigned)fd < PX_OWN_FD_BITS)
+		return atomic_load_explicit(&own_id_bits[(unsigned)fd / w],
+					    memory_order_relaxed) &
+		       (1ul << ((unsigned)fd % w));
+	return fd >= 0;
+}
+
+/* Forget fd's identity, if the table holds one. */
+static void own_id_forget(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+
+	if (!own_id_maybe(fd))
+		return;
+	pthread_mutex_lock(&own_high_lock);
+	for (size_t i = 0; i < own_ids_n; i++) {
+		if (own_ids[i].fd == fd) {
+			own_ids[i] = own_ids[--own_ids_n];
+			break;
+		}
+	}
+	if ((unsigned)fd < PX_OWN_FD_BITS)
+		atomic_fetch_and_explicit(&own_id_bits[(unsigned)fd / w],
+					  ~(1ul << ((unsigned)fd % w)),
+					  memory_order_relaxed);
+	pthread_mutex_unlock(&own_high_lock);
+}
+
+/* fd's device and inode: 0, or -1 with errno.  By statx(2) through
+ * syscall(2), out of ThreadSanitizer's sight: the check looks at a number
+ * the application may be closing at that moment, which TSan, modelling a
+ * descriptor as memory, reports against that close (as for
+ * px__sys_epoll_ctl). */
+static int own_stat(int fd, dev_t *dev, ino_t *ino)
+{
+#ifdef SYS_statx
+	struct statx sx;
+
+	if (syscall(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_INO, &sx) != 0)
+		return -1;
+	*dev = makedev(sx.stx_dev_major, sx.stx_dev_minor);
+	*ino = (ino_t)sx.stx_ino;
+#else
+	struct stat st;
+
+	if (fstat(fd, &st) != 0)
+		return -1;
+	*dev = st.st_dev;
+	*ino = st.st_ino;
+#endif
+	return 0;
+}
+
+int px__own_fd_id(int fd)
+{
+	const unsigned w = 8 * sizeof(unsigned long);
+	own_id id;
+
+	if (px__own_fd(fd) < 0)
+		return fd;
+	if (own_stat(fd, &id.dev, &id.ino) != 0)
+		return fd;   /* unchecked, as before the table */
+	id.fd = fd;
+	id.stamped = fcntl(fd, F_SETSIG, OWN_STAMP_SIG) == 0;
+	pthread_mutex_lock(&own_high_lock);
+	if (own_ids_n == own_ids_cap) {
+		size_t cap = own_ids_cap ? own_ids_cap * 2 : 16;
+		own_id *t = realloc(own_ids, cap * sizeof(*t));
+		if (t) {
+			own_ids = t;
+			own_ids_cap = cap;
+		}
+	}
+	if (own_ids_n < own_ids_cap) {
+		own_ids[own_ids_n++] = id;
+		if ((unsigned)fd < PX_OWN_FD_BITS)
+			atomic_fetch_or_explicit(&own_id_bits[(unsigned)fd / w],
+						 1ul << ((unsigned)fd % w),
+						 memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&own_high_lock);
+	return fd;
+}
+
+bool px__own_fd_is(int fd)
+{
+	bool found = false;
+	dev_t dev;
+	ino_t ino;
+	own_id id;
+
+	if (fd < 0 || !own_id_maybe(fd))
+		return true;
+	pthread_mutex_lock(&own_high_lock);
+	for (size_t i = 0; i < own_ids_n && !found; i++) {
+		if (own_ids[i].fd == fd) {
+			id = own_ids[i];
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&own_high_lock);
+	if (!found)
+		return true;
+	/* Closed (EBADF), another file, or another file description of
+	 * the same anonymous inode (no stamp, or another signal).  Any
+	 * other failure of fstat or fcntl tells nothing: taken as ours. */
+	if (own_stat(fd, &dev, &ino) != 0)
+		return errno != EBADF;
+	if (dev != id.dev || ino != id.ino)
+		return false;
+	return !id.stamped || fcntl(fd, F_GETSIG) == OWN_STAMP_SIG;
+}
+
 void px__own_fd_drop(int fd)
 {
 	const unsigned w = 8 * sizeof(unsigned long);
 
 	if (fd < 0)
 		return;
+	own_id_forget(fd);
 	if ((unsigned)fd < PX_OWN_FD_BITS) {
 		atomic_fetch_and_explicit(&px__own_fd_bits[(unsigned)fd / w],
 					  ~(1ul << ((unsigned)fd % w)),
@@ -406,12 +557,24 @@ void px__own_fd_atfork(int phase)
 					      memory_order_relaxed);
 		own_high_n = 0;
 		atomic_store_explicit(&px__own_fd_high, 0, memory_order_relaxed);
+		for (size_t i = 0; i < sizeof(own_id_bits) /
+				       sizeof(own_id_bits[0]); i++)
+			atomic_store_explicit(&own_id_bits[i], 0,
+					      memory_order_relaxed);
+		own_ids_n = 0;
 	}
 	pthread_mutex_unlock(&own_high_lock);
 }
 
 int px__own_close(int fd)
 {
+	/* Not what the library made any more: the application's now, or
+	 * nothing.  Forgotten, left alone. */
+	if (!px__own_fd_is(fd)) {
+		px__own_fd_drop(fd);
+		errno = EBADF;
+		return -1;
+	}
 	px__own_fd_drop(fd);
 	return close(fd);
 }

@@ -2115,7 +2115,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	 * closed with close(2) and is about to pass to px_close, which then
 	 * closed the set (test/close.c, close_during_start_call, once every
 	 * wait of the epoll wait went to the set). */
-	u->spill_ep = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
+	u->spill_ep = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
 	if (u->spill_ep < 0) {
 		rc = -errno;
 		/* A kernel without epoll (CONFIG_EPOLL off), or a sandbox
@@ -2139,7 +2139,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->use_resfd = true;
 		u->reap_all = true;
 		u->reap_max = PX_LAIO_EVENTS;
-		u->resfd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		u->resfd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (u->resfd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);
@@ -2153,7 +2153,7 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		 * (see "Readiness and the epoll wait" above). */
 		u->spill_all = true;
 	} else if (spec->intr == PX_INTR_NATIVE) {
-		u->intr_fd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		u->intr_fd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 		if (u->intr_fd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);

@@ -807,7 +807,7 @@ int px__uring_ready_fd(px_uring *u)
 	bool lead_now = u->intr_deferred, stuck = false;
 
 	if (u->ready_efd == -1) {
-		int fd = px__own_fd(px__fd_keep_off_ops(u->prov.px,
+		int fd = px__own_fd_id(px__fd_keep_off_ops(u->prov.px,
 				eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
 		unsigned i = 0;
 
@@ -1585,7 +1585,7 @@ static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
 	if (rg->owner->gate_peers && ur_peer_here(rg->owner, r->c.fd, pr->fe))
 		return false;
 	if (rg->gate_ep == -1) {
-		rg->gate_ep = px__own_fd(px__fd_keep_off_ops(r->c.proactor,
+		rg->gate_ep = px__own_fd_id(px__fd_keep_off_ops(r->c.proactor,
 					epoll_create1(EPOLL_CLOEXEC)));
 		if (rg->gate_ep < 0) {
 			rg->gate_ep = -2;  /* ordinary reads from now on */
@@ -3007,10 +3007,18 @@ static void ur_closed(px_provider *p, int fd)
 }
 
 /* io_uring_queue_exit, the ring's descriptor leaving the library's
- * record first (internal.h, px__is_own_fd). */
+ * record first (internal.h, px__is_own_fd).  A number that no longer
+ * names the ring (closed behind the library's back, and maybe the
+ * application's file since: px__own_fd_is) is not closed: liburing closes
+ * ring_fd, which -1 turns into nothing (TESTING.md, fixed problem 310).
+ * The ring's memory is unmapped all the same. */
 static void ur_ring_exit(struct io_uring *ring)
 {
+	bool ours = px__own_fd_is(ring->ring_fd);
+
 	px__own_fd_drop(ring->ring_fd);
+	if (!ours)
+		ring->ring_fd = -1;
 	io_uring_queue_exit(ring);
 }
 
@@ -3098,7 +3106,7 @@ static int ur_setup(struct io_uring *ring, unsigned entries,
 		prm->cq_entries = cq;
 		rc = io_uring_queue_init_params(entries, ring, prm);
 		if (rc == 0)
-			px__own_fd(ring->ring_fd);
+			px__own_fd_id(ring->ring_fd);
 		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
 			flags &= ~optional[dropped++];
 		else if (rc == -ENOMEM && cq > 2 * ur_pow2(entries))
@@ -3232,7 +3240,7 @@ static int ur_create(const px_processor_config *cfg,
 		prm.cq_entries = cq;
 		if (io_uring_queue_init_params(sq, &rg->ring, &prm) < 0)
 			break;
-		px__own_fd(rg->ring.ring_fd);
+		px__own_fd_id(rg->ring.ring_fd);
 		if (rg->ring.cq.ring_entries < cq || rg->ring.sq.ring_entries < sq) {
 			ur_ring_exit(&rg->ring);
 			break;
@@ -3257,7 +3265,7 @@ static int ur_create(const px_processor_config *cfg,
 	 * kernel thread submits; without an eventfd, starts submit). */
 	if (cfg->processor == PX_PROCESSOR_DEDICATED &&
 	    !(u->rings[0].ring.flags & IORING_SETUP_SQPOLL))
-		u->rings[0].kick_fd = px__own_fd(eventfd(0, EFD_CLOEXEC));
+		u->rings[0].kick_fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC));
 
 	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
 	u->cancel_cap = sq;

@@ -214,7 +214,7 @@ const px_intr_ops px__intr_aio_callback_ops = {
 
 int px__paio_callback_init(px_paio *p)
 {
-	p->cb_efd = px__own_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	p->cb_efd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
 	if (p->cb_efd < 0)
 		return -errno;
 	atomic_init(&p->stack, NULL);

@@ -348,7 +348,7 @@ const px_intr_ops px__intr_aiocb_ops = {
 int px__paio_aiocb_init(px_paio *p)
 {
 	/* Blocking: the helper's read waits for the write. */
-	p->intr_efd = px__own_fd(eventfd(0, EFD_CLOEXEC));
+	p->intr_efd = px__own_fd_id(eventfd(0, EFD_CLOEXEC));
 	if (p->intr_efd < 0)
 		return -errno;
 	/* The first list now: prepare always has one to fill. */

@@ -390,7 +390,7 @@ static int ep_rebuild(px_poller *pl)
 
 	if (!atomic_load_explicit(&pl->broken, memory_order_relaxed))
 		return 0;
-	fd = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
+	fd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
 	if (fd < 0)
 		return -errno;
 	/* (The new instance may well have the old number, the lowest free
@@ -527,7 +527,7 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	w->stamp = (uint64_t)(0x8000u + atomic_fetch_add_explicit(
 			&ep_stamps, 1, memory_order_relaxed) % 0x7fffu)
 		   << EP_STAMP_SHIFT;
-	w->epfd = px__own_fd(epoll_create1(EPOLL_CLOEXEC));
+	w->epfd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
 	if (w->epfd < 0) {
 		rc = -errno;
 		goto fail;

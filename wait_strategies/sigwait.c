@@ -275,7 +275,7 @@ static int sigw_ready_fd(px_wait *w)
 		sigaddset(&set, p->signo);
 		/* Marked once it has its number (the keep-off may move
 		 * it). */
-		p->sig_fd = px__own_fd(px__fd_keep_off_ops(p->prov.px,
+		p->sig_fd = px__own_fd_id(px__fd_keep_off_ops(p->prov.px,
 				signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)));
 		if (p->sig_fd < 0)
 			p->sig_fd = -2;
