@@ -379,10 +379,15 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
  * held. */
 px_result *px__uring_dead_next(px_uring *u, px_uring_ring *rg,
 			       px_list *started) PX_HIDDEN;
-/* An enter on rg returned rc: EBADF marks it dead. */
+/* An enter on rg returned rc: EBADF marks it dead, and so does
+ * EOPNOTSUPP, the kernel's answer for a number that names a file other
+ * than a ring: the ring's closed behind the library's back and the number
+ * taken by the application's file (dup2, its next open), where every
+ * enter failed so and a read pending on the ring never ended (TESTING.md,
+ * fixed problem 311). */
 static inline void px__uring_enter_failed(px_uring_ring *rg, int rc)
 {
-	if (rc == -EBADF)
+	if (rc == -EBADF || rc == -EOPNOTSUPP)
 		atomic_store_explicit(&rg->dead, true, memory_order_relaxed);
 }
 
