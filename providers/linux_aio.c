@@ -759,10 +759,15 @@ static void la_recancel(px_laio *u)
 /* libaio's io_set_eventfd sets this bit of u.c.flags (IOCB_FLAG_RESFD). */
 #define LA_IOCB_RESFD 1u
 
-/* Is fd, one of the provider's own, closed?  (-1: it has none.) */
+/* Is fd, one of the provider's own, closed, or its number another file
+ * now (px__own_fd_is: the application's dup2, or its next open after a
+ * close behind our back)?  (-1: it has none.)  Such a number is as good
+ * as closed to the provider: an epoll instance of the application's in
+ * the spill set's place reported nothing of ours, and px_destroy closed
+ * it (TESTING.md, fixed problem 312). */
 static bool la_own_closed(int fd)
 {
-	return fd >= 0 && fcntl(fd, F_GETFD) < 0 && errno == EBADF;
+	return fd >= 0 && !px__own_fd_is(fd);
 }
 
 /*
@@ -1609,9 +1614,17 @@ static void la_event(px_laio *u, const struct io_event *e)
 	if (e->obj == &u->intr_cb) {
 		uint64_t v;
 		/* The native interrupt fired: reset the eventfd; its poll is
-		 * armed again by the next prepare. */
-		while (read(u->intr_fd, &v, sizeof(v)) < 0 && errno == EINTR)
-			;
+		 * armed again by the next prepare.  Only when the poll says
+		 * readable: a poll cancelled because the interrupt's write
+		 * failed (age_intr_interrupt) ends with no events, and its
+		 * number may name the application's file by then (dup2
+		 * behind our back), where a read blocked the leader for good
+		 * on a pipe, px_destroy with it, or took the application's
+		 * bytes (TESTING.md, fixed problem 312). */
+		if (e->res & POLLIN)
+			while (read(u->intr_fd, &v, sizeof(v)) < 0 &&
+			       errno == EINTR)
+				;
 		u->intr_armed = false;
 		u->intr_pending = false;
 		return;

@@ -40,12 +40,27 @@
 
 #include "../providers/posix_aio.h"
 
+/* The eventfd is not ours any more: closed behind the library's back,
+ * or its number the application's file since (dup2, its next open).  The
+ * waits nap and look at the stack (cbw_wait), and nothing reads or polls
+ * the number again (TESTING.md, fixed problem 312). */
+static void cbw_efd_gone(px_paio *p)
+{
+	atomic_store_explicit(&p->efd_gone, true, memory_order_relaxed);
+}
+
 static void cbw_kick(px_paio *p)
 {
 	uint64_t one = 1;
+	ssize_t n;
 
-	while (write(p->cb_efd, &one, sizeof(one)) < 0 && errno == EINTR)
+	while ((n = write(p->cb_efd, &one, sizeof(one))) < 0 && errno == EINTR)
 		;
+	/* EBADF: closed, or a file not open for writing under the number
+	 * (a pipe's read end dup2'd there).  Nothing can wake the wait's
+	 * poll through it. */
+	if (n < 0 && errno == EBADF)
+		cbw_efd_gone(p);
 }
 
 /* Runs in a thread glibc creates for the notification. */
@@ -110,7 +125,7 @@ static int cbw_wait(px_wait *w, int timeout_ms)
 	if (rc < 0)
 		return -errno;
 	if (pfd[0].revents & POLLNVAL) {
-		atomic_store_explicit(&p->efd_gone, true, memory_order_relaxed);
+		cbw_efd_gone(p);
 		return timeout_ms != 0 ? -EBADF : 0;
 	}
 	/* Woken by the watch alone: nothing of ours to report. */
@@ -143,8 +158,15 @@ static px_result *cbw_next_completed(px_wait *w)
 			uint64_t v;
 			px_paio_req *s, *rev = NULL;
 
-			/* Read first: a push after the read writes again. */
-			if (read(p->cb_efd, &v, sizeof(v)) > 0)
+			/* Read first: a push after the read writes again.
+			 * Not once the number may be the application's file:
+			 * on a blocking pipe there, the read held the leader
+			 * for good, and px_destroy with it (fixed problem
+			 * 312). */
+			if (atomic_load_explicit(&p->efd_gone,
+						 memory_order_relaxed))
+				p->cb_intr_pending = false;
+			else if (read(p->cb_efd, &v, sizeof(v)) > 0)
 				p->cb_intr_pending = false;
 			s = atomic_exchange_explicit(&p->stack, NULL,
 						     memory_order_acquire);
@@ -173,6 +195,18 @@ static void cbw_wait_destroy(px_wait *w)
 	(void)w;
 }
 
+/* The processor's idle check: the eventfd may have been replaced behind
+ * the library's back by a file that takes the writes (the application's
+ * eventfd or pipe under the number), where the waits' poll never woke. */
+static void cbw_check(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+
+	if (!atomic_load_explicit(&p->efd_gone, memory_order_relaxed) &&
+	    !px__own_fd_is(p->cb_efd))
+		cbw_efd_gone(p);
+}
+
 const px_wait_ops px__wait_aio_callback_ops = {
 	.name = "callback",
 	.destroy = cbw_wait_destroy,          /* nothing: in the provider */
@@ -182,6 +216,7 @@ const px_wait_ops px__wait_aio_callback_ops = {
 	.next_completed = cbw_next_completed, /* take the stack, reap */
 	.ready_fd = cbw_ready_fd,             /* the eventfd */
 	.watch = cbw_watch,                   /* a second fd in the poll */
+	.check = cbw_check,                   /* the eventfd still ours? */
 };
 
 /* ------------------------------------------------------------------ */

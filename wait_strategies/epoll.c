@@ -410,21 +410,35 @@ static int ep_rebuild(px_poller *pl)
 	return 1;
 }
 
-/* poller.h: the instance under our number is ours if our interrupt's
- * descriptor is registered in it (an EPOLL_CTL_MOD that changes nothing).
+/* poller.h: the instance under our number is ours if it is the file we
+ * made (px__own_fd_is) and our interrupt's descriptor is registered in it
+ * (an EPOLL_CTL_MOD that changes nothing).
  * ENOENT: another instance took the number, one that reports nothing of
  * ours, where the waits missed every report and every wake-up (TESTING.md,
  * fixed problem 309).  Without an interrupt descriptor (a signal, or one
- * closed behind our back) nothing tells; an event of the other instance's
- * still does (ep_wait). */
+ * closed behind our back) the identity alone tells; an event of the other
+ * instance's does too (ep_wait). */
 static void ep_verify(px_poller *pl)
 {
 	struct ep *w = ep_of(pl);
 	px_intr *in = pl->intr;
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EP_INTR_KEY };
 
-	if (in->fd < 0 || atomic_load_explicit(&in->gone, memory_order_relaxed) ||
-	    atomic_load_explicit(&pl->broken, memory_order_relaxed))
+	if (atomic_load_explicit(&pl->broken, memory_order_relaxed))
+		return;
+	/* First what the number names: the instance we made (its stamp,
+	 * px__own_fd_is), or another file, or another epoll instance.  This
+	 * is the only way to tell with a signal for an interrupt, or one
+	 * whose descriptor was closed: an empty instance of the
+	 * application's under our number went unnoticed there, the reads
+	 * whose registrations died with ours waited until px_destroy, which
+	 * then closed the application's instance (TESTING.md, fixed problem
+	 * 312).  Two system calls, at the idle check. */
+	if (!px__own_fd_is(w->epfd)) {
+		atomic_store_explicit(&pl->broken, true, memory_order_relaxed);
+		return;
+	}
+	if (in->fd < 0 || atomic_load_explicit(&in->gone, memory_order_relaxed))
 		return;
 	/* Through px__sys_epoll_ctl: the point is to look at a number the
 	 * application may have closed or reused meanwhile, which
