@@ -3192,7 +3192,9 @@ static void *ta_loop(void *arg)
 	return NULL;
 }
 
-static void run_epoll_taken(const char *engine, bool loop, bool with_event)
+/* which: 1 for the poller's instance, 0 for the spill set's. */
+static void run_epoll_taken(const char *engine, bool loop, bool with_event,
+			    int which)
 {
 	static int before[64], eps[8];
 	int nb = la_list_epolls(before, 64, NULL, 0);
@@ -3202,7 +3204,7 @@ static void run_epoll_taken(const char *engine, bool loop, bool with_event)
 	if (neps != 2)
 		fail_msg("%d new epoll instances for '%s', expected 2", neps,
 			 engine);
-	int ep = eps[1];
+	int ep = eps[which];
 	int sv[2], pp[2];
 	char in[16], in2[16];
 	op o, o2;
@@ -3262,9 +3264,10 @@ static void run_epoll_taken(const char *engine, bool loop, bool with_event)
 	}
 	assert_int_equal(px_destroy(px), 0);
 	if (atomic_load(&o.calls) != 1 || o.error != 0)
-		fail_msg("a read pending when the epoll wait's instance %d was "
+		fail_msg("a read pending when the %s %d was "
 			 "taken by the application's (%s) ended %d times, error "
-			 "%d (engine '%s')", ep, with_event ? "with an event" :
+			 "%d (engine '%s')", which ? "epoll wait's instance" :
+			 "spill set", ep, with_event ? "with an event" :
 			 "empty", atomic_load(&o.calls), o.error, engine);
 	assert_int_equal(o.bytes, 4);
 	assert_memory_equal(in, "ping", 4);
@@ -3298,9 +3301,36 @@ static void test_epoll_taken_by_apps_epoll(void **state)
 	(void)state;
 	for (int ev = 1; ev >= 0; ev--) {
 		run_epoll_taken("provider=linux_aio wait=epoll "
-				"interrupt=eventfd processor=shared", true, ev);
+				"interrupt=eventfd processor=shared", true, ev, 1);
 		run_epoll_taken("provider=linux_aio wait=epoll "
-				"interrupt=pipe processor=dedicated", false, ev);
+				"interrupt=pipe processor=dedicated", false, ev, 1);
+		/* With a signal, no interrupt descriptor to look for in the
+		 * instance: its identity tells (fixed problem 312). */
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=signal processor=shared", true, ev, 1);
+	}
+}
+
+/*
+ * The same for the provider's spill set, where every read of the epoll
+ * wait waits (u->spill_all), the lower-numbered of the two instances:
+ * before (fixed problem 312), nothing looked at it, the pending read was
+ * never reported (ECANCELED at px_destroy) and px_destroy closed the
+ * application's instance.  Now the idle check finds that the number no
+ * longer names the set (px__own_fd_is), the provider goes on without it
+ * (px_laio.dead: the reads go back to the context as poll iocbs), and
+ * px_destroy leaves the number alone.
+ */
+static void test_spill_set_taken_by_apps_epoll(void **state)
+{
+	(void)state;
+	for (int ev = 1; ev >= 0; ev--) {
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=eventfd processor=shared", true, ev, 0);
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=pipe processor=dedicated", false, ev, 0);
+		run_epoll_taken("provider=linux_aio wait=epoll "
+				"interrupt=signal processor=dedicated", true, ev, 0);
 	}
 }
 
@@ -3381,6 +3411,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_dedicated),
 		cmocka_unit_test(test_cancel_unsubmitted_write_refused_twice_epoll),
 		cmocka_unit_test(test_epoll_taken_by_apps_epoll),
+		cmocka_unit_test(test_spill_set_taken_by_apps_epoll),
 	};
 	/* A cmocka test-name glob may be given, as to the other programs. */
 	if (argc > 1)
