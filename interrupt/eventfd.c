@@ -32,7 +32,7 @@ static void efd_destroy(px_intr *in)
 {
 	struct px_intr_eventfd *e = to_efd(in);
 
-	px__own_close(e->base.fd);
+	px__own_close_id(e->base.fd, &e->base.fd_id);
 	free(e);
 }
 
@@ -90,7 +90,7 @@ int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	e->base.ops = &eventfd_ops;
-	e->base.fd = px__own_fd_id(fd);
+	e->base.fd = px__own_fd_id(fd, &e->base.fd_id);
 	e->base.wait_mask = NULL;
 	*out = &e->base;
 	return 0;

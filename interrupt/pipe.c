@@ -23,6 +23,7 @@
 struct px_intr_pipe {
 	px_intr base;
 	int wfd;          /* write end */
+	px_own_id wfd_id; /* what wfd named when made */
 	bool pending;     /* a byte is in the pipe and not yet drained */
 };
 
@@ -35,8 +36,8 @@ static void pipe_destroy(px_intr *in)
 {
 	struct px_intr_pipe *p = to_pipe(in);
 
-	px__own_close(p->base.fd);
-	px__own_close(p->wfd);
+	px__own_close_id(p->base.fd, &p->base.fd_id);
+	px__own_close_id(p->wfd, &p->wfd_id);
 	free(p);
 }
 
@@ -135,9 +136,9 @@ int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out)
 		return rc;
 	}
 	p->base.ops = &pipe_ops;
-	p->base.fd = px__own_fd_id(fds[0]);
+	p->base.fd = px__own_fd_id(fds[0], &p->base.fd_id);
 	p->base.wait_mask = NULL;
-	p->wfd = px__own_fd_id(fds[1]);
+	p->wfd = px__own_fd_id(fds[1], &p->wfd_id);
 	*out = &p->base;
 	return 0;
 }

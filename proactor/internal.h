@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "proactor.h"
 
@@ -406,9 +407,22 @@ typedef struct px_intr_ops {
 	void (*drain)(px_intr *in);
 } px_intr_ops;
 
+/* What one of the engines' own descriptors named when it was made, kept
+ * by its owner beside the number (util.c, own_entry): its device and
+ * inode, whether its file description carries the library's stamp, and
+ * the serial of the library's record of the number.  All zero: nothing
+ * kept (every check says ours, as before the identity). */
+typedef struct px_own_id {
+	uint64_t serial;
+	dev_t dev;
+	ino_t ino;
+	bool stamped;
+} px_own_id;
+
 struct px_intr {
 	const px_intr_ops *ops;
 	int fd;                    /* readable once interrupted; -1 if none */
+	px_own_id fd_id;           /* what fd named when made (px__own_fd_id) */
 	const sigset_t *wait_mask; /* signal mask for the wait (ppoll,
 	                              the wait call, as ppoll and pselect take), or NULL */
 	/* interrupt() found its descriptor closed behind the library's back
@@ -971,22 +985,30 @@ bool px__own_fd_high_has(int fd) PX_HIDDEN;
 int px__own_fd(int fd) PX_HIDDEN;
 /* Unmark fd; the caller closes it next. */
 void px__own_fd_drop(int fd) PX_HIDDEN;
-/* Unmark fd and close it (close(2)'s result); when the number no longer
- * names what px__own_fd_id made (px__own_fd_is), only unmark it and
- * return -1 with EBADF: the application's file now, or nothing. */
+/* Unmark fd and close it (close(2)'s result). */
 int px__own_close(int fd) PX_HIDDEN;
-/* px__own_fd, and remember what fd names (its device and inode, and a
- * stamp on its file description: util.c, own_id), for px__own_fd_is.
- * For the descriptors an engine makes for itself, never for a dup of the
- * application's file (the stamp would be on the application's file
- * description).  A system call or two, when the descriptor is made. */
-int px__own_fd_id(int fd) PX_HIDDEN;
-/* Does fd still name what px__own_fd_id made?  False when it was closed
- * behind the library's back, or its number names another file (the
- * application's dup2, open, socket, epoll_create1...).  True for a number
- * made with px__own_fd alone, or when it cannot tell.  Two system calls:
- * at an idle check or a close only. */
-bool px__own_fd_is(int fd) PX_HIDDEN;
+/* px_own_id (above, before struct px_intr): what one of the engines' own
+ * descriptors named when it was made. */
+/* px__own_fd, and fill *id with what fd names, for px__own_fd_is.  For
+ * the descriptors an engine makes for itself, never for a dup of the
+ * application's file (the stamp is set on the open file description).
+ * Two system calls, when the descriptor is made. */
+int px__own_fd_id(int fd, px_own_id *id) PX_HIDDEN;
+/* Does fd still name what px__own_fd_id made (id)?  False when it was
+ * closed behind the library's back, and its number is free, the
+ * application's file (its dup2, open, socket, epoll_create1...), or
+ * another descriptor the library has made since.  True when nothing was
+ * kept, or it cannot tell.  Two system calls: at an idle check or a
+ * close only. */
+bool px__own_fd_is(int fd, const px_own_id *id) PX_HIDDEN;
+/* px__own_close of what px__own_fd_id made, only while the number still
+ * names it; else -1 with EBADF, the number unmarked if it is not the
+ * library's any more, left marked if another descriptor of the library's
+ * has it now (TESTING.md, fixed problem 310). */
+int px__own_close_id(int fd, const px_own_id *id) PX_HIDDEN;
+/* px__own_fd_drop the same way: not when another descriptor of the
+ * library's has the number now. */
+void px__own_fd_drop_id(int fd, const px_own_id *id) PX_HIDDEN;
 
 static inline bool px__is_own_fd(int fd)
 {

@@ -331,34 +331,38 @@ static size_t own_high_n, own_high_cap;
 
 /*
  * What each of the engines' own descriptors named when it was made
- * (px__own_fd_id), so that a close can tell whether the number still
+ * (px__own_fd_id), so that its owner can tell whether the number still
  * names it (px__own_fd_is): the application may have closed it with
  * close(2) and taken the number for a file of its own since, by dup2(2)
  * or its next open, socket or epoll_create1, and px_destroy closed that
- * file (TESTING.md, fixed problem 310).  The device and inode tell a
- * pipe, an io_uring ring (each its own inode) or any ordinary file apart;
- * eventfds, epoll instances and signalfds share one anonymous inode, so
- * each also carries a stamp on its open file description: F_SETSIG's
- * signal number, which only a file with O_ASYNC (or a lease, a directory
- * notification) ever uses, none of them ours, and which a new file of
- * the application's has at 0.  Kept in a locked table under own_high's
- * lock, with a bit per number below PX_OWN_FD_BITS saying the table
- * holds it, so that the close of a number without one (the POSIX AIO
- * dups, made per busy spell) pays one relaxed load.  Looked at only when
- * a descriptor is made, checked (an idle check) or closed: never per
- * operation.
+ * file (TESTING.md, fixed problem 310).  The owner keeps the identity
+ * (px_own_id): the device and inode, which tell a pipe, an io_uring ring
+ * (each its own inode) or any ordinary file apart, and a stamp on the
+ * open file description, since eventfds, epoll instances and signalfds
+ * share one anonymous inode: F_SETSIG's signal number, which only a file
+ * with O_ASYNC (or a lease, a directory notification) ever uses, none of
+ * them ours, and which a new file of the application's has at 0.  The
+ * library may also have been given the number again for a descriptor of
+ * its own (a rebuilt epoll instance, a POSIX AIO dup), which the stamp
+ * does not tell from the first: so a table here says, by number, which
+ * identity (its serial) the library made last under it, and any new
+ * descriptor of the library's under a number (px__own_fd) takes it over.
+ * The table holds the numbers made with px__own_fd_id, under own_high's
+ * lock, with a bit per number below PX_OWN_FD_BITS saying it holds one,
+ * so that a number without one (the POSIX AIO dups, made per busy spell)
+ * pays one relaxed load.  Looked at only when a descriptor is made,
+ * checked (an idle check) or closed: never per operation.
  */
 #define OWN_STAMP_SIG 61
-typedef struct own_id {
+typedef struct own_entry {
 	int fd;
-	bool stamped;
-	dev_t dev;
-	ino_t ino;
-} own_id;
+	uint64_t serial;
+} own_entry;
 static _Atomic unsigned long own_id_bits[PX_OWN_FD_BITS /
 					 (8 * sizeof(unsigned long))];
-static own_id *own_ids;
+static own_entry *own_ids;
 static size_t own_ids_n, own_ids_cap;
+static uint64_t own_serial;   /* the last one given, under the lock */
 
 bool px__own_fd_high_has(int fd)
 {
@@ -371,12 +375,18 @@ bool px__own_fd_high_has(int fd)
 	return found;
 }
 
+static void own_id_forget(int fd);
+
 int px__own_fd(int fd)
 {
 	const unsigned w = 8 * sizeof(unsigned long);
 
 	if (fd < 0)
 		return fd;
+	/* A fresh number: an entry of it is a descriptor of the library's
+	 * closed behind its back (own_entry), which its owner must not take
+	 * for this one. */
+	own_id_forget(fd);
 	if ((unsigned)fd < PX_OWN_FD_BITS) {
 		atomic_fetch_or_explicit(&px__own_fd_bits[(unsigned)fd / w],
 					 1ul << ((unsigned)fd % w),
@@ -401,7 +411,7 @@ int px__own_fd(int fd)
 	return fd;
 }
 
-/* Whether the table may hold an identity for fd (see own_id). */
+/* Whether the table may hold an entry for fd (see own_entry). */
 static bool own_id_maybe(int fd)
 {
 	const unsigned w = 8 * sizeof(unsigned long);
@@ -413,14 +423,20 @@ static bool own_id_maybe(int fd)
 	return fd >= 0;
 }
 
-/* Forget fd's identity, if the table holds one. */
-static void own_id_forget(int fd)
+/* The serial of fd's entry, 0 for none.  Lock held. */
+static uint64_t own_serial_of(int fd)
+{
+	for (size_t i = 0; i < own_ids_n; i++)
+		if (own_ids[i].fd == fd)
+			return own_ids[i].serial;
+	return 0;
+}
+
+/* Forget fd's entry, if the table holds one.  Lock held. */
+static void own_id_forget_locked(int fd)
 {
 	const unsigned w = 8 * sizeof(unsigned long);
 
-	if (!own_id_maybe(fd))
-		return;
-	pthread_mutex_lock(&own_high_lock);
 	for (size_t i = 0; i < own_ids_n; i++) {
 		if (own_ids[i].fd == fd) {
 			own_ids[i] = own_ids[--own_ids_n];
@@ -431,6 +447,14 @@ static void own_id_forget(int fd)
 		atomic_fetch_and_explicit(&own_id_bits[(unsigned)fd / w],
 					  ~(1ul << ((unsigned)fd % w)),
 					  memory_order_relaxed);
+}
+
+static void own_id_forget(int fd)
+{
+	if (!own_id_maybe(fd))
+		return;
+	pthread_mutex_lock(&own_high_lock);
+	own_id_forget_locked(fd);
 	pthread_mutex_unlock(&own_high_lock);
 }
 
@@ -459,28 +483,30 @@ static int own_stat(int fd, dev_t *dev, ino_t *ino)
 	return 0;
 }
 
-int px__own_fd_id(int fd)
+int px__own_fd_id(int fd, px_own_id *id)
 {
 	const unsigned w = 8 * sizeof(unsigned long);
-	own_id id;
 
+	memset(id, 0, sizeof(*id));
 	if (px__own_fd(fd) < 0)
 		return fd;
-	if (own_stat(fd, &id.dev, &id.ino) != 0)
-		return fd;   /* unchecked, as before the table */
-	id.fd = fd;
-	id.stamped = fcntl(fd, F_SETSIG, OWN_STAMP_SIG) == 0;
+	if (own_stat(fd, &id->dev, &id->ino) != 0)
+		return fd;   /* unchecked, as before the identity */
+	id->stamped = fcntl(fd, F_SETSIG, OWN_STAMP_SIG) == 0;
 	pthread_mutex_lock(&own_high_lock);
 	if (own_ids_n == own_ids_cap) {
 		size_t cap = own_ids_cap ? own_ids_cap * 2 : 16;
-		own_id *t = realloc(own_ids, cap * sizeof(*t));
+		own_entry *t = realloc(own_ids, cap * sizeof(*t));
 		if (t) {
 			own_ids = t;
 			own_ids_cap = cap;
 		}
 	}
+	/* (px__own_fd above forgot any entry of the number's.) */
 	if (own_ids_n < own_ids_cap) {
-		own_ids[own_ids_n++] = id;
+		id->serial = ++own_serial;
+		own_ids[own_ids_n].fd = fd;
+		own_ids[own_ids_n++].serial = id->serial;
 		if ((unsigned)fd < PX_OWN_FD_BITS)
 			atomic_fetch_or_explicit(&own_id_bits[(unsigned)fd / w],
 						 1ul << ((unsigned)fd % w),
@@ -490,33 +516,64 @@ int px__own_fd_id(int fd)
 	return fd;
 }
 
-bool px__own_fd_is(int fd)
+/* px__own_fd_is's answer: OWN_YES, OWN_APPS (the number is not the
+ * library's any more: closed, or the application's file), OWN_OTHER (the
+ * library has made another descriptor under it since). */
+enum { OWN_YES, OWN_APPS, OWN_OTHER };
+
+static int own_check(int fd, const px_own_id *id)
 {
-	bool found = false;
 	dev_t dev;
 	ino_t ino;
-	own_id id;
+	uint64_t serial = 0;
 
-	if (fd < 0 || !own_id_maybe(fd))
-		return true;
-	pthread_mutex_lock(&own_high_lock);
-	for (size_t i = 0; i < own_ids_n && !found; i++) {
-		if (own_ids[i].fd == fd) {
-			id = own_ids[i];
-			found = true;
-		}
+	if (fd < 0 || !id->serial)
+		return OWN_YES;   /* nothing kept: taken as ours, as before */
+	if (own_id_maybe(fd)) {
+		pthread_mutex_lock(&own_high_lock);
+		serial = own_serial_of(fd);
+		pthread_mutex_unlock(&own_high_lock);
 	}
-	pthread_mutex_unlock(&own_high_lock);
-	if (!found)
-		return true;
+	if (serial != id->serial)
+		return px__is_own_fd(fd) ? OWN_OTHER : OWN_APPS;
 	/* Closed (EBADF), another file, or another file description of
 	 * the same anonymous inode (no stamp, or another signal).  Any
-	 * other failure of fstat or fcntl tells nothing: taken as ours. */
+	 * other failure of statx or fcntl tells nothing: taken as ours. */
 	if (own_stat(fd, &dev, &ino) != 0)
-		return errno != EBADF;
-	if (dev != id.dev || ino != id.ino)
-		return false;
-	return !id.stamped || fcntl(fd, F_GETSIG) == OWN_STAMP_SIG;
+		return errno == EBADF ? OWN_APPS : OWN_YES;
+	if (dev != id->dev || ino != id->ino)
+		return OWN_APPS;
+	if (id->stamped && fcntl(fd, F_GETSIG) != OWN_STAMP_SIG)
+		return OWN_APPS;
+	return OWN_YES;
+}
+
+bool px__own_fd_is(int fd, const px_own_id *id)
+{
+	return own_check(fd, id) == OWN_YES;
+}
+
+int px__own_close_id(int fd, const px_own_id *id)
+{
+	switch (own_check(fd, id)) {
+	case OWN_YES:
+		return px__own_close(fd);
+	case OWN_APPS:
+		/* Not the library's any more: forgotten, left alone. */
+		px__own_fd_drop(fd);
+		break;
+	default:
+		/* Another descriptor of the library's now: its owner's. */
+		break;
+	}
+	errno = EBADF;
+	return -1;
+}
+
+void px__own_fd_drop_id(int fd, const px_own_id *id)
+{
+	if (own_check(fd, id) != OWN_OTHER)
+		px__own_fd_drop(fd);
 }
 
 void px__own_fd_drop(int fd)
@@ -568,13 +625,6 @@ void px__own_fd_atfork(int phase)
 
 int px__own_close(int fd)
 {
-	/* Not what the library made any more: the application's now, or
-	 * nothing.  Forgotten, left alone. */
-	if (!px__own_fd_is(fd)) {
-		px__own_fd_drop(fd);
-		errno = EBADF;
-		return -1;
-	}
 	px__own_fd_drop(fd);
 	return close(fd);
 }

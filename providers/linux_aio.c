@@ -765,9 +765,9 @@ static void la_recancel(px_laio *u)
  * as closed to the provider: an epoll instance of the application's in
  * the spill set's place reported nothing of ours, and px_destroy closed
  * it (TESTING.md, fixed problem 312). */
-static bool la_own_closed(int fd)
+static bool la_own_closed(int fd, const px_own_id *id)
 {
-	return fd >= 0 && !px__own_fd_is(fd);
+	return fd >= 0 && !px__own_fd_is(fd, id);
 }
 
 /*
@@ -808,9 +808,11 @@ void px__laio_check_own(px_laio *u)
 	if (px_laio_dead(u))
 		return;
 	if (atomic_load_explicit(&u->pl_failed, memory_order_relaxed) ||
-	    la_own_closed(u->intr_fd) ||
-	    la_own_closed(u->resfd) || la_own_closed(u->spill_ep) ||
-	    (u->wait.intr != &u->nintr && la_own_closed(u->wait.intr->fd)))
+	    la_own_closed(u->intr_fd, &u->intr_id) ||
+	    la_own_closed(u->resfd, &u->res_id) ||
+	    la_own_closed(u->spill_ep, &u->spill_id) ||
+	    (u->wait.intr != &u->nintr &&
+	     la_own_closed(u->wait.intr->fd, &u->wait.intr->fd_id)))
 		la_go_dead(u);
 }
 
@@ -1281,7 +1283,7 @@ static void la_settle(px_laio *u, struct iocb **v, const int *err, unsigned n)
 			la_fail(u, r, ECANCELED, true);
 		} else if (err[k] == EAGAIN ||
 			   (err[k] == EBADF && (v[k]->u.c.flags & LA_IOCB_RESFD) &&
-			    la_own_closed(u->resfd))) {
+			    la_own_closed(u->resfd, &u->res_id))) {
 			/* (EBADF for resfd, closed behind our back, and not
 			 * for the operation's descriptor: it goes again
 			 * without resfd, once la_check_own below has made
@@ -2002,11 +2004,11 @@ static void la_destroy(px_provider *p)
 	if (u->wait.intr && u->wait.intr != &u->nintr)
 		u->wait.intr->ops->destroy(u->wait.intr);
 	if (u->intr_fd >= 0)
-		px__own_close(u->intr_fd);
+		px__own_close_id(u->intr_fd, &u->intr_id);
 	if (u->resfd >= 0)
-		px__own_close(u->resfd);
+		px__own_close_id(u->resfd, &u->res_id);
 	if (u->spill_ep >= 0)
-		px__own_close(u->spill_ep);
+		px__own_close_id(u->spill_ep, &u->spill_id);
 	px__fdq_fini(&u->fdq);
 	free(u->orphans);
 	free(u->lb.v);
@@ -2128,7 +2130,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 	 * closed with close(2) and is about to pass to px_close, which then
 	 * closed the set (test/close.c, close_during_start_call, once every
 	 * wait of the epoll wait went to the set). */
-	u->spill_ep = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
+	u->spill_ep = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC),
+				   &u->spill_id);
 	if (u->spill_ep < 0) {
 		rc = -errno;
 		/* A kernel without epoll (CONFIG_EPOLL off), or a sandbox
@@ -2152,7 +2155,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		u->use_resfd = true;
 		u->reap_all = true;
 		u->reap_max = PX_LAIO_EVENTS;
-		u->resfd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		u->resfd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC),
+					  &u->res_id);
 		if (u->resfd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);
@@ -2166,7 +2170,8 @@ static int la_create(const px_processor_config *cfg, const px_proc_spec *spec,
 		 * (see "Readiness and the epoll wait" above). */
 		u->spill_all = true;
 	} else if (spec->intr == PX_INTR_NATIVE) {
-		u->intr_fd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+		u->intr_fd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC),
+					    &u->intr_id);
 		if (u->intr_fd < 0) {
 			rc = -errno;
 			la_why(spec, "eventfd", rc);

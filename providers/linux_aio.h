@@ -62,6 +62,7 @@ typedef struct px_laio {
 	unsigned files_inkernel;    /* ... of them, file reads and writes */
 	bool use_resfd;             /* every iocb signals resfd (epoll wait) */
 	int resfd;                  /* the context's eventfd, or -1 */
+	px_own_id res_id;           /* what resfd named when made */
 
 	/* The leader ran prepare() and has not yet collected: it is, or is
 	 * about to be, blocked in the kernel, so a start by another thread
@@ -117,6 +118,7 @@ typedef struct px_laio {
 	/* Native interrupt: a poll iocb on an eventfd in this context. */
 	struct iocb intr_cb;
 	int intr_fd;
+	px_own_id intr_id;          /* what intr_fd named when made */
 	bool intr_armed;            /* intr_cb is in the kernel or the batch */
 	bool intr_pending;          /* the eventfd was written, not drained */
 
@@ -136,6 +138,7 @@ typedef struct px_laio {
 	 * "Readiness and the epoll wait" in providers/linux_aio.c). */
 	unsigned poll_cap;          /* polls in the kernel at most */
 	int spill_ep;               /* the set (made with the provider) */
+	px_own_id spill_id;         /* what spill_ep named when made */
 	struct iocb spill_cb;       /* the poll iocb on spill_ep */
 	bool spill_armed;           /* spill_cb is in the kernel or a batch */
 	bool spill_fired;           /* it fired: take the set's reports */

@@ -118,6 +118,7 @@ struct px_paio {
 	bool list_short;            /* could not grow: some requests are not
 	                               in it, so the wait is bounded */
 	int intr_efd;
+	px_own_id intr_id;          /* what intr_efd named when made */
 	struct aiocb intr_cb;
 	uint64_t intr_buf;          /* where its reads land */
 	bool intr_armed;            /* intr_cb is in glibc */
@@ -160,6 +161,7 @@ struct px_paio {
 	px_paio_req *_Atomic stack;
 	px_paio_req *ready;         /* popped from the stack, oldest first */
 	int cb_efd;
+	px_own_id cb_id;            /* what cb_efd named when made */
 	atomic_uint notifying;
 	bool cb_intr_pending;
 
@@ -170,6 +172,7 @@ struct px_paio {
 	 * first ask (-1: none yet; -2: refused). */
 	int watch_fd;
 	int sig_fd;
+	px_own_id sig_id;           /* what sig_fd named when made */
 };
 
 static inline px_paio *px_paio_of_wait(px_wait *w)

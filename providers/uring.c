@@ -808,7 +808,8 @@ int px__uring_ready_fd(px_uring *u)
 
 	if (u->ready_efd == -1) {
 		int fd = px__own_fd_id(px__fd_keep_off_ops(u->prov.px,
-				eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)));
+				eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+				&u->ready_id);
 		unsigned i = 0;
 
 		if (fd >= 0)
@@ -820,7 +821,7 @@ int px__uring_ready_fd(px_uring *u)
 			while (i--)
 				io_uring_unregister_eventfd(&u->rings[i].ring);
 			if (fd >= 0)
-				px__own_close(fd);
+				px__own_close_id(fd, &u->ready_id);
 			u->ready_efd = -2;   /* the dispatcher's bound stays */
 			return -1;
 		}
@@ -1586,7 +1587,7 @@ static bool ur_gate_wants(px_uring_ring *rg, px_result *r,
 		return false;
 	if (rg->gate_ep == -1) {
 		rg->gate_ep = px__own_fd_id(px__fd_keep_off_ops(r->c.proactor,
-					epoll_create1(EPOLL_CLOEXEC)));
+					epoll_create1(EPOLL_CLOEXEC)), &rg->gate_id);
 		if (rg->gate_ep < 0) {
 			rg->gate_ep = -2;  /* ordinary reads from now on */
 			return false;
@@ -3014,9 +3015,11 @@ static void ur_closed(px_provider *p, int fd)
  * The ring's memory is unmapped all the same. */
 static void ur_ring_exit(struct io_uring *ring)
 {
-	bool ours = px__own_fd_is(ring->ring_fd);
+	const px_own_id *id = &px_container_of(ring, px_uring_ring,
+					       ring)->ring_id;
+	bool ours = px__own_fd_is(ring->ring_fd, id);
 
-	px__own_fd_drop(ring->ring_fd);
+	px__own_fd_drop_id(ring->ring_fd, id);
 	if (!ours)
 		ring->ring_fd = -1;
 	io_uring_queue_exit(ring);
@@ -3029,12 +3032,14 @@ static void ur_destroy(px_provider *p)
 	for (unsigned i = 0; i < u->nrings; i++) {
 		ur_ring_exit(&u->rings[i].ring);
 		if (u->rings[i].kick_fd >= 0)
-			px__own_close(u->rings[i].kick_fd);
+			px__own_close_id(u->rings[i].kick_fd,
+					 &u->rings[i].kick_id);
 		if (u->rings[i].gate_ep >= 0)
-			px__own_close(u->rings[i].gate_ep);
+			px__own_close_id(u->rings[i].gate_ep,
+					 &u->rings[i].gate_id);
 	}
 	if (u->ready_efd >= 0)
-		px__own_close(u->ready_efd);
+		px__own_close_id(u->ready_efd, &u->ready_id);
 	px__fdq_fini(&u->fdq);
 	free(u->ports);
 	free(u->port_ring);
@@ -3106,7 +3111,9 @@ static int ur_setup(struct io_uring *ring, unsigned entries,
 		prm->cq_entries = cq;
 		rc = io_uring_queue_init_params(entries, ring, prm);
 		if (rc == 0)
-			px__own_fd_id(ring->ring_fd);
+			px__own_fd_id(ring->ring_fd,
+				      &px_container_of(ring, px_uring_ring,
+						       ring)->ring_id);
 		if (rc == -EINVAL && dropped < sizeof(optional) / sizeof(optional[0]))
 			flags &= ~optional[dropped++];
 		else if (rc == -ENOMEM && cq > 2 * ur_pow2(entries))
@@ -3240,7 +3247,7 @@ static int ur_create(const px_processor_config *cfg,
 		prm.cq_entries = cq;
 		if (io_uring_queue_init_params(sq, &rg->ring, &prm) < 0)
 			break;
-		px__own_fd_id(rg->ring.ring_fd);
+		px__own_fd_id(rg->ring.ring_fd, &rg->ring_id);
 		if (rg->ring.cq.ring_entries < cq || rg->ring.sq.ring_entries < sq) {
 			ur_ring_exit(&rg->ring);
 			break;
@@ -3265,7 +3272,8 @@ static int ur_create(const px_processor_config *cfg,
 	 * kernel thread submits; without an eventfd, starts submit). */
 	if (cfg->processor == PX_PROCESSOR_DEDICATED &&
 	    !(u->rings[0].ring.flags & IORING_SETUP_SQPOLL))
-		u->rings[0].kick_fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC));
+		u->rings[0].kick_fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC),
+						    &u->rings[0].kick_id);
 
 	u->sq_reserve = sq > PX_URING_SQ_RESERVE ? PX_URING_SQ_RESERVE : sq - 1;
 	u->cancel_cap = sq;

@@ -51,6 +51,7 @@ enum px_uring_kick {
 
 typedef struct px_uring_ring {
 	struct io_uring ring;
+	px_own_id ring_id;          /* what ring.ring_fd named when made */
 	unsigned index;
 	/* A leader holds this ring, from its prepare() to the
 	 * next_completed() that finds no more CQEs. */
@@ -147,6 +148,7 @@ typedef struct px_uring_ring {
 	 * submitting it itself (see "The kick" in uring.c).  kick, under
 	 * the mutex: where that READ is (px_uring_kick). */
 	int kick_fd;
+	px_own_id kick_id;          /* what kick_fd named when made */
 	uint8_t kick;
 	uint64_t kick_buf;          /* where the READ puts the count */
 
@@ -158,6 +160,7 @@ typedef struct px_uring_ring {
 	 * the set), each also counted in pending; parked: of those, the ones
 	 * whose EPOLL_CTL is done, which the POLL_ADD must be in for. */
 	int gate_ep;
+	px_own_id gate_id;          /* what gate_ep named when made */
 	bool gate_armed;
 	unsigned gate_min;          /* u's threshold (0: never gate) */
 	struct px_uring *owner;     /* the provider (for its port table) */
@@ -213,6 +216,7 @@ typedef struct px_uring {
 	 * not asked yet; -2: refused (no eventfd, or the kernel would not
 	 * register it). */
 	int ready_efd;
+	px_own_id ready_id;         /* what ready_efd named when made */
 
 	px_fdq fdq;                 /* per-descriptor queues (px_uring_fd) */
 

@@ -11,7 +11,11 @@
  * past its first 16 entries and forgets each number alone; px__own_close
  * closes what it drops; and a fork(2) child starts with an empty record
  * while its parent keeps its own.  The record only counts numbers, so the
- * high ones need no open descriptor.
+ * high ones need no open descriptor.  And the identities of the engines'
+ * descriptors (px__own_fd_id): a number closed behind the library's back
+ * and taken by an application's file, or by another descriptor of the
+ * library's, is not taken for the one first made there (fixed problem
+ * 310).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -110,12 +114,69 @@ static void fork_child_starts_empty(void **state)
 	assert_int_equal(px_destroy(px), 0);
 }
 
+/* The identity of an engine's descriptor (px__own_fd_id, TESTING.md,
+ * fixed problem 310): an eventfd of the library's, then under its number
+ * in turn a pipe of the application's (dup2), an eventfd of the
+ * application's (close and eventfd: same anonymous inode, no stamp), and
+ * an eventfd the library made again (the serial): px__own_fd_is says
+ * false for the first identity each time, px__own_close_id leaves the
+ * application's file open and out of the record, and the library's new
+ * one open and in it; the new one's own identity holds, and its close
+ * closes it. */
+static void identity_of_own_descriptors(void **state)
+{
+	(void)state;
+	px_own_id id, id2;
+	int p[2];
+	int fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC), &id);
+	assert_true(fd >= 0);
+	assert_true(px__is_own_fd(fd));
+	assert_true(px__own_fd_is(fd, &id));
+
+	/* An application's pipe under the number. */
+	assert_int_equal(pipe(p), 0);
+	assert_int_equal(dup2(p[0], fd), fd);
+	assert_false(px__own_fd_is(fd, &id));
+	assert_int_equal(px__own_close_id(fd, &id), -1);
+	assert_int_equal(errno, EBADF);
+	assert_true(fcntl(fd, F_GETFD) >= 0);   /* left open */
+	assert_false(px__is_own_fd(fd));        /* not the library's */
+	assert_int_equal(close(fd), 0);
+
+	/* An application's eventfd under it (the lowest free number). */
+	fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC), &id);
+	assert_true(fd >= 0 && fd < p[0]);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(eventfd(0, EFD_CLOEXEC), fd);
+	assert_false(px__own_fd_is(fd, &id));
+	px__own_fd_drop_id(fd, &id);
+	assert_false(px__is_own_fd(fd));
+	assert_int_equal(close(fd), 0);
+
+	/* The library's next eventfd under it. */
+	fd = px__own_fd_id(eventfd(0, EFD_CLOEXEC), &id);
+	assert_int_equal(close(fd), 0);
+	assert_int_equal(px__own_fd_id(eventfd(0, EFD_CLOEXEC), &id2), fd);
+	assert_false(px__own_fd_is(fd, &id));
+	assert_true(px__own_fd_is(fd, &id2));
+	assert_int_equal(px__own_close_id(fd, &id), -1);
+	px__own_fd_drop_id(fd, &id);
+	assert_true(fcntl(fd, F_GETFD) >= 0);
+	assert_true(px__is_own_fd(fd));         /* still the library's */
+	assert_int_equal(px__own_close_id(fd, &id2), 0);
+	assert_false(px__is_own_fd(fd));
+	assert_true(fcntl(fd, F_GETFD) < 0);
+	close(p[0]);
+	close(p[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(low_numbers),
 		cmocka_unit_test(high_numbers),
 		cmocka_unit_test(fork_child_starts_empty),
+		cmocka_unit_test(identity_of_own_descriptors),
 	};
 	return cmocka_run_group_tests_name("own_fds", tests, NULL, NULL);
 }

@@ -54,6 +54,10 @@ static void cbw_kick(px_paio *p)
 	uint64_t one = 1;
 	ssize_t n;
 
+	/* (gone: the number may be another file by now, not to be
+	 * written) */
+	if (atomic_load_explicit(&p->efd_gone, memory_order_relaxed))
+		return;
 	while ((n = write(p->cb_efd, &one, sizeof(one))) < 0 && errno == EINTR)
 		;
 	/* EBADF: closed, or a file not open for writing under the number
@@ -203,7 +207,7 @@ static void cbw_check(px_wait *w)
 	px_paio *p = px_paio_of_wait(w);
 
 	if (!atomic_load_explicit(&p->efd_gone, memory_order_relaxed) &&
-	    !px__own_fd_is(p->cb_efd))
+	    !px__own_fd_is(p->cb_efd, &p->cb_id))
 		cbw_efd_gone(p);
 }
 
@@ -249,7 +253,8 @@ const px_intr_ops px__intr_aio_callback_ops = {
 
 int px__paio_callback_init(px_paio *p)
 {
-	p->cb_efd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	p->cb_efd = px__own_fd_id(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC),
+				  &p->cb_id);
 	if (p->cb_efd < 0)
 		return -errno;
 	atomic_init(&p->stack, NULL);
@@ -265,5 +270,5 @@ void px__paio_callback_fini(px_paio *p)
 	 * the last ones to be done with the eventfd. */
 	while (atomic_load(&p->notifying))
 		sched_yield();
-	px__own_close(p->cb_efd);
+	px__own_close_id(p->cb_efd, &p->cb_id);
 }

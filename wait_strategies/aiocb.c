@@ -298,6 +298,21 @@ static void aiocb_wait_destroy(px_wait *w)
 	(void)w;   /* embedded in the provider */
 }
 
+/* The processor's idle check: the eventfd's number may name another file
+ * now (closed behind the library's back and taken again, by the
+ * application or by the library itself: px__own_fd_is), which the idle
+ * wait's poll found readable and read at every turn, a leader spinning
+ * at a whole CPU (a POSIX AIO dup or a rebuilt epoll instance there), or
+ * whose writes the application's file took.  Gone, as for a close
+ * (TESTING.md, fixed problem 312). */
+static void aiocb_check(px_wait *w)
+{
+	px_paio *p = px_paio_of_wait(w);
+
+	if (!aiocb_gone(p) && !px__own_fd_is(p->intr_efd, &p->intr_id))
+		aiocb_set_gone(p);
+}
+
 const px_wait_ops px__wait_aiocb_ops = {
 	.name = "aiocb",
 	.destroy = aiocb_wait_destroy,          /* nothing: in the provider */
@@ -306,6 +321,7 @@ const px_wait_ops px__wait_aiocb_ops = {
 	.wait = aiocb_wait,                     /* aio_suspend over it */
 	.next_completed = aiocb_next_completed, /* aio_error walk, reap */
 	.idle = aiocb_idle,                     /* give the helper back */
+	.check = aiocb_check,                   /* the eventfd still ours? */
 };
 
 /* ------------------------------------------------------------------ */
@@ -319,7 +335,9 @@ static void aiocb_intr_interrupt(px_intr *in)
 
 	ssize_t n;
 
-	if (p->intr_pending)
+	/* (gone: the number may be another file by now, not to be
+	 * written) */
+	if (p->intr_pending || aiocb_gone(p))
 		return;
 	p->intr_pending = true;
 	while ((n = write(p->intr_efd, &one, sizeof(one))) < 0 && errno == EINTR)
@@ -348,13 +366,13 @@ const px_intr_ops px__intr_aiocb_ops = {
 int px__paio_aiocb_init(px_paio *p)
 {
 	/* Blocking: the helper's read waits for the write. */
-	p->intr_efd = px__own_fd_id(eventfd(0, EFD_CLOEXEC));
+	p->intr_efd = px__own_fd_id(eventfd(0, EFD_CLOEXEC), &p->intr_id);
 	if (p->intr_efd < 0)
 		return -errno;
 	/* The first list now: prepare always has one to fill. */
 	p->list = malloc(AIOCB_LIST_MIN * sizeof(*p->list));
 	if (!p->list) {
-		px__own_close(p->intr_efd);
+		px__own_close_id(p->intr_efd, &p->intr_id);
 		return -ENOMEM;
 	}
 	p->cap = AIOCB_LIST_MIN;
@@ -372,11 +390,16 @@ bool px__paio_aiocb_fini(px_paio *p)
 		uint64_t v = 1;
 		ssize_t n = 0;
 
-		/* A running read cannot be cancelled: finish it. */
+		/* A running read cannot be cancelled: finish it (not by a
+		 * write to a number that is not the eventfd any more). */
 		if (aio_cancel(p->intr_efd, &p->intr_cb) != AIO_CANCELED) {
-			while ((n = write(p->intr_efd, &v, sizeof(v))) < 0 &&
-			       errno == EINTR)
-				;
+			if (!px__own_fd_is(p->intr_efd, &p->intr_id))
+				n = -1;
+			else
+				while ((n = write(p->intr_efd, &v,
+						  sizeof(v))) < 0 &&
+				       errno == EINTR)
+					;
 		}
 		if (n < 0 && aio_error(&p->intr_cb) == EINPROGRESS) {
 			/* The eventfd was closed behind the library's back
@@ -389,7 +412,7 @@ bool px__paio_aiocb_fini(px_paio *p)
 			 * caller leaves the provider's memory to it; the
 			 * number, closed already and maybe the
 			 * application's file by now, is only forgotten. */
-			px__own_fd_drop(p->intr_efd);
+			px__own_fd_drop_id(p->intr_efd, &p->intr_id);
 			free(p->list);
 			return true;
 		}
@@ -397,7 +420,7 @@ bool px__paio_aiocb_fini(px_paio *p)
 			aio_suspend(one, 1, NULL);
 		aio_return(&p->intr_cb);
 	}
-	px__own_close(p->intr_efd);
+	px__own_close_id(p->intr_efd, &p->intr_id);
 	free(p->list);
 	return false;
 }

@@ -88,6 +88,7 @@
 struct ep {
 	px_poller base;
 	int epfd;
+	px_own_id ep_id;          /* what epfd named when made */
 	int nev, pos;             /* events from the last wait; next to hand */
 	/* The other processor's descriptor this one watches for a lone
 	 * thread (ep_watch): registered one-shot under EP_WATCH_KEY, armed
@@ -353,9 +354,9 @@ static void ep_release(struct ep *w)
 	if (w->epfd < 0)
 		;
 	else if (atomic_load_explicit(&w->base.broken, memory_order_relaxed))
-		px__own_fd_drop(w->epfd);   /* not ours any more */
+		px__own_fd_drop_id(w->epfd, &w->ep_id);   /* not ours any more */
 	else
-		px__own_close(w->epfd);
+		px__own_close_id(w->epfd, &w->ep_id);
 	free(w);
 }
 
@@ -386,18 +387,20 @@ static int ep_add_intr(struct ep *w, px_intr *in)
 static int ep_rebuild(px_poller *pl)
 {
 	struct ep *w = ep_of(pl);
+	px_own_id id;
 	int fd;
 
 	if (!atomic_load_explicit(&pl->broken, memory_order_relaxed))
 		return 0;
-	fd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
+	fd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC), &id);
 	if (fd < 0)
 		return -errno;
 	/* (The new instance may well have the old number, the lowest free
 	 * one: then it stays in the record.) */
 	if (fd != w->epfd)
-		px__own_fd_drop(w->epfd);
+		px__own_fd_drop_id(w->epfd, &w->ep_id);
 	w->epfd = fd;
+	w->ep_id = id;
 	w->nev = w->pos = 0;
 	w->watch_fd = -1;
 	w->watch_armed = false;
@@ -434,7 +437,7 @@ static void ep_verify(px_poller *pl)
 	 * whose registrations died with ours waited until px_destroy, which
 	 * then closed the application's instance (TESTING.md, fixed problem
 	 * 312).  Two system calls, at the idle check. */
-	if (!px__own_fd_is(w->epfd)) {
+	if (!px__own_fd_is(w->epfd, &w->ep_id)) {
 		atomic_store_explicit(&pl->broken, true, memory_order_relaxed);
 		return;
 	}
@@ -541,7 +544,7 @@ static int ep_create(px_intr *in, bool edge, px_poller **out)
 	w->stamp = (uint64_t)(0x8000u + atomic_fetch_add_explicit(
 			&ep_stamps, 1, memory_order_relaxed) % 0x7fffu)
 		   << EP_STAMP_SHIFT;
-	w->epfd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC));
+	w->epfd = px__own_fd_id(epoll_create1(EPOLL_CLOEXEC), &w->ep_id);
 	if (w->epfd < 0) {
 		rc = -errno;
 		goto fail;

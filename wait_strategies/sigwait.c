@@ -276,7 +276,8 @@ static int sigw_ready_fd(px_wait *w)
 		/* Marked once it has its number (the keep-off may move
 		 * it). */
 		p->sig_fd = px__own_fd_id(px__fd_keep_off_ops(p->prov.px,
-				signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)));
+				signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC)),
+				&p->sig_id);
 		if (p->sig_fd < 0)
 			p->sig_fd = -2;
 	}
@@ -472,7 +473,7 @@ void px__paio_sigwait_fini(px_paio *p)
 	    (pthread_equal(pthread_self(), p->creator) && !p->creator_blocked))
 		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 	if (p->sig_fd >= 0)
-		px__own_close(p->sig_fd);
+		px__own_close_id(p->sig_fd, &p->sig_id);
 	pthread_mutex_lock(&sigw_lock);
 	sigaction(p->signo, &sigw_slot[p->signo].old, NULL);
 	sigw_slot[p->signo].owner = NULL;
