@@ -42,7 +42,8 @@ static void efd_interrupt(px_intr *in)
 	uint64_t one = 1;
 	ssize_t n;
 
-	if (e->pending)
+	if (e->pending ||
+	    atomic_load_explicit(&in->foreign, memory_order_relaxed))
 		return;
 	e->pending = true;
 	/* EAGAIN (counter at its maximum) leaves the fd readable anyway.
@@ -60,8 +61,9 @@ static void efd_drain(px_intr *in)
 	struct px_intr_eventfd *e = to_efd(in);
 	uint64_t v;
 
-	while (read(e->base.fd, &v, sizeof(v)) < 0 && errno == EINTR)
-		;
+	if (!atomic_load_explicit(&in->foreign, memory_order_relaxed))
+		while (read(e->base.fd, &v, sizeof(v)) < 0 && errno == EINTR)
+			;
 	e->pending = false;
 }
 

@@ -64,7 +64,8 @@ static void pipe_interrupt(px_intr *in)
 	ssize_t n;
 	int err;
 
-	if (p->pending)
+	if (p->pending ||
+	    atomic_load_explicit(&in->foreign, memory_order_relaxed))
 		return;
 	p->pending = true;
 	/* EAGAIN would mean the pipe is full: readable already, fine.
@@ -106,9 +107,11 @@ static void pipe_drain(px_intr *in)
 	char buf[64];
 	ssize_t n;
 
-	do {
-		n = read(p->base.fd, buf, sizeof(buf));
-	} while (n > 0 || (n < 0 && errno == EINTR));
+	if (!atomic_load_explicit(&in->foreign, memory_order_relaxed)) {
+		do {
+			n = read(p->base.fd, buf, sizeof(buf));
+		} while (n > 0 || (n < 0 && errno == EINTR));
+	}
 	p->pending = false;
 }
 

@@ -433,6 +433,12 @@ struct px_intr {
 	 * instead (wait_strategies/epoll.c).  Set by any thread with the
 	 * mutex, read by the leader without it: atomic, relaxed. */
 	atomic_bool gone;
+	/* fd's number names another file than the one made for it (an idle
+	 * check found so: px__own_fd_is against fd_id), the application's
+	 * maybe: gone too, and the interrupt neither writes nor drains it any
+	 * more, where it wrote into the application's file and read its
+	 * data (TESTING.md, fixed problem 312).  Atomic, relaxed. */
+	atomic_bool foreign;
 };
 
 /* Interrupt strategies by number (px_processor_config.interrupt names one;

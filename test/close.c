@@ -26,6 +26,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/ioctl.h>
@@ -3179,6 +3180,111 @@ static void readiness_epoll_taken_by_apps_epoll(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * The readiness epoll wait's interrupt eventfd replaced with dup2(2) by
+ * an eventfd of the application's, a loop thread in
+ * px_handle_events(px, 500) and a read pending on a quiet socket (so the
+ * idle checks run): once the check has had 1.5 s to look, ten posts from
+ * the test thread each arrive within 2 s, none of them writes to the
+ * application's eventfd (its counter, read before them, is still 0
+ * after), none reads it (a count of 5 written by the test is still
+ * there), a read started afterwards gets its data, and px_destroy leaves
+ * the eventfd open.  Before (fixed problem 312), each post wrote 1 into
+ * the application's eventfd, and the idle check, finding the number not
+ * registered in the instance, rebuilt the instance with the
+ * application's eventfd as its interrupt, whose counter the leader's
+ * drains then took.  Engines whose socket reads the readiness epoll wait
+ * serves, with an eventfd interrupt: skipped elsewhere, saying so.
+ */
+static void readiness_interrupt_replaced_by_apps_eventfd(void **state)
+{
+	h_fx *f = *state;
+	static int before[OWN_MAX], after[OWN_MAX];
+
+	if (!read_served_by_epoll_wait() ||
+	    (strstr(h_engine_text, "interrupt=") &&
+	     !strstr(h_engine_text, "interrupt=eventfd"))) {
+		printf("# not the readiness epoll wait with an eventfd "
+		       "interrupt\n");
+		skip();
+	}
+	int nb = list_fds(before, OWN_MAX), efd = -1, nefd = 0;
+	px_proactor *b = NULL;
+	char err[256] = "", t[128];
+	assert_int_equal(px_create_config(&b, &h_cfg, err, sizeof err), 0);
+	own_fds_read_works(f, b, "a first read on the second proactor");
+	int na = list_fds(after, OWN_MAX);
+	for (int i = 0; i < na; i++) {
+		if (in_list(before, nb, after[i]) ||
+		    in_list(f->fds, f->nfds, after[i]))
+			continue;
+		fd_target(after[i], t, sizeof t);
+		if (strstr(t, "eventfd")) {
+			efd = after[i];
+			nefd++;
+		}
+	}
+	if (nefd != 1) {
+		assert_int_equal(px_destroy(b), 0);
+		printf("# %d eventfds of the engine's own: not staged\n", nefd);
+		skip();
+	}
+	int a[2];
+	char *in;
+	h_rec *rd = pending_read_on(f, b, a, 16, &in);
+	loop_once lb;
+	loop_thread_start(&lb, b, loop_500);
+	leader_settled(b);
+	int app = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	assert_true(app >= 0);
+	assert_int_equal(dup2(app, efd), efd);
+	assert_int_equal(close(app), 0);
+	h_sleep_ms(1500);
+	uint64_t v = 0;
+	(void)read(efd, &v, sizeof v);   /* what came before the check */
+	v = 5;
+	assert_int_equal(write(efd, &v, sizeof v), (ssize_t)sizeof v);
+	atomic_int posts = 0;
+	for (int k = 0; k < 10; k++) {
+		assert_int_equal(px_post(b, count_post, &posts), 0);
+		uint64_t dl = h_deadline(2000);
+		while (atomic_load(&posts) < k + 1 && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (atomic_load(&posts) < k + 1)
+			break;
+	}
+	int got = atomic_load(&posts);
+	v = 0;
+	ssize_t n = read(efd, &v, sizeof v);
+	assert_int_equal(write(a[0], "ping", 4), 4);
+	(void)nap_until_done(rd, 5000);
+	atomic_store(&lb.stop, 1);
+	(void)px_post(b, count_post, &posts);
+	pthread_join(lb.th, NULL);
+	if (got != 10)
+		fail_msg("%d of 10 posts arrived within 2 s each with the "
+			 "interrupt's eventfd %d replaced (engine '%s')", got,
+			 efd, h_engine_text);
+	if (n != (ssize_t)sizeof v || v != 5)
+		fail_msg("the application's eventfd under the interrupt's "
+			 "number %d was written or read by the library: count "
+			 "%llu, expected 5 (engine '%s')", efd,
+			 n == (ssize_t)sizeof v ? (unsigned long long)v : 0ull,
+			 h_engine_text);
+	if (!h_rec_done(rd))
+		fail_msg("a read did not end within 5 s of its data with the "
+			 "interrupt's eventfd replaced (engine '%s')",
+			 h_engine_text);
+	expect_once(rd, PX_OP_READ_STREAM, a[1], 0, "the pending read");
+	assert_int_equal(rd->c.bytes, 4);
+	destroy_within(b, "after its interrupt's eventfd was replaced");
+	if (!fd_open(efd))
+		fail_msg("px_destroy closed the application's eventfd under %d",
+			 efd);
+	assert_int_equal(close(efd), 0);
+	h_assert_usable(f);
+}
+
 /* The one epoll instance among the numbers open now that were not in
  * before[0..nb) (the fixture's own proactor's is there), or -1 (and how
  * many there are in *neps).  (Not the fixture's record of numbers: a
@@ -3775,6 +3881,7 @@ int main(int argc, char **argv)
 		T(engine_descriptor_replaced_by_dup2),
 		T(readiness_epoll_replaced_by_dup2),
 		T(readiness_epoll_taken_by_apps_epoll),
+		T(readiness_interrupt_replaced_by_apps_eventfd),
 		T(readiness_epoll_rebuild_refused_then_closed_again),
 		T(engine_descriptors_closed_after_file_reads),
 		T(aiocb_eventfd_closed_under_its_read_then_destroy),

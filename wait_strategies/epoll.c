@@ -371,12 +371,15 @@ static void ep_destroy(px_poller *pl)
 	ep_release(ep_of(pl));
 }
 
-/* Register the interrupt's descriptor (if it has one) with the instance. */
+/* Register the interrupt's descriptor (if it has one, and it is still
+ * the interrupt's: px_intr.foreign) with the instance. */
 static int ep_add_intr(struct ep *w, px_intr *in)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EP_INTR_KEY };
 
-	if (in->fd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, in->fd, &ev) == 0)
+	if (in->fd < 0 ||
+	    atomic_load_explicit(&in->foreign, memory_order_relaxed) ||
+	    epoll_ctl(w->epfd, EPOLL_CTL_ADD, in->fd, &ev) == 0)
 		return 0;
 	return -errno;
 }
@@ -443,6 +446,16 @@ static void ep_verify(px_poller *pl)
 	}
 	if (in->fd < 0 || atomic_load_explicit(&in->gone, memory_order_relaxed))
 		return;
+	/* Then the interrupt's: an application's file under its number was
+	 * not registered here, so the MOD below made a rebuild take it for
+	 * the interrupt, whose drains then read its data, and whose writes
+	 * went into it (fixed problem 312).  Gone now: the waits bound
+	 * themselves, and it is neither written, drained nor watched. */
+	if (!px__own_fd_is(in->fd, &in->fd_id)) {
+		atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
+		atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+		return;
+	}
 	/* Through px__sys_epoll_ctl: the point is to look at a number the
 	 * application may have closed or reused meanwhile, which
 	 * ThreadSanitizer, modelling a descriptor as memory, reports against
