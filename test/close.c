@@ -8,8 +8,9 @@
  * their edges and of deferred operations, and a max_aio too small for
  * what is pending (the deferred operations are started beyond it instead
  * of starving); the engines' own descriptors, refused by px_close and the
- * starts, and an io_uring ring closed behind the library's back.  Public
- * API only.
+ * starts, an io_uring ring closed behind the library's back, and each
+ * engine descriptor replaced by a file of the application's, which
+ * px_destroy must leave open.  Public API only.
  *
  *   close 'ENGINE CONFIG TEXT' [TEST FILTER]
  */
