@@ -475,6 +475,26 @@ static int px_uring_ready_fd(px_wait *w)
 	return px__uring_ready_fd(px_uring_of_wait(w));
 }
 
+/* The processor's idle check: a ring whose number names another file
+ * now (px__own_fd_is) is dead, as for EBADF.  Another io_uring ring
+ * there (the application's) takes every enter without an error: it
+ * submitted that ring's SQEs for the counts of ours, none of ours went
+ * in, and px_destroy waited for its cancels for good (TESTING.md, fixed
+ * problem 311).  Two system calls a ring. */
+static void px_uring_check(px_wait *w)
+{
+	px_uring *u = px_uring_of_wait(w);
+
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+
+		if (!atomic_load_explicit(&rg->dead, memory_order_relaxed) &&
+		    !px__own_fd_is(rg->ring.ring_fd, &rg->ring_id))
+			atomic_store_explicit(&rg->dead, true,
+					      memory_order_relaxed);
+	}
+}
+
 const px_wait_ops px__wait_uring_ops = {
 	.name = "uring",
 	.destroy = px_uring_wait_destroy,          /* nothing: lives in the provider */
@@ -484,6 +504,7 @@ const px_wait_ops px__wait_uring_ops = {
 	.next_completed = px_uring_next_completed, /* reap one CQE -> result */
 	.may_lead = px_uring_may_lead,             /* a ring with work, no leader */
 	.ready_fd = px_uring_ready_fd,             /* an eventfd of every ring */
+	.check = px_uring_check,                   /* the rings still ours? */
 };
 
 /* ------------------------------------------------------------------ */
