@@ -155,6 +155,8 @@ static void pollp_prepare(px_poller *pl)
 		p->spare_reg = NULL;
 		p->spare_cap = 0;
 	}
+	if (atomic_load_explicit(&pl->intr->foreign, memory_order_relaxed))
+		p->intr_gone = true;   /* pollp_verify */
 	if (pl->intr->fd >= 0 && !p->intr_gone) {
 		p->wpfd[0].fd = pl->intr->fd;
 		p->wpfd[0].events = POLLIN;
@@ -245,6 +247,25 @@ static void pollp_destroy(px_poller *pl)
 	free(p);
 }
 
+/* poller.h, at the processor's idle check: the interrupt's descriptor
+ * may have been replaced behind the library's back by a file of the
+ * application's (dup2, or its next open after a close), which the waits
+ * then watched, the drains read and the interrupts wrote (TESTING.md,
+ * fixed problem 312).  Watched no more, as for a close (intr_gone), and
+ * foreign: neither written nor drained.  Two system calls. */
+static void pollp_verify(px_poller *pl)
+{
+	px_intr *in = pl->intr;
+
+	if (in->fd < 0 ||
+	    atomic_load_explicit(&in->foreign, memory_order_relaxed) ||
+	    px__own_fd_is(in->fd, &in->fd_id))
+		return;
+	/* (intr_gone is the leader's: its next prepare sets it) */
+	atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
+	atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+}
+
 static const px_poller_ops pollp_ops = {
 	.name = "poll",
 	.destroy = pollp_destroy,
@@ -253,6 +274,7 @@ static const px_poller_ops pollp_ops = {
 	.prepare = pollp_prepare,     /* copy behind the interrupt's fd */
 	.wait = pollp_wait,           /* ppoll with the intr's mask */
 	.collect = pollp_collect,     /* every revents */
+	.verify = pollp_verify,       /* the interrupt's fd still ours? */
 };
 
 int px__poller_poll_create(px_intr *in, px_poller **out)

@@ -143,11 +143,14 @@ typedef struct px_poller_ops {
 	 * 0 when nothing was broken; -errno when no new object could be made
 	 * (the waits go on failing with -EBADF: try again after the next). */
 	int (*rebuild)(px_poller *pl);
-	/* Optional (epoll): is the kernel object the waits use still
-	 * ours?  Another one of the same kind may have taken its number,
-	 * and then reports nothing of ours.  Marks the poller broken if not.
-	 * Under the caller's lock, now and then (a system call), maybe
-	 * while another thread is in the wait, which it leaves alone. */
+	/* Optional: is the kernel object the waits use still ours (epoll)?
+	 * Another one of the same kind may have taken its number, and then
+	 * reports nothing of ours.  Marks the poller broken if not.  And is
+	 * the interrupt's descriptor still the interrupt's (epoll, poll,
+	 * select: px__own_fd_is)?  If not, marks it gone and foreign.
+	 * Under the caller's lock, now and then (a system call or two),
+	 * maybe while another thread is in the wait, which it leaves
+	 * alone. */
 	void (*verify)(px_poller *pl);
 } px_poller_ops;
 

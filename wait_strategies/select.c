@@ -150,6 +150,8 @@ static void selp_prepare(px_poller *pl)
 	selp_or_writers(&s->wrd, &s->rd, &s->wr, &s->quiet);
 	s->wwr = s->wr;
 	s->wmax = s->top;
+	if (atomic_load_explicit(&pl->intr->foreign, memory_order_relaxed))
+		s->intr_gone = true;   /* selp_verify */
 	if (ifd >= 0 && !s->intr_gone) {
 		FD_SET(ifd, &s->wrd);
 		if (ifd > s->wmax)
@@ -274,6 +276,22 @@ static void selp_destroy(px_poller *pl)
 	free(selp_of(pl));
 }
 
+/* poller.h, at the processor's idle check: the interrupt's descriptor
+ * replaced by another file (as in poll.c, pollp_verify; TESTING.md,
+ * fixed problem 312): watched no more, neither written nor drained. */
+static void selp_verify(px_poller *pl)
+{
+	px_intr *in = pl->intr;
+
+	if (in->fd < 0 ||
+	    atomic_load_explicit(&in->foreign, memory_order_relaxed) ||
+	    px__own_fd_is(in->fd, &in->fd_id))
+		return;
+	/* (intr_gone is the leader's: its next prepare sets it) */
+	atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
+	atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+}
+
 static const px_poller_ops selp_ops = {
 	.name = "select",
 	.destroy = selp_destroy,
@@ -282,6 +300,7 @@ static const px_poller_ops selp_ops = {
 	.prepare = selp_prepare,      /* copy the sets for pselect */
 	.wait = selp_wait,            /* pselect with the intr's mask */
 	.collect = selp_collect,      /* set bits; NVAL after EBADF */
+	.verify = selp_verify,        /* the interrupt's fd still ours? */
 };
 
 int px__poller_select_create(px_intr *in, px_poller **out)
