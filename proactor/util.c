@@ -340,8 +340,10 @@ static size_t own_high_n, own_high_cap;
  * (each its own inode) or any ordinary file apart, and a stamp on the
  * open file description, since eventfds, epoll instances and signalfds
  * share one anonymous inode: F_SETSIG's signal number, which only a file
- * with O_ASYNC (or a lease, a directory notification) ever uses, none of
- * them ours, and which a new file of the application's has at 0.  The
+ * with O_ASYNC (or a lease, a directory notification) ever uses, and
+ * which a new file of the application's has at 0.  (The one O_ASYNC of
+ * ours, the linux_rt wait's on a pipe interrupt, changes it while the
+ * wait lives and puts it back when it lets the file go.)  The
  * library may also have been given the number again for a descriptor of
  * its own (a rebuilt epoll instance, a POSIX AIO dup), which the stamp
  * does not tell from the first: so a table here says, by number, which

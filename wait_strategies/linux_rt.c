@@ -131,6 +131,12 @@ struct lrt {
 	size_t nshared;         /* slots with shared */
 	bool have_leader;
 	bool intr_async;        /* the interrupt's fd raises the signal */
+	/* The interrupt's owner and signal before the wait took them: its
+	 * signal is the stamp that tells the library's descriptor from
+	 * another file under its number (util.c, px__own_fd_id), which
+	 * destroy must put back, or px_destroy took the interrupt for the
+	 * application's file and left it open (one pipe end per proactor). */
+	lrt_saved intr_saved;
 	pthread_t leader;
 	pid_t tid;
 	sigset_t wset;          /* what the wait takes */
@@ -196,8 +202,8 @@ static int lrt_own_locked(struct lrt *w, int fd, bool ours, lrt_saved *sv)
 		return -errno;
 	if ((fl & O_ASYNC) && !ours)
 		return 0;
-	/* Turning O_ASYNC on: keep what the application had (sv: NULL for
-	 * the interrupt's descriptor, the library's own). */
+	/* Turning O_ASYNC on: keep what the file had (the application's
+	 * owner and signal, or the interrupt's stamp). */
 	if (sv && !(fl & O_ASYNC)) {
 		int sig = fcntl(fd, F_GETSIG);
 
@@ -472,7 +478,7 @@ static void lrt_take_leader(struct lrt *w)
 			lrt_owned(w, sl, rc);
 	}
 	if (w->base.intr->fd >= 0 &&
-	    lrt_own(w, w->base.intr->fd, w->intr_async, NULL) >= 0)
+	    lrt_own(w, w->base.intr->fd, w->intr_async, &w->intr_saved) >= 0)
 		w->intr_async = true;
 	w->full = true;
 }
@@ -649,7 +655,7 @@ static void lrt_destroy(px_poller *pl)
 		w->slot[i].reg->armed = 0;
 	}
 	if (w->intr_async)
-		lrt_disown(pl->intr->fd, NULL);
+		lrt_disown(pl->intr->fd, &w->intr_saved);
 	if (w->have_leader && pthread_equal(pthread_self(), w->leader)) {
 		/* Leave nothing of ours queued to this thread. */
 		const struct timespec zero = { 0, 0 };
