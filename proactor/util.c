@@ -445,6 +445,14 @@ static void own_id_forget_locked(int fd)
 			break;
 		}
 	}
+	/* Empty once the last proactor is gone: given back, so that a
+	 * library unloaded with dlclose leaves no table behind (LeakSanitizer
+	 * in dlopen_shared: the pointer went with the library's data). */
+	if (!own_ids_n && own_ids) {
+		free(own_ids);
+		own_ids = NULL;
+		own_ids_cap = 0;
+	}
 	if ((unsigned)fd < PX_OWN_FD_BITS)
 		atomic_fetch_and_explicit(&own_id_bits[(unsigned)fd / w],
 					  ~(1ul << ((unsigned)fd % w)),
