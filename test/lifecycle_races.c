@@ -2492,13 +2492,13 @@ static unsigned long long pc_round(h_fx *f)
 	pc.px = f->px;
 	/* A read that gets no data keeps the processor busy: the other
 	 * thread leads it, blocked in the kernel, rather than sleeping as a
-	 * follower, whom the leaving call would wake. */
+	 * follower, whom the leaving call would wake.  Its buffer is the
+	 * fixture's (h_start_pending_read): the read stays pending after
+	 * this function returns, until px_destroy, and a buffer on this
+	 * stack would be gone by then. */
 	int sv[2];
-	char buf[8];
-	h_socketpair(f, sv);
-	h_rec *idle = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[1], buf, sizeof buf,
-					h_rec_cb, idle), 0);
+	char *buf;
+	h_rec *idle = h_start_pending_read(f, sv, 8, &buf);
 	assert_int_equal(px_post(f->px, pc_link_cb, NULL), 0);
 	int n = px_handle_events(f->px, 100);
 	uint64_t t0 = h_now_ns();
