@@ -2687,10 +2687,12 @@ static void idle_processor_start_reaches_leader(void **state)
 	int sv[2];
 	h_socketpair(f, sv);
 	int fd = pattern_file(f);
-	char idle[4];
+	/* The fixture's memory: the read stays pending after this function
+	 * returns, until the fixture's px_destroy. */
+	char *idle = h_alloc(f, 4);
 	h_rec *quiet = h_rec_new(f);
-	assert_int_equal(px_read_stream(f->px, sv[0], idle, sizeof idle,
-					h_rec_cb, quiet), 0);
+	assert_int_equal(px_read_stream(f->px, sv[0], idle, 4, h_rec_cb,
+					quiet), 0);
 	pthread_t loop;
 	assert_int_equal(pthread_create(&loop, NULL, one_loop_main, f->px), 0);
 	unsigned long long late[3];
