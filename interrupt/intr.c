@@ -21,6 +21,21 @@ int px__intr_type_n(const char *name, size_t n)
 	return -1;
 }
 
+bool px__intr_check_foreign(px_intr *in)
+{
+	if (in->fd < 0)
+		return false;
+	if (atomic_load_explicit(&in->foreign, memory_order_relaxed))
+		return true;
+	if (px__own_fd_is(in->fd, &in->fd_id))
+		return false;
+	/* (a poller's own view, such as poll's intr_gone, follows at its
+	 * leader's next prepare) */
+	atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
+	atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+	return true;
+}
+
 int px__intr_type(const char *name)
 {
 	return name ? px__intr_type_n(name, strlen(name)) : -1;

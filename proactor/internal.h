@@ -478,6 +478,15 @@ int px__intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
+/* At a processor's idle check (the pollers' verify): is in's descriptor
+ * another file now than the one made for it (px__own_fd_is against
+ * fd_id), the application's maybe, put there with dup2 or by its next
+ * open after a close behind the library's back?  Then it is marked
+ * foreign and gone: neither watched, written, drained nor registered
+ * again, where the waits watched it, the drains read its data and the
+ * interrupts wrote into it (TESTING.md, fixed problem 312).  Returns
+ * whether it is foreign.  Two system calls, unless known already. */
+bool px__intr_check_foreign(px_intr *in) PX_HIDDEN;
 /* Whether a proactor's POSIX AIO sigwait wait holds signo
  * (wait_strategies/sigwait.c): for the message of an interrupt=signal
  * refused on it. */

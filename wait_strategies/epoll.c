@@ -451,11 +451,8 @@ static void ep_verify(px_poller *pl)
 	 * the interrupt, whose drains then read its data, and whose writes
 	 * went into it (fixed problem 312).  Gone now: the waits bound
 	 * themselves, and it is neither written, drained nor watched. */
-	if (!px__own_fd_is(in->fd, &in->fd_id)) {
-		atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
-		atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+	if (px__intr_check_foreign(in))
 		return;
-	}
 	/* Through px__sys_epoll_ctl: the point is to look at a number the
 	 * application may have closed or reused meanwhile, which
 	 * ThreadSanitizer, modelling a descriptor as memory, reports against

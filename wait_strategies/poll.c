@@ -248,22 +248,11 @@ static void pollp_destroy(px_poller *pl)
 }
 
 /* poller.h, at the processor's idle check: the interrupt's descriptor
- * may have been replaced behind the library's back by a file of the
- * application's (dup2, or its next open after a close), which the waits
- * then watched, the drains read and the interrupts wrote (TESTING.md,
- * fixed problem 312).  Watched no more, as for a close (intr_gone), and
- * foreign: neither written nor drained.  Two system calls. */
+ * replaced behind the library's back (px__intr_check_foreign), which the
+ * next prepare then leaves out (intr_gone, the leader's). */
 static void pollp_verify(px_poller *pl)
 {
-	px_intr *in = pl->intr;
-
-	if (in->fd < 0 ||
-	    atomic_load_explicit(&in->foreign, memory_order_relaxed) ||
-	    px__own_fd_is(in->fd, &in->fd_id))
-		return;
-	/* (intr_gone is the leader's: its next prepare sets it) */
-	atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
-	atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+	(void)px__intr_check_foreign(pl->intr);
 }
 
 static const px_poller_ops pollp_ops = {

@@ -277,19 +277,11 @@ static void selp_destroy(px_poller *pl)
 }
 
 /* poller.h, at the processor's idle check: the interrupt's descriptor
- * replaced by another file (as in poll.c, pollp_verify; TESTING.md,
- * fixed problem 312): watched no more, neither written nor drained. */
+ * replaced behind the library's back (px__intr_check_foreign), which the
+ * next prepare then leaves out (intr_gone, the leader's). */
 static void selp_verify(px_poller *pl)
 {
-	px_intr *in = pl->intr;
-
-	if (in->fd < 0 ||
-	    atomic_load_explicit(&in->foreign, memory_order_relaxed) ||
-	    px__own_fd_is(in->fd, &in->fd_id))
-		return;
-	/* (intr_gone is the leader's: its next prepare sets it) */
-	atomic_store_explicit(&in->foreign, true, memory_order_relaxed);
-	atomic_store_explicit(&in->gone, true, memory_order_relaxed);
+	(void)px__intr_check_foreign(pl->intr);
 }
 
 static const px_poller_ops selp_ops = {
