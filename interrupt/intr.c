@@ -23,11 +23,16 @@ int px__intr_type_n(const char *name, size_t n)
 
 bool px__intr_check_foreign(px_intr *in)
 {
+	return px__intr_check_foreign_signed(in, 0);
+}
+
+bool px__intr_check_foreign_signed(px_intr *in, int stamp)
+{
 	if (in->fd < 0)
 		return false;
 	if (atomic_load_explicit(&in->foreign, memory_order_relaxed))
 		return true;
-	if (px__own_fd_is(in->fd, &in->fd_id))
+	if (px__own_fd_is_signed(in->fd, &in->fd_id, stamp))
 		return false;
 	/* (a poller's own view, such as poll's intr_gone, follows at its
 	 * leader's next prepare) */

@@ -487,6 +487,9 @@ int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HID
  * interrupts wrote into it (TESTING.md, fixed problem 312).  Returns
  * whether it is foreign.  Two system calls, unless known already. */
 bool px__intr_check_foreign(px_intr *in) PX_HIDDEN;
+/* The same for a descriptor whose stamp signal is stamp for now (0: the
+ * usual one; px__own_fd_is_signed). */
+bool px__intr_check_foreign_signed(px_intr *in, int stamp) PX_HIDDEN;
 /* Whether a proactor's POSIX AIO sigwait wait holds signo
  * (wait_strategies/sigwait.c): for the message of an interrupt=signal
  * refused on it. */
@@ -1016,6 +1019,10 @@ int px__own_fd_id(int fd, px_own_id *id) PX_HIDDEN;
  * kept, or it cannot tell.  Two system calls: at an idle check or a
  * close only. */
 bool px__own_fd_is(int fd, const px_own_id *id) PX_HIDDEN;
+/* px__own_fd_is for a descriptor whose stamp signal its owner has set to
+ * stamp for a while (the linux_rt wait sets its own signal on a pipe
+ * interrupt's read end, and puts the stamp back when it lets it go). */
+bool px__own_fd_is_signed(int fd, const px_own_id *id, int stamp) PX_HIDDEN;
 /* px__own_close of what px__own_fd_id made, only while the number still
  * names it; else -1 with EBADF, the number unmarked if it is not the
  * library's any more, left marked if another descriptor of the library's

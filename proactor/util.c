@@ -531,7 +531,7 @@ int px__own_fd_id(int fd, px_own_id *id)
  * library has made another descriptor under it since). */
 enum { OWN_YES, OWN_APPS, OWN_OTHER };
 
-static int own_check(int fd, const px_own_id *id)
+static int own_check(int fd, const px_own_id *id, int stamp)
 {
 	dev_t dev;
 	ino_t ino;
@@ -553,19 +553,24 @@ static int own_check(int fd, const px_own_id *id)
 		return errno == EBADF ? OWN_APPS : OWN_YES;
 	if (dev != id->dev || ino != id->ino)
 		return OWN_APPS;
-	if (id->stamped && fcntl(fd, F_GETSIG) != OWN_STAMP_SIG)
+	if (id->stamped && fcntl(fd, F_GETSIG) != (stamp ? stamp : OWN_STAMP_SIG))
 		return OWN_APPS;
 	return OWN_YES;
 }
 
 bool px__own_fd_is(int fd, const px_own_id *id)
 {
-	return own_check(fd, id) == OWN_YES;
+	return own_check(fd, id, 0) == OWN_YES;
+}
+
+bool px__own_fd_is_signed(int fd, const px_own_id *id, int stamp)
+{
+	return own_check(fd, id, stamp) == OWN_YES;
 }
 
 int px__own_close_id(int fd, const px_own_id *id)
 {
-	switch (own_check(fd, id)) {
+	switch (own_check(fd, id, 0)) {
 	case OWN_YES:
 		return px__own_close(fd);
 	case OWN_APPS:
@@ -582,7 +587,7 @@ int px__own_close_id(int fd, const px_own_id *id)
 
 void px__own_fd_drop_id(int fd, const px_own_id *id)
 {
-	if (own_check(fd, id) != OWN_OTHER)
+	if (own_check(fd, id, 0) != OWN_OTHER)
 		px__own_fd_drop(fd);
 }
 

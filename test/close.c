@@ -2846,11 +2846,15 @@ static void engine_descriptor_closed_alone(void **state)
  * arrives within 3 s, a read whose data comes ends once within 5 s (with
  * the data, or an error), px_destroy returns within 5 s, and the
  * application's pipe is still open under the number afterwards, the same
- * pipe (its inode), carrying a byte written to it.  px_destroy closed
- * whatever the number named, the application's file included: only the
- * readiness provider's epoll instance was checked (ep_verify, fixed
- * problem 309) (TESTING.md, fixed problem 310).  Engines that hold no
- * descriptor: skipped.
+ * pipe (its inode), signal-driven as the application made it (O_ASYNC,
+ * its process the owner, SIGWINCH the signal), carrying a byte written
+ * to it.  px_destroy closed whatever the number named, the application's
+ * file included: only the readiness provider's epoll instance was
+ * checked (ep_verify, fixed problem 309) (TESTING.md, fixed problem 310).
+ * And the linux_rt wait, giving its pipe interrupt back the owner and
+ * signal it had saved, turned the application's O_ASYNC off and stamped
+ * the pipe with the library's signal (fixed problem 325).  Engines that
+ * hold no descriptor: skipped.
  */
 static void engine_descriptor_replaced_by_dup2(void **state)
 {
@@ -2875,6 +2879,13 @@ static void engine_descriptor_replaced_by_dup2(void **state)
 		h_pipe(f, p);
 		struct stat want, got_st;
 		assert_int_equal(fstat(p[0], &want), 0);
+		/* Signal-driven, as an application may make its pipe: the
+		 * owner, the signal (SIGWINCH, ignored by default) and O_ASYNC
+		 * belong to the open file, and must stay the application's. */
+		assert_int_equal(fcntl(p[0], F_SETOWN, getpid()), 0);
+		assert_int_equal(fcntl(p[0], F_SETSIG, SIGWINCH), 0);
+		assert_int_equal(fcntl(p[0], F_SETFL,
+				       fcntl(p[0], F_GETFL) | O_ASYNC), 0);
 		leader_settled(x.b);
 		assert_int_equal(dup2(p[0], fd), fd);
 		loop_once lb;
@@ -2915,6 +2926,16 @@ static void engine_descriptor_replaced_by_dup2(void **state)
 			fail_msg("px_destroy closed the application's pipe under the "
 				 "number %d, once the engine's %s (engine '%s')", fd,
 				 x.t, h_engine_text);
+		if (!(fcntl(fd, F_GETFL) & O_ASYNC) ||
+		    fcntl(fd, F_GETSIG) != SIGWINCH || fcntl(fd, F_GETOWN) != getpid())
+			fail_msg("the application's pipe under the number %d, once the "
+				 "engine's %s: O_ASYNC %s, signal %d, owner %d, where the "
+				 "application had set O_ASYNC, SIGWINCH and its process "
+				 "(engine '%s')", fd, x.t,
+				 fcntl(fd, F_GETFL) & O_ASYNC ? "on" : "off",
+				 fcntl(fd, F_GETSIG), fcntl(fd, F_GETOWN),
+				 h_engine_text);
+		assert_int_equal(fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_ASYNC), 0);
 		char c = 0;
 		assert_int_equal(write(p[1], "y", 1), 1);
 		assert_int_equal(read(fd, &c, 1), 1);

@@ -32,6 +32,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -516,6 +518,165 @@ static void application_signals_own_descriptor(void **state)
 	assert_int_equal(own, APP_SIGNALS);
 }
 
+/*
+ * Changes that raise no signal, each with a read pending on a fresh
+ * proactor of the wait (its dedicated thread leads, a loop thread runs
+ * the callbacks): the application's
+ * own shutdown(SHUT_RD) of the socket; a signalfd (SIGUSR2 blocked in
+ * every thread, then sent to the process); the socket's owner taken by a
+ * forked child (F_SETOWN to itself, the wait's signal blocked there, as
+ * a worker that sets up signal-driven I/O of its own on an inherited
+ * socket), then a byte sent.  The kernel queues no signal to the leader
+ * in any of them.  Each read must end once within 10 s: with the end of
+ * stream, with the signal's record, with the byte.  They waited for a
+ * cancel, all three (known problems of 2026-12-06); the wait's idle check
+ * now polls what is armed (lrt_verify; TESTING.md, fixed problem 325).
+ */
+enum { NOSIG_SHUT_RD, NOSIG_SIGNALFD, NOSIG_OWNER_TAKEN };
+
+static atomic_int g_ns_calls;
+static int g_ns_error;
+static size_t g_ns_bytes;
+
+static void on_nosig_read(const px_completion *c)
+{
+	g_ns_error = c->error;
+	g_ns_bytes = c->bytes;
+	atomic_fetch_add(&g_ns_calls, 1);
+}
+
+static const char *nosig_name(int kind)
+{
+	return kind == NOSIG_SHUT_RD ? "shutdown(SHUT_RD) by the application"
+	     : kind == NOSIG_SIGNALFD ? "a signalfd"
+	     : "the owner taken by a forked child";
+}
+
+/* One case; false when the engine cannot be made here (skip). */
+static bool nosig_case(int kind)
+{
+	char err[256] = "", buf[256];
+	sigset_t usr2, old;
+	pthread_t lt;
+	pid_t child = -1;
+	int fd, sv[2] = { -1, -1 }, ready[2];
+
+	sigemptyset(&usr2);
+	sigaddset(&usr2, SIGUSR2);
+	/* Blocked before px_create: its dedicated thread inherits the mask. */
+	pthread_sigmask(SIG_BLOCK, &usr2, &old);
+	int rc = px_create(&g_px, "linux-rt-dedicated", err, sizeof(err));
+	if (rc == -ENOSYS || rc == -EPERM) {
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		return false;
+	}
+	assert_int_equal(rc, 0);
+	if (kind == NOSIG_SIGNALFD) {
+		fd = signalfd(-1, &usr2, SFD_NONBLOCK | SFD_CLOEXEC);
+		assert_true(fd >= 0);
+	} else {
+		assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC,
+					    0, sv), 0);
+		fd = sv[0];
+	}
+	atomic_store(&g_ns_calls, 0);
+	atomic_store(&g_stop, 0);
+	assert_int_equal(pthread_create(&lt, NULL, loop, NULL), 0);
+	assert_int_equal(px_read_stream(g_px, fd, buf, sizeof(buf),
+					on_nosig_read, NULL), 0);
+	usleep(50 * 1000);  /* (the leader has it armed, and waits) */
+	switch (kind) {
+	case NOSIG_SHUT_RD:
+		assert_int_equal(shutdown(fd, SHUT_RD), 0);
+		break;
+	case NOSIG_SIGNALFD:
+		assert_int_equal(kill(getpid(), SIGUSR2), 0);
+		break;
+	case NOSIG_OWNER_TAKEN:
+		assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+		child = fork();
+		assert_true(child >= 0);
+		if (child == 0) {
+			sigset_t s;
+			char c = 1;
+
+			sigemptyset(&s);
+			sigaddset(&s, SIGRTMIN + 3);
+			sigaddset(&s, SIGIO);
+			sigprocmask(SIG_BLOCK, &s, NULL);
+			if (fcntl(fd, F_SETOWN, getpid()) < 0)
+				c = 0;
+			if (write(ready[1], &c, 1) != 1)
+				_exit(1);
+			for (;;)
+				pause();
+		}
+		close(ready[1]);
+		char c = 0;
+		assert_int_equal(read(ready[0], &c, 1), 1);
+		close(ready[0]);
+		assert_int_equal(c, 1);
+		assert_int_equal(write(sv[1], "z", 1), 1);
+		break;
+	}
+	uint64_t t0 = now_ms();
+	while (atomic_load(&g_ns_calls) < 1 && now_ms() - t0 < 10000)
+		usleep(1000);
+	uint64_t took = now_ms() - t0;
+	usleep(20 * 1000);  /* (a second callback would come now) */
+	int calls = atomic_load(&g_ns_calls);
+	atomic_store(&g_stop, 1);
+	pthread_join(lt, NULL);
+	if (child > 0) {
+		kill(child, SIGKILL);
+		waitpid(child, NULL, 0);
+	}
+	assert_int_equal(px_destroy(g_px), 0);
+	g_px = NULL;
+	if (calls == 0)
+		fail_msg("%s: the read was still pending after 10 s",
+			 nosig_name(kind));
+	printf("%s: the read ended after %llu ms\n", nosig_name(kind),
+	       (unsigned long long)took);
+	assert_int_equal(calls, 1);
+	assert_int_equal(g_ns_error, 0);
+	switch (kind) {
+	case NOSIG_SHUT_RD:
+		assert_int_equal(g_ns_bytes, 0);
+		break;
+	case NOSIG_SIGNALFD: {
+		const struct signalfd_siginfo *si = (const void *)buf;
+
+		assert_int_equal(g_ns_bytes, sizeof(*si));
+		assert_int_equal(si->ssi_signo, SIGUSR2);
+		break;
+	}
+	case NOSIG_OWNER_TAKEN:
+		assert_int_equal(g_ns_bytes, 1);
+		assert_int_equal(buf[0], 'z');
+		break;
+	}
+	if (sv[0] >= 0) {
+		close(sv[0]);
+		close(sv[1]);
+	} else {
+		close(fd);
+	}
+	const struct timespec zero = { 0, 0 };
+	while (sigtimedwait(&usr2, NULL, &zero) > 0)
+		;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return true;
+}
+
+static void unsignalled_changes_end_reads(void **state)
+{
+	(void)state;
+	for (int kind = NOSIG_SHUT_RD; kind <= NOSIG_OWNER_TAKEN; kind++)
+		if (!nosig_case(kind))
+			skip();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -525,6 +686,7 @@ int main(void)
 		cmocka_unit_test(application_async_left_alone),
 		cmocka_unit_test(owner_and_signal_given_back),
 		cmocka_unit_test(application_signals_own_descriptor),
+		cmocka_unit_test(unsignalled_changes_end_reads),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -63,10 +63,11 @@
  * most LRT_OUT_RECHECK_MS while there is one.
  *
  * Quirks: a descriptor whose driver has no asynchronous notification
- * (eventfd, timerfd, regular files) is reported only when set() finds it
- * ready.  The signals land on the leader thread: SIGRTMIN+3 and SIGIO stay
- * blocked in every thread that led (for good: the dedicated thread, or a
- * thread that led during px_destroy); a process-directed SIGIO the
+ * (eventfd, timerfd, regular files, signalfd) is reported when set()
+ * finds it ready, or at the next idle check (lrt_verify).  The signals
+ * land on the leader thread: SIGRTMIN+3 and SIGIO stay blocked in every
+ * thread that led (for good: the dedicated thread, or a thread that led
+ * during px_destroy); a process-directed SIGIO the
  * application sends may be taken by the leader (it only costs a full
  * poll).  A descriptor the application itself set to O_ASYNC keeps its
  * owner, its signal and O_ASYNC: it is polled (see "Dups"), never owned.
@@ -454,6 +455,13 @@ static void lrt_remove(px_poller *pl, px_poll_reg *reg)
 	reg->slot = 0;
 }
 
+/* The interrupt's descriptor is another file now (lrt_verify). */
+static bool lrt_intr_foreign(const struct lrt *w)
+{
+	return atomic_load_explicit(&w->base.intr->foreign,
+				    memory_order_relaxed);
+}
+
 /* A new leader thread: block the signals there and hand it every
  * descriptor; what was queued to the old one is lost, so poll them all. */
 static void lrt_take_leader(struct lrt *w)
@@ -477,7 +485,7 @@ static void lrt_take_leader(struct lrt *w)
 		if (rc >= 0 && !sl->async)
 			lrt_owned(w, sl, rc);
 	}
-	if (w->base.intr->fd >= 0 &&
+	if (w->base.intr->fd >= 0 && !lrt_intr_foreign(w) &&
 	    lrt_own(w, w->base.intr->fd, w->intr_async, &w->intr_saved) >= 0)
 		w->intr_async = true;
 	w->full = true;
@@ -513,7 +521,10 @@ static void lrt_prepare(px_poller *pl)
 		lrt_take_leader(w);
 	lrt_make_wset(w);
 	w->nowait = w->nready > 0 || w->full;
-	w->bounded = w->nout > 0 || w->nshared > 0;
+	/* (No wake-up comes through an interrupt that is gone: bounded as
+	 * the other waits are, PX_NO_WAKE_MS.) */
+	w->bounded = w->nout > 0 || w->nshared > 0 ||
+		     atomic_load_explicit(&pl->intr->gone, memory_order_relaxed);
 }
 
 static int lrt_wait(px_poller *pl, int timeout_ms)
@@ -580,7 +591,7 @@ static void lrt_poll_all(struct lrt *w)
 		w->pfd[i].events = lrt_pollev(reg->armed);
 		w->pfd[i].revents = 0;
 	}
-	w->pfd[n].fd = pl->intr->fd;
+	w->pfd[n].fd = lrt_intr_foreign(w) ? -1 : pl->intr->fd;
 	w->pfd[n].events = POLLIN;
 	w->pfd[n].revents = 0;
 	while ((rc = poll(w->pfd, n + 1, 0)) < 0 && errno == EINTR)
@@ -654,7 +665,11 @@ static void lrt_destroy(px_poller *pl)
 		w->slot[i].reg->slot = 0;
 		w->slot[i].reg->armed = 0;
 	}
-	if (w->intr_async)
+	/* (Looked at here too: a number taken since the last idle check,
+	 * or before the first, is the application's file, whose O_ASYNC,
+	 * owner and signal the disown would change.) */
+	if (w->intr_async &&
+	    !px__intr_check_foreign_signed(pl->intr, w->signo))
 		lrt_disown(pl->intr->fd, &w->intr_saved);
 	if (w->have_leader && pthread_equal(pthread_self(), w->leader)) {
 		/* Leave nothing of ours queued to this thread. */
@@ -674,6 +689,35 @@ static void lrt_destroy(px_poller *pl)
 	free(w);
 }
 
+/*
+ * The processor's idle check (mutex held; the wait is a dedicated
+ * thread's, which makes the check itself after a wait that collected
+ * nothing, or every few seconds under load).
+ *
+ * Some changes of a descriptor raise no signal: the application's own
+ * shutdown(SHUT_RD) of a socket, a terminal's hang-up, an AF_UNIX
+ * listener shut down, a signalfd or a pidfd becoming readable, and every
+ * change of a descriptor whose owner another process set to itself (a
+ * forked child's F_SETOWN on an inherited socket: the owner belongs to
+ * the open file).  What waits there used to wait for a cancel.  So each
+ * check polls every armed descriptor once at the next collect (w->full:
+ * one poll(2)), and such an operation ends within the check's gap
+ * instead, 200 ms to a second.
+ *
+ * And the interrupt's pipe: still the one made for it?  Its stamp
+ * signal is ours while the wait holds it (lrt_own), the usual one
+ * before.  Foreign, it is neither owned, polled nor given back at
+ * destroy (TESTING.md, fixed problem 325).
+ */
+static void lrt_verify(px_poller *pl)
+{
+	struct lrt *w = lrt_of(pl);
+
+	(void)px__intr_check_foreign_signed(pl->intr,
+					    w->intr_async ? w->signo : 0);
+	w->full = true;
+}
+
 static const px_poller_ops lrt_ops = {
 	.name = "linux_rt",
 	.destroy = lrt_destroy,       /* O_ASYNC off everywhere */
@@ -682,6 +726,7 @@ static const px_poller_ops lrt_ops = {
 	.prepare = lrt_prepare,       /* a new leader takes every descriptor */
 	.wait = lrt_wait,             /* sigtimedwait, then the queue */
 	.collect = lrt_collect,       /* merged per descriptor; full poll */
+	.verify = lrt_verify,         /* a full poll; the interrupt's pipe */
 };
 
 int px__poller_linux_rt_create(px_intr *in, px_poller **out)
