@@ -32,7 +32,8 @@ bool px__intr_check_foreign_signed(px_intr *in, int stamp)
 		return false;
 	if (atomic_load_explicit(&in->foreign, memory_order_relaxed))
 		return true;
-	if (px__own_fd_is_signed(in->fd, &in->fd_id, stamp))
+	if (px__own_fd_is_signed(in->fd, &in->fd_id, stamp) &&
+	    (!in->ops->writes_own || in->ops->writes_own(in)))
 		return false;
 	/* (a poller's own view, such as poll's intr_gone, follows at its
 	 * leader's next prepare) */

@@ -115,6 +115,18 @@ static void pipe_drain(px_intr *in)
 	p->pending = false;
 }
 
+/* The write end replaced behind the library's back (closed with close(2)
+ * and its number taken, or dup2'ed over) takes the interrupt's byte into
+ * the application's pipe, socket or file, one per drain cycle: checked
+ * with the read end, at the idle check, and then written no more
+ * (px_intr.foreign; TESTING.md, fixed problem 326). */
+static bool pipe_writes_own(px_intr *in)
+{
+	struct px_intr_pipe *p = to_pipe(in);
+
+	return px__own_fd_is(p->wfd, &p->wfd_id);
+}
+
 static const px_intr_ops pipe_ops = {
 	.name = "pipe",
 	.destroy = pipe_destroy,           /* close both ends */
@@ -122,6 +134,7 @@ static const px_intr_ops pipe_ops = {
 	.leader_activated = NULL,          /* nothing to do per leader */
 	.leader_deactivated = NULL,
 	.drain = pipe_drain,               /* read until EAGAIN */
+	.writes_own = pipe_writes_own,     /* the write end's identity */
 };
 
 int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out)

@@ -405,6 +405,10 @@ typedef struct px_intr_ops {
 	/* Consume the interrupt after the wait saw it: fd readable, or EINTR.
 	 * Leader thread, mutex held.  Never reaches the completed queue. */
 	void (*drain)(px_intr *in);
+	/* Are the descriptors it writes to, other than fd (the pipe's write
+	 * end), still the ones made for it (px__own_fd_is)?  At an idle
+	 * check (px__intr_check_foreign), mutex held.  Optional. */
+	bool (*writes_own)(px_intr *in);
 } px_intr_ops;
 
 /* What one of the engines' own descriptors named when it was made, kept
@@ -478,14 +482,16 @@ int px__intr_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_pipe_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_eventfd_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
 int px__intr_signal_create(const px_processor_config *cfg, px_intr **out) PX_HIDDEN;
-/* At a processor's idle check (the pollers' verify): is in's descriptor
- * another file now than the one made for it (px__own_fd_is against
+/* At a processor's idle check (the pollers' verify): is in's descriptor,
+ * or one it writes to (writes_own: a pipe's write end, fixed problem
+ * 326), another file now than the one made for it (px__own_fd_is against
  * fd_id), the application's maybe, put there with dup2 or by its next
  * open after a close behind the library's back?  Then it is marked
  * foreign and gone: neither watched, written, drained nor registered
  * again, where the waits watched it, the drains read its data and the
  * interrupts wrote into it (TESTING.md, fixed problem 312).  Returns
- * whether it is foreign.  Two system calls, unless known already. */
+ * whether it is foreign.  Two system calls (four for a pipe), unless
+ * known already. */
 bool px__intr_check_foreign(px_intr *in) PX_HIDDEN;
 /* The same for a descriptor whose stamp signal is stamp for now (0: the
  * usual one; px__own_fd_is_signed). */
