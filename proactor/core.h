@@ -88,7 +88,9 @@ typedef struct px_processor {
 	                              (px__dispatch_handle_events); 0: not
 	                              yet seen with work */
 	bool ready_offered;        /* its wait's ready_fd gave a descriptor
-	                              once, so it will again (disp_lone_lead) */
+	                              once, so it will again (disp_lone_lead);
+	                              cleared at each idle check, which may
+	                              have forgotten it (proc_check) */
 	bool collected;            /* its latest collection found results
 	                              (disp_lone_lead) */
 	uint64_t wait_end;         /* shared: the latest end of its leaders'

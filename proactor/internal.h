@@ -597,7 +597,9 @@ typedef struct px_wait_ops {
 	 * have work (the dispatcher's disp_lone_lead).  ready_fd (mutex
 	 * held): a descriptor that polls readable while this wait has
 	 * something to report (epoll: its epoll instance), or -1; once it
-	 * gave one, the same one until destroy.  Called just before the
+	 * gave one, the same one until destroy, or until an idle check
+	 * (check) forgets it, after which -1 (io_uring's ready eventfd
+	 * replaced behind the library's back).  Called just before the
 	 * other processor's wait watches it, so it may ready itself for
 	 * that (io_uring submits what its rings hold).  watch
 	 * (leader, mutex held, before prepare): the next wait() also returns

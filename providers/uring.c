@@ -2261,7 +2261,9 @@ static px_result *ur_gate_ctl_done(px_uring *u, px_result *r, int res)
 		ur_gate_leave(grg, pr, false);
 		return ur_end(u, r, -ECANCELED);
 	}
-	if (res == 0 && !pr->gate_fired) {
+	/* (Not once the ring has stopped gating, its set replaced behind
+	 * the library's back: px__uring_check_own.  The read goes in.) */
+	if (res == 0 && !pr->gate_fired && grg->gate_ep >= 0) {
 		grg->parked++;
 		px__uring_gate_arm(grg);
 		return NULL;
@@ -2346,7 +2348,10 @@ px_result *px__uring_complete(px_uring *u, px_uring_ring *rg,
 	if (user_data == PX_URING_TAG_KICK) {
 		/* Not counted in pending (px__uring_kick_arm); whatever it
 		 * ended with, the next prepare puts another in. */
-		rg->kick = PX_URING_KICK_DONE;
+		/* (With the kick forgotten, px__uring_check_own, it stays
+		 * off.) */
+		rg->kick = rg->kick_fd >= 0 ? PX_URING_KICK_DONE
+					    : PX_URING_KICK_OFF;
 		return NULL;
 	}
 	if (user_data == PX_URING_TAG_GATE) {
@@ -2980,6 +2985,86 @@ px_result *px__uring_dead_next(px_uring *u, px_uring_ring *rg,
 		return ur_finish(u, r, pr->cancel_req ? -ECANCELED : -EBADF);
 	}
 	return NULL;
+}
+
+/*
+ * The idle check (px_uring_check) for the provider's descriptors other
+ * than the rings: the kick eventfd, the ready eventfd and the gate sets,
+ * any of which the application may have closed with close(2) and taken
+ * the number of for a file of its own, or replaced with dup2(2)
+ * (TESTING.md, fixed problems 310 and 327-329).  A number that names
+ * another file now (px__own_fd_is) is forgotten: never written, read,
+ * registered or closed again, each mechanism off as when it could not
+ * be made.  Two system calls a descriptor, here only; nothing per
+ * operation.  Mutex held (the leader's idle check).
+ */
+void px__uring_check_own(px_uring *u)
+{
+	/* The kick: the READ in the ring holds the old eventfd, which
+	 * nobody can write any more, and every kick wrote 8 bytes into the
+	 * application's file while the leader slept on.  Off: the starts
+	 * submit themselves, as when no eventfd could be made.  (The READ
+	 * stays in the kernel until the ring goes; its CQE, should one
+	 * come, leaves the kick off: px__uring_complete.) */
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+
+		if (rg->kick_fd >= 0 && !px__own_fd_is(rg->kick_fd, &rg->kick_id)) {
+			px__own_fd_drop_id(rg->kick_fd, &rg->kick_id);
+			rg->kick_fd = -1;
+			rg->kick = PX_URING_KICK_OFF;
+		}
+	}
+	/* The ready eventfd: each prepare's drain read the application's
+	 * eventfd (its count) and ready_fd's writes added to it, while the
+	 * other processor's wait watched its number.  Forgotten for good
+	 * (-2, as when it could not be made: ready_fd answers -1, and the
+	 * dispatcher's 1 ms bound stands), and unregistered from every ring
+	 * still ours (the kernel signalled the old eventfd at every CQE for
+	 * nothing; a ring whose number is another's now is dead and left
+	 * alone, as its number may name the application's ring). */
+	if (u->ready_efd >= 0 && !px__own_fd_is(u->ready_efd, &u->ready_id)) {
+		px__own_fd_drop_id(u->ready_efd, &u->ready_id);
+		u->ready_efd = -2;
+		for (unsigned i = 0; i < u->nrings; i++)
+			if (!atomic_load_explicit(&u->rings[i].dead,
+						  memory_order_relaxed))
+				io_uring_unregister_eventfd(&u->rings[i].ring);
+	}
+	/* A gate set: ur_gate_fire's epoll_wait took the application's
+	 * events and never saw the parked reads' interest (in the old set,
+	 * which the POLL_ADD holds), so they waited for good, and each new
+	 * EPOLL_CTL put one of our sockets into the application's instance.
+	 * The ring gates no more (-2, as when epoll_create1 failed), and its
+	 * parked reads go in as ordinary reads, in their queues' order.  A
+	 * read whose EPOLL_CTL is in flight goes in when that CTL ends
+	 * (ur_gate_ctl_done), and the POLL_ADD's CQE, if it ever comes, is
+	 * taken once as before (ur_gate_fire, which finds no set). */
+	bool issued = false;
+	for (unsigned i = 0; i < u->nrings; i++) {
+		px_uring_ring *rg = &u->rings[i];
+
+		if (rg->gate_ep < 0 || px__own_fd_is(rg->gate_ep, &rg->gate_id))
+			continue;
+		px__own_fd_drop_id(rg->gate_ep, &rg->gate_id);
+		rg->gate_ep = -2;
+		for (px_link *l = u->started ? px_list_first(u->started) : NULL;
+		     l && rg->parked; l = px_list_next(u->started, l)) {
+			px_result *r = px_result_of(l);
+			struct px_uring_priv *pr = ur_priv(r);
+
+			if (pr->phase != PX_URING_GATE || pr->rg != rg ||
+			    pr->gate_ctl)
+				continue;
+			ur_gate_leave(rg, pr, true);
+			ur_issue_or_stall(u, r, rg);
+			issued = true;
+		}
+	}
+	/* (Into rg, or a lone leader's home ring: a leader blocked in the
+	 * kernel on it submits them now.) */
+	for (unsigned i = 0; issued && i < u->nrings; i++)
+		px__uring_kick(&u->rings[i]);
 }
 
 /* px_close closed fd: whatever the number names next is unknown, so its

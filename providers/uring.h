@@ -357,6 +357,11 @@ void px__uring_kick_arm(px_uring_ring *rg) PX_HIDDEN;
 int px__uring_ready_fd(px_uring *u) PX_HIDDEN;
 void px__uring_ready_drain(px_uring *u) PX_HIDDEN;
 
+/* The idle check of the kick and ready eventfds and the gate sets: one
+ * whose number names another file now is forgotten, its mechanism off
+ * ("px__uring_check_own" in uring.c).  Mutex held (px_uring_check). */
+void px__uring_check_own(px_uring *u) PX_HIDDEN;
+
 /* The index of the ring of fd's last start, or -1 (none; the number is
  * unknown).  Mutex held.  For the tests. */
 int px__uring_fd_ring(px_uring *u, int fd) PX_HIDDEN;

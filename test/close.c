@@ -4006,6 +4006,124 @@ static void ring_replaced_by_apps_ring(void **state)
 	h_assert_usable(f);
 }
 
+/*
+ * The kick eventfd of a dedicated io_uring processor's ring (the engine's
+ * own descriptors, after a first read, are its ring and that eventfd)
+ * replaced with dup2(2) by an eventfd of the application's, a read pending
+ * (so that idle checks run) and a loop thread in px_handle_events(px, -1):
+ * after 1.5 s (the idle check has come), ten reads started from the
+ * test's thread one after the other, each on a socket whose data waits,
+ * all end within 3 s with their data; the application's eventfd counts
+ * nothing the library wrote after the check; the number, no longer the
+ * library's, takes a px_read_stream of the application's (8 bytes of its
+ * count); px_destroy leaves it open.  The READ the leader keeps in the
+ * ring held the old eventfd, which nobody could write any more: the first
+ * kick wrote 8 bytes into the application's eventfd and left the kick
+ * "sent" for good, so no start submitted itself again and each waited for
+ * the leader's wait to run out, up to a second (TESTING.md, fixed problem
+ * 327).  Engines without such a kick: skipped.
+ */
+static void uring_kick_replaced_by_apps_eventfd(void **state)
+{
+	h_fx *f = *state;
+	int own[OWN_MAX];
+	px_proactor *b;
+	int nown = engine_fds_or_skip(f, &b, own);
+	int kick = -1;
+	bool ring = false;
+	for (int k = 0; k < nown; k++) {
+		char t[128];
+		fd_target(own[k], t, sizeof t);
+		if (strstr(t, "[io_uring]"))
+			ring = true;
+		else if (strstr(t, "[eventfd]"))
+			kick = own[k];
+	}
+	assert_int_equal(px_destroy(b), 0);
+	if (!ring || kick < 0)
+		skip();  /* (no io_uring ring, or no kick: a shared processor) */
+	enum { NREAD = 10 };
+	alone x;
+	if (!alone_begin(f, &x, kick))
+		skip();  /* (the number went elsewhere this time) */
+	int efd = h_track(f, eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+	leader_settled(x.b);
+	assert_int_equal(dup2(efd, kick), kick);
+	h_track(f, kick);
+	loop_once lb;
+	loop_thread_start(&lb, x.b, loop_unbounded);
+	h_sleep_ms(1500);
+	uint64_t before = 0, after = 0;
+	(void)!read(efd, &before, sizeof before);
+	int sv[NREAD][2];
+	h_rec *rd[NREAD];
+	char *in = h_alloc(f, 16 * NREAD);
+	uint64_t t0 = h_now_ms(), dl = h_deadline(3000);
+	int done = 0;
+	for (int i = 0; i < NREAD; i++) {
+		h_socketpair(f, sv[i]);
+		rd[i] = h_rec_new(f);
+		assert_int_equal(write(sv[i][0], "pong", 4), 4);
+		assert_int_equal(px_read_stream(x.b, sv[i][1], in + 16 * i, 16,
+						h_rec_cb, rd[i]), 0);
+		while (!h_rec_done(rd[i]) && h_now_ms() < dl)
+			h_sleep_ms(1);
+		if (!h_rec_done(rd[i]))
+			break;
+		done++;
+	}
+	uint64_t ms = h_now_ms() - t0;
+	ssize_t got = read(efd, &after, sizeof after);
+	/* The number is the application's now: its own read of it. */
+	h_rec *own_rd = h_rec_new(f);
+	uint64_t one = 1, count = 0;
+	assert_int_equal(write(efd, &one, sizeof one), (ssize_t)sizeof one);
+	int rc = px_read_stream(x.b, kick, &count, sizeof count, h_rec_cb, own_rd);
+	if (rc == 0) {
+		uint64_t dl2 = h_deadline(3000);
+		while (!h_rec_done(own_rd) && h_now_ms() < dl2)
+			h_sleep_ms(1);
+	}
+	atomic_store(&lb.stop, 1);
+	(void)px_stop(x.b);
+	bool left = join_or_nudge(lb.th, 3000);
+	destroy_within(x.b, "after its kick eventfd was replaced");
+	expect_once(x.rd, PX_OP_READ_STREAM, x.a[1], x.rd->c.error,
+		    "the pending read");
+	printf("# kick %d replaced: count %llu in the application's eventfd "
+	       "before the reads, %llu after; %d of %d reads in %llu ms\n", kick,
+	       (unsigned long long)before, (unsigned long long)(got > 0 ? after : 0),
+	       done, NREAD, (unsigned long long)ms);
+	if (done < NREAD)
+		fail_msg("%d of %d reads with their data waiting, started one "
+			 "after the other from outside the loop, ended within 3 s "
+			 "with the kick eventfd %d replaced (engine '%s')", done,
+			 NREAD, kick, h_engine_text);
+	for (int i = 0; i < NREAD; i++) {
+		expect_once(rd[i], PX_OP_READ_STREAM, sv[i][1], 0, "a read");
+		assert_int_equal(rd[i]->c.bytes, 4);
+		assert_memory_equal(in + 16 * i, "pong", 4);
+	}
+	if (got > 0)
+		fail_msg("the kick wrote a count of %llu into the application's "
+			 "eventfd under its number %d after the idle check "
+			 "(engine '%s')", (unsigned long long)after, kick,
+			 h_engine_text);
+	if (rc != 0)
+		fail_msg("the application's read of its eventfd under the kick's "
+			 "old number %d was refused (%d) after the idle check "
+			 "(engine '%s')", kick, rc, h_engine_text);
+	expect_once(own_rd, PX_OP_READ_STREAM, kick, 0,
+		    "the application's read of its eventfd");
+	assert_int_equal(own_rd->c.bytes, sizeof count);
+	assert_int_equal(count, 1);
+	if (!left)
+		fail_msg("the loop thread did not leave on px_stop with the kick "
+			 "eventfd replaced (engine '%s')", h_engine_text);
+	assert_true(fd_open(kick));  /* (still the application's) */
+	h_assert_usable(f);
+}
+
 /* ------------------------------------------------------------------ */
 
 #define T(fn) cmocka_unit_test_setup_teardown(fn, h_setup, fx_teardown)
@@ -4063,6 +4181,7 @@ int main(int argc, char **argv)
 		T(engine_descriptor_closed_under_blocked_wait),
 		T(engine_descriptor_closed_wakeups_keep_coming),
 		T(interrupt_write_end_replaced),
+		T(uring_kick_replaced_by_apps_eventfd),
 	};
 	return cmocka_run_group_tests_name("close", tests, NULL, NULL) ? 1 : 0;
 }

@@ -17,7 +17,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -508,6 +511,191 @@ static void gate_off_makes_no_set(void **state)
 }
 
 /* ------------------------------------------------------------------ */
+/* A gate set replaced behind the library's back                        */
+/* ------------------------------------------------------------------ */
+
+/* The numbers of the epoll instances open in this process, into v (at
+ * most max); how many. */
+static int epoll_numbers(int *v, int max)
+{
+	int n = 0;
+
+	for (int fd = 3; fd < 1024 && n < max; fd++) {
+		char path[64], link[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		ssize_t k = readlink(path, link, sizeof(link) - 1);
+		if (k <= 0)
+			continue;
+		link[k] = '\0';
+		if (strstr(link, "eventpoll"))
+			v[n++] = fd;
+	}
+	return n;
+}
+
+/* The descriptors an epoll instance holds (its "tfd:" lines in
+ * /proc/self/fdinfo), into v (at most max); how many. */
+static int epoll_targets(int epfd, int *v, int max)
+{
+	char path[64], line[256];
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+	FILE *fp = fopen(path, "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp) && n < max)
+		if (sscanf(line, "tfd: %d", &v[n]) == 1)
+			n++;
+	fclose(fp);
+	return n;
+}
+
+static void loop_for(px_proactor *px, int ms)
+{
+	struct timespec a, b;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (;;) {
+		px_handle_events(px, 20);
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		if ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 >= ms)
+			return;
+	}
+}
+
+#define GR 6    /* reads parked at the replacement */
+#define GR2 4   /* reads started after the idle check */
+
+/*
+ * The gate set(s) of a proactor (engine) replaced with dup2(2) by an epoll
+ * instance of the application's, GR reads parked there, the application's
+ * instance holding an eventfd of its own, readable, one-shot: after 1 s of
+ * the loop (px_handle_events(px, 20); the idle check has come), the data
+ * of each read written: each ends once within 5 s with it; then GR2 reads
+ * more, which park nowhere, get theirs too; the application's instance
+ * still holds its eventfd alone (no socket of the library's went in) and
+ * still reports its event; px_destroy leaves it open.  The parked reads'
+ * interest was in the old set, which the POLL_ADD held: its report had
+ * ur_gate_fire drain the application's instance (taking its one-shot
+ * event) and issue nothing, the reads waited for good, and each new read's
+ * EPOLL_CTL put its socket into the application's instance (TESTING.md,
+ * fixed problem 329).
+ */
+static void gate_set_replaced_with(const char *engine)
+{
+	char err[256];
+	px_proactor *px;
+	int sv[GR + GR2][2], before[16], after[16], sets[16], nsets = 0;
+	rec r[GR + GR2];
+
+	int nb = epoll_numbers(before, 16);
+	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
+	pairs_with_reads(px, GR, sv, r);
+	settle(px);
+	int na = epoll_numbers(after, 16);
+	for (int i = 0; i < na; i++) {
+		bool old = false;
+		for (int j = 0; j < nb; j++)
+			old = old || before[j] == after[i];
+		if (!old)
+			sets[nsets++] = after[i];
+	}
+	if (!nsets)
+		fail_msg("%s: no gate set made for %d reads", engine, GR);
+	int app = epoll_create1(EPOLL_CLOEXEC);
+	int efd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+	assert_true(app >= 0 && efd >= 0);
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT,
+				  .data.u64 = 0xdeadbeefull };
+	assert_int_equal(epoll_ctl(app, EPOLL_CTL_ADD, efd, &ev), 0);
+	for (int i = 0; i < nsets; i++)
+		assert_int_equal(dup2(app, sets[i]), sets[i]);
+	loop_for(px, 1000);
+	for (int k = 0; k < GR; k++)
+		assert_int_equal(atomic_load(&r[k].calls), 0);
+	for (int k = 0; k < GR; k++)
+		assert_int_equal(write(sv[k][1], "gated", 5), 5);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int done = 0;
+	for (int i = 0; i < 250 && done < GR; i++) {
+		px_handle_events(px, 20);
+		done = 0;
+		for (int k = 0; k < GR; k++)
+			done += atomic_load(&r[k].calls) != 0;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("# %s: %d gate set(s) replaced; %d of %d parked reads ended in "
+	       "%ld ms\n", engine, nsets, done, GR,
+	       (long)((t1.tv_sec - t0.tv_sec) * 1000 +
+		      (t1.tv_nsec - t0.tv_nsec) / 1000000));
+	if (done < GR)
+		fail_msg("%s: %d of %d reads parked at the gate ended within 5 s "
+			 "of their data, its set replaced by the application's "
+			 "epoll instance", engine, done, GR);
+	for (int k = 0; k < GR; k++) {
+		assert_int_equal(atomic_load(&r[k].calls), 1);
+		assert_int_equal(r[k].error, 0);
+		assert_int_equal(r[k].bytes, 5);
+		assert_memory_equal(r[k].buf, "gated", 5);
+	}
+	/* More reads: none may go into the application's instance. */
+	pairs_with_reads(px, GR2, sv + GR, r + GR);
+	settle(px);
+	int tg[16];
+	int nt = epoll_targets(app, tg, 16);
+	for (int k = 0; k < GR2; k++)
+		assert_int_equal(write(sv[GR + k][1], "later", 5), 5);
+	for (int i = 0; i < 250; i++) {
+		done = 0;
+		for (int k = GR; k < GR + GR2; k++)
+			done += atomic_load(&r[k].calls) != 0;
+		if (done == GR2)
+			break;
+		px_handle_events(px, 20);
+	}
+	if (nt != 1 || tg[0] != efd)
+		fail_msg("%s: the application's epoll instance holds %d "
+			 "descriptors (the first %d) after reads started once its "
+			 "number replaced a gate set, where it held its eventfd "
+			 "%d alone", engine, nt, nt ? tg[0] : -1, efd);
+	if (done < GR2)
+		fail_msg("%s: %d of %d reads started after the gate set was "
+			 "replaced ended within 5 s of their data", engine, done,
+			 GR2);
+	for (int k = GR; k < GR + GR2; k++) {
+		assert_int_equal(atomic_load(&r[k].calls), 1);
+		assert_int_equal(r[k].error, 0);
+		assert_int_equal(r[k].bytes, 5);
+		assert_memory_equal(r[k].buf, "later", 5);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	struct epoll_event got;
+	if (epoll_wait(app, &got, 1, 0) != 1 || got.data.u64 != 0xdeadbeefull)
+		fail_msg("%s: the application's epoll instance lost its event",
+			 engine);
+	for (int i = 0; i < nsets; i++) {
+		assert_int_equal(epoll_targets(sets[i], tg, 16), 1);
+		assert_int_equal(tg[0], efd);  /* (still the application's) */
+		close(sets[i]);
+	}
+	close(app);
+	close(efd);
+	for (int k = 0; k < GR + GR2; k++) {
+		close(sv[k][0]);
+		close(sv[k][1]);
+	}
+}
+
+static void gate_set_replaced_by_apps_epoll(void **state)
+{
+	(void)state;
+	gate_set_replaced_with("uring read_gate=1 rings=1");
+	gate_set_replaced_with("uring read_gate=1 rings=2");
+	gate_set_replaced_with("uring read_gate=1 processor=dedicated");
+}
+
+/* ------------------------------------------------------------------ */
 /* The default gate: only peers served elsewhere                        */
 /* ------------------------------------------------------------------ */
 
@@ -673,11 +861,14 @@ static void default_gate_spares_peers_here(void **state)
 	close(l);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	int rc = uring_test_begin("test_uring_gate", GATED, 60);
 	if (rc)
 		return rc;
+	/* argv[1]: a cmocka test filter, to run one test. */
+	if (argc > 1 && argv[1][0])
+		cmocka_set_test_filter(argv[1]);
 
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(many_connections_in_order),
@@ -688,6 +879,7 @@ int main(void)
 		cmocka_unit_test(file_at_reused_number_is_read),
 		cmocka_unit_test(gate_off_makes_no_set),
 		cmocka_unit_test(default_gate_spares_peers_here),
+		cmocka_unit_test(gate_set_replaced_by_apps_epoll),
 	};
 	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
 }

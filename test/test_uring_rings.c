@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -769,6 +770,125 @@ static void file_chain_beside_idle_read_one_thread(void **state)
 	close(sv[0]);
 	close(sv[1]);
 	close(l.file);
+}
+
+/* The number of the secondary's epoll instance's entry for fd in
+ * /proc/self/fdinfo (its "tfd:" lines), and its events mask, or -1. */
+static long epoll_entry_events(int epfd, int fd)
+{
+	char path[64], line[256];
+	long events = -1;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+	FILE *fp = fopen(path, "r");
+	assert_non_null(fp);
+	while (fgets(line, sizeof(line), fp)) {
+		int tfd;
+		unsigned ev;
+		if (sscanf(line, "tfd: %d events: %x", &tfd, &ev) == 2 && tfd == fd)
+			events = (long)ev;
+	}
+	fclose(fp);
+	return events;
+}
+
+static void lone_spin(px_proactor *t, int ms)
+{
+	uint64_t end = now_ms() + (uint64_t)ms;
+
+	while (now_ms() < end)
+		px_handle_events(t, 20);
+}
+
+/*
+ * The ready eventfd replaced with dup2(2) by an eventfd of the
+ * application's (count 5) while one thread leads the team alone, a file
+ * read of a pipe pending on io_uring and an idle socket read on epoll
+ * (each lead of io_uring drains the ready eventfd; the epoll wait watches
+ * it): after 1.5 s of that loop (the idle check has come), the
+ * application sets its count to 7, and for the next 0.5 s, then while
+ * both reads get their data and 0.2 s more, the library neither reads nor
+ * writes it: it still counts 7.  ready_fd answers -1 from then on, and
+ * both reads end once with their data; px_destroy leaves the
+ * application's eventfd open.  Before, each prepare's drain read the
+ * application's count and ready_fd's writes added 1 to it (TESTING.md,
+ * fixed problem 328).
+ */
+static void ready_fd_replaced_by_apps_eventfd(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *t;
+	lone_rec rf = { 0 }, rs = { 0 };
+	uint8_t fbuf[16], sbuf[16];
+	int p[2], sv[2];
+
+	assert_int_equal(px_create(&t, TEAM, err, sizeof(err)), 0);
+	assert_int_equal(t->nproc, 2);
+	px_wait *w = t->proc[0]->wait, *w2 = t->proc[1]->wait;
+	px_uring *u = px_uring_of_wait(w);
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+			 0);
+	assert_int_equal(px_read_stream(t, sv[0], sbuf, sizeof(sbuf),
+					lone_rec_cb, &rs), 0);
+	assert_int_equal(px_read_file(t, p[0], fbuf, sizeof(fbuf), 0,
+				      lone_rec_cb, &rf), 0);
+	lone_spin(t, 200);
+	pthread_mutex_lock(&t->lock);
+	int ready = u->ready_efd;
+	int epfd = w2->ops->ready_fd ? w2->ops->ready_fd(w2) : -1;
+	pthread_mutex_unlock(&t->lock);
+	if (ready < 0)
+		fail_msg("the lone thread never asked for the ready eventfd");
+	int app = eventfd(5, EFD_NONBLOCK | EFD_CLOEXEC);
+	assert_true(app >= 0);
+	assert_int_equal(dup2(app, ready), ready);
+	lone_spin(t, 1500);
+	uint64_t v = 0, seven = 7;
+	(void)!read(app, &v, sizeof(v));
+	assert_int_equal(write(app, &seven, sizeof(seven)), sizeof(seven));
+	lone_spin(t, 500);
+	assert_int_equal(write(p[1], "file", 4), 4);
+	assert_int_equal(write(sv[1], "sock", 4), 4);
+	uint64_t end = now_ms() + 3000;
+	while ((!atomic_load(&rf.calls) || !atomic_load(&rs.calls)) &&
+	       now_ms() < end)
+		px_handle_events(t, 20);
+	lone_spin(t, 200);
+	v = 0;
+	ssize_t got = read(app, &v, sizeof(v));
+	pthread_mutex_lock(&t->lock);
+	int later = w->ops->ready_fd(w);
+	pthread_mutex_unlock(&t->lock);
+	long ev = epfd >= 0 ? epoll_entry_events(epfd, ready) : -1;
+	printf("# ready eventfd %d replaced: the application's count %lld "
+	       "(7 set), ready_fd %d; the epoll instance's entry for it: %lx\n",
+	       ready, got > 0 ? (long long)v : -1LL, later, ev);
+	if (got != sizeof(v) || v != 7)
+		fail_msg("the application's eventfd under the ready eventfd's "
+			 "number %d counted %lld after the idle check where the "
+			 "application had set 7", ready,
+			 got > 0 ? (long long)v : -1LL);
+	if (later != -1)
+		fail_msg("ready_fd gave %d after the idle check, its eventfd "
+			 "replaced", later);
+	assert_int_equal(atomic_load(&rf.calls), 1);
+	assert_int_equal(rf.error, 0);
+	assert_int_equal(rf.bytes, 4);
+	assert_memory_equal(fbuf, "file", 4);
+	assert_int_equal(atomic_load(&rs.calls), 1);
+	assert_int_equal(rs.error, 0);
+	assert_int_equal(rs.bytes, 4);
+	assert_memory_equal(sbuf, "sock", 4);
+	assert_int_equal(px_destroy(t), 0);
+	assert_true(fcntl(ready, F_GETFD) >= 0);  /* still the application's */
+	close(ready);
+	close(app);
+	close(p[0]);
+	close(p[1]);
+	close(sv[0]);
+	close(sv[1]);
 }
 
 #define CHURN_CHAINS 8
@@ -1572,6 +1692,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ring_left_by_blocked_callback),
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
+		cmocka_unit_test(ready_fd_replaced_by_apps_eventfd),
 		cmocka_unit_test(team_churn_then_destroy),
 		cmocka_unit_test(post_after_own_lead_interrupts),
 		cmocka_unit_test(loopback_ends_share_a_ring),

@@ -493,6 +493,9 @@ static void px_uring_check(px_wait *w)
 			atomic_store_explicit(&rg->dead, true,
 					      memory_order_relaxed);
 	}
+	/* The kick and ready eventfds and the gate sets (after the rings:
+	 * a dead ring is not unregistered from). */
+	px__uring_check_own(u);
 }
 
 const px_wait_ops px__wait_uring_ops = {
