@@ -550,16 +550,54 @@ static int epoll_targets(int epfd, int *v, int max)
 	return n;
 }
 
-static void loop_for(px_proactor *px, int ms)
-{
-	struct timespec a, b;
+/* How the gate's engine is led: by this thread (px_handle_events(px, 20)
+ * at each turn), or by two loop threads in px_handle_events(px, -1),
+ * this thread only sleeping. */
+static bool gt_threads;
+static atomic_bool gt_stop;
 
-	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (;;) {
+static void *gt_loop(void *arg)
+{
+	px_proactor *px = arg;
+
+	while (!atomic_load(&gt_stop))
+		if (px_handle_events(px, -1) == -ESHUTDOWN)
+			break;
+	return NULL;
+}
+
+static void gt_turn(px_proactor *px)
+{
+	if (gt_threads)
+		usleep(20000);
+	else
 		px_handle_events(px, 20);
-		clock_gettime(CLOCK_MONOTONIC, &b);
-		if ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 >= ms)
-			return;
+}
+
+static long gt_ms_since(const struct timespec *a)
+{
+	struct timespec b;
+
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	return (long)((b.tv_sec - a->tv_sec) * 1000 +
+		      (b.tv_nsec - a->tv_nsec) / 1000000);
+}
+
+/* Turns until the n reads from r have all called back, at most 5 s:
+ * how many have. */
+static int gt_wait(px_proactor *px, rec *r, int n)
+{
+	struct timespec t0;
+	int done = 0;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		done = 0;
+		for (int k = 0; k < n; k++)
+			done += atomic_load(&r[k].calls) != 0;
+		if (done == n || gt_ms_since(&t0) >= 5000)
+			return done;
+		gt_turn(px);
 	}
 }
 
@@ -568,25 +606,30 @@ static void loop_for(px_proactor *px, int ms)
 
 /*
  * The gate set(s) of a proactor (engine) replaced with dup2(2) by an epoll
- * instance of the application's, GR reads parked there, the application's
- * instance holding an eventfd of its own, readable, one-shot: after 1 s of
- * the loop (px_handle_events(px, 20); the idle check has come), the data
- * of each read written: each ends once within 5 s with it; then GR2 reads
- * more, which park nowhere, get theirs too; the application's instance
- * still holds its eventfd alone (no socket of the library's went in) and
- * still reports its event; px_destroy leaves it open.  The parked reads'
- * interest was in the old set, which the POLL_ADD held: its report had
- * ur_gate_fire drain the application's instance (taking its one-shot
- * event) and issue nothing, the reads waited for good, and each new read's
- * EPOLL_CTL put its socket into the application's instance (TESTING.md,
- * fixed problem 329).
+ * instance of the application's (or, with closed, only closed with
+ * close(2)), GR reads parked there, the application's instance holding an
+ * eventfd of its own, readable, one-shot: after 0.6 s of the loop (the
+ * idle check has come, at 0.2 s), the data of each read written: each ends once within
+ * 5 s with it; then GR2 reads more, which park nowhere, get theirs too;
+ * the application's instance still holds its eventfd alone (no socket of
+ * the library's went in) and still reports its event; px_destroy leaves
+ * it open.  The parked reads' interest was in the old set, which the
+ * POLL_ADD held: its report had ur_gate_fire drain the application's
+ * instance (taking its one-shot event) and issue nothing, the reads
+ * waited for good, and each new read's EPOLL_CTL put its socket into the
+ * application's instance (TESTING.md, fixed problem 329).  With the set
+ * only closed the parked reads waited for good too (no report could
+ * come), and the leader spun: each POLL_ADD on the closed number failed
+ * at once and its CQE had the next one armed.
  */
-static void gate_set_replaced_with(const char *engine)
+static void gate_set_replaced_with(const char *engine, bool closed)
 {
 	char err[256];
 	px_proactor *px;
 	int sv[GR + GR2][2], before[16], after[16], sets[16], nsets = 0;
 	rec r[GR + GR2];
+	pthread_t th[2];
+	const char *how = closed ? "closed" : "replaced";
 
 	int nb = epoll_numbers(before, 16);
 	assert_int_equal(px_create(&px, engine, err, sizeof(err)), 0);
@@ -608,31 +651,34 @@ static void gate_set_replaced_with(const char *engine)
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLONESHOT,
 				  .data.u64 = 0xdeadbeefull };
 	assert_int_equal(epoll_ctl(app, EPOLL_CTL_ADD, efd, &ev), 0);
-	for (int i = 0; i < nsets; i++)
-		assert_int_equal(dup2(app, sets[i]), sets[i]);
-	loop_for(px, 1000);
+	for (int i = 0; i < nsets; i++) {
+		if (closed)
+			assert_int_equal(close(sets[i]), 0);
+		else
+			assert_int_equal(dup2(app, sets[i]), sets[i]);
+	}
+	atomic_store(&gt_stop, false);
+	for (int t = 0; gt_threads && t < 2; t++)
+		assert_int_equal(pthread_create(&th[t], NULL, gt_loop, px), 0);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (gt_ms_since(&t0) < 600)
+		gt_turn(px);
 	for (int k = 0; k < GR; k++)
 		assert_int_equal(atomic_load(&r[k].calls), 0);
 	for (int k = 0; k < GR; k++)
 		assert_int_equal(write(sv[k][1], "gated", 5), 5);
-	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int done = 0;
-	for (int i = 0; i < 250 && done < GR; i++) {
-		px_handle_events(px, 20);
-		done = 0;
-		for (int k = 0; k < GR; k++)
-			done += atomic_load(&r[k].calls) != 0;
-	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("# %s: %d gate set(s) replaced; %d of %d parked reads ended in "
-	       "%ld ms\n", engine, nsets, done, GR,
-	       (long)((t1.tv_sec - t0.tv_sec) * 1000 +
-		      (t1.tv_nsec - t0.tv_nsec) / 1000000));
+	int done = gt_wait(px, r, GR);
+	printf("# %s%s: %d gate set(s) %s; %d of %d parked reads ended in "
+	       "%ld ms\n", engine, gt_threads ? ", two loop threads" : "",
+	       nsets, how, done, GR, gt_ms_since(&t0));
 	if (done < GR)
-		fail_msg("%s: %d of %d reads parked at the gate ended within 5 s "
-			 "of their data, its set replaced by the application's "
-			 "epoll instance", engine, done, GR);
+		fail_msg("%s%s: %d of %d reads parked at the gate ended within "
+			 "5 s of their data, its set %s", engine,
+			 gt_threads ? " (two loop threads)" : "", done, GR,
+			 closed ? "closed" : "replaced by the application's "
+			 "epoll instance");
 	for (int k = 0; k < GR; k++) {
 		assert_int_equal(atomic_load(&r[k].calls), 1);
 		assert_int_equal(r[k].error, 0);
@@ -641,19 +687,13 @@ static void gate_set_replaced_with(const char *engine)
 	}
 	/* More reads: none may go into the application's instance. */
 	pairs_with_reads(px, GR2, sv + GR, r + GR);
-	settle(px);
+	for (int i = 0; i < 10; i++)
+		gt_turn(px);
 	int tg[16];
 	int nt = epoll_targets(app, tg, 16);
 	for (int k = 0; k < GR2; k++)
 		assert_int_equal(write(sv[GR + k][1], "later", 5), 5);
-	for (int i = 0; i < 250; i++) {
-		done = 0;
-		for (int k = GR; k < GR + GR2; k++)
-			done += atomic_load(&r[k].calls) != 0;
-		if (done == GR2)
-			break;
-		px_handle_events(px, 20);
-	}
+	done = gt_wait(px, r + GR, GR2);
 	if (nt != 1 || tg[0] != efd)
 		fail_msg("%s: the application's epoll instance holds %d "
 			 "descriptors (the first %d) after reads started once its "
@@ -661,20 +701,26 @@ static void gate_set_replaced_with(const char *engine)
 			 "%d alone", engine, nt, nt ? tg[0] : -1, efd);
 	if (done < GR2)
 		fail_msg("%s: %d of %d reads started after the gate set was "
-			 "replaced ended within 5 s of their data", engine, done,
-			 GR2);
+			 "%s ended within 5 s of their data", engine, done, GR2,
+			 how);
 	for (int k = GR; k < GR + GR2; k++) {
 		assert_int_equal(atomic_load(&r[k].calls), 1);
 		assert_int_equal(r[k].error, 0);
 		assert_int_equal(r[k].bytes, 5);
 		assert_memory_equal(r[k].buf, "later", 5);
 	}
+	if (gt_threads) {
+		atomic_store(&gt_stop, true);
+		assert_int_equal(px_stop(px), 0);
+		for (int t = 0; t < 2; t++)
+			pthread_join(th[t], NULL);
+	}
 	assert_int_equal(px_destroy(px), 0);
 	struct epoll_event got;
 	if (epoll_wait(app, &got, 1, 0) != 1 || got.data.u64 != 0xdeadbeefull)
 		fail_msg("%s: the application's epoll instance lost its event",
 			 engine);
-	for (int i = 0; i < nsets; i++) {
+	for (int i = 0; i < nsets && !closed; i++) {
 		assert_int_equal(epoll_targets(sets[i], tg, 16), 1);
 		assert_int_equal(tg[0], efd);  /* (still the application's) */
 		close(sets[i]);
@@ -690,9 +736,13 @@ static void gate_set_replaced_with(const char *engine)
 static void gate_set_replaced_by_apps_epoll(void **state)
 {
 	(void)state;
-	gate_set_replaced_with("uring read_gate=1 rings=1");
-	gate_set_replaced_with("uring read_gate=1 rings=2");
-	gate_set_replaced_with("uring read_gate=1 processor=dedicated");
+	gt_threads = false;
+	gate_set_replaced_with("uring read_gate=1 rings=1", false);
+	gate_set_replaced_with("uring read_gate=1 rings=1", true);
+	gt_threads = true;
+	gate_set_replaced_with("uring read_gate=1 rings=2", false);
+	gate_set_replaced_with("uring read_gate=1 processor=dedicated", false);
+	gate_set_replaced_with("uring read_gate=1 processor=dedicated", true);
 }
 
 /* ------------------------------------------------------------------ */
