@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include "core.h"
 #include "uring_test.h"
 
 #define GATED "uring read_gate=1"
@@ -733,6 +734,81 @@ static void gate_set_replaced_with(const char *engine, bool closed)
 	}
 }
 
+/*
+ * A gate set found replaced while gated reads' EPOLL_CTLs are still to
+ * be submitted: on `uring read_gate=1 rings=1`, six reads parked by a
+ * lead, four more started with nobody leading (each an EPOLL_CTL left in
+ * the SQ), the set replaced with dup2(2) by an epoll instance of the
+ * test's, and the processor's idle check made then, under the proactor
+ * mutex, by this thread (the wait's check op, as proc_check calls it);
+ * then the loop and the data of every read: each ends once within 5 s
+ * with it.  A read whose CTL's CQE came after the ring had stopped gating
+ * was parked all the same, at a set the ring no longer had, and waited
+ * for good while each lead armed a POLL_ADD on -2 (a helper's review of
+ * 2026-12-07, the first version of fixed problem 329).  (Those CTLs went
+ * into the test's instance, as they may before an idle check: known
+ * problems.)
+ */
+static void gate_ctls_in_flight_at_the_check(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int sv[10][2], before[16], after[16], set = -1;
+	rec r[10];
+
+	int nb = epoll_numbers(before, 16);
+	assert_int_equal(px_create(&px, "uring read_gate=1 rings=1", err,
+				   sizeof(err)), 0);
+	pairs_with_reads(px, 6, sv, r);
+	settle(px);
+	pairs_with_reads(px, 4, sv + 6, r + 6);
+	int na = epoll_numbers(after, 16);
+	for (int i = 0; i < na; i++) {
+		bool old = false;
+		for (int j = 0; j < nb; j++)
+			old = old || before[j] == after[i];
+		if (!old)
+			set = after[i];
+	}
+	assert_true(set >= 0);
+	int app = epoll_create1(EPOLL_CLOEXEC);
+	assert_true(app >= 0);
+	assert_int_equal(dup2(app, set), set);
+	px_wait *w = px->proc[0]->wait;
+	assert_non_null(w->ops->check);
+	pthread_mutex_lock(&px->lock);
+	w->ops->check(w);
+	pthread_mutex_unlock(&px->lock);
+	for (int k = 0; k < 10; k++)
+		assert_int_equal(write(sv[k][1], "ctl", 3), 3);
+	int done = 0;
+	for (int i = 0; i < 250 && done < 10; i++) {
+		px_handle_events(px, 20);
+		done = 0;
+		for (int k = 0; k < 10; k++)
+			done += atomic_load(&r[k].calls) != 0;
+	}
+	if (done < 10)
+		fail_msg("%d of 10 gated reads ended within 5 s of their data, "
+			 "4 of them with their EPOLL_CTL unsubmitted when the idle "
+			 "check found the gate set replaced", done);
+	for (int k = 0; k < 10; k++) {
+		assert_int_equal(atomic_load(&r[k].calls), 1);
+		assert_int_equal(r[k].error, 0);
+		assert_int_equal(r[k].bytes, 3);
+		assert_memory_equal(r[k].buf, "ctl", 3);
+	}
+	assert_int_equal(px_destroy(px), 0);
+	assert_true(fcntl(set, F_GETFD) >= 0);  /* (the test's instance) */
+	close(set);
+	close(app);
+	for (int k = 0; k < 10; k++) {
+		close(sv[k][0]);
+		close(sv[k][1]);
+	}
+}
+
 static void gate_set_replaced_by_apps_epoll(void **state)
 {
 	(void)state;
@@ -930,6 +1006,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(gate_off_makes_no_set),
 		cmocka_unit_test(default_gate_spares_peers_here),
 		cmocka_unit_test(gate_set_replaced_by_apps_epoll),
+		cmocka_unit_test(gate_ctls_in_flight_at_the_check),
 	};
 	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
 }
