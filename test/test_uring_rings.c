@@ -57,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <netinet/in.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -809,7 +810,8 @@ static void lone_spin(px_proactor *t, int ms)
  * application sets its count to 7, and for the next 0.5 s, then while
  * both reads get their data and 0.2 s more, the library neither reads nor
  * writes it: it still counts 7.  ready_fd answers -1 from then on, and
- * both reads end once with their data; px_destroy leaves the
+ * both reads end once with their data, the secondary's epoll instance
+ * holds no armed entry for the number, and px_destroy leaves the
  * application's eventfd open.  Before, each prepare's drain read the
  * application's count and ready_fd's writes added 1 to it (TESTING.md,
  * fixed problem 328).
@@ -873,6 +875,11 @@ static void ready_fd_replaced_by_apps_eventfd(void **state)
 	if (later != -1)
 		fail_msg("ready_fd gave %d after the idle check, its eventfd "
 			 "replaced", later);
+	/* The secondary's epoll wait watches the number no more: no entry
+	 * for it, or one a one-shot report has disarmed. */
+	if (ev >= 0 && (ev & EPOLLIN))
+		fail_msg("the secondary's epoll instance still watches the "
+			 "ready eventfd's number %d (events %lx)", ready, ev);
 	assert_int_equal(atomic_load(&rf.calls), 1);
 	assert_int_equal(rf.error, 0);
 	assert_int_equal(rf.bytes, 4);
