@@ -168,6 +168,10 @@ size_t px__processor_share_claimed(px_processor *p) PX_HIDDEN;
 /* Whether calls another thread shared wait to be made; any thread may then
  * make them with px__processor_collect_claimed. */
 bool px__processor_has_shared(const px_processor *p) PX_HIDDEN;
+/* The wait's part of the idle check (px_wait_ops.check): are its own
+ * descriptors still its own?  Leader (px__processor_lead_begin), mutex
+ * held; also made by px_destroy before its leads. */
+void px__processor_check_wait(px_processor *p) PX_HIDDEN;
 void px__processor_lead_begin(px_processor *p) PX_HIDDEN;
 void px__processor_lead_end(px_processor *p) PX_HIDDEN;
 bool px__processor_has_work(const px_processor *p) PX_HIDDEN;

@@ -836,9 +836,21 @@ int px_destroy(px_proactor *px)
 		px__processor_cancel_all(px->proc[i]);
 
 	/* Cancels the provider could not finish at once complete through the
-	 * wait: lead each processor until nothing is started. */
+	 * wait: lead each processor until nothing is started.  The wait's
+	 * idle check first, so that those leads use no descriptor of the
+	 * engine's that the application has replaced since the last check:
+	 * an io_uring lead's prepare read the application's eventfd under
+	 * the ready eventfd's number and took its count (TESTING.md, fixed
+	 * problem 328), and its cancels went to the application's ring under
+	 * a ring's number until an idle check of these leads came (fixed
+	 * problem 311).  A few system calls, once. */
 	for (int i = 0; i < px->nproc; i++) {
 		px_processor *p = px->proc[i];
+		if (!px_list_empty(&p->started) || !px_list_empty(&p->deferred)) {
+			px__processor_lead_begin(p);
+			px__processor_check_wait(p);
+			px__processor_lead_end(p);
+		}
 		while (!px_list_empty(&p->started) || !px_list_empty(&p->deferred)) {
 			px__processor_lead_begin(p);
 			px__processor_handle_aio_events(p, 100, px__now_ns(), 0, NULL);

@@ -534,9 +534,8 @@ static void proc_unstarve(px_processor *p)
 	p->max_aio = saved;
 }
 
-static void proc_check(px_processor *p, uint64_t now, bool quiet)
+void px__processor_check_wait(px_processor *p)
 {
-	p->last_check = now;
 	if (p->wait->ops->check)
 		p->wait->ops->check(p->wait);
 	/* The check may have found the wait's ready descriptor replaced
@@ -544,6 +543,12 @@ static void proc_check(px_processor *p, uint64_t now, bool quiet)
 	 * eventfd: TESTING.md, fixed problem 328): the dispatcher asks
 	 * ready_fd again rather than believe the other wait watches it. */
 	p->ready_offered = false;
+}
+
+static void proc_check(px_processor *p, uint64_t now, bool quiet)
+{
+	p->last_check = now;
+	px__processor_check_wait(p);
 	proc_reap_closed(p);
 	/* Starving once more than PROC_CHECK_MAX_NS passed without a
 	 * completion: the third check of a quiet run (200 + 400 + 800 ms). */

@@ -809,6 +809,57 @@ static void gate_ctls_in_flight_at_the_check(void **state)
 	}
 }
 
+/* The gate set replaced with dup2(2) by an epoll instance of the test's
+ * holding an eventfd, six reads parked, and px_destroy at once, before
+ * any idle check: each read ends once with ECANCELED, and the test's
+ * instance is still under the number, with its eventfd (px__own_close_id:
+ * TESTING.md, fixed problem 310; passes, added by the review of fixed
+ * problem 329). */
+static void gate_set_replaced_then_destroy(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int sv[6][2], before[16], after[16], set = -1, tg[4];
+	rec r[6];
+
+	int nb = epoll_numbers(before, 16);
+	assert_int_equal(px_create(&px, "uring read_gate=1 rings=1", err,
+				   sizeof(err)), 0);
+	pairs_with_reads(px, 6, sv, r);
+	settle(px);
+	int na = epoll_numbers(after, 16);
+	for (int i = 0; i < na; i++) {
+		bool old = false;
+		for (int j = 0; j < nb; j++)
+			old = old || before[j] == after[i];
+		if (!old)
+			set = after[i];
+	}
+	assert_true(set >= 0);
+	int app = epoll_create1(EPOLL_CLOEXEC);
+	int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 7 };
+	assert_true(app >= 0 && efd >= 0);
+	assert_int_equal(epoll_ctl(app, EPOLL_CTL_ADD, efd, &ev), 0);
+	assert_int_equal(dup2(app, set), set);
+	assert_int_equal(px_destroy(px), 0);
+	for (int k = 0; k < 6; k++) {
+		assert_int_equal(atomic_load(&r[k].calls), 1);
+		assert_int_equal(r[k].error, ECANCELED);
+	}
+	if (epoll_targets(set, tg, 4) != 1 || tg[0] != efd)
+		fail_msg("px_destroy closed the application's epoll instance "
+			 "under the gate set's number %d", set);
+	close(set);
+	close(app);
+	close(efd);
+	for (int k = 0; k < 6; k++) {
+		close(sv[k][0]);
+		close(sv[k][1]);
+	}
+}
+
 static void gate_set_replaced_by_apps_epoll(void **state)
 {
 	(void)state;
@@ -1007,6 +1058,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(default_gate_spares_peers_here),
 		cmocka_unit_test(gate_set_replaced_by_apps_epoll),
 		cmocka_unit_test(gate_ctls_in_flight_at_the_check),
+		cmocka_unit_test(gate_set_replaced_then_destroy),
 	};
 	return cmocka_run_group_tests_name("uring_gate", tests, NULL, NULL);
 }

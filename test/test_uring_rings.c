@@ -898,6 +898,51 @@ static void ready_fd_replaced_by_apps_eventfd(void **state)
 	close(sv[1]);
 }
 
+/* The ready eventfd made (ready_fd asked as the dispatcher does), then
+ * replaced with dup2(2) by an eventfd of the test's with a count of 3, a
+ * file read of a pipe pending, and px_destroy at once, before any idle
+ * check: the read ends once with ECANCELED, and the test's eventfd is
+ * still under the number with its count.  px_destroy's lead, which ends
+ * the read, drained the number in its prepare and took the count (it
+ * never closed it: px__own_close_id, TESTING.md, fixed problem 310); it
+ * now makes the wait's idle check first (fixed problem 328). */
+static void ready_fd_replaced_then_destroy(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *t;
+	lone_rec rf = { 0 };
+	uint8_t fbuf[16];
+	int p[2];
+
+	assert_int_equal(px_create(&t, TEAM, err, sizeof(err)), 0);
+	px_wait *w = t->proc[0]->wait;
+	assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+	assert_int_equal(px_read_file(t, p[0], fbuf, sizeof(fbuf), 0,
+				      lone_rec_cb, &rf), 0);
+	pthread_mutex_lock(&t->lock);
+	int ready = w->ops->ready_fd(w);
+	pthread_mutex_unlock(&t->lock);
+	assert_true(ready >= 0);
+	int app = eventfd(3, EFD_NONBLOCK | EFD_CLOEXEC);
+	assert_true(app >= 0);
+	assert_int_equal(dup2(app, ready), ready);
+	assert_int_equal(px_destroy(t), 0);
+	assert_int_equal(atomic_load(&rf.calls), 1);
+	assert_int_equal(rf.error, ECANCELED);
+	uint64_t v = 0;
+	ssize_t got = read(ready, &v, sizeof(v));
+	if (got != (ssize_t)sizeof(v) || v != 3)
+		fail_msg("the application's eventfd under the ready eventfd's "
+			 "number %d after px_destroy: read %zd, count %llu where "
+			 "the application had set 3", ready, got,
+			 (unsigned long long)v);
+	close(ready);
+	close(app);
+	close(p[0]);
+	close(p[1]);
+}
+
 #define CHURN_CHAINS 8
 
 typedef struct churn {
@@ -1700,6 +1745,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(ready_fd_polls_for_a_lead),
 		cmocka_unit_test(file_chain_beside_idle_read_one_thread),
 		cmocka_unit_test(ready_fd_replaced_by_apps_eventfd),
+		cmocka_unit_test(ready_fd_replaced_then_destroy),
 		cmocka_unit_test(team_churn_then_destroy),
 		cmocka_unit_test(post_after_own_lead_interrupts),
 		cmocka_unit_test(loopback_ends_share_a_ring),
