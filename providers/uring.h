@@ -142,7 +142,8 @@ typedef struct px_uring_ring {
 	px_list late;
 	unsigned late_gen;
 
-	/* The kick (a dedicated processor's one ring; -1 elsewhere): an
+	/* The kick (a dedicated processor's one ring; -1 elsewhere, and once
+	 * its number named another file: px__uring_check_own): an
 	 * eventfd whose READ the leader keeps in the ring, so that a start
 	 * made by another thread wakes the leader to submit it instead of
 	 * submitting it itself (see "The kick" in uring.c).  kick, under
@@ -153,7 +154,9 @@ typedef struct px_uring_ring {
 	uint64_t kick_buf;          /* where the READ puts the count */
 
 	/* Gated reads ("Gated reads" in uring.c).  gate_ep: the ring's
-	 * epoll set, made at its first gated read (-1 not yet, -2 refused);
+	 * epoll set, made at its first gated read (-1 not yet, -2 refused,
+	 * or forgotten once its number named another file:
+	 * px__uring_check_own);
 	 * gate_armed: the POLL_ADD on it is in the ring, its CQE not yet
 	 * reaped.  pf_reads: RECVs with POLL_FIRST in the kernel; gated:
 	 * reads gated here (their EPOLL_CTL in flight, or parked waiting for
@@ -214,7 +217,8 @@ typedef struct px_uring {
 	 * (px_wait_ops.ready_fd; "The ready descriptor" in uring.c): an
 	 * eventfd registered with every ring, made at the first ask.  -1:
 	 * not asked yet; -2: refused (no eventfd, or the kernel would not
-	 * register it). */
+	 * register it), or forgotten once its number named another file
+	 * (px__uring_check_own). */
 	int ready_efd;
 	px_own_id ready_id;         /* what ready_efd named when made */
 
