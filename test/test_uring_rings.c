@@ -816,16 +816,15 @@ static void lone_spin(px_proactor *t, int ms)
  * application's count and ready_fd's writes added 1 to it (TESTING.md,
  * fixed problem 328).
  */
-static void ready_fd_replaced_by_apps_eventfd(void **state)
+static void ready_fd_replaced_on(const char *team)
 {
-	(void)state;
 	char err[256];
 	px_proactor *t;
 	lone_rec rf = { 0 }, rs = { 0 };
 	uint8_t fbuf[16], sbuf[16];
 	int p[2], sv[2];
 
-	assert_int_equal(px_create(&t, TEAM, err, sizeof(err)), 0);
+	assert_int_equal(px_create(&t, team, err, sizeof(err)), 0);
 	assert_int_equal(t->nproc, 2);
 	px_wait *w = t->proc[0]->wait, *w2 = t->proc[1]->wait;
 	px_uring *u = px_uring_of_wait(w);
@@ -864,9 +863,9 @@ static void ready_fd_replaced_by_apps_eventfd(void **state)
 	int later = w->ops->ready_fd(w);
 	pthread_mutex_unlock(&t->lock);
 	long ev = epfd >= 0 ? epoll_entry_events(epfd, ready) : -1;
-	printf("# ready eventfd %d replaced: the application's count %lld "
+	printf("# %s: ready eventfd %d replaced: the application's count %lld "
 	       "(7 set), ready_fd %d; the epoll instance's entry for it: %lx\n",
-	       ready, got > 0 ? (long long)v : -1LL, later, ev);
+	       team, ready, got > 0 ? (long long)v : -1LL, later, ev);
 	if (got != sizeof(v) || v != 7)
 		fail_msg("the application's eventfd under the ready eventfd's "
 			 "number %d counted %lld after the idle check where the "
@@ -896,6 +895,15 @@ static void ready_fd_replaced_by_apps_eventfd(void **state)
 	close(p[1]);
 	close(sv[0]);
 	close(sv[1]);
+}
+
+static void ready_fd_replaced_by_apps_eventfd(void **state)
+{
+	(void)state;
+	ready_fd_replaced_on(TEAM);
+	/* One ring, its SQ polled by the kernel's thread. */
+	ready_fd_replaced_on("provider=uring rings=1 ring_flags=sqpoll ops=file ; "
+			     "secondary: provider=select wait=epoll");
 }
 
 /* The ready eventfd made (ready_fd asked as the dispatcher does), then
