@@ -1129,6 +1129,72 @@ static void connect_again_after_refused(void **state)
 	connect_again_after_refused_one(*state, true);
 }
 
+/* Linux keeps a TCP socket whose non-blocking connect failed marked as
+ * connecting until its next connect(2), which then answers ECONNABORTED
+ * and only clears the mark.  Two sides of that, each kept by its own
+ * step of the readiness engines (providers/nbio.c):
+ *  - after a px_connect that was refused, the application's own blocking
+ *    connect(2) must connect, as after a refused blocking connect(2) (and
+ *    on io_uring): the provider clears the mark when it takes the error
+ *    (nb_connect's call of nb_connect_finish);
+ *  - after the application's own non-blocking connect(2) failed and it
+ *    took the error itself (SO_ERROR), a px_connect must connect: the
+ *    provider makes the connect again after that ECONNABORTED, as
+ *    io_uring's kernel connect does (nb_connect's second connect(2)).
+ * The connect again of connect_again_after_refused passes with either
+ * step taken out (the other one covers it); these do not (the mutation
+ * testing of 2026-12-07: TESTING.md). */
+static void connect_after_a_failed_connect_of_the_other(void **state)
+{
+	h_fx *f = *state;
+	struct sockaddr_in *closed = h_alloc(f, sizeof *closed);
+	struct sockaddr_in *open_ = h_alloc(f, sizeof *open_);
+	(void)h_bound_socket(f, SOCK_STREAM, closed);
+	int l = h_bound_socket(f, SOCK_STREAM, open_);
+	assert_int_equal(listen(l, 8), 0);
+
+	/* A px_connect refused, then the application's connect(2). */
+	int c = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	h_rec *r = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, c, (const struct sockaddr *)closed,
+				    sizeof *closed, h_rec_cb, r), 0);
+	h_wait_rec(f, r, 5000, "the refused connect");
+	assert_common(r, f->px, PX_OP_CONNECT, c);
+	assert_int_equal(r->c.error, ECONNREFUSED);
+	if (connect(c, (const struct sockaddr *)open_, sizeof *open_) < 0)
+		fail_msg("the application's blocking connect(2) after a refused "
+			 "px_connect failed: %s (the socket was left marked as "
+			 "connecting)", strerror(errno));
+
+	/* The application's non-blocking connect(2) refused, its error
+	 * taken, then a px_connect. */
+	int d = h_track(f, socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK |
+					   SOCK_CLOEXEC, 0));
+	int rc = connect(d, (const struct sockaddr *)closed, sizeof *closed);
+	assert_true(rc < 0 && (errno == EINPROGRESS || errno == ECONNREFUSED));
+	if (rc < 0 && errno == EINPROGRESS) {
+		struct pollfd p = { .fd = d, .events = POLLOUT };
+		assert_int_equal(poll(&p, 1, 5000), 1);
+	}
+	int soerr = 0;
+	socklen_t sl = sizeof soerr;
+	assert_int_equal(getsockopt(d, SOL_SOCKET, SO_ERROR, &soerr, &sl), 0);
+	assert_true(soerr == ECONNREFUSED || soerr == 0);
+	h_rec *r2 = h_rec_new(f);
+	assert_int_equal(px_connect(f->px, d, (const struct sockaddr *)open_,
+				    sizeof *open_, h_rec_cb, r2), 0);
+	h_wait_rec(f, r2, 5000, "the connect after the application's failed one");
+	assert_common(r2, f->px, PX_OP_CONNECT, d);
+	if (r2->c.error != 0)
+		fail_msg("px_connect after the application's own refused "
+			 "connect(2) completed with %d (%s), expected 0",
+			 r2->c.error, strerror(r2->c.error));
+	struct sockaddr_in peer;
+	socklen_t pl = sizeof peer;
+	assert_int_equal(getpeername(d, (struct sockaddr *)&peer, &pl), 0);
+	assert_int_equal(peer.sin_port, open_->sin_port);
+}
+
 /* A px_connect while another connect on the socket is under way is
  * refused at once with -EALREADY (no callback), on every engine, as
  * connect(2) refuses it; the first completes as usual; one started from
@@ -3210,6 +3276,7 @@ int main(int argc, char **argv)
 		T(seqpacket_through_stream_ops),
 		T(connect_refused),
 		T(connect_again_after_refused),
+		T(connect_after_a_failed_connect_of_the_other),
 		T(connect_while_connecting_refused),
 		T(connect_to_a_full_unix_backlog),
 		T(close_under_pending_read),
