@@ -2939,6 +2939,56 @@ static void create_destroy_keep_signal_state(void **state)
 			 l->tasks_after, l->tasks);
 }
 
+/* Reads pending on 128 descriptors at once (both ends of 64 socketpairs),
+ * then a byte written to each: every read gets its peer's byte, once.
+ * 128 is a power of two on purpose: the poll wait's interest array grows
+ * by doubling (64, 128, ...) at the starts, and its wait's array must hold
+ * every slot and the interrupt's descriptor besides; one element short
+ * (wait_strategies/poll.c, pollp_grow) wrote past its end exactly when the
+ * registrations fill the array, which only AddressSanitizer notices (the
+ * mutation testing of 2026-12-07: TESTING.md). */
+#define MANY_PAIRS 64
+static void reads_pending_on_128_descriptors(void **state)
+{
+	h_fx *f = *state;
+	int (*sv)[2] = h_alloc(f, MANY_PAIRS * sizeof *sv);
+	char *buf = h_alloc(f, 2 * MANY_PAIRS * 4);
+	/* One block of records: the fixture keeps at most H_MAX_TRACKED
+	 * allocations (and as many descriptors, all of which this takes). */
+	h_rec *recs = h_alloc(f, 2 * MANY_PAIRS * sizeof *recs);
+	h_rec *rec[2 * MANY_PAIRS];
+
+	for (int i = 0; i < MANY_PAIRS; i++)
+		h_socketpair(f, sv[i]);
+	for (int i = 0; i < 2 * MANY_PAIRS; i++) {
+		rec[i] = &recs[i];
+		assert_int_equal(px_read_stream(f->px, sv[i / 2][i % 2],
+						buf + 4 * i, 4, h_rec_cb, rec[i]),
+				 0);
+	}
+	h_settle(f, 20);     /* every read waits, the waits watch them all */
+	for (int i = 0; i < 2 * MANY_PAIRS; i++)
+		assert_int_equal(atomic_load(&rec[i]->calls), 0);
+	for (int i = 2 * MANY_PAIRS - 1; i >= 0; i--) {
+		char b = (char)(i & 0x7f);
+		/* To the other end: the byte for read i. */
+		assert_int_equal(write(sv[i / 2][1 - i % 2], &b, 1), 1);
+	}
+	uint64_t deadline = h_deadline(5000);
+	for (int i = 0; i < 2 * MANY_PAIRS; i++)
+		while (!h_rec_done(rec[i]))
+			h_pump(f, deadline, "the 128 reads");
+	h_settle(f, 20);
+	for (int i = 0; i < 2 * MANY_PAIRS; i++) {
+		assert_common(rec[i], f->px, PX_OP_READ_STREAM, sv[i / 2][i % 2]);
+		assert_int_equal(rec[i]->c.error, 0);
+		assert_int_equal(rec[i]->c.bytes, 1);
+		if (buf[4 * i] != (char)(i & 0x7f))
+			fail_msg("read %d got byte %d, expected %d", i,
+				 buf[4 * i], i & 0x7f);
+	}
+}
+
 static void destroy_completes_every_pending_op(void **state)
 {
 	h_fx *f = *state;
@@ -3301,6 +3351,7 @@ int main(int argc, char **argv)
 		T(raw_fork_child_gets_echild),
 		T(fork_from_callback_child_gets_echild),
 		T(create_destroy_keep_signal_state),
+		T(reads_pending_on_128_descriptors),
 		T(destroy_completes_every_pending_op),
 		T(stop_wakes_and_refuses),
 		T(stop_from_signal_handler_through_a_pipe),
