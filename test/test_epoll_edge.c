@@ -19,7 +19,11 @@
  *    before the provider took that in, and another loop thread's wait
  *    reports it while the read is still claimed.  The read must complete
  *    from that report, without a later epoll_ctl check (which would only
- *    rescue it after a second or so);
+ *    rescue it after a second or so); and the same race in the leader's
+ *    batch: a wait reports two descriptors, the calls go to the thread
+ *    that claimed them after it let the lead go, one call finds nothing
+ *    and its data comes and is reported by the other thread's wait while
+ *    the read is claimed (batch_edge_is_not_lost);
  *  - a wait that reports several descriptors at once while another loop
  *    thread sleeps as a follower: the claiming thread shares half of the
  *    calls, and the follower makes them (the recvs of that batch run on
