@@ -330,6 +330,51 @@ static void parked_read_ends_once(void **state)
 	}
 }
 
+/* A read cancelled while the EPOLL_CTL that gates it is still to
+ * complete (started, then px_cancel before any lead reaps): the CTL's
+ * completion must end it with ECANCELED, once, and it must take nothing
+ * sent after.  Mutation testing of 2026-12-07 (TESTING.md): with that
+ * step left out of ur_gate_ctl_done the read was parked as if never
+ * cancelled and waited for data; no test started a cancel that early
+ * (parked_read_ends_once cancels reads already parked). */
+static void cancel_during_gate_ctl(void **state)
+{
+	(void)state;
+	char err[256];
+	px_proactor *px;
+	int sv[2];
+	rec r, rc2;
+	char b = 0;
+
+	memset(&r, 0, sizeof(r));
+	memset(&rc2, 0, sizeof(rc2));
+	assert_int_equal(px_create(&px, GATED, err, sizeof(err)), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+			 0);
+	assert_int_equal(px_read_stream(px, sv[0], r.buf, sizeof(r.buf),
+					rec_cb, &r), 0);
+	assert_int_equal(px_cancel(px, sv[0]), 1);
+	spin(px, &r, 1);
+	if (atomic_load(&r.calls) != 1)
+		fail_msg("a read cancelled during its gate's EPOLL_CTL: %d "
+			 "callbacks after 2 s, expected 1 (ECANCELED)",
+			 atomic_load(&r.calls));
+	assert_int_equal(r.error, ECANCELED);
+	assert_int_equal(r.bytes, 0);
+	/* Nothing of it left: a byte sent now stays in the socket, and a
+	 * new read gets the next one. */
+	assert_int_equal(write(sv[1], "x", 1), 1);
+	settle(px);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	assert_int_equal(recv(sv[0], &b, 1, MSG_DONTWAIT), 1);
+	assert_int_equal(b, 'x');
+	read_then_feed(px, sv[0], sv[1], &rc2, "after");
+	assert_int_equal(px_destroy(px), 0);
+	assert_int_equal(atomic_load(&r.calls), 1);
+	close(sv[0]);
+	close(sv[1]);
+}
+
 /* A number closed with close(2) while its interest is in the gate set,
  * and reused for another socket: the new socket's read is gated too (MOD
  * answers ENOENT, ADD follows) and gets its data; the old peer's writes
@@ -1050,6 +1095,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(many_connections_in_order),
 		cmocka_unit_test(parked_read_ends_once),
+		cmocka_unit_test(cancel_during_gate_ctl),
 		cmocka_unit_test(reused_number_is_read),
 		cmocka_unit_test(pipe_and_file_are_read),
 		cmocka_unit_test(one_entry_ring_reads_gated),
