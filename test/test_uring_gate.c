@@ -4,7 +4,8 @@
  * wait with read_gate=1: the bytes of many connections arrive whole and
  * in order, with starts from callbacks and writes from another thread;
  * a parked read ends exactly once when cancelled, closed (px_close),
- * at the end of the stream, at px_destroy; a number closed with close(2)
+ * at the end of the stream, at px_destroy, and so does one cancelled
+ * while the EPOLL_CTL that gates it is in flight; a number closed with close(2)
  * and reused for another socket is read correctly (the stale interest
  * is corrected by the EPOLL_CTL's answer); descriptors epoll refuses
  * (a regular file) or that are no socket (a pipe) are still read, also
