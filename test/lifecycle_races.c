@@ -78,6 +78,15 @@
  *  - on a team of two readiness processors of its own (two-processors
  *    engine only), a result queued within 20 ms of an interrupt to one
  *    processor's leader reaches the other's.
+ *  - two completions collected by one lead, the first of whose callbacks
+ *    blocks until the second has run: a thread that enters
+ *    px_handle_events(px, -1) meanwhile runs the second (on io_uring with
+ *    several rings it takes the one completion left of the other
+ *    thread's own);
+ *  - a post from outside wakes the newest follower (followers=lifo) or the
+ *    oldest (followers=fifo);
+ *  - px_handle_events(px, 0) with an endless chain of posts runs 64 of
+ *    them and returns; with 100 queued, runs all 100.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -2437,6 +2446,70 @@ static void leader_leaves_work_to_follower(void **state)
 	late_rounds(*state, ll_round, "R2");
 }
 
+/* The same hand-over when the leaving thread ran no callback: thread B
+ * leads (a read R that gets no data yet keeps its processor busy) in one
+ * px_handle_events(px, LT_LEAD_MS) while thread A sleeps as a follower,
+ * and B's call times out and B leaves for good.  A's sleeps doubled while
+ * B led (a leader in place: 20 ms up to 1 s), so when B leaves A is in a
+ * sleep of 1 s begun about 1.28 s after A came, some 500 ms from its end.
+ * B's leaving wakes A (the processor has work that nobody leads), and
+ * R, whose data comes right after, must complete within LV_LATE_MS.
+ * Without that wake-up every test passed (the mutation testing of
+ * 2026-12-07): no start told A, and R waited for A's sleep to end. */
+#define LT_LEAD_MS 1800
+
+static struct {
+	px_proactor *px;
+	atomic_int b_out;
+	int b_rc;
+} lt;
+
+static void *lt_b_main(void *arg)
+{
+	(void)arg;
+	lt.b_rc = px_handle_events(lt.px, LT_LEAD_MS);
+	atomic_store(&lt.b_out, 1);
+	return NULL;
+}
+
+static unsigned long long lt_round(h_fx *f)
+{
+	int sv[2];
+	char *buf;
+	pthread_t a, b;
+
+	memset(&lt, 0, sizeof lt);
+	lt.px = f->px;
+	h_rec *r = h_start_pending_read(f, sv, 8, &buf);
+	assert_int_equal(pthread_create(&b, NULL, lt_b_main, NULL), 0);
+	h_sleep_ms(20);  /* B leads */
+	assert_int_equal(pthread_create(&a, NULL, one_loop_main, f->px), 0);
+	bool out = h_wait_at_least(&lt.b_out, 1, LT_LEAD_MS + PROMPT_MS);
+	uint64_t t0 = h_now_ns();
+	assert_int_equal(write(sv[0], "x", 1), 1);
+	bool done = h_wait_at_least(&r->done, 1, PROMPT_MS);
+	uint64_t late_ms = done ? (r->at_ns - t0) / MS : 0;
+	px_stop(f->px);
+	pthread_join(a, NULL);
+	pthread_join(b, NULL);
+	if (!out)
+		fail_msg("px_handle_events(px, %d) did not return within %d ms",
+			 LT_LEAD_MS, LT_LEAD_MS + PROMPT_MS);
+	assert_int_equal(lt.b_rc, 0);
+	if (!done)
+		fail_msg("a read whose leader left never completed (another "
+			 "thread was in px_handle_events(px, -1))");
+	assert_int_equal(atomic_load(&r->calls), 1);
+	assert_int_equal(r->c.error, 0);
+	assert_int_equal(r->c.bytes, 1);
+	return late_ms;
+}
+
+static void timed_out_leader_leaves_work_to_follower(void **state)
+{
+	late_rounds(*state, lt_round, "the read");
+}
+
 /* A chain of posts, each made from the callback of the one before, that
  * outlives the bounded call running it: the thread in px_handle_events(px,
  * 100) returns after its batch of callbacks with the chain's next post
@@ -3164,6 +3237,261 @@ static void blocked_callback_leaves_lead_to_sleeper(void **state)
 			 "%d ms and another thread slept in "
 			 "px_handle_events(px, -1) (at most %d ms)", late[0],
 			 late[1], late[2], BL_BLOCK_MS, LV_LATE_MS);
+}
+
+
+/* Two reads, started from outside the loop, whose data comes before any
+ * thread is in px_handle_events: the first thread to enter collects both
+ * in one lead (on io_uring with several rings, as its own completions),
+ * and the first callback blocks until the second has run.  A second
+ * thread, which enters px_handle_events(px, -1) while it blocks, must run
+ * the second: it finds nothing to lead and fewer than PX_STEAL_MIN of the
+ * other thread's completions, sleeps the short bound, and then takes the
+ * one left (half of one, rounded up).  With the half rounded down the
+ * steal took none but said it had, and the second thread never ran it
+ * (found missing by the mutation testing of 2026-12-07: every test passed
+ * with that change).  Callbacks are measured cheap first, so that the
+ * batch of two is not handed off at once (disp_worth_help). */
+#define OS_BLOCK_MS 2000
+
+static struct {
+	int s1[2], s2[2];
+	char *buf;
+	atomic_int entered, second_ran, ok, done, warm;
+	int err[2];
+	size_t bytes[2];
+} g_os;
+
+static void os_warm_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&g_os.warm, 1);
+}
+
+static void os_read_cb(const px_completion *c)
+{
+	int i = c->fd == g_os.s1[0] ? 0 : 1;
+	g_os.err[i] = c->error;
+	g_os.bytes[i] = c->bytes;
+	if (atomic_fetch_add(&g_os.entered, 1) == 0) {
+		uint64_t end = h_deadline(OS_BLOCK_MS);
+		while (!atomic_load(&g_os.second_ran) && h_now_ms() < end)
+			h_sleep_ms(1);
+		atomic_store(&g_os.ok, atomic_load(&g_os.second_ran));
+	} else {
+		atomic_store(&g_os.second_ran, 1);
+	}
+	atomic_fetch_add(&g_os.done, 1);
+}
+
+static void blocked_callback_leaves_one_own_to_sleeper(void **state)
+{
+	h_fx *f = *state;
+	pthread_t th[2];
+
+	memset(&g_os, 0, sizeof g_os);
+	g_os.buf = h_alloc(f, 2);
+	h_socketpair(f, g_os.s1);
+	h_socketpair(f, g_os.s2);
+	/* Callbacks measured cheap, by one loop thread that then leaves. */
+	for (int i = 0; i < BL_WARM; i++)
+		assert_int_equal(px_post(f->px, os_warm_cb, NULL), 0);
+	uint64_t end = h_deadline(PROMPT_MS);
+	while (atomic_load(&g_os.warm) < BL_WARM && h_now_ms() < end)
+		px_handle_events(f->px, 10);
+	assert_int_equal(atomic_load(&g_os.warm), BL_WARM);
+	assert_int_equal(px_read_stream(f->px, g_os.s1[0], g_os.buf, 1,
+					os_read_cb, NULL), 0);
+	assert_int_equal(px_read_stream(f->px, g_os.s2[0], g_os.buf + 1, 1,
+					os_read_cb, NULL), 0);
+	h_sleep_ms(20);
+	assert_int_equal(write(g_os.s1[1], "1", 1), 1);
+	assert_int_equal(write(g_os.s2[1], "2", 1), 1);
+	h_sleep_ms(50);
+	plain_loops_start(th, 1, f->px);
+	bool blocked = h_wait_at_least(&g_os.entered, 1, PROMPT_MS);
+	plain_loops_start(th + 1, 1, f->px);
+	bool done = h_wait_at_least(&g_os.done, 2, PROMPT_MS);
+	plain_loops_stop(f->px, th, 2);
+	if (!blocked || !done)
+		fail_msg("%d of the two reads called back within %d ms of their "
+			 "data", atomic_load(&g_os.done), PROMPT_MS);
+	if (!atomic_load(&g_os.ok))
+		fail_msg("the second read's callback ran only after the first "
+			 "one's, blocked %d ms waiting for it, had returned (a "
+			 "second thread waited in px_handle_events(px, -1))",
+			 OS_BLOCK_MS);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(g_os.err[i], 0);
+		assert_int_equal(g_os.bytes[i], 1);
+	}
+	assert_memory_equal(g_os.buf, "12", 2);
+}
+
+/* How much one px_handle_events call runs (px_handle_events(3)): rounds
+ * of what is queued when each begins, another only while fewer than 64
+ * callbacks have run, the last round not cut short.  A chain of posts,
+ * each made by the callback of the one before, is a round of one each
+ * time: px_handle_events(px, 0) runs exactly 64 links and returns,
+ * however long the chain (RB_LINKS).  And 100 posts queued before the
+ * call are one round, run whole by one call.  With the bound of 64 taken
+ * out, the call ran the whole chain, and no test failed (the mutation
+ * testing of 2026-12-07); a chain that never ends would keep the thread
+ * for good. */
+#define RB_LINKS 1000
+#define RB_QUEUED 100
+
+static struct {
+	px_proactor *px;
+	atomic_int links, queued;
+} rb;
+
+static void rb_link_cb(const px_completion *c)
+{
+	(void)c;
+	if (atomic_fetch_add(&rb.links, 1) + 1 >= RB_LINKS)
+		return;
+	int rc = px_post(rb.px, rb_link_cb, NULL);
+	if (rc)
+		h_bad("a post from the chain: %d", rc);
+}
+
+static void rb_queued_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_fetch_add(&rb.queued, 1);
+}
+
+static void call_runs_bounded_rounds(void **state)
+{
+	h_fx *f = *state;
+
+	memset(&rb, 0, sizeof rb);
+	rb.px = f->px;
+	assert_int_equal(px_post(f->px, rb_link_cb, NULL), 0);
+	int n = px_handle_events(f->px, 0);
+	int links = atomic_load(&rb.links);
+	h_assert_no_bad("call_runs_bounded_rounds");
+	if (n != 64 || links != 64)
+		fail_msg("px_handle_events(px, 0) with a chain of %d posts, "
+			 "each from the callback of the one before: returned %d "
+			 "after %d links (64 rounds of one expected)", RB_LINKS,
+			 n, links);
+	/* The rest of the chain, by later calls. */
+	uint64_t dl = h_deadline(PROMPT_MS);
+	while (atomic_load(&rb.links) < RB_LINKS)
+		h_pump(f, dl, "the rest of the chain");
+	for (int i = 0; i < RB_QUEUED; i++)
+		assert_int_equal(px_post(f->px, rb_queued_cb, NULL), 0);
+	n = px_handle_events(f->px, 0);
+	if (n != RB_QUEUED || atomic_load(&rb.queued) != RB_QUEUED)
+		fail_msg("px_handle_events(px, 0) with %d posts queued: "
+			 "returned %d after %d of them (one round, not cut "
+			 "short)", RB_QUEUED, n, atomic_load(&rb.queued));
+}
+
+/* Which follower a post wakes: the newest sleeper (followers=lifo, the
+ * default) or the oldest (followers=fifo), as px_config(3) and
+ * docs/ARCHITECTURE.md say.  Three loop threads in px_handle_events(px,
+ * -1) with nothing to lead sleep as followers; each post from outside
+ * wakes one of them, which runs it and comes back as the newest sleeper.
+ * The thread expected is the one that entered px_handle_events last
+ * (lifo) or longest ago (fifo); 20 ms between entries and posts lets each
+ * thread fall asleep first.  One round in FO_ROUNDS may go the other way
+ * on a loaded machine (a thread kept off the CPU for those 20 ms before
+ * it sleeps); with the order reversed every round does, as the three
+ * threads make the newest and the oldest sleeper two different threads
+ * (found missing by the mutation testing of 2026-12-07: with the two
+ * orders swapped in px__dispatch_wake_follower every test passed). */
+#define FO_THREADS 3
+#define FO_ROUNDS 6
+static struct {
+	px_proactor *px;
+	atomic_int seq;                  /* entries into px_handle_events */
+	atomic_int entered[FO_THREADS];  /* seq of each thread's last entry */
+	atomic_int ran;                  /* who ran the latest post */
+	atomic_int nran;                 /* posts run */
+} fo;
+static __thread int fo_me = -1;
+
+static void fo_post_cb(const px_completion *c)
+{
+	(void)c;
+	atomic_store(&fo.ran, fo_me);
+	atomic_fetch_add(&fo.nran, 1);
+}
+
+static void *fo_loop_main(void *arg)
+{
+	fo_me = (int)(intptr_t)arg;
+	for (;;) {
+		atomic_store(&fo.entered[fo_me], atomic_fetch_add(&fo.seq, 1) + 1);
+		if (px_handle_events(fo.px, -1) < 0)
+			break;
+	}
+	return NULL;
+}
+
+static void fo_rounds(px_follower_order order, const char *name)
+{
+	px_config cfg = h_cfg;
+	cfg.followers = order;
+	char err[256] = "";
+	memset(&fo, 0, sizeof fo);
+	int rc = px_create_config(&fo.px, &cfg, err, sizeof err);
+	if (rc)
+		fail_msg("px_create_config with followers=%s: %d (%s)", name, rc,
+			 err);
+	pthread_t th[FO_THREADS];
+	for (int i = 0; i < FO_THREADS; i++) {
+		assert_int_equal(pthread_create(&th[i], NULL, fo_loop_main,
+						(void *)(intptr_t)i), 0);
+		h_sleep_ms(20);
+	}
+	int match = 0, lost = 0;
+	char seen[FO_ROUNDS * 16] = "";
+	for (int k = 0; k < FO_ROUNDS; k++) {
+		h_sleep_ms(20);
+		int want = 0;
+		for (int i = 1; i < FO_THREADS; i++) {
+			int a = atomic_load(&fo.entered[i]);
+			int b = atomic_load(&fo.entered[want]);
+			if (order == PX_FOLLOWERS_FIFO ? a < b : a > b)
+				want = i;
+		}
+		int before = atomic_load(&fo.nran);
+		assert_int_equal(px_post(fo.px, fo_post_cb, NULL), 0);
+		if (!h_wait_at_least(&fo.nran, before + 1, PROMPT_MS)) {
+			lost = 1;
+			break;
+		}
+		int got = atomic_load(&fo.ran);
+		match += got == want;
+		snprintf(seen + strlen(seen), sizeof seen - strlen(seen),
+			 " %d/%d", got, want);
+	}
+	px_stop(fo.px);
+	for (int i = 0; i < FO_THREADS; i++)
+		pthread_join(th[i], NULL);
+	assert_int_equal(px_destroy(fo.px), 0);
+	if (lost)
+		fail_msg("followers=%s: a post from outside was not run within "
+			 "%d ms with %d threads asleep in px_handle_events(px, "
+			 "-1)", name, PROMPT_MS, FO_THREADS);
+	print_message("followers=%s: ran/expected:%s\n", name, seen);
+	if (match < FO_ROUNDS - 1)
+		fail_msg("followers=%s: the post woke the expected follower "
+			 "(the %s sleeper) in %d of %d rounds (ran/expected "
+			 "thread:%s)", name,
+			 order == PX_FOLLOWERS_FIFO ? "oldest" : "newest", match,
+			 FO_ROUNDS, seen);
+}
+
+static void follower_wake_order(void **state)
+{
+	(void)state;
+	fo_rounds(PX_FOLLOWERS_LIFO, "lifo");
+	fo_rounds(PX_FOLLOWERS_FIFO, "fifo");
 }
 
 /* As post_from_blocked_callback_reaches_leader (two loop threads in
@@ -4332,6 +4660,7 @@ int main(int argc, char **argv)
 		T(destroy_leaves_buffers_and_descriptors),
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
+		T(timed_out_leader_leaves_work_to_follower),
 		T(post_chain_outlives_bounded_call),
 		T(post_from_blocked_callback_reaches_leader),
 		T(done_at_start_from_blocked_callback_reaches_leader),
@@ -4343,6 +4672,9 @@ int main(int argc, char **argv)
 		T(round_ends_after_callbacks),
 		T(blocked_callback_leaves_batch_to_sleeper),
 		T(blocked_callback_leaves_lead_to_sleeper),
+		T(blocked_callback_leaves_one_own_to_sleeper),
+		T(follower_wake_order),
+		T(call_runs_bounded_rounds),
 		T(nested_call_runs_held_completions),
 		T(second_proactor_in_callbacks),
 		T(two_proactors_one_descriptor_one_destroyed),
