@@ -43,7 +43,10 @@
  * and gets its byte only after the held one is cancelled; and a held
  * start whose descriptor is closed before the recv goes on, so that the
  * start fails, is counted in no px_stats snapshot, taken during it or
- * after (TESTING.md, fixed problems 204 and 205; not on uring).
+ * after (TESTING.md, fixed problems 204 and 205; not on uring); and with
+ * a loop thread asleep in px_handle_events(px, -1) instead of the test
+ * pumping, the deferral of that second read wakes it, and both reads get
+ * their bytes from it (the mutation testing of 2026-12-07).
  * A read of a blocking inotify descriptor (poll wrapped too): the kernel
  * refuses RWF_NOWAIT there; another reader takes the event after the
  * readiness engines and Linux AIO saw it and before their read (when they
@@ -949,6 +952,106 @@ static void max_aio_counts_a_start_under_way(void **state)
 	close(b[1]);
 }
 
+/* max_aio=1, a read A whose start is held inside its own try (recv, mutex
+ * released), and a loop thread asleep in px_handle_events(px, -1) with
+ * nothing to do: a read B started meanwhile is deferred on a processor
+ * that had no work, and that deferral is the only news of work the
+ * sleeping thread gets (A's start, when it returns, finds the processor
+ * busy already and tells nobody).  The thread must wake and lead: A gets
+ * its byte, then B gets its own, with this thread out of the loop.  With
+ * the deferral telling nobody every test passed (the mutation testing of
+ * 2026-12-07), and here both reads waited for good. */
+struct wake_seen {
+	atomic_int calls, ok;
+};
+
+static void wake_cb(const px_completion *c)
+{
+	struct wake_seen *w = c->user;
+
+	if (!c->error && c->bytes == 1)
+		atomic_fetch_add(&w->ok, 1);
+	atomic_fetch_add(&w->calls, 1);
+}
+
+static void *wake_loop_main(void *arg)
+{
+	while (px_handle_events(arg, -1) >= 0)
+		;
+	return NULL;
+}
+
+struct wake_starter {
+	px_proactor *px;
+	int fd;
+	char *buf;
+	struct wake_seen *w;
+	int rc;
+};
+
+static void *wake_start_main(void *arg)
+{
+	struct wake_starter *st = arg;
+
+	st->rc = px_read_stream(st->px, st->fd, st->buf, 4, wake_cb, st->w);
+	return NULL;
+}
+
+static void max_aio_deferral_wakes_sleeper(void **state)
+{
+	(void)state;
+	if (strncmp(g_engine, "uring", 5) == 0)
+		skip();       /* the kernel makes the calls: nothing to hold */
+	char text[256], err[256];
+	px_proactor *px = NULL;
+	snprintf(text, sizeof text, "%s max_aio=1", g_engine);
+	assert_int_equal(px_create(&px, text, err, sizeof err), 0);
+	struct wake_seen w = { 0 };
+	int a[2], b[2];
+	char ina[4] = { 0 }, inb[4] = { 0 };
+	pthread_t loop, stt;
+
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
+	assert_int_equal(pthread_create(&loop, NULL, wake_loop_main, px), 0);
+	usleep(50000);  /* asleep as a follower, nothing to do */
+	struct wake_starter st = { .px = px, .fd = a[0], .buf = ina, .w = &w };
+	atomic_store(&g_held, 0);
+	atomic_store(&g_release, 0);
+	atomic_store(&g_hold_fd, a[0]);
+	assert_int_equal(pthread_create(&stt, NULL, wake_start_main, &st), 0);
+	bool held = wait_held();
+	int rc = px_read_stream(px, b[0], inb, sizeof inb, wake_cb, &w);
+	atomic_store(&g_release, 1);
+	assert_int_equal(pthread_join(stt, NULL), 0);
+	atomic_store(&g_hold_fd, -1);
+	assert_int_equal(st.rc, 0);
+	assert_int_equal(rc, 0);
+	assert_int_equal(write(a[1], "x", 1), 1);
+	assert_int_equal(write(b[1], "y", 1), 1);
+	uint64_t end = now_ms() + 5000;
+	while (atomic_load(&w.calls) < 2 && now_ms() < end)
+		usleep(1000);
+	int calls = atomic_load(&w.calls), ok = atomic_load(&w.ok);
+	px_stop(px);
+	assert_int_equal(pthread_join(loop, NULL), 0);
+	assert_int_equal(px_destroy(px), 0);
+	close(a[0]);
+	close(a[1]);
+	close(b[0]);
+	close(b[1]);
+	if (!held) {
+		print_message("%s: no recv at start\n", g_engine);
+		skip();
+	}
+	if (calls != 2 || ok != 2)
+		fail_msg("%s max_aio=1: %d of the two reads called back (%d with "
+			 "their byte) within 5 s of their data, a thread asleep in "
+			 "px_handle_events(px, -1)", g_engine, calls, ok);
+	assert_int_equal(ina[0], 'x');
+	assert_int_equal(inb[0], 'y');
+}
+
 /* px_stats while a start is under way and then fails: a read's start
  * held inside its own recv, the snapshot taken then, the descriptor
  * closed (close(2)) before the recv goes on, so that the start returns
@@ -1792,6 +1895,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(huge_bad_number_does_not_grow_the_table),
 		cmocka_unit_test(cancel_waits_for_a_call_in_progress),
 		cmocka_unit_test(max_aio_counts_a_start_under_way),
+		cmocka_unit_test(max_aio_deferral_wakes_sleeper),
 		cmocka_unit_test(destroy_waits_for_a_start_under_way),
 		cmocka_unit_test(stats_leave_out_a_start_under_way),
 		cmocka_unit_test(blocking_read_after_its_event_was_taken),
