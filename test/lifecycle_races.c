@@ -87,6 +87,10 @@
  *    oldest (followers=fifo);
  *  - px_handle_events(px, 0) with an endless chain of posts runs 64 of
  *    them and returns; with 100 queued, runs all 100.
+ *  - a thread that times out leading and leaves wakes the follower whose
+ *    bound grew meanwhile, which takes the read left unled at once;
+ *  - with max_aio=1, a deferred read cancelled from outside calls back
+ *    from the loop thread (beside a dedicated processor too).
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -2510,6 +2514,57 @@ static void timed_out_leader_leaves_work_to_follower(void **state)
 	late_rounds(*state, lt_round, "the read");
 }
 
+/* max_aio=1: a read A holds the one place, a read B is deferred behind
+ * it, and a loop thread waits in px_handle_events(px, -1) (leading A's
+ * processor, or, beside a dedicated processor, asleep as a follower with
+ * no bound: the dedicated leader never runs callbacks).  px_cancel of B
+ * from outside ends it at once (it never reached the provider), and its
+ * ECANCELED must reach the loop thread: the result is queued with a
+ * notification.  Queued without one, every test passed (the mutation
+ * testing of 2026-12-07); beside a dedicated processor B's callback then
+ * waited for good, and on a shared one for the end of the leader's wait. */
+static int fx_setup_aio1(void **state)
+{
+	int rc = h_setup_max_aio(state, 1, fx_setup);
+	g_fx_max_aio = 1;
+	return rc;
+}
+
+static void cancel_deferred_reaches_sleeper(void **state)
+{
+	h_fx *f = *state;
+	int sa[2], sb[2];
+	char *ba, *bb;
+	pthread_t l;
+	struct px_stats s0, s1;
+
+	h_rec *a = h_start_pending_read(f, sa, 8, &ba);
+	assert_int_equal(px_stats(f->px, &s0), 0);
+	h_rec *b = h_start_pending_read(f, sb, 8, &bb);
+	assert_int_equal(px_stats(f->px, &s1), 0);
+	assert_int_equal(s1.deferred, s0.deferred + 1);
+	plain_loops_start(&l, 1, f->px);
+	h_sleep_ms(50);  /* the loop thread waits */
+	assert_int_equal(px_cancel(f->px, sb[1]), 1);
+	bool done = h_wait_at_least(&b->done, 1, PROMPT_MS);
+	/* A, still pending, gets its byte: the place B never took. */
+	assert_int_equal(write(sa[0], "x", 1), 1);
+	bool a_done = h_wait_at_least(&a->done, 1, PROMPT_MS);
+	plain_loops_stop(f->px, &l, 1);
+	if (!done)
+		fail_msg("a deferred read cancelled by px_cancel did not call "
+			 "back within %d ms (a thread in px_handle_events(px, "
+			 "-1))", PROMPT_MS);
+	assert_int_equal(atomic_load(&b->calls), 1);
+	assert_int_equal(b->c.error, ECANCELED);
+	assert_int_equal(b->c.bytes, 0);
+	if (!a_done)
+		fail_msg("the read holding max_aio's place did not complete "
+			 "within %d ms of its data", PROMPT_MS);
+	assert_int_equal(a->c.error, 0);
+	assert_int_equal(a->c.bytes, 1);
+}
+
 /* A chain of posts, each made from the callback of the one before, that
  * outlives the bounded call running it: the thread in px_handle_events(px,
  * 100) returns after its batch of callbacks with the chain's next post
@@ -4661,6 +4716,8 @@ int main(int argc, char **argv)
 		T(leaver_hands_over_to_follower),
 		T(leader_leaves_work_to_follower),
 		T(timed_out_leader_leaves_work_to_follower),
+		cmocka_unit_test_setup_teardown(cancel_deferred_reaches_sleeper,
+						fx_setup_aio1, fx_teardown),
 		T(post_chain_outlives_bounded_call),
 		T(post_from_blocked_callback_reaches_leader),
 		T(done_at_start_from_blocked_callback_reaches_leader),
