@@ -91,6 +91,8 @@
  *    bound grew meanwhile, which takes the read left unled at once;
  *  - with max_aio=1, a deferred read cancelled from outside calls back
  *    from the loop thread (beside a dedicated processor too).
+ *  - px_close from outside of an idle descriptor calls back from the
+ *    loop thread asleep with nothing to do.
  *
  * Every start is counted in a record of its own, checked after
  * px_destroy.  Callbacks never assert (cmocka longjmps): they note the
@@ -2565,6 +2567,44 @@ static void cancel_deferred_reaches_sleeper(void **state)
 	assert_int_equal(a->c.bytes, 1);
 }
 
+/* px_close from outside the loop of a descriptor with nothing pending,
+ * while a loop thread sleeps in px_handle_events(px, -1) with nothing to
+ * do: the close is made at once and its callback must reach that thread
+ * (it is queued with a notification).  Queued without one, every test
+ * passed (the mutation testing of 2026-12-07), and the callback never
+ * came. */
+static atomic_int g_cl_calls, g_cl_err;
+
+static void cl_cb(const px_completion *c)
+{
+	atomic_store(&g_cl_err, c->error);
+	atomic_fetch_add(&g_cl_calls, 1);
+}
+
+static void close_from_outside_reaches_sleeper(void **state)
+{
+	h_fx *f = *state;
+	int sv[2];
+	pthread_t l;
+
+	atomic_store(&g_cl_calls, 0);
+	atomic_store(&g_cl_err, -1);
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
+			 0);
+	h_track(f, sv[1]);
+	plain_loops_start(&l, 1, f->px);
+	h_sleep_ms(50);  /* asleep, nothing to do */
+	assert_int_equal(px_close(f->px, sv[0], cl_cb, NULL), 0);
+	bool done = h_wait_at_least(&g_cl_calls, 1, PROMPT_MS);
+	plain_loops_stop(f->px, &l, 1);
+	if (!done)
+		fail_msg("px_close from outside the loop did not call back "
+			 "within %d ms (a thread in px_handle_events(px, -1))",
+			 PROMPT_MS);
+	assert_int_equal(atomic_load(&g_cl_calls), 1);
+	assert_int_equal(atomic_load(&g_cl_err), 0);
+}
+
 /* A chain of posts, each made from the callback of the one before, that
  * outlives the bounded call running it: the thread in px_handle_events(px,
  * 100) returns after its batch of callbacks with the chain's next post
@@ -4718,6 +4758,7 @@ int main(int argc, char **argv)
 		T(timed_out_leader_leaves_work_to_follower),
 		cmocka_unit_test_setup_teardown(cancel_deferred_reaches_sleeper,
 						fx_setup_aio1, fx_teardown),
+		T(close_from_outside_reaches_sleeper),
 		T(post_chain_outlives_bounded_call),
 		T(post_from_blocked_callback_reaches_leader),
 		T(done_at_start_from_blocked_callback_reaches_leader),
