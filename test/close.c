@@ -2162,6 +2162,21 @@ static void fd_target(int fd, char *buf, size_t len)
 	buf[n > 0 ? n : 0] = '\0';
 }
 
+/* The first of the engine's descriptors own[] (open: before px_destroy)
+ * whose /proc/self/fd target contains what, and whose access mode is
+ * accmode unless that is -1; or -1. */
+static int own_fd_like(const int *own, int nown, const char *what, int accmode)
+{
+	for (int k = 0; k < nown; k++) {
+		char t[128];
+		fd_target(own[k], t, sizeof t);
+		if (strstr(t, what) &&
+		    (accmode < 0 || (fcntl(own[k], F_GETFL) & O_ACCMODE) == accmode))
+			return own[k];
+	}
+	return -1;
+}
+
 /* A socketpair read on px with its data waiting completes with it: the
  * engine still works. */
 static void own_fds_read_works(h_fx *f, px_proactor *px, const char *what)
@@ -3762,14 +3777,7 @@ static void interrupt_write_end_replaced(void **state)
 	int own[OWN_MAX];
 	px_proactor *b;
 	int nown = engine_fds_or_skip(f, &b, own);
-	int wend = -1;
-	for (int k = 0; k < nown && wend < 0; k++) {
-		char t[128];
-		fd_target(own[k], t, sizeof t);
-		if (!strncmp(t, "pipe:", 5) &&
-		    (fcntl(own[k], F_GETFL) & O_ACCMODE) == O_WRONLY)
-			wend = own[k];
-	}
+	int wend = own_fd_like(own, nown, "pipe:", O_WRONLY);
 	assert_int_equal(px_destroy(b), 0);
 	if (wend < 0)
 		skip();  /* (no pipe interrupt: another kind, or none) */
@@ -4029,16 +4037,8 @@ static void uring_kick_replaced_by_apps_eventfd(void **state)
 	int own[OWN_MAX];
 	px_proactor *b;
 	int nown = engine_fds_or_skip(f, &b, own);
-	int kick = -1;
-	bool ring = false;
-	for (int k = 0; k < nown; k++) {
-		char t[128];
-		fd_target(own[k], t, sizeof t);
-		if (strstr(t, "[io_uring]"))
-			ring = true;
-		else if (strstr(t, "[eventfd]"))
-			kick = own[k];
-	}
+	bool ring = own_fd_like(own, nown, "[io_uring]", -1) >= 0;
+	int kick = own_fd_like(own, nown, "[eventfd]", -1);
 	assert_int_equal(px_destroy(b), 0);
 	if (!ring || kick < 0)
 		skip();  /* (no io_uring ring, or no kick: a shared processor) */
@@ -4144,16 +4144,8 @@ static void uring_kick_replaced_under_idle_leader(void **state)
 	int own[OWN_MAX];
 	px_proactor *b;
 	int nown = engine_fds_or_skip(f, &b, own);
-	int kick = -1;
-	bool ring = false;
-	for (int k = 0; k < nown; k++) {
-		char t[128];
-		fd_target(own[k], t, sizeof t);
-		if (strstr(t, "[io_uring]"))
-			ring = true;
-		else if (strstr(t, "[eventfd]"))
-			kick = own[k];
-	}
+	bool ring = own_fd_like(own, nown, "[io_uring]", -1) >= 0;
+	int kick = own_fd_like(own, nown, "[eventfd]", -1);
 	if (!ring || kick < 0) {
 		assert_int_equal(px_destroy(b), 0);
 		skip();  /* (no io_uring ring, or no kick: a shared processor) */

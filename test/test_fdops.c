@@ -710,11 +710,13 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
+/* A read of 4 bytes started from a thread of its own. */
 struct starter {
 	px_proactor *px;
 	int fd;
 	char *buf;
-	struct seen *s;
+	px_callback *cb;
+	void *user;
 	int rc;
 };
 
@@ -722,7 +724,7 @@ static void *start_main(void *arg)
 {
 	struct starter *st = arg;
 
-	st->rc = px_read_stream(st->px, st->fd, st->buf, 4, note_cb, st->s);
+	st->rc = px_read_stream(st->px, st->fd, st->buf, 4, st->cb, st->user);
 	return NULL;
 }
 
@@ -791,7 +793,8 @@ static void cancel_waits_for_a_call_in_progress(void **state)
 
 	/* 2. A start's own try: the thread calling px_read_stream is held
 	 * inside recv (nothing to read). */
-	struct starter st = { .px = px, .fd = sv[0], .buf = in2, .s = &s };
+	struct starter st = { .px = px, .fd = sv[0], .buf = in2, .cb = note_cb,
+			     .user = &s };
 	atomic_store(&g_held, 0);
 	atomic_store(&g_release, 0);
 	atomic_store(&g_hold_fd, sv[0]);
@@ -851,7 +854,8 @@ static void destroy_waits_for_a_start_under_way(void **state)
 	pthread_t stt, dt;
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	struct starter st = { .px = px, .fd = sv[0], .buf = in, .s = &s };
+	struct starter st = { .px = px, .fd = sv[0], .buf = in, .cb = note_cb,
+			     .user = &s };
 	atomic_store(&g_held, 0);
 	atomic_store(&g_release, 0);
 	atomic_store(&g_hold_fd, sv[0]);
@@ -909,7 +913,8 @@ static void max_aio_counts_a_start_under_way(void **state)
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, a), 0);
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
-	struct starter st = { .px = px, .fd = a[0], .buf = in, .s = &s };
+	struct starter st = { .px = px, .fd = a[0], .buf = in, .cb = note_cb,
+			     .user = &s };
 	atomic_store(&g_held, 0);
 	atomic_store(&g_release, 0);
 	atomic_store(&g_hold_fd, a[0]);
@@ -981,22 +986,6 @@ static void *wake_loop_main(void *arg)
 	return NULL;
 }
 
-struct wake_starter {
-	px_proactor *px;
-	int fd;
-	char *buf;
-	struct wake_seen *w;
-	int rc;
-};
-
-static void *wake_start_main(void *arg)
-{
-	struct wake_starter *st = arg;
-
-	st->rc = px_read_stream(st->px, st->fd, st->buf, 4, wake_cb, st->w);
-	return NULL;
-}
-
 static void max_aio_deferral_wakes_sleeper(void **state)
 {
 	(void)state;
@@ -1015,11 +1004,12 @@ static void max_aio_deferral_wakes_sleeper(void **state)
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, b), 0);
 	assert_int_equal(pthread_create(&loop, NULL, wake_loop_main, px), 0);
 	usleep(50000);  /* asleep as a follower, nothing to do */
-	struct wake_starter st = { .px = px, .fd = a[0], .buf = ina, .w = &w };
+	struct starter st = { .px = px, .fd = a[0], .buf = ina, .cb = wake_cb,
+			     .user = &w };
 	atomic_store(&g_held, 0);
 	atomic_store(&g_release, 0);
 	atomic_store(&g_hold_fd, a[0]);
-	assert_int_equal(pthread_create(&stt, NULL, wake_start_main, &st), 0);
+	assert_int_equal(pthread_create(&stt, NULL, start_main, &st), 0);
 	bool held = wait_held();
 	int rc = px_read_stream(px, b[0], inb, sizeof inb, wake_cb, &w);
 	atomic_store(&g_release, 1);
@@ -1072,7 +1062,8 @@ static void stats_leave_out_a_start_under_way(void **state)
 	pthread_t stt;
 
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, sv), 0);
-	struct starter st = { .px = px, .fd = sv[0], .buf = in, .s = &s };
+	struct starter st = { .px = px, .fd = sv[0], .buf = in, .cb = note_cb,
+			     .user = &s };
 	assert_int_equal(px_stats(px, &s0), 0);
 	atomic_store(&g_held, 0);
 	atomic_store(&g_release, 0);
